@@ -1,0 +1,230 @@
+#include "backend/backend.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "util/error.hpp"
+
+namespace kveval::backend {
+
+namespace {
+
+float* aligned_floats(size_t n) {
+  size_t bytes = std::max<size_t>(64, (n * sizeof(float) + 63) / 64 * 64);
+  void* p = std::aligned_alloc(64, bytes);
+  if (!p) throw std::bad_alloc();
+  return static_cast<float*>(p);
+}
+
+[[noreturn]] void rethrow_dnnl(const dnnl::error& e, const char* what) {
+  throw BackendError(fmt::format("oneDNN {} failed: {} (status {})", what, e.what(), static_cast<int>(e.status)));
+}
+
+}  // namespace
+
+void Weight::Free::operator()(float* p) const { std::free(p); }
+void Buffer::Free::operator()(float* p) const { std::free(p); }
+
+Weight::Weight(std::span<const float> data, int64_t n_out, int64_t n_in) : n_out_(n_out), n_in_(n_in) {
+  if (n_out <= 0 || n_in <= 0 || data.size() != static_cast<size_t>(n_out * n_in))
+    throw ArgumentError(fmt::format("Weight: {} values for a [{}, {}] matrix", data.size(), n_out, n_in));
+  data_.reset(aligned_floats(data.size()));
+  std::memcpy(data_.get(), data.data(), data.size() * sizeof(float));
+}
+
+bool Buffer::reserve(size_t n) {
+  if (n <= cap_ && p_) return false;
+  p_.reset(aligned_floats(n));
+  cap_ = n;
+  return true;
+}
+
+struct MatmulEntry {
+  dnnl::matmul prim;
+  dnnl::memory::desc src_md, wei_md, dst_md, scratch_md;
+};
+
+struct Engine::Impl {
+  dnnl::engine eng;
+  dnnl::stream strm;
+  int threads = 1;
+  uint64_t created = 0;
+  // key: (n_in, n_out, accumulate)
+  std::map<std::tuple<int64_t, int64_t, bool>, MatmulEntry> matmuls;
+  std::vector<uint8_t> scratch;  // user scratchpad shared by all primitives (grow at creation only)
+
+  MatmulEntry& get(int64_t k, int64_t n, bool acc) {
+    auto key = std::make_tuple(k, n, acc);
+    auto it = matmuls.find(key);
+    if (it != matmuls.end()) return it->second;
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    const auto rt = DNNL_RUNTIME_DIM_VAL;
+    dnnl::memory::desc src_md({rt, k}, dt::f32, tag::ab);
+    dnnl::memory::desc wei_md({k, n}, dt::f32, tag::ba);  // W [n, k] row-major == Wᵀ [k, n] column-major
+    dnnl::memory::desc dst_md({rt, n}, dt::f32, tag::ab);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (acc) {
+      dnnl::post_ops po;
+      po.append_sum(1.0f);
+      attr.set_post_ops(po);
+    }
+    try {
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, wei_md, dst_md), attr, eng);
+      size_t need = pd.scratchpad_desc().get_size();
+      if (need > scratch.size()) scratch.resize(need);
+      ++created;
+      auto [pos, ok] = matmuls.emplace(key, MatmulEntry{dnnl::matmul(pd), src_md, wei_md, dst_md, pd.scratchpad_desc()});
+      return pos->second;
+    } catch (const dnnl::error& e) {
+      rethrow_dnnl(e, fmt::format("matmul primitive creation [{}x{}]", k, n).c_str());
+    }
+  }
+};
+
+Engine::Engine(int threads) : impl_(std::make_unique<Impl>()) {
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  impl_->threads = threads;
+  omp_set_num_threads(threads);
+  try {
+    impl_->eng = dnnl::engine(dnnl::engine::kind::cpu, 0);
+    impl_->strm = dnnl::stream(impl_->eng);
+  } catch (const dnnl::error& e) {
+    rethrow_dnnl(e, "engine creation");
+  }
+}
+Engine::~Engine() = default;
+int Engine::threads() const { return impl_->threads; }
+uint64_t Engine::primitives_created() const { return impl_->created; }
+Engine::Impl& Engine::impl() { return *impl_; }
+
+void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y, bool accumulate) {
+  if (m <= 0) return;
+  auto& im = engine.impl();
+  omp_set_num_threads(im.threads);
+  auto& e = im.get(w.n_in(), w.n_out(), accumulate);
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  try {
+    dnnl::memory src({{m, w.n_in()}, dt::f32, tag::ab}, im.eng, const_cast<float*>(x));
+    dnnl::memory wei(e.wei_md, im.eng, const_cast<float*>(w.data()));
+    dnnl::memory dst({{m, w.n_out()}, dt::f32, tag::ab}, im.eng, y);
+    dnnl::memory scratch(e.scratch_md, im.eng, im.scratch.data());
+    e.prim.execute(im.strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratch}});
+    im.strm.wait();
+  } catch (const dnnl::error& e2) {
+    rethrow_dnnl(e2, fmt::format("matmul [{}x{}]·[{}x{}]ᵀ", m, w.n_in(), w.n_out(), w.n_in()).c_str());
+  }
+}
+
+void rmsnorm(const float* x, const float* weight, float* y, int64_t rows, int64_t dim, float eps) {
+#pragma omp parallel for schedule(static) if (rows * dim > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+    const float scale = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+#pragma omp simd
+    for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * scale * weight[i];
+  }
+}
+
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t n_rot, const int32_t* pos,
+          float freq_base) {
+  const int64_t half = n_rot / 2;
+#pragma omp parallel for schedule(static) if (n_tokens * n_heads * head_dim > 16384)
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    // cos/sin per pair, computed in double: theta_i = pos * base^(-2i/n_rot)
+    float cs[512], sn[512];
+    for (int64_t i = 0; i < half && i < 512; ++i) {
+      const double theta = static_cast<double>(pos[t]) * std::pow(static_cast<double>(freq_base), -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+      cs[i] = static_cast<float>(std::cos(theta));
+      sn[i] = static_cast<float>(std::sin(theta));
+    }
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* v = x + (t * n_heads + h) * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = v[2 * i], b = v[2 * i + 1];
+        v[2 * i] = a * cs[i] - b * sn[i];
+        v[2 * i + 1] = a * sn[i] + b * cs[i];
+      }
+    }
+  }
+}
+
+void swiglu(float* gate, const float* up, int64_t rows, int64_t n) {
+  const int64_t total = rows * n;
+#pragma omp parallel for schedule(static) if (total > 16384)
+  for (int64_t i = 0; i < total; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void attention(const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past, int64_t n_head,
+               int64_t n_head_kv, int64_t head_dim) {
+  const int64_t group = n_head / n_head_kv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int64_t n_ctx = past + n_q;
+  const int64_t work = n_q * n_head;
+#pragma omp parallel if (work * n_ctx * head_dim > 32768)
+  {
+    std::vector<float> scores(static_cast<size_t>(n_ctx));
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t w = 0; w < work; ++w) {
+      const int64_t i = w / n_head, h = w % n_head;
+      const int64_t hk = h / group;
+      const float* qv = q + (i * n_head + h) * head_dim;
+      const int64_t len = past + i + 1;  // causal: positions [0, past + i]
+      const float* kb = kv.k + hk * kv.head_stride;
+      const float* vb = kv.v + hk * kv.head_stride;
+      float mx = -INFINITY;
+      for (int64_t p = 0; p < len; ++p) {
+        const float* kp = kb + p * kv.pos_stride;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int64_t d = 0; d < head_dim; ++d) s += qv[d] * kp[d];
+        s *= scale;
+        scores[static_cast<size_t>(p)] = s;
+        mx = std::max(mx, s);
+      }
+      float sum = 0.0f;
+      for (int64_t p = 0; p < len; ++p) {
+        const float e = std::exp(scores[static_cast<size_t>(p)] - mx);
+        scores[static_cast<size_t>(p)] = e;
+        sum += e;
+      }
+      const float inv = 1.0f / sum;
+      float* o = out + (i * n_head + h) * head_dim;
+      for (int64_t d = 0; d < head_dim; ++d) o[d] = 0.0f;
+      for (int64_t p = 0; p < len; ++p) {
+        const float a = scores[static_cast<size_t>(p)] * inv;
+        const float* vp = vb + p * kv.pos_stride;
+#pragma omp simd
+        for (int64_t d = 0; d < head_dim; ++d) o[d] += a * vp[d];
+      }
+    }
+  }
+}
+
+void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < n; ++i) fn(i);
+}
+
+}  // namespace kveval::backend

@@ -1,0 +1,104 @@
+#pragma once
+// The compute backend: the only module that includes oneDNN. Matmuls are
+// oneDNN matmul primitives created once per weight shape (runtime M) and
+// reused; element-wise ops (RMSNorm, RoPE, SwiGLU, attention) are OpenMP loops.
+// All tensors are float32, row-major, contiguous unless strides are given.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace kveval::backend {
+
+/// Engine, stream and thread pool. One per model. Not thread-safe.
+class Engine {
+ public:
+  /// `threads` compute threads (0 = hardware concurrency). Throws BackendError.
+  explicit Engine(int threads);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+  int threads() const;
+  /// oneDNN primitives created so far (a warm engine creates none).
+  uint64_t primitives_created() const;
+  struct Impl;
+  Impl& impl();
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// A weight matrix W [n_out, n_in] (PyTorch Linear / GGUF {n_in, n_out}),
+/// copied once at load into 64-byte aligned memory.
+class Weight {
+ public:
+  Weight() = default;
+  /// Copies `data` ([n_out, n_in] row-major). Throws ArgumentError on size mismatch.
+  Weight(std::span<const float> data, int64_t n_out, int64_t n_in);
+  int64_t n_out() const { return n_out_; }
+  int64_t n_in() const { return n_in_; }
+  const float* data() const { return data_.get(); }
+  size_t bytes() const { return static_cast<size_t>(n_out_ * n_in_) * sizeof(float); }
+
+ private:
+  struct Free { void operator()(float* p) const; };
+  std::unique_ptr<float, Free> data_;
+  int64_t n_out_ = 0, n_in_ = 0;
+};
+
+/// y[M, n_out] = x[M, n_in] · Wᵀ (+ y if accumulate). oneDNN matmul, primitive
+/// cached per (n_in, n_out, accumulate) with runtime M. Throws BackendError.
+void matmul(Engine& eng, const float* x, int64_t m, const Weight& w, float* y, bool accumulate = false);
+
+/// y[rows, dim] = x / sqrt(mean(x²) + eps) * weight[dim]  (RMSNorm, Zhang & Sennrich 2019). y may alias x.
+void rmsnorm(const float* x, const float* weight, float* y, int64_t rows, int64_t dim, float eps);
+
+/// In-place rotary embedding, llama.cpp "normal" layout (adjacent pairs):
+/// for each token t, head h, i < n_rot/2: (x[2i], x[2i+1]) rotated by
+/// pos[t] * freq_base^(-2i/n_rot) (Su et al. 2021). x is [n_tokens, n_heads, head_dim];
+/// dims >= n_rot are left alone.
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t n_rot,
+          const int32_t* pos, float freq_base);
+
+/// gate[rows, n] = silu(gate) * up  (SwiGLU, Shazeer 2020).
+void swiglu(float* gate, const float* up, int64_t rows, int64_t n);
+
+/// Keys/values of one sequence for attention: element (position p, kv head h, d)
+/// is at base[p * pos_stride + h * head_stride + d].
+struct KvView {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t pos_stride = 0;
+  int64_t head_stride = 0;
+};
+
+/// Causal grouped-query attention for one sequence.
+/// q: [n_q, n_head, head_dim] (query i sits at position past + i);
+/// kv: positions [0, past + n_q) of n_head_kv heads (query head h uses kv head
+/// h / (n_head / n_head_kv)); out: [n_q, n_head, head_dim].
+/// Scale 1/sqrt(head_dim), softmax in float with max subtraction.
+void attention(const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past, int64_t n_head,
+               int64_t n_head_kv, int64_t head_dim);
+
+/// Runs `fn(i)` for i in [0, n) on the engine's threads (OpenMP). `fn` must not throw.
+void parallel_for(int64_t n, const std::function<void(int64_t)>& fn);
+
+/// Float buffer aligned to 64 bytes, grow-only (no shrink, no zero-fill).
+class Buffer {
+ public:
+  /// Ensures capacity >= n floats; returns true if it had to allocate.
+  bool reserve(size_t n);
+  float* data() { return p_.get(); }
+  const float* data() const { return p_.get(); }
+  size_t capacity() const { return cap_; }
+  void release() { p_.reset(); cap_ = 0; }
+
+ private:
+  struct Free { void operator()(float* p) const; };
+  std::unique_ptr<float, Free> p_;
+  size_t cap_ = 0;
+};
+
+}  // namespace kveval::backend

@@ -1,0 +1,245 @@
+// Scoring (cache-free log-likelihood) and greedy generation on top of Model::forward.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "model/model.hpp"
+#include "util/error.hpp"
+#include "util/timer.hpp"
+
+namespace kveval {
+
+double token_logprob(std::span<const float> logits, int32_t token) {
+  if (token < 0 || static_cast<size_t>(token) >= logits.size())
+    throw ArgumentError(fmt::format("token_logprob: token {} outside [0, {})", token, logits.size()));
+  float mx = -std::numeric_limits<float>::infinity();
+  for (float v : logits) mx = std::max(mx, v);
+  double sum = 0.0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
+  return static_cast<double>(logits[static_cast<size_t>(token)]) - mx - std::log(sum);
+}
+
+int32_t argmax(std::span<const float> logits) {
+  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+double ScoreResult::sum() const {
+  double s = 0.0;
+  for (double v : logprobs) s += v;
+  return s;
+}
+
+bool ScoreResult::all_greedy() const {
+  return std::all_of(is_greedy.begin(), is_greedy.end(), [](uint8_t g) { return g != 0; });
+}
+
+std::vector<ScoreResult> score(Model& model, std::span<const ScoreRequest> requests, int batch_size) {
+  if (model.caches_are_enabled())
+    throw CacheError("score: KV caches are enabled; scoring runs cache-free (use KvCacheDisabled or leave the cache scope)");
+  if (batch_size < 1) throw ArgumentError(fmt::format("score: batch_size {} must be >= 1", batch_size));
+  const size_t V = static_cast<size_t>(model.hparams().n_vocab);
+  const int n_ctx = model.hparams().n_ctx_train;
+  std::vector<ScoreResult> out(requests.size());
+  std::vector<float> logits;
+  std::vector<int32_t> tokens;
+  std::vector<int> n_tokens;
+  for (size_t b0 = 0; b0 < requests.size(); b0 += static_cast<size_t>(batch_size)) {
+    const size_t b1 = std::min(requests.size(), b0 + static_cast<size_t>(batch_size));
+    const int nb = static_cast<int>(b1 - b0);
+    int seq = 1;
+    for (size_t i = b0; i < b1; ++i) {
+      const auto& r = requests[i];
+      if (r.tokens.size() > static_cast<size_t>(n_ctx))
+        throw ArgumentError(fmt::format("score: request {} has {} tokens, more than the model's context_length {}", i,
+                                        r.tokens.size(), n_ctx));
+      if (r.score_from < 1 || static_cast<size_t>(r.score_from) > r.tokens.size())
+        throw ArgumentError(fmt::format("score: request {}: score_from {} outside [1, {}]", i, r.score_from,
+                                        r.tokens.size()));
+      seq = std::max(seq, static_cast<int>(r.tokens.size()));
+    }
+    tokens.assign(static_cast<size_t>(nb) * seq, 0);
+    n_tokens.assign(static_cast<size_t>(nb), 0);
+    for (int j = 0; j < nb; ++j) {
+      const auto& r = requests[b0 + static_cast<size_t>(j)];
+      std::copy(r.tokens.begin(), r.tokens.end(), tokens.begin() + static_cast<std::ptrdiff_t>(j) * seq);
+      n_tokens[static_cast<size_t>(j)] = static_cast<int>(r.tokens.size());
+    }
+    logits.resize(static_cast<size_t>(nb) * seq * V);
+    model.forward(tokens, nb, seq, n_tokens, Model::Logits::All, logits);
+    for (int j = 0; j < nb; ++j) {
+      const auto& r = requests[b0 + static_cast<size_t>(j)];
+      ScoreResult& res = out[b0 + static_cast<size_t>(j)];
+      for (size_t p = static_cast<size_t>(r.score_from); p < r.tokens.size(); ++p) {
+        std::span<const float> row(logits.data() + (static_cast<size_t>(j) * seq + p - 1) * V, V);
+        res.logprobs.push_back(token_logprob(row, r.tokens[p]));
+        res.is_greedy.push_back(argmax(row) == r.tokens[p] ? 1 : 0);
+      }
+    }
+  }
+  return out;
+}
+
+namespace {
+
+int max_toks_for(const GenerateOptions& opts, size_t row) {
+  if (opts.max_gen_toks.empty()) throw ArgumentError("generate: max_gen_toks is empty");
+  const int m = opts.max_gen_toks.size() == 1 ? opts.max_gen_toks[0] : opts.max_gen_toks.at(row);
+  if (m < 0) throw ArgumentError(fmt::format("generate: max_gen_toks {} for row {} is negative", m, row));
+  return m;
+}
+
+void check_prompts(const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& opts) {
+  if (opts.max_gen_toks.size() != 1 && opts.max_gen_toks.size() != prompts.size())
+    throw ArgumentError(fmt::format("generate: {} max_gen_toks values for {} prompts", opts.max_gen_toks.size(),
+                                    prompts.size()));
+  for (size_t i = 0; i < prompts.size(); ++i)
+    if (prompts[i].empty()) throw ArgumentError(fmt::format("generate: prompt {} is empty (it needs at least BOS)", i));
+}
+
+// Shared decode loop. `step(live_rows, last_tokens, logits)` computes, for each
+// row, the logits of the next token ([n_rows, V]); rows not live are skipped.
+template <class Prefill, class Step>
+std::vector<Generation> decode_loop(Model& model, const std::vector<std::vector<int32_t>>& prompts,
+                                    const GenerateOptions& opts, int capacity, GenerateTiming* timing,
+                                    Prefill&& prefill, Step&& step) {
+  check_prompts(prompts, opts);
+  const size_t n = prompts.size();
+  const size_t V = static_cast<size_t>(model.hparams().n_vocab);
+  const int32_t eos = model.tokenizer().eos();
+  std::vector<Generation> gens(n);
+  std::vector<uint8_t> live(n, 0);
+  size_t n_live = 0;
+  for (size_t r = 0; r < n; ++r) {
+    gens[r].prompt_tokens = static_cast<int>(prompts[r].size());
+    if (static_cast<int>(prompts[r].size()) > capacity)
+      throw CacheError(fmt::format("generate: prompt {} has {} tokens but the context holds {}; set up caches with "
+                                   "max_seq_len >= {}",
+                                   r, prompts[r].size(), capacity, prompts[r].size()));
+    if (max_toks_for(opts, r) == 0) {
+      gens[r].reason = StopReason::MaxTokens;
+    } else if (static_cast<int>(prompts[r].size()) >= capacity) {
+      gens[r].reason = StopReason::ContextFull;
+    } else {
+      live[r] = 1;
+      ++n_live;
+    }
+  }
+  if (n_live == 0) return gens;
+  std::vector<float> logits(n * V);
+  Stopwatch sw;
+  prefill(live, logits);
+  if (timing) {
+    timing->prefill_seconds += sw.seconds();
+    for (size_t r = 0; r < n; ++r)
+      if (live[r]) timing->prefill_tokens += static_cast<int64_t>(prompts[r].size());
+  }
+  sw.reset();
+  while (true) {
+    // Choose and record one token per live row, then decide who stops.
+    for (size_t r = 0; r < n; ++r) {
+      if (!live[r]) continue;
+      std::span<const float> row(logits.data() + r * V, V);
+      const int32_t t = argmax(row);
+      gens[r].ids.push_back(t);
+      gens[r].logprobs.push_back(token_logprob(row, t));
+      if (timing) ++timing->decode_tokens;
+      const int produced = static_cast<int>(gens[r].ids.size());
+      bool stop = true;
+      if (opts.stop_at_eos && t == eos) gens[r].reason = StopReason::Eos;
+      else if (opts.should_stop && opts.should_stop(static_cast<int>(r), gens[r].ids)) gens[r].reason = StopReason::StopString;
+      else if (produced >= max_toks_for(opts, r)) gens[r].reason = StopReason::MaxTokens;
+      else if (gens[r].prompt_tokens + produced >= capacity) gens[r].reason = StopReason::ContextFull;
+      else stop = false;
+      if (stop) {
+        live[r] = 0;
+        --n_live;
+      }
+    }
+    if (n_live == 0) break;
+    step(live, gens, logits);
+  }
+  if (timing) timing->decode_seconds += sw.seconds();
+  return gens;
+}
+
+}  // namespace
+
+std::vector<Generation> generate_greedy(Model& model, const std::vector<std::vector<int32_t>>& prompts,
+                                        const GenerateOptions& opts, GenerateTiming* timing) {
+  if (!model.caches_are_setup())
+    throw CacheError("generate_greedy: KV caches are not set up; enter a KvCacheScope or call setup_caches first");
+  if (!model.caches_are_enabled())
+    throw CacheError("generate_greedy: KV caches are disabled; leave the KvCacheDisabled scope first");
+  if (prompts.size() > static_cast<size_t>(model.cache_batch_size()))
+    throw CacheError(fmt::format("generate_greedy: {} prompts but the KV cache has {} rows; set up caches with "
+                                 "batch_size >= {}",
+                                 prompts.size(), model.cache_batch_size(), prompts.size()));
+  const int n = static_cast<int>(prompts.size());
+  for (int r = 0; r < n; ++r) model.reset_cache_row(r);
+  std::vector<int32_t> tokens;
+  std::vector<int> n_tokens;
+  auto prefill = [&](const std::vector<uint8_t>& live, std::vector<float>& logits) {
+    int seq = 1;
+    for (int r = 0; r < n; ++r)
+      if (live[static_cast<size_t>(r)]) seq = std::max(seq, static_cast<int>(prompts[static_cast<size_t>(r)].size()));
+    tokens.assign(static_cast<size_t>(n) * seq, 0);
+    n_tokens.assign(static_cast<size_t>(n), 0);
+    for (int r = 0; r < n; ++r) {
+      if (!live[static_cast<size_t>(r)]) continue;
+      const auto& p = prompts[static_cast<size_t>(r)];
+      std::copy(p.begin(), p.end(), tokens.begin() + static_cast<std::ptrdiff_t>(r) * seq);
+      n_tokens[static_cast<size_t>(r)] = static_cast<int>(p.size());
+    }
+    model.forward(tokens, n, seq, n_tokens, Model::Logits::Last, logits);
+  };
+  auto step = [&](const std::vector<uint8_t>& live, const std::vector<Generation>& gens, std::vector<float>& logits) {
+    tokens.assign(static_cast<size_t>(n), 0);
+    n_tokens.assign(static_cast<size_t>(n), 0);
+    for (int r = 0; r < n; ++r) {
+      if (!live[static_cast<size_t>(r)]) continue;
+      tokens[static_cast<size_t>(r)] = gens[static_cast<size_t>(r)].ids.back();
+      n_tokens[static_cast<size_t>(r)] = 1;
+    }
+    model.forward(tokens, n, 1, n_tokens, Model::Logits::Last, logits);
+  };
+  return decode_loop(model, prompts, opts, model.capacity(), timing, prefill, step);
+}
+
+std::vector<Generation> generate_greedy_uncached(Model& model, const std::vector<std::vector<int32_t>>& prompts,
+                                                 const GenerateOptions& opts, int max_seq_len, GenerateTiming* timing) {
+  if (model.caches_are_enabled())
+    throw CacheError("generate_greedy_uncached: KV caches are enabled; use KvCacheDisabled or leave the cache scope");
+  if (max_seq_len < 1 || max_seq_len > model.hparams().n_ctx_train)
+    throw ArgumentError(fmt::format("generate_greedy_uncached: max_seq_len {} outside [1, {}]", max_seq_len,
+                                    model.hparams().n_ctx_train));
+  const int n = static_cast<int>(prompts.size());
+  std::vector<int32_t> tokens;
+  std::vector<int> n_tokens;
+  auto run = [&](const std::vector<uint8_t>& live, const std::vector<Generation>* gens, std::vector<float>& logits) {
+    int seq = 1;
+    auto len = [&](int r) {
+      return static_cast<int>(prompts[static_cast<size_t>(r)].size() + (gens ? (*gens)[static_cast<size_t>(r)].ids.size() : 0));
+    };
+    for (int r = 0; r < n; ++r)
+      if (live[static_cast<size_t>(r)]) seq = std::max(seq, len(r));
+    tokens.assign(static_cast<size_t>(n) * seq, 0);
+    n_tokens.assign(static_cast<size_t>(n), 0);
+    for (int r = 0; r < n; ++r) {
+      if (!live[static_cast<size_t>(r)]) continue;
+      const auto& p = prompts[static_cast<size_t>(r)];
+      auto it = std::copy(p.begin(), p.end(), tokens.begin() + static_cast<std::ptrdiff_t>(r) * seq);
+      if (gens) std::copy((*gens)[static_cast<size_t>(r)].ids.begin(), (*gens)[static_cast<size_t>(r)].ids.end(), it);
+      n_tokens[static_cast<size_t>(r)] = len(r);
+    }
+    model.forward(tokens, n, seq, n_tokens, Model::Logits::Last, logits);
+  };
+  auto prefill = [&](const std::vector<uint8_t>& live, std::vector<float>& logits) { run(live, nullptr, logits); };
+  auto step = [&](const std::vector<uint8_t>& live, const std::vector<Generation>& gens, std::vector<float>& logits) {
+    run(live, &gens, logits);
+  };
+  return decode_loop(model, prompts, opts, max_seq_len, timing, prefill, step);
+}
+
+}  // namespace kveval

@@ -1,0 +1,246 @@
+#pragma once
+// Llama transformer on oneDNN with a caller-managed KV cache.
+// Cache API names and meanings follow torchtune (modules/kv_cache.py,
+// modules/common_utils.py): setup_caches, caches_are_setup,
+// caches_are_enabled, reset_caches, delete_caches, local_kv_cache,
+// disable_kv_cache. Tensor names and GGUF keys follow llama.cpp.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/tokenizer.hpp"
+
+namespace kveval {
+
+/// Llama hyper-parameters read from GGUF `llama.*` keys.
+struct HParams {
+  int n_vocab = 0;        ///< tokens in the vocabulary (rows of token_embd)
+  int n_embd = 0;         ///< llama.embedding_length
+  int n_layer = 0;        ///< llama.block_count
+  int n_head = 0;         ///< llama.attention.head_count
+  int n_head_kv = 0;      ///< llama.attention.head_count_kv (GQA), default n_head
+  int n_ff = 0;           ///< llama.feed_forward_length
+  int n_ctx_train = 0;    ///< llama.context_length (positions)
+  int n_rot = 0;          ///< llama.rope.dimension_count, default head_dim
+  float rope_freq_base = 10000.0f;  ///< llama.rope.freq_base
+  float rms_eps = 1e-5f;            ///< llama.attention.layer_norm_rms_epsilon
+  bool tied_output = false;         ///< no `output.weight`: logits use token_embd
+  int head_dim() const { return n_embd / n_head; }
+};
+
+/// Options for loading a model.
+struct ModelOptions {
+  int threads = 0;  ///< compute threads; 0 = all cores
+};
+
+/// Why a generation stopped.
+enum class StopReason { Eos, MaxTokens, ContextFull, StopString };
+/// "eos", "max_gen_toks", "context full", "until".
+const char* to_string(StopReason r);
+
+/// Counters for instrumentation and tests (monotonic since load).
+struct ModelStats {
+  uint64_t forward_calls = 0;           ///< all forward passes
+  uint64_t forward_cached = 0;          ///< passes that read/appended the cache
+  uint64_t forward_with_cache_setup = 0;  ///< passes run while caches were set up (enabled or not)
+  uint64_t cache_allocations = 0;       ///< setup_caches calls that allocated
+  uint64_t buffer_allocations = 0;      ///< activation-buffer (re)allocations
+  uint64_t tokens_processed = 0;        ///< token positions through the layer stack
+};
+
+class Model {
+ public:
+  /// Loads a GGUF Llama model. Throws FormatError naming the file and the
+  /// key/tensor at fault (unsupported architecture is refused by name).
+  static std::unique_ptr<Model> load(const std::string& path, const ModelOptions& opts = {});
+  ~Model();
+
+  const HParams& hparams() const;
+  const Tokenizer& tokenizer() const;
+  const std::string& path() const;
+  int threads() const;
+  /// Bytes of weights held in memory (F32 after load).
+  size_t weight_bytes() const;
+
+  // ---- KV cache -----------------------------------------------------------
+  // K and V are each [n_layer][batch][n_kv_head][max_seq][head_dim] float32.
+  // Positions are half-open: row r holds [0, n_past(r)).
+
+  /// Allocates caches for `batch_size` rows of `max_seq_len` positions and
+  /// enables them; every row starts at position 0. No zero-fill: pages are
+  /// touched by the writes that use them. If caches of the same shape exist
+  /// they are reused and reset; another shape is reallocated. Throws
+  /// ArgumentError for sizes < 1 or max_seq_len > n_ctx_train.
+  void setup_caches(int batch_size, int max_seq_len);
+  /// True between setup_caches and delete_caches.
+  bool caches_are_setup() const;
+  /// True when forward passes read and append to the cache.
+  bool caches_are_enabled() const;
+  /// Turns cache use on/off for later forward passes. Enabling requires
+  /// set-up caches (CacheError otherwise). Contents are kept.
+  void set_caches_enabled(bool enabled);
+  /// Rewinds every row to position 0 in O(1); no memory is written and bytes() is unchanged.
+  void reset_caches();
+  /// Rewinds row `row` to position 0.
+  void reset_cache_row(int row);
+  /// Frees the caches; afterwards caches_are_setup() is false and bytes() == 0.
+  void delete_caches();
+  /// Positions filled in row `row` (tokens). Throws ArgumentError if out of range.
+  int n_past(int row) const;
+  /// Positions per row (max_seq_len of setup_caches), 0 when not set up.
+  int capacity() const;
+  /// Rows (batch_size of setup_caches), 0 when not set up.
+  int cache_batch_size() const;
+  /// Bytes held by K and V caches together (0 when not set up).
+  size_t bytes() const;
+  /// Bytes a cache of this shape would take.
+  size_t cache_bytes_for(int batch_size, int max_seq_len) const;
+  /// Raw cache memory for tests: K (which=0) or V (which=1), nullptr if not set up.
+  const float* cache_data(int which) const;
+
+  // ---- forward ------------------------------------------------------------
+
+  /// Which positions get logits.
+  enum class Logits { All, Last };
+
+  /// Runs the transformer.
+  /// - `tokens`: [batch, seq] row-major token ids; `n_tokens`: [batch], the
+  ///   valid length of each row (0 <= n_tokens[r] <= seq); the rest is padding
+  ///   and never influences any result.
+  /// - Caches disabled: row r is a fresh sequence at positions [0, n_tokens[r]);
+  ///   no cache memory is read or written.
+  /// - Caches enabled: row r's tokens take positions [n_past(r), n_past(r)+n_tokens[r]),
+  ///   attend to the cached positions and themselves, and are appended (n_past advances).
+  /// - `logits_out`: Logits::All -> [batch, seq, n_vocab] (padding positions are 0);
+  ///   Logits::Last -> [batch, n_vocab], the logits after each row's last valid
+  ///   token (0 for rows with n_tokens 0). Unnormalised, natural-log scale.
+  /// Throws CacheError when the cache would overflow (message gives the capacity
+  /// needed) or batch > cache_batch_size(); ArgumentError for bad ids or sizes.
+  void forward(std::span<const int32_t> tokens, int batch, int seq, std::span<const int> n_tokens,
+               Logits mode, std::span<float> logits_out);
+
+  const ModelStats& stats() const;
+  /// Backend counters: oneDNN primitives created so far.
+  uint64_t primitives_created() const;
+
+ private:
+  Model();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// What a KvCacheScope does with the allocation when it exits.
+enum class CachePolicy {
+  /// torchtune's local_kv_cache: caches must be absent on entry; set up on
+  /// entry, deleted on exit (bytes() == 0 outside the scope). Best when scopes
+  /// are rare or memory is tight.
+  Release,
+  /// Keep-and-reset: an existing allocation of the same shape (batch_size,
+  /// max_seq_len) is reused and only rewound on entry; on exit the
+  /// caches are disabled and reset but stay allocated. Best when scopes
+  /// alternate often (RL rollouts, many eval tasks).
+  Reuse,
+};
+/// "release" / "reuse"; parse throws ArgumentError for anything else.
+const char* to_string(CachePolicy p);
+CachePolicy parse_cache_policy(const std::string& s);
+
+/// RAII scope like torchtune's `local_kv_cache`. With CachePolicy::Release it
+/// refuses (CacheError) if caches already exist, sets them up for
+/// `batch_size` x `max_seq_len` and enables them; on exit (normal or
+/// exception) disables and deletes them (bytes() == 0). With Reuse see above.
+class KvCacheScope {
+ public:
+  KvCacheScope(Model& model, int batch_size, int max_seq_len, CachePolicy policy = CachePolicy::Release);
+  ~KvCacheScope();
+  KvCacheScope(const KvCacheScope&) = delete;
+  KvCacheScope& operator=(const KvCacheScope&) = delete;
+
+ private:
+  Model& model_;
+  CachePolicy policy_;
+};
+
+/// RAII scope like torchtune's `disable_kv_cache`: requires set-up caches
+/// (CacheError otherwise), disables them, and restores the previous enabled
+/// state on exit. Cache contents are untouched.
+class KvCacheDisabled {
+ public:
+  explicit KvCacheDisabled(Model& model);
+  ~KvCacheDisabled();
+  KvCacheDisabled(const KvCacheDisabled&) = delete;
+  KvCacheDisabled& operator=(const KvCacheDisabled&) = delete;
+
+ private:
+  Model& model_;
+  bool was_enabled_;
+};
+
+// ---- scoring and generation ------------------------------------------------
+
+/// log-softmax of one row of logits at `token`: logits[token] - logsumexp(logits), nats.
+double token_logprob(std::span<const float> logits, int32_t token);
+/// Index of the largest logit (first one on ties).
+int32_t argmax(std::span<const float> logits);
+
+/// One sequence to score: `tokens` (usually starting with BOS); positions
+/// [score_from, tokens.size()) are scored, each given everything before it.
+struct ScoreRequest {
+  std::vector<int32_t> tokens;
+  int score_from = 1;  ///< first scored position, >= 1
+};
+/// Result of scoring: per scored position its log-prob (nats) and whether it was the argmax.
+struct ScoreResult {
+  std::vector<double> logprobs;
+  std::vector<uint8_t> is_greedy;
+  double sum() const;
+  bool all_greedy() const;
+};
+/// Scores `requests` cache-free in one forward pass per batch of up to
+/// `batch_size` rows (caches must be disabled or absent: CacheError otherwise).
+std::vector<ScoreResult> score(Model& model, std::span<const ScoreRequest> requests, int batch_size);
+
+/// Options of greedy generation.
+struct GenerateOptions {
+  /// Tokens to generate at most, per row (one value, or one per row).
+  std::vector<int> max_gen_toks = {256};
+  bool stop_at_eos = true;
+  /// Called after each generated token of a row with the row and all its
+  /// generated ids; returning true stops that row with StopReason::StopString.
+  std::function<bool(int row, std::span<const int32_t> generated)> should_stop;
+};
+/// One row's generation.
+struct Generation {
+  std::vector<int32_t> ids;       ///< generated ids (EOS included if produced)
+  std::vector<double> logprobs;   ///< log-prob (nats) of each generated id
+  StopReason reason = StopReason::MaxTokens;
+  int prompt_tokens = 0;
+};
+/// Where generation time went (seconds of wall time, tokens processed).
+struct GenerateTiming {
+  double prefill_seconds = 0;   ///< forward passes over the prompts
+  double decode_seconds = 0;    ///< one-token steps (incl. sampling and stop checks)
+  int64_t prefill_tokens = 0;   ///< prompt tokens run through the model
+  int64_t decode_tokens = 0;    ///< tokens generated
+};
+
+/// Greedy decoding of `prompts` (token ids, BOS included by the caller) as one
+/// batch in the set-up, enabled cache: resets rows 0..n-1, prefills each
+/// prompt, then decodes one token per step for all live rows. A row stops on
+/// EOS, its max_gen_toks, `should_stop`, or when its cache row is full
+/// ("context full"). Throws CacheError if caches are not set up/enabled or
+/// prompts.size() > cache_batch_size(); ArgumentError for an empty prompt.
+std::vector<Generation> generate_greedy(Model& model, const std::vector<std::vector<int32_t>>& prompts,
+                                        const GenerateOptions& opts, GenerateTiming* timing = nullptr);
+
+/// Same result without a cache: every step re-runs the whole sequence
+/// (for cached-vs-uncached comparisons). Caches must be disabled or absent.
+std::vector<Generation> generate_greedy_uncached(Model& model, const std::vector<std::vector<int32_t>>& prompts,
+                                                 const GenerateOptions& opts, int max_seq_len,
+                                                 GenerateTiming* timing = nullptr);
+
+}  // namespace kveval

@@ -1,0 +1,196 @@
+// Each backend op against a naive scalar implementation (double accumulation).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "util/error.hpp"
+
+using namespace kveval;
+using namespace kveval::backend;
+
+namespace {
+
+std::vector<float> randv(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(g);
+  return v;
+}
+
+// |a - b| <= tol * max(1, |b|)
+void check_close(const std::vector<float>& a, const std::vector<double>& b, double tol) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]) / std::max(1.0, std::abs(b[i])));
+  CHECK(worst <= tol);
+}
+
+}  // namespace
+
+TEST_SUITE("backend.ops") {
+  TEST_CASE("matmul matches naive y = x Wᵀ at the model's shapes and odd ones") {
+    Engine eng(2);
+    struct Shape { int64_t m, n, k; };
+    for (Shape s : {Shape{1, 64, 64}, Shape{7, 172, 64}, Shape{33, 64, 172}, Shape{200, 512, 64}, Shape{5, 13, 17},
+                    Shape{1, 2048, 768}}) {
+      CAPTURE(s.m); CAPTURE(s.n); CAPTURE(s.k);
+      auto x = randv(static_cast<size_t>(s.m * s.k), 1);
+      auto w = randv(static_cast<size_t>(s.n * s.k), 2);
+      Weight W(w, s.n, s.k);
+      for (bool acc : {false, true}) {
+        std::vector<float> y = randv(static_cast<size_t>(s.m * s.n), 3);
+        std::vector<double> ref(y.size());
+        for (int64_t i = 0; i < s.m; ++i)
+          for (int64_t j = 0; j < s.n; ++j) {
+            double t = acc ? y[static_cast<size_t>(i * s.n + j)] : 0.0;
+            for (int64_t kk = 0; kk < s.k; ++kk) t += double(x[size_t(i * s.k + kk)]) * w[size_t(j * s.k + kk)];
+            ref[static_cast<size_t>(i * s.n + j)] = t;
+          }
+        matmul(eng, x.data(), s.m, W, y.data(), acc);
+        check_close(y, ref, 1e-5);
+      }
+    }
+  }
+
+  TEST_CASE("matmul primitives are created once per weight shape") {
+    Engine eng(1);
+    auto w = randv(64 * 32, 4);
+    Weight W(w, 64, 32);
+    std::vector<float> x(100 * 32, 0.5f), y(100 * 64);
+    matmul(eng, x.data(), 1, W, y.data());
+    const auto n0 = eng.primitives_created();
+    CHECK(n0 == 1);
+    for (int64_t m : {1, 3, 100, 7}) matmul(eng, x.data(), m, W, y.data());
+    CHECK(eng.primitives_created() == n0);
+    matmul(eng, x.data(), 5, W, y.data(), true);  // accumulate is a different primitive
+    CHECK(eng.primitives_created() == n0 + 1);
+  }
+
+  TEST_CASE("weight size mismatch is an ArgumentError") {
+    std::vector<float> w(10);
+    CHECK_THROWS_AS(Weight(w, 3, 4), ArgumentError);
+  }
+
+  TEST_CASE("rmsnorm matches naive") {
+    const int64_t rows = 9, dim = 172;
+    auto x = randv(static_cast<size_t>(rows * dim), 5, 3.0f);
+    auto w = randv(static_cast<size_t>(dim), 6);
+    std::vector<float> y(x.size());
+    std::vector<double> ref(x.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      double ss = 0;
+      for (int64_t i = 0; i < dim; ++i) ss += double(x[size_t(r * dim + i)]) * x[size_t(r * dim + i)];
+      const double sc = 1.0 / std::sqrt(ss / dim + 1e-5);
+      for (int64_t i = 0; i < dim; ++i) ref[size_t(r * dim + i)] = x[size_t(r * dim + i)] * sc * w[size_t(i)];
+    }
+    rmsnorm(x.data(), w.data(), y.data(), rows, dim, 1e-5f);
+    check_close(y, ref, 1e-5);
+    // in place
+    rmsnorm(x.data(), w.data(), x.data(), rows, dim, 1e-5f);
+    check_close(x, ref, 1e-5);
+  }
+
+  TEST_CASE("rope rotates adjacent pairs (llama.cpp normal layout)") {
+    const int64_t T = 5, H = 3, HD = 8, n_rot = 8;
+    auto x = randv(static_cast<size_t>(T * H * HD), 7);
+    std::vector<int32_t> pos = {0, 1, 17, 300, 2047};
+    std::vector<double> ref(x.size());
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < HD / 2; ++i) {
+          const double th = pos[size_t(t)] * std::pow(10000.0, -2.0 * i / n_rot);
+          const size_t o = size_t((t * H + h) * HD + 2 * i);
+          ref[o] = x[o] * std::cos(th) - x[o + 1] * std::sin(th);
+          ref[o + 1] = x[o] * std::sin(th) + x[o + 1] * std::cos(th);
+        }
+    // position 0 is the identity: hand-checked
+    std::vector<float> x0(x.begin(), x.begin() + H * HD);
+    rope(x.data(), T, H, HD, n_rot, pos.data(), 10000.0f);
+    for (size_t i = 0; i < x0.size(); ++i) CHECK(x[i] == x0[i]);
+    check_close(x, ref, 1e-5);
+  }
+
+  TEST_CASE("rope with n_rot < head_dim leaves the tail alone") {
+    const int64_t HD = 6;
+    std::vector<float> x = {1, 0, 0, 1, 5, 6};
+    int32_t p = 1;
+    rope(x.data(), 1, 1, HD, 4, &p, 10000.0f);
+    // pair 0: theta = 1 rad; pair 1: theta = 1 * 10000^(-2/4) = 0.01 rad
+    CHECK(x[0] == doctest::Approx(std::cos(1.0)).epsilon(1e-6));
+    CHECK(x[1] == doctest::Approx(std::sin(1.0)).epsilon(1e-6));
+    CHECK(x[2] == doctest::Approx(-std::sin(0.01)).epsilon(1e-6));
+    CHECK(x[3] == doctest::Approx(std::cos(0.01)).epsilon(1e-6));
+    CHECK(x[4] == 5.0f);
+    CHECK(x[5] == 6.0f);
+  }
+
+  TEST_CASE("swiglu matches silu(g) * u") {
+    std::vector<float> g = {-3.0f, 0.0f, 1.0f, 2.5f}, u = {2.0f, 5.0f, -1.0f, 0.5f};
+    std::vector<double> ref;
+    for (size_t i = 0; i < g.size(); ++i) ref.push_back(g[i] / (1.0 + std::exp(-double(g[i]))) * u[i]);
+    swiglu(g.data(), u.data(), 2, 2);
+    check_close(g, ref, 1e-6);
+  }
+
+  TEST_CASE("attention: causal GQA with odd sizes matches naive, contiguous and strided K/V") {
+    for (auto [n_head, n_kv, hd, past, nq] : {std::tuple{8, 4, 8, 0, 7}, std::tuple{6, 2, 5, 3, 4},
+                                             std::tuple{4, 4, 16, 11, 1}, std::tuple{3, 1, 3, 0, 1}}) {
+      CAPTURE(n_head); CAPTURE(n_kv); CAPTURE(hd); CAPTURE(past); CAPTURE(nq);
+      const int64_t n_ctx = past + nq;
+      auto q = randv(size_t(nq * n_head * hd), 11, 2.0f);
+      // Strided layout like the cache: [head][pos][d] with extra capacity.
+      const int64_t cap = n_ctx + 3;
+      auto k = randv(size_t(n_kv * cap * hd), 12, 2.0f);
+      auto v = randv(size_t(n_kv * cap * hd), 13, 2.0f);
+      KvView view{k.data(), v.data(), hd, cap * hd};
+      std::vector<float> out(q.size());
+      attention(q.data(), view, out.data(), nq, past, n_head, n_kv, hd);
+      std::vector<double> ref(q.size());
+      const int64_t group = n_head / n_kv;
+      for (int64_t i = 0; i < nq; ++i)
+        for (int64_t h = 0; h < n_head; ++h) {
+          const int64_t hk = h / group, len = past + i + 1;
+          std::vector<double> s(static_cast<size_t>(len));
+          double mx = -1e300;
+          for (int64_t p = 0; p < len; ++p) {
+            double d = 0;
+            for (int64_t e = 0; e < hd; ++e) d += double(q[size_t((i * n_head + h) * hd + e)]) * k[size_t((hk * cap + p) * hd + e)];
+            s[size_t(p)] = d / std::sqrt(double(hd));
+            mx = std::max(mx, s[size_t(p)]);
+          }
+          double sum = 0;
+          for (auto& e : s) sum += (e = std::exp(e - mx));
+          for (int64_t e = 0; e < hd; ++e) {
+            double o = 0;
+            for (int64_t p = 0; p < len; ++p) o += s[size_t(p)] / sum * v[size_t((hk * cap + p) * hd + e)];
+            ref[size_t((i * n_head + h) * hd + e)] = o;
+          }
+        }
+      check_close(out, ref, 1e-5);
+
+      // Same values in the packed [pos][kv_head][d] layout give the same output.
+      std::vector<float> kp(size_t(n_ctx * n_kv * hd)), vp(kp.size());
+      for (int64_t p = 0; p < n_ctx; ++p)
+        for (int64_t h = 0; h < n_kv; ++h)
+          for (int64_t e = 0; e < hd; ++e) {
+            kp[size_t((p * n_kv + h) * hd + e)] = k[size_t((h * cap + p) * hd + e)];
+            vp[size_t((p * n_kv + h) * hd + e)] = v[size_t((h * cap + p) * hd + e)];
+          }
+      std::vector<float> out2(q.size());
+      attention(q.data(), KvView{kp.data(), vp.data(), n_kv * hd, hd}, out2.data(), nq, past, n_head, n_kv, hd);
+      for (size_t i = 0; i < out.size(); ++i) CHECK(out2[i] == out[i]);
+    }
+  }
+
+  TEST_CASE("Buffer grows only when needed") {
+    Buffer b;
+    CHECK(b.reserve(10));
+    CHECK_FALSE(b.reserve(5));
+    CHECK(b.capacity() == 10);
+    CHECK(b.reserve(11));
+  }
+}

@@ -1,0 +1,41 @@
+#pragma once
+// Shared helpers for the doctest suites: where the real model and the
+// reference file are (set by ctest through the environment).
+#include <cstdlib>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace kveval::test {
+
+/// Path of the real model (KVEVAL_MODEL, else models/stories260K.gguf).
+inline std::string model_path() {
+  const char* p = std::getenv("KVEVAL_MODEL");
+  return p ? p : "models/stories260K.gguf";
+}
+
+/// Path of the reference JSON (KVEVAL_REFERENCE, else models/stories260K.json).
+inline std::string reference_path() {
+  const char* p = std::getenv("KVEVAL_REFERENCE");
+  return p ? p : "models/stories260K.json";
+}
+
+/// Source directory (KVEVAL_SOURCE_DIR, else ".").
+inline std::string source_dir() {
+  const char* p = std::getenv("KVEVAL_SOURCE_DIR");
+  return p ? p : ".";
+}
+
+/// The parsed reference file; throws if it is missing.
+inline const nlohmann::json& reference() {
+  static const nlohmann::json j = [] {
+    std::ifstream f(reference_path());
+    if (!f) throw std::runtime_error("reference file not found: " + reference_path() + " (run scripts/fetch-model.sh)");
+    return nlohmann::json::parse(f);
+  }();
+  return j;
+}
+
+}  // namespace kveval::test
