@@ -1,0 +1,361 @@
+// The transformer, its KV cache and generation on the real model, against the
+// independent reference values in stories260K.json.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "model/gguf.hpp"
+#include "model/gguf_writer.hpp"
+#include "model/model.hpp"
+#include "test_support.hpp"
+#include "util/error.hpp"
+
+using namespace kveval;
+
+namespace {
+
+Model& real_model() {
+  static std::unique_ptr<Model> m = Model::load(test::model_path(), {.threads = 2});
+  return *m;
+}
+
+std::vector<int32_t> ids_of(const nlohmann::json& j) { return j.get<std::vector<int32_t>>(); }
+
+// Full cache-free log-probs of tokens[from..] given everything before.
+ScoreResult full_score(Model& m, const std::vector<int32_t>& tokens, int from) {
+  ScoreRequest r{tokens, from};
+  return score(m, std::span<const ScoreRequest>(&r, 1), 1)[0];
+}
+
+}  // namespace
+
+TEST_SUITE("model.model") {
+  TEST_CASE("hyper-parameters of stories260K") {
+    const auto& hp = real_model().hparams();
+    CHECK(hp.n_embd == 64);
+    CHECK(hp.n_layer == 5);
+    CHECK(hp.n_head == 8);
+    CHECK(hp.n_head_kv == 4);
+    CHECK(hp.n_ff == 172);
+    CHECK(hp.n_vocab == 512);
+    CHECK(hp.n_ctx_train == 2048);
+    CHECK(hp.head_dim() == 8);
+    CHECK_FALSE(hp.tied_output);  // ggml-org's conversion stores output.weight explicitly
+  }
+
+  TEST_CASE("tied output (no output.weight) equals an explicit copy of token_embd") {
+    gguf::File src(test::model_path());
+    const auto dir = std::filesystem::temp_directory_path();
+    auto write = [&](bool tied) {
+      gguf::Writer w;
+      for (const auto& [k, v] : src.metadata())
+        if (k != "general.alignment") w.add(k, v);
+      for (const auto& t : src.tensors()) {
+        if (t.name == "output.weight") continue;
+        w.add_tensor(t.name, t.dims, src.tensor_f32(t.name, t.dims));
+      }
+      const auto& te = src.tensor("token_embd.weight");
+      if (!tied) w.add_tensor("output.weight", te.dims, src.tensor_f32(te.name, te.dims));
+      auto path = (dir / (tied ? "kveval_tied.gguf" : "kveval_untied.gguf")).string();
+      w.write(path);
+      return path;
+    };
+    auto tied = Model::load(write(true), {.threads = 1});
+    auto untied = Model::load(write(false), {.threads = 1});
+    CHECK(tied->hparams().tied_output);
+    CHECK_FALSE(untied->hparams().tied_output);
+    std::vector<int32_t> t = {1, 403, 407, 261, 378};
+    std::vector<int> n = {5};
+    std::vector<float> a(5 * 512), b(5 * 512);
+    tied->forward(t, 1, 5, n, Model::Logits::All, a);
+    untied->forward(t, 1, 5, n, Model::Logits::All, b);
+    CHECK(a == b);
+    CHECK(tied->weight_bytes() + 512 * 64 * 4 == untied->weight_bytes());
+    std::filesystem::remove(dir / "kveval_tied.gguf");
+    std::filesystem::remove(dir / "kveval_untied.gguf");
+  }
+
+  TEST_CASE("greedy generation reproduces the reference ids and text") {
+    Model& m = real_model();
+    const auto& ref = test::reference();
+    for (const auto& g : ref["greedy"]) {
+      const std::string prompt = g["prompt"];
+      CAPTURE(prompt);
+      auto p = m.tokenizer().encode(prompt, true);
+      GenerateOptions o;
+      o.max_gen_toks = {g["max_gen_toks"].get<int>()};
+      o.stop_at_eos = false;
+      KvCacheScope scope(m, 1, 512);
+      auto gen = generate_greedy(m, {p}, o);
+      CHECK(gen[0].ids == ids_of(g["ids"]));
+      CHECK(gen[0].reason == StopReason::MaxTokens);
+      CHECK(m.tokenizer().decode(gen[0].ids) == g["text"].get<std::string>());
+    }
+    CHECK_FALSE(m.caches_are_setup());
+  }
+
+  TEST_CASE("loglikelihood cases match the reference within 1e-4") {
+    Model& m = real_model();
+    for (const auto& c : test::reference()["loglikelihood"]) {
+      const std::string ctx = c["context"], cont = c["continuation"];
+      CAPTURE(ctx); CAPTURE(cont);
+      auto ctx_ids = m.tokenizer().encode(ctx, true);
+      auto whole = m.tokenizer().encode(ctx + cont, true);
+      CHECK(static_cast<int>(ctx_ids.size()) == c["n_context_tokens"].get<int>());
+      CHECK(static_cast<int>(whole.size() - ctx_ids.size()) == c["n_continuation_tokens"].get<int>());
+      auto r = full_score(m, whole, static_cast<int>(ctx_ids.size()));
+      CHECK(std::abs(r.sum() - c["logprob"].get<double>()) < 1e-4);
+      CHECK(r.all_greedy() == c["is_greedy"].get<bool>());
+    }
+  }
+
+  TEST_CASE("rolling log-probs match the reference token by token within 1e-4") {
+    Model& m = real_model();
+    for (const auto& c : test::reference()["rolling"]) {
+      auto ids = m.tokenizer().encode(c["text"].get<std::string>(), true);
+      auto r = full_score(m, ids, 1);
+      auto want = c["token_logprobs"].get<std::vector<double>>();
+      REQUIRE(r.logprobs.size() == want.size());
+      CHECK(static_cast<int>(r.logprobs.size()) == c["n_tokens_scored"].get<int>());
+      double worst = 0;
+      for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(r.logprobs[i] - want[i]));
+      CHECK(worst < 1e-4);
+      CHECK(std::abs(r.sum() - c["sum_logprob"].get<double>()) < 1e-4);
+    }
+  }
+
+  TEST_CASE("batched, padded scoring equals one-by-one scoring") {
+    Model& m = real_model();
+    std::vector<ScoreRequest> reqs;
+    for (const char* s : {"Once upon a time", "Lily and Tom went to the park.", "a", "The sun was hot and bright."})
+      reqs.push_back({m.tokenizer().encode(s, true), 1});
+    auto batched = score(m, reqs, 4);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      auto one = full_score(m, reqs[i].tokens, 1);
+      REQUIRE(one.logprobs.size() == batched[i].logprobs.size());
+      for (size_t j = 0; j < one.logprobs.size(); ++j) CHECK(std::abs(one.logprobs[j] - batched[i].logprobs[j]) < 1e-5);
+    }
+  }
+
+  TEST_CASE("cached and uncached generation agree (prompts of 1, 7 and 200 tokens, 32 steps)") {
+    Model& m = real_model();
+    auto story = m.tokenizer().encode(test::reference()["rolling"][0]["text"].get<std::string>(), true);
+    std::vector<int32_t> long_prompt;
+    while (long_prompt.size() < 200) long_prompt.insert(long_prompt.end(), story.begin() + (long_prompt.empty() ? 0 : 1), story.end());
+    long_prompt.resize(200);
+    std::vector<std::vector<int32_t>> prompts = {{1}, std::vector<int32_t>(story.begin(), story.begin() + 7), long_prompt};
+    GenerateOptions o;
+    o.max_gen_toks = {32};
+    o.stop_at_eos = false;
+    std::vector<Generation> cached;
+    {
+      KvCacheScope scope(m, 3, 256);
+      cached = generate_greedy(m, prompts, o);  // one batch with three prompt lengths
+    }
+    auto uncached = generate_greedy_uncached(m, prompts, o, 256);
+    for (size_t r = 0; r < prompts.size(); ++r) {
+      CAPTURE(r);
+      REQUIRE(cached[r].ids.size() == 32);
+      CHECK(cached[r].ids == uncached[r].ids);
+      std::vector<int32_t> all = prompts[r];
+      all.insert(all.end(), cached[r].ids.begin(), cached[r].ids.end());
+      auto full = full_score(m, all, static_cast<int>(prompts[r].size()));
+      double worst = 0;
+      for (size_t i = 0; i < 32; ++i) {
+        worst = std::max(worst, std::abs(full.logprobs[i] - cached[r].logprobs[i]));
+        worst = std::max(worst, std::abs(full.logprobs[i] - uncached[r].logprobs[i]));
+      }
+      CHECK(worst < 1e-4);
+      CHECK(full.all_greedy());
+    }
+  }
+
+  TEST_CASE("cache API: state after each call") {
+    Model& m = real_model();
+    REQUIRE_FALSE(m.caches_are_setup());
+    CHECK(m.bytes() == 0);
+    CHECK(m.capacity() == 0);
+    CHECK_THROWS_AS(m.set_caches_enabled(true), CacheError);
+    m.setup_caches(2, 64);
+    CHECK(m.caches_are_setup());
+    CHECK(m.caches_are_enabled());
+    // K and V: 5 layers x 2 rows x 4 kv heads x 64 positions x 8 dims x 4 bytes x 2
+    CHECK(m.bytes() == size_t(5) * 2 * 4 * 64 * 8 * 4 * 2);
+    CHECK(m.capacity() == 64);
+    CHECK(m.cache_batch_size() == 2);
+    std::vector<int32_t> toks = {1, 403, 407, 261, 1, 403, 0, 0};
+    std::vector<int> n = {4, 2};
+    std::vector<float> logits(2 * 512);
+    m.forward(toks, 2, 4, n, Model::Logits::Last, logits);
+    CHECK(m.n_past(0) == 4);
+    CHECK(m.n_past(1) == 2);
+    const size_t bytes = m.bytes();
+    m.reset_caches();
+    CHECK(m.bytes() == bytes);
+    CHECK(m.n_past(0) == 0);
+    CHECK(m.n_past(1) == 0);
+    CHECK(m.caches_are_enabled());
+    m.set_caches_enabled(false);
+    CHECK_FALSE(m.caches_are_enabled());
+    CHECK(m.caches_are_setup());
+    m.delete_caches();
+    CHECK_FALSE(m.caches_are_setup());
+    CHECK_FALSE(m.caches_are_enabled());
+    CHECK(m.bytes() == 0);
+    CHECK_THROWS_AS(m.n_past(0), ArgumentError);
+  }
+
+  TEST_CASE("KvCacheScope releases on exit, also through an exception") {
+    Model& m = real_model();
+    {
+      KvCacheScope s(m, 1, 32);
+      CHECK(m.caches_are_setup());
+      CHECK(m.caches_are_enabled());
+      CHECK_THROWS_AS(KvCacheScope(m, 1, 32), CacheError);  // refuses nested set-up
+    }
+    CHECK_FALSE(m.caches_are_setup());
+    CHECK(m.bytes() == 0);
+    try {
+      KvCacheScope s(m, 2, 32);
+      throw std::runtime_error("boom");
+    } catch (const std::runtime_error&) {
+    }
+    CHECK_FALSE(m.caches_are_setup());
+    CHECK_FALSE(m.caches_are_enabled());
+    CHECK(m.bytes() == 0);
+  }
+
+  TEST_CASE("KvCacheScope with CachePolicy::Reuse keeps the allocation and rewinds") {
+    Model& m = real_model();
+    const auto allocs = m.stats().cache_allocations;
+    {
+      KvCacheScope s(m, 1, 32, CachePolicy::Reuse);
+      GenerateOptions o;
+      o.max_gen_toks = {3};
+      generate_greedy(m, {{1}}, o);
+    }
+    CHECK(m.caches_are_setup());
+    CHECK_FALSE(m.caches_are_enabled());
+    CHECK(m.n_past(0) == 0);
+    {
+      KvCacheScope s(m, 1, 32, CachePolicy::Reuse);
+      CHECK(m.caches_are_enabled());
+    }
+    CHECK(m.stats().cache_allocations == allocs + 1);
+    m.delete_caches();
+  }
+
+  TEST_CASE("KvCacheDisabled restores state and leaves contents bit-identical; disabled forward never touches the cache") {
+    Model& m = real_model();
+    CHECK_THROWS_AS(KvCacheDisabled{m}, CacheError);
+    KvCacheScope scope(m, 1, 64);
+    GenerateOptions o;
+    o.max_gen_toks = {10};
+    generate_greedy(m, {{1, 403}}, o);
+    const int past = m.n_past(0);
+    const size_t n_floats = m.bytes() / 2 / sizeof(float);
+    // Snapshot the whole allocation, including positions past n_past.
+    std::vector<float> k(m.cache_data(0), m.cache_data(0) + n_floats), v(m.cache_data(1), m.cache_data(1) + n_floats);
+    {
+      KvCacheDisabled off(m);
+      CHECK_FALSE(m.caches_are_enabled());
+      auto r = full_score(m, m.tokenizer().encode("Lily went to the park and played with a ball.", true), 1);
+      CHECK(r.logprobs.size() > 5);
+      auto u = generate_greedy_uncached(m, {{1}}, o, 64);
+      CHECK(u[0].ids.size() == 10);
+    }
+    CHECK(m.caches_are_enabled());
+    CHECK(m.n_past(0) == past);
+    CHECK(std::memcmp(k.data(), m.cache_data(0), n_floats * sizeof(float)) == 0);
+    CHECK(std::memcmp(v.data(), m.cache_data(1), n_floats * sizeof(float)) == 0);
+  }
+
+  TEST_CASE("capacity: generation stops with 'context full' after exactly the positions left") {
+    Model& m = real_model();
+    KvCacheScope scope(m, 1, 512);
+    GenerateOptions o;
+    o.max_gen_toks = {5000};
+    o.stop_at_eos = false;
+    auto g = generate_greedy(m, {{1}}, o);
+    CHECK(g[0].reason == StopReason::ContextFull);
+    CHECK(g[0].ids.size() == 511);
+    CHECK(std::string(to_string(g[0].reason)) == "context full");
+    CHECK(m.n_past(0) == 511);  // the last token chosen is never written
+  }
+
+  TEST_CASE("writing past capacity or beyond the set-up batch raises and leaves the cache intact") {
+    Model& m = real_model();
+    KvCacheScope scope(m, 1, 4);
+    std::vector<float> logits(3 * 512);
+    std::vector<int32_t> t3 = {1, 403, 407};
+    std::vector<int> n3 = {3};
+    m.forward(t3, 1, 3, n3, Model::Logits::Last, logits);
+    CHECK(m.n_past(0) == 3);
+    std::vector<int32_t> t2 = {261, 378};
+    std::vector<int> n2 = {2};
+    try {
+      m.forward(t2, 1, 2, n2, Model::Logits::Last, logits);
+      FAIL("expected CacheError");
+    } catch (const CacheError& e) {
+      CHECK(std::string(e.what()).find("max_seq_len >= 5") != std::string::npos);
+    }
+    CHECK(m.n_past(0) == 3);
+    std::vector<int32_t> tb = {1, 1};
+    std::vector<int> nb = {1, 1};
+    CHECK_THROWS_AS(m.forward(tb, 2, 1, nb, Model::Logits::Last, logits), CacheError);
+    CHECK_THROWS_AS(generate_greedy(m, {{1}, {1}}, GenerateOptions{}), CacheError);
+    CHECK_THROWS_WITH_AS(m.setup_caches(1, 4096), doctest::Contains("context_length 2048"), ArgumentError);
+  }
+
+  TEST_CASE("generation without caches set up is refused with a hint") {
+    Model& m = real_model();
+    CHECK_THROWS_WITH_AS(generate_greedy(m, {{1}}, GenerateOptions{}), doctest::Contains("KvCacheScope"), CacheError);
+  }
+
+  TEST_CASE("max_gen_toks 0, 1, 2 and 7 give exactly that many tokens; EOS stops") {
+    Model& m = real_model();
+    KvCacheScope scope(m, 4, 64);
+    GenerateOptions o;
+    o.max_gen_toks = {0, 1, 2, 7};
+    auto g = generate_greedy(m, {{1}, {1}, {1}, {1}}, o);
+    for (int i = 0; i < 4; ++i) CHECK(g[size_t(i)].ids.size() == size_t(o.max_gen_toks[size_t(i)]));
+    GenerateOptions stop;
+    stop.max_gen_toks = {50};
+    stop.should_stop = [](int, std::span<const int32_t> ids) { return ids.back() == 426; };  // "."
+    auto s = generate_greedy(m, {{1}}, stop);
+    CHECK(s[0].reason == StopReason::StopString);
+    CHECK(s[0].ids.back() == 426);
+  }
+
+  TEST_CASE("a model with a missing required tensor is refused by name") {
+    gguf::File src(test::model_path());
+    gguf::Writer w;
+    for (const auto& [k, v] : src.metadata())
+      if (k != "general.alignment") w.add(k, v);
+    for (const auto& t : src.tensors()) {
+      if (t.name == "blk.3.ffn_up.weight") continue;
+      w.add_tensor(t.name, t.dims, src.tensor_f32(t.name, t.dims));
+    }
+    auto path = std::filesystem::temp_directory_path() / "kveval_missing_tensor.gguf";
+    w.write(path.string());
+    CHECK_THROWS_WITH_AS(Model::load(path.string()), doctest::Contains("blk.3.ffn_up.weight"), FormatError);
+    std::filesystem::remove(path);
+  }
+
+  TEST_CASE("an unsupported architecture is refused by name") {
+    gguf::File src(test::model_path());
+    gguf::Writer w;
+    for (const auto& [k, v] : src.metadata()) {
+      if (k == "general.alignment") continue;
+      if (k == "general.architecture") w.add_string(k, "mamba");
+      else w.add(k, v);
+    }
+    auto path = std::filesystem::temp_directory_path() / "kveval_arch.gguf";
+    w.write(path.string());
+    CHECK_THROWS_WITH_AS(Model::load(path.string()), doctest::Contains("mamba"), FormatError);
+    std::filesystem::remove(path);
+  }
+}
