@@ -44,6 +44,24 @@ Weight::Weight(std::span<const float> data, int64_t n_out, int64_t n_in) : n_out
   std::memcpy(data_.get(), data.data(), data.size() * sizeof(float));
 }
 
+Weight Weight::concat(std::span<const Weight* const> parts) {
+  if (parts.empty()) throw ArgumentError("Weight::concat: no parts");
+  Weight w;
+  w.n_in_ = parts[0]->n_in();
+  for (const Weight* p : parts) {
+    if (p->n_in() != w.n_in_)
+      throw ArgumentError(fmt::format("Weight::concat: n_in {} != {}", p->n_in(), w.n_in_));
+    w.n_out_ += p->n_out();
+  }
+  w.data_.reset(aligned_floats(static_cast<size_t>(w.n_out_ * w.n_in_)));
+  float* dst = w.data_.get();
+  for (const Weight* p : parts) {
+    std::memcpy(dst, p->data(), p->bytes());
+    dst += p->n_out() * p->n_in();
+  }
+  return w;
+}
+
 bool Buffer::reserve(size_t n) {
   if (n <= cap_ && p_) return false;
   p_.reset(aligned_floats(n));
@@ -145,8 +163,9 @@ void rmsnorm(const float* x, const float* weight, float* y, int64_t rows, int64_
 }
 
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t n_rot, const int32_t* pos,
-          float freq_base) {
+          float freq_base, int64_t token_stride) {
   const int64_t half = n_rot / 2;
+  if (token_stride == 0) token_stride = n_heads * head_dim;
 #pragma omp parallel for schedule(static) if (n_tokens * n_heads * head_dim > 16384)
   for (int64_t t = 0; t < n_tokens; ++t) {
     // cos/sin per pair, computed in double: theta_i = pos * base^(-2i/n_rot)
@@ -157,7 +176,7 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t
       sn[i] = static_cast<float>(std::sin(theta));
     }
     for (int64_t h = 0; h < n_heads; ++h) {
-      float* v = x + (t * n_heads + h) * head_dim;
+      float* v = x + t * token_stride + h * head_dim;
       for (int64_t i = 0; i < half; ++i) {
         const float a = v[2 * i], b = v[2 * i + 1];
         v[2 * i] = a * cs[i] - b * sn[i];
@@ -176,8 +195,19 @@ void swiglu(float* gate, const float* up, int64_t rows, int64_t n) {
   }
 }
 
+void swiglu_fused(const float* gate_up, float* out, int64_t rows, int64_t n) {
+#pragma omp parallel for schedule(static) if (rows * n > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = gate_up + r * 2 * n;
+    const float* u = g + n;
+    float* o = out + r * n;
+    for (int64_t i = 0; i < n; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  }
+}
+
 void attention(const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past, int64_t n_head,
-               int64_t n_head_kv, int64_t head_dim) {
+               int64_t n_head_kv, int64_t head_dim, int64_t q_stride) {
+  if (q_stride == 0) q_stride = n_head * head_dim;
   const int64_t group = n_head / n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const int64_t n_ctx = past + n_q;
@@ -189,7 +219,7 @@ void attention(const float* q, const KvView& kv, float* out, int64_t n_q, int64_
     for (int64_t w = 0; w < work; ++w) {
       const int64_t i = w / n_head, h = w % n_head;
       const int64_t hk = h / group;
-      const float* qv = q + (i * n_head + h) * head_dim;
+      const float* qv = q + i * q_stride + h * head_dim;
       const int64_t len = past + i + 1;  // causal: positions [0, past + i]
       const float* kb = kv.k + hk * kv.head_stride;
       const float* vb = kv.v + hk * kv.head_stride;

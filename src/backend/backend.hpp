@@ -37,6 +37,9 @@ class Weight {
   Weight() = default;
   /// Copies `data` ([n_out, n_in] row-major). Throws ArgumentError on size mismatch.
   Weight(std::span<const float> data, int64_t n_out, int64_t n_in);
+  /// Stacks matrices with the same n_in along n_out ([a; b; ...]), e.g. the
+  /// fused Q/K/V or gate/up projections. Throws ArgumentError if n_in differ.
+  static Weight concat(std::span<const Weight* const> parts);
   int64_t n_out() const { return n_out_; }
   int64_t n_in() const { return n_in_; }
   const float* data() const { return data_.get(); }
@@ -57,13 +60,18 @@ void rmsnorm(const float* x, const float* weight, float* y, int64_t rows, int64_
 
 /// In-place rotary embedding, llama.cpp "normal" layout (adjacent pairs):
 /// for each token t, head h, i < n_rot/2: (x[2i], x[2i+1]) rotated by
-/// pos[t] * freq_base^(-2i/n_rot) (Su et al. 2021). x is [n_tokens, n_heads, head_dim];
+/// pos[t] * freq_base^(-2i/n_rot) (Su et al. 2021). x is [n_tokens, n_heads, head_dim]
+/// with `token_stride` floats between tokens (0 = n_heads * head_dim);
 /// dims >= n_rot are left alone.
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t n_rot,
-          const int32_t* pos, float freq_base);
+          const int32_t* pos, float freq_base, int64_t token_stride = 0);
 
 /// gate[rows, n] = silu(gate) * up  (SwiGLU, Shazeer 2020).
 void swiglu(float* gate, const float* up, int64_t rows, int64_t n);
+
+/// out[rows, n] = silu(gate_up[:, :n]) * gate_up[:, n:]: SwiGLU on the output
+/// of a fused [gate; up] matmul, gate_up is [rows, 2n].
+void swiglu_fused(const float* gate_up, float* out, int64_t rows, int64_t n);
 
 /// Keys/values of one sequence for attention: element (position p, kv head h, d)
 /// is at base[p * pos_stride + h * head_stride + d].
@@ -75,12 +83,13 @@ struct KvView {
 };
 
 /// Causal grouped-query attention for one sequence.
-/// q: [n_q, n_head, head_dim] (query i sits at position past + i);
+/// q: [n_q, n_head, head_dim] with `q_stride` floats between queries (0 =
+/// n_head * head_dim); query i sits at position past + i;
 /// kv: positions [0, past + n_q) of n_head_kv heads (query head h uses kv head
 /// h / (n_head / n_head_kv)); out: [n_q, n_head, head_dim].
 /// Scale 1/sqrt(head_dim), softmax in float with max subtraction.
 void attention(const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past, int64_t n_head,
-               int64_t n_head_kv, int64_t head_dim);
+               int64_t n_head_kv, int64_t head_dim, int64_t q_stride = 0);
 
 /// Runs `fn(i)` for i in [0, n) on the engine's threads (OpenMP). `fn` must not throw.
 void parallel_for(int64_t n, const std::function<void(int64_t)>& fn);

@@ -1,5 +1,82 @@
-// Placeholder: replaced by the real subcommand.
+// `kveval generate`: greedy generation from a prompt, streamed to stdout,
+// with llama.cpp-style per-phase timings on stderr.
+#include <cstdio>
+#include <string>
+
+#include <fmt/format.h>
+
 #include "cli/commands.hpp"
+#include "model/model.hpp"
+#include "util/error.hpp"
+#include "util/timer.hpp"
+
 namespace kveval::cli {
-void add_generate_command(CLI::App& app, Action& action) { (void)app; (void)action; }
+
+void add_generate_command(CLI::App& app, Action& action) {
+  struct Opts {
+    std::string model, prompt;
+    int max_gen_toks = 128, threads = 0, max_length = 0;
+    bool no_cache = false, ignore_eos = false;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand("generate", "Greedy generation from a prompt (KV cache on by default)");
+  cmd->add_option("-m,--model", o->model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-p,--prompt", o->prompt, "prompt text (BOS is prepended)");
+  cmd->add_option("-n,--max-gen-toks", o->max_gen_toks, "tokens to generate at most")->check(CLI::NonNegativeNumber);
+  cmd->add_option("-t,--threads", o->threads, "compute threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-length", o->max_length, "context positions (default: model context_length)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--no-cache", o->no_cache, "re-run the whole sequence every step (no KV cache)");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating after EOS");
+  cmd->callback([o, &action] {
+    action = [o] {
+      Stopwatch sw;
+      auto model = Model::load(o->model, {.threads = o->threads});
+      const double load_s = sw.seconds();
+      const int ctx = o->max_length > 0 ? o->max_length : model->hparams().n_ctx_train;
+      auto prompt = model->tokenizer().encode(o->prompt, true);
+      if (static_cast<int>(prompt.size()) >= ctx)
+        throw ArgumentError(fmt::format("--prompt has {} tokens; the context holds {} (--max-length)", prompt.size(), ctx));
+      IncrementalDetokenizer detok(model->tokenizer());
+      std::fputs(o->prompt.c_str(), stdout);
+      size_t shown = 0;
+      GenerateOptions go;
+      go.max_gen_toks = {o->max_gen_toks};
+      go.stop_at_eos = !o->ignore_eos;
+      go.should_stop = [&](int, std::span<const int32_t> ids) {
+        for (; shown < ids.size(); ++shown) std::fputs(detok.push(ids[shown]).c_str(), stdout);
+        std::fflush(stdout);
+        return false;
+      };
+      GenerateTiming t;
+      double setup_s = 0, teardown_s = 0;
+      std::vector<Generation> g;
+      if (o->no_cache) {
+        g = generate_greedy_uncached(*model, {prompt}, go, ctx, &t);
+      } else {
+        sw.reset();
+        auto scope = std::make_unique<KvCacheScope>(*model, 1, ctx);
+        setup_s = sw.seconds();
+        g = generate_greedy(*model, {prompt}, go, &t);
+        sw.reset();
+        scope.reset();
+        teardown_s = sw.seconds();
+      }
+      std::fputs(detok.flush().c_str(), stdout);
+      std::fputs("\n", stdout);
+      auto rate = [](int64_t n, double s) { return s > 0 ? n / s : 0.0; };
+      fmt::print(stderr, "stop: {} after {} tokens\n", to_string(g[0].reason), g[0].ids.size());
+      fmt::print(stderr, "load          {:9.2f} ms\n", load_s * 1e3);
+      if (!o->no_cache)
+        fmt::print(stderr, "cache setup   {:9.3f} ms ({} bytes)\n", setup_s * 1e3, model->cache_bytes_for(1, ctx));
+      fmt::print(stderr, "prefill       {:9.2f} ms / {:5} tokens ({:9.1f} tokens/s)\n", t.prefill_seconds * 1e3,
+                 t.prefill_tokens, rate(t.prefill_tokens, t.prefill_seconds));
+      fmt::print(stderr, "decode        {:9.2f} ms / {:5} tokens ({:9.1f} tokens/s)\n", t.decode_seconds * 1e3,
+                 t.decode_tokens, rate(t.decode_tokens, t.decode_seconds));
+      if (!o->no_cache) fmt::print(stderr, "cache teardown{:9.3f} ms\n", teardown_s * 1e3);
+      return kOk;
+    };
+  });
+}
+
 }  // namespace kveval::cli

@@ -39,8 +39,10 @@ namespace {
 
 struct Layer {
   std::vector<float> attn_norm, ffn_norm;  // [n_embd]
-  be::Weight wq, wk, wv, wo;               // [n_embd, n_embd], [kv_dim, n_embd] x2, [n_embd, n_embd]
-  be::Weight w_gate, w_up, w_down;         // [n_ff, n_embd] x2, [n_embd, n_ff]
+  be::Weight wqkv;       // [n_embd + 2 kv_dim, n_embd]: attn_q, attn_k, attn_v stacked (one matmul)
+  be::Weight wo;         // [n_embd, n_embd]
+  be::Weight w_gate_up;  // [2 n_ff, n_embd]: ffn_gate, ffn_up stacked (one matmul)
+  be::Weight w_down;     // [n_embd, n_ff]
 };
 
 struct FreeDeleter {
@@ -69,7 +71,7 @@ struct Model::Impl {
   ModelStats stats;
 
   // ---- activation buffers (grow-only) ----
-  be::Buffer x, xb, q, k, v, att, hb, hb2, logits, last;
+  be::Buffer x, xb, qkv, att, gu, hb, logits, last;
   std::vector<int32_t> pos;       // [T]
   std::vector<int32_t> tok_ids;   // [T]
   std::vector<int> seq_row, seq_start, seq_len;  // packed sequences
@@ -89,12 +91,10 @@ struct Model::Impl {
     bool a = false;
     a |= x.reserve(T * D);
     a |= xb.reserve(T * D);
-    a |= q.reserve(T * D);
-    a |= k.reserve(T * KV);
-    a |= v.reserve(T * KV);
+    a |= qkv.reserve(T * (D + 2 * KV));
     a |= att.reserve(T * D);
+    a |= gu.reserve(T * 2 * F);
     a |= hb.reserve(T * F);
-    a |= hb2.reserve(T * F);
     a |= last.reserve(std::max<size_t>(1, n_rows_last) * D);
     if (a) ++stats.buffer_allocations;
   }
@@ -171,13 +171,19 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     auto& L = im.layers[static_cast<size_t>(l)];
     const std::string p = fmt::format("blk.{}.", l);
     L.attn_norm = vec(p + "attn_norm.weight", D);
-    L.wq = mat(p + "attn_q.weight", D, D);
-    L.wk = mat(p + "attn_k.weight", D, KV);
-    L.wv = mat(p + "attn_v.weight", D, KV);
+    {
+      be::Weight wq = mat(p + "attn_q.weight", D, D), wk = mat(p + "attn_k.weight", D, KV),
+                 wv = mat(p + "attn_v.weight", D, KV);
+      const be::Weight* parts[] = {&wq, &wk, &wv};
+      L.wqkv = be::Weight::concat(parts);
+    }
     L.wo = mat(p + "attn_output.weight", D, D);
     L.ffn_norm = vec(p + "ffn_norm.weight", D);
-    L.w_gate = mat(p + "ffn_gate.weight", D, F);
-    L.w_up = mat(p + "ffn_up.weight", D, F);
+    {
+      be::Weight wg = mat(p + "ffn_gate.weight", D, F), wu = mat(p + "ffn_up.weight", D, F);
+      const be::Weight* parts[] = {&wg, &wu};
+      L.w_gate_up = be::Weight::concat(parts);
+    }
     L.w_down = mat(p + "ffn_down.weight", F, D);
   }
   im.engine = std::make_unique<be::Engine>(opts.threads);
@@ -333,11 +339,14 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
   for (int l = 0; l < hp.n_layer; ++l) {
     const Layer& L = im.layers[static_cast<size_t>(l)];
     be::rmsnorm(x, L.attn_norm.data(), im.xb.data(), Ti, D, hp.rms_eps);
-    be::matmul(eng, im.xb.data(), Ti, L.wq, im.q.data());
-    be::matmul(eng, im.xb.data(), Ti, L.wk, im.k.data());
-    be::matmul(eng, im.xb.data(), Ti, L.wv, im.v.data());
-    be::rope(im.q.data(), Ti, hp.n_head, HD, hp.n_rot, im.pos.data(), hp.rope_freq_base);
-    be::rope(im.k.data(), Ti, hp.n_head_kv, HD, hp.n_rot, im.pos.data(), hp.rope_freq_base);
+    // qkv row t: [q (n_head x HD) | k (n_head_kv x HD) | v (n_head_kv x HD)]
+    const int64_t QS = D + 2 * KV;
+    float* q = im.qkv.data();
+    float* k = q + D;
+    float* v = k + KV;
+    be::matmul(eng, im.xb.data(), Ti, L.wqkv, q);
+    be::rope(q, Ti, hp.n_head, HD, hp.n_rot, im.pos.data(), hp.rope_freq_base, QS);
+    be::rope(k, Ti, hp.n_head_kv, HD, hp.n_rot, im.pos.data(), hp.rope_freq_base, QS);
     for (size_t s = 0; s < n_seq; ++s) {
       const int r = im.seq_row[s];
       const size_t t0 = static_cast<size_t>(im.seq_start[s]);
@@ -351,22 +360,21 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
           float* kc = im.k_cache.get() + im.cache_off(l, r, h);
           float* vc = im.v_cache.get() + im.cache_off(l, r, h);
           for (int i = 0; i < n; ++i) {
-            std::memcpy(kc + (past + i) * HD, im.k.data() + (t0 + i) * KV + h * HD, sizeof(float) * HD);
-            std::memcpy(vc + (past + i) * HD, im.v.data() + (t0 + i) * KV + h * HD, sizeof(float) * HD);
+            std::memcpy(kc + (past + i) * HD, k + (t0 + i) * QS + h * HD, sizeof(float) * HD);
+            std::memcpy(vc + (past + i) * HD, v + (t0 + i) * QS + h * HD, sizeof(float) * HD);
           }
         }
         view = {im.k_cache.get() + im.cache_off(l, r, 0), im.v_cache.get() + im.cache_off(l, r, 0), HD,
                 static_cast<int64_t>(im.cache_cap) * HD};
       } else {
-        view = {im.k.data() + t0 * KV, im.v.data() + t0 * KV, KV, HD};
+        view = {k + t0 * QS, v + t0 * QS, QS, HD};
       }
-      be::attention(im.q.data() + t0 * D, view, im.att.data() + t0 * D, n, past, hp.n_head, hp.n_head_kv, HD);
+      be::attention(q + t0 * QS, view, im.att.data() + t0 * D, n, past, hp.n_head, hp.n_head_kv, HD, QS);
     }
     be::matmul(eng, im.att.data(), Ti, L.wo, x, /*accumulate=*/true);
     be::rmsnorm(x, L.ffn_norm.data(), im.xb.data(), Ti, D, hp.rms_eps);
-    be::matmul(eng, im.xb.data(), Ti, L.w_gate, im.hb.data());
-    be::matmul(eng, im.xb.data(), Ti, L.w_up, im.hb2.data());
-    be::swiglu(im.hb.data(), im.hb2.data(), Ti, F);
+    be::matmul(eng, im.xb.data(), Ti, L.w_gate_up, im.gu.data());
+    be::swiglu_fused(im.gu.data(), im.hb.data(), Ti, F);
     be::matmul(eng, im.hb.data(), Ti, L.w_down, x, /*accumulate=*/true);
   }
   if (cached)

@@ -186,6 +186,56 @@ TEST_SUITE("backend.ops") {
     }
   }
 
+  TEST_CASE("fused forms equal the separate ones: Weight::concat, swiglu_fused, strided rope and attention") {
+    Engine eng(1);
+    auto a = randv(3 * 5, 21), b = randv(2 * 5, 22);
+    Weight A(a, 3, 5), B(b, 2, 5);
+    const Weight* parts[] = {&A, &B};
+    Weight AB = Weight::concat(parts);
+    CHECK(AB.n_out() == 5);
+    CHECK(AB.n_in() == 5);
+    auto x = randv(4 * 5, 23);
+    std::vector<float> ya(4 * 3), yb(4 * 2), yab(4 * 5);
+    matmul(eng, x.data(), 4, A, ya.data());
+    matmul(eng, x.data(), 4, B, yb.data());
+    matmul(eng, x.data(), 4, AB, yab.data());
+    for (int r = 0; r < 4; ++r) {
+      for (int j = 0; j < 3; ++j) CHECK(yab[size_t(r * 5 + j)] == doctest::Approx(ya[size_t(r * 3 + j)]).epsilon(1e-6));
+      for (int j = 0; j < 2; ++j) CHECK(yab[size_t(r * 5 + 3 + j)] == doctest::Approx(yb[size_t(r * 2 + j)]).epsilon(1e-6));
+    }
+    Weight C(randv(2 * 4, 24), 2, 4);
+    const Weight* bad[] = {&A, &C};
+    CHECK_THROWS_AS(Weight::concat(bad), ArgumentError);
+
+    // swiglu_fused on [gate | up] rows equals swiglu on separate arrays
+    auto gu = randv(3 * 2 * 7, 25, 3.0f);
+    std::vector<float> g, u, out(3 * 7);
+    for (int r = 0; r < 3; ++r) {
+      g.insert(g.end(), gu.begin() + r * 14, gu.begin() + r * 14 + 7);
+      u.insert(u.end(), gu.begin() + r * 14 + 7, gu.begin() + r * 14 + 14);
+    }
+    swiglu(g.data(), u.data(), 3, 7);
+    swiglu_fused(gu.data(), out.data(), 3, 7);
+    for (size_t i = 0; i < out.size(); ++i) CHECK(out[i] == g[i]);
+
+    // strided rope/attention (rows of a fused qkv buffer) equal the contiguous ones
+    const int64_t T = 3, H = 2, HD = 4, QS = 11;
+    auto packed = randv(size_t(T * QS), 26);
+    std::vector<float> contig;
+    for (int64_t t = 0; t < T; ++t) contig.insert(contig.end(), packed.begin() + t * QS, packed.begin() + t * QS + H * HD);
+    std::vector<int32_t> pos = {0, 5, 9};
+    rope(packed.data(), T, H, HD, HD, pos.data(), 10000.0f, QS);
+    rope(contig.data(), T, H, HD, HD, pos.data(), 10000.0f);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < H * HD; ++i) CHECK(packed[size_t(t * QS + i)] == contig[size_t(t * H * HD + i)]);
+    auto kv = randv(size_t(T * H * HD), 27);
+    KvView view{kv.data(), kv.data(), H * HD, HD};
+    std::vector<float> o1(size_t(T * H * HD)), o2(o1.size());
+    attention(packed.data(), view, o1.data(), T, 0, H, H, HD, QS);
+    attention(contig.data(), view, o2.data(), T, 0, H, H, HD);
+    CHECK(o1 == o2);
+  }
+
   TEST_CASE("Buffer grows only when needed") {
     Buffer b;
     CHECK(b.reserve(10));
