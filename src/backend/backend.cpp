@@ -83,6 +83,30 @@ struct Engine::Impl {
   std::map<std::tuple<int64_t, int64_t, bool>, MatmulEntry> matmuls;
   std::vector<uint8_t> scratch;  // user scratchpad shared by all primitives (grow at creation only)
 
+  // Attention matmuls with runtime dims/strides: 0 = S = Q·Kᵀ, 1 = O = S·V.
+  std::map<std::pair<int, int64_t>, MatmulEntry> attn;
+  MatmulEntry& get_attn(int which, int64_t G) {
+    auto it = attn.find({which, G});
+    if (it != attn.end()) return it->second;
+    using dt = dnnl::memory::data_type;
+    const auto rt = DNNL_RUNTIME_DIM_VAL;
+    // 3D [batch, rows, cols]; weights broadcast over the batch (GQA group).
+    dnnl::memory::desc src_md({G, rt, rt}, dt::f32, {rt, rt, 1});
+    dnnl::memory::desc wei_md({1, rt, rt}, dt::f32, which == 0 ? dnnl::memory::dims{rt, 1, rt} : dnnl::memory::dims{rt, rt, 1});
+    dnnl::memory::desc dst_md({G, rt, rt}, dt::f32, {rt, rt, 1});
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    try {
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, wei_md, dst_md), attr, eng);
+      size_t need = pd.scratchpad_desc().get_size();
+      if (need > scratch.size()) scratch.resize(need);
+      ++created;
+      return attn.emplace(std::make_pair(which, G), MatmulEntry{dnnl::matmul(pd), src_md, wei_md, dst_md, pd.scratchpad_desc()}).first->second;
+    } catch (const dnnl::error& e) {
+      rethrow_dnnl(e, "attention matmul primitive creation");
+    }
+  }
+
   MatmulEntry& get(int64_t k, int64_t n, bool acc) {
     auto key = std::make_tuple(k, n, acc);
     auto it = matmuls.find(key);
@@ -249,6 +273,63 @@ void attention(const float* q, const KvView& kv, float* out, int64_t n_q, int64_
         for (int64_t d = 0; d < head_dim; ++d) o[d] += a * vp[d];
       }
     }
+  }
+}
+
+void attention(Engine& engine, const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past,
+               int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t q_stride, Buffer& scratch) {
+  if (q_stride == 0) q_stride = n_head * head_dim;
+  if (n_q < 16) {
+    attention(q, kv, out, n_q, past, n_head, n_head_kv, head_dim, q_stride);
+    return;
+  }
+  auto& im = engine.impl();
+  omp_set_num_threads(im.threads);
+  const int64_t G = n_head / n_head_kv, n_ctx = past + n_q, HD = head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  scratch.reserve(static_cast<size_t>(G * n_q * n_ctx));
+  float* S = scratch.data();
+  using dt = dnnl::memory::data_type;
+  auto& qk = im.get_attn(0, G);
+  auto& sv = im.get_attn(1, G);
+  const int64_t out_stride = n_head * HD;
+  try {
+    for (int64_t hk = 0; hk < n_head_kv; ++hk) {
+      // S[g, i, p] = q[i, hk*G + g, :] · k[p, hk, :]
+      dnnl::memory qm({{G, n_q, HD}, dt::f32, {HD, q_stride, 1}}, im.eng, const_cast<float*>(q + hk * G * HD));
+      dnnl::memory km({{1, HD, n_ctx}, dt::f32, {HD * n_ctx, 1, kv.pos_stride}}, im.eng,
+                      const_cast<float*>(kv.k + hk * kv.head_stride));
+      dnnl::memory sm({{G, n_q, n_ctx}, dt::f32, {n_q * n_ctx, n_ctx, 1}}, im.eng, S);
+      dnnl::memory sp1(qk.scratch_md, im.eng, im.scratch.data());
+      qk.prim.execute(im.strm, {{DNNL_ARG_SRC, qm}, {DNNL_ARG_WEIGHTS, km}, {DNNL_ARG_DST, sm}, {DNNL_ARG_SCRATCHPAD, sp1}});
+      im.strm.wait();
+      // causal softmax of each row i over p in [0, past + i]; masked entries -> 0
+#pragma omp parallel for schedule(static)
+      for (int64_t r = 0; r < G * n_q; ++r) {
+        const int64_t i = r % n_q, len = past + i + 1;
+        float* row = S + r * n_ctx;
+        float mx = -INFINITY;
+        for (int64_t p = 0; p < len; ++p) mx = std::max(mx, row[p] * scale);
+        float sum = 0.0f;
+        for (int64_t p = 0; p < len; ++p) {
+          const float e = std::exp(row[p] * scale - mx);
+          row[p] = e;
+          sum += e;
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t p = 0; p < len; ++p) row[p] *= inv;
+        for (int64_t p = len; p < n_ctx; ++p) row[p] = 0.0f;
+      }
+      // out[i, hk*G + g, :] = sum_p S[g, i, p] v[p, hk, :]
+      dnnl::memory vm({{1, n_ctx, HD}, dt::f32, {n_ctx * HD, kv.pos_stride, 1}}, im.eng,
+                      const_cast<float*>(kv.v + hk * kv.head_stride));
+      dnnl::memory om({{G, n_q, HD}, dt::f32, {HD, out_stride, 1}}, im.eng, out + hk * G * HD);
+      dnnl::memory sp2(sv.scratch_md, im.eng, im.scratch.data());
+      sv.prim.execute(im.strm, {{DNNL_ARG_SRC, sm}, {DNNL_ARG_WEIGHTS, vm}, {DNNL_ARG_DST, om}, {DNNL_ARG_SCRATCHPAD, sp2}});
+      im.strm.wait();
+    }
+  } catch (const dnnl::error& e) {
+    rethrow_dnnl(e, fmt::format("attention matmul (n_q {}, n_ctx {})", n_q, n_ctx).c_str());
   }
 }
 

@@ -12,6 +12,8 @@
 
 namespace kveval::backend {
 
+class Buffer;
+
 /// Engine, stream and thread pool. One per model. Not thread-safe.
 class Engine {
  public:
@@ -90,6 +92,14 @@ struct KvView {
 /// Scale 1/sqrt(head_dim), softmax in float with max subtraction.
 void attention(const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past, int64_t n_head,
                int64_t n_head_kv, int64_t head_dim, int64_t q_stride = 0);
+
+/// Same result as `attention` above, for long query blocks computed with two
+/// oneDNN batched matmuls per kv head (S = Q·Kᵀ over the `n_head/n_head_kv`
+/// query heads sharing it, masked softmax, O = S·V); primitives use runtime
+/// dims and strides, created once. Short blocks (n_q < 16, e.g. decode) use the
+/// loop version. `scratch` holds the scores [group, n_q, past + n_q].
+void attention(Engine& eng, const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past,
+               int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t q_stride, Buffer& scratch);
 
 /// Runs `fn(i)` for i in [0, n) on the engine's threads (OpenMP). `fn` must not throw.
 void parallel_for(int64_t n, const std::function<void(int64_t)>& fn);

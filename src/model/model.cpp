@@ -71,7 +71,7 @@ struct Model::Impl {
   ModelStats stats;
 
   // ---- activation buffers (grow-only) ----
-  be::Buffer x, xb, qkv, att, gu, hb, logits, last;
+  be::Buffer x, xb, qkv, att, gu, hb, logits, last, scores;
   std::vector<int32_t> pos;       // [T]
   std::vector<int32_t> tok_ids;   // [T]
   std::vector<int> seq_row, seq_start, seq_len;  // packed sequences
@@ -369,7 +369,8 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
       } else {
         view = {k + t0 * QS, v + t0 * QS, QS, HD};
       }
-      be::attention(q + t0 * QS, view, im.att.data() + t0 * D, n, past, hp.n_head, hp.n_head_kv, HD, QS);
+      be::attention(eng, q + t0 * QS, view, im.att.data() + t0 * D, n, past, hp.n_head, hp.n_head_kv, HD, QS,
+                    im.scores);
     }
     be::matmul(eng, im.att.data(), Ti, L.wo, x, /*accumulate=*/true);
     be::rmsnorm(x, L.ffn_norm.data(), im.xb.data(), Ti, D, hp.rms_eps);
