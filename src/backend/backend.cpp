@@ -1,6 +1,7 @@
 #include "backend/backend.hpp"
 
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
@@ -21,12 +22,6 @@ namespace kveval::backend {
 
 namespace {
 
-float* aligned_floats(size_t n) {
-  size_t bytes = std::max<size_t>(64, (n * sizeof(float) + 63) / 64 * 64);
-  void* p = std::aligned_alloc(64, bytes);
-  if (!p) throw std::bad_alloc();
-  return static_cast<float*>(p);
-}
 
 [[noreturn]] void rethrow_dnnl(const dnnl::error& e, const char* what) {
   throw BackendError(fmt::format("oneDNN {} failed: {} (status {})", what, e.what(), static_cast<int>(e.status)));
@@ -34,14 +29,32 @@ float* aligned_floats(size_t n) {
 
 }  // namespace
 
-void Weight::Free::operator()(float* p) const { std::free(p); }
-void Buffer::Free::operator()(float* p) const { std::free(p); }
+float* alloc_floats(size_t n) {
+  constexpr size_t kHuge = size_t(2) << 20;
+  size_t bytes = std::max<size_t>(64, (n * sizeof(float) + 63) / 64 * 64);
+  const size_t align = bytes >= kHuge ? kHuge : 64;
+  bytes = (bytes + align - 1) / align * align;
+  void* p = std::aligned_alloc(align, bytes);
+  if (!p) throw std::bad_alloc();
+  if (align == kHuge) ::madvise(p, bytes, MADV_HUGEPAGE);  // advice only: failure is harmless
+  return static_cast<float*>(p);
+}
+
+void free_floats(float* p) { std::free(p); }
+
+void Weight::Free::operator()(float* p) const { free_floats(p); }
+void Buffer::Free::operator()(float* p) const { free_floats(p); }
 
 Weight::Weight(std::span<const float> data, int64_t n_out, int64_t n_in) : n_out_(n_out), n_in_(n_in) {
   if (n_out <= 0 || n_in <= 0 || data.size() != static_cast<size_t>(n_out * n_in))
     throw ArgumentError(fmt::format("Weight: {} values for a [{}, {}] matrix", data.size(), n_out, n_in));
-  data_.reset(aligned_floats(data.size()));
+  data_.reset(alloc_floats(data.size()));
   std::memcpy(data_.get(), data.data(), data.size() * sizeof(float));
+}
+
+Weight::Weight(int64_t n_out, int64_t n_in) : n_out_(n_out), n_in_(n_in) {
+  if (n_out <= 0 || n_in <= 0) throw ArgumentError(fmt::format("Weight: bad shape [{}, {}]", n_out, n_in));
+  data_.reset(alloc_floats(static_cast<size_t>(n_out * n_in)));
 }
 
 Weight Weight::concat(std::span<const Weight* const> parts) {
@@ -53,7 +66,7 @@ Weight Weight::concat(std::span<const Weight* const> parts) {
       throw ArgumentError(fmt::format("Weight::concat: n_in {} != {}", p->n_in(), w.n_in_));
     w.n_out_ += p->n_out();
   }
-  w.data_.reset(aligned_floats(static_cast<size_t>(w.n_out_ * w.n_in_)));
+  w.data_.reset(alloc_floats(static_cast<size_t>(w.n_out_ * w.n_in_)));
   float* dst = w.data_.get();
   for (const Weight* p : parts) {
     std::memcpy(dst, p->data(), p->bytes());
@@ -64,7 +77,7 @@ Weight Weight::concat(std::span<const Weight* const> parts) {
 
 bool Buffer::reserve(size_t n) {
   if (n <= cap_ && p_) return false;
-  p_.reset(aligned_floats(n));
+  p_.reset(alloc_floats(n));
   cap_ = n;
   return true;
 }

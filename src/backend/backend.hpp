@@ -14,6 +14,13 @@ namespace kveval::backend {
 
 class Buffer;
 
+/// Allocates `n` floats, not zeroed, 64-byte aligned; from 2 MiB up the block
+/// is 2 MiB aligned and transparent huge pages are advised (fewer page faults
+/// at load, fewer TLB misses when streaming weights). Free with free_floats.
+/// Throws std::bad_alloc.
+float* alloc_floats(size_t n);
+void free_floats(float* p);
+
 /// Engine, stream and thread pool. One per model. Not thread-safe.
 class Engine {
  public:
@@ -39,6 +46,9 @@ class Weight {
   Weight() = default;
   /// Copies `data` ([n_out, n_in] row-major). Throws ArgumentError on size mismatch.
   Weight(std::span<const float> data, int64_t n_out, int64_t n_in);
+  /// Uninitialised [n_out, n_in] matrix, to be filled through mutable_data().
+  Weight(int64_t n_out, int64_t n_in);
+  float* mutable_data() { return data_.get(); }
   /// Stacks matrices with the same n_in along n_out ([a; b; ...]), e.g. the
   /// fused Q/K/V or gate/up projections. Throws ArgumentError if n_in differ.
   static Weight concat(std::span<const Weight* const> parts);

@@ -46,7 +46,7 @@ struct Layer {
 };
 
 struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
+  void operator()(float* p) const { be::free_floats(p); }
 };
 
 }  // namespace
@@ -150,17 +150,47 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
                                   im.tok->n_vocab(), hp.n_vocab));
 
   const uint64_t D = hp.n_embd, F = hp.n_ff, V = hp.n_vocab, KV = static_cast<uint64_t>(im.kv_dim());
+  // Copies tensor `name` (ggml dims {n_in, n_out}, F32 or F16) into dst, converting F16.
+  auto fill = [&](float* dst, const std::string& name, uint64_t n_in, uint64_t n_out) {
+    const gguf::TensorInfo& t = f.tensor(name);
+    const bool ok = n_out == 0 ? (t.dims.size() == 1 && t.dims[0] == n_in)
+                               : (t.dims.size() == 2 && t.dims[0] == n_in && t.dims[1] == n_out);
+    if (!ok)
+      throw FormatError(fmt::format("{}: tensor '{}' has shape [{}], expected [{}]", path, name, fmt::join(t.dims, ", "),
+                                    n_out == 0 ? fmt::format("{}", n_in) : fmt::format("{}, {}", n_in, n_out)));
+    if (t.type == gguf::TensorType::F32) {
+      std::memcpy(dst, t.data, t.n_elements * sizeof(float));
+    } else {
+      const std::byte* h = t.data;  // alignment may be < 2: read each half with memcpy
+      for (uint64_t i = 0; i < t.n_elements; ++i) {
+        uint16_t v;
+        std::memcpy(&v, h + 2 * i, 2);
+        dst[i] = gguf::f16_to_f32(v);
+      }
+    }
+    im.weight_bytes += t.n_elements * sizeof(float);
+  };
   auto mat = [&](const std::string& name, uint64_t n_in, uint64_t n_out) {
-    const uint64_t dims[2] = {n_in, n_out};
-    auto data = f.tensor_f32(name, dims);
-    im.weight_bytes += data.size() * sizeof(float);
-    return be::Weight(data, static_cast<int64_t>(n_out), static_cast<int64_t>(n_in));
+    be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in));
+    fill(w.mutable_data(), name, n_in, n_out);
+    return w;
+  };
+  // Several tensors stacked along n_out in one weight (fused projections).
+  auto stacked = [&](std::initializer_list<std::pair<std::string, uint64_t>> parts, uint64_t n_in) {
+    uint64_t n_out = 0;
+    for (const auto& p : parts) n_out += p.second;
+    be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in));
+    float* dst = w.mutable_data();
+    for (const auto& [name, rows] : parts) {
+      fill(dst, name, n_in, rows);
+      dst += rows * n_in;
+    }
+    return w;
   };
   auto vec = [&](const std::string& name, uint64_t n) {
-    const uint64_t dims[1] = {n};
-    auto data = f.tensor_f32(name, dims);
-    im.weight_bytes += data.size() * sizeof(float);
-    return data;
+    std::vector<float> v(n);
+    fill(v.data(), name, n, 0);
+    return v;
   };
   im.tok_embd = mat("token_embd.weight", D, V);
   im.output_norm = vec("output_norm.weight", D);
@@ -171,19 +201,10 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     auto& L = im.layers[static_cast<size_t>(l)];
     const std::string p = fmt::format("blk.{}.", l);
     L.attn_norm = vec(p + "attn_norm.weight", D);
-    {
-      be::Weight wq = mat(p + "attn_q.weight", D, D), wk = mat(p + "attn_k.weight", D, KV),
-                 wv = mat(p + "attn_v.weight", D, KV);
-      const be::Weight* parts[] = {&wq, &wk, &wv};
-      L.wqkv = be::Weight::concat(parts);
-    }
+    L.wqkv = stacked({{p + "attn_q.weight", D}, {p + "attn_k.weight", KV}, {p + "attn_v.weight", KV}}, D);
     L.wo = mat(p + "attn_output.weight", D, D);
     L.ffn_norm = vec(p + "ffn_norm.weight", D);
-    {
-      be::Weight wg = mat(p + "ffn_gate.weight", D, F), wu = mat(p + "ffn_up.weight", D, F);
-      const be::Weight* parts[] = {&wg, &wu};
-      L.w_gate_up = be::Weight::concat(parts);
-    }
+    L.w_gate_up = stacked({{p + "ffn_gate.weight", F}, {p + "ffn_up.weight", F}}, D);
     L.w_down = mat(p + "ffn_down.weight", F, D);
   }
   im.engine = std::make_unique<be::Engine>(opts.threads);
@@ -214,15 +235,15 @@ void Model::setup_caches(int batch_size, int max_seq_len) {
   if (!(im.k_cache && im.cache_batch == batch_size && im.cache_cap == max_seq_len)) {
     delete_caches();
     const size_t n = im.cache_elems(batch_size, max_seq_len);
-    const size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
     // No zero-fill: positions >= n_past are never read, so untouched pages stay unmapped.
-    float* k = static_cast<float*>(std::aligned_alloc(64, bytes));
-    float* v = static_cast<float*>(std::aligned_alloc(64, bytes));
-    if (!k || !v) {
-      std::free(k);
-      std::free(v);
-      throw CacheError(fmt::format("setup_caches: cannot allocate {} bytes for a {} x {} KV cache", 2 * bytes, batch_size,
-                                   max_seq_len));
+    float *k = nullptr, *v = nullptr;
+    try {
+      k = be::alloc_floats(n);
+      v = be::alloc_floats(n);
+    } catch (const std::bad_alloc&) {
+      be::free_floats(k);
+      throw CacheError(fmt::format("setup_caches: cannot allocate {} bytes for a {} x {} KV cache",
+                                   cache_bytes_for(batch_size, max_seq_len), batch_size, max_seq_len));
     }
     im.k_cache.reset(k);
     im.v_cache.reset(v);
