@@ -292,7 +292,7 @@ void attention(const float* q, const KvView& kv, float* out, int64_t n_q, int64_
 void attention(Engine& engine, const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past,
                int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t q_stride, Buffer& scratch) {
   if (q_stride == 0) q_stride = n_head * head_dim;
-  if (n_q < 16) {
+  if (n_q < 16 || head_dim < 32) {  // short blocks or narrow heads: call overhead would dominate
     attention(q, kv, out, n_q, past, n_head, n_head_kv, head_dim, q_stride);
     return;
   }

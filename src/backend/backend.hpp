@@ -106,8 +106,8 @@ void attention(const float* q, const KvView& kv, float* out, int64_t n_q, int64_
 /// Same result as `attention` above, for long query blocks computed with two
 /// oneDNN batched matmuls per kv head (S = Q·Kᵀ over the `n_head/n_head_kv`
 /// query heads sharing it, masked softmax, O = S·V); primitives use runtime
-/// dims and strides, created once. Short blocks (n_q < 16, e.g. decode) use the
-/// loop version. `scratch` holds the scores [group, n_q, past + n_q].
+/// dims and strides, created once. Short blocks (n_q < 16, e.g. decode) and
+/// narrow heads (head_dim < 32) use the loop version. `scratch` holds the scores [group, n_q, past + n_q].
 void attention(Engine& eng, const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past,
                int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t q_stride, Buffer& scratch);
 

@@ -48,23 +48,25 @@ std::vector<ScoreResult> score(Model& model, std::span<const ScoreRequest> reque
   for (size_t b0 = 0; b0 < requests.size(); b0 += static_cast<size_t>(batch_size)) {
     const size_t b1 = std::min(requests.size(), b0 + static_cast<size_t>(batch_size));
     const int nb = static_cast<int>(b1 - b0);
+    // The last token of each request is only a target: the forward pass runs
+    // over tokens [0, size - 1) and position p - 1 predicts token p.
     int seq = 1;
     for (size_t i = b0; i < b1; ++i) {
       const auto& r = requests[i];
-      if (r.tokens.size() > static_cast<size_t>(n_ctx))
-        throw ArgumentError(fmt::format("score: request {} has {} tokens, more than the model's context_length {}", i,
+      if (r.tokens.size() > static_cast<size_t>(n_ctx) + 1)
+        throw ArgumentError(fmt::format("score: request {} has {} tokens, more than the model's context_length {} + 1", i,
                                         r.tokens.size(), n_ctx));
       if (r.score_from < 1 || static_cast<size_t>(r.score_from) > r.tokens.size())
         throw ArgumentError(fmt::format("score: request {}: score_from {} outside [1, {}]", i, r.score_from,
                                         r.tokens.size()));
-      seq = std::max(seq, static_cast<int>(r.tokens.size()));
+      seq = std::max(seq, static_cast<int>(r.tokens.size()) - 1);
     }
     tokens.assign(static_cast<size_t>(nb) * seq, 0);
     n_tokens.assign(static_cast<size_t>(nb), 0);
     for (int j = 0; j < nb; ++j) {
       const auto& r = requests[b0 + static_cast<size_t>(j)];
-      std::copy(r.tokens.begin(), r.tokens.end(), tokens.begin() + static_cast<std::ptrdiff_t>(j) * seq);
-      n_tokens[static_cast<size_t>(j)] = static_cast<int>(r.tokens.size());
+      std::copy(r.tokens.begin(), r.tokens.end() - 1, tokens.begin() + static_cast<std::ptrdiff_t>(j) * seq);
+      n_tokens[static_cast<size_t>(j)] = static_cast<int>(r.tokens.size()) - 1;
     }
     logits.resize(static_cast<size_t>(nb) * seq * V);
     model.forward(tokens, nb, seq, n_tokens, Model::Logits::All, logits);

@@ -202,6 +202,9 @@ struct ScoreResult {
 };
 /// Scores `requests` cache-free in one forward pass per batch of up to
 /// `batch_size` rows (caches must be disabled or absent: CacheError otherwise).
+/// The pass runs over tokens [0, size - 1) of each request (the last token is
+/// only a target), so a request may hold context_length + 1 tokens.
+/// Throws ArgumentError for a longer request or score_from outside [1, size].
 std::vector<ScoreResult> score(Model& model, std::span<const ScoreRequest> requests, int batch_size);
 
 /// Options of greedy generation.
@@ -209,8 +212,9 @@ struct GenerateOptions {
   /// Tokens to generate at most, per row (one value, or one per row).
   std::vector<int> max_gen_toks = {256};
   bool stop_at_eos = true;
-  /// Called after each generated token of a row with the row and all its
-  /// generated ids; returning true stops that row with StopReason::StopString.
+  /// Called after each generated token of a row (also the max_gen_toks-th;
+  /// not after EOS when stop_at_eos) with the row and all its generated ids;
+  /// returning true stops that row with StopReason::StopString.
   std::function<bool(int row, std::span<const int32_t> generated)> should_stop;
 };
 /// One row's generation.

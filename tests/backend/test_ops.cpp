@@ -189,8 +189,8 @@ TEST_SUITE("backend.ops") {
   TEST_CASE("attention through oneDNN batched matmuls matches naive (long blocks, GQA, odd sizes, both layouts)") {
     Engine eng(2);
     Buffer scratch;
-    for (auto [n_head, n_kv, hd, past, nq] : {std::tuple{8, 4, 8, 0, 37}, std::tuple{6, 2, 5, 13, 16},
-                                             std::tuple{4, 4, 16, 0, 64}, std::tuple{32, 4, 64, 3, 20}}) {
+    for (auto [n_head, n_kv, hd, past, nq] : {std::tuple{8, 4, 32, 0, 37}, std::tuple{6, 2, 33, 13, 16},
+                                             std::tuple{4, 4, 48, 0, 64}, std::tuple{32, 4, 64, 3, 20}}) {
       CAPTURE(n_head); CAPTURE(n_kv); CAPTURE(hd); CAPTURE(past); CAPTURE(nq);
       const int64_t n_ctx = past + nq, cap = n_ctx + 5;
       const int64_t qs = n_head * hd + 3;  // strided queries, like rows of a fused qkv buffer
@@ -227,8 +227,8 @@ TEST_SUITE("backend.ops") {
       check_close(slow, ref, 1e-5);
     }
     const auto n = eng.primitives_created();
-    std::vector<float> q(64 * 8 * 8, 0.1f), kv(64 * 4 * 8, 0.2f), o(64 * 8 * 8);
-    attention(eng, q.data(), KvView{kv.data(), kv.data(), 32, 8}, o.data(), 64, 0, 8, 4, 8, 0, scratch);
+    std::vector<float> q(64 * 8 * 32, 0.1f), kv(64 * 4 * 32, 0.2f), o(64 * 8 * 32);
+    attention(eng, q.data(), KvView{kv.data(), kv.data(), 128, 32}, o.data(), 64, 0, 8, 4, 32, 0, scratch);
     CHECK(eng.primitives_created() == n);  // runtime dims: no new primitive for a new shape
   }
 

@@ -1,0 +1,169 @@
+#include "eval/metrics.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kveval::eval {
+
+std::optional<double> mean(std::span<const double> x) {
+  if (x.empty()) return std::nullopt;
+  double s = 0;
+  for (double v : x) s += v;
+  return s / static_cast<double>(x.size());
+}
+
+std::optional<double> mean_stderr(std::span<const double> x) {
+  if (x.size() < 2) return std::nullopt;
+  double m = *mean(x), ss = 0;
+  for (double v : x) ss += (v - m) * (v - m);
+  double var = ss / static_cast<double>(x.size() - 1);
+  return std::sqrt(var / static_cast<double>(x.size()));
+}
+
+namespace {
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+}  // namespace
+
+int64_t count_words(std::string_view text) {
+  int64_t runs = 0;
+  bool in = false;
+  for (char c : text) {
+    if (is_space(c)) {
+      if (!in) ++runs;
+      in = true;
+    } else {
+      in = false;
+    }
+  }
+  return runs + 1;
+}
+
+int argmax_first(std::span<const double> x) {
+  int best = 0;
+  for (size_t i = 1; i < x.size(); ++i)
+    if (x[i] > x[static_cast<size_t>(best)]) best = static_cast<int>(i);
+  return best;
+}
+
+bool higher_is_better(const std::string& m) { return m == "acc" || m == "acc_norm" || m == "exact_match"; }
+
+std::string normalize_answer(std::string_view s) {
+  size_t a = 0, b = s.size();
+  while (a < b && is_space(s[a])) ++a;
+  while (b > a && is_space(s[b - 1])) --b;
+  return std::string(s.substr(a, b - a));
+}
+
+namespace {
+
+MetricValue mean_metric(const std::string& name, const std::vector<double>& v) {
+  MetricValue m;
+  m.name = name;
+  m.higher_is_better = higher_is_better(name);
+  m.n = static_cast<int>(v.size());
+  m.value = mean(v);
+  m.stderr_ = mean_stderr(v);
+  if (!m.value) m.note = "no documents";
+  else if (!m.stderr_) m.note = "stderr needs n >= 2";
+  return m;
+}
+
+MetricValue ratio_metric(const std::string& name, double num, double den, int n, bool exp_neg, bool bits) {
+  MetricValue m;
+  m.name = name;
+  m.higher_is_better = false;
+  m.n = n;
+  if (n == 0 || den <= 0) {
+    m.note = n == 0 ? "no documents" : "zero denominator";
+    return m;
+  }
+  double r = -num / den;
+  m.value = exp_neg ? std::exp(r) : (bits ? r / std::log(2.0) : r);
+  if (!std::isfinite(*m.value)) {
+    m.value.reset();
+    m.note = "overflow";
+    return m;
+  }
+  m.note = "corpus-level ratio: no stderr";
+  return m;
+}
+
+}  // namespace
+
+std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const DocOutcome> outcomes) {
+  std::vector<MetricValue> all;
+  std::vector<double> acc, acc_norm, ll, em;
+  double sum_ll = 0, sum_words = 0, sum_bytes = 0, sum_tokens = 0;
+  int n_ok = 0;
+  for (size_t i = 0; i < outcomes.size() && i < task.docs.size(); ++i) {
+    const DocOutcome& o = outcomes[i];
+    if (!o.ok) continue;
+    ++n_ok;
+    const Doc& d = task.docs[i];
+    switch (task.output_type) {
+      case OutputType::Loglikelihood:
+        acc.push_back(o.is_greedy ? 1.0 : 0.0);
+        ll.push_back(o.logprob);
+        break;
+      case OutputType::MultipleChoice: {
+        acc.push_back(argmax_first(o.choice_logprobs) == d.gold ? 1.0 : 0.0);
+        std::vector<double> norm(o.choice_logprobs.size());
+        for (size_t c = 0; c < norm.size(); ++c)
+          norm[c] = o.choice_logprobs[c] / static_cast<double>(std::max<size_t>(1, d.choices[c].size()));
+        acc_norm.push_back(argmax_first(norm) == d.gold ? 1.0 : 0.0);
+        break;
+      }
+      case OutputType::LoglikelihoodRolling:
+        sum_ll += o.logprob;
+        sum_words += static_cast<double>(count_words(d.target));
+        sum_bytes += static_cast<double>(d.target.size());
+        sum_tokens += static_cast<double>(o.tokens);
+        break;
+      case OutputType::GenerateUntil:
+        if (d.has_target) em.push_back(normalize_answer(o.output) == normalize_answer(d.target) ? 1.0 : 0.0);
+        break;
+    }
+  }
+  for (const auto& name : task.metric_list) {
+    if (name == "acc") {
+      all.push_back(mean_metric(name, acc));
+    } else if (name == "acc_norm") {
+      all.push_back(mean_metric(name, acc_norm));
+    } else if (name == "perplexity") {
+      MetricValue m;
+      m.name = name;
+      m.higher_is_better = false;
+      m.n = static_cast<int>(ll.size());
+      auto mu = mean(ll);
+      if (!mu) {
+        m.note = "no documents";
+      } else {
+        double p = std::exp(-*mu);
+        if (std::isfinite(p)) {
+          m.value = p;
+          auto se = mean_stderr(ll);
+          if (se) m.stderr_ = p * *se;  // delta method: d/dmu exp(-mu) = -exp(-mu)
+          else m.note = "stderr needs n >= 2";
+        } else {
+          m.note = "overflow";
+        }
+      }
+      all.push_back(m);
+    } else if (name == "word_perplexity") {
+      all.push_back(ratio_metric(name, sum_ll, sum_words, n_ok, true, false));
+    } else if (name == "byte_perplexity") {
+      all.push_back(ratio_metric(name, sum_ll, sum_bytes, n_ok, true, false));
+    } else if (name == "bits_per_byte") {
+      all.push_back(ratio_metric(name, sum_ll, sum_bytes, n_ok, false, true));
+    } else if (name == "token_perplexity") {
+      all.push_back(ratio_metric(name, sum_ll, sum_tokens, n_ok, true, false));
+    } else if (name == "exact_match") {
+      MetricValue m = mean_metric(name, em);
+      if (em.empty() && n_ok > 0) m.note = "no doc_to_target: outputs only";
+      all.push_back(m);
+    }
+  }
+  return all;
+}
+
+}  // namespace kveval::eval

@@ -1,0 +1,70 @@
+#pragma once
+// Per-task metrics with lm-evaluation-harness names and formulas
+// (lm_eval/api/metrics.py): acc, acc_norm, perplexity, word_perplexity,
+// byte_perplexity, bits_per_byte, exact_match, plus token_perplexity.
+// No value is ever NaN: an empty set gives std::nullopt and a reason.
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "eval/spec.hpp"
+
+namespace kveval::eval {
+
+/// Outcome of one document after its requests ran.
+struct DocOutcome {
+  bool ok = false;                   ///< false: a request of this doc failed (excluded from metrics)
+  std::string error;                 ///< the first request error of the doc
+  double logprob = 0;                ///< loglikelihood / rolling: summed log-prob (nats)
+  bool is_greedy = false;            ///< loglikelihood: every continuation token was the argmax
+  int64_t tokens = 0;                ///< tokens scored (loglikelihood, rolling)
+  std::vector<double> choice_logprobs;  ///< multiple_choice: per choice, summed log-prob (nats)
+  std::string output;                ///< generate_until: the generated text, cut at the first stop string
+};
+
+/// One reported metric.
+struct MetricValue {
+  std::string name;
+  std::optional<double> value;       ///< nullopt when there is nothing to aggregate
+  std::optional<double> stderr_;     ///< standard error; nullopt when undefined (n < 2 or corpus-level ratio)
+  int n = 0;                         ///< documents aggregated
+  std::string note;                  ///< why value/stderr is missing, "" otherwise
+  bool higher_is_better = true;
+};
+
+/// Mean of `x` (nullopt when empty).
+std::optional<double> mean(std::span<const double> x);
+/// Standard error of the mean: sample standard deviation (n-1) / sqrt(n), as
+/// lm-eval's mean_stderr; nullopt for n < 2.
+std::optional<double> mean_stderr(std::span<const double> x);
+
+/// Words of a text as lm-eval's wikitext task counts them: len(re.split(r"\s+", text)),
+/// i.e. the number of whitespace runs + 1 (leading/trailing whitespace counts a run).
+int64_t count_words(std::string_view text);
+
+/// Index of the largest value, the first on ties (numpy.argmax).
+int argmax_first(std::span<const double> x);
+
+/// True when the metric improves as it grows (acc, acc_norm, exact_match).
+bool higher_is_better(const std::string& metric);
+
+/// Normalisation used by exact_match: leading and trailing whitespace removed
+/// (space, tab, newline, CR, FF, VT); nothing else changes (case and punctuation count).
+std::string normalize_answer(std::string_view s);
+
+/// Metrics of one task from its documents' outcomes (outcomes[i] belongs to
+/// task.docs[i]), restricted to task.metric_list, in that order.
+/// - loglikelihood: acc = mean(is_greedy); perplexity = exp(-mean(logprob)) over
+///   requests (lm-eval `perplexity`), stderr by the delta method ppl * se(logprob).
+/// - multiple_choice: acc = mean(argmax(ll) == gold); acc_norm = mean(argmax(ll_i /
+///   utf8_bytes(choice_i)) == gold) (lm-eval divides by characters; kveval by UTF-8 bytes).
+/// - loglikelihood_rolling: word_perplexity = exp(-sum(ll)/sum(words)), byte_perplexity =
+///   exp(-sum(ll)/sum(bytes)), bits_per_byte = -sum(ll)/(sum(bytes) ln 2) (lm-eval
+///   weighted_perplexity / bits_per_byte), token_perplexity = exp(-sum(ll)/sum(tokens));
+///   corpus-level ratios have no stderr (as lm-eval).
+/// - generate_until: exact_match = mean(normalize_answer(output) == normalize_answer(target)).
+std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const DocOutcome> outcomes);
+
+}  // namespace kveval::eval

@@ -1,0 +1,238 @@
+#include "eval/report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "util/error.hpp"
+#include "util/hash.hpp"
+
+namespace kveval::eval {
+
+using nlohmann::json;
+
+namespace {
+
+std::string pad(const std::string& s, size_t w, bool right = false) {
+  // width in code points, so "±" and non-ASCII task names line up
+  size_t cps = 0;
+  for (unsigned char c : s) cps += (c & 0xC0) != 0x80;
+  if (cps >= w) return s;
+  std::string sp(w - cps, ' ');
+  return right ? sp + s : s + sp;
+}
+
+std::string table(const std::vector<std::string>& head, const std::vector<std::vector<std::string>>& rows,
+                  const std::vector<bool>& right) {
+  std::vector<size_t> w(head.size(), 0);
+  auto width = [](const std::string& s) {
+    size_t cps = 0;
+    for (unsigned char c : s) cps += (c & 0xC0) != 0x80;
+    return cps;
+  };
+  for (size_t c = 0; c < head.size(); ++c) w[c] = width(head[c]);
+  for (const auto& r : rows)
+    for (size_t c = 0; c < r.size() && c < w.size(); ++c) w[c] = std::max(w[c], width(r[c]));
+  std::string out;
+  auto line = [&](const std::vector<std::string>& r) {
+    std::string l = "|";
+    for (size_t c = 0; c < w.size(); ++c) {
+      l += ' ';
+      l += pad(c < r.size() ? r[c] : "", w[c], right[c]);
+      l += " |";
+    }
+    out += l + "\n";
+  };
+  line(head);
+  std::string sep = "|";
+  for (size_t c = 0; c < w.size(); ++c) sep += std::string(w[c] + 2, '-') + "|";
+  out += sep + "\n";
+  for (const auto& r : rows) line(r);
+  return out;
+}
+
+json opt_json(const std::optional<double>& v) { return v && std::isfinite(*v) ? json(*v) : json(nullptr); }
+
+}  // namespace
+
+std::string format_metrics_table(const EvalSpec& spec, const RunResult& res) {
+  std::vector<std::vector<std::string>> rows;
+  for (size_t t = 0; t < spec.tasks.size() && t < res.metrics.size(); ++t) {
+    for (const auto& m : res.metrics[t]) {
+      std::string val = m.value ? fmt::format("{:.4f}", *m.value) : "n/a";
+      std::string se = m.stderr_ ? fmt::format("± {:.4f}", *m.stderr_) : "";
+      std::string note = m.value ? (m.stderr_ ? "" : m.note) : m.note;
+      rows.push_back({spec.tasks[t].name, m.name, val, se, std::to_string(m.n), note});
+    }
+  }
+  std::string out = table({"task", "metric", "value", "stderr", "n", "note"}, rows,
+                          {false, false, true, true, true, false});
+  if (res.n_request_errors > 0) {
+    out += fmt::format("{} request(s) failed:", res.n_request_errors);
+    for (size_t t = 0; t < res.task_errors.size(); ++t)
+      if (res.task_errors[t]) out += fmt::format(" {}: {};", spec.tasks[t].name, res.task_errors[t]);
+    out += "\n";
+    int shown = 0;
+    for (const auto& r : res.requests)
+      if (!r.error.empty() && shown++ < 5) out += "  " + r.error + "\n";
+    if (shown > 5) out += fmt::format("  ... and {} more (see --log-samples)\n", shown - 5);
+  }
+  return out;
+}
+
+std::string format_phase_table(const RunResult& res) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& p : res.phases) {
+    std::string tok = p.tokens > 0 ? std::to_string(p.tokens) : "-";
+    std::string tps = p.tokens > 0 && p.seconds > 0 ? fmt::format("{:.1f}", static_cast<double>(p.tokens) / p.seconds) : "-";
+    rows.push_back({p.name, fmt::format("{:.4f}", p.seconds), tok, tps});
+  }
+  std::string out = table({"phase", "seconds", "tokens", "tokens/s"}, rows, {false, true, true, true});
+  out += fmt::format("cache bytes: {} before generation, {} at setup ({} rows x {} positions), {} after teardown\n",
+                     res.cache_bytes_before, res.cache_bytes_setup, res.cache_rows, res.cache_positions,
+                     res.cache_bytes_after);
+  out += fmt::format("loglikelihood phase: {} forward passes, {} with caches set up, {} cached\n", res.ll_forward_calls,
+                     res.ll_forward_with_cache_setup, res.ll_forward_cached);
+  return out;
+}
+
+json results_json(const EvalSpec& spec, const RunResult& res, const std::string& model_sha256) {
+  json j;
+  j["kveval"] = {{"version", version()}, {"git_hash", git_hash()}};
+  j["model"] = {{"path", res.model_path}, {"sha256", model_sha256}};
+  j["threads"] = res.threads;
+  json tasks = json::array();
+  for (const auto& t : spec.tasks) {
+    json tj = {{"name", t.name},
+               {"output_type", to_string(t.output_type)},
+               {"dataset_path", t.dataset_path.empty() ? json(nullptr) : json(t.dataset_path)},
+               {"doc_to_text", t.doc_to_text},
+               {"doc_to_target", t.doc_to_target},
+               {"doc_to_choice", t.doc_to_choice},
+               {"target_delimiter", t.target_delimiter},
+               {"metric_list", t.metric_list},
+               {"num_fewshot", t.num_fewshot}};
+    if (t.output_type == OutputType::GenerateUntil)
+      tj["generation_kwargs"] = {{"until", t.generation_kwargs.until}, {"max_gen_toks", t.generation_kwargs.max_gen_toks}};
+    tasks.push_back(tj);
+  }
+  j["config"] = {{"spec", spec.path},
+                 {"model", spec.model},
+                 {"threads", spec.threads},
+                 {"batch_size", spec.batch_size},
+                 {"max_length", res.max_length},
+                 {"seed", spec.seed},
+                 {"limit", spec.limit ? json(*spec.limit) : json(nullptr)},
+                 {"tasks", tasks}};
+  json results = json::object(), n_samples = json::object(), errors = json::object();
+  for (size_t t = 0; t < spec.tasks.size() && t < res.metrics.size(); ++t) {
+    json r = json::object();
+    for (const auto& m : res.metrics[t]) {
+      r[m.name] = opt_json(m.value);
+      r[m.name + "_stderr"] = opt_json(m.stderr_);
+      if (!m.value || !m.stderr_) r[m.name + "_note"] = m.note;
+    }
+    r["alias"] = spec.tasks[t].name;
+    results[spec.tasks[t].name] = r;
+    n_samples[spec.tasks[t].name] = {{"original", spec.tasks[t].n_docs_total},
+                                     {"effective", static_cast<int>(spec.tasks[t].docs.size())}};
+    errors[spec.tasks[t].name] = res.task_errors.empty() ? 0 : res.task_errors[t];
+  }
+  j["results"] = results;
+  j["n-samples"] = n_samples;
+  j["request_errors"] = {{"total", res.n_request_errors}, {"per_task", errors}};
+  json phases = json::array();
+  for (const auto& p : res.phases)
+    phases.push_back({{"name", p.name},
+                      {"seconds", p.seconds},
+                      {"tokens", p.tokens},
+                      {"tokens_per_second", p.tokens > 0 && p.seconds > 0 ? json(static_cast<double>(p.tokens) / p.seconds)
+                                                                         : json(nullptr)}});
+  j["phases"] = phases;
+  j["cache"] = {{"bytes_before_generation", res.cache_bytes_before},
+                {"bytes_at_setup", res.cache_bytes_setup},
+                {"bytes_after_teardown", res.cache_bytes_after},
+                {"rows", res.cache_rows},
+                {"positions", res.cache_positions}};
+  j["instrumentation"] = {{"loglikelihood_forward_calls", res.ll_forward_calls},
+                          {"loglikelihood_forward_with_cache_setup", res.ll_forward_with_cache_setup},
+                          {"loglikelihood_forward_cached", res.ll_forward_cached}};
+  j["warnings"] = res.warnings;
+  return j;
+}
+
+std::vector<json> sample_records(const EvalSpec& spec, const RunResult& res) {
+  std::vector<json> out;
+  for (size_t i = 0; i < res.requests.size(); ++i) {
+    const Request& r = res.requests[i];
+    const RequestOutcome& o = res.outcomes[i];
+    json s;
+    s["task"] = spec.tasks[static_cast<size_t>(r.task)].name;
+    s["doc"] = r.doc;
+    s["index"] = r.index < 0 ? json(nullptr) : json(r.index);
+    s["kind"] = to_string(r.kind);
+    s["n_context_tokens"] = r.n_context_tokens;
+    s["truncated_tokens"] = r.truncated_tokens;
+    bool gen = r.kind == RequestKind::Generate;
+    s["tokens"] = o.ran ? json(gen ? o.tokens : r.n_continuation_tokens) : json(nullptr);
+    s["logprob"] = o.ran && !gen && std::isfinite(o.logprob) ? json(o.logprob) : json(nullptr);
+    s["is_greedy"] = o.ran && !gen ? json(o.is_greedy) : json(nullptr);
+    s["output"] = o.ran && gen ? json(o.output) : json(nullptr);
+    s["stop_reason"] = o.ran && gen ? json(o.stop_reason) : json(nullptr);
+    s["error"] = r.error.empty() ? (o.ran ? json(nullptr) : json("not run")) : json(r.error);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void write_jsonl(const std::string& path, const std::vector<json>& lines) {
+  std::ofstream f(path, std::ios::binary);
+  if (!f) throw Error(fmt::format("{}: cannot open for writing", path));
+  for (const auto& l : lines) f << l.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+  if (!f) throw Error(fmt::format("{}: write error", path));
+}
+
+void write_json(const std::string& path, const json& j) {
+  std::ofstream f(path, std::ios::binary);
+  if (!f) throw Error(fmt::format("{}: cannot open for writing", path));
+  f << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+  if (!f) throw Error(fmt::format("{}: write error", path));
+}
+
+std::vector<Regression> compare_baseline(const json& baseline, const json& current, double tolerance,
+                                         std::vector<std::string>* notes) {
+  auto note = [&](const std::string& s) {
+    if (notes) notes->push_back(s);
+  };
+  if (!baseline.is_object() || !baseline.contains("results") || !baseline["results"].is_object())
+    throw SpecError("baseline: not a kveval results file (no \"results\" object)");
+  std::vector<Regression> out;
+  const json& cur = current.at("results");
+  for (auto t = cur.begin(); t != cur.end(); ++t) {
+    if (!baseline["results"].contains(t.key())) {
+      note(fmt::format("{}: not in the baseline", t.key()));
+      continue;
+    }
+    const json& bt = baseline["results"][t.key()];
+    for (auto m = t.value().begin(); m != t.value().end(); ++m) {
+      const std::string& name = m.key();
+      if (name == "alias" || name.find("_stderr") != std::string::npos || name.find("_note") != std::string::npos) continue;
+      if (!bt.contains(name)) {
+        note(fmt::format("{}/{}: not in the baseline", t.key(), name));
+        continue;
+      }
+      if (!m.value().is_number() || !bt[name].is_number()) {
+        note(fmt::format("{}/{}: no value to compare", t.key(), name));
+        continue;
+      }
+      double now = m.value().get<double>(), was = bt[name].get<double>();
+      double worse = higher_is_better(name) ? was - now : now - was;
+      if (worse > tolerance) out.push_back({t.key(), name, was, now});
+    }
+  }
+  return out;
+}
+
+}  // namespace kveval::eval

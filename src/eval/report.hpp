@@ -1,0 +1,57 @@
+#pragma once
+// Reports of a run: the metrics and phase tables (stdout), the results file
+// (`--output`), the per-request samples file (`--log-samples`) and the
+// comparison with a baseline results file (`--baseline`, `--tolerance`).
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "eval/runner.hpp"
+#include "eval/spec.hpp"
+
+namespace kveval::eval {
+
+/// Metrics table: one row per (task, metric): task, metric, value, "± stderr", n;
+/// missing values print "n/a" followed by the reason. Ends with a line counting
+/// per-request errors when there are any.
+std::string format_metrics_table(const EvalSpec& spec, const RunResult& res);
+
+/// Phase table: phase, wall seconds, tokens, tokens/s (tokens / seconds; "-"
+/// where tokens do not apply), in execution order, then the cache bytes at
+/// set-up and after teardown and the log-likelihood instrumentation counters.
+std::string format_phase_table(const RunResult& res);
+
+/// The results document (`--output`): {"kveval": {version, git_hash},
+/// "model": {path, sha256}, "threads", "config" (resolved spec), "results"
+/// ({task: {metric: value, "<metric>_stderr": value|null}}), "n_samples"
+/// ({task: {original, effective}}), "request_errors", "phases" [{name, seconds,
+/// tokens, tokens_per_second}], "cache" {...}, "instrumentation" {...}}.
+/// `model_sha256` is passed in (hashing is the caller's choice).
+nlohmann::json results_json(const EvalSpec& spec, const RunResult& res, const std::string& model_sha256);
+
+/// One JSON object per request, in spec order: task, doc, index, kind,
+/// n_context_tokens, tokens (scored or generated), logprob, is_greedy, output,
+/// stop_reason, truncated_tokens, error (null fields where they do not apply).
+std::vector<nlohmann::json> sample_records(const EvalSpec& spec, const RunResult& res);
+
+/// Writes `lines` as JSONL to `path`. Throws Error when the file cannot be written.
+void write_jsonl(const std::string& path, const std::vector<nlohmann::json>& lines);
+/// Writes `j` (indented) to `path`. Throws Error when the file cannot be written.
+void write_json(const std::string& path, const nlohmann::json& j);
+
+/// A metric that got worse than its baseline by more than the tolerance.
+struct Regression {
+  std::string task, metric;
+  double baseline = 0, current = 0;
+};
+/// Compares `current` with `baseline` (both results_json documents): a metric
+/// present in both with numeric values regresses when it moved in its bad
+/// direction (lower for acc/acc_norm/exact_match, higher for perplexities and
+/// bits_per_byte) by more than `tolerance` (absolute). Metrics missing on
+/// either side are listed in `notes`. Throws SpecError for a baseline without
+/// a "results" object.
+std::vector<Regression> compare_baseline(const nlohmann::json& baseline, const nlohmann::json& current,
+                                         double tolerance, std::vector<std::string>* notes);
+
+}  // namespace kveval::eval

@@ -1,0 +1,184 @@
+#include "eval/requests.hpp"
+
+#include <algorithm>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "util/error.hpp"
+
+namespace kveval::eval {
+
+const char* to_string(RequestKind k) {
+  switch (k) {
+    case RequestKind::Loglikelihood: return "loglikelihood";
+    case RequestKind::RollingWindow: return "loglikelihood_rolling";
+    case RequestKind::Generate: return "generate_until";
+  }
+  return "?";
+}
+
+EncodedPair encode_pair(const Tokenizer& tok, std::string_view context, std::string_view continuation) {
+  std::string ctx(context), cont(continuation);
+  size_t end = ctx.find_last_not_of(" \t\n\r\f\v");
+  size_t n_spaces = end == std::string::npos ? ctx.size() : ctx.size() - end - 1;
+  if (n_spaces > 0) {
+    cont = ctx.substr(ctx.size() - n_spaces) + cont;
+    ctx.resize(ctx.size() - n_spaces);
+  }
+  EncodedPair p;
+  std::vector<int32_t> whole = tok.encode(ctx + cont, true);
+  p.context = tok.encode(ctx, true);
+  if (whole.size() > p.context.size()) p.continuation.assign(whole.begin() + static_cast<long>(p.context.size()), whole.end());
+  return p;
+}
+
+std::vector<ScoreRequest> rolling_windows(std::span<const int32_t> seq, int max_length) {
+  if (max_length < 2) throw ArgumentError(fmt::format("rolling windows need max_length >= 2, got {}", max_length));
+  std::vector<ScoreRequest> out;
+  const size_t n = seq.size(), w = static_cast<size_t>(max_length);
+  if (n < 2) return out;
+  size_t first = std::min(w, n);
+  out.push_back({std::vector<int32_t>(seq.begin(), seq.begin() + static_cast<long>(first)), 1});
+  size_t predicted = first;  // positions [1, predicted) are scored
+  while (predicted < n) {
+    size_t end = std::min(n, predicted + (w - 1));
+    size_t start = end >= w ? end - w : 0;
+    ScoreRequest r;
+    r.tokens.assign(seq.begin() + static_cast<long>(start), seq.begin() + static_cast<long>(end));
+    r.score_from = static_cast<int>(predicted - start);
+    out.push_back(std::move(r));
+    predicted = end;
+  }
+  return out;
+}
+
+std::vector<Request> build_requests(const EvalSpec& spec, const Tokenizer& tok, int max_length,
+                                    std::vector<std::string>* warnings) {
+  std::vector<Request> out;
+  auto warn = [&](const std::string& s) {
+    if (warnings) warnings->push_back(s);
+  };
+  for (size_t ti = 0; ti < spec.tasks.size(); ++ti) {
+    const TaskSpec& t = spec.tasks[ti];
+    int n_truncated = 0;
+    if (t.output_type == OutputType::GenerateUntil && t.generation_kwargs.max_gen_toks >= max_length)
+      throw SpecError(fmt::format("{}: tasks[{}].generation_kwargs.max_gen_toks: {} tokens do not fit max_length {} "
+                                  "(the prompt needs at least BOS)",
+                                  spec.path, ti, t.generation_kwargs.max_gen_toks, max_length));
+    for (size_t di = 0; di < t.docs.size(); ++di) {
+      const Doc& d = t.docs[di];
+      auto loglik = [&](const std::string& cont, int index) {
+        Request r;
+        r.task = static_cast<int>(ti);
+        r.doc = static_cast<int>(di);
+        r.index = index;
+        r.kind = RequestKind::Loglikelihood;
+        EncodedPair p = encode_pair(tok, d.context, cont);
+        r.n_context_tokens = static_cast<int>(p.context.size());
+        r.n_continuation_tokens = static_cast<int>(p.continuation.size());
+        if (p.continuation.empty()) {
+          r.error = fmt::format("{}: continuation \"{}\" has zero tokens after the context/continuation split", d.origin, cont);
+        } else if (p.continuation.size() > static_cast<size_t>(max_length - 1)) {
+          r.error = fmt::format("{}: continuation of {} tokens does not fit max_length {}", d.origin,
+                                p.continuation.size(), max_length);
+        } else {
+          std::vector<int32_t> all = std::move(p.context);
+          all.insert(all.end(), p.continuation.begin(), p.continuation.end());
+          if (all.size() > static_cast<size_t>(max_length)) {
+            size_t drop = all.size() - static_cast<size_t>(max_length);
+            all.erase(all.begin() + 1, all.begin() + 1 + static_cast<long>(drop));  // keep BOS
+            r.truncated_tokens = static_cast<int>(drop);
+            ++n_truncated;
+          }
+          r.score.score_from = static_cast<int>(all.size() - r.n_continuation_tokens);
+          r.score.tokens = std::move(all);
+        }
+        out.push_back(std::move(r));
+      };
+      switch (t.output_type) {
+        case OutputType::Loglikelihood:
+          loglik(t.target_delimiter + d.target, -1);
+          break;
+        case OutputType::MultipleChoice:
+          for (size_t c = 0; c < d.choices.size(); ++c) loglik(t.target_delimiter + d.choices[c], static_cast<int>(c));
+          break;
+        case OutputType::LoglikelihoodRolling: {
+          std::vector<int32_t> seq = tok.encode(d.target, true);
+          auto wins = rolling_windows(seq, max_length);
+          if (wins.empty()) {
+            Request r;
+            r.task = static_cast<int>(ti);
+            r.doc = static_cast<int>(di);
+            r.index = 0;
+            r.kind = RequestKind::RollingWindow;
+            r.error = fmt::format("{}: empty document: no tokens to score", d.origin);
+            out.push_back(std::move(r));
+          }
+          for (size_t k = 0; k < wins.size(); ++k) {
+            Request r;
+            r.task = static_cast<int>(ti);
+            r.doc = static_cast<int>(di);
+            r.index = static_cast<int>(k);
+            r.kind = RequestKind::RollingWindow;
+            r.n_context_tokens = wins[k].score_from;
+            r.n_continuation_tokens = static_cast<int>(wins[k].tokens.size()) - wins[k].score_from;
+            r.score = std::move(wins[k]);
+            out.push_back(std::move(r));
+          }
+          break;
+        }
+        case OutputType::GenerateUntil: {
+          Request r;
+          r.task = static_cast<int>(ti);
+          r.doc = static_cast<int>(di);
+          r.kind = RequestKind::Generate;
+          r.max_gen_toks = t.generation_kwargs.max_gen_toks;
+          r.until = t.generation_kwargs.until;
+          r.prompt = tok.encode(d.context, true);
+          r.n_context_tokens = static_cast<int>(r.prompt.size());
+          size_t room = static_cast<size_t>(max_length - r.max_gen_toks);  // >= 1
+          if (r.prompt.size() > room) {
+            size_t drop = r.prompt.size() - room;
+            r.prompt.erase(r.prompt.begin() + 1, r.prompt.begin() + 1 + static_cast<long>(drop));  // keep BOS
+            r.truncated_tokens = static_cast<int>(drop);
+            ++n_truncated;
+          }
+          out.push_back(std::move(r));
+          break;
+        }
+      }
+    }
+    if (n_truncated > 0)
+      warn(fmt::format("task {}: {} request(s) left-truncated to fit max_length {} (BOS kept)", t.name, n_truncated,
+                       max_length));
+  }
+  return out;
+}
+
+std::vector<size_t> canonical_score_order(const EvalSpec& spec, const std::vector<Request>& reqs) {
+  std::vector<size_t> idx;
+  for (size_t i = 0; i < reqs.size(); ++i)
+    if (reqs[i].error.empty() && reqs[i].kind != RequestKind::Generate) idx.push_back(i);
+  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+    const Request &x = reqs[a], &y = reqs[b];
+    return std::make_tuple(-static_cast<long>(x.score.tokens.size()), std::cref(spec.tasks[x.task].name), x.doc, x.index) <
+           std::make_tuple(-static_cast<long>(y.score.tokens.size()), std::cref(spec.tasks[y.task].name), y.doc, y.index);
+  });
+  return idx;
+}
+
+std::vector<size_t> canonical_generate_order(const EvalSpec& spec, const std::vector<Request>& reqs) {
+  std::vector<size_t> idx;
+  for (size_t i = 0; i < reqs.size(); ++i)
+    if (reqs[i].error.empty() && reqs[i].kind == RequestKind::Generate) idx.push_back(i);
+  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+    const Request &x = reqs[a], &y = reqs[b];
+    long lx = static_cast<long>(x.prompt.size()) + x.max_gen_toks, ly = static_cast<long>(y.prompt.size()) + y.max_gen_toks;
+    return std::make_tuple(-lx, std::cref(spec.tasks[x.task].name), x.doc) <
+           std::make_tuple(-ly, std::cref(spec.tasks[y.task].name), y.doc);
+  });
+  return idx;
+}
+
+}  // namespace kveval::eval

@@ -1,0 +1,85 @@
+#pragma once
+// Turning rendered documents into model requests, with lm-evaluation-harness
+// semantics (lm_eval/api/model.py `_encode_pair`, lm_eval/utils.py
+// `get_rolling_token_windows` + `make_disjoint_window`), and the canonical
+// order in which requests are batched.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "eval/spec.hpp"
+#include "model/model.hpp"
+#include "model/tokenizer.hpp"
+
+namespace kveval::eval {
+
+/// What the model is asked.
+enum class RequestKind {
+  Loglikelihood,  ///< log p(continuation | context); also one per multiple_choice choice
+  RollingWindow,  ///< one window of a loglikelihood_rolling document
+  Generate,       ///< greedy generation until a stop
+};
+/// "loglikelihood", "loglikelihood_rolling", "generate_until".
+const char* to_string(RequestKind k);
+
+/// One request. `task`/`doc` index EvalSpec::tasks / TaskSpec::docs.
+struct Request {
+  int task = 0;
+  int doc = 0;
+  int index = -1;                     ///< choice index (multiple_choice), window index (rolling), else -1
+  RequestKind kind = RequestKind::Loglikelihood;
+  ScoreRequest score;                 ///< Loglikelihood/RollingWindow: tokens (BOS first) and first scored position
+  std::vector<int32_t> prompt;        ///< Generate: prompt ids (BOS first), after truncation
+  int max_gen_toks = 0;               ///< Generate
+  std::vector<std::string> until;     ///< Generate: this request's own stop strings
+  int n_context_tokens = 0;           ///< tokens of the context incl. BOS (before truncation)
+  int n_continuation_tokens = 0;      ///< tokens scored (Loglikelihood/RollingWindow)
+  int truncated_tokens = 0;           ///< tokens dropped from the left to fit max_length
+  std::string error;                  ///< non-empty: a per-request error; the request is not run
+};
+
+/// Context and continuation ids of one loglikelihood request.
+struct EncodedPair {
+  std::vector<int32_t> context;       ///< BOS + tokens of the context (after moving its trailing spaces)
+  std::vector<int32_t> continuation;  ///< whole[context.size():], possibly empty
+};
+
+/// lm-eval's `_encode_pair`: trailing spaces of `context` move to the start of
+/// `continuation`; whole = encode(context + continuation, BOS); ctx =
+/// encode(context, BOS); continuation = whole[len(ctx):]. An empty context
+/// therefore gives ctx = [BOS] (lm-eval's prefix token).
+EncodedPair encode_pair(const Tokenizer& tok, std::string_view context, std::string_view continuation);
+
+/// Rolling windows over `seq` (BOS first, never scored) for a model window of
+/// `max_length` tokens (>= 2): every position 1..seq.size()-1 is scored exactly
+/// once; the first window is seq[0, min(max_length, N)); each later window ends
+/// `max_length - 1` positions further (or at N) and keeps as much left context
+/// as fits (its length is max_length). Equivalent to lm-eval's
+/// get_rolling_token_windows(context_len=1) + make_disjoint_window, where our
+/// window includes the last predicted token. Empty for seq.size() < 2.
+/// Throws ArgumentError for max_length < 2.
+std::vector<ScoreRequest> rolling_windows(std::span<const int32_t> seq, int max_length);
+
+/// Builds every request of every task, in spec order: multiple_choice fans out
+/// into one Loglikelihood request per choice (continuation = target_delimiter +
+/// choice), loglikelihood_rolling into windows, generate_until into one
+/// Generate request. Per-request errors (zero-token continuation, empty
+/// rolling document, a continuation longer than max_length - 1) are recorded
+/// in Request::error. Contexts too long for `max_length` are left-truncated
+/// (BOS kept) and a warning is appended to `warnings`. Throws SpecError when a
+/// task's max_gen_toks >= max_length.
+std::vector<Request> build_requests(const EvalSpec& spec, const Tokenizer& tok, int max_length,
+                                    std::vector<std::string>* warnings);
+
+/// Indices of the runnable (error-free) requests of kind Loglikelihood or
+/// RollingWindow, in canonical order: tokens desc, then task name, doc index,
+/// request index. Independent of the order of tasks in the spec.
+std::vector<size_t> canonical_score_order(const EvalSpec& spec, const std::vector<Request>& reqs);
+
+/// Indices of the runnable Generate requests in canonical order: prompt
+/// length + max_gen_toks desc, then task name, doc index.
+std::vector<size_t> canonical_generate_order(const EvalSpec& spec, const std::vector<Request>& reqs);
+
+}  // namespace kveval::eval

@@ -1,0 +1,277 @@
+#include "eval/runner.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "util/error.hpp"
+#include "util/timer.hpp"
+
+namespace kveval::eval {
+
+namespace {
+
+/// Earliest position of any stop string in `text` at or after `from`, npos if none.
+size_t find_stop(const std::string& text, const std::vector<std::string>& until, size_t from = 0) {
+  size_t best = std::string::npos;
+  for (const auto& s : until) {
+    size_t p = text.find(s, from);
+    if (p < best) best = p;
+  }
+  return best;
+}
+
+/// Incremental stop-string state of one generation row.
+struct RowState {
+  explicit RowState(const Tokenizer& tok) : detok(tok) {}
+  IncrementalDetokenizer detok;
+  std::string text;
+  size_t consumed = 0;
+  const std::vector<std::string>* until = nullptr;
+  size_t longest_stop = 0;
+};
+
+void log_line(const RunOptions& o, const std::string& s) {
+  if (o.log) o.log(s);
+}
+
+void score_phase(const EvalSpec& spec, Model& model, const RunOptions& opts, RunResult& res) {
+  if (model.caches_are_setup())
+    throw CacheError("loglikelihood phase: caches are set up; log-likelihood requests must run cache-free");
+  std::vector<size_t> order = canonical_score_order(spec, res.requests);
+  const ModelStats s0 = model.stats();
+  Stopwatch sw;
+  int64_t tokens = 0;
+  const size_t chunk = static_cast<size_t>(res.batch_size) * 8;  // a multiple of batch_size: same batches as one call
+  for (size_t start = 0; start < order.size(); start += chunk) {
+    size_t end = std::min(order.size(), start + chunk);
+    std::vector<ScoreRequest> batch;
+    batch.reserve(end - start);
+    for (size_t k = start; k < end; ++k) {
+      batch.push_back(res.requests[order[k]].score);
+      tokens += static_cast<int64_t>(batch.back().tokens.size());
+    }
+    std::vector<ScoreResult> out = score(model, batch, res.batch_size);
+    if (out.size() != batch.size())
+      throw Error(fmt::format("internal: score() returned {} results for {} requests", out.size(), batch.size()));
+    for (size_t k = start; k < end; ++k) {
+      const Request& r = res.requests[order[k]];
+      const ScoreResult& sr = out[k - start];
+      size_t expect = r.score.tokens.size() - static_cast<size_t>(r.score.score_from);
+      if (sr.logprobs.size() != expect || sr.is_greedy.size() != expect)
+        throw Error(fmt::format("internal: score() returned {} log-probs for {} scored tokens", sr.logprobs.size(), expect));
+      RequestOutcome& o = res.outcomes[order[k]];
+      o.ran = true;
+      o.logprob = sr.sum();
+      o.is_greedy = sr.all_greedy();
+      o.tokens = static_cast<int>(expect);
+    }
+    if (opts.progress) opts.progress("loglikelihood", end, order.size());
+  }
+  const ModelStats s1 = model.stats();
+  res.ll_forward_calls = s1.forward_calls - s0.forward_calls;
+  res.ll_forward_with_cache_setup = s1.forward_with_cache_setup - s0.forward_with_cache_setup;
+  res.ll_forward_cached = s1.forward_cached - s0.forward_cached;
+  res.phases.push_back({"loglikelihood", sw.seconds(), tokens});
+  if (res.ll_forward_with_cache_setup != 0 || res.ll_forward_cached != 0)
+    throw Error(fmt::format("internal: {} log-likelihood forward passes ran with caches set up ({} cached)",
+                            res.ll_forward_with_cache_setup, res.ll_forward_cached));
+}
+
+void generation_phase(const EvalSpec& spec, Model& model, const RunOptions& opts, RunResult& res) {
+  std::vector<size_t> order = canonical_generate_order(spec, res.requests);
+  std::vector<size_t> gen;
+  for (size_t i : order) {
+    const Request& r = res.requests[i];
+    if (r.max_gen_toks == 0) {  // nothing to generate: no forward pass, no cache row
+      RequestOutcome& o = res.outcomes[i];
+      o.ran = true;
+      o.stop_reason = to_string(StopReason::MaxTokens);
+    } else {
+      gen.push_back(i);
+    }
+  }
+  res.cache_bytes_before = model.bytes();
+  if (gen.empty()) {
+    res.phases.push_back({"cache setup", 0, 0});
+    res.phases.push_back({"prefill", 0, 0});
+    res.phases.push_back({"decode", 0, 0});
+    res.phases.push_back({"cache teardown", 0, 0});
+    res.cache_bytes_after = model.bytes();
+    return;
+  }
+  int positions = 0;
+  for (size_t i : gen) {
+    const Request& r = res.requests[i];
+    positions = std::max(positions, static_cast<int>(r.prompt.size()) + r.max_gen_toks);
+  }
+  positions = std::min(positions, res.max_length);
+  const int rows = static_cast<int>(std::min<size_t>(static_cast<size_t>(res.batch_size), gen.size()));
+  res.cache_rows = rows;
+  res.cache_positions = positions;
+
+  const Tokenizer& tok = model.tokenizer();
+  GenerateTiming timing;
+  Stopwatch sw_setup;
+  std::optional<KvCacheScope> scope;
+  scope.emplace(model, rows, positions);
+  double setup_s = sw_setup.seconds();
+  res.cache_bytes_setup = model.bytes();
+  res.phases.push_back({"cache setup", setup_s, 0});
+  log_line(opts, fmt::format("generation cache: {} rows x {} positions = {} bytes (K+V, float32)", rows, positions,
+                             res.cache_bytes_setup));
+  size_t n_batches = (gen.size() + static_cast<size_t>(rows) - 1) / static_cast<size_t>(rows);
+  for (size_t b = 0; b < n_batches; ++b) {
+    if (opts.before_generation_batch) opts.before_generation_batch(b);
+    size_t start = b * static_cast<size_t>(rows), end = std::min(gen.size(), start + static_cast<size_t>(rows));
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<RowState> states;
+    GenerateOptions go;
+    go.max_gen_toks.clear();
+    go.stop_at_eos = true;
+    for (size_t k = start; k < end; ++k) {
+      const Request& r = res.requests[gen[k]];
+      prompts.push_back(r.prompt);
+      go.max_gen_toks.push_back(r.max_gen_toks);
+      states.emplace_back(tok);
+      states.back().until = &r.until;
+      for (const auto& s : r.until) states.back().longest_stop = std::max(states.back().longest_stop, s.size());
+    }
+    go.should_stop = [&states](int row, std::span<const int32_t> generated) {
+      RowState& st = states.at(static_cast<size_t>(row));
+      if (st.until->empty()) return false;
+      size_t before = st.text.size();
+      while (st.consumed < generated.size()) st.text += st.detok.push(generated[st.consumed++]);
+      if (st.text.size() == before) return false;
+      // only a match that ends in the new text can be new
+      size_t from = before >= st.longest_stop ? before - st.longest_stop + 1 : 0;
+      return find_stop(st.text, *st.until, from) != std::string::npos;
+    };
+    GenerateTiming t;
+    std::vector<Generation> out = generate_greedy(model, prompts, go, &t);
+    if (out.size() != prompts.size())
+      throw Error(fmt::format("internal: generate_greedy returned {} rows for {} prompts", out.size(), prompts.size()));
+    timing.prefill_seconds += t.prefill_seconds;
+    timing.decode_seconds += t.decode_seconds;
+    timing.prefill_tokens += t.prefill_tokens;
+    timing.decode_tokens += t.decode_tokens;
+    for (size_t k = start; k < end; ++k) {
+      const Request& r = res.requests[gen[k]];
+      Generation& g = out[k - start];
+      RequestOutcome& o = res.outcomes[gen[k]];
+      o.ran = true;
+      o.tokens = static_cast<int>(g.ids.size());
+      IncrementalDetokenizer d(tok);
+      std::string text;
+      for (int32_t id : g.ids) text += d.push(id);
+      text += d.flush();
+      size_t cut = find_stop(text, r.until);
+      if (cut != std::string::npos) {
+        text.resize(cut);
+        o.stop_reason = to_string(StopReason::StopString);
+      } else {
+        o.stop_reason = to_string(g.reason == StopReason::StopString ? StopReason::MaxTokens : g.reason);
+      }
+      o.output = std::move(text);
+      o.output_ids = std::move(g.ids);
+    }
+    if (opts.progress) opts.progress("generation", end, gen.size());
+  }
+  res.phases.push_back({"prefill", timing.prefill_seconds, timing.prefill_tokens});
+  res.phases.push_back({"decode", timing.decode_seconds, timing.decode_tokens});
+  Stopwatch sw_down;
+  scope.reset();
+  res.phases.push_back({"cache teardown", sw_down.seconds(), 0});
+  res.cache_bytes_after = model.bytes();
+}
+
+}  // namespace
+
+RunResult run_eval(const EvalSpec& spec, Model& model, const RunOptions& opts) {
+  RunResult res;
+  res.model_path = model.path();
+  res.threads = model.threads();
+  res.batch_size = spec.batch_size;
+  const int n_ctx = model.hparams().n_ctx_train;
+  if (spec.max_length) {
+    if (n_ctx > 0 && *spec.max_length > n_ctx)
+      throw SpecError(fmt::format("{}: max_length: {} exceeds the model's context_length {}", spec.path,
+                                  *spec.max_length, n_ctx));
+    res.max_length = *spec.max_length;
+  } else {
+    res.max_length = n_ctx;
+  }
+  if (res.max_length < 2)
+    throw SpecError(fmt::format("{}: max_length: the model's context_length {} is too small; set max_length >= 2",
+                                spec.path, res.max_length));
+
+  // build requests (tokenization)
+  Stopwatch sw;
+  res.requests = build_requests(spec, model.tokenizer(), res.max_length, &res.warnings);
+  int64_t built_tokens = 0;
+  for (const auto& r : res.requests) built_tokens += static_cast<int64_t>(r.score.tokens.size() + r.prompt.size());
+  res.phases.push_back({"requests", sw.seconds(), built_tokens});
+  for (const auto& w : res.warnings) log_line(opts, "warning: " + w);
+  res.outcomes.assign(res.requests.size(), RequestOutcome{});
+
+  score_phase(spec, model, opts, res);
+  generation_phase(spec, model, opts, res);
+
+  // per-document outcomes and metrics
+  res.docs.resize(spec.tasks.size());
+  res.task_errors.assign(spec.tasks.size(), 0);
+  for (size_t t = 0; t < spec.tasks.size(); ++t) {
+    res.docs[t].assign(spec.tasks[t].docs.size(), DocOutcome{});
+    for (size_t d = 0; d < spec.tasks[t].docs.size(); ++d) {
+      res.docs[t][d].ok = true;
+      if (spec.tasks[t].output_type == OutputType::MultipleChoice)
+        res.docs[t][d].choice_logprobs.assign(spec.tasks[t].docs[d].choices.size(), 0.0);
+    }
+  }
+  for (size_t i = 0; i < res.requests.size(); ++i) {
+    const Request& r = res.requests[i];
+    const RequestOutcome& o = res.outcomes[i];
+    DocOutcome& d = res.docs[static_cast<size_t>(r.task)][static_cast<size_t>(r.doc)];
+    if (!r.error.empty() || !o.ran) {
+      ++res.n_request_errors;
+      ++res.task_errors[static_cast<size_t>(r.task)];
+      if (d.ok) d.error = r.error.empty() ? "not run" : r.error;
+      d.ok = false;
+      continue;
+    }
+    switch (r.kind) {
+      case RequestKind::Loglikelihood:
+        if (r.index >= 0) {
+          d.choice_logprobs[static_cast<size_t>(r.index)] = o.logprob;
+        } else {
+          d.logprob = o.logprob;
+          d.is_greedy = o.is_greedy;
+        }
+        d.tokens += o.tokens;
+        break;
+      case RequestKind::RollingWindow:
+        d.logprob += o.logprob;
+        d.tokens += o.tokens;
+        break;
+      case RequestKind::Generate:
+        d.output = o.output;
+        d.tokens = o.tokens;
+        break;
+    }
+  }
+  for (size_t t = 0; t < spec.tasks.size(); ++t) res.metrics.push_back(compute_metrics(spec.tasks[t], res.docs[t]));
+  return res;
+}
+
+RunResult run_spec(const EvalSpec& spec, const RunOptions& opts) {
+  Stopwatch sw;
+  ModelOptions mo;
+  mo.threads = spec.threads;
+  std::unique_ptr<Model> model = Model::load(spec.model, mo);
+  double load_s = sw.seconds();
+  RunResult res = run_eval(spec, *model, opts);
+  res.phases.insert(res.phases.begin(), Phase{"load", load_s, 0});
+  return res;
+}
+
+}  // namespace kveval::eval

@@ -1,0 +1,85 @@
+#pragma once
+// The plan of `kveval run`: load the model; build every request; run the
+// LOG-LIKELIHOOD PHASE cache-free (whatever the task order in the spec);
+// then the GENERATION PHASE inside one KvCacheScope sized from the plan;
+// leave the scope (caches deleted); compute metrics. Each phase is timed.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "eval/metrics.hpp"
+#include "eval/requests.hpp"
+#include "eval/spec.hpp"
+#include "model/model.hpp"
+
+namespace kveval::eval {
+
+/// One timed phase: wall seconds and tokens processed (0 where tokens do not apply).
+struct Phase {
+  std::string name;     ///< "load", "requests", "loglikelihood", "cache setup", "prefill", "decode", "cache teardown"
+  double seconds = 0;
+  int64_t tokens = 0;
+};
+
+/// What one request produced.
+struct RequestOutcome {
+  bool ran = false;                 ///< false: per-request error (Request::error) or not reached
+  double logprob = 0;               ///< scoring: summed log-prob of the scored tokens (nats)
+  bool is_greedy = false;           ///< scoring: every scored token was the argmax
+  int tokens = 0;                   ///< scoring: tokens scored; generation: tokens generated (EOS included)
+  std::vector<int32_t> output_ids;  ///< generation: generated ids
+  std::string output;               ///< generation: decoded text cut before the first stop string
+  std::string stop_reason;          ///< generation: "until", "max_gen_toks", "eos" or "context full"
+};
+
+/// Hooks for the CLI and tests. All optional.
+struct RunOptions {
+  /// Progress of a phase (requests or batches done / total); called often, the caller throttles.
+  std::function<void(std::string_view phase, size_t done, size_t total)> progress;
+  /// Informational lines (cache set-up bytes, truncation warnings) as they happen.
+  std::function<void(const std::string& line)> log;
+  /// Test hook: called inside the generation scope before generation batch `batch` (0-based); may throw.
+  std::function<void(size_t batch)> before_generation_batch;
+};
+
+/// Everything a run produced; reports are formatted from this.
+struct RunResult {
+  std::string model_path;
+  int threads = 0;                       ///< compute threads of the model
+  int max_length = 0;                    ///< resolved context window (tokens)
+  int batch_size = 1;
+  std::vector<Request> requests;         ///< every request, in spec order
+  std::vector<RequestOutcome> outcomes;  ///< outcomes[i] of requests[i]
+  std::vector<std::vector<DocOutcome>> docs;          ///< per task, per document
+  std::vector<std::vector<MetricValue>> metrics;      ///< per task (spec order)
+  std::vector<int> task_errors;          ///< per task: requests with a per-request error
+  int n_request_errors = 0;              ///< all requests with a per-request error
+  std::vector<Phase> phases;             ///< in execution order
+  std::vector<std::string> warnings;
+  // cache accounting of the generation phase
+  size_t cache_bytes_before = 0;         ///< Model::bytes() just before the generation scope
+  size_t cache_bytes_setup = 0;          ///< Model::bytes() inside the scope (0 when no generation)
+  size_t cache_bytes_after = 0;          ///< Model::bytes() after leaving the scope
+  int cache_rows = 0, cache_positions = 0;  ///< shape of the scope (rows x positions per row)
+  // instrumentation of the log-likelihood phase (deltas of Model::stats())
+  uint64_t ll_forward_calls = 0;              ///< forward passes run by the log-likelihood phase
+  uint64_t ll_forward_with_cache_setup = 0;   ///< of those, run while caches were set up: must be 0
+  uint64_t ll_forward_cached = 0;             ///< of those, that read/appended a cache: must be 0
+};
+
+/// Runs the plan on an already loaded model (no "load" phase). `spec` must come
+/// from load_spec/parse_spec. Throws SpecError when max_length exceeds the
+/// model's context_length or a max_gen_toks does not fit; CacheError when the
+/// model has caches set up on entry; Error (internal) when a log-likelihood
+/// forward pass ran with caches set up; whatever the engine throws. On any
+/// exception inside the generation scope the caches are deleted (bytes() == 0).
+RunResult run_eval(const EvalSpec& spec, Model& model, const RunOptions& opts = {});
+
+/// Loads spec.model (threads = spec.threads), timed as phase "load", then run_eval.
+RunResult run_spec(const EvalSpec& spec, const RunOptions& opts = {});
+
+}  // namespace kveval::eval

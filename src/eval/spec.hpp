@@ -1,0 +1,109 @@
+#pragma once
+// The evaluation spec (`kveval run spec.json`): a JSON file naming a model and
+// a list of tasks in lm-evaluation-harness terms (output_type, doc_to_text,
+// doc_to_target, doc_to_choice, target_delimiter, generation_kwargs,
+// metric_list, num_fewshot). Loading validates the whole spec and renders
+// every document of every data file, so that all input errors surface before
+// the model is loaded. Every error is a kveval::SpecError with one line naming
+// the file and the JSON path (`spec.json: tasks[2].generation_kwargs.until[0]: ...`)
+// or the JSONL line (`data.jsonl:17: ...`).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kveval::eval {
+
+/// The four request kinds of lm-evaluation-harness (lm_eval/api/task.py OUTPUT_TYPES).
+enum class OutputType { Loglikelihood, MultipleChoice, LoglikelihoodRolling, GenerateUntil };
+/// "loglikelihood", "multiple_choice", "loglikelihood_rolling", "generate_until".
+const char* to_string(OutputType t);
+
+/// `generation_kwargs` of a generate_until task.
+struct GenerationKwargs {
+  std::vector<std::string> until;  ///< stop strings; output is cut before the first one found
+  int max_gen_toks = 256;          ///< tokens generated at most (lm-eval default 256); 0 is allowed
+};
+
+/// One document after rendering the task's doc_to_* mappings.
+struct Doc {
+  std::string origin;                ///< "data.jsonl:17" or "spec.json: tasks[0].docs[3]" (for messages)
+  std::string context;               ///< description + few-shot examples + doc_to_text
+  std::string target;                ///< doc_to_target as text ("" when the task has none)
+  bool has_target = false;           ///< doc_to_target was given
+  std::vector<std::string> choices;  ///< multiple_choice: doc_to_choice
+  int gold = -1;                     ///< multiple_choice: index of the gold choice
+};
+
+/// One task of the spec, validated, with its documents rendered.
+struct TaskSpec {
+  std::string name;
+  OutputType output_type = OutputType::Loglikelihood;
+  std::string dataset_path;          ///< resolved path of the JSONL file ("" for inline docs)
+  std::string doc_to_text;           ///< field name or `{{field}}` template ("" = none)
+  std::string doc_to_target;         ///< field name or template ("" = none)
+  nlohmann::json doc_to_choice;      ///< field name / template string, or array of templates (null = none)
+  std::string target_delimiter = " ";
+  std::string description;           ///< text prepended to every context
+  GenerationKwargs generation_kwargs;
+  std::vector<std::string> metric_list;  ///< resolved: defaults to every metric of the output type
+  int num_fewshot = 0;
+  std::string fewshot_split;         ///< resolved JSONL path of few-shot examples ("" = the task's own docs)
+  std::string fewshot_delimiter = "\n\n";
+  std::optional<int> limit;          ///< task-level limit (overrides the spec's)
+  int n_docs_total = 0;              ///< documents in the data before `limit`
+  std::vector<Doc> docs;             ///< rendered documents (after `limit`)
+};
+
+/// A validated spec.
+struct EvalSpec {
+  std::string path;                  ///< the spec file as given ("" for in-memory specs)
+  std::string model;                 ///< model path, resolved relative to the spec's directory
+  int threads = 0;                   ///< compute threads; 0 = all cores
+  int batch_size = 1;                ///< rows per forward pass / per generation batch
+  std::optional<int> max_length;     ///< context window in tokens; default: the model's context_length
+  uint64_t seed = 1234;              ///< few-shot sampling seed (lm-eval's default fewshot seed)
+  std::optional<int> limit;          ///< documents per task at most
+  std::vector<TaskSpec> tasks;
+  nlohmann::json raw;                ///< the spec as parsed (for the results file)
+};
+
+/// Metrics an output type can report (lm-eval names), in report order.
+const std::vector<std::string>& metrics_for(OutputType t);
+
+/// Reads, validates and renders the spec at `path` and every data file it names.
+/// Relative paths (model, dataset_path, fewshot_split) are relative to the
+/// spec's directory. `model_override` (from `--model`) replaces `model` and is
+/// taken as given (relative to the working directory). Throws SpecError.
+EvalSpec load_spec(const std::string& path, const std::string& model_override = "");
+
+/// Same as load_spec for a spec already in memory; `origin` names it in
+/// messages and `base_dir` resolves its relative paths. Throws SpecError.
+EvalSpec parse_spec(const nlohmann::json& j, const std::string& origin, const std::string& base_dir,
+                    const std::string& model_override = "");
+
+/// Parses JSON text; a syntax error becomes SpecError "origin:line:column: message".
+nlohmann::json parse_json_text(std::string_view text, const std::string& origin);
+
+/// Reads a JSONL file: one JSON object per non-blank line. Throws SpecError
+/// "file:line: ..." for a syntax error or a line that is not an object, and
+/// "file: cannot open" when it cannot be read. Returns (line number, object) pairs.
+std::vector<std::pair<int, nlohmann::json>> read_jsonl(const std::string& path);
+
+/// Levenshtein distance (bytes), for "did you mean" suggestions.
+int edit_distance(std::string_view a, std::string_view b);
+/// The candidate closest to `word` when it is close enough (distance <= max(2, |word|/3)), else "".
+std::string closest(std::string_view word, const std::vector<std::string>& candidates);
+
+/// Resolves a doc_to_* mapping against one document: a string without "{{"
+/// is a field name (dotted for nested objects) and yields the field's value;
+/// exactly "{{field}}" yields the raw value; any other template yields a string
+/// with each `{{field}}` replaced by the field's text. Throws SpecError
+/// "origin: key: field 'x' not found ..." naming `key` (e.g. doc_to_text).
+nlohmann::json resolve_mapping(const nlohmann::json& doc, const std::string& mapping, const std::string& origin,
+                               const std::string& key);
+
+}  // namespace kveval::eval

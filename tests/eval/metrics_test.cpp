@@ -1,0 +1,131 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "eval/metrics.hpp"
+
+using namespace kveval::eval;
+
+namespace {
+
+const MetricValue& find(const std::vector<MetricValue>& ms, const std::string& name) {
+  for (const auto& m : ms)
+    if (m.name == name) return m;
+  FAIL("metric not found: " << name);
+  static MetricValue none;
+  return none;
+}
+
+TaskSpec task(OutputType t) {
+  TaskSpec s;
+  s.name = "t";
+  s.output_type = t;
+  s.metric_list = metrics_for(t);
+  return s;
+}
+
+}  // namespace
+
+TEST_SUITE("eval.metrics") {
+  TEST_CASE("mean and standard error (sample std / sqrt(n))") {
+    std::vector<double> x = {1, 0, 1, 1};
+    CHECK(*mean(x) == doctest::Approx(0.75));
+    // var_{n-1} = (3 * 0.0625 + 0.5625) / 3 = 0.25; se = sqrt(0.25 / 4) = 0.25
+    CHECK(*mean_stderr(x) == doctest::Approx(0.25));
+    CHECK(!mean(std::vector<double>{}).has_value());
+    CHECK(!mean_stderr(std::vector<double>{1.0}).has_value());
+  }
+
+  TEST_CASE("word counts follow len(re.split(r'\\s+', text))") {
+    CHECK(count_words("a b  c") == 3);
+    CHECK(count_words(" a b") == 3);  // leading whitespace gives an empty first item
+    CHECK(count_words("a\n\tb ") == 3);
+    CHECK(count_words("") == 1);
+    CHECK(count_words("word") == 1);
+  }
+
+  TEST_CASE("acc_norm divides by UTF-8 bytes: café (5 bytes) vs cafe (4 bytes)") {
+    TaskSpec t = task(OutputType::MultipleChoice);
+    Doc d;
+    d.choices = {"café", "cafe"};
+    d.gold = 0;
+    t.docs = {d};
+    DocOutcome o;
+    o.ok = true;
+    o.choice_logprobs = {-4.5, -4.2};  // raw: cafe wins; per byte: -0.9 (café) > -1.05 (cafe)
+    auto ms = compute_metrics(t, std::vector<DocOutcome>{o});
+    CHECK(find(ms, "acc").value == 0.0);
+    CHECK(find(ms, "acc_norm").value == 1.0);  // per character (4 vs 4) it would be 0
+    CHECK(find(ms, "acc").n == 1);
+    CHECK(!find(ms, "acc").stderr_.has_value());
+  }
+
+  TEST_CASE("multiple_choice ties go to the first choice (numpy argmax)") {
+    CHECK(argmax_first(std::vector<double>{-1, -1, -2}) == 0);
+    CHECK(argmax_first(std::vector<double>{-3, -1, -1}) == 1);
+  }
+
+  TEST_CASE("loglikelihood: acc = is_greedy, perplexity = exp(-mean ll) with delta-method stderr") {
+    TaskSpec t = task(OutputType::Loglikelihood);
+    t.docs.resize(3);
+    std::vector<DocOutcome> o(3);
+    double ll[3] = {-1.0, -2.0, -3.0};
+    for (int i = 0; i < 3; ++i) o[i].ok = true, o[i].logprob = ll[i], o[i].is_greedy = i == 0;
+    auto ms = compute_metrics(t, o);
+    CHECK(*find(ms, "acc").value == doctest::Approx(1.0 / 3));
+    CHECK(*find(ms, "perplexity").value == doctest::Approx(std::exp(2.0)));
+    // se(mean) = sqrt(1 / 3); stderr = ppl * se
+    CHECK(*find(ms, "perplexity").stderr_ == doctest::Approx(std::exp(2.0) * std::sqrt(1.0 / 3)));
+  }
+
+  TEST_CASE("rolling: lm-eval weighted perplexities and bits per byte") {
+    TaskSpec t = task(OutputType::LoglikelihoodRolling);
+    Doc a, b;
+    a.target = "one two";      // 2 words, 7 bytes
+    b.target = "three é";      // 2 words, 8 bytes
+    t.docs = {a, b};
+    std::vector<DocOutcome> o(2);
+    o[0].ok = o[1].ok = true;
+    o[0].logprob = -10, o[0].tokens = 4;
+    o[1].logprob = -5, o[1].tokens = 6;
+    auto ms = compute_metrics(t, o);
+    CHECK(*find(ms, "word_perplexity").value == doctest::Approx(std::exp(15.0 / 4)));
+    CHECK(*find(ms, "byte_perplexity").value == doctest::Approx(std::exp(15.0 / 15)));
+    CHECK(*find(ms, "bits_per_byte").value == doctest::Approx(15.0 / 15 / std::log(2.0)));
+    CHECK(*find(ms, "token_perplexity").value == doctest::Approx(std::exp(15.0 / 10)));
+    CHECK(!find(ms, "word_perplexity").stderr_.has_value());
+  }
+
+  TEST_CASE("failed documents are excluded; an empty set gives n/a, never NaN") {
+    TaskSpec t = task(OutputType::LoglikelihoodRolling);
+    t.docs.resize(1);
+    std::vector<DocOutcome> o(1);  // ok = false
+    for (const auto& m : compute_metrics(t, o)) {
+      CHECK(!m.value.has_value());
+      CHECK(m.n == 0);
+      CHECK(m.note == "no documents");
+    }
+    TaskSpec l = task(OutputType::Loglikelihood);
+    l.docs.resize(2);
+    std::vector<DocOutcome> lo(2);
+    lo[1].ok = true, lo[1].logprob = -1, lo[1].is_greedy = true;
+    auto ms = compute_metrics(l, lo);
+    CHECK(find(ms, "acc").n == 1);
+    CHECK(*find(ms, "perplexity").value == doctest::Approx(std::exp(1.0)));
+  }
+
+  TEST_CASE("exact_match strips surrounding whitespace only") {
+    CHECK(normalize_answer("  Lily \n") == "Lily");
+    CHECK(normalize_answer("a b") == "a b");
+    TaskSpec t = task(OutputType::GenerateUntil);
+    Doc a, b, c;
+    a.target = "Lily", b.target = "lily", c.target = "Tom";
+    a.has_target = b.has_target = c.has_target = true;
+    t.docs = {a, b, c};
+    std::vector<DocOutcome> o(3);
+    for (auto& x : o) x.ok = true, x.output = " Lily";
+    auto ms = compute_metrics(t, o);
+    CHECK(*find(ms, "exact_match").value == doctest::Approx(1.0 / 3));
+    CHECK(find(ms, "exact_match").n == 3);
+  }
+}

@@ -1,0 +1,208 @@
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "eval/spec.hpp"
+#include "eval_test_util.hpp"
+#include "util/error.hpp"
+
+using namespace kveval;
+using namespace kveval::eval;
+using kveval::test::TempDir;
+
+namespace {
+
+/// The message of the SpecError thrown by `f`, or "" (fails the test) if none.
+template <class F>
+std::string spec_error(F&& f) {
+  try {
+    f();
+  } catch (const SpecError& e) {
+    return e.what();
+  }
+  FAIL("no SpecError thrown");
+  return "";
+}
+
+const char* kModelLine = R"("model": "m.gguf",)";
+
+}  // namespace
+
+TEST_SUITE("eval.spec") {
+  TEST_CASE("a valid spec resolves paths, defaults and rendered documents") {
+    TempDir d;
+    d.write("data.jsonl", R"({"q": "Lily went to the", "a": "park"}
+{"q": "Tom saw a", "a": "dog"}
+
+{"q": "The cat", "a": "ran"}
+)");
+    std::string p = d.write("spec.json", std::string("{") + kModelLine + R"(
+      "batch_size": 4, "limit": 2,
+      "tasks": [{"name": "ll", "output_type": "loglikelihood", "dataset_path": "data.jsonl",
+                 "doc_to_text": "Q: {{ q }}", "doc_to_target": "a"}]})");
+    EvalSpec s = load_spec(p);
+    CHECK(s.model == (d.path / "m.gguf").string());
+    CHECK(s.batch_size == 4);
+    CHECK(!s.max_length.has_value());
+    REQUIRE(s.tasks.size() == 1);
+    const TaskSpec& t = s.tasks[0];
+    CHECK(t.target_delimiter == " ");
+    CHECK(t.metric_list == std::vector<std::string>{"acc", "perplexity"});
+    CHECK(t.n_docs_total == 3);  // blank line skipped
+    REQUIRE(t.docs.size() == 2);  // limit
+    CHECK(t.docs[0].context == "Q: Lily went to the");
+    CHECK(t.docs[1].target == "dog");
+    CHECK(t.docs[1].origin == (d.path / "data.jsonl").string() + ":2");
+    // --model override is taken as given
+    CHECK(load_spec(p, "other.gguf").model == "other.gguf");
+  }
+
+  TEST_CASE("trailing comma: file:line:column") {
+    TempDir d;
+    std::string p = d.write("spec.json", "{\n  \"model\": \"m.gguf\",\n  \"tasks\": [],\n}\n");
+    std::string msg = spec_error([&] { load_spec(p); });
+    CHECK(msg.rfind(p + ":4:1: ", 0) == 0);
+    CHECK(msg.find('\n') == std::string::npos);
+  }
+
+  TEST_CASE("missing output_type names the task") {
+    TempDir d;
+    std::string p = d.write("spec.json", std::string("{") + kModelLine + R"("tasks": [
+      {"name": "a", "output_type": "loglikelihood", "docs": [{"x": "a", "y": "b"}], "doc_to_text": "x", "doc_to_target": "y"},
+      {"name": "b", "docs": []}]})");
+    std::string msg = spec_error([&] { load_spec(p); });
+    CHECK(msg.rfind(p + ": tasks[1]: missing required key 'output_type'", 0) == 0);
+  }
+
+  TEST_CASE("unknown keys suggest the closest known key") {
+    TempDir d;
+    std::string p = d.write("spec.json", std::string("{") + kModelLine + R"("tasks": [
+      {"name": "a", "output_type": "loglikelihood", "docs": [], "doc_to_txt": "x", "doc_to_target": "y"}]})");
+    CHECK(spec_error([&] { load_spec(p); }) == p + ": tasks[0].doc_to_txt: unknown key (did you mean 'doc_to_text'?)");
+    std::string p2 = d.write("s2.json", R"({"modle": "m.gguf", "tasks": []})");
+    CHECK(spec_error([&] { load_spec(p2); }) == p2 + ": modle: unknown key (did you mean 'model'?)");
+    std::string p3 = d.write("s3.json", R"({"model": "m.gguf", "zzzzzzzz": 1, "tasks": []})");
+    CHECK(spec_error([&] { load_spec(p3); }) == p3 + ": zzzzzzzz: unknown key");
+  }
+
+  TEST_CASE("wrong types name the JSON path") {
+    TempDir d;
+    std::string p = d.write("spec.json", std::string("{") + kModelLine + R"("tasks": [
+      {"name": "g", "output_type": "generate_until", "docs": [{"x": "a"}], "doc_to_text": "x",
+       "generation_kwargs": {"until": [3], "max_gen_toks": 4}}]})");
+    CHECK(spec_error([&] { load_spec(p); }) == p + ": tasks[0].generation_kwargs.until[0]: expected a string, got 3");
+    std::string p2 = d.write("s2.json", std::string("{") + kModelLine + R"("batch_size": 0, "tasks": []})");
+    CHECK(spec_error([&] { load_spec(p2); }) == p2 + ": batch_size: expected an integer in [1, 4096], got 0");
+    std::string p3 = d.write("s3.json", std::string("{") + kModelLine + R"("max_length": 8, "tasks": [
+      {"name": "g", "output_type": "generate_until", "docs": [{"x": "a"}], "doc_to_text": "x",
+       "generation_kwargs": {"max_gen_toks": 9}}]})");
+    std::string m3 = spec_error([&] { load_spec(p3); });
+    CHECK(m3.rfind(p3 + ": tasks[0].generation_kwargs.max_gen_toks: 9 tokens do not fit max_length 8", 0) == 0);
+    std::string p4 = d.write("s4.json", std::string("{") + kModelLine + R"("tasks": [
+      {"name": "m", "output_type": "multiple_choice", "docs": [{"x": "a"}], "doc_to_text": "x", "doc_to_choice": ["a"],
+       "doc_to_target": "0", "metric_list": ["acc", "acc_nrom"]}]})");
+    CHECK(spec_error([&] { load_spec(p4); }).find("tasks[0].metric_list[1]: metric \"acc_nrom\" is not available for multiple_choice (did you mean 'acc_norm'?)") !=
+          std::string::npos);
+  }
+
+  TEST_CASE("broken JSONL line names file and line") {
+    TempDir d;
+    std::string data = d.write("data.jsonl", "{\"x\": \"a\", \"y\": \"b\"}\n{\"x\": \"a\" \"y\": 1}\n");
+    std::string p = d.write("spec.json", std::string("{") + kModelLine + R"("tasks": [
+      {"name": "a", "output_type": "loglikelihood", "dataset_path": "data.jsonl", "doc_to_text": "x", "doc_to_target": "y"}]})");
+    std::string msg = spec_error([&] { load_spec(p); });
+    CHECK(msg.rfind(data + ":2:", 0) == 0);
+    CHECK(msg.find('\n') == std::string::npos);
+    d.write("data.jsonl", "{\"x\": \"a\", \"y\": \"b\"}\n[1, 2]\n");
+    CHECK(spec_error([&] { load_spec(p); }) == data + ":2: expected a JSON object, got [1,2]");
+    d.write("data.jsonl", "{\"x\": \"a\", \"z\": \"b\"}\n");
+    CHECK(spec_error([&] { load_spec(p); }).rfind(data + ":1: doc_to_target: field 'y' not found", 0) == 0);
+    std::filesystem::remove(data);
+    CHECK(spec_error([&] { load_spec(p); }) == p + ": tasks[0].dataset_path: data file \"" + data + "\" not found");
+  }
+
+  TEST_CASE("multiple_choice gold: index, digit string, choice text; out of range is an error") {
+    TempDir d;
+    d.write("mc.jsonl", R"({"q": "a", "c": ["x", "y", "z"], "g": 2}
+{"q": "b", "c": ["x", "y", "z"], "g": "1"}
+{"q": "c", "c": ["x", "y", "z"], "g": "z"}
+)");
+    std::string p = d.write("spec.json", std::string("{") + kModelLine + R"("tasks": [
+      {"name": "mc", "output_type": "multiple_choice", "dataset_path": "mc.jsonl", "doc_to_text": "q",
+       "doc_to_choice": "c", "doc_to_target": "g"}]})");
+    EvalSpec s = load_spec(p);
+    REQUIRE(s.tasks[0].docs.size() == 3);
+    CHECK(s.tasks[0].docs[0].gold == 2);
+    CHECK(s.tasks[0].docs[1].gold == 1);
+    CHECK(s.tasks[0].docs[2].gold == 2);
+    CHECK(s.tasks[0].metric_list == std::vector<std::string>{"acc", "acc_norm"});
+    std::string data = d.write("mc.jsonl", R"({"q": "a", "c": ["x", "y"], "g": 0}
+{"q": "b", "c": ["x", "y"], "g": 4}
+)");
+    CHECK(spec_error([&] { load_spec(p); }) == data + ":2: doc_to_target: gold index 4 out of range [0, 2)");
+    d.write("mc.jsonl", R"({"q": "a", "c": ["x", "y"], "g": "w"})");
+    CHECK(spec_error([&] { load_spec(p); }).rfind(data + ":1: doc_to_target: \"w\" is neither", 0) == 0);
+  }
+
+  TEST_CASE("templates and inline docs") {
+    nlohmann::json doc = {{"a", "Lily"}, {"n", 3}, {"o", {{"b", "park"}}}, {"l", {"x", "y"}}};
+    CHECK(resolve_mapping(doc, "a", "d", "k") == "Lily");
+    CHECK(resolve_mapping(doc, "{{a}} went to the {{ o.b }} {{n}} times", "d", "k") == "Lily went to the park 3 times");
+    CHECK(resolve_mapping(doc, "{{l}}", "d", "k") == nlohmann::json({"x", "y"}));
+    CHECK(resolve_mapping(doc, "o.b", "d", "k") == "park");
+    CHECK(spec_error([&] { resolve_mapping(doc, "{{ab}}", "d:3", "doc_to_text"); }) ==
+          "d:3: doc_to_text: field 'ab' not found (did you mean 'a'?) (fields: a, l, n, o)");
+    CHECK(spec_error([&] { resolve_mapping(doc, "x {{a", "d:3", "doc_to_text"); }).find("unterminated") != std::string::npos);
+    nlohmann::json j = nlohmann::json::parse(R"({"model": "m", "tasks": [
+      {"name": "t", "output_type": "loglikelihood", "docs": [{"x": "a"}, {"y": 1}], "doc_to_text": "x", "doc_to_target": "x"}]})");
+    CHECK(spec_error([&] { parse_spec(j, "inline.json", "."); }).rfind("inline.json: tasks[0].docs[1]: doc_to_text: field 'x' not found", 0) == 0);
+  }
+
+  TEST_CASE("duplicate task names, both or neither data source, choices on a non-MC task") {
+    auto err = [](const std::string& text) { return spec_error([&] { parse_spec(nlohmann::json::parse(text), "s.json", "."); }); };
+    CHECK(err(R"({"model": "m", "tasks": [
+      {"name": "t", "output_type": "generate_until", "docs": [], "doc_to_text": "x"},
+      {"name": "t", "output_type": "generate_until", "docs": [], "doc_to_text": "x"}]})") ==
+          "s.json: tasks[1].name: duplicate task name \"t\"");
+    CHECK(err(R"({"model": "m", "tasks": [{"name": "t", "output_type": "generate_until", "doc_to_text": "x"}]})")
+              .find("give exactly one of 'dataset_path'") != std::string::npos);
+    CHECK(err(R"({"model": "m", "tasks": [{"name": "t", "output_type": "generate_until", "docs": [], "doc_to_text": "x", "doc_to_choice": "c"}]})") ==
+          "s.json: tasks[0].doc_to_choice: only multiple_choice tasks take choices (this task is generate_until)");
+    CHECK(err(R"({"model": "m", "tasks": [{"name": "t", "output_type": "loglikelihod", "docs": []}]})")
+              .find("(did you mean 'loglikelihood'?)") != std::string::npos);
+    CHECK(err(R"({"tasks": []})") == "s.json: missing required key 'model' (or pass --model)");
+  }
+
+  TEST_CASE("few-shot sampling is seeded, excludes the document itself and is deterministic") {
+    std::string text = R"({"model": "m", "seed": 7, "tasks": [{"name": "t", "output_type": "loglikelihood",
+      "docs": [{"q": "q0", "a": "a0"}, {"q": "q1", "a": "a1"}, {"q": "q2", "a": "a2"}, {"q": "q3", "a": "a3"}],
+      "doc_to_text": "q", "doc_to_target": "a", "num_fewshot": 2, "fewshot_delimiter": "|", "description": "D:"}]})";
+    EvalSpec a = parse_spec(nlohmann::json::parse(text), "s.json", ".");
+    EvalSpec b = parse_spec(nlohmann::json::parse(text), "s.json", ".");
+    for (size_t i = 0; i < 4; ++i) {
+      const std::string& c = a.tasks[0].docs[i].context;
+      CHECK(c == b.tasks[0].docs[i].context);
+      CHECK(c.rfind("D:", 0) == 0);
+      CHECK(c.size() >= 3);
+      CHECK(c.substr(c.size() - 3) == "|q" + std::to_string(i));
+      // two examples "qk ak|", none of them the document itself
+      CHECK(c.find("q" + std::to_string(i) + " ") == std::string::npos);
+      size_t bars = 0;
+      for (char ch : c) bars += ch == '|';
+      CHECK(bars == 2);
+    }
+    CHECK(spec_error([&] {
+            parse_spec(nlohmann::json::parse(R"({"model": "m", "tasks": [{"name": "t", "output_type": "loglikelihood",
+      "docs": [{"q": "q0", "a": "a0"}], "doc_to_text": "q", "doc_to_target": "a", "num_fewshot": 1}]})"),
+                       "s.json", ".");
+          }) == "s.json: tasks[0].num_fewshot: 1 examples requested but only 0 available");
+  }
+
+  TEST_CASE("edit distance") {
+    CHECK(edit_distance("kitten", "sitting") == 3);
+    CHECK(edit_distance("", "abc") == 3);
+    CHECK(edit_distance("same", "same") == 0);
+    CHECK(closest("batchsize", {"batch_size", "max_length"}) == "batch_size");
+    CHECK(closest("qqqqqq", {"batch_size", "max_length"}).empty());
+  }
+}
