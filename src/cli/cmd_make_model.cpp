@@ -1,0 +1,49 @@
+// `kveval make-model`: writes a random-weight Llama GGUF for benchmarks.
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "cli/commands.hpp"
+#include "model/random_model.hpp"
+#include "util/error.hpp"
+
+namespace kveval::cli {
+
+namespace {
+struct MakeModelArgs {
+  std::string preset;
+  uint64_t seed = 1;
+  std::string type = "f32";
+  std::string out;
+};
+}  // namespace
+
+void add_make_model_command(CLI::App& app, Action& action) {
+  auto args = std::make_shared<MakeModelArgs>();
+  CLI::App* sub = app.add_subcommand("make-model", "write a random-weight Llama GGUF model (for benchmarks)");
+  sub->add_option("--preset", args->preset, "model shape: s15m, s110m, gqa or tiny")
+      ->required()
+      ->check(CLI::IsMember({"s15m", "s110m", "gqa", "tiny"}));
+  sub->add_option("--seed", args->seed, "weight seed (same seed => identical bytes)")->capture_default_str();
+  sub->add_option("--type", args->type, "tensor element type: f32 or f16")
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str();
+  sub->add_option("-o,--output", args->out, "output .gguf path")->required();
+  sub->callback([args, &action] {
+    action = [args]() -> int {
+      const RandomModelSpec spec = random_model_preset(args->preset);
+      const auto type = args->type == "f16" ? gguf::TensorType::F16 : gguf::TensorType::F32;
+      const uint64_t params = random_model_parameters(spec);
+      const uint64_t bytes = write_random_llama(args->out, spec, args->seed, type);
+      fmt::print(
+          "wrote {}: preset {} (n_embd {}, n_layer {}, n_head {}, n_head_kv {}, n_ff {}, n_vocab {}, n_ctx {}), "
+          "{} parameters as {}, seed {}, {} bytes ({:.1f} MiB)\n",
+          args->out, spec.name, spec.n_embd, spec.n_layer, spec.n_head, spec.n_head_kv, spec.n_ff, spec.n_vocab,
+          spec.n_ctx, params, args->type, args->seed, bytes, static_cast<double>(bytes) / (1024.0 * 1024.0));
+      return kOk;
+    };
+  });
+}
+
+}  // namespace kveval::cli

@@ -1,0 +1,502 @@
+// GGUF reader: see gguf.hpp. Layout (little-endian), from the GGUF spec
+// (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md):
+//   "GGUF" u32 version, u64 n_tensors, u64 n_kv,
+//   n_kv x { string key, u32 type, value },
+//   n_tensors x { string name, u32 n_dims, u64 dims[n_dims], u32 type, u64 offset },
+//   zero padding to `general.alignment`, then the tensor data section.
+// string = u64 length + bytes; array = u32 element type + u64 count + elements.
+#include "model/gguf.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "util/error.hpp"
+
+static_assert(std::endian::native == std::endian::little, "the GGUF reader assumes a little-endian host");
+
+namespace kveval::gguf {
+
+namespace {
+
+constexpr int kMaxArrayDepth = 8;   // nesting of arrays of arrays
+constexpr uint32_t kMaxDims = 4;    // GGML_MAX_DIMS
+// Metadata array elements per file. Each becomes a Value (~48 bytes), so this
+// bounds memory at ~200 MB for crafted files; real vocabularies (tokens,
+// scores, types, merges of a 256k vocabulary) hold about 1M.
+constexpr uint64_t kMaxArrayElements = uint64_t{1} << 22;
+
+const char* value_type_name(uint32_t t) {
+  static const char* names[] = {"uint8", "int8",   "uint16", "int16", "uint32", "int32", "float32",
+                                "bool",  "string", "array",  "uint64", "int64", "float64"};
+  return t < std::size(names) ? names[t] : "unknown";
+}
+
+/// Bytes of one element of a fixed-size type; 0 for string/array/unknown.
+uint64_t fixed_size(uint32_t t) {
+  switch (static_cast<ValueType>(t)) {
+    case ValueType::UINT8: case ValueType::INT8: case ValueType::BOOL: return 1;
+    case ValueType::UINT16: case ValueType::INT16: return 2;
+    case ValueType::UINT32: case ValueType::INT32: case ValueType::FLOAT32: return 4;
+    case ValueType::UINT64: case ValueType::INT64: case ValueType::FLOAT64: return 8;
+    default: return 0;
+  }
+}
+
+/// Smallest encoding of one value of type `t` (string: its length; array: type + count).
+uint64_t min_size(uint32_t t) {
+  if (t == static_cast<uint32_t>(ValueType::STRING)) return 8;
+  if (t == static_cast<uint32_t>(ValueType::ARRAY)) return 12;
+  return fixed_size(t);
+}
+
+bool valid_value_type(uint32_t t) { return t <= static_cast<uint32_t>(ValueType::FLOAT64); }
+
+/// ggml type names (ggml.h enum ggml_type), for error messages.
+std::string ggml_type_name(uint32_t t) {
+  static const char* names[] = {"F32",     "F16",     "Q4_0",   "Q4_1",   "Q4_2",  "Q4_3",  "Q5_0",  "Q5_1",
+                                "Q8_0",    "Q8_1",    "Q2_K",   "Q3_K",   "Q4_K",  "Q5_K",  "Q6_K",  "Q8_K",
+                                "IQ2_XXS", "IQ2_XS",  "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS",
+                                "I8",      "I16",     "I32",    "I64",    "F64",   "IQ1_M", "BF16",  "Q4_0_4_4",
+                                "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0"};
+  if (t < std::size(names)) return names[t];
+  return "unknown";
+}
+
+std::string dims_str(std::span<const uint64_t> d) {
+  return fmt::format("[{}]", fmt::join(d, ", "));
+}
+
+/// Bounds-checked little-endian cursor over the mapping.
+struct Cursor {
+  const std::string& path;
+  const uint8_t* base;
+  uint64_t size;
+  uint64_t pos = 0;
+  std::string where;  // context for errors, e.g. "key 'x'" or "tensor #3"
+  uint64_t array_elements = 0;  // read so far, against kMaxArrayElements
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw FormatError(fmt::format("{}: {} ({} at offset {})", path, what, where, pos));
+  }
+  uint64_t left() const { return size - pos; }
+  void need(uint64_t n, const char* what) const {
+    if (n > left()) fail(fmt::format("{} needs {} bytes but only {} are left in the file", what, n, left()));
+  }
+  template <class T>
+  T read(const char* what) {
+    need(sizeof(T), what);
+    T v;
+    std::memcpy(&v, base + pos, sizeof(T));
+    pos += sizeof(T);
+    return v;
+  }
+  std::string read_string(const char* what) {
+    uint64_t n = read<uint64_t>(what);
+    if (n > left()) fail(fmt::format("{} length {} exceeds the {} bytes left in the file", what, n, left()));
+    std::string s(reinterpret_cast<const char*>(base + pos), n);
+    pos += n;
+    return s;
+  }
+};
+
+Value read_value(Cursor& c, uint32_t type, int depth) {
+  Value v;
+  if (!valid_value_type(type)) c.fail(fmt::format("unknown value type {}", type));
+  v.type = static_cast<ValueType>(type);
+  switch (v.type) {
+    case ValueType::UINT8: v.data = uint64_t{c.read<uint8_t>("uint8 value")}; break;
+    case ValueType::INT8: v.data = int64_t{c.read<int8_t>("int8 value")}; break;
+    case ValueType::UINT16: v.data = uint64_t{c.read<uint16_t>("uint16 value")}; break;
+    case ValueType::INT16: v.data = int64_t{c.read<int16_t>("int16 value")}; break;
+    case ValueType::UINT32: v.data = uint64_t{c.read<uint32_t>("uint32 value")}; break;
+    case ValueType::INT32: v.data = int64_t{c.read<int32_t>("int32 value")}; break;
+    case ValueType::UINT64: v.data = c.read<uint64_t>("uint64 value"); break;
+    case ValueType::INT64: v.data = c.read<int64_t>("int64 value"); break;
+    case ValueType::FLOAT32: v.data = double{c.read<float>("float32 value")}; break;
+    case ValueType::FLOAT64: v.data = c.read<double>("float64 value"); break;
+    case ValueType::BOOL: {
+      uint8_t b = c.read<uint8_t>("bool value");
+      if (b > 1) c.fail(fmt::format("bool value {} is neither 0 nor 1", b));
+      v.data = b == 1;
+      break;
+    }
+    case ValueType::STRING: v.data = c.read_string("string"); break;
+    case ValueType::ARRAY: {
+      if (depth >= kMaxArrayDepth) c.fail(fmt::format("arrays nested deeper than {}", kMaxArrayDepth));
+      uint32_t et = c.read<uint32_t>("array element type");
+      if (!valid_value_type(et)) c.fail(fmt::format("unknown array element type {}", et));
+      uint64_t n = c.read<uint64_t>("array count");
+      uint64_t ms = min_size(et);
+      if (n > c.left() / ms)
+        c.fail(fmt::format("array count {} of {} needs at least {} bytes per element but only {} bytes are left", n,
+                           value_type_name(et), ms, c.left()));
+      c.array_elements += n;
+      if (c.array_elements > kMaxArrayElements)
+        c.fail(fmt::format("metadata arrays hold more than {} elements in total (array count {})", kMaxArrayElements, n));
+      v.array_type = static_cast<ValueType>(et);
+      std::vector<Value> elems;
+      elems.reserve(n);
+      for (uint64_t i = 0; i < n; ++i) elems.push_back(read_value(c, et, depth + 1));
+      v.data = std::move(elems);
+      break;
+    }
+  }
+  return v;
+}
+
+std::string type_label(const Value& v) {
+  if (v.type == ValueType::ARRAY)
+    return fmt::format("array of {}", value_type_name(static_cast<uint32_t>(v.array_type)));
+  return value_type_name(static_cast<uint32_t>(v.type));
+}
+
+bool is_integer(ValueType t) {
+  switch (t) {
+    case ValueType::UINT8: case ValueType::INT8: case ValueType::UINT16: case ValueType::INT16:
+    case ValueType::UINT32: case ValueType::INT32: case ValueType::UINT64: case ValueType::INT64: return true;
+    default: return false;
+  }
+}
+bool is_float(ValueType t) { return t == ValueType::FLOAT32 || t == ValueType::FLOAT64; }
+
+}  // namespace
+
+struct File::Impl {
+  std::string path;
+  void* map = nullptr;
+  size_t map_size = 0;
+  uint32_t version = 0;
+  uint64_t alignment = 32;
+  std::vector<std::pair<std::string, Value>> kv;
+  std::map<std::string, size_t, std::less<>> kv_index;
+  std::vector<TensorInfo> tensors;
+  std::map<std::string, size_t, std::less<>> tensor_index;
+
+  ~Impl() {
+    if (map && map != MAP_FAILED) munmap(map, map_size);
+  }
+
+  [[noreturn]] void fail(const std::string& what) const { throw FormatError(fmt::format("{}: {}", path, what)); }
+
+  const Value& get(std::string_view key) const {
+    auto it = kv_index.find(key);
+    if (it == kv_index.end()) fail(fmt::format("missing key '{}'", key));
+    return kv[it->second].second;
+  }
+  [[noreturn]] void mismatch(std::string_view key, const Value& v, const char* expected) const {
+    fail(fmt::format("key '{}' has type {}, expected {}", key, type_label(v), expected));
+  }
+  uint64_t as_uint(std::string_view key, const Value& v) const {
+    if (!is_integer(v.type)) mismatch(key, v, "an integer");
+    if (auto* u = std::get_if<uint64_t>(&v.data)) return *u;
+    int64_t s = std::get<int64_t>(v.data);
+    if (s < 0) fail(fmt::format("key '{}' has negative value {}, expected >= 0", key, s));
+    return static_cast<uint64_t>(s);
+  }
+  double as_float(std::string_view key, const Value& v) const {
+    if (is_float(v.type)) return std::get<double>(v.data);
+    if (auto* u = std::get_if<uint64_t>(&v.data)) return static_cast<double>(*u);
+    if (auto* s = std::get_if<int64_t>(&v.data)) return static_cast<double>(*s);
+    mismatch(key, v, "a float");
+  }
+};
+
+File::File(const std::string& path) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.path = path;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) m.fail(fmt::format("cannot open: {}", std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    m.fail(fmt::format("cannot stat: {}", std::strerror(e)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    m.fail("not a regular file");
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size < 24) {
+    ::close(fd);
+    m.fail(fmt::format("file of {} bytes is too small for a GGUF header (24 bytes)", size));
+  }
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  int e = errno;
+  ::close(fd);
+  if (p == MAP_FAILED) m.fail(fmt::format("cannot mmap: {}", std::strerror(e)));
+  m.map = p;
+  m.map_size = size;
+
+  Cursor c{m.path, static_cast<const uint8_t*>(p), size, 0, {}, 0};
+  c.where = "header";
+  if (std::memcmp(c.base, "GGUF", 4) != 0)
+    c.fail(fmt::format("bad magic {:02x} {:02x} {:02x} {:02x}, expected \"GGUF\" (not a GGUF file)", c.base[0],
+                       c.base[1], c.base[2], c.base[3]));
+  c.pos = 4;
+  m.version = c.read<uint32_t>("version");
+  if (m.version == 1) c.fail("GGUF version 1 is not supported (kveval reads versions 2 and 3; re-convert the model)");
+  if (m.version != 2 && m.version != 3) {
+    c.pos -= 4;
+    if (__builtin_bswap32(m.version) == 2 || __builtin_bswap32(m.version) == 3)
+      c.fail(fmt::format("GGUF version {} looks byte-swapped: big-endian files are not supported", m.version));
+    c.fail(fmt::format("unsupported GGUF version {} (kveval reads versions 2 and 3)", m.version));
+  }
+  const uint64_t n_tensors = c.read<uint64_t>("tensor count");
+  const uint64_t n_kv = c.read<uint64_t>("metadata count");
+  // Each key-value needs >= 13 bytes (key length, type, 1-byte value); each
+  // tensor info >= 32 bytes (name length, n_dims, 1 dim, type, offset).
+  if (n_kv > c.left() / 13)
+    c.fail(fmt::format("metadata count {} cannot fit in the {} bytes left in the file", n_kv, c.left()));
+  if (n_tensors > c.left() / 32)
+    c.fail(fmt::format("tensor count {} cannot fit in the {} bytes left in the file", n_tensors, c.left()));
+
+  m.kv.reserve(n_kv);
+  for (uint64_t i = 0; i < n_kv; ++i) {
+    c.where = fmt::format("key #{}", i);
+    std::string key = c.read_string("key");
+    c.where = fmt::format("key '{}'", key);
+    if (m.kv_index.count(key)) c.fail("duplicate key");
+    uint32_t type = c.read<uint32_t>("value type");
+    Value v = read_value(c, type, 0);
+    m.kv_index.emplace(key, m.kv.size());
+    m.kv.emplace_back(std::move(key), std::move(v));
+  }
+
+  if (const Value* a = find("general.alignment")) {
+    c.where = "key 'general.alignment'";
+    if (!is_integer(a->type)) m.fail(fmt::format("key 'general.alignment' has type {}, expected uint32", type_label(*a)));
+    uint64_t al = m.as_uint("general.alignment", *a);
+    if (al == 0 || !std::has_single_bit(al) || al > (1u << 30))
+      m.fail(fmt::format("general.alignment {} is not a nonzero power of two (key 'general.alignment')", al));
+    m.alignment = al;
+  }
+
+  m.tensors.reserve(n_tensors);
+  for (uint64_t i = 0; i < n_tensors; ++i) {
+    c.where = fmt::format("tensor #{}", i);
+    TensorInfo t;
+    t.name = c.read_string("tensor name");
+    c.where = fmt::format("tensor '{}'", t.name);
+    if (m.tensor_index.count(t.name)) c.fail("duplicate tensor name");
+    uint32_t n_dims = c.read<uint32_t>("n_dims");
+    if (n_dims < 1 || n_dims > kMaxDims) c.fail(fmt::format("n_dims {} is outside 1..{}", n_dims, kMaxDims));
+    uint64_t n = 1;
+    for (uint32_t d = 0; d < n_dims; ++d) {
+      uint64_t dim = c.read<uint64_t>("dimension");
+      if (dim == 0) c.fail(fmt::format("dimension {} is 0", d));
+      if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / n)
+        c.fail(fmt::format("element count overflows at dimension {} ({})", d, dim));
+      n *= dim;
+      t.dims.push_back(dim);
+    }
+    uint32_t type = c.read<uint32_t>("tensor type");
+    if (type > 1)
+      m.fail(fmt::format("tensor '{}' has unsupported type {} ({}); kveval reads F32 and F16", t.name,
+                         ggml_type_name(type), type));
+    t.type = static_cast<TensorType>(type);
+    const uint64_t es = type == 0 ? 4 : 2;
+    if (n > std::numeric_limits<uint64_t>::max() / 8) c.fail("tensor byte size overflows");
+    t.n_elements = n;
+    t.n_bytes = n * es;
+    t.offset = c.read<uint64_t>("tensor offset");
+    if (t.offset % m.alignment != 0)
+      c.fail(fmt::format("data offset {} is not a multiple of the alignment {}", t.offset, m.alignment));
+    m.tensor_index.emplace(t.name, m.tensors.size());
+    m.tensors.push_back(std::move(t));
+  }
+
+  const uint64_t header_end = c.pos;
+  const uint64_t data_start = (header_end + m.alignment - 1) / m.alignment * m.alignment;
+  if (!m.tensors.empty()) {
+    if (data_start > size)
+      m.fail(fmt::format("data section starts at offset {}, past the end of the file ({} bytes)", data_start, size));
+    const uint64_t data_size = size - data_start;
+    for (TensorInfo& t : m.tensors) {
+      if (t.offset > data_size || t.n_bytes > data_size - t.offset) {
+        const uint64_t end = t.n_bytes > UINT64_MAX - t.offset ? UINT64_MAX : t.offset + t.n_bytes;
+        m.fail(fmt::format("tensor data [{}, {}) extends past the end of the {}-byte data section; file truncated? "
+                           "(tensor '{}')",
+                           t.offset, end, data_size, t.name));
+      }
+      t.data = reinterpret_cast<const std::byte*>(c.base + data_start + t.offset);
+    }
+    // Overlapping tensors: sort by offset and compare neighbours.
+    std::vector<const TensorInfo*> by_off;
+    for (const auto& t : m.tensors) by_off.push_back(&t);
+    std::sort(by_off.begin(), by_off.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+    for (size_t i = 1; i < by_off.size(); ++i)
+      if (by_off[i - 1]->offset + by_off[i - 1]->n_bytes > by_off[i]->offset)
+        m.fail(fmt::format("tensors '{}' and '{}' overlap (data offsets {} and {})", by_off[i - 1]->name,
+                           by_off[i]->name, by_off[i - 1]->offset, by_off[i]->offset));
+  }
+}
+
+File::~File() = default;
+File::File(File&&) noexcept = default;
+File& File::operator=(File&&) noexcept = default;
+
+const std::string& File::path() const { return impl_->path; }
+uint32_t File::version() const { return impl_->version; }
+uint64_t File::alignment() const { return impl_->alignment; }
+const std::vector<std::pair<std::string, Value>>& File::metadata() const { return impl_->kv; }
+
+const Value* File::find(std::string_view key) const {
+  auto it = impl_->kv_index.find(key);
+  return it == impl_->kv_index.end() ? nullptr : &impl_->kv[it->second].second;
+}
+
+uint64_t File::get_uint(std::string_view key) const { return impl_->as_uint(key, impl_->get(key)); }
+uint64_t File::get_uint_or(std::string_view key, uint64_t def) const {
+  const Value* v = find(key);
+  return v ? impl_->as_uint(key, *v) : def;
+}
+double File::get_float(std::string_view key) const { return impl_->as_float(key, impl_->get(key)); }
+double File::get_float_or(std::string_view key, double def) const {
+  const Value* v = find(key);
+  return v ? impl_->as_float(key, *v) : def;
+}
+std::string File::get_string(std::string_view key) const {
+  const Value& v = impl_->get(key);
+  if (v.type != ValueType::STRING) impl_->mismatch(key, v, "string");
+  return std::get<std::string>(v.data);
+}
+std::string File::get_string_or(std::string_view key, std::string def) const {
+  return find(key) ? get_string(key) : def;
+}
+bool File::get_bool_or(std::string_view key, bool def) const {
+  const Value* v = find(key);
+  if (!v) return def;
+  if (v->type != ValueType::BOOL) impl_->mismatch(key, *v, "bool");
+  return std::get<bool>(v->data);
+}
+std::vector<std::string> File::get_string_array(std::string_view key) const {
+  const Value& v = impl_->get(key);
+  if (v.type != ValueType::ARRAY || v.array_type != ValueType::STRING) impl_->mismatch(key, v, "array of string");
+  std::vector<std::string> out;
+  const auto& a = std::get<std::vector<Value>>(v.data);
+  out.reserve(a.size());
+  for (const auto& e : a) out.push_back(std::get<std::string>(e.data));
+  return out;
+}
+std::vector<float> File::get_float_array(std::string_view key) const {
+  const Value& v = impl_->get(key);
+  if (v.type != ValueType::ARRAY || !(is_float(v.array_type) || is_integer(v.array_type)))
+    impl_->mismatch(key, v, "array of float32");
+  std::vector<float> out;
+  const auto& a = std::get<std::vector<Value>>(v.data);
+  out.reserve(a.size());
+  for (const auto& e : a) out.push_back(static_cast<float>(impl_->as_float(key, e)));
+  return out;
+}
+std::vector<int64_t> File::get_int_array(std::string_view key) const {
+  const Value& v = impl_->get(key);
+  if (v.type != ValueType::ARRAY || !is_integer(v.array_type)) impl_->mismatch(key, v, "array of integers");
+  std::vector<int64_t> out;
+  const auto& a = std::get<std::vector<Value>>(v.data);
+  out.reserve(a.size());
+  for (const auto& e : a) {
+    if (auto* u = std::get_if<uint64_t>(&e.data)) {
+      if (*u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        impl_->fail(fmt::format("key '{}' holds {} which does not fit int64", key, *u));
+      out.push_back(static_cast<int64_t>(*u));
+    } else {
+      out.push_back(std::get<int64_t>(e.data));
+    }
+  }
+  return out;
+}
+
+const std::vector<TensorInfo>& File::tensors() const { return impl_->tensors; }
+const TensorInfo* File::find_tensor(std::string_view name) const {
+  auto it = impl_->tensor_index.find(name);
+  return it == impl_->tensor_index.end() ? nullptr : &impl_->tensors[it->second];
+}
+const TensorInfo& File::tensor(std::string_view name) const {
+  const TensorInfo* t = find_tensor(name);
+  if (!t) impl_->fail(fmt::format("missing tensor '{}'", name));
+  return *t;
+}
+
+std::vector<float> File::tensor_f32(std::string_view name, std::span<const uint64_t> expected_dims) const {
+  const TensorInfo& t = tensor(name);
+  if (!std::equal(t.dims.begin(), t.dims.end(), expected_dims.begin(), expected_dims.end()))
+    impl_->fail(fmt::format("tensor '{}' has dims {}, expected {}", name, dims_str(t.dims), dims_str(expected_dims)));
+  std::vector<float> out(t.n_elements);
+  if (t.type == TensorType::F32) {
+    std::memcpy(out.data(), t.data, t.n_bytes);
+  } else {
+    const auto* src = reinterpret_cast<const unsigned char*>(t.data);
+    for (uint64_t i = 0; i < t.n_elements; ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      out[i] = f16_to_f32(h);
+    }
+  }
+  return out;
+}
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);  // inf / NaN (payload kept)
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112u) << 23) | (mant << 13);  // 127 - 15 = 112
+  } else if (mant == 0) {
+    bits = sign;  // +-0
+  } else {
+    // subnormal half: mant * 2^-24; normalise.
+    int e = 113;  // exponent of 2^-14 is 127-14 = 113
+    while ((mant & 0x400u) == 0) {
+      mant <<= 1;
+      --e;
+    }
+    mant &= 0x3ffu;
+    bits = sign | (static_cast<uint32_t>(e) << 23) | (mant << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+uint16_t f32_to_f16(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) {  // inf or NaN
+    if (ax == 0x7f800000u) return sign | 0x7c00u;
+    return sign | 0x7e00u | static_cast<uint16_t>((ax >> 13) & 0x3ffu);  // quiet NaN
+  }
+  if (ax >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520: overflow to inf
+  if (ax >= 0x38800000u) {                       // normal half (>= 2^-14)
+    uint32_t mant = ax & 0x7fffffu;
+    uint32_t exp = (ax >> 23) - 112u;
+    uint32_t h = (exp << 10) | (mant >> 13);
+    uint32_t rem = mant & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // nearest even; carry into exponent is correct
+    return sign | static_cast<uint16_t>(h);
+  }
+  if (ax < 0x33000000u) return sign;  // < 2^-25: rounds to 0 (2^-25 exactly ties to even 0)
+  // subnormal half: value = m * 2^-24, m in [0, 1024].
+  const uint32_t exp = ax >> 23;                      // biased, 102..112
+  const uint32_t mant = (ax & 0x7fffffu) | 0x800000u;  // 24-bit significand
+  const uint32_t shift = 126u - exp;                   // value = mant * 2^(exp-150); /2^-24 -> shift by 126-exp
+  uint32_t h = mant >> shift;
+  const uint32_t rem = mant & ((1u << shift) - 1u);
+  const uint32_t half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (h & 1u))) ++h;
+  return sign | static_cast<uint16_t>(h);
+}
+
+}  // namespace kveval::gguf
