@@ -1,0 +1,64 @@
+// Operation and byte counts of a Llama forward pass (see bench_cost.hpp).
+#include "cli/bench_cost.hpp"
+
+namespace kveval::bench {
+
+namespace {
+double kv_dim(const HParams& hp) { return static_cast<double>(hp.n_head_kv) * hp.head_dim(); }
+/// Elements of one layer's weight matrices.
+double layer_matrix_params(const HParams& hp) {
+  const double e = hp.n_embd, f = hp.n_ff;
+  return 2 * e * e + 2 * kv_dim(hp) * e + 3 * e * f;
+}
+}  // namespace
+
+double n_params(const HParams& hp) {
+  const double e = hp.n_embd, v = hp.n_vocab;
+  double p = v * e;                                               // token_embd
+  p += hp.n_layer * (layer_matrix_params(hp) + 2 * e);            // matrices + attn_norm, ffn_norm
+  p += e;                                                          // output_norm
+  if (!hp.tied_output) p += v * e;                                 // output
+  return p;
+}
+
+double layer_matmul_flops_per_token(const HParams& hp) { return 2.0 * hp.n_layer * layer_matrix_params(hp); }
+
+double output_matmul_flops_per_token(const HParams& hp) {
+  return 2.0 * static_cast<double>(hp.n_embd) * static_cast<double>(hp.n_vocab);
+}
+
+double attention_flops_causal(const HParams& hp, int64_t n) {
+  const double nd = static_cast<double>(n);
+  return 2.0 * nd * nd * hp.n_embd * hp.n_layer;
+}
+
+double prompt_flops(const HParams& hp, int64_t n_prompt, int64_t batch) {
+  const double p = static_cast<double>(n_prompt);
+  return static_cast<double>(batch) *
+         (p * (layer_matmul_flops_per_token(hp) + output_matmul_flops_per_token(hp)) + attention_flops_causal(hp, n_prompt));
+}
+
+double generate_matmul_flops(const HParams& hp, int64_t n_prompt, int64_t n_gen, bool cached) {
+  const double p = static_cast<double>(n_prompt), g = static_cast<double>(n_gen);
+  const double tokens = cached ? p + g - 1 : g * p + g * (g - 1) / 2;
+  return layer_matmul_flops_per_token(hp) * tokens + output_matmul_flops_per_token(hp) * g;
+}
+
+double streamed_weight_bytes(const HParams& hp, double weight_bytes) {
+  if (hp.tied_output) return weight_bytes;
+  return weight_bytes - static_cast<double>(hp.n_vocab) * hp.n_embd * sizeof(float);
+}
+
+std::vector<backend::GemmShape> weight_gemm_shapes(const HParams& hp, int64_t m_layers, int64_t m_output) {
+  const int64_t e = hp.n_embd, f = hp.n_ff, kv = static_cast<int64_t>(kv_dim(hp));
+  const int l = hp.n_layer;
+  std::vector<backend::GemmShape> s;
+  s.push_back({m_layers, e, e, 2 * l});    // wq, wo
+  s.push_back({m_layers, kv, e, 2 * l});   // wk, wv
+  s.push_back({m_layers, f, e, 2 * l});    // w1 (gate), w3 (up)
+  s.push_back({m_layers, e, f, l});        // w2 (down)
+  s.push_back({m_output, hp.n_vocab, e, 1});  // output
+  return s;
+}
+
+}  // namespace kveval::bench

@@ -1,0 +1,46 @@
+#pragma once
+// Operation and byte counts of a Llama forward pass, from the
+// hyper-parameters alone: the denominators of `kveval bench`'s roofline
+// fractions and the "ideal" cached/uncached ratio.
+//
+// Matmul FLOPs count 2·M·N·K per weight matrix (one multiply and one add per
+// term). Per layer the weights are wq [n_embd, n_embd], wk and wv
+// [n_head_kv·head_dim, n_embd], wo [n_embd, n_embd], w1 and w3 [n_ff, n_embd],
+// w2 [n_embd, n_ff]; the output layer is [n_vocab, n_embd] (token_embd when
+// tied). Causal attention over n tokens from position 0 costs, per layer,
+// 2 matmul-like products (QKᵀ and PV) of 2·(n²/2)·n_embd FLOPs each, i.e.
+// 2·n²·n_embd (the causal half of the score matrix; softmax not counted).
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "backend/roofline.hpp"
+#include "model/model.hpp"
+
+namespace kveval::bench {
+
+/// Parameters of the model: embeddings, layer matrices, norms, and the output matrix if untied.
+double n_params(const HParams& hp);
+/// Matmul FLOPs of all layers' weight matrices for one token (excludes the output layer).
+double layer_matmul_flops_per_token(const HParams& hp);
+/// Matmul FLOPs of the output layer for one position: 2·n_embd·n_vocab.
+double output_matmul_flops_per_token(const HParams& hp);
+/// Attention FLOPs of all layers for one sequence of n tokens starting at position 0: 2·n²·n_embd·n_layer.
+double attention_flops_causal(const HParams& hp, int64_t n);
+/// FLOPs of a cache-free forward over `batch` rows of `n_prompt` tokens with
+/// logits at every position: batch·(n_prompt·(layers + output) + attention(n_prompt)).
+double prompt_flops(const HParams& hp, int64_t n_prompt, int64_t batch);
+/// Matmul FLOPs of generating `n_gen` tokens after `n_prompt` for one row,
+/// logits only where a token is chosen: cached = layers·(n_prompt + n_gen − 1)
+/// + output·n_gen; uncached (step i re-runs n_prompt + i tokens) =
+/// layers·(n_gen·n_prompt + n_gen(n_gen−1)/2) + output·n_gen.
+double generate_matmul_flops(const HParams& hp, int64_t n_prompt, int64_t n_gen, bool cached);
+/// Bytes of weights one decode step streams from memory: `weight_bytes`
+/// minus the token-embedding table when the output matrix is separate (only
+/// one row per token of token_embd is read).
+double streamed_weight_bytes(const HParams& hp, double weight_bytes);
+/// The weight matmuls of one forward as oneDNN shapes: layer matrices at
+/// M = m_layers rows (count n_layer), the output matrix at M = m_output rows.
+std::vector<backend::GemmShape> weight_gemm_shapes(const HParams& hp, int64_t m_layers, int64_t m_output);
+
+}  // namespace kveval::bench

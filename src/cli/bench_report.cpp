@@ -1,0 +1,188 @@
+// Printers for `kveval bench` results (see bench_report.hpp).
+#include "cli/bench_report.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "util/error.hpp"
+
+namespace kveval::bench {
+
+Row& Row::with(std::string key, double v) {
+  fields.emplace_back(std::move(key), v);
+  return *this;
+}
+
+bool Row::has_field(const std::string& key) const {
+  return std::any_of(fields.begin(), fields.end(), [&](const auto& f) { return f.first == key; });
+}
+
+double Row::field(const std::string& key) const {
+  for (const auto& f : fields)
+    if (f.first == key) return f.second;
+  throw ArgumentError("bench row " + test + "/" + name + ": no field '" + key + "'");
+}
+
+namespace {
+
+/// JSON has no NaN/inf: such values (never expected) become null.
+nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+/// Compact human formatting: integers without decimals, else 3 significant
+/// decimals for small numbers and 2 for large ones.
+std::string fmt_num(double v) {
+  if (!std::isfinite(v)) return "n/a";
+  const double a = std::abs(v);
+  if (a >= 1e15) return fmt::format("{:.3e}", v);
+  if (v == std::floor(v) && a >= 1) return fmt::format("{:.0f}", v);
+  if (a >= 100) return fmt::format("{:.1f}", v);
+  if (a >= 1) return fmt::format("{:.2f}", v);
+  if (a == 0) return "0";
+  return fmt::format("{:.3g}", v);
+}
+
+std::string csv_escape(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::vector<std::string> field_union(const std::vector<const Row*>& rows) {
+  std::vector<std::string> keys;
+  for (const Row* r : rows)
+    for (const auto& f : r->fields)
+      if (std::find(keys.begin(), keys.end(), f.first) == keys.end()) keys.push_back(f.first);
+  return keys;
+}
+
+}  // namespace
+
+nlohmann::json row_to_json(const Row& r) {
+  nlohmann::json j = {
+      {"test", r.test},         {"name", r.name},          {"threads", r.threads},
+      {"batch", r.batch},       {"n_prompt", r.n_prompt},  {"n_gen", r.n_gen},
+      {"positions", r.positions}, {"unit", r.unit},        {"median", number(r.value.median)},
+      {"stddev", number(r.value.stddev)}, {"mean", number(r.value.mean)}, {"min", number(r.value.min)},
+      {"max", number(r.value.max)}, {"n", r.value.n},
+  };
+  for (const auto& f : r.fields) j[f.first] = number(f.second);
+  return j;
+}
+
+nlohmann::json to_json(const Report& rep) {
+  nlohmann::json j;
+  j["meta"] = rep.meta;
+  j["results"] = nlohmann::json::array();
+  for (const auto& r : rep.rows) j["results"].push_back(row_to_json(r));
+  j["notes"] = rep.notes;
+  return j;
+}
+
+std::string to_markdown(const Report& rep) {
+  std::string out;
+  const auto& m = rep.meta;
+  if (m.contains("kveval_version"))
+    out += fmt::format("kveval {} ({})", m.value("kveval_version", ""), m.value("git_hash", ""));
+  if (m.contains("model")) {
+    const auto& mo = m["model"];
+    out += fmt::format(", model {} ({:.1f} MiB of F32 weights, {:.2f} M parameters)", mo.value("path", ""),
+                       mo.value("weight_bytes", 0.0) / 1048576.0, mo.value("n_params", 0.0) / 1e6);
+  }
+  if (m.contains("machine")) {
+    out += fmt::format(", machine threads {}", m["machine"].value("threads", 0));
+    const auto& mach = m["machine"];
+    if (mach.contains("loadavg_start") && mach["loadavg_start"].size() == 3)
+      out += fmt::format(", load average {:.2f} at start", mach["loadavg_start"][0].get<double>());
+    if (mach.contains("loadavg_end") && mach["loadavg_end"].size() == 3)
+      out += fmt::format(", {:.2f} at end", mach["loadavg_end"][0].get<double>());
+  }
+  if (!out.empty()) out += "\n";
+  std::vector<std::string> tests;
+  for (const auto& r : rep.rows)
+    if (std::find(tests.begin(), tests.end(), r.test) == tests.end()) tests.push_back(r.test);
+  for (const auto& t : tests) {
+    std::vector<const Row*> rows;
+    for (const auto& r : rep.rows)
+      if (r.test == t) rows.push_back(&r);
+    const auto keys = field_union(rows);
+    out += fmt::format("\n### {}\n\n| threads | batch | test | value | ", t);
+    for (const auto& k : keys) out += k + " | ";
+    out += "\n|---:|---:|:---|---:|";
+    for (size_t i = 0; i < keys.size(); ++i) out += "---:|";
+    out += "\n";
+    for (const Row* r : rows) {
+      std::string name = r->name;
+      if (r->positions > 0 && r->test != "pp" && r->test != "tg") name += fmt::format(" @{}", r->positions);
+      if (r->n_prompt > 0 && (r->test == "tg" || r->test == "tg-nocache" || r->test == "speedup" || r->test == "switch"))
+        name += fmt::format(" (p{})", r->n_prompt);
+      std::string value = fmt_num(r->value.median) + " " + r->unit;
+      if (r->value.n > 1) value = fmt_num(r->value.median) + " ± " + fmt_num(r->value.stddev) + " " + r->unit;
+      out += fmt::format("| {} | {} | {} | {} |", r->threads, r->batch > 0 ? std::to_string(r->batch) : "",
+                         name, value);
+      for (const auto& k : keys) {
+        out += ' ';
+        if (r->has_field(k)) out += fmt_num(r->field(k));
+        out += " |";
+      }
+      out += "\n";
+    }
+  }
+  if (!rep.notes.empty()) {
+    out += "\nNotes:\n";
+    for (const auto& n : rep.notes) out += "- " + n + "\n";
+  }
+  return out;
+}
+
+std::string to_csv(const Report& rep) {
+  std::vector<const Row*> rows;
+  for (const auto& r : rep.rows) rows.push_back(&r);
+  const auto keys = field_union(rows);
+  std::string out = "test,name,threads,batch,n_prompt,n_gen,positions,unit,median,stddev,mean,min,max,n";
+  for (const auto& k : keys) {
+    out += ',';
+    out += csv_escape(k);
+  }
+  out += "\n";
+  auto num = [](double v) { return std::isfinite(v) ? fmt::format("{}", v) : std::string(); };
+  for (const Row* r : rows) {
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{}", csv_escape(r->test), csv_escape(r->name), r->threads,
+                       r->batch, r->n_prompt, r->n_gen, r->positions, csv_escape(r->unit), num(r->value.median),
+                       num(r->value.stddev), num(r->value.mean), num(r->value.min), num(r->value.max), r->value.n);
+    for (const auto& k : keys) {
+      out += ',';
+      if (r->has_field(k)) out += num(r->field(k));
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+std::string to_jsonl(const Report& rep) {
+  std::string out;
+  for (const auto& r : rep.rows) {
+    nlohmann::json j = row_to_json(r);
+    j["kveval_version"] = rep.meta.value("kveval_version", "");
+    j["git_hash"] = rep.meta.value("git_hash", "");
+    if (rep.meta.contains("model")) j["model"] = rep.meta["model"].value("path", "");
+    if (rep.meta.contains("machine")) j["machine_threads"] = rep.meta["machine"].value("threads", 0);
+    out += j.dump() + "\n";
+  }
+  return out;
+}
+
+std::string format_report(const Report& rep, const std::string& format) {
+  if (format == "md") return to_markdown(rep);
+  if (format == "csv") return to_csv(rep);
+  if (format == "json") return to_json(rep).dump(2) + "\n";
+  if (format == "jsonl") return to_jsonl(rep);
+  throw ArgumentError("--output: unknown format '" + format + "' (expected md, csv, json or jsonl)");
+}
+
+}  // namespace kveval::bench

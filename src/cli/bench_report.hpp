@@ -1,0 +1,61 @@
+#pragma once
+// Results of `kveval bench` and their printers: a markdown table per test
+// (default, like llama-bench), CSV, one JSON document, or JSON lines.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/bench_stats.hpp"
+
+namespace kveval::bench {
+
+/// One measured figure: `value` summarises the repetitions in `unit`;
+/// `fields` are derived figures (name -> value, names carry their unit, e.g.
+/// "weights_GB_per_s", "frac_of_stream"), printed in insertion order.
+struct Row {
+  std::string test;   ///< pp, tg, tg-nocache, speedup, cache, scope, switch, ll, roofline
+  std::string name;   ///< e.g. "pp512", "tg64", "setup_caches", "stream"
+  int threads = 0;    ///< compute threads
+  int batch = 0;      ///< rows per forward pass (0 when not applicable)
+  int n_prompt = 0;   ///< prompt tokens per row
+  int n_gen = 0;      ///< generated tokens per row
+  int positions = 0;  ///< cache positions per row (cache/scope tests)
+  std::string unit;   ///< "tok/s", "us", "GB/s", "GFLOP/s", "req/s", "%", "x"
+  Summary value;
+  std::vector<std::pair<std::string, double>> fields;
+
+  /// Adds a derived figure; returns *this.
+  Row& with(std::string key, double v);
+  /// The derived figure `key`; throws ArgumentError if absent.
+  double field(const std::string& key) const;
+  bool has_field(const std::string& key) const;
+};
+
+/// Everything one `kveval bench` run measured.
+struct Report {
+  /// kveval_version, git_hash, machine {threads, llc_bytes}, model {...}, options {...}.
+  nlohmann::json meta = nlohmann::json::object();
+  std::vector<Row> rows;
+  /// Free-text notes printed under the tables (how FLOPs and bytes are counted, caps applied).
+  std::vector<std::string> notes;
+};
+
+/// One JSON object per row: test, name, threads, batch, n_prompt, n_gen,
+/// positions, unit, median, stddev, mean, min, max, n, then the fields.
+nlohmann::json row_to_json(const Row& r);
+/// {"meta": ..., "results": [row...], "notes": [...]}.
+nlohmann::json to_json(const Report& rep);
+/// Markdown: a header line, one table per test in order of first appearance
+/// (columns: threads, batch, test, value ± stddev, then the test's fields), the notes.
+std::string to_markdown(const Report& rep);
+/// CSV with a header; fixed columns then the union of all field names;
+/// strings quoted when they contain a comma or quote.
+std::string to_csv(const Report& rep);
+/// One line per row: the row's JSON merged with kveval_version, git_hash, model path, machine threads.
+std::string to_jsonl(const Report& rep);
+/// Dispatches on "md", "csv", "json", "jsonl"; throws ArgumentError otherwise.
+std::string format_report(const Report& rep, const std::string& format);
+
+}  // namespace kveval::bench

@@ -1,0 +1,617 @@
+// The measurements of `kveval bench` (see bench_run.hpp).
+#include "cli/bench_run.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <map>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "backend/roofline.hpp"
+#include "cli/bench_cost.hpp"
+#include "util/error.hpp"
+#include "util/hash.hpp"
+#include "util/timer.hpp"
+
+namespace kveval::bench {
+
+const std::vector<std::string>& test_names() {
+  static const std::vector<std::string> names = {"roofline", "pp", "tg", "tg-nocache", "cache", "switch", "ll"};
+  return names;
+}
+
+namespace {
+
+void require_list(const std::vector<int>& v, const char* opt) {
+  if (v.empty()) throw ArgumentError(fmt::format("{}: needs at least one value", opt));
+  for (int x : v)
+    if (x < 1) throw ArgumentError(fmt::format("{}: values must be >= 1, got {}", opt, x));
+}
+
+bool selected(const Options& o, const std::string& t) {
+  return o.tests.empty() || std::find(o.tests.begin(), o.tests.end(), t) != o.tests.end();
+}
+
+/// One warm-up call of `f`, then `reps` timed calls; `f` returns its sample.
+template <class F>
+std::vector<double> repeat(int reps, F&& f) {
+  f();
+  std::vector<double> out;
+  out.reserve(static_cast<size_t>(reps));
+  for (int i = 0; i < reps; ++i) out.push_back(f());
+  return out;
+}
+
+std::vector<double> map_samples(const std::vector<double>& x, const std::function<double(double)>& f) {
+  std::vector<double> y;
+  for (double v : x) y.push_back(f(v));
+  return y;
+}
+
+double us(double seconds) { return seconds * 1e6; }
+
+/// Per-thread-count state shared by the tests.
+struct Ctx {
+  const Options& o;
+  Model& model;
+  const HParams& hp;
+  int threads;
+  Report& rep;
+  const std::function<void(const std::string&)>& progress;
+  std::optional<backend::StreamResult> stream;
+  std::map<int64_t, backend::SgemmResult> sgemm;  // by M (rows through the layer matrices)
+  /// e2e seconds (prefill + decode) of cached generation by (batch, prompt, gen).
+  std::map<std::array<int, 3>, std::vector<double>> cached_e2e;
+
+  void say(const std::string& s) const {
+    if (progress) progress(fmt::format("[t={}] {}", threads, s));
+  }
+  Row row(const std::string& test, const std::string& name) const {
+    Row r;
+    r.test = test;
+    r.name = name;
+    r.threads = threads;
+    return r;
+  }
+  void note(const std::string& n) {
+    if (std::find(rep.notes.begin(), rep.notes.end(), n) == rep.notes.end()) rep.notes.push_back(n);
+  }
+  /// sgemm rate at the model's shapes with M rows (measured once per M, also reported as a roofline row).
+  const backend::SgemmResult& sgemm_at(int64_t m) {
+    auto it = sgemm.find(m);
+    if (it != sgemm.end()) return it->second;
+    say(fmt::format("roofline: sgemm at the model's shapes, M = {}", m));
+    backend::SgemmResult r =
+        backend::sgemm_throughput(threads, weight_gemm_shapes(hp, m, m), std::max(3, o.repetitions));
+    Row row = this->row("roofline", fmt::format("sgemm m={}", m));
+    row.unit = "GFLOP/s";
+    row.value = exact(r.gflops);
+    row.with("gflop_per_pass", r.flops_per_pass / 1e9).with("ms_per_pass", r.seconds_per_pass * 1e3);
+    rep.rows.push_back(row);
+    return sgemm.emplace(m, r).first->second;
+  }
+};
+
+void drop_caches(Model& m) {
+  if (m.caches_are_setup()) m.delete_caches();
+}
+
+// ---- roofline -------------------------------------------------------------
+
+void run_roofline(Ctx& c) {
+  const size_t bytes = c.o.stream_bytes ? c.o.stream_bytes : backend::stream_buffer_bytes();
+  c.say(fmt::format("roofline: stream read over {} MiB", bytes >> 20));
+  c.stream = backend::stream_read_bandwidth(c.threads, bytes, std::max(3, c.o.repetitions));
+  Row r = c.row("roofline", "stream read");
+  r.unit = "GB/s";
+  r.value = exact(c.stream->best_gb_per_s);
+  r.with("median_GB_per_s", c.stream->median_gb_per_s).with("buffer_MiB", static_cast<double>(c.stream->buffer_bytes >> 20));
+  c.rep.rows.push_back(r);
+  c.sgemm_at(1);
+  c.note("roofline: 'stream read' is the best of the passes summing a float buffer larger than the last-level cache "
+         "(1e9 bytes/s); 'sgemm m=M' is oneDNN f32 matmul over the model's weight shapes (7 per layer + output) "
+         "with M rows, weights pre-reordered, median pass.");
+}
+
+// ---- pp ---------------------------------------------------------------------
+
+void run_pp(Ctx& c) {
+  drop_caches(c.model);
+  const int64_t V = c.hp.n_vocab;
+  for (int b : c.o.batches) {
+    for (int p : c.o.n_prompt) {
+      if (p > c.hp.n_ctx_train) {
+        c.note(fmt::format("pp{} skipped: longer than the context length {}", p, c.hp.n_ctx_train));
+        continue;
+      }
+      c.say(fmt::format("pp{} batch {}", p, b));
+      const auto prompts = synthetic_prompts(c.model, b, p, c.o.seed);
+      std::vector<int32_t> tokens;
+      for (const auto& pr : prompts) tokens.insert(tokens.end(), pr.begin(), pr.end());
+      std::vector<int> n_tokens(static_cast<size_t>(b), p);
+      std::vector<float> logits(static_cast<size_t>(b) * static_cast<size_t>(p) * static_cast<size_t>(V));
+      const auto secs = repeat(c.o.repetitions, [&] {
+        Stopwatch sw;
+        c.model.forward(tokens, b, p, n_tokens, Model::Logits::All, logits);
+        return sw.seconds();
+      });
+      const double tok = static_cast<double>(b) * p;
+      Row r = c.row("pp", fmt::format("pp{}", p));
+      r.batch = b;
+      r.n_prompt = p;
+      r.unit = "tok/s";
+      r.value = summarize(map_samples(secs, [&](double s) { return tok / s; }));
+      const double flops = prompt_flops(c.hp, p, b);
+      const double gflops = flops / median(secs) / 1e9;
+      r.with("GFLOP_per_s", gflops);
+      if (c.stream) {  // roofline selected: compare with sgemm at the same M
+        const auto& g = c.sgemm_at(static_cast<int64_t>(b) * p);
+        r.with("sgemm_GFLOP_per_s", g.gflops).with("frac_of_sgemm", gflops / g.gflops);
+      }
+      c.rep.rows.push_back(r);
+    }
+  }
+  c.note("pp: GFLOP/s counts 2*M*N*K per weight matrix (7 per layer and the output layer at every position) plus "
+         "causal attention 2*2*(P^2/2)*n_embd per layer and row (QK^T and PV over the lower triangle; softmax, "
+         "norms and RoPE not counted); frac_of_sgemm divides by oneDNN sgemm at the same shapes and M = batch*P "
+         "(weight matmuls only).");
+}
+
+// ---- tg / tg-nocache ------------------------------------------------------------
+
+/// Generation lengths that fit after `p` prompt tokens (capped at n_ctx - p, noted).
+std::vector<int> fitting_gens(Ctx& c, int p) {
+  std::vector<int> out;
+  for (int g : c.o.n_gen) {
+    int gg = g;
+    if (p + g > c.hp.n_ctx_train) {
+      gg = c.hp.n_ctx_train - p;
+      c.note(fmt::format("tg: n_gen {} after a {}-token prompt exceeds the context length {}; capped to {}", g, p,
+                         c.hp.n_ctx_train, gg));
+    }
+    if (gg >= 2 && std::find(out.begin(), out.end(), gg) == out.end()) out.push_back(gg);
+  }
+  return out;
+}
+
+void run_tg(Ctx& c) {
+  const double wbytes = streamed_weight_bytes(c.hp, static_cast<double>(c.model.weight_bytes()));
+  for (int b : c.o.batches) {
+    for (int p : c.o.tg_prompt) {
+      for (int g : fitting_gens(c, p)) {
+        c.say(fmt::format("tg{} after p{} batch {}", g, p, b));
+        const auto prompts = synthetic_prompts(c.model, b, p, c.o.seed);
+        std::vector<double> decode, e2e, prefill;
+        repeat(c.o.repetitions, [&] {
+          GenerateTiming t;
+          bench_generate(c.model, prompts, g, true, &t);
+          decode.push_back(t.decode_seconds);
+          prefill.push_back(t.prefill_seconds);
+          e2e.push_back(t.prefill_seconds + t.decode_seconds);
+          return 0.0;
+        });
+        // Drop the warm-up sample.
+        decode.erase(decode.begin());
+        prefill.erase(prefill.begin());
+        e2e.erase(e2e.begin());
+        c.cached_e2e[{b, p, g}] = e2e;
+        const double steps = g - 1;  // the first token comes from the prefill's logits
+        Row r = c.row("tg", fmt::format("tg{}", g));
+        r.batch = b;
+        r.n_prompt = p;
+        r.n_gen = g;
+        r.unit = "tok/s";
+        r.value = summarize(map_samples(decode, [&](double s) { return b * steps / s; }));
+        const double gbps = wbytes * steps / median(decode) / 1e9;
+        r.with("weights_GB_per_s", gbps);
+        if (c.stream) r.with("frac_of_stream", gbps / c.stream->best_gb_per_s);
+        r.with("prefill_tok_s", b * p / median(prefill)).with("e2e_tok_s", b * g / median(e2e));
+        c.rep.rows.push_back(r);
+      }
+    }
+  }
+  drop_caches(c.model);
+  c.note(fmt::format(
+      "tg: tok/s = batch*(n_gen-1) / decode time (the first token comes from the prefill; decode time includes argmax "
+      "and log-prob of each token); weights_GB_per_s = {:.1f} MB of weights streamed per decode step (all F32 weights, "
+      "less token_embd when the output matrix is separate) * steps / decode time; frac_of_stream divides by 'stream "
+      "read'. e2e_tok_s = batch*n_gen / (prefill + decode).",
+      wbytes / 1e6));
+}
+
+void run_tg_nocache(Ctx& c) {
+  drop_caches(c.model);
+  for (int b : c.o.batches) {
+    for (int p : c.o.tg_prompt) {
+      for (int g : fitting_gens(c, p)) {
+        c.say(fmt::format("tg-nocache{} after p{} batch {}", g, p, b));
+        const auto prompts = synthetic_prompts(c.model, b, p, c.o.seed);
+        const auto secs = repeat(c.o.repetitions, [&] {
+          GenerateTiming t;
+          bench_generate(c.model, prompts, g, false, &t);
+          return t.prefill_seconds + t.decode_seconds;
+        });
+        Row r = c.row("tg-nocache", fmt::format("tg{}", g));
+        r.batch = b;
+        r.n_prompt = p;
+        r.n_gen = g;
+        r.unit = "tok/s";
+        r.value = summarize(map_samples(secs, [&](double s) { return b * g / s; }));
+        c.rep.rows.push_back(r);
+
+        auto it = c.cached_e2e.find({b, p, g});
+        if (it == c.cached_e2e.end()) {  // tg not selected: time the cached path here
+          std::vector<double> e2e;
+          repeat(c.o.repetitions, [&] {
+            GenerateTiming t;
+            bench_generate(c.model, prompts, g, true, &t);
+            e2e.push_back(t.prefill_seconds + t.decode_seconds);
+            return 0.0;
+          });
+          e2e.erase(e2e.begin());
+          drop_caches(c.model);
+          it = c.cached_e2e.emplace(std::array<int, 3>{b, p, g}, e2e).first;
+        }
+        const double t_cached = median(it->second), t_uncached = median(secs);
+        const double ideal = generate_matmul_flops(c.hp, p, g, false) / generate_matmul_flops(c.hp, p, g, true);
+        Row s = c.row("speedup", fmt::format("tg{}", g));
+        s.batch = b;
+        s.n_prompt = p;
+        s.n_gen = g;
+        s.unit = "x";
+        s.value = exact(t_uncached / t_cached);
+        s.with("cached_tok_s", b * g / t_cached)
+            .with("uncached_tok_s", b * g / t_uncached)
+            .with("ideal_ratio", ideal)
+            .with("frac_of_ideal", t_uncached / t_cached / ideal);
+        c.rep.rows.push_back(s);
+      }
+    }
+  }
+  c.note("tg-nocache: tok/s = batch*n_gen / (prefill + decode) where every step re-runs the whole sequence; speedup = "
+         "uncached / cached end-to-end time (medians); ideal_ratio = ratio of the two paths' weight-matmul FLOPs "
+         "(cached: layers*(P+G-1) + output*G; uncached: layers*(G*P + G(G-1)/2) + output*G; attention not counted).");
+}
+
+// ---- cache lifecycle ------------------------------------------------------------
+
+void run_cache(Ctx& c) {
+  drop_caches(c.model);
+  const int64_t V = c.hp.n_vocab;
+  for (const auto& shape : c.o.cache_shapes) {
+    const int b = shape[0];
+    int pos = shape[1];
+    if (pos > c.hp.n_ctx_train) {
+      c.note(fmt::format("cache: {} positions capped at the model's context length {}", pos, c.hp.n_ctx_train));
+      pos = c.hp.n_ctx_train;
+    }
+    c.say(fmt::format("cache lifecycle batch {} positions {}", b, pos));
+    const auto prompts = synthetic_prompts(c.model, b, 2, c.o.seed);
+    std::vector<int32_t> tokens;
+    for (const auto& p : prompts) tokens.push_back(p[1]);
+    std::vector<int> n_tokens(static_cast<size_t>(b), 1);
+    std::vector<float> logits(static_cast<size_t>(b * V));
+    std::vector<double> setup, first, steady, reset, del, bytes;
+    constexpr int kResets = 1000;
+    repeat(c.o.repetitions, [&] {
+      drop_caches(c.model);
+      Stopwatch sw;
+      c.model.setup_caches(b, pos);
+      setup.push_back(sw.seconds());
+      bytes.push_back(static_cast<double>(c.model.bytes()));
+      sw.reset();
+      c.model.forward(tokens, b, 1, n_tokens, Model::Logits::Last, logits);
+      first.push_back(sw.seconds());
+      c.model.reset_caches();
+      sw.reset();
+      c.model.forward(tokens, b, 1, n_tokens, Model::Logits::Last, logits);
+      steady.push_back(sw.seconds());
+      sw.reset();
+      for (int i = 0; i < kResets; ++i) c.model.reset_caches();
+      reset.push_back(sw.seconds() / kResets);
+      sw.reset();
+      c.model.delete_caches();
+      del.push_back(sw.seconds());
+      return 0.0;
+    });
+    for (auto* v : {&setup, &first, &steady, &reset, &del, &bytes}) v->erase(v->begin());  // warm-up
+    std::vector<double> sd;
+    for (size_t i = 0; i < setup.size(); ++i) sd.push_back(setup[i] + del[i]);
+    auto add = [&](const std::string& name, const std::vector<double>& secs) {
+      Row r = c.row("cache", name);
+      r.batch = b;
+      r.positions = pos;
+      r.unit = "us";
+      r.value = summarize(map_samples(secs, us));
+      r.with("cache_MiB", bytes.back() / 1048576.0);
+      c.rep.rows.push_back(r);
+    };
+    add("setup_caches", setup);
+    add("first write", first);
+    add("steady write", steady);
+    add("reset_caches", reset);
+    add("delete_caches", del);
+    add("setup+delete", sd);
+
+    // KvCacheScope enter + leave, both policies.
+    std::vector<double> rel = repeat(c.o.repetitions, [&] {
+      Stopwatch sw;
+      { KvCacheScope s(c.model, b, pos, CachePolicy::Release); }
+      return sw.seconds();
+    });
+    c.model.setup_caches(b, pos);  // the allocation Reuse keeps
+    c.model.set_caches_enabled(false);
+    std::vector<double> reu = repeat(c.o.repetitions, [&] {
+      Stopwatch sw;
+      { KvCacheScope s(c.model, b, pos, CachePolicy::Reuse); }
+      return sw.seconds();
+    });
+    drop_caches(c.model);
+    add("scope enter+leave (release)", rel);
+    add("scope enter+leave (reuse)", reu);
+  }
+  c.note("cache: setup_caches allocates without zero-fill; 'first write' is a one-token forward of every row right "
+         "after setup (its pages are touched then), 'steady write' the same forward after reset_caches; "
+         "reset_caches is the mean of 1000 calls; scope rows time constructing and destroying a KvCacheScope.");
+}
+
+// ---- switch -----------------------------------------------------------------
+
+void run_switch(Ctx& c) {
+  const int b = c.o.switch_batch;
+  const int p = std::min(c.o.switch_prompt, c.hp.n_ctx_train - 1);
+  const int g = std::min(c.o.switch_gen, c.hp.n_ctx_train - p);
+  const auto prompts = synthetic_prompts(c.model, b, p, c.o.seed);
+  GenerateOptions gopts;
+  gopts.max_gen_toks = {g};
+  gopts.stop_at_eos = false;
+  for (CachePolicy policy : {CachePolicy::Release, CachePolicy::Reuse}) {
+    c.say(fmt::format("switch: {} rounds, policy {}", c.o.switch_rounds, to_string(policy)));
+    drop_caches(c.model);
+    struct Round {
+      double enter, generate, exit, score;
+    };
+    auto round = [&] {
+      Round r{};
+      Stopwatch sw;
+      std::optional<KvCacheScope> scope;
+      scope.emplace(c.model, b, p + g, policy);
+      r.enter = sw.seconds();
+      sw.reset();
+      auto gens = generate_greedy(c.model, prompts, gopts);
+      r.generate = sw.seconds();
+      sw.reset();
+      scope.reset();
+      r.exit = sw.seconds();
+      sw.reset();
+      std::vector<ScoreRequest> reqs(static_cast<size_t>(b));
+      for (int i = 0; i < b; ++i) {
+        reqs[static_cast<size_t>(i)].tokens = prompts[static_cast<size_t>(i)];
+        const auto& ids = gens[static_cast<size_t>(i)].ids;
+        reqs[static_cast<size_t>(i)].tokens.insert(reqs[static_cast<size_t>(i)].tokens.end(), ids.begin(), ids.end());
+        reqs[static_cast<size_t>(i)].score_from = p;
+      }
+      score(c.model, reqs, b);
+      r.score = sw.seconds();
+      return r;
+    };
+    round();  // warm-up: first allocations and primitives
+    round();
+    const uint64_t prims0 = c.model.primitives_created();
+    const ModelStats s0 = c.model.stats();
+    std::vector<Round> rounds;
+    for (int k = 0; k < c.o.switch_rounds; ++k) rounds.push_back(round());
+    const ModelStats s1 = c.model.stats();
+    const uint64_t prims1 = c.model.primitives_created();
+    drop_caches(c.model);
+    std::vector<double> share, enter, exit_, gen, sc, total;
+    for (const auto& r : rounds) {
+      const double t = r.enter + r.generate + r.exit + r.score;
+      share.push_back(100.0 * (r.enter + r.exit) / t);
+      enter.push_back(us(r.enter));
+      exit_.push_back(us(r.exit));
+      gen.push_back(r.generate * 1e3);
+      sc.push_back(r.score * 1e3);
+      total.push_back(t * 1e3);
+    }
+    Row r = c.row("switch", to_string(policy));
+    r.batch = b;
+    r.n_prompt = p;
+    r.n_gen = g;
+    r.unit = "%";
+    r.value = summarize(share);
+    r.with("enter_us", median(enter))
+        .with("leave_us", median(exit_))
+        .with("generate_ms", median(gen))
+        .with("score_ms", median(sc))
+        .with("round_ms", median(total))
+        .with("new_primitives", static_cast<double>(prims1 - prims0))
+        .with("cache_allocations", static_cast<double>(s1.cache_allocations - s0.cache_allocations))
+        .with("buffer_allocations", static_cast<double>(s1.buffer_allocations - s0.buffer_allocations));
+    c.rep.rows.push_back(r);
+  }
+  c.note("switch: each round enters a KvCacheScope(batch, P+G), generates G tokens per row, leaves the scope, then "
+         "scores the same rows cache-free; value = share of the round spent entering+leaving the scope (median over "
+         "rounds); counters are new oneDNN primitives and allocations over the timed rounds after two warm-up rounds "
+         "(release allocates once per round by design; reuse should allocate nothing).");
+}
+
+// ---- ll -----------------------------------------------------------------------
+
+void run_ll(Ctx& c) {
+  drop_caches(c.model);
+  std::mt19937_64 rng(c.o.seed + 17);
+  const int lo = std::min(32, c.hp.n_ctx_train), hi = std::min(160, c.hp.n_ctx_train);
+  std::uniform_int_distribution<int> len(lo, hi);
+  std::vector<ScoreRequest> reqs;
+  double tokens = 0, scored = 0;
+  for (int i = 0; i < c.o.ll_requests; ++i) {
+    const int n = len(rng);
+    ScoreRequest r;
+    r.tokens = synthetic_prompts(c.model, 1, n, c.o.seed + 1000 + static_cast<uint64_t>(i))[0];
+    r.score_from = std::max(1, n - std::max(1, n / 4));  // context 3/4, continuation 1/4
+    tokens += n;
+    scored += n - r.score_from;
+    reqs.push_back(std::move(r));
+  }
+  for (int b : c.o.batches) {
+    c.say(fmt::format("ll: {} requests, batch {}", reqs.size(), b));
+    const auto secs = repeat(c.o.repetitions, [&] {
+      Stopwatch sw;
+      score(c.model, reqs, b);
+      return sw.seconds();
+    });
+    Row r = c.row("ll", "score");
+    r.batch = b;
+    r.unit = "req/s";
+    r.value = summarize(map_samples(secs, [&](double s) { return reqs.size() / s; }));
+    r.with("tok_s", tokens / median(secs)).with("scored_tok_s", scored / median(secs)).with("requests", static_cast<double>(reqs.size()));
+    c.rep.rows.push_back(r);
+  }
+  c.note(fmt::format("ll: {} synthetic requests of {}..{} tokens (last quarter scored), kveval::score in batches; "
+                     "tok_s counts every token forwarded.",
+                     c.o.ll_requests, lo, hi));
+}
+
+/// The 1-, 5- and 15-minute load averages (/proc/loadavg); empty if unreadable.
+std::vector<double> load_average() {
+  std::vector<double> v(3, 0.0);
+  std::FILE* f = std::fopen("/proc/loadavg", "r");
+  if (!f) return {};
+  const int n = std::fscanf(f, "%lf %lf %lf", &v[0], &v[1], &v[2]);
+  std::fclose(f);
+  if (n != 3) return {};
+  return v;
+}
+
+std::string iso_time_utc() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+void validate(const Options& o) {
+  if (o.model_path.empty()) throw ArgumentError("--model: a GGUF model path is required");
+  require_list(o.threads, "--threads");
+  require_list(o.batches, "--batch-size");
+  require_list(o.n_prompt, "--n-prompt");
+  require_list(o.n_gen, "--n-gen");
+  require_list(o.tg_prompt, "--tg-prompt");
+  if (o.repetitions < 1) throw ArgumentError(fmt::format("--repetitions: must be >= 1, got {}", o.repetitions));
+  for (const auto& t : o.tests)
+    if (std::find(test_names().begin(), test_names().end(), t) == test_names().end())
+      throw ArgumentError(fmt::format("--tests: unknown test '{}' (expected some of {})", t, fmt::join(test_names(), ",")));
+  for (const auto& s : o.cache_shapes)
+    if (s[0] < 1 || s[1] < 1) throw ArgumentError(fmt::format("--cache-shapes: {}x{} must be >= 1x1", s[0], s[1]));
+  for (auto [v, name] : {std::pair{o.switch_rounds, "--switch-rounds"}, {o.switch_batch, "--switch-batch"},
+                         {o.switch_prompt, "--switch-prompt"}, {o.switch_gen, "--switch-gen"},
+                         {o.ll_requests, "--ll-requests"}})
+    if (v < 1) throw ArgumentError(fmt::format("{}: must be >= 1, got {}", name, v));
+  if (o.stream_bytes != 0 && o.stream_bytes < 4096)
+    throw ArgumentError(fmt::format("--stream-mib: buffer of {} bytes is too small", o.stream_bytes));
+}
+
+std::vector<std::vector<int32_t>> synthetic_prompts(const Model& model, int batch, int n_prompt, uint64_t seed) {
+  if (batch < 1 || n_prompt < 1) throw ArgumentError(fmt::format("synthetic_prompts: batch {} x {} tokens", batch, n_prompt));
+  const int32_t V = model.hparams().n_vocab, bos = model.tokenizer().bos(), eos = model.tokenizer().eos();
+  if (V < 5) throw ArgumentError(fmt::format("synthetic_prompts: vocabulary of {} tokens is too small", V));
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> id(3, V - 1);
+  std::vector<std::vector<int32_t>> out(static_cast<size_t>(batch));
+  for (auto& row : out) {
+    row.push_back(bos);
+    while (static_cast<int>(row.size()) < n_prompt) {
+      const int32_t t = id(rng);
+      if (t != bos && t != eos) row.push_back(t);
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<int32_t>> bench_generate(Model& model, const std::vector<std::vector<int32_t>>& prompts,
+                                                 int n_gen, bool cached, GenerateTiming* timing) {
+  if (prompts.empty()) throw ArgumentError("bench_generate: no prompts");
+  const size_t p = prompts[0].size();
+  for (const auto& r : prompts)
+    if (r.size() != p) throw ArgumentError("bench_generate: prompts must all have the same length");
+  const int total = static_cast<int>(p) + n_gen;
+  if (n_gen < 1 || total > model.hparams().n_ctx_train)
+    throw ArgumentError(fmt::format("bench_generate: {} prompt + {} generated tokens outside [1, context length {}]", p,
+                                    n_gen, model.hparams().n_ctx_train));
+  GenerateOptions opts;
+  opts.max_gen_toks = {n_gen};
+  opts.stop_at_eos = false;
+  std::vector<Generation> gens;
+  if (cached) {
+    KvCacheScope scope(model, static_cast<int>(prompts.size()), total, CachePolicy::Reuse);
+    gens = generate_greedy(model, prompts, opts, timing);
+  } else {
+    if (model.caches_are_enabled()) model.set_caches_enabled(false);
+    gens = generate_greedy_uncached(model, prompts, opts, total, timing);
+  }
+  std::vector<std::vector<int32_t>> ids;
+  for (auto& g : gens) ids.push_back(std::move(g.ids));
+  return ids;
+}
+
+Report run_bench(const Options& o, const std::function<void(const std::string&)>& progress) {
+  validate(o);
+  Report rep;
+  rep.meta["kveval_version"] = version();
+  rep.meta["git_hash"] = git_hash();
+  rep.meta["timestamp"] = iso_time_utc();
+  rep.meta["machine"] = {{"threads", std::thread::hardware_concurrency()},
+                         {"llc_bytes", backend::last_level_cache_bytes()},
+                         {"stream_buffer_bytes", o.stream_bytes ? o.stream_bytes : backend::stream_buffer_bytes()},
+                         {"loadavg_start", load_average()}};
+  nlohmann::json opts = {{"threads", o.threads},         {"batch_sizes", o.batches},
+                         {"n_prompt", o.n_prompt},       {"n_gen", o.n_gen},
+                         {"tg_prompt", o.tg_prompt},     {"repetitions", o.repetitions},
+                         {"tests", o.tests.empty() ? test_names() : o.tests},
+                         {"switch_rounds", o.switch_rounds}, {"switch_batch", o.switch_batch},
+                         {"switch_prompt", o.switch_prompt}, {"switch_gen", o.switch_gen},
+                         {"ll_requests", o.ll_requests}, {"seed", o.seed}};
+  opts["cache_shapes"] = nlohmann::json::array();
+  for (const auto& s : o.cache_shapes) opts["cache_shapes"].push_back({s[0], s[1]});
+  rep.meta["options"] = opts;
+  for (int t : o.threads) {
+    ModelOptions mo;
+    mo.threads = t;
+    auto model = Model::load(o.model_path, mo);
+    const HParams& hp = model->hparams();
+    if (!rep.meta.contains("model")) {
+      rep.meta["model"] = {{"path", o.model_path},
+                           {"n_params", n_params(hp)},
+                           {"weight_bytes", model->weight_bytes()},
+                           {"streamed_weight_bytes", streamed_weight_bytes(hp, static_cast<double>(model->weight_bytes()))},
+                           {"n_vocab", hp.n_vocab},
+                           {"n_embd", hp.n_embd},
+                           {"n_layer", hp.n_layer},
+                           {"n_head", hp.n_head},
+                           {"n_head_kv", hp.n_head_kv},
+                           {"n_ff", hp.n_ff},
+                           {"n_ctx_train", hp.n_ctx_train},
+                           {"tied_output", hp.tied_output}};
+    }
+    Ctx c{o, *model, hp, model->threads(), rep, progress, {}, {}, {}};
+    if (selected(o, "roofline")) run_roofline(c);
+    if (selected(o, "pp")) run_pp(c);
+    if (selected(o, "tg")) run_tg(c);
+    if (selected(o, "tg-nocache")) run_tg_nocache(c);
+    if (selected(o, "cache")) run_cache(c);
+    if (selected(o, "switch")) run_switch(c);
+    if (selected(o, "ll")) run_ll(c);
+  }
+  rep.meta["machine"]["loadavg_end"] = load_average();
+  return rep;
+}
+
+}  // namespace kveval::bench

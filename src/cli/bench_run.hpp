@@ -1,0 +1,64 @@
+#pragma once
+// The measurements of `kveval bench` (llama-bench style: one warm-up, then
+// `repetitions` timed runs summarised by median and standard deviation).
+// Tests: pp (cache-free prompt forward), tg (cached decode), tg-nocache
+// (decode re-running the whole sequence, plus the cached/uncached speedup),
+// cache (KV cache lifecycle), switch (generate/score alternation under both
+// cache policies), ll (scoring throughput), roofline (stream bandwidth and
+// oneDNN sgemm at the model's shapes).
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cli/bench_report.hpp"
+#include "model/model.hpp"
+
+namespace kveval::bench {
+
+/// Names accepted by --tests, in the order they run.
+const std::vector<std::string>& test_names();
+
+/// What to measure. Lists are swept as a cross product, like llama-bench.
+struct Options {
+  std::string model_path;
+  std::vector<int> threads;                 ///< thread counts (one model load each)
+  std::vector<int> batches = {1};           ///< rows per forward (pp, tg, tg-nocache, ll)
+  std::vector<int> n_prompt = {64, 512};    ///< pp: prompt tokens per row
+  std::vector<int> n_gen = {16, 64, 256};   ///< tg/tg-nocache: generated tokens per row
+  std::vector<int> tg_prompt = {16};        ///< tg/tg-nocache: prompt tokens before generating
+  int repetitions = 5;                      ///< timed runs after one warm-up
+  std::vector<std::string> tests;           ///< subset of test_names(); empty = all
+  /// cache/scope: (batch, positions); positions are capped at the model's context length.
+  std::vector<std::array<int, 2>> cache_shapes = {{{1, 512}}, {{4, 2048}}, {{8, 4096}}};
+  int switch_rounds = 8;   ///< switch: timed rounds K per policy
+  int switch_batch = 4;    ///< switch: rows B generated and scored per round
+  int switch_prompt = 16;  ///< switch: prompt tokens per row
+  int switch_gen = 32;     ///< switch: generated tokens per row G
+  int ll_requests = 64;    ///< ll: synthetic requests per run
+  size_t stream_bytes = 0; ///< roofline: read-bandwidth buffer (0 = backend::stream_buffer_bytes())
+  uint64_t seed = 1;       ///< synthetic token ids
+};
+
+/// Checks `o` (lists non-empty, values >= 1, known test names); throws ArgumentError naming the option.
+void validate(const Options& o);
+
+/// Runs every selected test at every thread count. `progress` (may be empty)
+/// receives one line per measurement. Throws what Model::load and the
+/// engine throw, ArgumentError for invalid options.
+Report run_bench(const Options& o, const std::function<void(const std::string&)>& progress = {});
+
+/// `batch` prompts of `n_prompt` tokens: BOS, then ids uniform in
+/// [3, n_vocab) excluding BOS/EOS, deterministic from `seed` (mt19937_64).
+std::vector<std::vector<int32_t>> synthetic_prompts(const Model& model, int batch, int n_prompt, uint64_t seed);
+
+/// The generation the tg (cached = true: generate_greedy inside a
+/// KvCacheScope of batch x (prompt + n_gen), CachePolicy::Reuse) or
+/// tg-nocache (generate_greedy_uncached) tests time: exactly `n_gen` ids per
+/// row (EOS does not stop). Leaves the cache disabled. Throws ArgumentError
+/// if the prompts are ragged or prompt + n_gen exceeds the context length.
+std::vector<std::vector<int32_t>> bench_generate(Model& model, const std::vector<std::vector<int32_t>>& prompts,
+                                                 int n_gen, bool cached, GenerateTiming* timing = nullptr);
+
+}  // namespace kveval::bench

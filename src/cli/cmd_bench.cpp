@@ -1,0 +1,96 @@
+// `kveval bench`: cached vs uncached throughput, KV-cache lifecycle cost and
+// a roofline report (llama-bench style; see cli/bench_run.hpp).
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "cli/bench_run.hpp"
+#include "cli/commands.hpp"
+#include "util/error.hpp"
+
+namespace kveval::cli {
+
+namespace {
+
+/// "8x4096" -> {8, 4096}; throws ArgumentError naming the option.
+std::array<int, 2> parse_shape(const std::string& s) {
+  const auto x = s.find('x');
+  try {
+    if (x == std::string::npos) throw std::invalid_argument("no x");
+    size_t used_a = 0, used_b = 0;
+    const int a = std::stoi(s.substr(0, x), &used_a);
+    const int b = std::stoi(s.substr(x + 1), &used_b);
+    if (used_a != x || used_b != s.size() - x - 1) throw std::invalid_argument("trailing");
+    return {a, b};
+  } catch (const std::exception&) {
+    throw ArgumentError(fmt::format("--cache-shapes: '{}' is not BATCHxPOSITIONS (e.g. 8x4096)", s));
+  }
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, Action& action) {
+  struct State {
+    bench::Options o;
+    std::vector<std::string> shapes = {"1x512", "4x2048", "8x4096"};
+    std::string output = "md";
+    int stream_mib = 0;
+    bool progress = false;
+    std::string json_out;
+  };
+  auto st = std::make_shared<State>();
+  auto* sub = app.add_subcommand(
+      "bench", "Measure throughput (pp, tg, tg-nocache), KV-cache lifecycle cost (cache, switch), scoring (ll) and the "
+               "machine's roofline (stream bandwidth, oneDNN sgemm)");
+  sub->add_option("-m,--model", st->o.model_path, "GGUF model")->required();
+  sub->add_option("-t,--threads", st->o.threads, "thread counts, comma-separated (default: all cores)")->delimiter(',');
+  sub->add_option("-b,--batch-size", st->o.batches, "rows per forward, comma-separated")->delimiter(',')->capture_default_str();
+  sub->add_option("-p,--n-prompt", st->o.n_prompt, "pp: prompt tokens, comma-separated")->delimiter(',')->capture_default_str();
+  sub->add_option("-n,--n-gen", st->o.n_gen, "tg/tg-nocache: generated tokens, comma-separated")->delimiter(',')->capture_default_str();
+  sub->add_option("--tg-prompt", st->o.tg_prompt, "tg/tg-nocache: prompt tokens before generating")->delimiter(',')->capture_default_str();
+  sub->add_option("-r,--repetitions", st->o.repetitions, "timed repetitions after one warm-up")->capture_default_str();
+  sub->add_option("--tests", st->o.tests, "tests to run: roofline,pp,tg,tg-nocache,cache,switch,ll (default: all)")
+      ->delimiter(',');
+  sub->add_option("--cache-shapes", st->shapes, "cache test: BATCHxPOSITIONS list")->delimiter(',')->capture_default_str();
+  sub->add_option("--switch-rounds", st->o.switch_rounds, "switch: timed rounds per policy")->capture_default_str();
+  sub->add_option("--switch-batch", st->o.switch_batch, "switch: rows per round")->capture_default_str();
+  sub->add_option("--switch-prompt", st->o.switch_prompt, "switch: prompt tokens per row")->capture_default_str();
+  sub->add_option("--switch-gen", st->o.switch_gen, "switch: generated tokens per row")->capture_default_str();
+  sub->add_option("--ll-requests", st->o.ll_requests, "ll: synthetic requests")->capture_default_str();
+  sub->add_option("--stream-mib", st->stream_mib, "roofline: read buffer in MiB (default: max(4 x LLC, 256 MiB), <= 2 GiB)");
+  sub->add_option("--seed", st->o.seed, "seed of the synthetic token ids")->capture_default_str();
+  sub->add_option("-o,--output", st->output, "md, csv, json or jsonl")
+      ->check(CLI::IsMember({"md", "csv", "json", "jsonl"}))
+      ->capture_default_str();
+  sub->add_option("--json-out", st->json_out, "also write the JSON report to this file");
+  sub->add_flag("--progress", st->progress, "print each measurement to stderr as it starts");
+  sub->callback([st, &action] {
+    action = [st]() -> int {
+      bench::Options o = st->o;
+      if (o.threads.empty()) o.threads = {static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
+      o.cache_shapes.clear();
+      for (const auto& s : st->shapes) o.cache_shapes.push_back(parse_shape(s));
+      if (st->stream_mib < 0) throw ArgumentError(fmt::format("--stream-mib: must be >= 0, got {}", st->stream_mib));
+      o.stream_bytes = static_cast<size_t>(st->stream_mib) << 20;
+      std::function<void(const std::string&)> progress;
+      if (st->progress) progress = [](const std::string& s) { fmt::print(stderr, "kveval bench: {}\n", s); };
+      const bench::Report rep = bench::run_bench(o, progress);
+      const std::string text = bench::format_report(rep, st->output);
+      if (!st->json_out.empty()) {
+        std::FILE* f = std::fopen(st->json_out.c_str(), "w");
+        if (!f) throw Error(fmt::format("--json-out: cannot write '{}'", st->json_out));
+        const std::string j = bench::format_report(rep, "json");
+        const bool ok = std::fwrite(j.data(), 1, j.size(), f) == j.size();
+        if (std::fclose(f) != 0 || !ok) throw Error(fmt::format("--json-out: cannot write '{}'", st->json_out));
+      }
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+      return kOk;
+    };
+  });
+}
+
+}  // namespace kveval::cli

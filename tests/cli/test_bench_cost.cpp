@@ -1,0 +1,88 @@
+// FLOP and byte counts of a forward pass: hand-computed for the s15m shape.
+#include <doctest/doctest.h>
+
+#include "cli/bench_cost.hpp"
+
+using namespace kveval;
+using namespace kveval::bench;
+
+namespace {
+/// s15m: dim 288, 6 layers, 6 heads (6 kv), FFN 768, vocab 32000, context 256, untied output.
+HParams s15m() {
+  HParams hp;
+  hp.n_vocab = 32000;
+  hp.n_embd = 288;
+  hp.n_layer = 6;
+  hp.n_head = 6;
+  hp.n_head_kv = 6;
+  hp.n_ff = 768;
+  hp.n_ctx_train = 256;
+  return hp;
+}
+/// gqa: dim 2048, 4 layers, 32 heads / 4 kv heads (kv dim 256), FFN 5632.
+HParams gqa() {
+  HParams hp = s15m();
+  hp.n_embd = 2048;
+  hp.n_layer = 4;
+  hp.n_head = 32;
+  hp.n_head_kv = 4;
+  hp.n_ff = 5632;
+  hp.n_ctx_train = 4096;
+  return hp;
+}
+}  // namespace
+
+TEST_SUITE("cli.bench_cost") {
+  TEST_CASE("matmul FLOPs per token") {
+    // Per layer: 2*288^2 (wq, wo) + 2*288*288 (wk, wv) + 3*288*768 (w1, w3, w2) = 995328 weights.
+    CHECK(layer_matmul_flops_per_token(s15m()) == doctest::Approx(2.0 * 6 * 995328));
+    CHECK(output_matmul_flops_per_token(s15m()) == doctest::Approx(2.0 * 288 * 32000));
+    // gqa per layer: 2*2048^2 + 2*256*2048 + 3*2048*5632 = 8388608 + 1048576 + 34603008.
+    CHECK(layer_matmul_flops_per_token(gqa()) == doctest::Approx(2.0 * 4 * 44040192));
+  }
+
+  TEST_CASE("parameters count embeddings, layers, norms and an untied output") {
+    HParams hp = s15m();
+    const double layers = 6 * (995328 + 2 * 288);
+    CHECK(n_params(hp) == doctest::Approx(32000.0 * 288 * 2 + layers + 288));
+    hp.tied_output = true;
+    CHECK(n_params(hp) == doctest::Approx(32000.0 * 288 + layers + 288));
+  }
+
+  TEST_CASE("causal attention and prompt FLOPs") {
+    // 2 * 64^2 * 288 * 6 layers.
+    CHECK(attention_flops_causal(s15m(), 64) == doctest::Approx(2.0 * 64 * 64 * 288 * 6));
+    const double per_row = 64 * (2.0 * 6 * 995328 + 2.0 * 288 * 32000) + 2.0 * 64 * 64 * 288 * 6;
+    CHECK(prompt_flops(s15m(), 64, 3) == doctest::Approx(3 * per_row));
+  }
+
+  TEST_CASE("ideal cached/uncached ratio at P = 16, G = 240") {
+    const double l = 2.0 * 6 * 995328, o = 2.0 * 288 * 32000;
+    const double cached = l * (16 + 240 - 1) + o * 240;
+    const double uncached = l * (240.0 * 16 + 240.0 * 239 / 2) + o * 240;
+    CHECK(generate_matmul_flops(s15m(), 16, 240, true) == doctest::Approx(cached));
+    CHECK(generate_matmul_flops(s15m(), 16, 240, false) == doctest::Approx(uncached));
+    // G = 1: both paths run the prompt once.
+    CHECK(generate_matmul_flops(s15m(), 16, 1, false) == doctest::Approx(generate_matmul_flops(s15m(), 16, 1, true)));
+  }
+
+  TEST_CASE("streamed weight bytes drop token_embd only when the output is untied") {
+    HParams hp = s15m();
+    CHECK(streamed_weight_bytes(hp, 1e9) == doctest::Approx(1e9 - 32000.0 * 288 * 4));
+    hp.tied_output = true;
+    CHECK(streamed_weight_bytes(hp, 1e9) == doctest::Approx(1e9));
+  }
+
+  TEST_CASE("gemm shapes of one forward add up to the FLOP counts") {
+    const HParams hp = gqa();
+    const auto shapes = weight_gemm_shapes(hp, 8, 2);
+    double layers = 0, out = 0;
+    for (const auto& s : shapes) (s.n == hp.n_vocab ? out : layers) += s.flops();
+    CHECK(layers == doctest::Approx(8 * layer_matmul_flops_per_token(hp)));
+    CHECK(out == doctest::Approx(2 * output_matmul_flops_per_token(hp)));
+    // wk/wv: 256 outputs from 2048 inputs, twice per layer.
+    bool found_kv = false;
+    for (const auto& s : shapes) found_kv |= (s.n == 256 && s.k == 2048 && s.count == 8 && s.m == 8);
+    CHECK(found_kv);
+  }
+}

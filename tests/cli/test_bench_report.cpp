@@ -1,0 +1,111 @@
+// Bench printers: every format carries every figure.
+#include <doctest/doctest.h>
+
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/bench_report.hpp"
+#include "util/error.hpp"
+
+using namespace kveval;
+using namespace kveval::bench;
+
+namespace {
+Report sample() {
+  Report rep;
+  rep.meta["kveval_version"] = "0.1.0";
+  rep.meta["git_hash"] = "abc1234";
+  rep.meta["machine"] = {{"threads", 2}};
+  rep.meta["model"] = {{"path", "models/s15m.gguf"}, {"weight_bytes", 1048576.0 * 60}, {"n_params", 15e6}};
+  Row tg;
+  tg.test = "tg";
+  tg.name = "tg64";
+  tg.threads = 2;
+  tg.batch = 8;
+  tg.n_prompt = 16;
+  tg.n_gen = 64;
+  tg.unit = "tok/s";
+  const std::vector<double> v = {100, 110, 90};
+  tg.value = summarize(v);
+  tg.with("weights_GB_per_s", 12.5).with("frac_of_stream", 0.5);
+  Row c;
+  c.test = "cache";
+  c.name = "reset_caches";
+  c.threads = 1;
+  c.batch = 4;
+  c.positions = 2048;
+  c.unit = "us";
+  c.value = exact(0.004);
+  c.with("cache_MiB", 10);
+  rep.rows = {tg, c};
+  rep.notes = {"a note, with a comma"};
+  return rep;
+}
+
+std::vector<std::string> lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+}  // namespace
+
+TEST_SUITE("cli.bench_report") {
+  TEST_CASE("json has meta, every row with its statistics and fields, and the notes") {
+    const auto j = nlohmann::json::parse(format_report(sample(), "json"));
+    CHECK(j["meta"]["kveval_version"] == "0.1.0");
+    CHECK(j["meta"]["git_hash"] == "abc1234");
+    CHECK(j["meta"]["machine"]["threads"] == 2);
+    REQUIRE(j["results"].size() == 2);
+    const auto& r = j["results"][0];
+    CHECK(r["test"] == "tg");
+    CHECK(r["batch"] == 8);
+    CHECK(r["n_gen"] == 64);
+    CHECK(r["median"].get<double>() == 100.0);
+    CHECK(r["stddev"].get<double>() == doctest::Approx(10.0));
+    CHECK(r["min"].get<double>() == 90.0);
+    CHECK(r["n"] == 3);
+    CHECK(r["frac_of_stream"].get<double>() == 0.5);
+    CHECK(j["results"][1]["positions"] == 2048);
+    CHECK(j["notes"][0] == "a note, with a comma");
+  }
+
+  TEST_CASE("csv has a header with the union of fields and one line per row") {
+    const auto ls = lines(format_report(sample(), "csv"));
+    REQUIRE(ls.size() == 3);
+    CHECK(ls[0] ==
+          "test,name,threads,batch,n_prompt,n_gen,positions,unit,median,stddev,mean,min,max,n,weights_GB_per_s,"
+          "frac_of_stream,cache_MiB");
+    CHECK(ls[1] == "tg,tg64,2,8,16,64,0,tok/s,100,10,100,90,110,3,12.5,0.5,");
+    CHECK(ls[2] == "cache,reset_caches,1,4,0,0,2048,us,0.004,0,0.004,0.004,0.004,1,,,10");
+  }
+
+  TEST_CASE("jsonl is one parseable object per row with the version") {
+    const auto ls = lines(format_report(sample(), "jsonl"));
+    REQUIRE(ls.size() == 2);
+    for (const auto& l : ls) {
+      const auto j = nlohmann::json::parse(l);
+      CHECK(j["kveval_version"] == "0.1.0");
+      CHECK(j["model"] == "models/s15m.gguf");
+      CHECK(j["machine_threads"] == 2);
+    }
+    CHECK(nlohmann::json::parse(ls[1])["name"] == "reset_caches");
+  }
+
+  TEST_CASE("markdown has one table per test with value and fields") {
+    const std::string md = format_report(sample(), "md");
+    CHECK(md.find("kveval 0.1.0 (abc1234)") != std::string::npos);
+    CHECK(md.find("### tg") != std::string::npos);
+    CHECK(md.find("### cache") != std::string::npos);
+    CHECK(md.find("| 2 | 8 | tg64 (p16) | 100 ± 10 tok/s | 12.50 | 0.5 |") != std::string::npos);
+    CHECK(md.find("| 1 | 4 | reset_caches @2048 | 0.004 us | 10 |") != std::string::npos);
+    CHECK(md.find("- a note, with a comma") != std::string::npos);
+  }
+
+  TEST_CASE("unknown format and missing field are errors") {
+    CHECK_THROWS_AS(format_report(sample(), "xml"), ArgumentError);
+    CHECK_THROWS_AS(sample().rows[0].field("nope"), ArgumentError);
+  }
+}

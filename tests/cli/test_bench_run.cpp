@@ -1,0 +1,209 @@
+// The bench's generation paths and the `kveval bench` command end to end
+// (nothing here is timed: only token ids, fields and counters are asserted).
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/bench_run.hpp"
+#include "model/model.hpp"
+#include "model/random_model.hpp"
+#include "test_support.hpp"
+#include "util/error.hpp"
+
+using namespace kveval;
+using namespace kveval::bench;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path temp_dir() {
+  fs::path d = fs::temp_directory_path() / ("kveval-test-bench-" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  return d;
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+/// Runs `cmd` through the shell; stdout and stderr go to files in temp_dir().
+int run(const std::string& cmd, std::string& out, std::string& err) {
+  const fs::path o = temp_dir() / "stdout.txt", e = temp_dir() / "stderr.txt";
+  const int rc = std::system((cmd + " > " + o.string() + " 2> " + e.string()).c_str());
+  out = read_text(o);
+  err = read_text(e);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+std::string kveval_bin() {
+  const char* b = std::getenv("KVEVAL_BIN");
+  return b ? b : "kveval";
+}
+
+void check_same_ids(Model& model, int batch, int n_prompt, int n_gen) {
+  const auto prompts = synthetic_prompts(model, batch, n_prompt, 42);
+  GenerateTiming tc, tu;
+  const auto cached = bench_generate(model, prompts, n_gen, true, &tc);
+  const auto uncached = bench_generate(model, prompts, n_gen, false, &tu);
+  REQUIRE(cached.size() == static_cast<size_t>(batch));
+  for (int r = 0; r < batch; ++r) {
+    CHECK(cached[static_cast<size_t>(r)].size() == static_cast<size_t>(n_gen));
+    CHECK(cached[static_cast<size_t>(r)] == uncached[static_cast<size_t>(r)]);
+  }
+  CHECK(tc.decode_tokens == static_cast<int64_t>(batch) * n_gen);
+  CHECK(tu.decode_tokens == static_cast<int64_t>(batch) * n_gen);
+  CHECK_FALSE(model.caches_are_enabled());
+}
+
+}  // namespace
+
+TEST_SUITE("cli.bench_run") {
+  TEST_CASE("synthetic prompts start with BOS, avoid specials and are deterministic") {
+    auto model = Model::load(test::model_path(), {1});
+    const auto a = synthetic_prompts(*model, 3, 20, 7), b = synthetic_prompts(*model, 3, 20, 7);
+    CHECK(a == b);
+    CHECK(a != synthetic_prompts(*model, 3, 20, 8));
+    for (const auto& row : a) {
+      REQUIRE(row.size() == 20);
+      CHECK(row[0] == model->tokenizer().bos());
+      for (size_t i = 1; i < row.size(); ++i) {
+        CHECK(row[i] >= 3);
+        CHECK(row[i] < model->hparams().n_vocab);
+        CHECK(row[i] != model->tokenizer().eos());
+      }
+    }
+  }
+
+  TEST_CASE("cached and uncached paths give the same token ids on stories260K") {
+    auto model = Model::load(test::model_path(), {1});
+    check_same_ids(*model, 1, 8, 24);
+    check_same_ids(*model, 3, 5, 16);
+  }
+
+  TEST_CASE("cached and uncached paths give the same token ids on the tiny random model") {
+    const fs::path path = temp_dir() / "tiny.gguf";
+    write_random_llama(path.string(), random_model_preset("tiny"), 3);
+    auto model = Model::load(path.string(), {2});
+    check_same_ids(*model, 2, 6, 40);
+  }
+
+  TEST_CASE("bench_generate refuses ragged prompts and overlong generations") {
+    auto model = Model::load(test::model_path(), {1});
+    auto prompts = synthetic_prompts(*model, 2, 4, 1);
+    prompts[1].push_back(5);
+    CHECK_THROWS_AS(bench_generate(*model, prompts, 4, true), ArgumentError);
+    const auto ok = synthetic_prompts(*model, 1, 4, 1);
+    CHECK_THROWS_AS(bench_generate(*model, ok, model->hparams().n_ctx_train, false), ArgumentError);
+  }
+
+  TEST_CASE("options are validated with the option's name") {
+    Options o;
+    o.model_path = "m.gguf";
+    o.threads = {1};
+    CHECK_NOTHROW(validate(o));
+    o.tests = {"tg", "bogus"};
+    CHECK_THROWS_WITH_AS(validate(o), doctest::Contains("--tests"), ArgumentError);
+    o.tests = {};
+    o.batches = {0};
+    CHECK_THROWS_WITH_AS(validate(o), doctest::Contains("--batch-size"), ArgumentError);
+  }
+}
+
+TEST_SUITE("cli.cmd_bench") {
+  TEST_CASE("kveval bench --output json has every test, figure, version and counter") {
+    std::string out, err;
+    const std::string cmd = kveval_bin() + " bench -m " + test::model_path() +
+                            " -t 1 -b 1,2 -p 8,32 -n 4,8 --tg-prompt 4 -r 2 --stream-mib 16 --cache-shapes 1x64,2x128"
+                            " --switch-rounds 3 --switch-batch 2 --switch-gen 4 --ll-requests 6 --output json";
+    REQUIRE(run(cmd, out, err) == 0);
+    const auto j = nlohmann::json::parse(out);
+    CHECK(j["meta"]["kveval_version"].is_string());
+    CHECK(j["meta"]["git_hash"].is_string());
+    CHECK(j["meta"]["machine"]["threads"].get<int>() >= 1);
+    CHECK(j["meta"]["model"]["n_layer"] == 5);
+    std::set<std::string> tests;
+    for (const auto& r : j["results"]) {
+      tests.insert(r["test"].get<std::string>());
+      for (const char* k : {"name", "unit"}) CHECK(r[k].is_string());
+      for (const char* k : {"threads", "batch", "median", "stddev", "mean", "min", "max", "n"}) CHECK(r[k].is_number());
+      const std::string t = r["test"];
+      if (t == "pp") {
+        CHECK(r["frac_of_sgemm"].is_number());
+        CHECK(r["GFLOP_per_s"].is_number());
+        CHECK(r["n"] == 2);
+      }
+      if (t == "tg") {
+        CHECK(r["frac_of_stream"].is_number());
+        CHECK(r["weights_GB_per_s"].is_number());
+      }
+      if (t == "speedup") {
+        CHECK(r["ideal_ratio"].get<double>() > 1.0);
+        CHECK(r["cached_tok_s"].is_number());
+        CHECK(r["uncached_tok_s"].is_number());
+      }
+      if (t == "switch") {
+        // After warm-up, scopes create no oneDNN primitives and no activation buffers;
+        // release allocates the cache once per round by design, reuse never.
+        CHECK(r["new_primitives"] == 0);
+        CHECK(r["buffer_allocations"] == 0);
+        CHECK(r["cache_allocations"] == (r["name"] == "release" ? 3 : 0));
+      }
+      if (t == "cache") {
+        CHECK(r["cache_MiB"].get<double>() > 0);
+        if (r["name"] == "reset_caches") CHECK(r["positions"].get<int>() <= 128);
+      }
+    }
+    CHECK(tests == std::set<std::string>{"roofline", "pp", "tg", "tg-nocache", "speedup", "cache", "switch", "ll"});
+    // pp 8 and 32 at batch 1 and 2; tg/tg-nocache/speedup at G = 4, 8 and batch 1, 2.
+    int pp = 0, speedup = 0;
+    for (const auto& r : j["results"]) {
+      pp += r["test"] == "pp";
+      speedup += r["test"] == "speedup";
+    }
+    CHECK(pp == 4);
+    CHECK(speedup == 4);
+
+    // The plot script turns this JSON into an SVG (skipped without python3 + matplotlib).
+    const fs::path json = temp_dir() / "bench.json", svg = temp_dir() / "bench.svg";
+    std::ofstream(json) << out;
+    std::string pout, perr;
+    if (run("/usr/bin/python3 -c 'import matplotlib'", pout, perr) != 0) {
+      MESSAGE("skipping plot_bench.py: /usr/bin/python3 with matplotlib not available");
+      return;
+    }
+    const std::string plot = "/usr/bin/python3 " + test::source_dir() + "/scripts/plot_bench.py " + json.string() + " -o " + svg.string();
+    CHECK(run(plot, pout, perr) == 0);
+    CHECK(read_text(svg).find("<svg") != std::string::npos);
+  }
+
+  TEST_CASE("kveval bench csv and markdown outputs") {
+    std::string out, err;
+    const std::string base = kveval_bin() + " bench -m " + test::model_path() + " -t 1 -p 8 -n 4 --tg-prompt 4 -r 1 --tests pp,tg";
+    REQUIRE(run(base + " --output csv", out, err) == 0);
+    CHECK(out.rfind("test,name,threads,batch,n_prompt,n_gen,positions,unit,median", 0) == 0);
+    CHECK(out.find("\npp,pp8,1,1,8,0,0,tok/s,") != std::string::npos);
+    REQUIRE(run(base, out, err) == 0);
+    CHECK(out.find("### pp") != std::string::npos);
+    CHECK(out.find("| 1 | 1 | tg4 (p4) |") != std::string::npos);
+  }
+
+  TEST_CASE("bad bench arguments are one-line usage errors") {
+    std::string out, err;
+    CHECK(run(kveval_bin() + " bench -m " + test::model_path() + " --tests pp,warp", out, err) == 2);
+    CHECK(err.find("--tests: unknown test 'warp'") != std::string::npos);
+    CHECK(run(kveval_bin() + " bench -m " + test::model_path() + " --cache-shapes 8by4096", out, err) == 2);
+    CHECK(err.find("--cache-shapes") != std::string::npos);
+    CHECK(run(kveval_bin() + " bench -m /nonexistent.gguf --tests pp", out, err) == 1);
+  }
+}
