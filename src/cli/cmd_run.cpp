@@ -35,6 +35,7 @@ struct RunArgs {
   int batch_size = -1;
   int limit = -1;
   bool quiet = false;
+  std::string cache_policy = "release";
 };
 
 /// Progress on stderr: only when stderr is a terminal and the phase has run for more than a second.
@@ -84,6 +85,7 @@ int run(const RunArgs& a) {
 
   Progress progress;
   RunOptions opts;
+  opts.cache_policy = parse_cache_policy(a.cache_policy);
   opts.progress = [&progress](std::string_view p, size_t d, size_t t) { progress(p, d, t); };
   opts.log = [&a](const std::string& line) {
     if (!a.quiet) fmt::print(stderr, "kveval: {}\n", line);
@@ -135,6 +137,9 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("--limit", args->limit, "documents per task at most (overrides the spec)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--quiet,-q", args->quiet, "no informational lines on stderr");
+  cmd->add_option("--cache-policy", args->cache_policy,
+                  "generation cache on scope exit: release (delete, default) or reuse (keep the allocation, reset)")
+      ->check(CLI::IsMember({"release", "reuse"}));
   cmd->callback([args, &action] { action = [args] { return run(*args); }; });
 }
 

@@ -114,7 +114,7 @@ void generation_phase(const EvalSpec& spec, Model& model, const RunOptions& opts
   GenerateTiming timing;
   Stopwatch sw_setup;
   std::optional<KvCacheScope> scope;
-  scope.emplace(model, rows, positions);
+  scope.emplace(model, rows, positions, opts.cache_policy);
   double setup_s = sw_setup.seconds();
   res.cache_bytes_setup = model.bytes();
   res.phases.push_back({"cache setup", setup_s, 0});

@@ -42,6 +42,10 @@ struct RunOptions {
   std::function<void(std::string_view phase, size_t done, size_t total)> progress;
   /// Informational lines (cache set-up bytes, truncation warnings) as they happen.
   std::function<void(const std::string& line)> log;
+  /// What the generation scope does with the cache on exit: Release (default,
+  /// torchtune's local_kv_cache: deleted, bytes 0 after the run) or Reuse
+  /// (disabled and reset, the allocation kept for the model's next scope).
+  CachePolicy cache_policy = CachePolicy::Release;
   /// Test hook: called inside the generation scope before generation batch `batch` (0-based); may throw.
   std::function<void(size_t batch)> before_generation_batch;
 };

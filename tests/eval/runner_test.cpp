@@ -190,6 +190,25 @@ TEST_SUITE("eval.runner") {
     CHECK(r.n_request_errors == 0);
   }
 
+  TEST_CASE("--cache-policy reuse keeps the allocation after the run and gives the same results") {
+    EvalSpec s = spec_of(mixed_spec(4, true));
+    RunResult released = run_eval(s, model());
+    RunOptions o;
+    o.cache_policy = CachePolicy::Reuse;
+    RunResult kept = run_eval(s, model(), o);
+    CHECK(kept.cache_bytes_setup == released.cache_bytes_setup);
+    CHECK(kept.cache_bytes_after == kept.cache_bytes_setup);  // allocation kept, only rewound
+    CHECK(model().caches_are_setup());
+    CHECK_FALSE(model().caches_are_enabled());
+    REQUIRE(kept.outcomes.size() == released.outcomes.size());
+    for (size_t i = 0; i < kept.outcomes.size(); ++i) {
+      CHECK(kept.outcomes[i].logprob == released.outcomes[i].logprob);
+      CHECK(kept.outcomes[i].output == released.outcomes[i].output);
+    }
+    model().delete_caches();
+    CHECK(model().bytes() == 0);
+  }
+
   TEST_CASE("bit-identical across runs and spec orders; batch 1 vs 8 within 1e-5 with identical decisions") {
     EvalSpec first = spec_of(mixed_spec(8, true)), last = spec_of(mixed_spec(8, false)), one = spec_of(mixed_spec(1, true));
     RunResult a = run_eval(first, model());
