@@ -169,7 +169,14 @@ Engine::Impl& Engine::impl() { return *impl_; }
 void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y, bool accumulate) {
   if (m <= 0) return;
   auto& im = engine.impl();
-  omp_set_num_threads(im.threads);
+  // Below ~1M multiply-adds (tens of microseconds on one core) a fork/join of
+  // the thread team costs more than it saves, and far more on a busy machine.
+  const bool small = m * w.n_out() * w.n_in() < (int64_t(1) << 20);
+  omp_set_num_threads(small ? 1 : im.threads);
+  struct Restore {
+    int n;
+    ~Restore() { omp_set_num_threads(n); }
+  } restore{im.threads};
   auto& e = im.get(w.n_in(), w.n_out(), accumulate);
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;

@@ -64,7 +64,8 @@ class Weight {
 };
 
 /// y[M, n_out] = x[M, n_in] · Wᵀ (+ y if accumulate). oneDNN matmul, primitive
-/// cached per (n_in, n_out, accumulate) with runtime M. Throws BackendError.
+/// cached per (n_in, n_out, accumulate) with runtime M; products under 2^20
+/// multiply-adds run on one thread. Throws BackendError.
 void matmul(Engine& eng, const float* x, int64_t m, const Weight& w, float* y, bool accumulate = false);
 
 /// y[rows, dim] = x / sqrt(mean(x²) + eps) * weight[dim]  (RMSNorm, Zhang & Sennrich 2019). y may alias x.
