@@ -95,6 +95,7 @@ struct Engine::Impl {
   // key: (n_in, n_out, accumulate)
   std::map<std::tuple<int64_t, int64_t, bool>, MatmulEntry> matmuls;
   std::vector<uint8_t> scratch;  // user scratchpad shared by all primitives (grow at creation only)
+  Buffer pad_x, pad_y;           // row padding for batch-invariant matmuls
 
   // Attention matmuls with runtime dims/strides: 0 = S = Q·Kᵀ, 1 = O = S·V.
   std::map<std::pair<int, int64_t>, MatmulEntry> attn;
@@ -166,9 +167,22 @@ int Engine::threads() const { return impl_->threads; }
 uint64_t Engine::primitives_created() const { return impl_->created; }
 Engine::Impl& Engine::impl() { return *impl_; }
 
-void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y, bool accumulate) {
+void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y, bool accumulate,
+            bool batch_invariant) {
   if (m <= 0) return;
   auto& im = engine.impl();
+  if (batch_invariant && m < kInvariantMinRows) {
+    const int64_t K = w.n_in(), N = w.n_out(), M = kInvariantMinRows;
+    im.pad_x.reserve(static_cast<size_t>(M * K));
+    im.pad_y.reserve(static_cast<size_t>(M * N));
+    std::memcpy(im.pad_x.data(), x, sizeof(float) * static_cast<size_t>(m * K));
+    std::fill(im.pad_x.data() + m * K, im.pad_x.data() + M * K, 0.0f);
+    if (accumulate) std::memcpy(im.pad_y.data(), y, sizeof(float) * static_cast<size_t>(m * N));
+    std::fill(im.pad_y.data() + m * N, im.pad_y.data() + M * N, 0.0f);
+    matmul(engine, im.pad_x.data(), M, w, im.pad_y.data(), accumulate, false);
+    std::memcpy(y, im.pad_y.data(), sizeof(float) * static_cast<size_t>(m * N));
+    return;
+  }
   // Below ~1M multiply-adds (tens of microseconds on one core) a fork/join of
   // the thread team costs more than it saves, and far more on a busy machine.
   const bool small = m * w.n_out() * w.n_in() < (int64_t(1) << 20);

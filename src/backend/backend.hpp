@@ -65,8 +65,15 @@ class Weight {
 
 /// y[M, n_out] = x[M, n_in] · Wᵀ (+ y if accumulate). oneDNN matmul, primitive
 /// cached per (n_in, n_out, accumulate) with runtime M; products under 2^20
-/// multiply-adds run on one thread. Throws BackendError.
-void matmul(Engine& eng, const float* x, int64_t m, const Weight& w, float* y, bool accumulate = false);
+/// multiply-adds run on one thread. With `batch_invariant`, each row's result
+/// is bit-identical whatever M is: oneDNN's sgemm uses another kernel (another
+/// summation order) below 16 rows, so fewer rows are padded to 16 (measured on
+/// oneDNN 2.6: rows agree bit for bit for every M >= 16). Throws BackendError.
+void matmul(Engine& eng, const float* x, int64_t m, const Weight& w, float* y, bool accumulate = false,
+            bool batch_invariant = false);
+
+/// Rows below which oneDNN's sgemm switches kernel (see matmul's batch_invariant).
+inline constexpr int64_t kInvariantMinRows = 16;
 
 /// y[rows, dim] = x / sqrt(mean(x²) + eps) * weight[dim]  (RMSNorm, Zhang & Sennrich 2019). y may alias x.
 void rmsnorm(const float* x, const float* weight, float* y, int64_t rows, int64_t dim, float eps);

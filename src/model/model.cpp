@@ -357,6 +357,9 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
 
   be::Engine& eng = *im.engine;
   const int64_t Ti = static_cast<int64_t>(T);
+  // Cache-free passes score log-likelihoods: make every row's result independent
+  // of how requests were batched (bit-identical for batch_size 1 vs 8).
+  const bool inv = !cached;
   for (int l = 0; l < hp.n_layer; ++l) {
     const Layer& L = im.layers[static_cast<size_t>(l)];
     be::rmsnorm(x, L.attn_norm.data(), im.xb.data(), Ti, D, hp.rms_eps);
@@ -365,7 +368,7 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
     float* q = im.qkv.data();
     float* k = q + D;
     float* v = k + KV;
-    be::matmul(eng, im.xb.data(), Ti, L.wqkv, q);
+    be::matmul(eng, im.xb.data(), Ti, L.wqkv, q, false, inv);
     be::rope(q, Ti, hp.n_head, HD, hp.n_rot, im.pos.data(), hp.rope_freq_base, QS);
     be::rope(k, Ti, hp.n_head_kv, HD, hp.n_rot, im.pos.data(), hp.rope_freq_base, QS);
     for (size_t s = 0; s < n_seq; ++s) {
@@ -393,11 +396,11 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
       be::attention(eng, q + t0 * QS, view, im.att.data() + t0 * D, n, past, hp.n_head, hp.n_head_kv, HD, QS,
                     im.scores);
     }
-    be::matmul(eng, im.att.data(), Ti, L.wo, x, /*accumulate=*/true);
+    be::matmul(eng, im.att.data(), Ti, L.wo, x, /*accumulate=*/true, inv);
     be::rmsnorm(x, L.ffn_norm.data(), im.xb.data(), Ti, D, hp.rms_eps);
-    be::matmul(eng, im.xb.data(), Ti, L.w_gate_up, im.gu.data());
+    be::matmul(eng, im.xb.data(), Ti, L.w_gate_up, im.gu.data(), false, inv);
     be::swiglu_fused(im.gu.data(), im.hb.data(), Ti, F);
-    be::matmul(eng, im.hb.data(), Ti, L.w_down, x, /*accumulate=*/true);
+    be::matmul(eng, im.hb.data(), Ti, L.w_down, x, /*accumulate=*/true, inv);
   }
   if (cached)
     for (size_t s = 0; s < n_seq; ++s) im.n_past[static_cast<size_t>(im.seq_row[s])] += im.seq_len[s];
@@ -408,10 +411,10 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
       std::memcpy(last + s * D, x + static_cast<size_t>(im.seq_start[s] + im.seq_len[s] - 1) * D, sizeof(float) * D);
     be::rmsnorm(last, im.output_norm.data(), last, static_cast<int64_t>(n_seq), D, hp.rms_eps);
     if (n_seq == static_cast<size_t>(batch)) {
-      be::matmul(eng, last, static_cast<int64_t>(n_seq), im.out_weight(), logits_out.data());
+      be::matmul(eng, last, static_cast<int64_t>(n_seq), im.out_weight(), logits_out.data(), false, inv);
     } else {
       if (im.logits.reserve(n_seq * V)) ++im.stats.buffer_allocations;
-      be::matmul(eng, last, static_cast<int64_t>(n_seq), im.out_weight(), im.logits.data());
+      be::matmul(eng, last, static_cast<int64_t>(n_seq), im.out_weight(), im.logits.data(), false, inv);
       for (size_t s = 0; s < n_seq; ++s)
         std::memcpy(logits_out.data() + static_cast<size_t>(im.seq_row[s]) * V, im.logits.data() + s * V, sizeof(float) * V);
     }
@@ -419,11 +422,11 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
   }
   be::rmsnorm(x, im.output_norm.data(), im.xb.data(), Ti, D, hp.rms_eps);
   if (T == static_cast<size_t>(batch) * seq) {  // no padding: write in place
-    be::matmul(eng, im.xb.data(), Ti, im.out_weight(), logits_out.data());
+    be::matmul(eng, im.xb.data(), Ti, im.out_weight(), logits_out.data(), false, inv);
   } else {
     for (size_t s = 0; s < n_seq; ++s)
       be::matmul(eng, im.xb.data() + static_cast<size_t>(im.seq_start[s]) * D, im.seq_len[s], im.out_weight(),
-                 logits_out.data() + static_cast<size_t>(im.seq_row[s]) * seq * V);
+                 logits_out.data() + static_cast<size_t>(im.seq_row[s]) * seq * V, false, inv);
   }
 }
 

@@ -112,7 +112,8 @@ class Model {
   ///   valid length of each row (0 <= n_tokens[r] <= seq); the rest is padding
   ///   and never influences any result.
   /// - Caches disabled: row r is a fresh sequence at positions [0, n_tokens[r]);
-  ///   no cache memory is read or written.
+  ///   no cache memory is read or written, and each row's logits are
+  ///   bit-identical whatever the other rows are (batch-invariant matmuls).
   /// - Caches enabled: row r's tokens take positions [n_past(r), n_past(r)+n_tokens[r]),
   ///   attend to the cached positions and themselves, and are appended (n_past advances).
   /// - `logits_out`: Logits::All -> [batch, seq, n_vocab] (padding positions are 0);

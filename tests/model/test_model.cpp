@@ -130,13 +130,15 @@ TEST_SUITE("model.model") {
   TEST_CASE("batched, padded scoring equals one-by-one scoring") {
     Model& m = real_model();
     std::vector<ScoreRequest> reqs;
-    for (const char* s : {"Once upon a time", "Lily and Tom went to the park.", "a", "The sun was hot and bright."})
+    for (const char* s : {"Once upon a time", "Lily and Tom went to the park.", "a", "The sun was hot and bright.",
+                          "Once upon a time, there was a little girl named Lily. She loved to play outside in the park."})
       reqs.push_back({m.tokenizer().encode(s, true), 1});
-    auto batched = score(m, reqs, 4);
+    auto batched = score(m, reqs, 8);
     for (size_t i = 0; i < reqs.size(); ++i) {
       auto one = full_score(m, reqs[i].tokens, 1);
       REQUIRE(one.logprobs.size() == batched[i].logprobs.size());
-      for (size_t j = 0; j < one.logprobs.size(); ++j) CHECK(std::abs(one.logprobs[j] - batched[i].logprobs[j]) < 1e-5);
+      // batch-invariant matmuls: bit-identical, not just close
+      for (size_t j = 0; j < one.logprobs.size(); ++j) CHECK(one.logprobs[j] == batched[i].logprobs[j]);
     }
   }
 
