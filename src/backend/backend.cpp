@@ -45,34 +45,33 @@ void free_floats(float* p) { std::free(p); }
 void Weight::Free::operator()(float* p) const { free_floats(p); }
 void Buffer::Free::operator()(float* p) const { free_floats(p); }
 
-Weight::Weight(std::span<const float> data, int64_t n_out, int64_t n_in) : n_out_(n_out), n_in_(n_in) {
+Weight::Weight(std::span<const float> data, int64_t n_out, int64_t n_in) {
   if (n_out <= 0 || n_in <= 0 || data.size() != static_cast<size_t>(n_out * n_in))
     throw ArgumentError(fmt::format("Weight: {} values for a [{}, {}] matrix", data.size(), n_out, n_in));
-  data_.reset(alloc_floats(data.size()));
-  std::memcpy(data_.get(), data.data(), data.size() * sizeof(float));
+  *this = Weight(n_out, n_in);
+  set_rows(0, data.data(), n_out);
 }
 
 Weight::Weight(int64_t n_out, int64_t n_in) : n_out_(n_out), n_in_(n_in) {
   if (n_out <= 0 || n_in <= 0) throw ArgumentError(fmt::format("Weight: bad shape [{}, {}]", n_out, n_in));
-  data_.reset(alloc_floats(static_cast<size_t>(n_out * n_in)));
+  ld_ = (n_out * 4) % 4096 == 0 ? n_out + 16 : n_out;
+  data_.reset(alloc_floats(static_cast<size_t>(ld_ * n_in)));
+  if (ld_ != n_out)  // keep the padding columns defined
+    for (int64_t k = 0; k < n_in; ++k) std::fill(data_.get() + k * ld_ + n_out, data_.get() + (k + 1) * ld_, 0.0f);
 }
 
-Weight Weight::concat(std::span<const Weight* const> parts) {
-  if (parts.empty()) throw ArgumentError("Weight::concat: no parts");
-  Weight w;
-  w.n_in_ = parts[0]->n_in();
-  for (const Weight* p : parts) {
-    if (p->n_in() != w.n_in_)
-      throw ArgumentError(fmt::format("Weight::concat: n_in {} != {}", p->n_in(), w.n_in_));
-    w.n_out_ += p->n_out();
-  }
-  w.data_.reset(alloc_floats(static_cast<size_t>(w.n_out_ * w.n_in_)));
-  float* dst = w.data_.get();
-  for (const Weight* p : parts) {
-    std::memcpy(dst, p->data(), p->bytes());
-    dst += p->n_out() * p->n_in();
-  }
-  return w;
+void Weight::set_rows(int64_t row0, const float* src, int64_t rows) {
+  if (row0 < 0 || rows < 0 || row0 + rows > n_out_)
+    throw ArgumentError(fmt::format("Weight::set_rows: rows [{}, {}) outside [0, {})", row0, row0 + rows, n_out_));
+  // Blocked transpose: src [rows, n_in] -> data [n_in, n_out] columns [row0, row0 + rows).
+  constexpr int64_t B = 64;
+  float* dst = data_.get();
+  for (int64_t r0 = 0; r0 < rows; r0 += B)
+    for (int64_t k0 = 0; k0 < n_in_; k0 += B) {
+      const int64_t r1 = std::min(rows, r0 + B), k1 = std::min(n_in_, k0 + B);
+      for (int64_t k = k0; k < k1; ++k)
+        for (int64_t r = r0; r < r1; ++r) dst[k * ld_ + row0 + r] = src[r * n_in_ + k];
+    }
 }
 
 bool Buffer::reserve(size_t n) {
@@ -92,8 +91,8 @@ struct Engine::Impl {
   dnnl::stream strm;
   int threads = 1;
   uint64_t created = 0;
-  // key: (n_in, n_out, accumulate)
-  std::map<std::tuple<int64_t, int64_t, bool>, MatmulEntry> matmuls;
+  // key: (M or 0 for runtime M, n_in, n_out, ld, accumulate)
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool>, MatmulEntry> matmuls;
   std::vector<uint8_t> scratch;  // user scratchpad shared by all primitives (grow at creation only)
   Buffer pad_x, pad_y;           // row padding for batch-invariant matmuls
 
@@ -121,16 +120,16 @@ struct Engine::Impl {
     }
   }
 
-  MatmulEntry& get(int64_t k, int64_t n, bool acc) {
-    auto key = std::make_tuple(k, n, acc);
+  MatmulEntry& get(int64_t m, int64_t k, int64_t n, int64_t ld, bool acc) {
+    auto key = std::make_tuple(m, k, n, ld, acc);
     auto it = matmuls.find(key);
     if (it != matmuls.end()) return it->second;
     using dt = dnnl::memory::data_type;
     using tag = dnnl::memory::format_tag;
-    const auto rt = DNNL_RUNTIME_DIM_VAL;
-    dnnl::memory::desc src_md({rt, k}, dt::f32, tag::ab);
-    dnnl::memory::desc wei_md({k, n}, dt::f32, tag::ba);  // W [n, k] row-major == Wᵀ [k, n] column-major
-    dnnl::memory::desc dst_md({rt, n}, dt::f32, tag::ab);
+    const auto mm = m > 0 ? m : DNNL_RUNTIME_DIM_VAL;
+    dnnl::memory::desc src_md({mm, k}, dt::f32, tag::ab);
+    dnnl::memory::desc wei_md({k, n}, dt::f32, dnnl::memory::dims{ld, 1});  // Wᵀ [k, n], row stride ld
+    dnnl::memory::desc dst_md({mm, n}, dt::f32, tag::ab);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (acc) {
@@ -179,7 +178,7 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
     std::fill(im.pad_x.data() + m * K, im.pad_x.data() + M * K, 0.0f);
     if (accumulate) std::memcpy(im.pad_y.data(), y, sizeof(float) * static_cast<size_t>(m * N));
     std::fill(im.pad_y.data() + m * N, im.pad_y.data() + M * N, 0.0f);
-    matmul(engine, im.pad_x.data(), M, w, im.pad_y.data(), accumulate, false);
+    matmul(engine, im.pad_x.data(), M, w, im.pad_y.data(), accumulate, true);  // M = 16: runtime-M kernel
     std::memcpy(y, im.pad_y.data(), sizeof(float) * static_cast<size_t>(m * N));
     return;
   }
@@ -191,7 +190,9 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
     int n;
     ~Restore() { omp_set_num_threads(n); }
   } restore{im.threads};
-  auto& e = im.get(w.n_in(), w.n_out(), accumulate);
+  // Small M (decode steps): fixed-M primitive; scoring and batch-invariant passes: runtime M.
+  const int64_t key_m = (!batch_invariant && m <= kInvariantMinRows) ? m : 0;
+  auto& e = im.get(key_m, w.n_in(), w.n_out(), w.ld(), accumulate);
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   try {
@@ -315,6 +316,15 @@ void attention(Engine& engine, const float* q, const KvView& kv, float* out, int
   if (q_stride == 0) q_stride = n_head * head_dim;
   if (n_q < 16 || head_dim < 32) {  // short blocks or narrow heads: call overhead would dominate
     attention(q, kv, out, n_q, past, n_head, n_head_kv, head_dim, q_stride);
+    return;
+  }
+  // Causal blocks: queries [c0, c1) attend to positions [0, past + c1), so the
+  // masked upper triangle costs ~1/(2 * blocks) of the square instead of half.
+  constexpr int64_t kBlock = 128;
+  if (n_q > kBlock) {
+    for (int64_t c0 = 0; c0 < n_q; c0 += kBlock)
+      attention(engine, q + c0 * q_stride, kv, out + c0 * n_head * head_dim, std::min(kBlock, n_q - c0), past + c0,
+                n_head, n_head_kv, head_dim, q_stride, scratch);
     return;
   }
   auto& im = engine.impl();

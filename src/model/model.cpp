@@ -56,8 +56,8 @@ struct Model::Impl {
   HParams hp;
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<be::Engine> engine;
-  be::Weight tok_embd;  // [n_vocab, n_embd]
-  be::Weight output;    // [n_vocab, n_embd] (empty when tied)
+  std::vector<float> tok_embd;  // [n_vocab, n_embd] rows for the embedding lookup
+  be::Weight output;            // output projection [n_vocab, n_embd] (a copy of token_embd when tied)
   std::vector<float> output_norm;
   std::vector<Layer> layers;
   size_t weight_bytes = 0;
@@ -76,7 +76,7 @@ struct Model::Impl {
   std::vector<int32_t> tok_ids;   // [T]
   std::vector<int> seq_row, seq_start, seq_len;  // packed sequences
 
-  const be::Weight& out_weight() const { return hp.tied_output ? tok_embd : output; }
+  const be::Weight& out_weight() const { return output; }
   int kv_dim() const { return hp.n_head_kv * hp.head_dim(); }
   size_t cache_elems(int batch, int cap) const {
     return static_cast<size_t>(hp.n_layer) * batch * hp.n_head_kv * cap * hp.head_dim();
@@ -150,7 +150,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
                                   im.tok->n_vocab(), hp.n_vocab));
 
   const uint64_t D = hp.n_embd, F = hp.n_ff, V = hp.n_vocab, KV = static_cast<uint64_t>(im.kv_dim());
-  // Copies tensor `name` (ggml dims {n_in, n_out}, F32 or F16) into dst, converting F16.
+  // Copies tensor `name` (ggml dims {n_in, n_out}, F32 or F16) into dst ([n_out, n_in]), converting F16.
   auto fill = [&](float* dst, const std::string& name, uint64_t n_in, uint64_t n_out) {
     const gguf::TensorInfo& t = f.tensor(name);
     const bool ok = n_out == 0 ? (t.dims.size() == 1 && t.dims[0] == n_in)
@@ -170,32 +170,38 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     }
     im.weight_bytes += t.n_elements * sizeof(float);
   };
-  auto mat = [&](const std::string& name, uint64_t n_in, uint64_t n_out) {
-    be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in));
-    fill(w.mutable_data(), name, n_in, n_out);
-    return w;
-  };
-  // Several tensors stacked along n_out in one weight (fused projections).
+  // One weight from several tensors stacked along n_out (fused projections),
+  // each transposed once into the matmul layout.
+  std::vector<float> rows;
   auto stacked = [&](std::initializer_list<std::pair<std::string, uint64_t>> parts, uint64_t n_in) {
     uint64_t n_out = 0;
     for (const auto& p : parts) n_out += p.second;
     be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in));
-    float* dst = w.mutable_data();
-    for (const auto& [name, rows] : parts) {
-      fill(dst, name, n_in, rows);
-      dst += rows * n_in;
+    int64_t row0 = 0;
+    for (const auto& [name, n] : parts) {
+      rows.resize(n * n_in);
+      fill(rows.data(), name, n_in, n);
+      w.set_rows(row0, rows.data(), static_cast<int64_t>(n));
+      row0 += static_cast<int64_t>(n);
     }
     return w;
   };
+  auto mat = [&](const std::string& name, uint64_t n_in, uint64_t n_out) { return stacked({{name, n_out}}, n_in); };
   auto vec = [&](const std::string& name, uint64_t n) {
     std::vector<float> v(n);
     fill(v.data(), name, n, 0);
     return v;
   };
-  im.tok_embd = mat("token_embd.weight", D, V);
+  im.tok_embd.resize(V * D);
+  fill(im.tok_embd.data(), "token_embd.weight", D, V);
   im.output_norm = vec("output_norm.weight", D);
   hp.tied_output = f.find_tensor("output.weight") == nullptr;
-  if (!hp.tied_output) im.output = mat("output.weight", D, V);
+  if (hp.tied_output) {
+    im.output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D));
+    im.output.set_rows(0, im.tok_embd.data(), static_cast<int64_t>(V));
+  } else {
+    im.output = mat("output.weight", D, V);
+  }
   im.layers.resize(static_cast<size_t>(hp.n_layer));
   for (int l = 0; l < hp.n_layer; ++l) {
     auto& L = im.layers[static_cast<size_t>(l)];
@@ -328,7 +334,18 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
     im.seq_len.push_back(n);
     T += static_cast<size_t>(n);
   }
-  std::fill(logits_out.begin(), logits_out.begin() + static_cast<std::ptrdiff_t>(need), 0.0f);
+  // Zero only what no matmul writes: padding positions and rows without tokens.
+  auto zero = [&](size_t from, size_t count) {
+    std::fill(logits_out.begin() + static_cast<std::ptrdiff_t>(from * V),
+              logits_out.begin() + static_cast<std::ptrdiff_t>((from + count) * V), 0.0f);
+  };
+  for (int r = 0; r < batch; ++r) {
+    const int n = n_tokens[static_cast<size_t>(r)];
+    if (mode == Logits::All)
+      zero(static_cast<size_t>(r) * seq + n, static_cast<size_t>(seq - n));
+    else if (n == 0)
+      zero(static_cast<size_t>(r), 1);
+  }
   ++im.stats.forward_calls;
   if (cached) ++im.stats.forward_cached;
   if (im.k_cache) ++im.stats.forward_with_cache_setup;

@@ -36,23 +36,32 @@ TEST_SUITE("backend.ops") {
     Engine eng(2);
     struct Shape { int64_t m, n, k; };
     for (Shape s : {Shape{1, 64, 64}, Shape{7, 172, 64}, Shape{33, 64, 172}, Shape{200, 512, 64}, Shape{5, 13, 17},
-                    Shape{1, 2048, 768}}) {
+                    Shape{1, 2048, 768}, Shape{3, 1024, 40}, Shape{40, 1024, 40}}) {
       CAPTURE(s.m); CAPTURE(s.n); CAPTURE(s.k);
       auto x = randv(static_cast<size_t>(s.m * s.k), 1);
       auto w = randv(static_cast<size_t>(s.n * s.k), 2);
       Weight W(w, s.n, s.k);
-      for (bool acc : {false, true}) {
-        std::vector<float> y = randv(static_cast<size_t>(s.m * s.n), 3);
-        std::vector<double> ref(y.size());
-        for (int64_t i = 0; i < s.m; ++i)
-          for (int64_t j = 0; j < s.n; ++j) {
-            double t = acc ? y[static_cast<size_t>(i * s.n + j)] : 0.0;
-            for (int64_t kk = 0; kk < s.k; ++kk) t += double(x[size_t(i * s.k + kk)]) * w[size_t(j * s.k + kk)];
-            ref[static_cast<size_t>(i * s.n + j)] = t;
-          }
-        matmul(eng, x.data(), s.m, W, y.data(), acc);
-        check_close(y, ref, 1e-5);
-      }
+      for (bool acc : {false, true})
+        for (bool inv : {false, true}) {
+          std::vector<float> y = randv(static_cast<size_t>(s.m * s.n), 3);
+          std::vector<double> ref(y.size()), mag(y.size());
+          for (int64_t i = 0; i < s.m; ++i)
+            for (int64_t j = 0; j < s.n; ++j) {
+              double t = acc ? y[static_cast<size_t>(i * s.n + j)] : 0.0, a = std::abs(t);
+              for (int64_t kk = 0; kk < s.k; ++kk) {
+                const double p = double(x[size_t(i * s.k + kk)]) * w[size_t(j * s.k + kk)];
+                t += p;
+                a += std::abs(p);
+              }
+              ref[static_cast<size_t>(i * s.n + j)] = t;
+              mag[static_cast<size_t>(i * s.n + j)] = a;
+            }
+          matmul(eng, x.data(), s.m, W, y.data(), acc, inv);
+          // relative to the magnitude of the sum's terms (the scale of float32 rounding in a dot product)
+          double worst = 0;
+          for (size_t i = 0; i < y.size(); ++i) worst = std::max(worst, std::abs(y[i] - ref[i]) / mag[i]);
+          CHECK(worst <= 1e-5);
+        }
     }
   }
 
@@ -61,12 +70,15 @@ TEST_SUITE("backend.ops") {
     auto w = randv(64 * 32, 4);
     Weight W(w, 64, 32);
     std::vector<float> x(100 * 32, 0.5f), y(100 * 64);
-    matmul(eng, x.data(), 1, W, y.data());
+    // M <= 16: one fixed-M primitive per M; larger M: one runtime-M primitive for all.
+    for (int64_t m : {1, 3, 100, 17}) matmul(eng, x.data(), m, W, y.data());
     const auto n0 = eng.primitives_created();
-    CHECK(n0 == 1);
-    for (int64_t m : {1, 3, 100, 7}) matmul(eng, x.data(), m, W, y.data());
+    CHECK(n0 == 3);
+    for (int64_t m : {1, 3, 100, 17, 64, 3, 1}) matmul(eng, x.data(), m, W, y.data());
     CHECK(eng.primitives_created() == n0);
-    matmul(eng, x.data(), 5, W, y.data(), true);  // accumulate is a different primitive
+    matmul(eng, x.data(), 3, W, y.data(), false, true);  // batch-invariant: padded to 16, runtime M
+    CHECK(eng.primitives_created() == n0);
+    matmul(eng, x.data(), 50, W, y.data(), true);  // accumulate is a different primitive
     CHECK(eng.primitives_created() == n0 + 1);
   }
 
@@ -190,7 +202,8 @@ TEST_SUITE("backend.ops") {
     Engine eng(2);
     Buffer scratch;
     for (auto [n_head, n_kv, hd, past, nq] : {std::tuple{8, 4, 32, 0, 37}, std::tuple{6, 2, 33, 13, 16},
-                                             std::tuple{4, 4, 48, 0, 64}, std::tuple{32, 4, 64, 3, 20}}) {
+                                             std::tuple{4, 4, 48, 0, 64}, std::tuple{32, 4, 64, 3, 20},
+                                             std::tuple{4, 2, 32, 5, 300}}) {  // 300: causal blocks of 128
       CAPTURE(n_head); CAPTURE(n_kv); CAPTURE(hd); CAPTURE(past); CAPTURE(nq);
       const int64_t n_ctx = past + nq, cap = n_ctx + 5;
       const int64_t qs = n_head * hd + 3;  // strided queries, like rows of a fused qkv buffer
@@ -232,12 +245,18 @@ TEST_SUITE("backend.ops") {
     CHECK(eng.primitives_created() == n);  // runtime dims: no new primitive for a new shape
   }
 
-  TEST_CASE("fused forms equal the separate ones: Weight::concat, swiglu_fused, strided rope and attention") {
+  TEST_CASE("fused forms equal the separate ones: stacked weights, swiglu_fused, strided rope and attention") {
     Engine eng(1);
     auto a = randv(3 * 5, 21), b = randv(2 * 5, 22);
     Weight A(a, 3, 5), B(b, 2, 5);
-    const Weight* parts[] = {&A, &B};
-    Weight AB = Weight::concat(parts);
+    Weight AB(5, 5);
+    AB.set_rows(0, a.data(), 3);
+    AB.set_rows(3, b.data(), 2);
+    CHECK(AB.ld() == 5);
+    CHECK(AB.data()[0 * 5 + 3] == b[0]);  // Wᵀ layout: (k = 0, n = 3) is row 0 of b, column 0
+    CHECK(AB.data()[1 * 5 + 0] == a[1]);  // (k = 1, n = 0) is row 0 of a, column 1
+    CHECK(Weight(1024, 3).ld() == 1040);  // 4 KiB rows are padded
+    CHECK(Weight(1000, 3).ld() == 1000);
     CHECK(AB.n_out() == 5);
     CHECK(AB.n_in() == 5);
     auto x = randv(4 * 5, 23);
@@ -249,9 +268,7 @@ TEST_SUITE("backend.ops") {
       for (int j = 0; j < 3; ++j) CHECK(yab[size_t(r * 5 + j)] == doctest::Approx(ya[size_t(r * 3 + j)]).epsilon(1e-6));
       for (int j = 0; j < 2; ++j) CHECK(yab[size_t(r * 5 + 3 + j)] == doctest::Approx(yb[size_t(r * 2 + j)]).epsilon(1e-6));
     }
-    Weight C(randv(2 * 4, 24), 2, 4);
-    const Weight* bad[] = {&A, &C};
-    CHECK_THROWS_AS(Weight::concat(bad), ArgumentError);
+    CHECK_THROWS_AS(AB.set_rows(4, a.data(), 3), ArgumentError);
 
     // swiglu_fused on [gate | up] rows equals swiglu on separate arrays
     auto gu = randv(3 * 2 * 7, 25, 3.0f);
