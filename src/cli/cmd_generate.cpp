@@ -1,5 +1,6 @@
 // `kveval generate`: greedy generation from a prompt, streamed to stdout,
 // with llama.cpp-style per-phase timings on stderr.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -22,21 +23,32 @@ void add_generate_command(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand("generate", "Greedy generation from a prompt (KV cache on by default)");
   cmd->add_option("-m,--model", o->model, "GGUF model file")->required()->check(CLI::ExistingFile);
   cmd->add_option("-p,--prompt", o->prompt, "prompt text (BOS is prepended)");
-  cmd->add_option("-n,--max-gen-toks", o->max_gen_toks, "tokens to generate at most")->check(CLI::NonNegativeNumber);
-  cmd->add_option("-t,--threads", o->threads, "compute threads (0 = all cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--max-length", o->max_length, "context positions (default: model context_length)")
-      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("-n,--max-gen-toks", o->max_gen_toks, "tokens to generate at most (default 128)");
+  cmd->add_option("-t,--threads", o->threads, "compute threads (0 = all cores)");
+  cmd->add_option("--max-length", o->max_length,
+                  "context positions, prompt included (0 = the model's context_length); the KV cache holds "
+                  "min(max-length, prompt + max-gen-toks) positions");
   cmd->add_flag("--no-cache", o->no_cache, "re-run the whole sequence every step (no KV cache)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating after EOS");
   cmd->callback([o, &action] {
     action = [o] {
+      if (o->max_gen_toks < 0) throw ArgumentError(fmt::format("--max-gen-toks: must be >= 0, got {}", o->max_gen_toks));
+      if (o->threads < 0 || o->threads > 4096)
+        throw ArgumentError(fmt::format("--threads: must be in [0, 4096], got {}", o->threads));
+      if (o->max_length < 0) throw ArgumentError(fmt::format("--max-length: must be >= 0, got {}", o->max_length));
       Stopwatch sw;
       auto model = Model::load(o->model, {.threads = o->threads});
       const double load_s = sw.seconds();
-      const int ctx = o->max_length > 0 ? o->max_length : model->hparams().n_ctx_train;
+      const int n_ctx = model->hparams().n_ctx_train;
+      if (o->max_length > n_ctx)
+        throw ArgumentError(fmt::format("--max-length {} exceeds the model's context_length {}", o->max_length, n_ctx));
+      const int max_length = o->max_length > 0 ? o->max_length : n_ctx;
       auto prompt = model->tokenizer().encode(o->prompt, true);
-      if (static_cast<int>(prompt.size()) >= ctx)
-        throw ArgumentError(fmt::format("--prompt has {} tokens; the context holds {} (--max-length)", prompt.size(), ctx));
+      if (static_cast<int>(prompt.size()) >= max_length)
+        throw ArgumentError(fmt::format("--prompt has {} tokens (BOS included); the context holds {} (--max-length)",
+                                        prompt.size(), max_length));
+      // The cache holds what this generation can use, never more than the context.
+      const int ctx = static_cast<int>(std::min<int64_t>(max_length, static_cast<int64_t>(prompt.size()) + o->max_gen_toks));
       IncrementalDetokenizer detok(model->tokenizer());
       std::fputs(o->prompt.c_str(), stdout);
       size_t shown = 0;
@@ -52,7 +64,7 @@ void add_generate_command(CLI::App& app, Action& action) {
       double setup_s = 0, teardown_s = 0;
       std::vector<Generation> g;
       if (o->no_cache) {
-        g = generate_greedy_uncached(*model, {prompt}, go, ctx, &t);
+        g = generate_greedy_uncached(*model, {prompt}, go, std::max(ctx, 1), &t);
       } else {
         sw.reset();
         auto scope = std::make_unique<KvCacheScope>(*model, 1, ctx);
