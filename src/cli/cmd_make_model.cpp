@@ -1,4 +1,6 @@
 // `kveval make-model`: writes a random-weight Llama GGUF for benchmarks.
+#include <cerrno>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -17,6 +19,20 @@ struct MakeModelArgs {
   std::string type = "f32";
   std::string out;
 };
+/// Validator of --seed: a non-negative integer that fits 64 bits, with a one-line message.
+CLI::Validator seed_validator() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        if (!v.empty() && v[0] == '-') return fmt::format("must be >= 0, got {}", v);
+        errno = 0;
+        char* end = nullptr;
+        std::strtoull(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0' || errno == ERANGE)
+          return fmt::format("expected an integer in [0, 18446744073709551615], got '{}'", v);
+        return "";
+      },
+      "UINT64");
+}
 }  // namespace
 
 void add_make_model_command(CLI::App& app, Action& action) {
@@ -25,7 +41,9 @@ void add_make_model_command(CLI::App& app, Action& action) {
   sub->add_option("--preset", args->preset, "model shape: s15m, s110m, gqa or tiny")
       ->required()
       ->check(CLI::IsMember({"s15m", "s110m", "gqa", "tiny"}));
-  sub->add_option("--seed", args->seed, "weight seed (same seed => identical bytes)")->capture_default_str();
+  sub->add_option("--seed", args->seed, "weight seed (same seed => identical bytes)")
+      ->check(seed_validator())
+      ->capture_default_str();
   sub->add_option("--type", args->type, "tensor element type: f32 or f16")
       ->check(CLI::IsMember({"f32", "f16"}))
       ->capture_default_str();

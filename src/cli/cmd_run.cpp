@@ -4,7 +4,11 @@
 // results file, the per-request samples and compare against a baseline.
 #include <unistd.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -35,6 +39,7 @@ struct RunArgs {
   int batch_size = -1;
   int limit = -1;
   bool quiet = false;
+  bool tolerance_given = false;
   std::string cache_policy = "release";
 };
 
@@ -59,8 +64,49 @@ class Progress {
   bool shown_ = false;
 };
 
+/// Validator for a number option: `lo` or more; an integer when `integer`.
+/// Its message reads "--batch-size: must be >= 1, got 0" (CLI11 prefixes the option name).
+CLI::Validator at_least(double lo, bool integer) {
+  return CLI::Validator(
+      [lo, integer](std::string& v) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        double x = integer ? static_cast<double>(std::strtoll(v.c_str(), &end, 10)) : std::strtod(v.c_str(), &end);
+        if (v.empty() || end == nullptr || *end != '\0' || errno == ERANGE || !std::isfinite(x))
+          return fmt::format("expected {}, got '{}'", integer ? "an integer" : "a number", v);
+        if (x < lo) return fmt::format("must be >= {}, got {}", lo, v);
+        if (integer && x > 2147483647.0) return fmt::format("must be <= 2147483647, got {}", v);
+        return "";
+      },
+      integer ? fmt::format("INT>={}", lo) : fmt::format("NUMBER>={}", lo));
+}
+
+/// Refuses an output path that cannot be written (missing directory, a
+/// directory, no permission) before anything runs. Throws ArgumentError.
+void check_writable(const std::string& option, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw ArgumentError(fmt::format("{} {}: is a directory", option, path));
+  fs::path parent = fs::path(path).parent_path();
+  if (parent.empty()) parent = ".";
+  if (!fs::is_directory(parent, ec))
+    throw ArgumentError(fmt::format("{} {}: directory {} does not exist", option, path, parent.string()));
+  if (fs::exists(path, ec) ? ::access(path.c_str(), W_OK) != 0 : ::access(parent.c_str(), W_OK | X_OK) != 0)
+    throw ArgumentError(fmt::format("{} {}: not writable", option, path));
+}
+
 int run(const RunArgs& a) {
   using namespace kveval::eval;
+  namespace fs = std::filesystem;
+  // 0. the command line: output paths, before anything is read or run
+  if (a.tolerance_given && a.baseline.empty()) throw ArgumentError("--tolerance needs --baseline");
+  if (!a.output.empty()) check_writable("--output", a.output);
+  if (!a.log_samples.empty()) check_writable("--log-samples", a.log_samples);
+  if (!a.output.empty() && !a.log_samples.empty()) {
+    std::error_code e1, e2;
+    if (fs::weakly_canonical(fs::absolute(a.output), e1) == fs::weakly_canonical(fs::absolute(a.log_samples), e2))
+      throw ArgumentError(fmt::format("--output and --log-samples name the same file ({})", a.output));
+  }
   // 1. the whole spec and every data file, before the model loads
   EvalSpec spec = load_spec(a.spec, a.model);
   if (a.threads >= 0) spec.threads = a.threads;
@@ -107,13 +153,13 @@ int run(const RunArgs& a) {
     code = kRequestErrors;
   }
   if (!a.baseline.empty()) {
-    std::vector<std::string> notes;
-    auto regs = compare_baseline(baseline, results, a.tolerance, &notes);
-    for (const auto& n : notes) fmt::print(stderr, "kveval: baseline: {}\n", n);
-    for (const auto& r : regs)
+    BaselineCheck check = compare_baseline(baseline, results, a.tolerance);
+    for (const auto& w : check.warnings) fmt::print(stderr, "kveval: baseline: warning: {}\n", w);
+    for (const auto& f : check.failures) fmt::print(stderr, "kveval: baseline: not compared: {}\n", f);
+    for (const auto& r : check.regressions)
       fmt::print(stderr, "kveval: regression: {} {}: {:.6g} -> {:.6g} (tolerance {})\n", r.task, r.metric, r.baseline,
                  r.current, a.tolerance);
-    if (!regs.empty()) code = kRegression;
+    if (!check.ok()) code = kRegression;
     else fmt::print(stderr, "kveval: baseline: no metric worse by more than {}\n", a.tolerance);
   }
   return code;
@@ -129,18 +175,21 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("--output,-o", args->output, "write results (metrics, config, timings) as JSON");
   cmd->add_option("--log-samples", args->log_samples, "write one JSON line per request");
   cmd->add_option("--baseline", args->baseline, "results JSON of an earlier run; exit 3 if a metric got worse");
-  cmd->add_option("--tolerance", args->tolerance, "allowed absolute worsening against --baseline (default 0)")
-      ->check(CLI::NonNegativeNumber);
+  CLI::Option* tol = cmd->add_option("--tolerance", args->tolerance,
+                                     "allowed absolute worsening against --baseline (default 0)")
+                          ->check(at_least(0, false));
   cmd->add_option("--threads", args->threads, "compute threads (overrides the spec; 0 = all cores)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--batch-size", args->batch_size, "rows per batch (overrides the spec)")->check(CLI::PositiveNumber);
-  cmd->add_option("--limit", args->limit, "documents per task at most (overrides the spec)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0, true));
+  cmd->add_option("--batch-size", args->batch_size, "rows per batch (overrides the spec)")->check(at_least(1, true));
+  cmd->add_option("--limit", args->limit, "documents per task at most (overrides the spec)")->check(at_least(0, true));
   cmd->add_flag("--quiet,-q", args->quiet, "no informational lines on stderr");
   cmd->add_option("--cache-policy", args->cache_policy,
                   "generation cache on scope exit: release (delete, default) or reuse (keep the allocation, reset)")
       ->check(CLI::IsMember({"release", "reuse"}));
-  cmd->callback([args, &action] { action = [args] { return run(*args); }; });
+  cmd->callback([args, tol, &action] {
+    args->tolerance_given = tol->count() > 0;
+    action = [args] { return run(*args); };
+  });
 }
 
 }  // namespace kveval::cli

@@ -22,6 +22,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // CLI11 reports a misspelt subcommand as "A subcommand is required": name it instead
+    if (argc > 1 && argv[1][0] != '-' && app.get_subcommands([&](CLI::App* s) { return s->check_name(argv[1]); }).empty()) {
+      fmt::print(stderr, "kveval: error: unknown subcommand '{}' (run, generate, bench, make-model; see --help)\n", argv[1]);
+      return cli::kUsage;
+    }
     return app.exit(e) == 0 ? cli::kOk : cli::kUsage;
   }
   // The one catch ladder: every error is one line on stderr and a non-zero exit.

@@ -201,36 +201,62 @@ void write_json(const std::string& path, const json& j) {
   if (!f) throw Error(fmt::format("{}: write error", path));
 }
 
-std::vector<Regression> compare_baseline(const json& baseline, const json& current, double tolerance,
-                                         std::vector<std::string>* notes) {
-  auto note = [&](const std::string& s) {
-    if (notes) notes->push_back(s);
-  };
+BaselineCheck compare_baseline(const json& baseline, const json& current, double tolerance) {
   if (!baseline.is_object() || !baseline.contains("results") || !baseline["results"].is_object())
     throw SpecError("baseline: not a kveval results file (no \"results\" object)");
-  std::vector<Regression> out;
+  BaselineCheck out;
+  const json& base = baseline["results"];
   const json& cur = current.at("results");
+  auto is_metric = [](const std::string& name) {
+    auto ends = [&](std::string_view suf) {
+      return name.size() >= suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;
+    };
+    return name != "alias" && !ends("_stderr") && !ends("_note");
+  };
+  auto what = [](const json& v) { return v.is_null() ? std::string("n/a") : "not a number (" + v.dump() + ")"; };
+  for (auto t = base.begin(); t != base.end(); ++t)
+    if (!cur.contains(t.key())) out.failures.push_back(fmt::format("{}: task in the baseline but not in this run", t.key()));
   for (auto t = cur.begin(); t != cur.end(); ++t) {
-    if (!baseline["results"].contains(t.key())) {
-      note(fmt::format("{}: not in the baseline", t.key()));
+    if (!base.contains(t.key())) {
+      out.failures.push_back(fmt::format("{}: task in this run but not in the baseline", t.key()));
       continue;
     }
-    const json& bt = baseline["results"][t.key()];
-    for (auto m = t.value().begin(); m != t.value().end(); ++m) {
-      const std::string& name = m.key();
-      if (name == "alias" || name.find("_stderr") != std::string::npos || name.find("_note") != std::string::npos) continue;
-      if (!bt.contains(name)) {
-        note(fmt::format("{}/{}: not in the baseline", t.key(), name));
-        continue;
-      }
-      if (!m.value().is_number() || !bt[name].is_number()) {
-        note(fmt::format("{}/{}: no value to compare", t.key(), name));
-        continue;
-      }
-      double now = m.value().get<double>(), was = bt[name].get<double>();
-      double worse = higher_is_better(name) ? was - now : now - was;
-      if (worse > tolerance) out.push_back({t.key(), name, was, now});
+    const json& bt = base[t.key()];
+    const json& ct = t.value();
+    if (!bt.is_object()) {
+      out.failures.push_back(fmt::format("{}: baseline entry is not an object", t.key()));
+      continue;
     }
+    for (auto m = bt.begin(); m != bt.end(); ++m)
+      if (is_metric(m.key()) && !ct.contains(m.key()))
+        out.failures.push_back(fmt::format("{} {}: in the baseline but not in this run", t.key(), m.key()));
+    for (auto m = ct.begin(); m != ct.end(); ++m) {
+      const std::string& name = m.key();
+      if (!is_metric(name)) continue;
+      if (!bt.contains(name)) {
+        out.failures.push_back(fmt::format("{} {}: in this run but not in the baseline", t.key(), name));
+        continue;
+      }
+      const json& was_j = bt[name];
+      const json& now_j = m.value();
+      if (!was_j.is_number()) {
+        out.failures.push_back(fmt::format("{} {}: baseline value is {}", t.key(), name, what(was_j)));
+        continue;
+      }
+      if (!now_j.is_number()) {
+        out.failures.push_back(fmt::format("{} {}: value of this run is {}", t.key(), name, what(now_j)));
+        continue;
+      }
+      double now = now_j.get<double>(), was = was_j.get<double>();
+      double worse = higher_is_better(name) ? was - now : now - was;
+      if (worse > tolerance) out.regressions.push_back({t.key(), name, was, now});
+    }
+    const json* bn = baseline.contains("n-samples") && baseline["n-samples"].contains(t.key())
+                         ? &baseline["n-samples"][t.key()] : nullptr;
+    const json* cn = current.contains("n-samples") && current["n-samples"].contains(t.key())
+                         ? &current["n-samples"][t.key()] : nullptr;
+    if (bn && cn && *bn != *cn)
+      out.warnings.push_back(fmt::format("{}: n-samples differ: baseline {}, this run {}", t.key(), bn->dump(), cn->dump()));
   }
   return out;
 }

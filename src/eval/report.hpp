@@ -45,13 +45,25 @@ struct Regression {
   std::string task, metric;
   double baseline = 0, current = 0;
 };
-/// Compares `current` with `baseline` (both results_json documents): a metric
-/// present in both with numeric values regresses when it moved in its bad
-/// direction (lower for acc/acc_norm/exact_match, higher for perplexities and
-/// bits_per_byte) by more than `tolerance` (absolute). Metrics missing on
-/// either side are listed in `notes`. Throws SpecError for a baseline without
-/// a "results" object.
-std::vector<Regression> compare_baseline(const nlohmann::json& baseline, const nlohmann::json& current,
-                                         double tolerance, std::vector<std::string>* notes);
+/// Outcome of a baseline comparison.
+struct BaselineCheck {
+  std::vector<Regression> regressions;  ///< metrics worse than the baseline by more than the tolerance
+  std::vector<std::string> failures;    ///< one line per value that could not be compared (a failure too)
+  std::vector<std::string> warnings;    ///< one line per n-samples mismatch (not a failure)
+  /// True when every metric was compared and none regressed.
+  bool ok() const { return regressions.empty() && failures.empty(); }
+};
+/// Compares `current` with `baseline` (both results_json documents), strictly:
+/// - the task sets must match: a baseline task missing from the run, or a run
+///   task missing from the baseline, is a failure;
+/// - for a task in both, every metric (keys other than alias, *_stderr, *_note)
+///   must be present with a numeric value on both sides; missing, n/a (null)
+///   or non-numeric on either side is a failure;
+/// - a compared metric regresses when it moved in its bad direction (lower
+///   for acc/acc_norm/exact_match, higher for perplexities and bits_per_byte)
+///   by more than `tolerance` (absolute);
+/// - differing "n-samples" (original/effective) is a warning.
+/// Throws SpecError for a baseline without a "results" object.
+BaselineCheck compare_baseline(const nlohmann::json& baseline, const nlohmann::json& current, double tolerance);
 
 }  // namespace kveval::eval

@@ -259,7 +259,20 @@ RunResult run_eval(const EvalSpec& spec, Model& model, const RunOptions& opts) {
         break;
     }
   }
-  for (size_t t = 0; t < spec.tasks.size(); ++t) res.metrics.push_back(compute_metrics(spec.tasks[t], res.docs[t]));
+  std::vector<int> task_requests(spec.tasks.size(), 0);
+  for (const Request& r : res.requests) ++task_requests[static_cast<size_t>(r.task)];
+  for (size_t t = 0; t < spec.tasks.size(); ++t) {
+    res.metrics.push_back(compute_metrics(spec.tasks[t], res.docs[t]));
+    // every document failed: say so instead of compute_metrics' "no documents"
+    bool any_ok = std::any_of(res.docs[t].begin(), res.docs[t].end(), [](const DocOutcome& d) { return d.ok; });
+    if (res.docs[t].empty() || any_ok) continue;
+    std::string why = res.task_errors[t] == task_requests[t]
+                          ? fmt::format("all {} requests failed", task_requests[t])
+                          : fmt::format("all {} documents failed ({} of {} requests)", res.docs[t].size(),
+                                        res.task_errors[t], task_requests[t]);
+    for (auto& m : res.metrics.back())
+      if (!m.value) m.note = why;
+  }
   return res;
 }
 

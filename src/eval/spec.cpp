@@ -112,6 +112,13 @@ int64_t expect_int(const json& v, const Where& w, int64_t lo, int64_t hi) {
   return x;
 }
 
+/// A file path from the spec: a string without NUL bytes (which the OS would silently cut at).
+std::string expect_path(const json& v, const Where& w) {
+  std::string p = expect_string(v, w);
+  if (p.find('\0') != std::string::npos) w.fail("path contains a NUL byte");
+  return p;
+}
+
 std::string resolve_path(const std::string& base_dir, const std::string& p) {
   if (p.empty() || fs::path(p).is_absolute() || base_dir.empty()) return p;
   return (fs::path(base_dir) / p).lexically_normal().string();
@@ -223,8 +230,50 @@ json resolve_mapping(const json& doc, const std::string& mapping, const std::str
 }
 
 json parse_json_text(std::string_view text, const std::string& origin) {
+  // nlohmann keeps the last of duplicate keys silently; the callback sees every
+  // key and refuses a repeat, naming the JSON path of the object.
+  struct Frame {
+    bool object;
+    std::string path;
+    std::set<std::string> keys;
+    std::string key;    // object: the key of the value being parsed
+    size_t next = 0;    // array: index of the next element
+  };
+  std::vector<Frame> stack;
+  auto child_path = [&stack]() -> std::string {
+    if (stack.empty()) return "";
+    Frame& f = stack.back();
+    if (!f.object) return fmt::format("{}[{}]", f.path, f.next++);
+    return f.path.empty() ? f.key : f.path + "." + f.key;
+  };
+  json::parser_callback_t cb = [&](int, json::parse_event_t ev, json& parsed) -> bool {
+    switch (ev) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start: {
+        std::string p = child_path();
+        stack.push_back({ev == json::parse_event_t::object_start, p, {}, {}, 0});
+        break;
+      }
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        if (!stack.empty()) stack.pop_back();
+        break;
+      case json::parse_event_t::key: {
+        Frame& f = stack.back();
+        f.key = parsed.get<std::string>();
+        if (!f.keys.insert(f.key).second)
+          throw SpecError(f.path.empty() ? fmt::format("{}: duplicate key '{}'", origin, f.key)
+                                         : fmt::format("{}: {}: duplicate key '{}'", origin, f.path, f.key));
+        break;
+      }
+      case json::parse_event_t::value:
+        if (!stack.empty() && !stack.back().object) ++stack.back().next;
+        break;
+    }
+    return true;
+  };
   try {
-    return json::parse(text.begin(), text.end());
+    return json::parse(text.begin(), text.end(), cb);
   } catch (const json::parse_error& e) {
     // e.byte is the 1-based position of the last character read.
     size_t byte = e.byte > 0 ? e.byte - 1 : 0;
@@ -293,6 +342,9 @@ Doc render_doc(const TaskSpec& t, const RawDoc& rd) {
     if (!choices.is_array() || choices.empty())
       throw SpecError(fmt::format("{}: doc_to_choice: expected a non-empty list of strings, got {}", rd.origin, show(choices)));
     for (size_t i = 0; i < choices.size(); ++i) {
+      if (!choices[i].is_string())
+        throw SpecError(fmt::format("{}: doc_to_choice[{}]: expected a string, got {} (choices must be a list of strings)",
+                                    rd.origin, i, show(choices[i])));
       std::string c = value_text(choices[i], rd.origin, fmt::format("doc_to_choice[{}]", i));
       if (c.empty()) throw SpecError(fmt::format("{}: doc_to_choice[{}]: empty choice", rd.origin, i));
       d.choices.push_back(std::move(c));
@@ -322,6 +374,7 @@ Doc render_doc(const TaskSpec& t, const RawDoc& rd) {
 std::vector<RawDoc> load_docs_file(const std::string& path) {
   std::vector<RawDoc> out;
   for (auto& [line, j] : read_jsonl(path)) out.push_back({fmt::format("{}:{}", path, line), std::move(j)});
+  if (out.empty()) throw SpecError(fmt::format("{}: no documents (the file is empty or blank)", path));
   return out;
 }
 
@@ -359,6 +412,10 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
   if (!tj.contains("name")) w.fail("missing required key 'name'");
   t.name = expect_string(tj["name"], w.key("name"));
   if (t.name.empty()) w.key("name").fail("must not be empty");
+  for (unsigned char c : t.name)
+    if (c < 0x20 || c == 0x7F || c == '|')
+      w.key("name").fail(fmt::format("{} (task names are printable text without '|', they head table rows)",
+                                     c == '|' ? std::string("contains '|'") : fmt::format("contains control byte 0x{:02x}", c)));
   if (!tj.contains("output_type"))
     w.fail("missing required key 'output_type' (one of loglikelihood, multiple_choice, loglikelihood_rolling, generate_until)");
   {
@@ -398,7 +455,7 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
   if (tj.contains("num_fewshot"))
     t.num_fewshot = static_cast<int>(expect_int(tj["num_fewshot"], w.key("num_fewshot"), 0, 1 << 20));
   if (tj.contains("fewshot_split")) {
-    std::string p = expect_string(tj["fewshot_split"], w.key("fewshot_split"));
+    std::string p = expect_path(tj["fewshot_split"], w.key("fewshot_split"));
     t.fewshot_split = resolve_path(base_dir, p);
   }
 
@@ -433,6 +490,7 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
     if (g.contains("until")) {
       const json& u = g["until"];
       if (u.is_string()) {
+        if (u.get<std::string>().empty()) gw.key("until").fail("empty stop string");
         t.generation_kwargs.until.push_back(u.get<std::string>());
       } else {
         if (!u.is_array()) gw.key("until").fail(fmt::format("expected a list of strings, got {}", show(u)));
@@ -492,7 +550,7 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
   bool has_path = tj.contains("dataset_path"), has_docs = tj.contains("docs");
   if (has_path == has_docs) w.fail("give exactly one of 'dataset_path' (a JSONL file) or 'docs' (inline list)");
   if (has_path) {
-    std::string p = expect_string(tj["dataset_path"], w.key("dataset_path"));
+    std::string p = expect_path(tj["dataset_path"], w.key("dataset_path"));
     t.dataset_path = resolve_path(base_dir, p);
     std::error_code ec;
     if (!fs::is_regular_file(t.dataset_path, ec))
@@ -567,7 +625,7 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
   EvalSpec s;
   s.path = origin;
   s.raw = j;
-  if (j.contains("model")) s.model = resolve_path(base_dir, expect_string(j["model"], w.key("model")));
+  if (j.contains("model")) s.model = resolve_path(base_dir, expect_path(j["model"], w.key("model")));
   if (!model_override.empty()) s.model = model_override;
   if (s.model.empty()) w.fail("missing required key 'model' (or pass --model)");
   if (j.contains("threads")) s.threads = static_cast<int>(expect_int(j["threads"], w.key("threads"), 0, 4096));
@@ -595,6 +653,9 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
 }
 
 EvalSpec load_spec(const std::string& path, const std::string& model_override) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw SpecError(fmt::format("{}: is a directory (expected a JSON spec file)", path));
+  if (!fs::exists(path, ec)) throw SpecError(fmt::format("{}: not found", path));
   std::ifstream f(path, std::ios::binary);
   if (!f) throw SpecError(fmt::format("{}: cannot open spec file", path));
   std::stringstream ss;

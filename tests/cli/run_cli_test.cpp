@@ -191,4 +191,89 @@ TEST_SUITE("cli.run") {
     CHECK(junk.code == 2);
     CHECK(junk.err.find("junk.json:1:") != std::string::npos);
   }
+
+  TEST_CASE("--baseline is strict: nothing compared fails (exit 3, one line per problem); --tolerance needs --baseline") {
+    TempDir d;
+    std::string spec = d.write("spec.json", spec_with(kLL));
+    Run a = run_kveval(d, "run " + quote(spec) + " -q -o " + quote(d.file("base.json")));
+    REQUIRE(a.code == 0);
+    // --limit 0: every metric is n/a in this run; n-samples differ (warning)
+    Run none = run_kveval(d, "run " + quote(spec) + " -q --limit 0 --baseline " + quote(d.file("base.json")));
+    CHECK(none.code == 3);
+    CHECK(none.err.find("not compared: ll acc: value of this run is n/a") != std::string::npos);
+    CHECK(none.err.find("not compared: ll perplexity: value of this run is n/a") != std::string::npos);
+    CHECK(none.err.find("warning: ll: n-samples differ") != std::string::npos);
+    // the spec's tasks are not in the baseline
+    std::string other = d.write("other.json", spec_with(std::string(kLL).replace(10, 2, "zz")));
+    Run missing = run_kveval(d, "run " + quote(other) + " -q --baseline " + quote(d.file("base.json")));
+    CHECK(missing.code == 3);
+    CHECK(missing.err.find("ll: task in the baseline but not in this run") != std::string::npos);
+    CHECK(missing.err.find("zz: task in this run but not in the baseline") != std::string::npos);
+    // a baseline value that is not a number
+    json base = json::parse(slurp(d.file("base.json")));
+    base["results"]["ll"]["acc"] = "1";
+    std::ofstream(d.file("str.json")) << base.dump();
+    Run str = run_kveval(d, "run " + quote(spec) + " -q --baseline " + quote(d.file("str.json")));
+    CHECK(str.code == 3);
+    CHECK(str.err.find("ll acc: baseline value is not a number") != std::string::npos);
+    // --tolerance alone: usage error before anything runs
+    Run tol = run_kveval(d, "run " + quote(spec) + " --tolerance 0.5");
+    CHECK(tol.code == 2);
+    CHECK(tol.out.empty());
+    CHECK(tol.err == "kveval: error: --tolerance needs --baseline\n");
+  }
+
+  TEST_CASE("output paths are checked before the model loads: same file, missing directory, a directory") {
+    TempDir d;
+    std::string spec = d.write("spec.json", spec_with(kLL));
+    struct Case {
+      std::string args, expect;
+    };
+    std::vector<Case> cases = {
+        {"-o " + quote(d.file("o.json")) + " --log-samples " + quote(d.path.string() + "/./o.json"),
+         "--output and --log-samples name the same file"},
+        {"-o " + quote(d.file("nodir/o.json")), "--output " + d.file("nodir/o.json") + ": directory " +
+                                                     d.file("nodir") + " does not exist"},
+        {"--log-samples " + quote(d.path.string()), "--log-samples " + d.path.string() + ": is a directory"},
+    };
+    for (const auto& c : cases) {
+      CAPTURE(c.args);
+      Run r = run_kveval(d, "run " + quote(spec) + " " + c.args);
+      CHECK(r.code == 2);
+      CHECK(r.out.empty());  // no metrics table: nothing ran
+      CHECK(count_lines(r.err) == 1);
+      CHECK(r.err.find(c.expect) != std::string::npos);
+    }
+    CHECK(!std::ifstream(d.file("o.json")).good());
+  }
+
+  TEST_CASE("command-line messages: numeric ranges, unknown subcommand, spec is a directory or missing") {
+    TempDir d;
+    std::string spec = d.write("spec.json", spec_with(kLL));
+    Run bs = run_kveval(d, "run " + quote(spec) + " --batch-size 0");
+    CHECK(bs.code == 2);
+    CHECK(bs.err.find("--batch-size: must be >= 1, got 0") != std::string::npos);
+    CHECK(bs.err.find("1797693") == std::string::npos);
+    Run lim = run_kveval(d, "run " + quote(spec) + " --limit -3");
+    CHECK(lim.code == 2);
+    CHECK(lim.err.find("--limit: must be >= 0, got -3") != std::string::npos);
+    Run tol = run_kveval(d, "run " + quote(spec) + " --baseline x.json --tolerance abc");
+    CHECK(tol.code == 2);
+    CHECK(tol.err.find("--tolerance: expected a number, got 'abc'") != std::string::npos);
+    Run seed = run_kveval(d, "make-model --preset tiny --seed -1 -o " + quote(d.file("m.gguf")));
+    CHECK(seed.code == 2);
+    CHECK(seed.err.find("--seed: must be >= 0, got -1") != std::string::npos);
+    CHECK(!std::ifstream(d.file("m.gguf")).good());
+    Run bogus = run_kveval(d, "bogus");
+    CHECK(bogus.code == 2);
+    CHECK(bogus.err.find("unknown subcommand 'bogus'") != std::string::npos);
+    CHECK(count_lines(bogus.err) == 1);
+    Run dir = run_kveval(d, "run " + quote(d.path.string()));
+    CHECK(dir.code == 2);
+    CHECK(dir.err == "kveval: error: " + d.path.string() + ": is a directory (expected a JSON spec file)\n");
+    Run gone = run_kveval(d, "run " + quote(d.file("gone.json")));
+    CHECK(gone.code == 2);
+    CHECK(gone.err == "kveval: error: " + d.file("gone.json") + ": not found\n");
+  }
 }
+

@@ -364,4 +364,21 @@ TEST_SUITE("eval.runner") {
     CHECK(res["request_errors"]["total"] == 2);
     CHECK(res["results"]["roll"]["word_perplexity"].is_null());
   }
+
+  TEST_CASE("a task whose requests all fail says so in its notes (not \"no documents\")") {
+    json j = {{"max_length", 2},
+              {"tasks",
+               {{{"name", "ll"}, {"output_type", "loglikelihood"},
+                 {"docs", {{{"c", "Lily went to the"}, {"x", "park"}}, {{"c", "Tom saw a"}, {"x", "dog"}}}},
+                 {"doc_to_text", "c"}, {"doc_to_target", "x"}}}}};
+    EvalSpec s = spec_of(j);
+    RunResult r = run_eval(s, model());
+    REQUIRE(r.n_request_errors == 2);
+    REQUIRE(r.metrics[0].size() == 2);
+    for (const auto& m : r.metrics[0]) {
+      CHECK(!m.value.has_value());
+      CHECK(m.note == "all 2 requests failed");
+    }
+    CHECK(format_metrics_table(s, r).find("no documents") == std::string::npos);
+  }
 }

@@ -205,4 +205,45 @@ TEST_SUITE("eval.spec") {
     CHECK(closest("batchsize", {"batch_size", "max_length"}) == "batch_size");
     CHECK(closest("qqqqqq", {"batch_size", "max_length"}).empty());
   }
+
+  TEST_CASE("newcomer findings: empty until string, duplicate keys, non-string choices, bad task names, NUL paths") {
+    TempDir d;
+    auto spec = [&](const std::string& task) {
+      return d.write("spec.json", std::string("{") + kModelLine + R"( "tasks": [)" + task + "]}");
+    };
+    // generation_kwargs.until as a single empty string: refused like [""]
+    CHECK(spec_error([&] {
+            load_spec(spec(R"({"name": "g", "output_type": "generate_until", "docs": [{"q": "a"}], "doc_to_text": "q", "generation_kwargs": {"until": ""}})"));
+          }).find("spec.json: tasks[0].generation_kwargs.until: empty stop string") != std::string::npos);
+    // duplicate keys at the top level and inside a nested object (JSON path of the object)
+    std::string p = d.write("dup.json", R"({"model": "a.gguf", "model": "b.gguf", "tasks": []})");
+    CHECK(spec_error([&] { load_spec(p); }) == p + ": duplicate key 'model'");
+    CHECK(spec_error([&] {
+            load_spec(spec(R"({"name": "t", "output_type": "loglikelihood", "docs": [{"c": "a", "x": "b"}, {"c": "a", "x": "b", "c": "z"}], "doc_to_text": "c", "doc_to_target": "x"})"));
+          }).find("spec.json: tasks[0].docs[1]: duplicate key 'c'") != std::string::npos);
+    // the same key in sibling objects is fine
+    CHECK_NOTHROW(load_spec(spec(R"({"name": "t", "output_type": "loglikelihood", "docs": [{"c": "a", "x": "b"}, {"c": "a", "x": "b"}], "doc_to_text": "c", "doc_to_target": "x"})")));
+    // choices must be strings
+    CHECK(spec_error([&] {
+            load_spec(spec(R"({"name": "t", "output_type": "multiple_choice", "docs": [{"q": "a", "ch": [1, 2], "g": 0}], "doc_to_text": "q", "doc_to_choice": "ch", "doc_to_target": "g"})"));
+          }).find("doc_to_choice[0]: expected a string, got 1") != std::string::npos);
+    // task names: printable, no '|'
+    for (std::string bad : {std::string("a|b"), std::string("a\\nb")}) {
+      CAPTURE(bad);
+      CHECK(spec_error([&] {
+              load_spec(spec(R"({"name": ")" + bad + R"(", "output_type": "loglikelihood", "docs": [{"c": "a", "x": "b"}], "doc_to_text": "c", "doc_to_target": "x"})"));
+            }).find("spec.json: tasks[0].name: contains") != std::string::npos);
+    }
+    // a NUL byte inside a path
+    std::string nul = d.write("nul.json", R"({"model": "m.gguf\u0000.txt", "tasks": []})");
+    CHECK(spec_error([&] { load_spec(nul); }) == nul + ": model: path contains a NUL byte");
+    // an empty / blank data file
+    std::string blank = d.write("blank.jsonl", "\n  \n");
+    CHECK(spec_error([&] {
+            load_spec(spec(R"({"name": "t", "output_type": "loglikelihood", "dataset_path": "blank.jsonl", "doc_to_text": "c", "doc_to_target": "x"})"));
+          }) == blank + ": no documents (the file is empty or blank)");
+    // the spec path itself: a directory, a missing file
+    CHECK(spec_error([&] { load_spec(d.path.string()); }).find(d.path.string() + ": is a directory") == 0);
+    CHECK(spec_error([&] { load_spec(d.file("missing.json")); }) == d.file("missing.json") + ": not found");
+  }
 }
