@@ -27,10 +27,10 @@ const std::vector<std::string>& test_names() {
 
 namespace {
 
-void require_list(const std::vector<int>& v, const char* opt) {
+void require_list(const std::vector<int>& v, const char* opt, int max) {
   if (v.empty()) throw ArgumentError(fmt::format("{}: needs at least one value", opt));
   for (int x : v)
-    if (x < 1) throw ArgumentError(fmt::format("{}: values must be >= 1, got {}", opt, x));
+    if (x < 1 || x > max) throw ArgumentError(fmt::format("{}: values must be in [1, {}], got {}", opt, max, x));
 }
 
 bool selected(const Options& o, const std::string& t) {
@@ -500,11 +500,12 @@ std::string iso_time_utc() {
 
 void validate(const Options& o) {
   if (o.model_path.empty()) throw ArgumentError("--model: a GGUF model path is required");
-  require_list(o.threads, "--threads");
-  require_list(o.batches, "--batch-size");
-  require_list(o.n_prompt, "--n-prompt");
-  require_list(o.n_gen, "--n-gen");
-  require_list(o.tg_prompt, "--tg-prompt");
+  // Same bounds as `kveval run` for threads and rows; lengths are capped by the model's context later.
+  require_list(o.threads, "--threads", 4096);
+  require_list(o.batches, "--batch-size", 4096);
+  require_list(o.n_prompt, "--n-prompt", 1 << 20);
+  require_list(o.n_gen, "--n-gen", 1 << 20);
+  require_list(o.tg_prompt, "--tg-prompt", 1 << 20);
   if (o.repetitions < 1) throw ArgumentError(fmt::format("--repetitions: must be >= 1, got {}", o.repetitions));
   for (const auto& t : o.tests)
     if (std::find(test_names().begin(), test_names().end(), t) == test_names().end())
@@ -517,6 +518,8 @@ void validate(const Options& o) {
     if (v < 1) throw ArgumentError(fmt::format("{}: must be >= 1, got {}", name, v));
   if (o.stream_bytes != 0 && o.stream_bytes < 4096)
     throw ArgumentError(fmt::format("--stream-mib: buffer of {} bytes is too small", o.stream_bytes));
+  if (o.stream_bytes > (size_t(2) << 30))
+    throw ArgumentError(fmt::format("--stream-mib: at most 2048 MiB, got {} MiB", o.stream_bytes >> 20));
 }
 
 std::vector<std::vector<int32_t>> synthetic_prompts(const Model& model, int batch, int n_prompt, uint64_t seed) {

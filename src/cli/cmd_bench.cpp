@@ -88,6 +88,10 @@ void add_bench_command(CLI::App& app, Action& action) {
       }
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
+      if (rep.rows.empty()) {
+        fmt::print(stderr, "kveval: error: bench measured nothing (every selected test was skipped; see the notes)\n");
+        return kUsage;
+      }
       return kOk;
     };
   });
