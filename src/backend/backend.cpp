@@ -245,15 +245,6 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t
   }
 }
 
-void swiglu(float* gate, const float* up, int64_t rows, int64_t n) {
-  const int64_t total = rows * n;
-#pragma omp parallel for schedule(static) if (total > 16384)
-  for (int64_t i = 0; i < total; ++i) {
-    const float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
-}
-
 void swiglu_fused(const float* gate_up, float* out, int64_t rows, int64_t n) {
 #pragma omp parallel for schedule(static) if (rows * n > 16384)
   for (int64_t r = 0; r < rows; ++r) {
@@ -377,9 +368,5 @@ void attention(Engine& engine, const float* q, const KvView& kv, float* out, int
   }
 }
 
-void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t i = 0; i < n; ++i) fn(i);
-}
 
 }  // namespace kveval::backend

@@ -1,11 +1,12 @@
 #pragma once
 // The compute backend: the only module that includes oneDNN. Matmuls are
-// oneDNN matmul primitives created once per weight shape (runtime M) and
-// reused; element-wise ops (RMSNorm, RoPE, SwiGLU, attention) are OpenMP loops.
+// oneDNN matmul primitives created once and reused (fixed M for decode steps,
+// runtime M otherwise); weights are laid out once at load; a user scratchpad
+// is shared. Long attention blocks are oneDNN batched matmuls; element-wise
+// ops (RMSNorm, RoPE, SwiGLU, short attention) are OpenMP loops.
 // All tensors are float32, row-major, contiguous unless strides are given.
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -96,11 +97,8 @@ void rmsnorm(const float* x, const float* weight, float* y, int64_t rows, int64_
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t n_rot,
           const int32_t* pos, float freq_base, int64_t token_stride = 0);
 
-/// gate[rows, n] = silu(gate) * up  (SwiGLU, Shazeer 2020).
-void swiglu(float* gate, const float* up, int64_t rows, int64_t n);
-
-/// out[rows, n] = silu(gate_up[:, :n]) * gate_up[:, n:]: SwiGLU on the output
-/// of a fused [gate; up] matmul, gate_up is [rows, 2n].
+/// out[rows, n] = silu(gate_up[:, :n]) * gate_up[:, n:]: SwiGLU (Shazeer 2020)
+/// on the output of the fused [gate; up] matmul, gate_up is [rows, 2n].
 void swiglu_fused(const float* gate_up, float* out, int64_t rows, int64_t n);
 
 /// Keys/values of one sequence for attention: element (position p, kv head h, d)
@@ -128,9 +126,6 @@ void attention(const float* q, const KvView& kv, float* out, int64_t n_q, int64_
 /// narrow heads (head_dim < 32) use the loop version. `scratch` holds the scores [group, n_q, past + n_q].
 void attention(Engine& eng, const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past,
                int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t q_stride, Buffer& scratch);
-
-/// Runs `fn(i)` for i in [0, n) on the engine's threads (OpenMP). `fn` must not throw.
-void parallel_for(int64_t n, const std::function<void(int64_t)>& fn);
 
 /// Float buffer aligned to 64 bytes, grow-only (no shrink, no zero-fill).
 class Buffer {

@@ -11,7 +11,6 @@
 #include "backend/backend.hpp"
 #include "model/gguf.hpp"
 #include "util/error.hpp"
-#include "util/timer.hpp"
 
 namespace kveval {
 
