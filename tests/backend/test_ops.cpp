@@ -29,6 +29,35 @@ void check_close(const std::vector<float>& a, const std::vector<double>& b, doub
   CHECK(worst <= tol);
 }
 
+// Causal GQA attention in double: q [nq, q_stride] (head h at h * hd), k/v
+// [n_kv][cap][hd]; out [nq, n_head, hd]. Scale 1/sqrt(hd), softmax over [0, past + i].
+std::vector<double> naive_attention(const std::vector<float>& q, int64_t q_stride, const std::vector<float>& k,
+                                    const std::vector<float>& v, int64_t cap, int64_t nq, int64_t past, int64_t n_head,
+                                    int64_t n_kv, int64_t hd) {
+  std::vector<double> ref(static_cast<size_t>(nq * n_head * hd));
+  const int64_t group = n_head / n_kv;
+  for (int64_t i = 0; i < nq; ++i)
+    for (int64_t h = 0; h < n_head; ++h) {
+      const int64_t hk = h / group, len = past + i + 1;
+      std::vector<double> s(static_cast<size_t>(len));
+      double mx = -1e300;
+      for (int64_t p = 0; p < len; ++p) {
+        double d = 0;
+        for (int64_t e = 0; e < hd; ++e) d += double(q[size_t(i * q_stride + h * hd + e)]) * k[size_t((hk * cap + p) * hd + e)];
+        s[size_t(p)] = d / std::sqrt(double(hd));
+        mx = std::max(mx, s[size_t(p)]);
+      }
+      double sum = 0;
+      for (auto& e : s) sum += (e = std::exp(e - mx));
+      for (int64_t e = 0; e < hd; ++e) {
+        double o = 0;
+        for (int64_t p = 0; p < len; ++p) o += s[size_t(p)] / sum * v[size_t((hk * cap + p) * hd + e)];
+        ref[size_t((i * n_head + h) * hd + e)] = o;
+      }
+    }
+  return ref;
+}
+
 }  // namespace
 
 TEST_SUITE("backend.ops") {
@@ -167,27 +196,7 @@ TEST_SUITE("backend.ops") {
       KvView view{k.data(), v.data(), hd, cap * hd};
       std::vector<float> out(q.size());
       attention(q.data(), view, out.data(), nq, past, n_head, n_kv, hd);
-      std::vector<double> ref(q.size());
-      const int64_t group = n_head / n_kv;
-      for (int64_t i = 0; i < nq; ++i)
-        for (int64_t h = 0; h < n_head; ++h) {
-          const int64_t hk = h / group, len = past + i + 1;
-          std::vector<double> s(static_cast<size_t>(len));
-          double mx = -1e300;
-          for (int64_t p = 0; p < len; ++p) {
-            double d = 0;
-            for (int64_t e = 0; e < hd; ++e) d += double(q[size_t((i * n_head + h) * hd + e)]) * k[size_t((hk * cap + p) * hd + e)];
-            s[size_t(p)] = d / std::sqrt(double(hd));
-            mx = std::max(mx, s[size_t(p)]);
-          }
-          double sum = 0;
-          for (auto& e : s) sum += (e = std::exp(e - mx));
-          for (int64_t e = 0; e < hd; ++e) {
-            double o = 0;
-            for (int64_t p = 0; p < len; ++p) o += s[size_t(p)] / sum * v[size_t((hk * cap + p) * hd + e)];
-            ref[size_t((i * n_head + h) * hd + e)] = o;
-          }
-        }
+      auto ref = naive_attention(q, n_head * hd, k, v, cap, nq, past, n_head, n_kv, hd);
       check_close(out, ref, 1e-5);
 
       // Same values in the packed [pos][kv_head][d] layout give the same output.
@@ -220,28 +229,7 @@ TEST_SUITE("backend.ops") {
       std::vector<float> fast(size_t(nq * n_head * hd)), slow(fast.size());
       attention(eng, q.data(), view, fast.data(), nq, past, n_head, n_kv, hd, qs, scratch);
       attention(q.data(), view, slow.data(), nq, past, n_head, n_kv, hd, qs);
-      // naive double reference
-      std::vector<double> ref(fast.size());
-      const int64_t group = n_head / n_kv;
-      for (int64_t i = 0; i < nq; ++i)
-        for (int64_t h = 0; h < n_head; ++h) {
-          const int64_t hk = h / group, len = past + i + 1;
-          std::vector<double> s(static_cast<size_t>(len));
-          double mx = -1e300;
-          for (int64_t p = 0; p < len; ++p) {
-            double d = 0;
-            for (int64_t e = 0; e < hd; ++e) d += double(q[size_t(i * qs + h * hd + e)]) * k[size_t((hk * cap + p) * hd + e)];
-            s[size_t(p)] = d / std::sqrt(double(hd));
-            mx = std::max(mx, s[size_t(p)]);
-          }
-          double sum = 0;
-          for (auto& e : s) sum += (e = std::exp(e - mx));
-          for (int64_t e = 0; e < hd; ++e) {
-            double o = 0;
-            for (int64_t p = 0; p < len; ++p) o += s[size_t(p)] / sum * v[size_t((hk * cap + p) * hd + e)];
-            ref[size_t((i * n_head + h) * hd + e)] = o;
-          }
-        }
+      auto ref = naive_attention(q, qs, k, v, cap, nq, past, n_head, n_kv, hd);
       check_close(fast, ref, 1e-5);
       check_close(slow, ref, 1e-5);
     }
