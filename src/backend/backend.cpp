@@ -84,6 +84,9 @@ bool Buffer::reserve(size_t n) {
 struct MatmulEntry {
   dnnl::matmul prim;
   dnnl::memory::desc src_md, wei_md, dst_md, scratch_md;
+  // Fixed-M entries keep their memory objects and only swap data handles, so a
+  // decode step allocates nothing.
+  dnnl::memory src, wei, dst, scratch;
 };
 
 struct Engine::Impl {
@@ -114,7 +117,7 @@ struct Engine::Impl {
       size_t need = pd.scratchpad_desc().get_size();
       if (need > scratch.size()) scratch.resize(need);
       ++created;
-      return attn.emplace(std::make_pair(which, G), MatmulEntry{dnnl::matmul(pd), src_md, wei_md, dst_md, pd.scratchpad_desc()}).first->second;
+      return attn.emplace(std::make_pair(which, G), MatmulEntry{dnnl::matmul(pd), src_md, wei_md, dst_md, pd.scratchpad_desc(), {}, {}, {}, {}}).first->second;
     } catch (const dnnl::error& e) {
       rethrow_dnnl(e, "attention matmul primitive creation");
     }
@@ -142,7 +145,7 @@ struct Engine::Impl {
       size_t need = pd.scratchpad_desc().get_size();
       if (need > scratch.size()) scratch.resize(need);
       ++created;
-      auto [pos, ok] = matmuls.emplace(key, MatmulEntry{dnnl::matmul(pd), src_md, wei_md, dst_md, pd.scratchpad_desc()});
+      auto [pos, ok] = matmuls.emplace(key, MatmulEntry{dnnl::matmul(pd), src_md, wei_md, dst_md, pd.scratchpad_desc(), {}, {}, {}, {}});
       return pos->second;
     } catch (const dnnl::error& e) {
       rethrow_dnnl(e, fmt::format("matmul primitive creation [{}x{}]", k, n).c_str());
@@ -196,11 +199,26 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   try {
-    dnnl::memory src({{m, w.n_in()}, dt::f32, tag::ab}, im.eng, const_cast<float*>(x));
-    dnnl::memory wei(e.wei_md, im.eng, const_cast<float*>(w.data()));
-    dnnl::memory dst({{m, w.n_out()}, dt::f32, tag::ab}, im.eng, y);
-    dnnl::memory scratch(e.scratch_md, im.eng, im.scratch.data());
-    e.prim.execute(im.strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratch}});
+    if (key_m > 0) {
+      if (!e.src) {
+        e.src = dnnl::memory(e.src_md, im.eng, DNNL_MEMORY_NONE);
+        e.wei = dnnl::memory(e.wei_md, im.eng, DNNL_MEMORY_NONE);
+        e.dst = dnnl::memory(e.dst_md, im.eng, DNNL_MEMORY_NONE);
+        e.scratch = dnnl::memory(e.scratch_md, im.eng, DNNL_MEMORY_NONE);
+      }
+      e.src.set_data_handle(const_cast<float*>(x));
+      e.wei.set_data_handle(const_cast<float*>(w.data()));
+      e.dst.set_data_handle(y);
+      e.scratch.set_data_handle(im.scratch.data());
+      e.prim.execute(im.strm, {{DNNL_ARG_SRC, e.src}, {DNNL_ARG_WEIGHTS, e.wei}, {DNNL_ARG_DST, e.dst},
+                               {DNNL_ARG_SCRATCHPAD, e.scratch}});
+    } else {
+      dnnl::memory src({{m, w.n_in()}, dt::f32, tag::ab}, im.eng, const_cast<float*>(x));
+      dnnl::memory wei(e.wei_md, im.eng, const_cast<float*>(w.data()));
+      dnnl::memory dst({{m, w.n_out()}, dt::f32, tag::ab}, im.eng, y);
+      dnnl::memory scratch(e.scratch_md, im.eng, im.scratch.data());
+      e.prim.execute(im.strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratch}});
+    }
     im.strm.wait();
   } catch (const dnnl::error& e2) {
     rethrow_dnnl(e2, fmt::format("matmul [{}x{}]·[{}x{}]ᵀ", m, w.n_in(), w.n_out(), w.n_in()).c_str());
@@ -264,7 +282,9 @@ void attention(const float* q, const KvView& kv, float* out, int64_t n_q, int64_
   const int64_t work = n_q * n_head;
 #pragma omp parallel if (work * n_ctx * head_dim > 32768)
   {
-    std::vector<float> scores(static_cast<size_t>(n_ctx));
+    // Per-thread scores, grown once: no allocation per call in the decode loop.
+    thread_local std::vector<float> scores;
+    if (scores.size() < static_cast<size_t>(n_ctx)) scores.resize(static_cast<size_t>(n_ctx));
 #pragma omp for schedule(dynamic, 4)
     for (int64_t w = 0; w < work; ++w) {
       const int64_t i = w / n_head, h = w % n_head;

@@ -131,6 +131,11 @@ std::vector<Generation> decode_loop(Model& model, const std::vector<std::vector<
     }
   }
   if (n_live == 0) return gens;
+  for (size_t r = 0; r < n; ++r) {  // no reallocation while decoding
+    const size_t most = static_cast<size_t>(std::min(max_toks_for(opts, r), capacity - gens[r].prompt_tokens));
+    gens[r].ids.reserve(most);
+    gens[r].logprobs.reserve(most);
+  }
   std::vector<float> logits(n * V);
   Stopwatch sw;
   prefill(live, logits);
