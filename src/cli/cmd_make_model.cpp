@@ -1,5 +1,6 @@
 // `kveval make-model`: writes a random-weight Llama GGUF for benchmarks.
 #include <cerrno>
+#include <filesystem>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -50,6 +51,10 @@ void add_make_model_command(CLI::App& app, Action& action) {
   sub->add_option("-o,--output", args->out, "output .gguf path")->required();
   sub->callback([args, &action] {
     action = [args]() -> int {
+      std::error_code ec;
+      if (std::filesystem::is_directory(args->out, ec))
+        throw ArgumentError(fmt::format("--output {}: is a directory (give a file path, e.g. {}/{}.gguf)", args->out,
+                                        args->out, args->preset));
       const RandomModelSpec spec = random_model_preset(args->preset);
       const auto type = args->type == "f16" ? gguf::TensorType::F16 : gguf::TensorType::F32;
       const uint64_t params = random_model_parameters(spec);

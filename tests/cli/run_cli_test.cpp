@@ -264,6 +264,10 @@ TEST_SUITE("cli.run") {
     CHECK(seed.code == 2);
     CHECK(seed.err.find("--seed: must be >= 0, got -1") != std::string::npos);
     CHECK(!std::ifstream(d.file("m.gguf")).good());
+    Run outdir = run_kveval(d, "make-model --preset tiny -o " + quote(d.path.string()));
+    CHECK(outdir.code == 2);
+    CHECK(outdir.err.find(": is a directory") != std::string::npos);
+    CHECK(outdir.err.find(".part") == std::string::npos);
     Run bogus = run_kveval(d, "bogus");
     CHECK(bogus.code == 2);
     CHECK(bogus.err.find("unknown subcommand 'bogus'") != std::string::npos);
