@@ -2,6 +2,8 @@
 // Shared helpers for the doctest suites: where the real model and the
 // reference file are (set by ctest through the environment).
 #include <cstdlib>
+#include <filesystem>
+#include <unistd.h>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -27,6 +29,22 @@ inline std::string source_dir() {
   const char* p = std::getenv("KVEVAL_SOURCE_DIR");
   return p ? p : ".";
 }
+
+/// A per-process scratch directory `<tmp>/kveval_test_<tag>_<pid>`, created on
+/// construction and removed (with its contents) on destruction.
+struct ScratchDir {
+  std::filesystem::path path;
+  explicit ScratchDir(const std::string& tag)
+      : path(std::filesystem::temp_directory_path() / ("kveval_test_" + tag + "_" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(path);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+};
 
 /// The parsed reference file; throws if it is missing.
 inline const nlohmann::json& reference() {

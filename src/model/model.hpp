@@ -59,9 +59,13 @@ class Model {
   static std::unique_ptr<Model> load(const std::string& path, const ModelOptions& opts = {});
   ~Model();
 
+  /// Hyper-parameters read at load.
   const HParams& hparams() const;
+  /// The tokenizer of the GGUF file.
   const Tokenizer& tokenizer() const;
+  /// The GGUF file this model was loaded from.
   const std::string& path() const;
+  /// Compute threads in use (ModelOptions::threads resolved; 0 became all cores).
   int threads() const;
   /// Bytes of weights held in memory (F32 after load).
   size_t weight_bytes() const;
@@ -124,6 +128,7 @@ class Model {
   void forward(std::span<const int32_t> tokens, int batch, int seq, std::span<const int> n_tokens,
                Logits mode, std::span<float> logits_out);
 
+  /// Counters since load (forward passes, cache use, allocations).
   const ModelStats& stats() const;
   /// Backend counters: oneDNN primitives created so far.
   uint64_t primitives_created() const;

@@ -24,20 +24,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// A per-process scratch directory, removed when the test program exits.
-struct ScratchDir {
-  fs::path path;
-  ScratchDir() : path(fs::temp_directory_path() / ("kveval_test_gguf_" + std::to_string(::getpid()))) {
-    fs::create_directories(path);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 fs::path temp_dir() {
-  static const ScratchDir dir;
+  static const kveval::test::ScratchDir dir("gguf");
   return dir.path;
 }
 

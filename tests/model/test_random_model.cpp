@@ -15,26 +15,15 @@
 #include "model/tokenizer.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
+#include "test_support.hpp"
 
 using namespace kveval;
 namespace fs = std::filesystem;
 
 namespace {
 
-/// A per-process scratch directory, removed when the test program exits.
-struct ScratchDir {
-  fs::path path;
-  ScratchDir() : path(fs::temp_directory_path() / ("kveval_test_random_model_" + std::to_string(::getpid()))) {
-    fs::create_directories(path);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
 fs::path rm_temp_dir() {
-  static const ScratchDir dir;
+  static const kveval::test::ScratchDir dir("random_model");
   return dir.path;
 }
 
