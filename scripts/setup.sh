@@ -7,8 +7,9 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
-packages=(g++ cmake make git ca-certificates curl libdnnl-dev libcli11-dev nlohmann-json3-dev libfmt-dev
-          doctest-dev libssl-dev python3 python3-numpy python3-matplotlib)
+packages=(g++ cmake make git ca-certificates curl libdnnl-dev ocl-icd-opencl-dev libcli11-dev nlohmann-json3-dev
+          libfmt-dev doctest-dev libssl-dev libpcre2-dev libyaml-cpp-dev libutf8proc-dev libopenmpi-dev openmpi-bin
+          clang libclang-rt-14-dev tmux python3 python3-numpy python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

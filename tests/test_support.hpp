@@ -30,6 +30,17 @@ inline std::string source_dir() {
   return p ? p : ".";
 }
 
+/// The read-only fixtures folder (KVEVAL_SHARED_DIR, else <source>/../shared)
+/// as an absolute path, or "" when it does not exist: tests that need it skip
+/// with a message naming the folder (see skip_without_shared in the suites).
+inline std::string shared_dir() {
+  const char* p = std::getenv("KVEVAL_SHARED_DIR");
+  std::filesystem::path d = p ? std::filesystem::path(p) : std::filesystem::path(source_dir()) / ".." / "shared";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(d, ec)) return "";
+  return std::filesystem::weakly_canonical(d, ec).string();
+}
+
 /// A per-process scratch directory `<tmp>/kveval_test_<tag>_<pid>`, created on
 /// construction and removed (with its contents) on destruction.
 struct ScratchDir {
