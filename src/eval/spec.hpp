@@ -15,6 +15,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eval/json_input.hpp"  // parse_json_text, read_jsonl, closest (declared there)
+#include "eval/mapping.hpp"     // resolve_mapping
+
 namespace kveval::eval {
 
 /// The four request kinds of lm-evaluation-harness (lm_eval/api/task.py OUTPUT_TYPES).
@@ -84,26 +87,5 @@ EvalSpec load_spec(const std::string& path, const std::string& model_override = 
 /// messages and `base_dir` resolves its relative paths. Throws SpecError.
 EvalSpec parse_spec(const nlohmann::json& j, const std::string& origin, const std::string& base_dir,
                     const std::string& model_override = "");
-
-/// Parses JSON text; a syntax error becomes SpecError "origin:line:column: message".
-nlohmann::json parse_json_text(std::string_view text, const std::string& origin);
-
-/// Reads a JSONL file: one JSON object per non-blank line. Throws SpecError
-/// "file:line: ..." for a syntax error or a line that is not an object, and
-/// "file: cannot open" when it cannot be read. Returns (line number, object) pairs.
-std::vector<std::pair<int, nlohmann::json>> read_jsonl(const std::string& path);
-
-/// Levenshtein distance (bytes), for "did you mean" suggestions.
-int edit_distance(std::string_view a, std::string_view b);
-/// The candidate closest to `word` when it is close enough (distance <= max(2, |word|/3)), else "".
-std::string closest(std::string_view word, const std::vector<std::string>& candidates);
-
-/// Resolves a doc_to_* mapping against one document: a string without "{{"
-/// is a field name (dotted for nested objects) and yields the field's value;
-/// exactly "{{field}}" yields the raw value; any other template yields a string
-/// with each `{{field}}` replaced by the field's text. Throws SpecError
-/// "origin: key: field 'x' not found ..." naming `key` (e.g. doc_to_text).
-nlohmann::json resolve_mapping(const nlohmann::json& doc, const std::string& mapping, const std::string& origin,
-                               const std::string& key);
 
 }  // namespace kveval::eval

@@ -1,0 +1,73 @@
+#pragma once
+// Internal to src/eval: validation helpers shared by the spec and the task
+// builders. A `Where` names the place in the spec (origin file + JSON path) and
+// turns a problem into one SpecError line.
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "eval/json_input.hpp"
+#include "util/error.hpp"
+
+namespace kveval::eval {
+
+using nlohmann::json;
+
+/// Where in the spec we are: the origin (file) and the JSON path.
+struct Where {
+  std::string origin;
+  std::string path;
+  Where key(std::string_view k) const { return {origin, path.empty() ? std::string(k) : path + "." + std::string(k)}; }
+  Where index(size_t i) const { return {origin, fmt::format("{}[{}]", path, i)}; }
+  [[noreturn]] void fail(const std::string& msg) const {
+    throw SpecError(path.empty() ? fmt::format("{}: {}", origin, msg) : fmt::format("{}: {}: {}", origin, path, msg));
+  }
+};
+
+inline void check_keys(const json& obj, const Where& w, const std::vector<std::string>& allowed) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    if (std::find(allowed.begin(), allowed.end(), it.key()) != allowed.end()) continue;
+    std::string hint = closest(it.key(), allowed);
+    w.key(it.key()).fail(hint.empty() ? std::string("unknown key") : fmt::format("unknown key (did you mean '{}'?)", hint));
+  }
+}
+
+inline const json& expect_object(const json& v, const Where& w) {
+  if (!v.is_object()) w.fail(fmt::format("expected an object, got {}", json_excerpt(v)));
+  return v;
+}
+
+inline std::string expect_string(const json& v, const Where& w) {
+  if (!v.is_string()) w.fail(fmt::format("expected a string, got {}", json_excerpt(v)));
+  return v.get<std::string>();
+}
+
+inline int64_t expect_int(const json& v, const Where& w, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer()) w.fail(fmt::format("expected an integer, got {}", json_excerpt(v)));
+  int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+                  ? std::numeric_limits<int64_t>::max()
+                  : v.get<int64_t>();
+  if (x < lo || x > hi) w.fail(fmt::format("expected an integer in [{}, {}], got {}", lo, hi, x));
+  return x;
+}
+
+/// A file path from the spec: a string without NUL bytes (which the OS would silently cut at).
+inline std::string expect_path(const json& v, const Where& w) {
+  std::string p = expect_string(v, w);
+  if (p.find('\0') != std::string::npos) w.fail("path contains a NUL byte");
+  return p;
+}
+
+inline std::string resolve_path(const std::string& base_dir, const std::string& p) {
+  if (p.empty() || std::filesystem::path(p).is_absolute() || base_dir.empty()) return p;
+  return (std::filesystem::path(base_dir) / p).lexically_normal().string();
+}
+
+}  // namespace kveval::eval
