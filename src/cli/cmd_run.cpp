@@ -2,6 +2,7 @@
 // the log-likelihood phase cache-free, then the generation phase in one
 // scoped KV cache; print the metrics and phase tables; optionally write the
 // results file, the per-request samples and compare against a baseline.
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,10 +14,12 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
+#include "cli/distributed.hpp"
 #include "eval/report.hpp"
 #include "eval/runner.hpp"
 #include "eval/spec.hpp"
@@ -95,29 +98,53 @@ void check_writable(const std::string& option, const std::string& path) {
     throw ArgumentError(fmt::format("{} {}: not writable", option, path));
 }
 
-int run(const RunArgs& a) {
+/// Fault injection for the distributed tests (KVEVAL_FAULT_INJECT="RANK:PHASE:throw|kill"):
+/// rank RANK throws an Error, or kills itself with SIGKILL, when PHASE
+/// ("load", "loglikelihood" or "generation") starts. Unset: nothing.
+std::function<void(std::string_view)> fault_injector(int rank) {
+  const char* v = std::getenv("KVEVAL_FAULT_INJECT");
+  if (!v || !*v) return {};
+  std::string spec(v);
+  size_t a = spec.find(':'), b = spec.rfind(':');
+  if (a == std::string::npos || a == b) throw ArgumentError(fmt::format("KVEVAL_FAULT_INJECT={}: expected RANK:PHASE:throw|kill", spec));
+  int r = std::atoi(spec.substr(0, a).c_str());
+  std::string phase = spec.substr(a + 1, b - a - 1), action = spec.substr(b + 1);
+  if (r != rank) return {};
+  return [phase, action](std::string_view p) {
+    if (p != phase) return;
+    if (action == "kill") ::kill(::getpid(), SIGKILL);
+    throw Error(fmt::format("injected fault in phase {} (KVEVAL_FAULT_INJECT)", phase));
+  };
+}
+
+/// Steps 0 and 1 of a run, on every rank: the command line, the spec and its
+/// data, the baseline (rank 0) and the model file's presence. Throws SpecError /
+/// ArgumentError like a one-process run.
+void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nlohmann::json& baseline) {
   using namespace kveval::eval;
   namespace fs = std::filesystem;
-  // 0. the command line: output paths, before anything is read or run
+  // 0. the command line: output paths, before anything is read or run (rank 0 writes them)
   if (a.tolerance_given && a.baseline.empty()) throw ArgumentError("--tolerance needs --baseline");
-  if (!a.output.empty()) check_writable("--output", a.output);
-  if (!a.log_samples.empty()) check_writable("--log-samples", a.log_samples);
+  if (dist.rank() == 0 && !a.output.empty()) check_writable("--output", a.output);
+  if (dist.rank() == 0 && !a.log_samples.empty()) check_writable("--log-samples", a.log_samples);
   if (!a.output.empty() && !a.log_samples.empty()) {
     std::error_code e1, e2;
     if (fs::weakly_canonical(fs::absolute(a.output), e1) == fs::weakly_canonical(fs::absolute(a.log_samples), e2))
       throw ArgumentError(fmt::format("--output and --log-samples name the same file ({})", a.output));
   }
   // 1. the whole spec and every data file, before the model loads
-  EvalSpec spec = load_spec(a.spec, a.model);
+  spec = load_spec(a.spec, a.model);
   if (a.threads >= 0) spec.threads = a.threads;
+  // several ranks on one host share its cores unless --threads or the spec says otherwise
+  if (a.threads < 0 && spec.threads == 0 && dist.local_size() > 1)
+    spec.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / dist.local_size());
   if (a.batch_size > 0) spec.batch_size = a.batch_size;
   if (a.limit >= 0) {
     spec.limit = a.limit;
     for (auto& t : spec.tasks)
       if (t.docs.size() > static_cast<size_t>(a.limit)) t.docs.resize(static_cast<size_t>(a.limit));
   }
-  nlohmann::json baseline;
-  if (!a.baseline.empty()) {
+  if (dist.rank() == 0 && !a.baseline.empty()) {
     std::ifstream f(a.baseline, std::ios::binary);
     if (!f) throw ArgumentError(fmt::format("--baseline: {}: cannot open", a.baseline));
     std::stringstream ss;
@@ -128,15 +155,29 @@ int run(const RunArgs& a) {
   }
   std::ifstream probe(spec.model, std::ios::binary);
   if (!probe) throw ArgumentError(fmt::format("{}: model file not found (spec 'model' or --model)", spec.model));
+}
+
+int run(const RunArgs& a) {
+  using namespace kveval::eval;
+  Distributed& dist = Distributed::get();
+  EvalSpec spec;
+  nlohmann::json baseline;
+  // A failure on any rank stops all of them with that rank's message (a model
+  // missing on one host names the host).
+  collectively(dist, [&] { prepare(a, dist, spec, baseline); });
 
   Progress progress;
   RunOptions opts;
   opts.cache_policy = parse_cache_policy(a.cache_policy);
   opts.progress = [&progress](std::string_view p, size_t d, size_t t) { progress(p, d, t); };
-  opts.log = [&a](const std::string& line) {
-    if (!a.quiet) fmt::print(stderr, "kveval: {}\n", line);
+  opts.log = [&a, &dist](const std::string& line) {
+    if (!a.quiet && dist.rank() == 0) fmt::print(stderr, "kveval: {}\n", line);
   };
+  opts.shard = dist.shard();
+  opts.on_phase = fault_injector(dist.rank());
+  if (dist.rank() != 0) opts.progress = nullptr;
   RunResult res = run_spec(spec, opts);
+  if (!res.is_root()) return dist.broadcast_exit_code(kOk);  // rank 0 reports and decides
 
   fmt::print("{}\n{}", format_metrics_table(spec, res), format_phase_table(res));
   std::fflush(stdout);
@@ -162,7 +203,7 @@ int run(const RunArgs& a) {
     if (!check.ok()) code = kRegression;
     else fmt::print(stderr, "kveval: baseline: no metric worse by more than {}\n", a.tolerance);
   }
-  return code;
+  return dist.broadcast_exit_code(code);
 }
 
 }  // namespace

@@ -6,13 +6,29 @@
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
+#include "cli/distributed.hpp"
+#include "cli/errors.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
 
-int main(int argc, char** argv) {
+namespace {
+
+/// Prints the one-line message of `ep` (prefixed with the rank in a
+/// distributed run when `name_rank`) and returns its exit code.
+int report(std::exception_ptr ep, bool name_rank) {
+  auto& d = kveval::cli::Distributed::get();
+  fmt::print(stderr, "kveval: {}{}\n", name_rank ? d.where() + ": " : "", kveval::cli::message_of(ep));
+  std::fflush(stderr);
+  return kveval::cli::exit_code_of(ep);
+}
+
+int run_main(int argc, char** argv) {
   using namespace kveval;
   CLI::App app{"kveval: evaluate language models on the CPU with a managed KV cache"};
   app.set_version_flag("--version", fmt::format("kveval {} ({})", version(), git_hash()));
+  app.footer(cli::Distributed::built_with_mpi()
+                 ? "Built with MPI: `mpirun -np N kveval run SPEC` spreads one evaluation over N ranks (README)."
+                 : "Built without MPI: `kveval run` runs in one process (install libopenmpi-dev and rebuild for mpirun).");
   app.require_subcommand(1);
   cli::Action action;
   cli::add_run_command(app, action);
@@ -29,26 +45,35 @@ int main(int argc, char** argv) {
     }
     return app.exit(e) == 0 ? cli::kOk : cli::kUsage;
   }
+  auto& dist = cli::Distributed::get();
+  if (dist.size() > 1 && !app.got_subcommand("run"))
+    cli::collectively(dist, [] {
+      throw ArgumentError("only `kveval run` runs on several MPI ranks; start the other subcommands without mpirun");
+    });
+  return action ? action() : cli::kUsage;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace kveval::cli;
   // The one catch ladder: every error is one line on stderr and a non-zero exit.
+  Distributed* d = nullptr;
+  int code = kOk;
   try {
-    return action ? action() : cli::kUsage;
-  } catch (const SpecError& e) {
-    fmt::print(stderr, "kveval: error: {}\n", e.what());
-    return cli::kUsage;
-  } catch (const ArgumentError& e) {
-    fmt::print(stderr, "kveval: error: {}\n", e.what());
-    return cli::kUsage;
-  } catch (const FormatError& e) {
-    fmt::print(stderr, "kveval: error: {}\n", e.what());
-    return cli::kFailure;
-  } catch (const Error& e) {
-    fmt::print(stderr, "kveval: error: {}\n", e.what());
-    return cli::kFailure;
-  } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "kveval: error: out of memory\n");
-    return cli::kFailure;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "kveval: internal error: {}\n", e.what());
-    return cli::kFailure;
+    d = &Distributed::init(argc, argv);
+    code = run_main(argc, argv);
+  } catch (const CollectiveExit& e) {
+    code = e.code;  // another rank reported it
+  } catch (const CollectiveFailure& e) {
+    report(e.error, e.name_rank);
+    code = e.code;
+  } catch (...) {
+    // One rank failed on its own: the others may be waiting for it, so end them all.
+    const bool many = d && d->size() > 1;
+    code = report(std::current_exception(), many);
+    if (many) d->abort(code);
   }
+  if (d) d->finalize();
+  return code;
 }

@@ -82,6 +82,27 @@ std::string format_metrics_table(const EvalSpec& spec, const RunResult& res) {
   return out;
 }
 
+std::vector<DistributedPhase> distributed_phases(const RunResult& res) {
+  std::vector<DistributedPhase> out;
+  for (size_t p = 0; p < res.phases.size(); ++p) {
+    DistributedPhase d;
+    d.name = res.phases[p].name;
+    d.wall_seconds = res.phases[p].seconds;
+    d.tokens = res.phases[p].tokens;
+    double mx = 0;
+    for (const auto& rp : res.rank_phases) {
+      double s = p < rp.size() ? rp[p].seconds : 0.0;
+      d.rank_seconds.push_back(s);
+      d.cpu_seconds += s;
+      mx = std::max(mx, s);
+    }
+    if (!d.rank_seconds.empty() && d.cpu_seconds > 0)
+      d.imbalance = mx / (d.cpu_seconds / static_cast<double>(d.rank_seconds.size()));
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
 std::string format_phase_table(const RunResult& res) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& p : res.phases) {
@@ -95,6 +116,15 @@ std::string format_phase_table(const RunResult& res) {
                      res.cache_bytes_after);
   out += fmt::format("loglikelihood phase: {} forward passes, {} with caches set up, {} cached\n", res.ll_forward_calls,
                      res.ll_forward_with_cache_setup, res.ll_forward_cached);
+  if (res.n_ranks > 1 && !res.rank_phases.empty()) {
+    out += fmt::format("{} ranks: phase seconds above are the slowest rank's (wall), tokens all ranks'; CPU seconds (sum) "
+                       "and load imbalance (max/mean) per phase:",
+                       res.n_ranks);
+    for (const auto& d : distributed_phases(res))
+      out += fmt::format(" {} {:.4f} s{}", d.name, d.cpu_seconds,
+                         d.imbalance ? fmt::format(" ({:.2f}x)", *d.imbalance) : std::string());
+    out += "\n";
+  }
   return out;
 }
 
@@ -160,6 +190,19 @@ json results_json(const EvalSpec& spec, const RunResult& res, const std::string&
                           {"loglikelihood_forward_with_cache_setup", res.ll_forward_with_cache_setup},
                           {"loglikelihood_forward_cached", res.ll_forward_cached}};
   j["warnings"] = res.warnings;
+  if (res.n_ranks > 1) {
+    json dp = json::array();
+    for (const auto& d : distributed_phases(res))
+      dp.push_back({{"name", d.name},
+                    {"wall_seconds", d.wall_seconds},
+                    {"cpu_seconds", d.cpu_seconds},
+                    {"tokens", d.tokens},
+                    {"tokens_per_second", d.tokens > 0 && d.wall_seconds > 0 ? json(static_cast<double>(d.tokens) / d.wall_seconds)
+                                                                            : json(nullptr)},
+                    {"imbalance", d.imbalance ? json(*d.imbalance) : json(nullptr)},
+                    {"rank_seconds", d.rank_seconds}});
+    j["distributed"] = {{"ranks", res.n_ranks}, {"hosts", res.hosts}, {"phases", dp}};
+  }
   return j;
 }
 

@@ -2,6 +2,7 @@
 // Reports of a run: the metrics and phase tables (stdout), the results file
 // (`--output`), the per-request samples file (`--log-samples`) and the
 // comparison with a baseline results file (`--baseline`, `--tolerance`).
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,18 @@ namespace kveval::eval {
 /// missing values print "n/a" followed by the reason. Ends with a line counting
 /// per-request errors when there are any.
 std::string format_metrics_table(const EvalSpec& spec, const RunResult& res);
+
+/// One phase of a distributed run (RunResult::n_ranks > 1) across its ranks.
+struct DistributedPhase {
+  std::string name;
+  double wall_seconds = 0;            ///< the slowest rank's seconds
+  double cpu_seconds = 0;             ///< sum over ranks (seconds)
+  int64_t tokens = 0;                 ///< all ranks' tokens
+  std::optional<double> imbalance;    ///< max / mean of the ranks' seconds (1 = balanced); none when all are 0
+  std::vector<double> rank_seconds;   ///< per rank, rank order
+};
+/// Per-phase figures of a distributed run from RunResult::rank_phases (empty list on other ranks).
+std::vector<DistributedPhase> distributed_phases(const RunResult& res);
 
 /// Phase table: phase, wall seconds, tokens, tokens/s (tokens / seconds; "-"
 /// where tokens do not apply), in execution order, then the cache bytes at

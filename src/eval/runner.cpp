@@ -35,10 +35,19 @@ void log_line(const RunOptions& o, const std::string& s) {
   if (o.log) o.log(s);
 }
 
-void score_phase(const EvalSpec& spec, Model& model, const RunOptions& opts, RunResult& res) {
+/// Keeps the indices this rank owns (all of them when `owner` is empty).
+std::vector<size_t> mine(std::vector<size_t> order, const std::vector<int>& owner, int rank) {
+  if (owner.empty()) return order;
+  std::erase_if(order, [&](size_t i) { return owner[i] != rank; });
+  return order;
+}
+
+void score_phase(const EvalSpec& spec, Model& model, const RunOptions& opts, const std::vector<int>& owner,
+                 RunResult& res) {
   if (model.caches_are_setup())
     throw CacheError("loglikelihood phase: caches are set up; log-likelihood requests must run cache-free");
-  std::vector<size_t> order = canonical_score_order(spec, res.requests);
+  if (opts.on_phase) opts.on_phase("loglikelihood");
+  std::vector<size_t> order = mine(canonical_score_order(spec, res.requests), owner, res.rank);
   const ModelStats s0 = model.stats();
   Stopwatch sw;
   int64_t tokens = 0;
@@ -78,8 +87,10 @@ void score_phase(const EvalSpec& spec, Model& model, const RunOptions& opts, Run
                             res.ll_forward_with_cache_setup, res.ll_forward_cached));
 }
 
-void generation_phase(const EvalSpec& spec, Model& model, const RunOptions& opts, RunResult& res) {
-  std::vector<size_t> order = canonical_generate_order(spec, res.requests);
+void generation_phase(const EvalSpec& spec, Model& model, const RunOptions& opts, const std::vector<int>& owner,
+                      RunResult& res) {
+  if (opts.on_phase) opts.on_phase("generation");
+  std::vector<size_t> order = mine(canonical_generate_order(spec, res.requests), owner, res.rank);
   std::vector<size_t> gen;
   for (size_t i : order) {
     const Request& r = res.requests[i];
@@ -185,10 +196,66 @@ void generation_phase(const EvalSpec& spec, Model& model, const RunOptions& opts
   res.cache_bytes_after = model.bytes();
 }
 
-}  // namespace
+/// Matrix-product weights of the model (parameters), for the cost model of assign_requests.
+double matmul_params(const HParams& hp) {
+  const double d = hp.n_embd, kv = static_cast<double>(hp.n_head_kv) * hp.head_dim(), q = static_cast<double>(hp.n_head) * hp.head_dim();
+  return hp.n_layer * (d * (q + 2 * kv) + q * d + 3.0 * d * hp.n_ff) + d * hp.n_vocab;
+}
 
-RunResult run_eval(const EvalSpec& spec, Model& model, const RunOptions& opts) {
+/// Distributed run: sends this rank's outcomes and phases to rank 0; on rank 0
+/// merges them into `res` (outcomes of every request, phases as the slowest
+/// rank's seconds and all ranks' tokens, counters summed).
+void gather_ranks(const Shard& shard, const std::vector<int>& owner, RunResult& res) {
+  RankReport mine_r;
+  for (size_t i = 0; i < res.outcomes.size(); ++i)
+    if (owner[i] == res.rank) mine_r.outcomes.emplace_back(i, res.outcomes[i]);
+  mine_r.phases = res.phases;
+  mine_r.ll_forward_calls = res.ll_forward_calls;
+  mine_r.ll_forward_with_cache_setup = res.ll_forward_with_cache_setup;
+  mine_r.ll_forward_cached = res.ll_forward_cached;
+  mine_r.cache_bytes_setup = res.cache_bytes_setup;
+  std::vector<std::string> all = shard.gather(encode_rank_report(mine_r));
+  res.hosts = shard.hosts;
+  if (!res.is_root()) return;
+  if (all.size() != static_cast<size_t>(shard.size))
+    throw Error(fmt::format("internal: gathered {} rank reports for {} ranks", all.size(), shard.size));
+  res.rank_phases.clear();
+  res.ll_forward_calls = res.ll_forward_with_cache_setup = res.ll_forward_cached = 0;
+  for (int r = 0; r < shard.size; ++r) {
+    RankReport rep = decode_rank_report(all[static_cast<size_t>(r)]);
+    for (auto& [i, o] : rep.outcomes) {
+      if (i >= res.outcomes.size() || owner[i] != r)
+        throw Error(fmt::format("internal: rank {} reported request {} it does not own", r, i));
+      res.outcomes[i] = std::move(o);
+    }
+    res.ll_forward_calls += rep.ll_forward_calls;
+    res.ll_forward_with_cache_setup += rep.ll_forward_with_cache_setup;
+    res.ll_forward_cached += rep.ll_forward_cached;
+    res.rank_phases.push_back(std::move(rep.phases));
+  }
+  // wall seconds of a phase = the slowest rank's; tokens = all ranks'
+  for (size_t p = 0; p < res.phases.size(); ++p) {
+    double wall = 0;
+    int64_t tokens = 0;
+    for (const auto& ph : res.rank_phases) {
+      if (p >= ph.size() || ph[p].name != res.phases[p].name)
+        throw Error(fmt::format("internal: ranks disagree on phase {} ('{}')", p, res.phases[p].name));
+      wall = std::max(wall, ph[p].seconds);
+      tokens += ph[p].tokens;
+    }
+    res.phases[p].seconds = wall;
+    // every rank loads the model and builds every request: those tokens count once
+    if (res.phases[p].name != "load" && res.phases[p].name != "requests") res.phases[p].tokens = tokens;
+  }
+}
+
+RunResult run_eval_impl(const EvalSpec& spec, Model& model, const RunOptions& opts, std::vector<Phase> phases) {
   RunResult res;
+  res.phases = std::move(phases);
+  res.rank = opts.shard.rank;
+  res.n_ranks = opts.shard.size;
+  if (res.n_ranks < 1 || res.rank < 0 || res.rank >= res.n_ranks || (res.n_ranks > 1 && !opts.shard.gather))
+    throw ArgumentError(fmt::format("run_eval: invalid shard (rank {} of {})", res.rank, res.n_ranks));
   res.model_path = model.path();
   res.threads = model.threads();
   res.batch_size = spec.batch_size;
@@ -214,8 +281,17 @@ RunResult run_eval(const EvalSpec& spec, Model& model, const RunOptions& opts) {
   for (const auto& w : res.warnings) log_line(opts, "warning: " + w);
   res.outcomes.assign(res.requests.size(), RequestOutcome{});
 
-  score_phase(spec, model, opts, res);
-  generation_phase(spec, model, opts, res);
+  std::vector<int> owner;
+  if (res.n_ranks > 1) {
+    const HParams& hp = model.hparams();
+    owner = assign_requests(res.requests, res.n_ranks, matmul_params(hp), hp.n_layer, hp.n_embd);
+  }
+  score_phase(spec, model, opts, owner, res);
+  generation_phase(spec, model, opts, owner, res);
+  if (res.n_ranks > 1) {
+    gather_ranks(opts.shard, owner, res);
+    if (!res.is_root()) return res;
+  }
 
   // per-document outcomes and metrics
   res.docs.resize(spec.tasks.size());
@@ -276,15 +352,28 @@ RunResult run_eval(const EvalSpec& spec, Model& model, const RunOptions& opts) {
   return res;
 }
 
+}  // namespace
+
+RunResult run_eval(const EvalSpec& spec, Model& model, const RunOptions& opts) {
+  return run_eval_impl(spec, model, opts, {});
+}
+
 RunResult run_spec(const EvalSpec& spec, const RunOptions& opts) {
   Stopwatch sw;
   ModelOptions mo;
   mo.threads = spec.threads;
-  std::unique_ptr<Model> model = Model::load(spec.model, mo);
+  std::unique_ptr<Model> model;
+  std::exception_ptr failed;
+  try {
+    if (opts.on_phase) opts.on_phase("load");
+    model = Model::load(spec.model, mo);
+  } catch (...) {
+    if (!opts.shard.agree) throw;
+    failed = std::current_exception();
+  }
+  if (opts.shard.agree) opts.shard.agree(failed);  // every rank has its model, or all stop
   double load_s = sw.seconds();
-  RunResult res = run_eval(spec, *model, opts);
-  res.phases.insert(res.phases.begin(), Phase{"load", load_s, 0});
-  return res;
+  return run_eval_impl(spec, *model, opts, {Phase{"load", load_s, 0}});
 }
 
 }  // namespace kveval::eval

@@ -12,29 +12,13 @@
 #include <vector>
 
 #include "eval/metrics.hpp"
+#include "eval/outcome.hpp"
 #include "eval/requests.hpp"
+#include "eval/shard.hpp"
 #include "eval/spec.hpp"
 #include "model/model.hpp"
 
 namespace kveval::eval {
-
-/// One timed phase: wall seconds and tokens processed (0 where tokens do not apply).
-struct Phase {
-  std::string name;     ///< "load", "requests", "loglikelihood", "cache setup", "prefill", "decode", "cache teardown"
-  double seconds = 0;
-  int64_t tokens = 0;
-};
-
-/// What one request produced.
-struct RequestOutcome {
-  bool ran = false;                 ///< false: per-request error (Request::error) or not reached
-  double logprob = 0;               ///< scoring: summed log-prob of the scored tokens (nats)
-  bool is_greedy = false;           ///< scoring: every scored token was the argmax
-  int tokens = 0;                   ///< scoring: tokens scored; generation: tokens generated (EOS included)
-  std::vector<int32_t> output_ids;  ///< generation: generated ids
-  std::string output;               ///< generation: decoded text cut before the first stop string
-  std::string stop_reason;          ///< generation: "until", "max_gen_toks", "eos" or "context full"
-};
 
 /// Hooks for the CLI and tests. All optional.
 struct RunOptions {
@@ -48,6 +32,11 @@ struct RunOptions {
   CachePolicy cache_policy = CachePolicy::Release;
   /// Test hook: called inside the generation scope before generation batch `batch` (0-based); may throw.
   std::function<void(size_t batch)> before_generation_batch;
+  /// Called when a phase starts ("load" in run_spec, "loglikelihood", "generation"); may throw (fault injection in tests).
+  std::function<void(std::string_view phase)> on_phase;
+  /// Distributed run (eval/shard.hpp): this rank runs only its share of the
+  /// requests; rank 0 gathers every outcome and computes the metrics. size 1: a plain run.
+  Shard shard;
 };
 
 /// Everything a run produced; reports are formatted from this.
@@ -73,9 +62,22 @@ struct RunResult {
   uint64_t ll_forward_calls = 0;              ///< forward passes run by the log-likelihood phase
   uint64_t ll_forward_with_cache_setup = 0;   ///< of those, run while caches were set up: must be 0
   uint64_t ll_forward_cached = 0;             ///< of those, that read/appended a cache: must be 0
+  // distributed runs (RunOptions::shard.size > 1); on rank 0 the fields above cover every rank:
+  // outcomes of all requests, phases with the wall seconds of the slowest rank and the tokens of all,
+  // instrumentation counters summed; cache accounting is rank 0's own.
+  int rank = 0;                               ///< this process's rank
+  int n_ranks = 1;                            ///< ranks in the run
+  std::vector<std::vector<Phase>> rank_phases;  ///< rank 0 only: each rank's own phases (rank order)
+  std::vector<std::string> hosts;             ///< host of each rank (may be empty)
+  /// True where the metrics are computed and reports are written (rank 0).
+  bool is_root() const { return rank == 0; }
 };
 
-/// Runs the plan on an already loaded model (no "load" phase). `spec` must come
+/// Runs the plan on an already loaded model (no "load" phase). With
+/// opts.shard.size > 1 every rank must call it with the same spec and model:
+/// the requests are split by assign_requests, each rank runs its share through
+/// the same phases, and rank 0 gathers and computes the metrics (other ranks
+/// return a result without metrics: is_root() is false). `spec` must come
 /// from load_spec/parse_spec. Throws SpecError when max_length exceeds the
 /// model's context_length or a max_gen_toks does not fit; CacheError when the
 /// model has caches set up on entry; Error (internal) when a log-likelihood

@@ -1,0 +1,39 @@
+#include "cli/errors.hpp"
+
+#include <new>
+#include <stdexcept>
+
+#include "cli/commands.hpp"
+#include "util/error.hpp"
+
+namespace kveval::cli {
+
+int exit_code_of(std::exception_ptr ep) {
+  if (!ep) return kOk;
+  try {
+    std::rethrow_exception(ep);
+  } catch (const SpecError&) {
+    return kUsage;
+  } catch (const ArgumentError&) {
+    return kUsage;
+  } catch (...) {
+    return kFailure;
+  }
+}
+
+std::string message_of(std::exception_ptr ep) {
+  if (!ep) return "";
+  try {
+    std::rethrow_exception(ep);
+  } catch (const Error& e) {
+    return std::string("error: ") + e.what();
+  } catch (const std::bad_alloc&) {
+    return "error: out of memory";
+  } catch (const std::exception& e) {
+    return std::string("internal error: ") + e.what();
+  } catch (...) {
+    return "internal error: unknown exception";
+  }
+}
+
+}  // namespace kveval::cli

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""MPI acceptance tests (issue 11), run by ctest when kveval is built with MPI.
+
+- `mpirun -np 2` and `-np 3` on tasks/demo.json give results and samples
+  byte-identical to the one-process run, timings excluded (the keys "phases",
+  "cache", "instrumentation" and "distributed" of the results file hold
+  timings and per-rank figures; everything else must be equal, and the samples file byte for byte);
+- a rank that throws, or is killed, mid-run ends every rank with a non-zero exit
+  and a clear message within 10 s;
+- a rank that fails at load names itself and its host; the exit code of rank 0
+  (here 3, a baseline regression) is every rank's.
+Usage: mpi_test.py KVEVAL_BIN SOURCE_DIR MODEL MPIRUN. Exit 77 (skipped) without the model.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+
+
+def main():
+    kveval, src, model, mpirun = sys.argv[1:5]
+    if not os.path.exists(model):
+        print(f"skipped: model not found at {model} (run scripts/fetch-model.sh)")
+        return SKIP
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_btl_vader_single_copy_mechanism="none", OMP_WAIT_POLICY="PASSIVE")
+    env.pop("KVEVAL_FAULT_INJECT", None)
+    spec = os.path.join(src, "tasks", "demo.json")
+    failures = []
+
+    def check(cond, what):
+        print(("ok   " if cond else "FAIL ") + what)
+        if not cond:
+            failures.append(what)
+
+    def run(np, tmp, tag, extra=(), fault=None, timeout=120):
+        out = os.path.join(tmp, tag + ".json")
+        samples = os.path.join(tmp, tag + ".jsonl")
+        cmd = [kveval, "run", spec, "--model", model, "--threads", "1", "-q", "-o", out, "--log-samples", samples]
+        cmd += list(extra)
+        if np:
+            cmd = [mpirun, "--oversubscribe", "-np", str(np)] + cmd
+        e = dict(env)
+        if fault:
+            e["KVEVAL_FAULT_INJECT"] = fault
+        t0 = time.monotonic()
+        p = subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=timeout)
+        return p, time.monotonic() - t0, out, samples
+
+    with tempfile.TemporaryDirectory(prefix="kveval_mpi_") as tmp:
+        p, _, out1, samples1 = run(0, tmp, "single")
+        check(p.returncode == 0, f"one process exits 0 (got {p.returncode}: {p.stderr.strip()[-300:]})")
+        r1 = json.load(open(out1))
+        s1 = open(samples1, "rb").read()
+        for np in (2, 3):
+            p, secs, out, samples = run(np, tmp, f"np{np}")
+            check(p.returncode == 0, f"-np {np} exits 0 (got {p.returncode}: {p.stderr.strip()[-300:]})")
+            if p.returncode != 0:
+                continue
+            r = json.load(open(out))
+            check(open(samples, "rb").read() == s1, f"-np {np}: samples byte-identical to one process")
+            # per-rank figures: timings, each rank's cache shape, forward passes (more ranks, more batches)
+            timing_keys = {"phases", "cache", "distributed", "instrumentation"}
+            same = {k: r1[k] == r.get(k) for k in r1 if k not in timing_keys}
+            check(all(same.values()), f"-np {np}: results identical except timings ({[k for k, v in same.items() if not v]})")
+            ins = r.get("instrumentation", {})
+            check(ins.get("loglikelihood_forward_with_cache_setup") == 0 and ins.get("loglikelihood_forward_cached") == 0
+                  and ins.get("loglikelihood_forward_calls", 0) > 0,
+                  f"-np {np}: no log-likelihood pass ran with a cache on any rank")
+            d = r.get("distributed", {})
+            check(d.get("ranks") == np and len(d.get("hosts", [])) == np,
+                  f"-np {np}: results name {np} ranks and their hosts")
+            ll = [ph for ph in d.get("phases", []) if ph["name"] == "loglikelihood"]
+            check(len(ll) == 1 and len(ll[0]["rank_seconds"]) == np and ll[0]["imbalance"] is not None
+                  and ll[0]["cpu_seconds"] >= ll[0]["wall_seconds"] > 0,
+                  f"-np {np}: per-rank loglikelihood seconds, CPU sum >= wall, imbalance present")
+
+        # failures: a throwing or killed rank ends the whole run quickly
+        for action in ("throw", "kill"):
+            p, secs, _, _ = run(3, tmp, "fault_" + action, fault=f"1:loglikelihood:{action}", timeout=60)
+            check(p.returncode != 0, f"rank 1 {action}s mid-run: non-zero exit (got {p.returncode})")
+            check(secs < 10, f"rank 1 {action}s mid-run: all ranks end within 10 s (took {secs:.1f} s)")
+            if action == "throw":
+                check("rank 1 (" in p.stderr and "injected fault in phase loglikelihood" in p.stderr,
+                      "the throwing rank's message names rank, host and error")
+        p, secs, _, _ = run(2, tmp, "fault_load", fault="1:load:throw", timeout=60)
+        host = os.uname().nodename
+        check(p.returncode == 1 and f"rank 1 ({host}): error: injected fault in phase load" in p.stderr,
+              f"a rank failing at load: exit 1 and its rank and host named (got {p.returncode}: {p.stderr.strip()[:300]})")
+        check(p.stderr.count("injected fault") == 1, "the load failure is reported once")
+        check(secs < 10, f"load failure ends all ranks within 10 s (took {secs:.1f} s)")
+
+        # rank 0's exit code is every rank's: a baseline regression (exit 3)
+        worse = dict(r1)
+        worse["results"] = json.loads(json.dumps(r1["results"]))
+        task = next(t for t, m in worse["results"].items() if isinstance(m.get("acc"), (int, float)))
+        worse["results"][task]["acc"] = 2.0
+        base = os.path.join(tmp, "baseline.json")
+        json.dump(worse, open(base, "w"))
+        p, _, _, _ = run(2, tmp, "regress", extra=["--baseline", base])
+        check(p.returncode == 3 and "regression:" in p.stderr and p.stderr.count("regression:") == 1,
+              f"-np 2 with a worse baseline: exit 3, reported once (got {p.returncode})")
+
+
+    n_fail = len(failures)
+    print(f"mpi: {n_fail} failed" if n_fail else "mpi: all checks passed")
+    return 1 if n_fail else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
