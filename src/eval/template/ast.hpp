@@ -1,0 +1,68 @@
+#pragma once
+// Internal: tokens, expression and statement trees of the Jinja2 subset
+// (node kinds follow jinja2/nodes.py). Not part of the eval API.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kveval::eval::tmpl {
+
+enum class TokKind { Data, VarBegin, VarEnd, BlockBegin, BlockEnd, Name, String, Integer, Float, Op, Eof };
+
+struct Token {
+  TokKind kind = TokKind::Eof;
+  std::string text;  ///< Data: the text; Name; String: the unescaped value; Op: the operator
+  int64_t ival = 0;  ///< Integer
+  double fval = 0;   ///< Float
+  int line = 1, col = 1;
+};
+
+/// Tokens of a template source (comments dropped, raw blocks as Data, whitespace
+/// control applied to Data). Throws TemplateError.
+std::vector<Token> lex(const std::string& source);
+
+enum class ExprKind {
+  Const, Name, List, Dict, Getattr, Getitem, Slice, Call, Filter, Test,
+  Neg, Pos, Not, And, Or, Binary, Concat, Compare, CondExpr
+};
+
+struct Expr;
+using ExprPtr = std::shared_ptr<const Expr>;
+
+struct Expr {
+  ExprKind kind;
+  int line = 1, col = 1;
+  nlohmann::json value;           ///< Const
+  std::string name;               ///< Name; Getattr attribute; Filter/Test name; Binary operator
+  std::vector<ExprPtr> kids;      ///< operands, in order; null entries for omitted slice parts / else
+  std::vector<std::string> ops;   ///< Compare: operators of kids[1..]
+};
+
+enum class StmtKind { Data, Output, If, For, Set, SetBlock };
+
+struct Stmt;
+using StmtPtr = std::shared_ptr<const Stmt>;
+using Body = std::vector<StmtPtr>;
+
+struct Stmt {
+  StmtKind kind;
+  int line = 1, col = 1;
+  std::string text;                                 ///< Data; For/Set: target name
+  ExprPtr expr;                                     ///< Output; For: iterable; Set: value
+  ExprPtr cond;                                     ///< For: the `if` filter (may be null)
+  std::vector<std::pair<ExprPtr, Body>> branches;   ///< If: (test, body) for if and each elif
+  Body body;                                        ///< For, SetBlock
+  Body else_body;                                   ///< If, For
+};
+
+struct Program {
+  Body body;
+};
+
+/// Parses tokens into a program. Throws TemplateError.
+Program parse_tokens(const std::vector<Token>& toks);
+
+}  // namespace kveval::eval::tmpl

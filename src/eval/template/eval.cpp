@@ -1,0 +1,305 @@
+// Evaluation of the Jinja2 subset: expressions over Values and statements
+// into text, with Jinja's scoping (a for body is a new scope for every
+// iteration; `set` inside it does not leak out; `if` opens no scope) and
+// StrictUndefined (lm_eval/utils.py's environment).
+#include <map>
+
+#include <fmt/format.h>
+
+#include "eval/template/ast.hpp"
+#include "eval/template/runtime.hpp"
+#include "eval/template/template.hpp"
+#include "eval/template/text.hpp"
+
+namespace kveval::eval::tmpl {
+
+TemplateError::TemplateError(int l, int c, const std::string& msg)
+    : SpecError(fmt::format("line {}, column {}: {}", l, c, msg)), line(l), column(c), message(msg) {}
+
+namespace {
+
+struct Frame {
+  std::map<std::string, Value> vars;
+};
+
+struct Evaluator {
+  const json& globals;
+  std::vector<Frame> frames;
+  std::string out;
+  int depth = 0;
+
+  [[noreturn]] void fail_at(const Expr& e, const std::string& msg) const { throw TemplateError(e.line, e.col, msg); }
+
+  Value lookup(const std::string& name) const {
+    for (auto f = frames.rbegin(); f != frames.rend(); ++f) {
+      auto it = f->vars.find(name);
+      if (it != f->vars.end()) return it->second;
+    }
+    if (globals.is_object()) {
+      auto it = globals.find(name);
+      if (it != globals.end()) return *it;
+    }
+    return Value::undef(fmt::format("'{}' is undefined", name));
+  }
+
+  Value eval(const Expr& e) {
+    try {
+      return eval_inner(e);
+    } catch (const EvalFailure& f) {
+      fail_at(e, f.message);
+    } catch (const ArgumentError& a) {
+      fail_at(e, a.what());
+    }
+  }
+
+  std::optional<int64_t> opt_int(const ExprPtr& p) {
+    if (!p) return std::nullopt;
+    Value v = eval(*p);
+    const json& j = v.get();
+    if (j.is_null()) return std::nullopt;
+    auto i = as_int(j);
+    if (!i) fail_at(*p, fmt::format("slice indices must be integers or None, got {}", py_type(j)));
+    return i;
+  }
+
+  std::vector<Value> args_of(const Expr& e, size_t from) {
+    std::vector<Value> a;
+    for (size_t k = from; k < e.kids.size(); ++k) a.push_back(eval(*e.kids[k]));
+    return a;
+  }
+
+  Value eval_inner(const Expr& e) {
+    switch (e.kind) {
+      case ExprKind::Const: return e.value;
+      case ExprKind::Name: return lookup(e.name);
+      case ExprKind::List: {
+        json a = json::array();
+        for (const auto& k : e.kids) a.push_back(eval(*k).get());
+        return a;
+      }
+      case ExprKind::Dict: {
+        json o = json::object();
+        for (size_t k = 0; k + 1 < e.kids.size(); k += 2) {
+          Value kv = eval(*e.kids[k]);
+          const json& key = kv.get();
+          if (!key.is_string()) fail_at(*e.kids[k], fmt::format("dict literal keys must be strings here, got {}", py_type(key)));
+          o[key.get<std::string>()] = eval(*e.kids[k + 1]).get();
+        }
+        return o;
+      }
+      case ExprKind::Getattr: return get_item(eval(*e.kids[0]), json(e.name), true);
+      case ExprKind::Getitem: {
+        Value obj = eval(*e.kids[0]);
+        return get_item(obj, eval(*e.kids[1]).get(), false);
+      }
+      case ExprKind::Slice: {
+        Value obj = eval(*e.kids[0]);
+        obj.get();
+        auto a = opt_int(e.kids[1]), b = opt_int(e.kids[2]), c = opt_int(e.kids[3]);
+        return get_slice(obj, a, b, c);
+      }
+      case ExprKind::Call: {
+        const Expr& callee = *e.kids[0];
+        if (callee.kind == ExprKind::Getattr) {
+          Value obj = eval(*callee.kids[0]);
+          return call_method(obj, callee.name, args_of(e, 1));
+        }
+        if (callee.kind == ExprKind::Name) {
+          Value f = lookup(callee.name);
+          if (!f.undefined) fail(fmt::format("'{}' is a {} value, not a function", callee.name, py_type(f.v)));
+          return call_global(callee.name, args_of(e, 1));
+        }
+        fail("only method calls (x.m(...)) and range(...) can be called");
+      }
+      case ExprKind::Filter: return apply_filter(e.name, eval(*e.kids[0]), args_of(e, 1));
+      case ExprKind::Test: return apply_test(e.name, eval(*e.kids[0]), args_of(e, 1));
+      case ExprKind::Neg: case ExprKind::Pos: {
+        Value v = eval(*e.kids[0]);
+        check_not_range(v);
+        return py_negate(v.get(), e.kind == ExprKind::Neg);
+      }
+      case ExprKind::Not: return !py_truthy(eval(*e.kids[0]).get());
+      case ExprKind::And: {
+        Value l = eval(*e.kids[0]);
+        if (!py_truthy(l.get())) return l;
+        return eval(*e.kids[1]);
+      }
+      case ExprKind::Or: {
+        Value l = eval(*e.kids[0]);
+        if (py_truthy(l.get())) return l;
+        return eval(*e.kids[1]);
+      }
+      case ExprKind::Binary: {
+        Value l = eval(*e.kids[0]), r = eval(*e.kids[1]);
+        check_not_range(l), check_not_range(r);
+        return py_binary(e.name, l.get(), r.get());
+      }
+      case ExprKind::Concat: {
+        std::string s;
+        for (const auto& k : e.kids) s += text_of(eval(*k));
+        return s;
+      }
+      case ExprKind::Compare: {
+        Value l = eval(*e.kids[0]);
+        for (size_t k = 1; k < e.kids.size(); ++k) {
+          Value r = eval(*e.kids[k]);
+          const std::string& op = e.ops[k - 1];
+          bool ok;
+          if (op == "in" || op == "not in") {
+            ok = py_contains(r.get(), l.get()) == (op == "in");
+          } else if (op == "==" || op == "!=") {
+            check_not_range(l), check_not_range(r);
+            ok = py_equal(l.get(), r.get()) == (op == "==");
+          } else {
+            check_not_range(l), check_not_range(r);
+            int c = py_compare(l.get(), r.get(), op.c_str());
+            ok = c != 2 && (op == "<" ? c < 0 : op == "<=" ? c <= 0 : op == ">" ? c > 0 : c >= 0);
+          }
+          if (!ok) return false;
+          l = r;
+        }
+        return true;
+      }
+      case ExprKind::CondExpr: {
+        if (py_truthy(eval(*e.kids[0]).get())) return eval(*e.kids[1]);
+        if (e.kids[2]) return eval(*e.kids[2]);
+        return Value::undef("the inline if-expression evaluated to false and has no else section");
+      }
+    }
+    fail("unknown expression");
+  }
+
+  static void check_not_range(const Value& v) {
+    if (!v.range_repr.empty()) fail("arithmetic and comparisons on range() objects are not supported (apply |list first)");
+  }
+
+  static std::string text_of(const Value& v) {
+    if (!v.range_repr.empty()) return v.range_repr;
+    return py_str(v.get());
+  }
+
+  // ---- statements ----
+  void run(const Body& body) {
+    for (const auto& s : body) stmt(*s);
+  }
+
+  void assign(const std::string& name, Value v) { frames.back().vars[name] = std::move(v); }
+
+  void stmt(const Stmt& s) {
+    switch (s.kind) {
+      case StmtKind::Data: out += s.text; return;
+      case StmtKind::Output: {
+        Value v = eval(*s.expr);
+        try {
+          out += text_of(v);
+        } catch (const EvalFailure& f) {
+          fail_at(*s.expr, f.message);
+        }
+        return;
+      }
+      case StmtKind::If:
+        for (const auto& [test, body] : s.branches) {
+          Value t = eval(*test);
+          bool b;
+          try {
+            b = py_truthy(t.get());
+          } catch (const EvalFailure& f) {
+            fail_at(*test, f.message);
+          }
+          if (b) return run(body);
+        }
+        return run(s.else_body);
+      case StmtKind::Set: assign(s.text, eval(*s.expr)); return;
+      case StmtKind::SetBlock: {
+        std::string saved;
+        std::swap(saved, out);
+        run(s.body);
+        std::swap(saved, out);
+        assign(s.text, json(saved));
+        return;
+      }
+      case StmtKind::For: return for_loop(s);
+    }
+  }
+
+  void for_loop(const Stmt& s) {
+    Value seq = eval(*s.expr);
+    std::vector<json> items;
+    try {
+      items = iterate(seq);
+    } catch (const EvalFailure& f) {
+      fail_at(*s.expr, f.message);
+    }
+    if (s.cond) {  // {% for x in xs if cond %}: filter first (loop.length counts what is left)
+      std::vector<json> kept;
+      for (auto& it : items) {
+        frames.emplace_back();
+        assign(s.text, it);
+        Value c = eval(*s.cond);
+        bool keep;
+        try {
+          keep = py_truthy(c.get());
+        } catch (const EvalFailure& f) {
+          fail_at(*s.cond, f.message);
+        }
+        frames.pop_back();
+        if (keep) kept.push_back(std::move(it));
+      }
+      items = std::move(kept);
+    }
+    if (items.empty()) return run(s.else_body);
+    int64_t n = static_cast<int64_t>(items.size());
+    ++depth;
+    for (int64_t i = 0; i < n; ++i) {
+      frames.emplace_back();
+      json loop = {{"index", i + 1}, {"index0", i}, {"revindex", n - i}, {"revindex0", n - i - 1},
+                   {"first", i == 0}, {"last", i == n - 1}, {"length", n}, {"depth", depth}, {"depth0", depth - 1}};
+      if (i > 0) loop["previtem"] = items[static_cast<size_t>(i - 1)];
+      if (i + 1 < n) loop["nextitem"] = items[static_cast<size_t>(i + 1)];
+      assign("loop", loop);
+      assign(s.text, items[static_cast<size_t>(i)]);
+      run(s.body);
+      frames.pop_back();
+    }
+    --depth;
+  }
+};
+
+}  // namespace
+
+Template Template::parse(std::string_view source) {
+  // Jinja treats \r\n and \r as \n everywhere in the source
+  std::string src;
+  src.reserve(source.size());
+  for (size_t i = 0; i < source.size(); ++i) {
+    if (source[i] == '\r') {
+      src += '\n';
+      if (i + 1 < source.size() && source[i + 1] == '\n') ++i;
+    } else {
+      src += source[i];
+    }
+  }
+  try {
+    utf8_decode(src);
+  } catch (const ArgumentError& e) {
+    throw TemplateError(1, 1, fmt::format("template is not valid UTF-8 ({})", e.what()));
+  }
+  Template t;
+  t.source_ = src;
+  t.plain_ = src.find("{{") == std::string::npos && src.find("{%") == std::string::npos && src.find("{#") == std::string::npos;
+  t.prog_ = std::make_shared<Program>(parse_tokens(lex(src)));
+  return t;
+}
+
+std::string Template::render(const json& vars) const {
+  Evaluator ev{vars, {}, {}, 0};  // NOLINT
+  ev.frames.emplace_back();
+  try {
+    ev.run(prog_->body);
+  } catch (const EvalFailure& f) {
+    throw TemplateError(1, 1, f.message);
+  }
+  return std::move(ev.out);
+}
+
+}  // namespace kveval::eval::tmpl

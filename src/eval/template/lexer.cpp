@@ -1,0 +1,363 @@
+// Lexer of the Jinja2 subset, after jinja2/lexer.py (Jinja 3.1): data up to
+// the first "{{", "{%" or "{#"; "-" after an opening delimiter strips the
+// whitespace before it (str.rstrip), "-" before a closing one strips the
+// whitespace after it (\s*); "+" is accepted and changes nothing here
+// (lstrip_blocks/trim_blocks are off in lm-eval). Closing delimiters only count
+// when (), [] and {} are balanced.
+#include <cctype>
+#include <cstring>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "eval/template/ast.hpp"
+#include "eval/template/template.hpp"
+#include "eval/template/text.hpp"
+
+namespace kveval::eval::tmpl {
+
+namespace {
+
+struct Lexer {
+  const std::string& src;
+  size_t pos = 0;
+  std::vector<Token> out;
+
+  [[noreturn]] void fail(size_t at, const std::string& msg) const {
+    auto [l, c] = line_col(at);
+    throw TemplateError(l, c, msg);
+  }
+  std::pair<int, int> line_col(size_t at) const {
+    int line = 1, col = 1;
+    for (size_t i = 0; i < at && i < src.size(); ++i) {
+      if (src[i] == '\n') ++line, col = 1;
+      else if ((static_cast<unsigned char>(src[i]) & 0xC0) != 0x80) ++col;
+    }
+    return {line, col};
+  }
+  void push(TokKind k, size_t at, std::string text = {}) {
+    Token t;
+    t.kind = k;
+    t.text = std::move(text);
+    auto [l, c] = line_col(at);
+    t.line = l, t.col = c;
+    out.push_back(std::move(t));
+  }
+  bool starts(size_t at, std::string_view s) const { return src.compare(at, s.size(), s) == 0; }
+
+  /// Python whitespace (\s) starting at `at`: returns the first position after it.
+  size_t skip_space(size_t at) const {
+    while (at < src.size()) {
+      size_t len = 1;
+      unsigned char c = static_cast<unsigned char>(src[at]);
+      char32_t cp = c;
+      if (c >= 0x80) {
+        len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+        try {
+          std::u32string u = utf8_decode(std::string_view(src).substr(at, len));
+          cp = u.empty() ? 0 : u[0];
+        } catch (const std::exception&) {
+          return at;
+        }
+      }
+      if (!py_isspace(cp)) return at;
+      at += len;
+    }
+    return at;
+  }
+
+  /// Emits text data; rstrip() it first when the next tag starts with '-'.
+  void data(size_t from, size_t to, bool rstrip) {
+    std::string d = src.substr(from, to - from);
+    if (rstrip) d = py_strip(d, false, true);
+    if (!d.empty()) push(TokKind::Data, from, std::move(d));
+  }
+
+  void run() {
+    while (pos < src.size()) {
+      size_t tag = src.find('{', pos);
+      while (tag != std::string::npos && !(tag + 1 < src.size() && (src[tag + 1] == '{' || src[tag + 1] == '%' || src[tag + 1] == '#')))
+        tag = src.find('{', tag + 1);
+      if (tag == std::string::npos) {
+        data(pos, src.size(), false);
+        break;
+      }
+      char kind = src[tag + 1];
+      char sign = tag + 2 < src.size() ? src[tag + 2] : '\0';
+      bool strip_before = sign == '-';
+      size_t body = tag + 2 + ((sign == '-' || sign == '+') ? 1 : 0);
+      if (kind == '#') {
+        data(pos, tag, strip_before);
+        size_t end = src.find("#}", body);
+        if (end == std::string::npos) fail(tag, "missing end of comment tag '#}'");
+        pos = end + 2;
+        if (end > body && src[end - 1] == '-') pos = skip_space(pos);
+        continue;
+      }
+      if (kind == '%') {
+        // {% raw %} ... {% endraw %}: verbatim data
+        size_t p = skip_space(body);
+        if (starts(p, "raw")) {
+          size_t q = skip_space(p + 3);
+          bool dash = starts(q, "-%}");
+          if (dash || starts(q, "%}")) {
+            data(pos, tag, strip_before);
+            size_t content = q + (dash ? 3 : 2);
+            if (dash) content = skip_space(content);
+            size_t search = content;
+            while (true) {
+              size_t e = src.find("{%", search);
+              if (e == std::string::npos) fail(tag, "missing end of raw directive '{% endraw %}'");
+              char esign = e + 2 < src.size() ? src[e + 2] : '\0';
+              size_t r = skip_space(e + 2 + ((esign == '-' || esign == '+') ? 1 : 0));
+              if (starts(r, "endraw")) {
+                size_t r2 = skip_space(r + 6);
+                bool edash = starts(r2, "-%}");
+                if (edash || starts(r2, "%}") || starts(r2, "+%}")) {
+                  data(content, e, esign == '-');
+                  pos = r2 + (edash || starts(r2, "+%}") ? 3 : 2);
+                  if (edash) pos = skip_space(pos);
+                  break;
+                }
+              }
+              search = e + 2;
+            }
+            continue;
+          }
+        }
+      }
+      data(pos, tag, strip_before);
+      bool is_var = kind == '{';
+      push(is_var ? TokKind::VarBegin : TokKind::BlockBegin, tag);
+      pos = body;
+      tag_tokens(is_var, tag);
+    }
+    push(TokKind::Eof, src.size());
+  }
+
+  void tag_tokens(bool is_var, size_t open_at) {
+    std::string balance;
+    while (true) {
+      if (pos >= src.size()) fail(open_at, fmt::format("unexpected end of template: '{}' is never closed", is_var ? "{{" : "{%"));
+      if (balance.empty()) {
+        if (is_var) {
+          if (starts(pos, "-}}")) return push(TokKind::VarEnd, pos), void(pos = skip_space(pos + 3));
+          if (starts(pos, "}}")) return push(TokKind::VarEnd, pos), void(pos += 2);
+        } else {
+          if (starts(pos, "-%}")) return push(TokKind::BlockEnd, pos), void(pos = skip_space(pos + 3));
+          if (starts(pos, "+%}")) return push(TokKind::BlockEnd, pos), void(pos += 3);
+          if (starts(pos, "%}")) return push(TokKind::BlockEnd, pos), void(pos += 2);
+        }
+      }
+      size_t sp = skip_space(pos);
+      if (sp != pos) {
+        pos = sp;
+        continue;
+      }
+      unsigned char c = static_cast<unsigned char>(src[pos]);
+      if (std::isdigit(c)) {
+        number();
+      } else if (std::isalpha(c) || c == '_') {
+        size_t e = pos;
+        while (e < src.size() && (std::isalnum(static_cast<unsigned char>(src[e])) || src[e] == '_')) ++e;
+        push(TokKind::Name, pos, src.substr(pos, e - pos));
+        pos = e;
+      } else if (c == '\'' || c == '"') {
+        string_literal();
+      } else {
+        op(balance);
+      }
+    }
+  }
+
+  void number() {
+    size_t start = pos;
+    auto digits = [&](size_t at, auto&& is_digit) {  // (\d+_)*\d+ : returns end or npos
+      size_t e = at;
+      if (e >= src.size() || !is_digit(src[e])) return std::string::npos;
+      while (true) {
+        while (e < src.size() && is_digit(src[e])) ++e;
+        if (e + 1 < src.size() && src[e] == '_' && is_digit(src[e + 1])) {
+          ++e;
+          continue;
+        }
+        return e;
+      }
+    };
+    auto dec = [](char ch) { return ch >= '0' && ch <= '9'; };
+    bool after_dot = start > 0 && src[start - 1] == '.';
+    // float: (\d+_)*\d+ ( (\.(\d+_)*\d+)? e[+-]?(\d+_)*\d+ | \.(\d+_)*\d+ ), not right after a '.'
+    size_t ip = digits(start, dec);
+    if (!after_dot) {
+      size_t e = ip;
+      bool frac = false;
+      if (e < src.size() && src[e] == '.') {
+        size_t f = digits(e + 1, dec);
+        if (f != std::string::npos) e = f, frac = true;
+      }
+      size_t ex = std::string::npos;
+      if (e < src.size() && (src[e] == 'e' || src[e] == 'E')) {
+        size_t s = e + 1;
+        if (s < src.size() && (src[s] == '+' || src[s] == '-')) ++s;
+        ex = digits(s, dec);
+      }
+      if (frac || ex != std::string::npos) {
+        size_t end = ex != std::string::npos ? ex : e;
+        std::string t;
+        for (size_t i = start; i < end; ++i)
+          if (src[i] != '_') t += src[i];
+        Token tok;
+        tok.kind = TokKind::Float;
+        tok.fval = std::strtod(t.c_str(), nullptr);
+        auto [l, c] = line_col(start);
+        tok.line = l, tok.col = c, tok.text = src.substr(start, end - start);
+        out.push_back(tok);
+        pos = end;
+        return;
+      }
+    }
+    // integer: 0b / 0o / 0x prefixes, [1-9](_?\d)*, 0(_?0)*
+    int base = 10;
+    size_t d0 = start, end;
+    if (src[start] == '0' && start + 1 < src.size() && src[start + 1] != '\0' && std::strchr("bBoOxX", src[start + 1])) {
+      char p = static_cast<char>(std::tolower(static_cast<unsigned char>(src[start + 1])));
+      base = p == 'b' ? 2 : p == 'o' ? 8 : 16;
+      d0 = start + 2;
+      end = d0;
+      while (end < src.size()) {
+        char ch = src[end];
+        bool ok = ch == '_' || (base == 2 ? (ch == '0' || ch == '1') : base == 8 ? (ch >= '0' && ch <= '7') : std::isxdigit(static_cast<unsigned char>(ch)));
+        if (!ok) break;
+        ++end;
+      }
+      if (end == d0) fail(start, "invalid integer literal");
+    } else if (src[start] == '0') {
+      end = start + 1;
+      while (end < src.size()) {
+        if (src[end] == '0') ++end;
+        else if (src[end] == '_' && end + 1 < src.size() && src[end + 1] == '0') end += 2;
+        else break;
+      }
+    } else {
+      end = ip;
+    }
+    uint64_t v = 0;
+    for (size_t i = d0; i < end; ++i) {
+      if (src[i] == '_') continue;
+      int dv = std::isdigit(static_cast<unsigned char>(src[i])) ? src[i] - '0' : std::tolower(static_cast<unsigned char>(src[i])) - 'a' + 10;
+      if (v > (static_cast<uint64_t>(INT64_MAX) - static_cast<uint64_t>(dv)) / static_cast<uint64_t>(base))
+        fail(start, fmt::format("integer literal {} is out of range (64-bit integers only)", src.substr(start, end - start)));
+      v = v * static_cast<uint64_t>(base) + static_cast<uint64_t>(dv);
+    }
+    Token tok;
+    tok.kind = TokKind::Integer;
+    tok.ival = static_cast<int64_t>(v);
+    auto [l, c] = line_col(start);
+    tok.line = l, tok.col = c, tok.text = src.substr(start, end - start);
+    out.push_back(tok);
+    pos = end;
+  }
+
+  void string_literal() {
+    char q = src[pos];
+    size_t start = pos, i = pos + 1;
+    std::string raw;
+    while (true) {
+      if (i >= src.size()) fail(start, "unterminated string literal");
+      if (src[i] == '\\') {
+        if (i + 1 >= src.size()) fail(start, "unterminated string literal");
+        raw += src[i];
+        raw += src[i + 1];
+        i += 2;
+        continue;
+      }
+      if (src[i] == q) break;
+      raw += src[i++];
+    }
+    pos = i + 1;
+    // Python "unicode-escape" decoding, non-ASCII text kept as is
+    std::string v;
+    for (size_t k = 0; k < raw.size(); ++k) {
+      if (raw[k] != '\\') {
+        v += raw[k];
+        continue;
+      }
+      char e = raw[++k];
+      auto hex = [&](int n) {
+        uint32_t cp = 0;
+        for (int j = 1; j <= n; ++j) {
+          size_t at = k + static_cast<size_t>(j);
+          if (at >= raw.size() || !std::isxdigit(static_cast<unsigned char>(raw[at])))
+            fail(start, fmt::format("truncated \\{} escape in string literal", e));
+          char h = raw[at];
+          cp = cp * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : std::tolower(static_cast<unsigned char>(h)) - 'a' + 10);
+        }
+        k += static_cast<size_t>(n);
+        if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+          fail(start, fmt::format("escape \\{} gives code point 0x{:X}, which UTF-8 cannot hold", e, cp));
+        utf8_append(v, cp);
+      };
+      switch (e) {
+        case '\n': break;
+        case '\\': v += '\\'; break;
+        case '\'': v += '\''; break;
+        case '"': v += '"'; break;
+        case 'a': v += '\a'; break;
+        case 'b': v += '\b'; break;
+        case 'f': v += '\f'; break;
+        case 'n': v += '\n'; break;
+        case 'r': v += '\r'; break;
+        case 't': v += '\t'; break;
+        case 'v': v += '\v'; break;
+        case 'x': hex(2); break;
+        case 'u': hex(4); break;
+        case 'U': hex(8); break;
+        case 'N': fail(start, "\\N{...} escapes are not supported");
+        default:
+          if (e >= '0' && e <= '7') {
+            uint32_t cp = static_cast<uint32_t>(e - '0');
+            for (int j = 0; j < 2 && k + 1 < raw.size() && raw[k + 1] >= '0' && raw[k + 1] <= '7'; ++j) cp = cp * 8 + static_cast<uint32_t>(raw[++k] - '0');
+            utf8_append(v, cp);
+          } else {
+            v += '\\';  // unknown escapes stay as they are (Python)
+            v += e;
+          }
+      }
+    }
+    push(TokKind::String, start, std::move(v));
+  }
+
+  void op(std::string& balance) {
+    static const char* two[] = {"//", "**", "==", "!=", ">=", "<="};
+    for (const char* t : two)
+      if (starts(pos, t)) {
+        push(TokKind::Op, pos, t);
+        pos += 2;
+        return;
+      }
+    char c = src[pos];
+    if (!std::strchr("+-/*%~[](){}><=.:|,;", c) || c == '\0') {
+      std::string shown = c >= 0x20 && static_cast<unsigned char>(c) < 0x7F ? std::string(1, c) : fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+      fail(pos, fmt::format("unexpected character '{}'", shown));
+    }
+    if (c == '(' || c == '[' || c == '{') {
+      balance += c == '(' ? ')' : c == '[' ? ']' : '}';
+    } else if (c == ')' || c == ']' || c == '}') {
+      if (balance.empty()) fail(pos, fmt::format("unexpected '{}'", c));
+      if (balance.back() != c) fail(pos, fmt::format("unexpected '{}', expected '{}'", c, balance.back()));
+      balance.pop_back();
+    }
+    push(TokKind::Op, pos, std::string(1, c));
+    ++pos;
+  }
+};
+
+}  // namespace
+
+std::vector<Token> lex(const std::string& source) {
+  Lexer lx{source, 0, {}};
+  lx.run();
+  return std::move(lx.out);
+}
+
+}  // namespace kveval::eval::tmpl

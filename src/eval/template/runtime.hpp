@@ -1,0 +1,85 @@
+#pragma once
+// Internal: run-time values and Python semantics of the Jinja2 subset
+// (str(), repr(), truthiness, ==, <, arithmetic) and its built-in filters,
+// tests and methods. Errors are thrown as EvalFailure and positioned by the
+// evaluator. Not part of the eval API.
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kveval::eval::tmpl {
+
+using json = nlohmann::json;
+
+/// An evaluation error without a position (the evaluator adds the node's).
+struct EvalFailure {
+  std::string message;
+};
+[[noreturn]] void fail(std::string message);
+
+/// A value: JSON data, or Jinja's (strict) Undefined with the reason it is undefined.
+struct Value {
+  json v;
+  bool undefined = false;
+  std::string why;           ///< undefined: "'x' is undefined", ...
+  std::string range_repr;    ///< non-empty for a range() result: how Python prints it
+
+  Value() = default;
+  /// Implicit from anything a json can be built from (strings, numbers, bools, json).
+  template <typename T, typename = std::enable_if_t<!std::is_same_v<std::decay_t<T>, Value> &&
+                                                    std::is_constructible_v<json, T&&>>>
+  Value(T&& x) : v(std::forward<T>(x)) {}  // NOLINT: implicit on purpose
+  static Value undef(std::string why) {
+    Value u;
+    u.undefined = true;
+    u.why = std::move(why);
+    return u;
+  }
+  /// The data, or EvalFailure with `why` (StrictUndefined refuses every use).
+  const json& get() const;
+};
+
+/// Python type name of a JSON value: int, float, str, bool, NoneType, list, dict.
+const char* py_type(const json& v);
+/// Python str(): strings as they are, numbers and lists as Python prints them;
+/// printing a dict fails (a JSON object does not keep key order).
+std::string py_str(const json& v);
+/// Python repr().
+std::string py_repr(const json& v);
+bool py_truthy(const json& v);
+/// Python ==.
+bool py_equal(const json& a, const json& b);
+/// Python ordering (<0, 0, >0) of numbers, strings or lists; TypeError otherwise.
+int py_compare(const json& a, const json& b, const char* op);
+/// Binary operator + - * / // % ** on Python values.
+json py_binary(const std::string& op, const json& a, const json& b);
+/// Unary minus / plus.
+json py_negate(const json& a, bool minus);
+/// `a in b`.
+bool py_contains(const json& container, const json& item);
+/// Integer value of an int or bool (Python ints); nullopt otherwise.
+std::optional<int64_t> as_int(const json& v);
+bool is_number(const json& v);
+
+/// obj[key] / obj.attr as Jinja's environment.getitem/getattr: a missing
+/// item or attribute is Undefined. `attr_syntax` selects getattr (a.b).
+Value get_item(const Value& obj, const json& key, bool attr_syntax);
+/// obj[start:stop:step] of a str or list (Python slice semantics).
+Value get_slice(const Value& obj, const std::optional<int64_t>& start, const std::optional<int64_t>& stop,
+                const std::optional<int64_t>& step);
+
+/// Calls method `name` of `obj` (str or list methods) with positional args.
+Value call_method(const Value& obj, const std::string& name, const std::vector<Value>& args);
+/// Global function call: range().
+Value call_global(const std::string& name, const std::vector<Value>& args);
+/// Applies filter `name`.
+Value apply_filter(const std::string& name, const Value& v, const std::vector<Value>& args);
+/// Applies test `name`.
+bool apply_test(const std::string& name, const Value& v, const std::vector<Value>& args);
+/// Items of an iterable for `for` and filters: list elements or the code points of a str.
+std::vector<json> iterate(const Value& v);
+
+}  // namespace kveval::eval::tmpl

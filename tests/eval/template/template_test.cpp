@@ -1,0 +1,167 @@
+// The Jinja2 subset (src/eval/template/): rendering against hand-written
+// expectations, errors that name the construct and the position, and the
+// Python helpers (literal_eval, repr, float repr, whitespace, case mapping).
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "eval/template/render_cases.hpp"
+#include "eval/template/template.hpp"
+#include "eval/template/text.hpp"
+
+using kveval::eval::tmpl::Template;
+using kveval::eval::tmpl::TemplateError;
+using nlohmann::json;
+namespace tmpl = kveval::eval::tmpl;
+
+TEST_CASE("template: rendering cases equal their hand-written outputs") {
+  for (const auto& c : render_cases()) {
+    std::string tmpl_src = c.tmpl;
+    CAPTURE(tmpl_src);
+    std::string got;
+    try {
+      got = Template::parse(c.tmpl).render(json::parse(c.doc));
+    } catch (const std::exception& e) {
+      FAIL_CHECK("threw: " << std::string(e.what()));
+    }
+    CHECK(got == std::string(c.expected));
+  }
+}
+
+TEST_CASE("template: parse once, render per document") {
+  Template t = Template::parse("{{text.split(' ')[:-1]|join(' ')}}");
+  CHECK(t.render({{"text", "a b c"}}) == "a b");
+  CHECK(t.render({{"text", "one"}}) == "");
+  CHECK(t.render({{"text", "x  y"}}) == "x ");
+  CHECK_FALSE(t.is_plain());
+  CHECK(Template::parse("no tags { here }").is_plain());
+}
+
+namespace {
+struct ErrorCase {
+  const char* tmpl;
+  const char* doc;
+  const char* message;  // expected substring of the error
+  int line, column;     // expected position (0: not checked)
+};
+
+std::string error_of(const char* tmpl, const char* doc, int* line = nullptr, int* col = nullptr) {
+  try {
+    Template t = Template::parse(tmpl);
+    t.render(json::parse(doc));
+  } catch (const TemplateError& e) {
+    if (line) *line = e.line;
+    if (col) *col = e.column;
+    return e.what();
+  }
+  return "(no error)";
+}
+}  // namespace
+
+TEST_CASE("template: constructs outside the subset and runtime errors are named with their position") {
+  const ErrorCase cases[] = {
+      {"{% macro m() %}x{% endmacro %}", "{}", "the Jinja tag '{% macro %}' is not supported", 1, 4},
+      {"ab\n{% include 'x' %}", "{}", "'{% include %}' is not supported", 2, 4},
+      {"{% frobnicate %}", "{}", "unknown tag 'frobnicate'", 1, 4},
+      {"{{ x|map(attribute='a') }}", "{}", "the filter 'map' is not supported", 1, 6},
+      {"{% if false %}{{ x|tojson }}{% endif %}", "{}", "the filter 'tojson' is not supported", 0, 0},
+      {"{{ x is divisibleby(3) }}", R"({"x": 3})", "the test 'divisibleby' is not supported", 0, 0},
+      {"{{ q.title() }}", R"({"q": "a"})", "the method 'title()' is not supported", 0, 0},
+      {"{{ lipsum() }}", "{}", "calling 'lipsum()' is not supported", 0, 0},
+      {"{{ x|join(d='a') }}", "{}", "keyword argument 'd=' is not supported", 0, 0},
+      {"{{ a, b }}", "{}", "tuples are not supported", 0, 0},
+      {"{% for k, v in d %}{% endfor %}", "{}", "unpacking in a for loop", 0, 0},
+      {"{% set ns.x = 1 %}", "{}", "namespace attribute assignment", 0, 0},
+      {"{{ '%s' % x }}", R"({"x": 1})", "printf-style string formatting", 0, 0},
+      {"{% if x %}", R"({"x": 1})", "unexpected end of template: expected 'elif' or 'else' or 'endif'", 0, 0},
+      {"{% endif %}", "{}", "unexpected '{% endif %}'", 0, 0},
+      {"{{ x ", "{}", "'{{' is never closed", 1, 1},
+      {"{# open", "{}", "missing end of comment tag", 0, 0},
+      {"{{ 'abc }}", "{}", "unterminated string literal", 0, 0},
+      {"{{ x ] }}", "{}", "unexpected ']'", 0, 0},
+      {"{{ x @ y }}", "{}", "unexpected character '@'", 0, 0},
+      {"Q: {{ qustion }}", R"({"question": "q"})", "'qustion' is undefined", 1, 7},
+      {"{{ d.missing }}", R"({"d": {"a": 1}})", "'dict object' has no attribute 'missing'", 0, 0},
+      {"{{ xs[5] }}", R"({"xs": [1]})", "'list object' has no item 5", 0, 0},
+      {"{{ d.items }}", R"({"d": {"items": 1}})", "'items' is a method of dict", 0, 0},
+      {"{{ x.strip }}", R"({"x": "a"})", "'strip' is a method of str", 0, 0},
+      {"{{ xs.index('z') }}", R"({"xs": ["a"]})", "list.index(): 'z' is not in list", 0, 0},
+      {"{{ s.index('z') }}", R"({"s": "abc"})", "str.index(): substring 'z' not found", 0, 0},
+      {"{{ 'a' + 1 }}", "{}", "unsupported operand type(s) for +: 'str' and 'int'", 0, 0},
+      {"{{ 'a' < 1 }}", "{}", "'<' not supported between instances of 'str' and 'int'", 0, 0},
+      {"{{ 1 // 0 }}", "{}", "integer division by zero", 0, 0},
+      {"{{ 9223372036854775807 + 1 }}", "{}", "integer overflow", 0, 0},
+      {"{{ d }}", R"({"d": {"a": 1}})", "printing a mapping is not supported", 0, 0},
+      {"{% for k in d %}{% endfor %}", R"({"d": {"a": 1}})", "iterating over a mapping is not supported", 0, 0},
+      {"{% if missing %}x{% endif %}", "{}", "'missing' is undefined", 1, 7},
+      {"{{ 'x' if false }}", "{}", "no else section", 0, 0},
+      {"{{ [] | first }}", "{}", "No first item", 0, 0},
+      {"{{ s.split('') }}", R"({"s": "a"})", "empty separator", 0, 0},
+      {"{{ 5|length }}", "{}", "object of type 'int' has no len()", 0, 0},
+      {"{{ '\\N{DASH}' }}", "{}", "\\N{...} escapes are not supported", 0, 0},
+  };
+  for (const auto& c : cases) {
+    std::string tmpl_src = c.tmpl;
+    CAPTURE(tmpl_src);
+    int line = 0, col = 0;
+    std::string msg = error_of(c.tmpl, c.doc, &line, &col);
+    CHECK_MESSAGE(msg.find(c.message) != std::string::npos, msg);
+    if (c.line) {
+      CHECK(line == c.line);
+      CHECK(col == c.column);
+    }
+  }
+}
+
+TEST_CASE("template: literal_eval reads what repr prints") {
+  CHECK(tmpl::literal_eval("['a', 'b']") == json({"a", "b"}));
+  CHECK(tmpl::literal_eval(R"(["It's", 'say "hi"', 'tab\there', '\xe9\u00e9\U0001F600'])") ==
+        json({"It's", "say \"hi\"", "tab\there", "\xc3\xa9\xc3\xa9\xf0\x9f\x98\x80"}));
+  CHECK(tmpl::literal_eval(" 3 ") == json(3));
+  CHECK(tmpl::literal_eval("-2.5") == json(-2.5));
+  CHECK(tmpl::literal_eval("(1, 'x', None, True, False)") == json({1, "x", nullptr, true, false}));
+  CHECK(tmpl::literal_eval("(7)") == json(7));
+  CHECK(tmpl::literal_eval("{'k': [1, 2]}") == json({{"k", {1, 2}}}));
+  CHECK(tmpl::literal_eval("'a' \"b\"") == json("ab"));
+  CHECK(tmpl::literal_eval("[1, 2,]") == json({1, 2}));
+  CHECK_THROWS_WITH_AS(tmpl::literal_eval("[a, b]"), doctest::Contains("name 'a' is not a literal"), kveval::ArgumentError);
+  CHECK_THROWS_AS(tmpl::literal_eval("['a'"), kveval::ArgumentError);
+  CHECK_THROWS_AS(tmpl::literal_eval("1 2"), kveval::ArgumentError);
+  CHECK_THROWS_AS(tmpl::literal_eval("r'x'"), kveval::ArgumentError);
+  CHECK_THROWS_AS(tmpl::literal_eval("010"), kveval::ArgumentError);
+  // round trip of awkward strings through the template's repr
+  json doc = {{"xs", {"a'b\"c", "\\", "\n\r\t", "\x7f", "\xc2\x85", "\xe2\x80\xa8", "\xf0\x9f\x98\x80", ""}}};
+  CHECK(tmpl::literal_eval(Template::parse("{{xs}}").render(doc)) == doc["xs"]);
+}
+
+TEST_CASE("template: Python float repr") {
+  CHECK(tmpl::py_float_repr(1.0) == "1.0");
+  CHECK(tmpl::py_float_repr(0.1) == "0.1");
+  CHECK(tmpl::py_float_repr(1e16) == "1e+16");
+  CHECK(tmpl::py_float_repr(1234567890123456.0) == "1234567890123456.0");
+  CHECK(tmpl::py_float_repr(0.0001) == "0.0001");
+  CHECK(tmpl::py_float_repr(0.00001234) == "1.234e-05");
+  CHECK(tmpl::py_float_repr(-2.5e-300) == "-2.5e-300");
+  CHECK(tmpl::py_float_repr(1.7976931348623157e308) == "1.7976931348623157e+308");
+  CHECK(tmpl::py_float_repr(100.0) == "100.0");
+}
+
+TEST_CASE("template: Python whitespace, split, strip and case mapping") {
+  // the whitespace set of str.isspace()
+  for (char32_t c : {0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x1F, 0x20, 0x85, 0xA0, 0x1680, 0x2000, 0x200A,
+                     0x2028, 0x2029, 0x202F, 0x205F, 0x3000})
+    CHECK(tmpl::py_isspace(c));
+  for (char32_t c : {0x08, 0x200B, 0xFEFF, 0x180E, 0x41}) CHECK_FALSE(tmpl::py_isspace(c));
+  std::string nbsp = "\xc2\xa0";
+  CHECK(tmpl::py_split("a" + nbsp + "b  c", nullptr) == std::vector<std::string>{"a", "b", "c"});
+  CHECK(tmpl::py_split("  a b c  ", nullptr, 1) == std::vector<std::string>{"a", "b c"});
+  std::string sep = "ab";
+  CHECK(tmpl::py_split("xabyabab", &sep, -1) == std::vector<std::string>{"x", "y", "", ""});
+  CHECK(tmpl::py_strip(nbsp + " x " + nbsp, true, true) == "x");
+  CHECK(tmpl::py_lower("\xc4\xb0") == "i\xcc\x87");                    // İ -> i + combining dot (full mapping)
+  CHECK(tmpl::py_upper("\xef\xac\x81") == "FI");                       // ﬁ ligature
+  CHECK(tmpl::py_lower("\xce\xa3\xce\x91\xce\xa3") == "\xcf\x83\xce\xb1\xcf\x82");  // ΣΑΣ -> σας (final sigma)
+  CHECK(tmpl::py_capitalize("\xc3\x9f" "a") == "Ssa");                 // ß title-cases to Ss
+  CHECK(tmpl::py_capitalize("'hello") == "'hello");                    // no adjustment to the first letter
+  CHECK(tmpl::py_replace("aaa", "a", "b", 2) == "bba");
+}
