@@ -1,7 +1,11 @@
 #include "eval/metrics.hpp"
 
+#include "eval/filters.hpp"
+
 #include <algorithm>
 #include <cmath>
+
+#include <fmt/format.h>
 
 namespace kveval::eval {
 
@@ -45,7 +49,14 @@ int argmax_first(std::span<const double> x) {
   return best;
 }
 
-bool higher_is_better(const std::string& m) { return m == "acc" || m == "acc_norm" || m == "exact_match"; }
+bool higher_is_better(const std::string& m0) {
+  std::string m = m0.substr(0, m0.find(','));  // "exact_match,strict-match"
+  return m == "acc" || m == "acc_norm" || m == "exact_match";
+}
+
+std::string metric_key(const std::string& name, const std::string& filter) {
+  return filter == "none" ? name : name + "," + filter;
+}
 
 std::string normalize_answer(std::string_view s) {
   size_t a = 0, b = s.size();
@@ -92,7 +103,13 @@ MetricValue ratio_metric(const std::string& name, double num, double den, int n,
 
 std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const DocOutcome> outcomes) {
   std::vector<MetricValue> all;
-  std::vector<double> acc, acc_norm, ll, em;
+  std::vector<double> acc, acc_norm, ll;
+  // generate_until: one exact_match list per filter pipeline ("none": the raw output)
+  std::vector<FilterPipeline> pipes = task.filter_list;
+  if (pipes.empty()) pipes.push_back({"none", {}});
+  std::vector<std::vector<double>> em(pipes.size());
+  std::vector<std::string> filter_errors(pipes.size());
+  std::vector<int> filter_failed(pipes.size(), 0);
   double sum_ll = 0, sum_words = 0, sum_bytes = 0, sum_tokens = 0;
   int n_ok = 0;
   for (size_t i = 0; i < outcomes.size() && i < task.docs.size(); ++i) {
@@ -120,7 +137,18 @@ std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const D
         sum_tokens += static_cast<double>(o.tokens);
         break;
       case OutputType::GenerateUntil:
-        if (d.has_target) em.push_back(normalize_answer(o.output) == normalize_answer(d.target) ? 1.0 : 0.0);
+        if (!d.has_target) break;
+        for (size_t p = 0; p < pipes.size(); ++p) {
+          try {
+            std::string out = apply_filter_pipeline(pipes[p], o.output);
+            bool hit = normalize_answer(exact_match_normalize(task.exact_match, out)) ==
+                       normalize_answer(exact_match_normalize(task.exact_match, d.target));
+            em[p].push_back(hit ? 1.0 : 0.0);
+          } catch (const std::exception& e) {
+            // e.g. group_select past the matches (lm-eval raises): left out of the metric, counted in its note
+            if (filter_failed[p]++ == 0) filter_errors[p] = e.what();
+          }
+        }
         break;
     }
   }
@@ -158,9 +186,14 @@ std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const D
     } else if (name == "token_perplexity") {
       all.push_back(ratio_metric(name, sum_ll, sum_tokens, n_ok, true, false));
     } else if (name == "exact_match") {
-      MetricValue m = mean_metric(name, em);
-      if (em.empty() && n_ok > 0) m.note = "no doc_to_target: outputs only";
-      all.push_back(m);
+      for (size_t p = 0; p < pipes.size(); ++p) {
+        MetricValue m = mean_metric(name, em[p]);
+        m.filter = pipes[p].name;
+        if (em[p].empty() && n_ok > 0 && !filter_failed[p]) m.note = "no doc_to_target: outputs only";
+        if (filter_failed[p])
+          m.note = fmt::format("{} document(s) left out: {}", filter_failed[p], filter_errors[p]);
+        all.push_back(m);
+      }
     }
   }
   return all;

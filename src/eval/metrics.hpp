@@ -24,9 +24,13 @@ struct DocOutcome {
   std::string output;                ///< generate_until: the generated text, cut at the first stop string
 };
 
+/// Name of a metric in reports: "exact_match" for filter "none", else "exact_match,strict-match" (lm-eval's key).
+std::string metric_key(const std::string& name, const std::string& filter);
+
 /// One reported metric.
 struct MetricValue {
   std::string name;
+  std::string filter = "none";       ///< lm-eval filter pipeline the value was computed after ("none": the raw output)
   std::optional<double> value;       ///< nullopt when there is nothing to aggregate
   std::optional<double> stderr_;     ///< standard error; nullopt when undefined (n < 2 or corpus-level ratio)
   int n = 0;                         ///< documents aggregated
@@ -64,7 +68,10 @@ std::string normalize_answer(std::string_view s);
 ///   exp(-sum(ll)/sum(bytes)), bits_per_byte = -sum(ll)/(sum(bytes) ln 2) (lm-eval
 ///   weighted_perplexity / bits_per_byte), token_perplexity = exp(-sum(ll)/sum(tokens));
 ///   corpus-level ratios have no stderr (as lm-eval).
-/// - generate_until: exact_match = mean(normalize_answer(output) == normalize_answer(target)).
+/// - generate_until: exact_match = mean(normalize_answer(em(f(output))) == normalize_answer(em(target))),
+///   where em applies the task's exact_match options (exact_match_normalize) and f
+///   is each filter pipeline of task.filter_list (one value per pipeline, named by
+///   MetricValue::filter), or the raw output when there is none (filter "none").
 std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const DocOutcome> outcomes);
 
 }  // namespace kveval::eval

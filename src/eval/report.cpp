@@ -64,7 +64,7 @@ std::string format_metrics_table(const EvalSpec& spec, const RunResult& res) {
       std::string val = m.value ? fmt::format("{:.4f}", *m.value) : "n/a";
       std::string se = m.stderr_ ? fmt::format("± {:.4f}", *m.stderr_) : "";
       std::string note = m.value ? (m.stderr_ ? "" : m.note) : m.note;
-      rows.push_back({spec.tasks[t].name, m.name, val, se, std::to_string(m.n), note});
+      rows.push_back({spec.tasks[t].name, metric_key(m.name, m.filter), val, se, std::to_string(m.n), note});
     }
   }
   std::string out = table({"task", "metric", "value", "stderr", "n", "note"}, rows,
@@ -146,6 +146,23 @@ json results_json(const EvalSpec& spec, const RunResult& res, const std::string&
                {"num_fewshot", t.num_fewshot}};
     if (t.output_type == OutputType::GenerateUntil)
       tj["generation_kwargs"] = {{"until", t.generation_kwargs.until}, {"max_gen_toks", t.generation_kwargs.max_gen_toks}};
+    if (!t.source.empty()) tj["lm_eval_yaml"] = t.source;
+    if (t.version) tj["metadata"] = {{"version", *t.version}};
+    if (t.fewshot_sampler != "default") tj["fewshot_config"] = {{"sampler", t.fewshot_sampler}};
+    if (!t.filter_list.empty()) {
+      json fl = json::array();
+      for (const auto& p : t.filter_list) {
+        json steps = json::array();
+        for (const auto& st : p.steps) {
+          json sj = {{"function", st.function}};
+          if (st.function == "regex")
+            sj.update({{"regex_pattern", st.regex_pattern}, {"group_select", st.group_select}, {"fallback", st.fallback}});
+          steps.push_back(sj);
+        }
+        fl.push_back({{"name", p.name}, {"filter", steps}});
+      }
+      tj["filter_list"] = fl;
+    }
     tasks.push_back(tj);
   }
   j["config"] = {{"spec", spec.path},
@@ -160,9 +177,10 @@ json results_json(const EvalSpec& spec, const RunResult& res, const std::string&
   for (size_t t = 0; t < spec.tasks.size() && t < res.metrics.size(); ++t) {
     json r = json::object();
     for (const auto& m : res.metrics[t]) {
-      r[m.name] = opt_json(m.value);
-      r[m.name + "_stderr"] = opt_json(m.stderr_);
-      if (!m.value || !m.stderr_) r[m.name + "_note"] = m.note;
+      std::string k = metric_key(m.name, m.filter);
+      r[k] = opt_json(m.value);
+      r[k + "_stderr"] = opt_json(m.stderr_);
+      if (!m.value || !m.stderr_) r[k + "_note"] = m.note;
     }
     r["alias"] = spec.tasks[t].name;
     results[spec.tasks[t].name] = r;

@@ -8,7 +8,9 @@
 
 #include <fmt/format.h>
 
+#include "eval/filters.hpp"
 #include "eval/json_input.hpp"
+#include "eval/lm_eval_yaml.hpp"
 #include "eval/spec_check.hpp"
 #include "eval/task_docs.hpp"
 #include "util/error.hpp"
@@ -45,12 +47,115 @@ const std::vector<std::string>& metrics_for(OutputType t) {
 
 namespace {
 
+TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec);
+
+/// lm-eval's higher_is_better of each metric kveval reports.
+bool higher_is_better_metric(const std::string& m) { return m == "acc" || m == "acc_norm" || m == "exact_match"; }
+
+/// lm-eval's aggregation of each metric (lm_eval/api/metrics.py registrations).
+std::string default_aggregation(const std::string& metric) {
+  if (metric == "perplexity") return "perplexity";
+  if (metric == "word_perplexity" || metric == "byte_perplexity") return "weighted_perplexity";
+  if (metric == "bits_per_byte") return "bits_per_byte";
+  return "mean";
+}
+
+/// A metric_list object's options: aggregation and higher_is_better must be
+/// lm-eval's for that metric (kveval computes no other); exact_match's text options.
+void parse_metric_options(TaskSpec& t, const std::string& name, const json& m, const Where& w) {
+  if (m.contains("aggregation")) {
+    std::string a = expect_string(m["aggregation"], w.key("aggregation"));
+    if (a != default_aggregation(name))
+      w.key("aggregation").fail(fmt::format("aggregation \"{}\" for {} is not supported (kveval aggregates {} with \"{}\")", a,
+                                            name, name, default_aggregation(name)));
+  }
+  if (m.contains("higher_is_better")) {
+    if (!m["higher_is_better"].is_boolean()) w.key("higher_is_better").fail("expected true or false");
+    if (m["higher_is_better"].get<bool>() != higher_is_better_metric(name))
+      w.key("higher_is_better").fail(fmt::format("{} for {} contradicts the metric (it is {})", m["higher_is_better"].dump(), name,
+                                                 higher_is_better_metric(name) ? "true" : "false"));
+  }
+  for (const char* k : {"ignore_case", "ignore_punctuation", "regexes_to_ignore"}) {
+    if (!m.contains(k)) continue;
+    if (name != "exact_match") w.key(k).fail(fmt::format("only exact_match takes '{}'", k));
+    if (std::string(k) == "regexes_to_ignore") {
+      const json& r = m[k];
+      if (!r.is_array()) w.key(k).fail(fmt::format("expected a list of regexes, got {}", json_excerpt(r)));
+      for (size_t i = 0; i < r.size(); ++i) t.exact_match.regexes_to_ignore.push_back(expect_string(r[i], w.key(k).index(i)));
+    } else {
+      if (!m[k].is_boolean()) w.key(k).fail(fmt::format("expected true or false, got {}", json_excerpt(m[k])));
+      (std::string(k) == "ignore_case" ? t.exact_match.ignore_case : t.exact_match.ignore_punctuation) = m[k].get<bool>();
+    }
+  }
+}
+
+/// fewshot_config, filter_list, metadata (lm-eval task keys).
+void parse_lm_eval_extras(TaskSpec& t, const json& tj, const Where& w) {
+  if (tj.contains("fewshot_config") && !tj["fewshot_config"].is_null()) {
+    Where fw = w.key("fewshot_config");
+    const json& f = expect_object(tj["fewshot_config"], fw);
+    check_keys(f, fw, {"sampler"});
+    if (f.contains("sampler")) {
+      t.fewshot_sampler = expect_string(f["sampler"], fw.key("sampler"));
+      if (t.fewshot_sampler != "default" && t.fewshot_sampler != "first_n")
+        fw.key("sampler").fail(fmt::format("unknown sampler \"{}\" (lm-eval's samplers: default, first_n)", t.fewshot_sampler));
+    }
+  }
+  if (tj.contains("metadata") && !tj["metadata"].is_null()) {
+    const json& m = expect_object(tj["metadata"], w.key("metadata"));
+    check_keys(m, w.key("metadata"), {"version"});
+    if (m.contains("version")) {
+      if (!m["version"].is_number()) w.key("metadata").key("version").fail(fmt::format("expected a number, got {}", json_excerpt(m["version"])));
+      t.version = m["version"].get<double>();
+    }
+  }
+  if (tj.contains("filter_list") && !tj["filter_list"].is_null()) {
+    Where lw = w.key("filter_list");
+    if (t.output_type != OutputType::GenerateUntil) lw.fail("only generate_until tasks take filters");
+    const json& fl = tj["filter_list"];
+    if (!fl.is_array() || fl.empty()) lw.fail(fmt::format("expected a non-empty list of filters, got {}", json_excerpt(fl)));
+    for (size_t i = 0; i < fl.size(); ++i) {
+      Where pw = lw.index(i);
+      const json& p = expect_object(fl[i], pw);
+      check_keys(p, pw, {"name", "filter"});
+      FilterPipeline fp;
+      if (!p.contains("name")) pw.fail("missing required key 'name'");
+      fp.name = expect_string(p["name"], pw.key("name"));
+      if (fp.name.empty() || fp.name.find_first_of(",|") != std::string::npos) pw.key("name").fail("must be non-empty, without ',' or '|'");
+      for (const auto& other : t.filter_list)
+        if (other.name == fp.name) pw.key("name").fail(fmt::format("duplicate filter name \"{}\"", fp.name));
+      if (!p.contains("filter") || !p["filter"].is_array() || p["filter"].empty()) pw.key("filter").fail("expected a non-empty list of steps");
+      for (size_t k = 0; k < p["filter"].size(); ++k) {
+        Where sw = pw.key("filter").index(k);
+        const json& st = expect_object(p["filter"][k], sw);
+        if (!st.contains("function")) sw.fail("missing required key 'function'");
+        FilterStep fs;
+        fs.function = expect_string(st["function"], sw.key("function"));
+        static const std::vector<std::string> fns = {"regex", "take_first", "lowercase", "uppercase", "remove_whitespace"};
+        if (std::find(fns.begin(), fns.end(), fs.function) == fns.end())
+          sw.key("function").fail(fmt::format("filter function \"{}\" is not supported (supported: regex, take_first, lowercase, "
+                                              "uppercase, remove_whitespace)", fs.function));
+        if (fs.function == "regex") {
+          check_keys(st, sw, {"function", "regex_pattern", "group_select", "fallback"});
+          if (st.contains("regex_pattern")) fs.regex_pattern = expect_string(st["regex_pattern"], sw.key("regex_pattern"));
+          if (st.contains("group_select")) fs.group_select = static_cast<int>(expect_int(st["group_select"], sw.key("group_select"), -1000, 1000));
+          if (st.contains("fallback")) fs.fallback = expect_string(st["fallback"], sw.key("fallback"));
+        } else {
+          check_keys(st, sw, {"function"});
+        }
+        fp.steps.push_back(fs);
+      }
+      t.filter_list.push_back(std::move(fp));
+    }
+  }
+}
+
 TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec) {
   expect_object(tj, w);
   static const std::vector<std::string> keys = {
       "name", "output_type", "dataset_path", "docs", "doc_to_text", "doc_to_target", "doc_to_choice",
       "target_delimiter", "description", "generation_kwargs", "metric_list", "num_fewshot", "fewshot_split",
-      "fewshot_delimiter", "limit"};
+      "fewshot_delimiter", "fewshot_config", "filter_list", "metadata", "limit"};
   check_keys(tj, w, keys);
   TaskSpec t;
   if (!tj.contains("name")) w.fail("missing required key 'name'");
@@ -96,8 +201,9 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
     t.doc_to_choice = c;
   }
   if (tj.contains("limit")) t.limit = static_cast<int>(expect_int(tj["limit"], w.key("limit"), 0, 1 << 30));
-  if (tj.contains("num_fewshot"))
+  if (tj.contains("num_fewshot") && !tj["num_fewshot"].is_null())
     t.num_fewshot = static_cast<int>(expect_int(tj["num_fewshot"], w.key("num_fewshot"), 0, 1 << 20));
+  parse_lm_eval_extras(t, tj, w);
   if (tj.contains("fewshot_split")) {
     std::string p = expect_path(tj["fewshot_split"], w.key("fewshot_split"));
     t.fewshot_split = resolve_path(base_dir, p);
@@ -106,11 +212,11 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
   // required mappings per output type
   switch (t.output_type) {
     case OutputType::Loglikelihood:
-      if (t.doc_to_text.empty()) w.fail("loglikelihood task needs 'doc_to_text' (the context)");
+      if (!tj.contains("doc_to_text")) w.fail("loglikelihood task needs 'doc_to_text' (the context)");
       if (t.doc_to_target.empty()) w.fail("loglikelihood task needs 'doc_to_target' (the continuation)");
       break;
     case OutputType::MultipleChoice:
-      if (t.doc_to_text.empty()) w.fail("multiple_choice task needs 'doc_to_text'");
+      if (!tj.contains("doc_to_text")) w.fail("multiple_choice task needs 'doc_to_text'");
       if (t.doc_to_choice.is_null()) w.fail("multiple_choice task needs 'doc_to_choice'");
       if (t.doc_to_target.empty()) w.fail("multiple_choice task needs 'doc_to_target' (gold index or gold choice)");
       break;
@@ -120,7 +226,7 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
       if (t.num_fewshot > 0) w.key("num_fewshot").fail("loglikelihood_rolling tasks take no few-shot examples");
       break;
     case OutputType::GenerateUntil:
-      if (t.doc_to_text.empty()) w.fail("generate_until task needs 'doc_to_text' (the prompt)");
+      if (!tj.contains("doc_to_text")) w.fail("generate_until task needs 'doc_to_text' (the prompt)");
       break;
   }
   if (!t.doc_to_choice.is_null() && t.output_type != OutputType::MultipleChoice)
@@ -168,9 +274,10 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
       Where iw = mw.index(i);
       std::string name;
       if (ml[i].is_object()) {
-        check_keys(ml[i], iw, {"metric", "aggregation", "higher_is_better"});
+        check_keys(ml[i], iw, {"metric", "aggregation", "higher_is_better", "ignore_case", "ignore_punctuation", "regexes_to_ignore"});
         if (!ml[i].contains("metric")) iw.fail("missing required key 'metric'");
         name = expect_string(ml[i]["metric"], iw.key("metric"));
+        parse_metric_options(t, name, ml[i], iw);
         iw = iw.key("metric");
       } else {
         name = expect_string(ml[i], iw);
@@ -189,7 +296,32 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
     t.metric_list = metrics_for(t.output_type);
   }
 
+  validate_filters(t, w.text());
   build_task_docs(t, tj, w, base_dir, spec);
+  return t;
+}
+
+/// A task entry {"lm_eval_yaml": "x.yaml", ...}: the YAML read into a task entry, then checked as one.
+TaskSpec parse_yaml_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec) {
+  check_keys(tj, w, {"lm_eval_yaml", "dataset_path", "fewshot_split", "num_fewshot", "limit", "name"});
+  std::string yaml = resolve_path(base_dir, expect_path(tj["lm_eval_yaml"], w.key("lm_eval_yaml")));
+  std::error_code ec;
+  if (!fs::is_regular_file(yaml, ec)) w.key("lm_eval_yaml").fail(fmt::format("file \"{}\" not found", yaml));
+  json entry = json::object();
+  for (const char* k : {"dataset_path", "fewshot_split"})
+    if (tj.contains(k)) entry[k] = resolve_path(base_dir, expect_path(tj[k], w.key(k)));
+  for (const char* k : {"num_fewshot", "limit"})
+    if (tj.contains(k)) entry[k] = expect_int(tj[k], w.key(k), 0, 1 << 30);
+  if (tj.contains("name")) entry["name"] = expect_string(tj["name"], w.key("name"));
+  LmEvalTask lt = load_lm_eval_yaml(yaml, entry);
+  // entry overrides are reported at the spec's path
+  auto lines = std::make_shared<std::map<std::string, std::string>>(*lt.where);
+  for (const char* k : {"dataset_path", "fewshot_split", "num_fewshot", "limit"})
+    if (tj.contains(k)) (*lines)[k] = w.key(k).text();
+  if (tj.contains("name")) (*lines)["name"] = w.key("name").text();
+  Where yw{yaml, "", lines};
+  TaskSpec t = parse_task(lt.task, yw, "", spec);
+  t.source = yaml;
   return t;
 }
 
@@ -222,7 +354,9 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
   if (tasks.empty()) w.key("tasks").fail("no tasks");
   std::set<std::string> names;
   for (size_t i = 0; i < tasks.size(); ++i) {
-    TaskSpec t = parse_task(tasks[i], w.key("tasks").index(i), base_dir, s);
+    TaskSpec t = tasks[i].is_object() && tasks[i].contains("lm_eval_yaml")
+                     ? parse_yaml_task(tasks[i], w.key("tasks").index(i), base_dir, s)
+                     : parse_task(tasks[i], w.key("tasks").index(i), base_dir, s);
     if (!names.insert(t.name).second)
       w.key("tasks").index(i).key("name").fail(fmt::format("duplicate task name \"{}\"", t.name));
     s.tasks.push_back(std::move(t));
@@ -236,11 +370,18 @@ EvalSpec load_spec(const std::string& path, const std::string& model_override) {
   if (!fs::exists(path, ec)) throw SpecError(fmt::format("{}: not found", path));
   std::ifstream f(path, std::ios::binary);
   if (!f) throw SpecError(fmt::format("{}: cannot open spec file", path));
+  std::string base = fs::path(path).parent_path().string();
+  if (is_yaml_path(path)) {
+    // an lm-eval task YAML as the whole spec: one task, the model from --model
+    if (model_override.empty())
+      throw SpecError(fmt::format("{}: an lm-eval task YAML given as the spec needs --model (it names no model)", path));
+    json j = {{"model", model_override}, {"tasks", json::array({{{"lm_eval_yaml", fs::path(path).filename().string()}}})}};
+    return parse_spec(j, path, base.empty() ? "." : base, model_override);
+  }
   std::stringstream ss;
   ss << f.rdbuf();
   std::string text = ss.str();
   json j = parse_json_text(text, path);
-  std::string base = fs::path(path).parent_path().string();
   return parse_spec(j, path, base.empty() ? "." : base, model_override);
 }
 

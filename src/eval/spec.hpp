@@ -41,6 +41,28 @@ struct Doc {
   int gold = -1;                     ///< multiple_choice: index of the gold choice
 };
 
+/// exact_match options of lm-eval's metric_list entry (lm_eval/api/metrics.py
+/// exact_match_hf_evaluate): applied in this order to prediction and reference.
+struct ExactMatchOptions {
+  std::vector<std::string> regexes_to_ignore;  ///< each removed with re.sub(pattern, "", text)
+  bool ignore_case = false;                    ///< str.lower()
+  bool ignore_punctuation = false;             ///< remove string.punctuation (ASCII)
+};
+
+/// One step of an lm-eval filter pipeline on generated text (lm_eval/filters/).
+struct FilterStep {
+  std::string function;              ///< "regex", "take_first", "lowercase", "uppercase", "remove_whitespace"
+  std::string regex_pattern = "#### (\\-?[0-9\\.\\,]+)";  ///< regex: lm-eval's default (GSM8K answer)
+  int group_select = 0;              ///< regex: which findall() match (Python index; negative from the end)
+  std::string fallback = "[invalid]";  ///< regex: the output when nothing matches
+};
+
+/// A named filter pipeline (`filter_list` entry); metrics are reported per pipeline.
+struct FilterPipeline {
+  std::string name;
+  std::vector<FilterStep> steps;
+};
+
 /// One task of the spec, validated, with its documents rendered.
 struct TaskSpec {
   std::string name;
@@ -56,6 +78,11 @@ struct TaskSpec {
   int num_fewshot = 0;
   std::string fewshot_split;         ///< resolved JSONL path of few-shot examples ("" = the task's own docs)
   std::string fewshot_delimiter = "\n\n";
+  std::string fewshot_sampler = "default";  ///< fewshot_config.sampler: "default" (seeded sample) or "first_n"
+  ExactMatchOptions exact_match;     ///< options of the exact_match entry of metric_list
+  std::vector<FilterPipeline> filter_list;  ///< generate_until: filters on the output (empty = lm-eval's "none")
+  std::optional<double> version;     ///< metadata.version (lm-eval task version), when given
+  std::string source;                ///< lm-eval YAML file the task came from ("" for JSON specs)
   std::optional<int> limit;          ///< task-level limit (overrides the spec's)
   int n_docs_total = 0;              ///< documents in the data before `limit`
   std::vector<Doc> docs;             ///< rendered documents (after `limit`)

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <limits>
+#include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,15 +22,25 @@ namespace kveval::eval {
 
 using nlohmann::json;
 
-/// Where in the spec we are: the origin (file) and the JSON path.
+/// Where in the spec we are: the origin (file) and the JSON path. `lines`
+/// (tasks read from lm-eval YAML) maps a top-level key to the "file:line" it
+/// was written at, which then replaces `origin` in messages.
 struct Where {
   std::string origin;
   std::string path;
-  Where key(std::string_view k) const { return {origin, path.empty() ? std::string(k) : path + "." + std::string(k)}; }
-  Where index(size_t i) const { return {origin, fmt::format("{}[{}]", path, i)}; }
-  [[noreturn]] void fail(const std::string& msg) const {
-    throw SpecError(path.empty() ? fmt::format("{}: {}", origin, msg) : fmt::format("{}: {}: {}", origin, path, msg));
+  std::shared_ptr<const std::map<std::string, std::string>> lines = {};
+  Where key(std::string_view k) const { return {origin, path.empty() ? std::string(k) : path + "." + std::string(k), lines}; }
+  Where index(size_t i) const { return {origin, fmt::format("{}[{}]", path, i), lines}; }
+  /// "origin: path" (or "file:line: path" for a YAML key), the prefix of messages.
+  std::string text() const {
+    std::string o = origin;
+    if (lines) {
+      auto it = lines->find(path.substr(0, path.find_first_of(".[")));
+      if (it != lines->end()) o = it->second;
+    }
+    return path.empty() ? o : fmt::format("{}: {}", o, path);
   }
+  [[noreturn]] void fail(const std::string& msg) const { throw SpecError(fmt::format("{}: {}", text(), msg)); }
 };
 
 inline void check_keys(const json& obj, const Where& w, const std::vector<std::string>& allowed) {

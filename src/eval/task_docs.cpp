@@ -1,6 +1,7 @@
 #include "eval/task_docs.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <filesystem>
 #include <random>
 
@@ -21,31 +22,60 @@ struct RawDoc {
   json doc;
 };
 
-/// Renders text/target/choices/gold of one raw document (no few-shot yet).
-Doc render_doc(const TaskSpec& t, const RawDoc& rd) {
+/// The task's doc_to_* mappings, compiled once.
+struct Mappings {
+  std::optional<Mapping> text, target, choice;
+  std::vector<std::optional<Mapping>> choice_list;  ///< list doc_to_choice: nullopt = literal text
+  std::vector<std::string> choice_literals;
+};
+
+Mappings compile_mappings(const TaskSpec& t, const Where& w) {
+  Mappings m;
+  bool has_choices = !t.doc_to_choice.is_null();
+  if (!t.doc_to_text.empty())
+    m.text = Mapping::compile(t.doc_to_text, MappingKind::Text, w.key("doc_to_text").text(), has_choices);
+  if (!t.doc_to_target.empty())
+    m.target = Mapping::compile(t.doc_to_target, MappingKind::Target, w.key("doc_to_target").text(), has_choices);
+  if (t.doc_to_choice.is_string()) {
+    m.choice = Mapping::compile(t.doc_to_choice, MappingKind::Choice, w.key("doc_to_choice").text(), true);
+  } else if (t.doc_to_choice.is_array()) {
+    for (size_t i = 0; i < t.doc_to_choice.size(); ++i) {
+      std::string c = t.doc_to_choice[i].get<std::string>();
+      bool tmpl = c.find("{{") != std::string::npos || c.find("{%") != std::string::npos || c.find("{#") != std::string::npos;
+      // a literal choice is text, not a field name; a templated one renders to text
+      m.choice_list.push_back(tmpl ? std::optional<Mapping>(Mapping::compile(c, MappingKind::Text,
+                                                                             w.key("doc_to_choice").index(i).text(), false))
+                                   : std::nullopt);
+      m.choice_literals.push_back(c);
+    }
+  }
+  return m;
+}
+
+/// Renders text/target/choices/gold of one raw document (no few-shot yet), with
+/// lm-eval's rules for the values (lm_eval/api/task.py process_results: an int
+/// target is the gold index, a str target the gold choice's text).
+Doc render_doc(const TaskSpec& t, const Mappings& m, const RawDoc& rd) {
   Doc d;
   d.origin = rd.origin;
-  auto text_of = [&](const std::string& mapping, const char* key) {
-    return value_text(resolve_mapping(rd.doc, mapping, rd.origin, key), rd.origin, key);
-  };
-  if (!t.doc_to_text.empty()) d.context = text_of(t.doc_to_text, "doc_to_text");
+  if (m.text) d.context = value_text(m.text->resolve(rd.doc, rd.origin), rd.origin, "doc_to_text");
   json target_raw;
-  if (!t.doc_to_target.empty()) {
-    target_raw = resolve_mapping(rd.doc, t.doc_to_target, rd.origin, "doc_to_target");
+  if (m.target) {
+    target_raw = m.target->resolve(rd.doc, rd.origin);
+    if (target_raw.is_array())
+      throw SpecError(fmt::format("{}: doc_to_target: a list of targets ({}) is not supported (one gold answer per document)",
+                                  rd.origin, json_excerpt(target_raw)));
     d.target = value_text(target_raw, rd.origin, "doc_to_target");
     d.has_target = true;
   }
   if (t.output_type == OutputType::MultipleChoice) {
     json choices;
-    if (t.doc_to_choice.is_array()) {
-      choices = json::array();
-      for (const auto& c : t.doc_to_choice) {
-        std::string m = c.get<std::string>();
-        // a literal choice without "{{" is text, not a field name
-        choices.push_back(m.find("{{") == std::string::npos ? json(m) : resolve_mapping(rd.doc, m, rd.origin, "doc_to_choice"));
-      }
+    if (m.choice) {
+      choices = m.choice->resolve(rd.doc, rd.origin);
     } else {
-      choices = resolve_mapping(rd.doc, t.doc_to_choice.get<std::string>(), rd.origin, "doc_to_choice");
+      choices = json::array();
+      for (size_t i = 0; i < m.choice_list.size(); ++i)
+        choices.push_back(m.choice_list[i] ? m.choice_list[i]->resolve(rd.doc, rd.origin) : json(m.choice_literals[i]));
     }
     if (!choices.is_array() || choices.empty())
       throw SpecError(fmt::format("{}: doc_to_choice: expected a non-empty list of strings, got {}", rd.origin, json_excerpt(choices)));
@@ -53,22 +83,27 @@ Doc render_doc(const TaskSpec& t, const RawDoc& rd) {
       if (!choices[i].is_string())
         throw SpecError(fmt::format("{}: doc_to_choice[{}]: expected a string, got {} (choices must be a list of strings)",
                                     rd.origin, i, json_excerpt(choices[i])));
-      std::string c = value_text(choices[i], rd.origin, fmt::format("doc_to_choice[{}]", i));
+      std::string c = choices[i].get<std::string>();
       if (c.empty()) throw SpecError(fmt::format("{}: doc_to_choice[{}]: empty choice", rd.origin, i));
       d.choices.push_back(std::move(c));
     }
-    // gold: an integer index, a string of digits (an index, as lm-eval), or the gold choice's text
+    // gold: an int is an index; a str is the gold choice's text (lm-eval), or a string of digits (an index; kveval)
     int64_t gold = -1;
     if (target_raw.is_number_integer()) {
       gold = target_raw.get<int64_t>();
-    } else if (!d.target.empty() && std::all_of(d.target.begin(), d.target.end(), ::isdigit) && d.target.size() < 10) {
-      gold = std::stoll(d.target);
-    } else {
+    } else if (target_raw.is_string()) {
       auto it = std::find(d.choices.begin(), d.choices.end(), d.target);
-      if (it == d.choices.end())
+      if (it != d.choices.end()) {
+        gold = it - d.choices.begin();
+      } else if (!d.target.empty() && std::all_of(d.target.begin(), d.target.end(), ::isdigit) && d.target.size() < 10) {
+        gold = std::stoll(d.target);
+      } else {
         throw SpecError(fmt::format("{}: doc_to_target: \"{}\" is neither a choice index nor one of the {} choices",
                                     rd.origin, d.target, d.choices.size()));
-      gold = it - d.choices.begin();
+      }
+    } else {
+      throw SpecError(fmt::format("{}: doc_to_target: expected a choice index or a choice's text, got {}", rd.origin,
+                                  json_excerpt(target_raw)));
     }
     if (gold < 0 || gold >= static_cast<int64_t>(d.choices.size()))
       throw SpecError(fmt::format("{}: doc_to_target: gold index {} out of range [0, {})", rd.origin, gold,
@@ -134,10 +169,11 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
   t.n_docs_total = static_cast<int>(raw.size());
   std::optional<int> limit = t.limit ? t.limit : spec.limit;
 
-  // render every document (all data are validated, also those past `limit`)
+  // render every document (all data are validated, also those past `limit`); templates are parsed once
+  Mappings maps = compile_mappings(t, w);
   std::vector<Doc> rendered;
   rendered.reserve(raw.size());
-  for (const auto& rd : raw) rendered.push_back(render_doc(t, rd));
+  for (const auto& rd : raw) rendered.push_back(render_doc(t, maps, rd));
 
   // few-shot examples: from fewshot_split, else the task's own documents (excluding the doc itself)
   std::vector<Doc> shots_own;
@@ -146,7 +182,7 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
     std::error_code ec;
     if (!fs::is_regular_file(t.fewshot_split, ec))
       w.key("fewshot_split").fail(fmt::format("data file \"{}\" not found", t.fewshot_split));
-    for (const auto& rd : load_docs_file(t.fewshot_split)) shots_own.push_back(render_doc(t, rd));
+    for (const auto& rd : load_docs_file(t.fewshot_split)) shots_own.push_back(render_doc(t, maps, rd));
     shots = &shots_own;
   } else if (tj.contains("fewshot_split")) {
     w.key("fewshot_split").fail("empty path");
@@ -169,7 +205,15 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
       if (t.num_fewshot > 0) {
         uint64_t seed = spec.seed ^ fnv1a(t.name) ^ (0x9E3779B97F4A7C15ull * (i + 1));
         long excl = shots == &rendered ? static_cast<long>(i) : -1;
-        for (size_t k : sample_indices(shots->size(), static_cast<size_t>(t.num_fewshot), excl, seed)) {
+        std::vector<size_t> picks;
+        if (t.fewshot_sampler == "first_n") {
+          // lm-eval FirstNSampler: the first n documents in order (the document itself left out)
+          for (size_t k = 0; k < shots->size() && picks.size() < static_cast<size_t>(t.num_fewshot); ++k)
+            if (static_cast<long>(k) != excl) picks.push_back(k);
+        } else {
+          picks = sample_indices(shots->size(), static_cast<size_t>(t.num_fewshot), excl, seed);
+        }
+        for (size_t k : picks) {
           const Doc& s = (*shots)[k];
           prefix += s.context + t.target_delimiter + s.target + t.fewshot_delimiter;
         }

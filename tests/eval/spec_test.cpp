@@ -148,11 +148,28 @@ TEST_SUITE("eval.spec") {
     nlohmann::json doc = {{"a", "Lily"}, {"n", 3}, {"o", {{"b", "park"}}}, {"l", {"x", "y"}}};
     CHECK(resolve_mapping(doc, "a", "d", "k") == "Lily");
     CHECK(resolve_mapping(doc, "{{a}} went to the {{ o.b }} {{n}} times", "d", "k") == "Lily went to the park 3 times");
-    CHECK(resolve_mapping(doc, "{{l}}", "d", "k") == nlohmann::json({"x", "y"}));
+    // lm-eval: a template prints Python's str() of the value; doc_to_choice reads it back with ast.literal_eval
+    CHECK(resolve_mapping(doc, "{{l}}", "d", "doc_to_text") == "['x', 'y']");
+    CHECK(resolve_mapping(doc, "{{l}}", "d", "doc_to_choice") == nlohmann::json({"x", "y"}));
+    CHECK(resolve_mapping(doc, "l", "d", "doc_to_choice") == nlohmann::json({"x", "y"}));
     CHECK(resolve_mapping(doc, "o.b", "d", "k") == "park");
+    // doc_to_target: digits become an index when the task has choices, "[...]" a list
+    CHECK(resolve_mapping(doc, "{{n}}", "d", "doc_to_target", true) == 3);
+    CHECK(resolve_mapping(doc, "{{n}}", "d", "doc_to_target", false) == "3");
+    CHECK(resolve_mapping(doc, "{{l}}", "d", "doc_to_target") == nlohmann::json({"x", "y"}));
+    CHECK(resolve_mapping(doc, "Q: {{a}}", "d", "doc_to_text") == "Q: Lily");
+    CHECK(resolve_mapping(doc, "", "d", "doc_to_text") == "");
     CHECK(spec_error([&] { resolve_mapping(doc, "{{ab}}", "d:3", "doc_to_text"); }) ==
-          "d:3: doc_to_text: field 'ab' not found (did you mean 'a'?) (fields: a, l, n, o)");
-    CHECK(spec_error([&] { resolve_mapping(doc, "x {{a", "d:3", "doc_to_text"); }).find("unterminated") != std::string::npos);
+          "d:3: doc_to_text: template line 1, column 3: 'ab' is undefined (did you mean 'a'?) (template from doc_to_text)");
+    CHECK(spec_error([&] { resolve_mapping(doc, "qustion", "d:3", "doc_to_text"); }) ==
+          "d:3: doc_to_text: field 'qustion' not found (fields: a, l, n, o)");
+    CHECK(spec_error([&] { resolve_mapping(doc, "x {{a", "d:3", "doc_to_text"); }) ==
+          "doc_to_text: template line 1, column 3: unexpected end of template: '{{' is never closed; template: \"x {{a\"");
+    CHECK(spec_error([&] { resolve_mapping(doc, "{% if a %}x", "d:3", "doc_to_text"); })
+              .find("unexpected end of template: expected 'elif' or 'else' or 'endif'") != std::string::npos);
+    CHECK(spec_error([&] { resolve_mapping(doc, "{{a}}", "d:3", "doc_to_choice"); }) ==
+          "d:3: doc_to_choice: the template gave \"Lily\", which lm-eval reads with ast.literal_eval: not a Python literal at column 1: "
+          "name 'Lily' is not a literal");
     nlohmann::json j = nlohmann::json::parse(R"({"model": "m", "tasks": [
       {"name": "t", "output_type": "loglikelihood", "docs": [{"x": "a"}, {"y": 1}], "doc_to_text": "x", "doc_to_target": "x"}]})");
     CHECK(spec_error([&] { parse_spec(j, "inline.json", "."); }).rfind("inline.json: tasks[0].docs[1]: doc_to_text: field 'x' not found", 0) == 0);

@@ -302,4 +302,12 @@ std::string Template::render(const json& vars) const {
   return std::move(ev.out);
 }
 
+std::string python_str(const json& v) {
+  try {
+    return py_str(v);
+  } catch (const EvalFailure& f) {
+    throw TemplateError(1, 1, f.message);
+  }
+}
+
 }  // namespace kveval::eval::tmpl

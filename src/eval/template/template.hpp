@@ -69,6 +69,10 @@ class Template {
   bool plain_ = true;
 };
 
+/// Python's str() of a JSON value, as `{{ v }}` prints it (5, 2.5, True,
+/// None, ['a', 1]). Throws TemplateError for objects (key order is not kept).
+std::string python_str(const nlohmann::json& v);
+
 /// Python's ast.literal_eval for the literals a template can print: str
 /// (quoted with ' or ", with Python escapes, adjacent literals joined; no
 /// prefixes), int, float, True/False/None, lists, tuples (as lists) and dicts

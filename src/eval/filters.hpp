@@ -1,0 +1,54 @@
+#pragma once
+// lm-evaluation-harness filters on generated text (lm_eval/filters/:
+// extraction.py RegexFilter and WhitespaceFilter, selection.py TakeFirstFilter,
+// transformation.py LowercaseFilter/UppercaseFilter) and exact_match's text
+// options (lm_eval/api/metrics.py exact_match_hf_evaluate). Regular expressions
+// are Python `re` patterns run with PCRE2 in UTF mode with Unicode character
+// classes (PCRE2_UTF | PCRE2_UCP, as Python's str patterns), `\Z` read as
+// Python's end of string.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "eval/spec.hpp"
+
+namespace kveval::eval {
+
+/// A compiled Python-style regular expression.
+class PyRegex {
+ public:
+  /// Compiles `pattern`. Throws SpecError "regex "...": message at offset N".
+  explicit PyRegex(const std::string& pattern);
+  ~PyRegex();
+  PyRegex(const PyRegex&) = delete;
+  PyRegex& operator=(const PyRegex&) = delete;
+  /// re.findall: every non-overlapping match; for each, the whole match when
+  /// the pattern has no group, group 1 when it has one, and all groups (unmatched
+  /// groups as "") when it has more.
+  std::vector<std::vector<std::string>> findall(const std::string& text) const;
+  /// re.sub(pattern, "", text).
+  std::string remove_all(const std::string& text) const;
+  int groups() const { return groups_; }
+
+ private:
+  void* code_ = nullptr;  // pcre2_code_8*
+  int groups_ = 0;
+  std::string pattern_;
+};
+
+/// Checks a task's filter_list (known functions, regexes that compile) and
+/// exact_match regexes. Throws SpecError naming `where`.
+void validate_filters(const TaskSpec& t, const std::string& where);
+
+/// Applies one pipeline to a generated text (one response per document, as
+/// lm-eval with repeats = 1): regex = findall()[group_select] (for several
+/// groups the first non-empty one), stripped, or the fallback; take_first
+/// keeps the response; lowercase/uppercase = str.lower()/upper();
+/// remove_whitespace = str.strip().
+std::string apply_filter_pipeline(const FilterPipeline& p, const std::string& output);
+
+/// exact_match text after the options: each regex removed, then lower-cased,
+/// then ASCII punctuation removed.
+std::string exact_match_normalize(const ExactMatchOptions& o, const std::string& text);
+
+}  // namespace kveval::eval

@@ -1,0 +1,330 @@
+#include "eval/lm_eval_yaml.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <regex>
+#include <vector>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "eval/json_input.hpp"
+#include "eval/template/template.hpp"
+#include "util/error.hpp"
+
+namespace kveval::eval {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct Keyed {
+  json value;
+  std::string where;  // "file:line"
+};
+using Config = std::vector<std::pair<std::string, Keyed>>;  // ordered top-level keys
+
+std::string at(const std::string& file, const YAML::Mark& m) { return fmt::format("{}:{}", file, m.line + 1); }
+
+/// PyYAML's implicit resolution of a plain scalar (yaml/resolver.py, YAML 1.1).
+json resolve_plain(const std::string& s) {
+  static const std::regex null_re("~|null|Null|NULL|");
+  static const std::regex true_re("yes|Yes|YES|true|True|TRUE|on|On|ON");
+  static const std::regex false_re("no|No|NO|false|False|FALSE|off|Off|OFF");
+  static const std::regex int_re("[-+]?(0|[1-9][0-9_]*)");
+  static const std::regex hex_re("[-+]?0x[0-9a-fA-F_]+");
+  static const std::regex oct_re("[-+]?0[0-7_]+");
+  static const std::regex float_re("[-+]?([0-9][0-9_]*)?\\.[0-9_]*([eE][-+][0-9]+)?");
+  static const std::regex inf_re("[-+]?\\.(inf|Inf|INF)");
+  static const std::regex nan_re("\\.(nan|NaN|NAN)");
+  if (std::regex_match(s, null_re)) return nullptr;
+  if (std::regex_match(s, true_re)) return true;
+  if (std::regex_match(s, false_re)) return false;
+  std::string t;
+  for (char c : s)
+    if (c != '_') t += c;
+  try {
+    if (std::regex_match(s, int_re)) return std::stoll(t);
+    if (std::regex_match(s, hex_re)) return std::stoll(t, nullptr, 16);
+    if (std::regex_match(s, oct_re)) return std::stoll(t, nullptr, 8);
+  } catch (const std::out_of_range&) {
+    throw SpecError("integer out of range (64-bit integers only)");
+  }
+  if (std::regex_match(s, float_re) && s.find_first_of("0123456789") != std::string::npos) return std::stod(t);
+  if (std::regex_match(s, inf_re)) return s[0] == '-' ? -INFINITY : INFINITY;
+  if (std::regex_match(s, nan_re)) throw SpecError("'.nan' is not a usable value");
+  return s;
+}
+
+json to_json(const YAML::Node& n, const std::string& file, const std::string& key, int depth = 0) {
+  if (depth > 64) throw SpecError(fmt::format("{}: {}: nested deeper than 64 levels", at(file, n.Mark()), key));
+  const std::string& tag = n.Tag();
+  if (tag == "!function")
+    throw SpecError(fmt::format("{}: {}: '!function' (Python code) is not supported by kveval; use a Jinja template",
+                                at(file, n.Mark()), key));
+  bool std_tag = tag.empty() || tag == "?" || tag == "!" || tag.rfind("tag:yaml.org,2002:", 0) == 0;
+  if (!std_tag) throw SpecError(fmt::format("{}: {}: YAML tag '{}' is not supported", at(file, n.Mark()), key, tag));
+  switch (n.Type()) {
+    case YAML::NodeType::Null: case YAML::NodeType::Undefined: return nullptr;
+    case YAML::NodeType::Scalar: {
+      if (tag == "!" || tag == "tag:yaml.org,2002:str") return n.Scalar();  // quoted or !!str
+      try {
+        return resolve_plain(n.Scalar());
+      } catch (const SpecError& e) {
+        throw SpecError(fmt::format("{}: {}: {}", at(file, n.Mark()), key, e.what()));
+      }
+    }
+    case YAML::NodeType::Sequence: {
+      json a = json::array();
+      for (size_t i = 0; i < n.size(); ++i) a.push_back(to_json(n[i], file, fmt::format("{}[{}]", key, i), depth + 1));
+      return a;
+    }
+    case YAML::NodeType::Map: {
+      json o = json::object();
+      for (auto it = n.begin(); it != n.end(); ++it) {
+        std::string k = it->first.Scalar();
+        if (k == "<<") throw SpecError(fmt::format("{}: {}: YAML merge keys ('<<') are not supported", at(file, it->first.Mark()), key));
+        if (o.contains(k)) throw SpecError(fmt::format("{}: {}: duplicate key '{}'", at(file, it->first.Mark()), key, k));
+        o[k] = to_json(it->second, file, key.empty() ? k : key + "." + k, depth + 1);
+      }
+      return o;
+    }
+  }
+  return nullptr;
+}
+
+/// One file with its includes merged (lm-eval load_yaml: includes in order, then local keys).
+Config load_config(const std::string& path, std::vector<std::string>& stack, const std::string& included_from) {
+  std::error_code ec;
+  std::string canon = fs::weakly_canonical(path, ec).string();
+  if (std::find(stack.begin(), stack.end(), canon) != stack.end())
+    throw SpecError(fmt::format("{}: include cycle: {} includes itself (through {})", included_from, path, stack.back()));
+  if (!fs::is_regular_file(path, ec))
+    throw SpecError(included_from.empty() ? fmt::format("{}: not found", path)
+                                          : fmt::format("{}: include: file \"{}\" not found", included_from, path));
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::ParserException& e) {
+    throw SpecError(fmt::format("{}:{}:{}: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
+  } catch (const YAML::Exception& e) {
+    throw SpecError(fmt::format("{}: {}", path, e.msg));
+  }
+  if (!root.IsMap()) throw SpecError(fmt::format("{}: expected a mapping of task keys at the top level", path));
+  stack.push_back(canon);
+  Config local, merged;
+  YAML::Node include;
+  std::string include_at;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    std::string k = it->first.Scalar();
+    std::string w = at(path, it->first.Mark());
+    if (k == "include") {
+      include = it->second;
+      include_at = w;
+      continue;
+    }
+    for (const auto& [lk, lv] : local)
+      if (lk == k) throw SpecError(fmt::format("{}: duplicate key '{}'", w, k));
+    local.push_back({k, {to_json(it->second, path, k), w}});
+  }
+  if (include) {
+    std::vector<std::string> files;
+    json inc = to_json(include, path, "include");
+    if (inc.is_string()) files.push_back(inc.get<std::string>());
+    else if (inc.is_array())
+      for (const auto& f : inc) {
+        if (!f.is_string()) throw SpecError(fmt::format("{}: include: expected file names, got {}", include_at, json_excerpt(f)));
+        files.push_back(f.get<std::string>());
+      }
+    else throw SpecError(fmt::format("{}: include: expected a file name or a list of them, got {}", include_at, json_excerpt(inc)));
+    std::string dir = fs::path(path).parent_path().string();
+    for (const auto& f : files) {
+      std::string p = fs::path(f).is_absolute() || dir.empty() ? f : (fs::path(dir) / f).lexically_normal().string();
+      for (auto& [k, v] : load_config(p, stack, include_at)) {
+        auto e = std::find_if(merged.begin(), merged.end(), [&](const auto& x) { return x.first == k; });
+        if (e != merged.end()) e->second = std::move(v);
+        else merged.push_back({k, std::move(v)});
+      }
+    }
+  }
+  for (auto& [k, v] : local) {
+    auto e = std::find_if(merged.begin(), merged.end(), [&](const auto& x) { return x.first == k; });
+    if (e != merged.end()) e->second = std::move(v);
+    else merged.push_back({k, std::move(v)});
+  }
+  stack.pop_back();
+  return merged;
+}
+
+// Keys of lm-eval's TaskConfig that kveval reads.
+const std::vector<std::string> kRead = {
+    "task", "output_type", "dataset_path", "dataset_name", "dataset_kwargs", "training_split", "validation_split",
+    "test_split", "fewshot_split", "doc_to_text", "doc_to_target", "doc_to_choice", "target_delimiter",
+    "fewshot_delimiter", "description", "num_fewshot", "fewshot_config", "generation_kwargs", "metric_list",
+    "filter_list", "metadata", "repeats"};
+// Keys that change nothing in what kveval computes (registry labels, decontamination, which lm-eval only runs on request).
+const std::vector<std::string> kIgnored = {"tag", "task_alias", "should_decontaminate", "doc_to_decontamination_query",
+                                           "unsafe_code"};
+// Keys that need Python or features kveval does not have.
+const std::vector<std::pair<std::string, std::string>> kRefused = {
+    {"process_docs", "a Python function over the documents"},
+    {"process_results", "a Python function computing metrics"},
+    {"custom_dataset", "a Python dataset loader"},
+    {"use_prompt", "promptsource prompts"},
+    {"doc_to_image", "image inputs"},
+    {"doc_to_audio", "audio inputs"},
+    {"gen_prefix", "generation prefixes"},
+    {"group", "task groups (list the tasks in the spec instead)"},
+    {"task_list", "task groups (list the tasks in the spec instead)"},
+    {"class", "Python task classes"}};
+
+}  // namespace
+
+bool is_yaml_path(const std::string& path) {
+  std::string ext = fs::path(path).extension().string();
+  return ext == ".yaml" || ext == ".yml";
+}
+
+LmEvalTask load_lm_eval_yaml(const std::string& path, const json& entry) {
+  std::vector<std::string> stack;
+  Config cfg = load_config(path, stack, "");
+  LmEvalTask out;
+  out.file = path;
+  auto where = std::make_shared<std::map<std::string, std::string>>();
+  std::map<std::string, json> c;
+  for (auto& [k, v] : cfg) {
+    for (const auto& [rk, why] : kRefused)
+      if (k == rk) throw SpecError(fmt::format("{}: {}: not supported by kveval ({})", v.where, k, why));
+    bool known = std::find(kRead.begin(), kRead.end(), k) != kRead.end() ||
+                 std::find(kIgnored.begin(), kIgnored.end(), k) != kIgnored.end();
+    if (!known) {
+      std::vector<std::string> all = kRead;
+      all.insert(all.end(), kIgnored.begin(), kIgnored.end());
+      std::string hint = closest(k, all);
+      throw SpecError(fmt::format("{}: {}: unknown lm-eval task key{}", v.where, k,
+                                  hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
+    }
+    if (v.value.is_object() && !v.value.empty() && (k == "doc_to_text" || k == "doc_to_target"))
+      throw SpecError(fmt::format("{}: {}: expected a template or field name", v.where, k));
+    (*where)[k] = v.where;
+    c[k] = v.value;
+  }
+  auto w = [&](const std::string& k) { return where->count(k) ? where->at(k) : path; };
+  auto fail = [&](const std::string& k, const std::string& msg) -> void { throw SpecError(fmt::format("{}: {}: {}", w(k), k, msg)); };
+  auto has = [&](const std::string& k) { return c.count(k) && !c[k].is_null(); };
+
+  json t = json::object();
+  if (!has("task")) throw SpecError(fmt::format("{}: missing required key 'task' (the task name)", path));
+  if (!c["task"].is_string()) fail("task", fmt::format("expected a string, got {}", json_excerpt(c["task"])));
+  t["name"] = entry.contains("name") ? entry["name"] : c["task"];
+  (*where)["name"] = w("task");
+  std::string output_type = has("output_type") ? (c["output_type"].is_string() ? c["output_type"].get<std::string>() : "") : "generate_until";
+  t["output_type"] = has("output_type") ? c["output_type"] : json("generate_until");  // lm-eval's default
+  if (has("repeats") && c["repeats"] != json(1)) fail("repeats", "only repeats: 1 is supported");
+
+  // mappings: lm-eval allows an int doc_to_target (a fixed gold index) and a list/dict doc_to_choice
+  for (const char* k : {"doc_to_text", "doc_to_target", "doc_to_choice"}) {
+    if (!c.count(k) || c[k].is_null()) continue;
+    json v = c[k];
+    if (std::string(k) == "doc_to_target" && v.is_number_integer()) v = fmt::format("{{{{{}}}}}", v.get<int64_t>());
+    if (std::string(k) == "doc_to_choice" && v.is_object()) fail(k, "a mapping of choices is not supported (its order is lost); write a list");
+    if (std::string(k) == "doc_to_choice" && v.is_array())
+      for (auto& e : v)
+        if (e.is_number() || e.is_boolean()) e = tmpl::python_str(e);  // lm-eval formats choices with str()
+    t[k] = v;
+  }
+  for (const char* k : {"target_delimiter", "fewshot_delimiter", "description", "fewshot_config", "metric_list", "filter_list"})
+    if (has(k)) t[k] = c[k];
+  if (has("num_fewshot")) t["num_fewshot"] = c["num_fewshot"];
+  if (entry.contains("num_fewshot")) t["num_fewshot"] = entry["num_fewshot"];
+  if (entry.contains("limit")) t["limit"] = entry["limit"];
+  if (has("metadata")) {
+    if (!c["metadata"].is_object()) fail("metadata", "expected a mapping");
+    if (c["metadata"].contains("version")) t["metadata"] = {{"version", c["metadata"]["version"]}};
+  }
+  if (output_type == "generate_until") {
+    // lm-eval (config/task.py): without `until`, generation stops at the fewshot delimiter
+    json g = has("generation_kwargs") ? c["generation_kwargs"] : json::object();
+    if (!g.is_object()) fail("generation_kwargs", "expected a mapping");
+    if (!g.contains("until")) g["until"] = json::array({has("fewshot_delimiter") ? c["fewshot_delimiter"] : json("\n\n")});
+    t["generation_kwargs"] = g;
+    if (!has("generation_kwargs")) (*where)["generation_kwargs"] = path;
+  } else if (has("generation_kwargs")) {
+    t["generation_kwargs"] = c["generation_kwargs"];
+  }
+
+  // data: the spec entry's files, else dataset_path: json + dataset_kwargs.data_files
+  std::string dir = fs::path(path).parent_path().string();
+  auto resolve = [&](const std::string& p) {
+    return fs::path(p).is_absolute() || dir.empty() ? p : (fs::path(dir) / p).lexically_normal().string();
+  };
+  std::map<std::string, std::string> files;  // split -> file
+  bool local = has("dataset_path") && c["dataset_path"] == json("json");
+  if (local) {
+    if (has("dataset_name")) fail("dataset_name", "must be null for local json data");
+    if (!has("dataset_kwargs") || !c["dataset_kwargs"].is_object() || !c["dataset_kwargs"].contains("data_files"))
+      fail("dataset_path", "'json' needs dataset_kwargs.data_files (the local files of each split)");
+    for (auto it = c["dataset_kwargs"].begin(); it != c["dataset_kwargs"].end(); ++it)
+      if (it.key() != "data_files") fail("dataset_kwargs", fmt::format("'{}' is not supported (only data_files)", it.key()));
+    const json& df = c["dataset_kwargs"]["data_files"];
+    auto one = [&](const json& v, const std::string& split) {
+      json f = v;
+      if (f.is_array() && f.size() == 1) f = f[0];
+      if (!f.is_string()) fail("dataset_kwargs", fmt::format("data_files.{}: expected one file name, got {}", split, json_excerpt(v)));
+      files[split] = resolve(f.get<std::string>());
+    };
+    if (df.is_object()) {
+      for (auto it = df.begin(); it != df.end(); ++it) one(it.value(), it.key());
+    } else {
+      one(df, "train");  // datasets: a bare file list is the "train" split
+    }
+  } else if (has("dataset_kwargs")) {
+    fail("dataset_kwargs", "only used with dataset_path: json");
+  }
+  auto split_name = [&](const char* k) -> std::string {
+    if (!has(k)) return "";
+    if (!c[k].is_string()) fail(k, fmt::format("expected a split name, got {}", json_excerpt(c[k])));
+    return c[k].get<std::string>();
+  };
+  std::string test = split_name("test_split"), val = split_name("validation_split"), train = split_name("training_split"),
+              fewshot = split_name("fewshot_split");
+  auto file_of = [&](const std::string& split, const char* key) -> std::string {
+    if (split.empty()) return "";
+    auto it = files.find(split);
+    if (it == files.end()) {
+      std::string have;
+      for (const auto& [s, f] : files) have += (have.empty() ? "" : ", ") + s;
+      fail(key, fmt::format("split '{}' has no file in dataset_kwargs.data_files (splits: {})", split, have));
+    }
+    return it->second;
+  };
+  if (entry.contains("dataset_path")) {
+    t["dataset_path"] = entry["dataset_path"];
+    (*where)["dataset_path"] = "spec";
+  } else if (local) {
+    std::string eval_split = !test.empty() ? test : val;
+    if (eval_split.empty()) fail("dataset_path", "no test_split or validation_split names the documents to evaluate");
+    t["dataset_path"] = file_of(eval_split, !test.empty() ? "test_split" : "validation_split");
+  } else {
+    std::string name = has("dataset_path") ? json_excerpt(c["dataset_path"]) : std::string("none");
+    throw SpecError(fmt::format("{}: dataset_path: {} is not a local file: kveval reads local JSONL only; give \"dataset_path\": "
+                                "\"docs.jsonl\" next to \"lm_eval_yaml\" in the spec, or use dataset_path: json with "
+                                "dataset_kwargs.data_files", w("dataset_path"), name));
+  }
+  // few-shot documents: fewshot_split, else training, else validation split (lm-eval Task.fewshot_docs); else the task's own
+  if (entry.contains("fewshot_split")) {
+    t["fewshot_split"] = entry["fewshot_split"];
+  } else if (local) {
+    std::string fs_file = !fewshot.empty() ? file_of(fewshot, "fewshot_split")
+                          : !train.empty() ? file_of(train, "training_split")
+                          : !val.empty()   ? file_of(val, "validation_split")
+                                           : "";
+    if (!fs_file.empty() && fs_file != t["dataset_path"].get<std::string>()) t["fewshot_split"] = fs_file;
+  }
+  out.task = std::move(t);
+  out.where = where;
+  return out;
+}
+
+}  // namespace kveval::eval

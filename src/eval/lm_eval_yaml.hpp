@@ -1,0 +1,37 @@
+#pragma once
+// lm-evaluation-harness task YAMLs (lm_eval/tasks/_yaml_loader.py,
+// lm_eval/config/task.py TaskConfig), read with yaml-cpp and turned into
+// kveval's task JSON (the keys of a spec's task entry), so that one validator
+// checks both. Scalars resolve as PyYAML's loader does (YAML 1.1: yes/no/on/off
+// are booleans, 1e3 is a string, 1.0 a float). `include` is resolved relative
+// to the including file, recursively, the including file's keys winning
+// (a shallow merge, as lm-eval). Local data only: `dataset_path: json` with
+// `dataset_kwargs.data_files`, or a JSONL file given in the spec entry.
+// Python hooks (`!function`, process_docs, process_results, ...) and unknown
+// keys are refused, naming the key and file:line.
+#include <map>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace kveval::eval {
+
+/// A task read from an lm-eval YAML.
+struct LmEvalTask {
+  nlohmann::json task;   ///< kveval task entry (name, output_type, doc_to_*, dataset_path, ...), paths resolved
+  std::string file;      ///< the YAML file as given
+  /// "file.yaml:LINE" of each top-level key of `task` (where the key was written,
+  /// possibly in an included file), for messages.
+  std::shared_ptr<const std::map<std::string, std::string>> where;
+};
+
+/// Reads `path` (and its includes). `entry` holds the spec entry's own keys,
+/// already checked (dataset_path / fewshot_split resolved paths, num_fewshot,
+/// limit, name) and overriding the YAML. Throws SpecError "file:line: key: message".
+LmEvalTask load_lm_eval_yaml(const std::string& path, const nlohmann::json& entry);
+
+/// True when `path` names a YAML file (.yaml or .yml).
+bool is_yaml_path(const std::string& path);
+
+}  // namespace kveval::eval
