@@ -61,7 +61,7 @@ json to_json(const YAML::Node& n, const std::string& file, const std::string& ke
   if (depth > 64) throw SpecError(fmt::format("{}: {}: nested deeper than 64 levels", at(file, n.Mark()), key));
   const std::string& tag = n.Tag();
   if (tag == "!function")
-    throw SpecError(fmt::format("{}: {}: '!function' (Python code) is not supported by kveval; use a Jinja template",
+    throw SpecError(fmt::format("{}: {}: '!function' (Python code) is not supported by kveval",
                                 at(file, n.Mark()), key));
   bool std_tag = tag.empty() || tag == "?" || tag == "!" || tag.rfind("tag:yaml.org,2002:", 0) == 0;
   if (!std_tag) throw SpecError(fmt::format("{}: {}: YAML tag '{}' is not supported", at(file, n.Mark()), key, tag));
@@ -115,12 +115,14 @@ Config load_config(const std::string& path, std::vector<std::string>& stack, con
   stack.push_back(canon);
   Config local, merged;
   YAML::Node include;
+  bool has_include = false;
   std::string include_at;
   for (auto it = root.begin(); it != root.end(); ++it) {
     std::string k = it->first.Scalar();
     std::string w = at(path, it->first.Mark());
     if (k == "include") {
       include = it->second;
+      has_include = true;
       include_at = w;
       continue;
     }
@@ -128,7 +130,7 @@ Config load_config(const std::string& path, std::vector<std::string>& stack, con
       if (lk == k) throw SpecError(fmt::format("{}: duplicate key '{}'", w, k));
     local.push_back({k, {to_json(it->second, path, k), w}});
   }
-  if (include) {
+  if (has_include) {
     std::vector<std::string> files;
     json inc = to_json(include, path, "include");
     if (inc.is_string()) files.push_back(inc.get<std::string>());

@@ -98,7 +98,7 @@ std::vector<Request> build_requests(const EvalSpec& spec, const Tokenizer& tok, 
       };
       switch (t.output_type) {
         case OutputType::Loglikelihood:
-          loglik(t.target_delimiter + d.target, -1);
+          loglik((t.loglikelihood_delimiter ? t.target_delimiter : std::string()) + d.target, -1);
           break;
         case OutputType::MultipleChoice:
           for (size_t c = 0; c < d.choices.size(); ++c) loglik(t.target_delimiter + d.choices[c], static_cast<int>(c));

@@ -322,6 +322,7 @@ TaskSpec parse_yaml_task(const json& tj, const Where& w, const std::string& base
   Where yw{yaml, "", lines};
   TaskSpec t = parse_task(lt.task, yw, "", spec);
   t.source = yaml;
+  t.loglikelihood_delimiter = false;  // lm-eval: loglikelihood arguments are (context, doc_to_target)
   return t;
 }
 

@@ -83,6 +83,9 @@ struct TaskSpec {
   std::vector<FilterPipeline> filter_list;  ///< generate_until: filters on the output (empty = lm-eval's "none")
   std::optional<double> version;     ///< metadata.version (lm-eval task version), when given
   std::string source;                ///< lm-eval YAML file the task came from ("" for JSON specs)
+  /// loglikelihood: the continuation is target_delimiter + target (kveval JSON specs), or the
+  /// target alone (false; lm-eval's construct_requests, used for lm-eval YAML tasks).
+  bool loglikelihood_delimiter = true;
   std::optional<int> limit;          ///< task-level limit (overrides the spec's)
   int n_docs_total = 0;              ///< documents in the data before `limit`
   std::vector<Doc> docs;             ///< rendered documents (after `limit`)
