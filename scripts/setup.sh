@@ -7,7 +7,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
-packages=(g++ cmake make git ca-certificates curl libdnnl-dev ocl-icd-opencl-dev libcli11-dev nlohmann-json3-dev
+packages=(g++ cmake make pkg-config git ca-certificates curl libdnnl-dev ocl-icd-opencl-dev libcli11-dev nlohmann-json3-dev
           libfmt-dev doctest-dev libssl-dev libpcre2-dev libyaml-cpp-dev libicu-dev libutf8proc-dev libopenmpi-dev openmpi-bin
           clang libclang-rt-14-dev tmux python3 python3-numpy python3-matplotlib)
 missing=()

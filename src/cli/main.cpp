@@ -35,12 +35,13 @@ int run_main(int argc, char** argv) {
   cli::add_generate_command(app, action);
   cli::add_bench_command(app, action);
   cli::add_make_model_command(app, action);
+  cli::add_tokenize_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // CLI11 reports a misspelt subcommand as "A subcommand is required": name it instead
     if (argc > 1 && argv[1][0] != '-' && app.get_subcommands([&](CLI::App* s) { return s->check_name(argv[1]); }).empty()) {
-      fmt::print(stderr, "kveval: error: unknown subcommand '{}' (run, generate, bench, make-model; see --help)\n", argv[1]);
+      fmt::print(stderr, "kveval: error: unknown subcommand '{}' (run, generate, bench, make-model, tokenize; see --help)\n", argv[1]);
       return cli::kUsage;
     }
     return app.exit(e) == 0 ? cli::kOk : cli::kUsage;

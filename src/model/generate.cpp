@@ -111,7 +111,7 @@ std::vector<Generation> decode_loop(Model& model, const std::vector<std::vector<
   check_prompts(prompts, opts);
   const size_t n = prompts.size();
   const size_t V = static_cast<size_t>(model.hparams().n_vocab);
-  const int32_t eos = model.tokenizer().eos();
+  const Tokenizer& tok = model.tokenizer();
   std::vector<Generation> gens(n);
   std::vector<uint8_t> live(n, 0);
   size_t n_live = 0;
@@ -156,7 +156,7 @@ std::vector<Generation> decode_loop(Model& model, const std::vector<std::vector<
       if (timing) ++timing->decode_tokens;
       const int produced = static_cast<int>(gens[r].ids.size());
       bool stop = true;
-      if (opts.stop_at_eos && t == eos) gens[r].reason = StopReason::Eos;
+      if (opts.stop_at_eos && tok.is_eog(t)) gens[r].reason = StopReason::Eos;  // EOS or EOT
       else if (opts.should_stop && opts.should_stop(static_cast<int>(r), gens[r].ids)) gens[r].reason = StopReason::StopString;
       else if (produced >= max_toks_for(opts, r)) gens[r].reason = StopReason::MaxTokens;
       else if (gens[r].prompt_tokens + produced >= capacity) gens[r].reason = StopReason::ContextFull;

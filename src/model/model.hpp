@@ -217,6 +217,7 @@ std::vector<ScoreResult> score(Model& model, std::span<const ScoreRequest> reque
 struct GenerateOptions {
   /// Tokens to generate at most, per row (one value, or one per row).
   std::vector<int> max_gen_toks = {256};
+  /// Stop a row at EOS or EOT (Tokenizer::is_eog), with StopReason::Eos.
   bool stop_at_eos = true;
   /// Called after each generated token of a row (also the max_gen_toks-th;
   /// not after EOS when stop_at_eos) with the row and all its generated ids;

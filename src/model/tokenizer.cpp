@@ -1,17 +1,15 @@
-// SentencePiece BPE tokenizer, a port of llama.cpp's llm_tokenizer_spm
-// (src/llama-vocab.cpp): symbols are UTF-8 characters; a priority queue of
-// adjacent pairs whose concatenation is a vocabulary piece repeatedly merges
-// the highest-scoring pair (leftmost on ties); then every final symbol is
-// resegmented: a piece in the vocabulary is emitted, otherwise split back into
-// the pair that formed it, or into byte tokens <0xXX>.
+// Tokenizer: the common part (vocabulary, special ids, encode dispatch,
+// pieces, decode) and the incremental detokenizer. The algorithms live in
+// tokenizer_spm.cpp, tokenizer_bpe.cpp, tokenizer_pretok.cpp and
+// tokenizer_special.cpp; GGUF reading in tokenizer_gguf.cpp.
 #include "model/tokenizer.hpp"
 
 #include <cstdio>
-#include <queue>
 
 #include <fmt/format.h>
 
-#include "model/gguf.hpp"
+#include "model/tokenizer_bpe.hpp"
+#include "model/tokenizer_pretok.hpp"
 #include "util/error.hpp"
 
 namespace kveval {
@@ -22,25 +20,18 @@ constexpr std::string_view kSpace = "\xE2\x96\x81";        // U+2581 "▁"
 constexpr std::string_view kUnknownGlyph = "\xE2\x96\x85";  // U+2585, llama.cpp's rendering of <unk>
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";   // U+FFFD
 
-/// Length of the UTF-8 sequence from its first byte, as llama.cpp's utf8_len
-/// (continuation or invalid lead bytes count as 1).
-size_t utf8_len(unsigned char c) {
-  static const size_t lookup[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-  return lookup[c >> 4];
-}
-
-std::string replace_all(std::string s, std::string_view from, std::string_view to) {
+std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
   std::string out;
   out.reserve(s.size());
   size_t i = 0;
   while (true) {
     size_t j = s.find(from, i);
-    if (j == std::string::npos) break;
+    if (j == std::string_view::npos) break;
     out.append(s, i, j - i);
     out.append(to);
     i = j + from.size();
   }
-  out.append(s, i, std::string::npos);
+  out.append(s.substr(i));
   return out;
 }
 
@@ -73,166 +64,151 @@ int utf8_check(std::string_view s, size_t i) {
   return len;
 }
 
-struct Symbol {
-  size_t start;  // byte offset into the text
-  size_t n;      // bytes; 0 once merged into its left neighbour
-  int prev, next;
-};
-
-struct Bigram {
-  int left, right;
-  float score;
-  size_t size;
-};
-
-/// llama.cpp's llm_bigram_spm::comparator: highest score first, then leftmost.
-struct BigramLess {
-  bool operator()(const Bigram& l, const Bigram& r) const {
-    return l.score < r.score || (l.score == r.score && l.left > r.left);
-  }
-};
-
 }  // namespace
+
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::Tokenizer(const Tokenizer&) = default;
+Tokenizer& Tokenizer::operator=(const Tokenizer&) = default;
+Tokenizer::~Tokenizer() = default;
 
 Tokenizer::Tokenizer(std::vector<std::string> tokens, std::vector<float> scores, std::vector<int32_t> types,
                      int32_t bos_id, int32_t eos_id, int32_t unk_id, bool add_space_prefix)
-    : tokens_(std::move(tokens)),
+    : kind_(TokenizerKind::Spm),
+      tokens_(std::move(tokens)),
       scores_(std::move(scores)),
       types_(std::move(types)),
       bos_(bos_id),
       eos_(eos_id),
       unk_(unk_id),
+      has_bos_(true),
+      add_bos_(true),
       add_space_prefix_(add_space_prefix) {
   const auto n = static_cast<int64_t>(tokens_.size());
-  if (n == 0) throw FormatError("tokenizer: empty vocabulary");
-  if (n > INT32_MAX) throw FormatError(fmt::format("tokenizer: vocabulary of {} tokens is too large", n));
   if (scores_.size() != tokens_.size())
     throw FormatError(fmt::format("tokenizer: {} scores for {} tokens", scores_.size(), tokens_.size()));
-  if (types_.size() != tokens_.size())
-    throw FormatError(fmt::format("tokenizer: {} token types for {} tokens", types_.size(), tokens_.size()));
+  init_vocab(/*allow_duplicates=*/true);
   if (bos_ < 0 || bos_ >= n) throw FormatError(fmt::format("tokenizer: BOS id {} outside [0, {})", bos_, n));
   if (eos_ < 0 || eos_ >= n) throw FormatError(fmt::format("tokenizer: EOS id {} outside [0, {})", eos_, n));
   if (unk_ < -1 || unk_ >= n) throw FormatError(fmt::format("tokenizer: unknown-token id {} outside [0, {})", unk_, n));
-  index_.reserve(tokens_.size());
-  for (int32_t i = 0; i < static_cast<int32_t>(n); ++i) index_[tokens_[i]] = i;  // last wins, as llama.cpp
   for (int b = 0; b < 256; ++b) {
     auto it = index_.find(fmt::format("<0x{:02X}>", b));
     byte_token_[b] = it == index_.end() ? -1 : it->second;
   }
+  init_specials();
 }
 
-Tokenizer Tokenizer::from_gguf(const gguf::File& file) {
-  const std::string model = file.get_string_or("tokenizer.ggml.model", "");
-  if (model != "llama")
-    throw FormatError(fmt::format("{}: tokenizer model '{}' is not supported, expected 'llama' (SentencePiece) "
-                                  "(key 'tokenizer.ggml.model')",
-                                  file.path(), model));
-  std::vector<std::string> tokens = file.get_string_array("tokenizer.ggml.tokens");
-  std::vector<float> scores = file.find("tokenizer.ggml.scores") ? file.get_float_array("tokenizer.ggml.scores")
-                                                                 : std::vector<float>(tokens.size(), 0.0f);
-  std::vector<int32_t> types(tokens.size(), static_cast<int32_t>(TokenType::Normal));
-  if (file.find("tokenizer.ggml.token_type")) {
-    std::vector<int64_t> t = file.get_int_array("tokenizer.ggml.token_type");
-    if (t.size() != tokens.size())
-      throw FormatError(fmt::format("{}: {} token types for {} tokens (key 'tokenizer.ggml.token_type')", file.path(),
-                                    t.size(), tokens.size()));
-    for (size_t i = 0; i < t.size(); ++i) types[i] = static_cast<int32_t>(t[i]);
-  }
-  auto id = [&](const char* key, uint64_t def) -> int32_t {
-    uint64_t v = file.get_uint_or(key, def);
-    if (v >= tokens.size())
-      throw FormatError(fmt::format("{}: token id {} outside the vocabulary of {} (key '{}')", file.path(), v,
-                                    tokens.size(), key));
-    return static_cast<int32_t>(v);
+Tokenizer Tokenizer::bpe(std::vector<std::string> tokens, std::vector<int32_t> types,
+                         const std::vector<std::string>& merges, const std::string& pre, SpecialTokens sp) {
+  Tokenizer t;
+  t.kind_ = TokenizerKind::Bpe;
+  t.tokens_ = std::move(tokens);
+  t.types_ = std::move(types);
+  t.scores_.assign(t.tokens_.size(), 0.0f);
+  t.init_vocab(/*allow_duplicates=*/false);
+  const auto n = static_cast<int64_t>(t.tokens_.size());
+  auto check = [&](int32_t id, const char* key) {
+    if (id < -1 || id >= n)
+      throw FormatError(fmt::format("token id {} outside the vocabulary of {} (key '{}')", id, n, key));
   };
-  const int32_t bos = id("tokenizer.ggml.bos_token_id", 1);
-  const int32_t eos = id("tokenizer.ggml.eos_token_id", 2);
-  const int32_t unk = id("tokenizer.ggml.unknown_token_id", 0);
-  const bool prefix = file.get_bool_or("tokenizer.ggml.add_space_prefix", true);
-  try {
-    return Tokenizer(std::move(tokens), std::move(scores), std::move(types), bos, eos, unk, prefix);
-  } catch (const FormatError& e) {
-    throw FormatError(fmt::format("{}: {}", file.path(), e.what()));
+  check(sp.bos, "tokenizer.ggml.bos_token_id");
+  check(sp.eos, "tokenizer.ggml.eos_token_id");
+  check(sp.eot, "tokenizer.ggml.eot_token_id");
+  check(sp.unk, "tokenizer.ggml.unknown_token_id");
+  if (sp.add_bos && sp.bos < 0)
+    throw FormatError("tokenizer.ggml.add_bos_token is true but there is no BOS id (key 'tokenizer.ggml.bos_token_id')");
+  t.pretok_ = std::make_shared<const PreTokenizer>(pre);
+  t.merges_ = std::make_shared<const BpeMerges>(merges, t.index_);
+  t.has_bos_ = sp.bos >= 0;
+  t.add_bos_ = sp.add_bos;
+  t.eos_ = sp.eos;
+  t.eot_ = sp.eot;
+  t.unk_ = sp.unk;
+  std::fill(std::begin(t.byte_token_), std::end(t.byte_token_), -1);
+  t.init_specials();
+  t.bos_ = sp.bos >= 0 ? sp.bos : t.eos_ >= 0 ? t.eos_ : t.eot_;
+  if (t.bos_ < 0)
+    throw FormatError("the vocabulary has no BOS, EOS or end-of-turn token to start sequences with "
+                      "(keys 'tokenizer.ggml.bos_token_id', 'tokenizer.ggml.eos_token_id')");
+  auto pieces = std::make_shared<std::vector<std::string>>(t.tokens_.size());
+  for (size_t i = 0; i < t.tokens_.size(); ++i) {
+    switch (static_cast<TokenType>(t.types_[i])) {
+      case TokenType::Control: break;
+      case TokenType::Unknown: (*pieces)[i] = kUnknownGlyph; break;
+      case TokenType::UserDefined: (*pieces)[i] = t.tokens_[i]; break;
+      default: (*pieces)[i] = unicode_to_bytes(t.tokens_[i]);
+    }
+  }
+  t.bpe_pieces_ = std::move(pieces);
+  return t;
+}
+
+void Tokenizer::init_vocab(bool allow_duplicates) {
+  const auto n = static_cast<int64_t>(tokens_.size());
+  if (n == 0) throw FormatError("tokenizer: empty vocabulary (key 'tokenizer.ggml.tokens')");
+  if (n > INT32_MAX) throw FormatError(fmt::format("tokenizer: vocabulary of {} tokens is too large", n));
+  if (types_.size() != tokens_.size())
+    throw FormatError(fmt::format("tokenizer: {} token types for {} tokens (key 'tokenizer.ggml.token_type')",
+                                  types_.size(), tokens_.size()));
+  index_.reserve(tokens_.size());
+  for (int32_t i = 0; i < static_cast<int32_t>(n); ++i) {
+    auto [it, fresh] = index_.try_emplace(tokens_[i], i);
+    if (fresh) continue;
+    if (!allow_duplicates)
+      throw FormatError(fmt::format("token \"{}\" appears twice in the vocabulary, ids {} and {} "
+                                    "(key 'tokenizer.ggml.tokens')",
+                                    tokens_[i], it->second, i));
+    it->second = i;  // SPM: the last wins (llama.cpp before it refused duplicates)
   }
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view raw, bool add_bos) const {
+std::string Tokenizer::describe() const {
+  if (kind_ == TokenizerKind::Spm) return "spm";
+  std::string s = "bpe/";
+  s += pretok_->name();
+  return s;
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
   std::vector<int32_t> out;
   if (add_bos) out.push_back(bos_);
-  if (raw.empty()) return out;
-
-  // llama.cpp: prefix " " (add_space_prefix), then escape every ' ' as "▁".
-  std::string text;
-  text.reserve(raw.size() * 3 + 3);
-  if (add_space_prefix_) text += kSpace;
-  for (char c : raw) {
-    if (c == ' ') text += kSpace;
-    else text += c;
-  }
-
-  // Split into UTF-8 characters.
-  std::vector<Symbol> symbols;
-  for (size_t offs = 0; offs < text.size();) {
-    const size_t len = std::min(utf8_len(static_cast<unsigned char>(text[offs])), text.size() - offs);
-    const int idx = static_cast<int>(symbols.size());
-    symbols.push_back(Symbol{offs, len, idx - 1, offs + len == text.size() ? -1 : idx + 1});
-    offs += len;
-  }
-
-  std::priority_queue<Bigram, std::vector<Bigram>, BigramLess> queue;
-  std::unordered_map<std::string, std::pair<int, int>> rev_merge;
-  auto try_add_bigram = [&](int left, int right) {
-    if (left == -1 || right == -1) return;
-    std::string piece = text.substr(symbols[left].start, symbols[left].n + symbols[right].n);
-    auto it = index_.find(piece);
-    if (it == index_.end()) return;
-    queue.push(Bigram{left, right, scores_[it->second], piece.size()});
-    rev_merge[piece] = {left, right};
-  };
-  for (size_t i = 1; i < symbols.size(); ++i) try_add_bigram(static_cast<int>(i) - 1, static_cast<int>(i));
-
-  while (!queue.empty()) {
-    const Bigram b = queue.top();
-    queue.pop();
-    Symbol& l = symbols[b.left];
-    Symbol& r = symbols[b.right];
-    // Stale entry: one side was merged away or changed size since it was queued.
-    if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;
-    l.n += r.n;
-    r.n = 0;
-    l.next = r.next;
-    if (r.next >= 0) symbols[r.next].prev = b.left;
-    try_add_bigram(l.prev, b.left);
-    try_add_bigram(b.left, l.next);
-  }
-
-  // Resegment: pieces in the vocabulary are emitted; others split back into
-  // the pair that formed them, else into byte tokens.
-  auto resegment = [&](auto& self, const Symbol& s) -> void {
-    std::string piece = text.substr(s.start, s.n);
-    if (auto it = index_.find(piece); it != index_.end()) {
-      out.push_back(it->second);
-      return;
+  if (text.empty()) return out;
+  bool prev_special = true;  // SPM: the space prefix goes before the first fragment too
+  for (const Fragment& f : partition(text, parse_special)) {
+    if (f.id >= 0) {
+      out.push_back(f.id);
+      prev_special = true;
+      continue;
     }
-    if (auto p = rev_merge.find(piece); p != rev_merge.end()) {
-      self(self, symbols[p->second.first]);
-      self(self, symbols[p->second.second]);
-      return;
+    if (kind_ == TokenizerKind::Spm) {
+      std::string frag;
+      if (add_space_prefix_ && prev_special) frag += ' ';
+      frag += f.text;
+      encode_spm(frag, out);
+    } else if (pretok_->nfc()) {
+      const std::string norm = nfc_normalize(f.text);
+      encode_bpe(norm, out);
+    } else {
+      encode_bpe(f.text, out);
     }
-    for (unsigned char c : piece) {
-      if (byte_token_[c] < 0)
-        throw FormatError(fmt::format("tokenizer: no byte token <0x{:02X}> in the vocabulary for byte fallback", c));
-      out.push_back(byte_token_[c]);
-    }
-  };
-  if (!symbols.empty())
-    for (int i = 0; i != -1; i = symbols[i].next) resegment(resegment, symbols[i]);
+    prev_special = false;
+  }
   return out;
+}
+
+void Tokenizer::encode_bpe(std::string_view text, std::vector<int32_t>& out) const {
+  std::string word;
+  for (std::string_view w : pretok_->split(text)) {
+    word.clear();
+    for (char c : w) word += byte_to_unicode(static_cast<uint8_t>(c));
+    merges_->encode_word(word, index_, pretok_->ignore_merges(), out);
+  }
 }
 
 std::string Tokenizer::token_to_piece(int32_t id) const {
   if (id < 0 || id >= n_vocab())
     throw ArgumentError(fmt::format("tokenizer: token id {} outside [0, {})", id, n_vocab()));
+  if (kind_ == TokenizerKind::Bpe) return (*bpe_pieces_)[static_cast<size_t>(id)];
   const std::string& t = tokens_[id];
   switch (static_cast<TokenType>(types_[id])) {
     case TokenType::Control: return {};
@@ -251,7 +227,9 @@ std::string Tokenizer::token_to_piece(int32_t id) const {
 std::string Tokenizer::decode(std::span<const int32_t> ids) const {
   std::string out;
   for (int32_t id : ids) out += token_to_piece(id);
-  if (!ids.empty() && ids[0] == bos_ && add_space_prefix_ && !out.empty() && out[0] == ' ') out.erase(0, 1);
+  if (kind_ == TokenizerKind::Spm && !ids.empty() && ids[0] == bos_ && add_space_prefix_ && !out.empty() &&
+      out[0] == ' ')
+    out.erase(0, 1);
   return out;
 }
 

@@ -156,13 +156,13 @@ TEST_SUITE("model.tokenizer") {
     std::filesystem::create_directories(dir);
     const std::string p = (dir / "gpt2.gguf").string();
     gguf::Writer w;
-    w.add_string("tokenizer.ggml.model", "gpt2");
+    w.add_string("tokenizer.ggml.model", "t5");
     w.add_string_array("tokenizer.ggml.tokens", {"a", "b", "c"});
     w.write(p);
     gguf::File f(p);
     CHECK_THROWS_WITH_AS(Tokenizer::from_gguf(f),
-                         (p + ": tokenizer model 'gpt2' is not supported, expected 'llama' (SentencePiece) "
-                              "(key 'tokenizer.ggml.model')")
+                         (p + ": tokenizer model 't5' is not supported, expected 'llama' (SentencePiece) or 'gpt2' "
+                              "(byte-level BPE) (key 'tokenizer.ggml.model')")
                              .c_str(),
                          FormatError);
     const std::string p2 = (dir / "badbos.gguf").string();
