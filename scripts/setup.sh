@@ -9,7 +9,7 @@ cd "$root"
 
 packages=(g++ cmake make pkg-config git ca-certificates curl libdnnl-dev ocl-icd-opencl-dev libcli11-dev nlohmann-json3-dev
           libfmt-dev doctest-dev libssl-dev libpcre2-dev libyaml-cpp-dev libicu-dev libutf8proc-dev libopenmpi-dev openmpi-bin
-          clang libclang-rt-14-dev tmux python3 python3-numpy python3-matplotlib)
+          clang libclang-rt-14-dev tmux python3 python3-numpy python3-matplotlib python3-jsonschema)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

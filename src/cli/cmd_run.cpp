@@ -125,9 +125,11 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
   namespace fs = std::filesystem;
   // 0. the command line: output paths, before anything is read or run (rank 0 writes them)
   if (a.tolerance_given && a.baseline.empty()) throw ArgumentError("--tolerance needs --baseline");
-  if (dist.rank() == 0 && !a.output.empty()) check_writable("--output", a.output);
-  if (dist.rank() == 0 && !a.log_samples.empty()) check_writable("--log-samples", a.log_samples);
-  if (!a.output.empty() && !a.log_samples.empty()) {
+  if (a.output == "-" && a.log_samples == "-")
+    throw ArgumentError("--output - and --log-samples -: only one of them can go to stdout");
+  if (dist.rank() == 0 && !a.output.empty() && a.output != "-") check_writable("--output", a.output);
+  if (dist.rank() == 0 && !a.log_samples.empty() && a.log_samples != "-") check_writable("--log-samples", a.log_samples);
+  if (!a.output.empty() && !a.log_samples.empty() && a.output != "-" && a.log_samples != "-") {
     std::error_code e1, e2;
     if (fs::weakly_canonical(fs::absolute(a.output), e1) == fs::weakly_canonical(fs::absolute(a.log_samples), e2))
       throw ArgumentError(fmt::format("--output and --log-samples name the same file ({})", a.output));
@@ -179,13 +181,22 @@ int run(const RunArgs& a) {
   RunResult res = run_spec(spec, opts);
   if (!res.is_root()) return dist.broadcast_exit_code(kOk);  // rank 0 reports and decides
 
-  fmt::print("{}\n{}", format_metrics_table(spec, res), format_phase_table(res));
+  // `-o -` / `--log-samples -`: that file goes to stdout, the tables to stderr
+  const bool json_on_stdout = a.output == "-" || a.log_samples == "-";
+  fmt::print(json_on_stdout ? stderr : stdout, "{}\n{}", format_metrics_table(spec, res), format_phase_table(res));
   std::fflush(stdout);
 
-  nlohmann::json results;
+  nlohmann::ordered_json results;
   if (!a.output.empty() || !a.baseline.empty()) results = results_json(spec, res, sha256_file(spec.model));
-  if (!a.output.empty()) write_json(a.output, results);
-  if (!a.log_samples.empty()) write_jsonl(a.log_samples, sample_records(spec, res));
+  if (a.output == "-") fmt::print("{}\n", results.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+  else if (!a.output.empty()) write_json(a.output, results);
+  if (a.log_samples == "-") {
+    for (const auto& l : sample_records(spec, res))
+      fmt::print("{}\n", l.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  } else if (!a.log_samples.empty()) {
+    write_jsonl(a.log_samples, sample_records(spec, res));
+  }
+  std::fflush(stdout);
 
   int code = kOk;
   if (res.n_request_errors > 0) {
@@ -194,7 +205,7 @@ int run(const RunArgs& a) {
     code = kRequestErrors;
   }
   if (!a.baseline.empty()) {
-    BaselineCheck check = compare_baseline(baseline, results, a.tolerance);
+    BaselineCheck check = compare_baseline(baseline, nlohmann::json::parse(results.dump()), a.tolerance);
     for (const auto& w : check.warnings) fmt::print(stderr, "kveval: baseline: warning: {}\n", w);
     for (const auto& f : check.failures) fmt::print(stderr, "kveval: baseline: not compared: {}\n", f);
     for (const auto& r : check.regressions)
@@ -213,8 +224,8 @@ void add_run_command(CLI::App& app, Action& action) {
   CLI::App* cmd = app.add_subcommand("run", "Evaluate a model on the tasks of a JSON spec");
   cmd->add_option("spec", args->spec, "evaluation spec (JSON); see README")->required();
   cmd->add_option("--model", args->model, "GGUF model path (overrides the spec's 'model')");
-  cmd->add_option("--output,-o", args->output, "write results (metrics, config, timings) as JSON");
-  cmd->add_option("--log-samples", args->log_samples, "write one JSON line per request");
+  cmd->add_option("--output,-o", args->output, "write results as JSON in lm-eval's shape ('-' = stdout)");
+  cmd->add_option("--log-samples", args->log_samples, "write lm-eval samples, one JSON line per document ('-' = stdout)");
   cmd->add_option("--baseline", args->baseline, "results JSON of an earlier run; exit 3 if a metric got worse");
   CLI::Option* tol = cmd->add_option("--tolerance", args->tolerance,
                                      "allowed absolute worsening against --baseline (default 0)")

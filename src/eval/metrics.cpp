@@ -51,7 +51,13 @@ int argmax_first(std::span<const double> x) {
 
 bool higher_is_better(const std::string& m0) {
   std::string m = m0.substr(0, m0.find(','));  // "exact_match,strict-match"
-  return m == "acc" || m == "acc_norm" || m == "exact_match";
+  return m == "acc" || m == "acc_norm" || m == "acc_bytes" || m == "exact_match";
+}
+
+int64_t count_chars(std::string_view text) {
+  int64_t n = 0;
+  for (unsigned char c : text) n += (c & 0xC0) != 0x80;
+  return n;
 }
 
 std::string metric_key(const std::string& name, const std::string& filter) {
@@ -99,11 +105,57 @@ MetricValue ratio_metric(const std::string& name, double num, double den, int n,
   return m;
 }
 
+/// ll_i / length(choice_i): characters (lm-eval's completion_len) or UTF-8 bytes (byte_length).
+std::vector<double> normalized(const std::vector<double>& ll, const std::vector<std::string>& choices, bool bytes) {
+  std::vector<double> out(ll.size());
+  for (size_t c = 0; c < out.size(); ++c) {
+    int64_t len = bytes ? static_cast<int64_t>(choices[c].size()) : count_chars(choices[c]);
+    out[c] = ll[c] / static_cast<double>(std::max<int64_t>(1, len));
+  }
+  return out;
+}
+
 }  // namespace
+
+std::vector<std::pair<std::string, nlohmann::json>> doc_metric_values(const TaskSpec& task, const Doc& d,
+                                                                      const DocOutcome& o, const std::string* filtered) {
+  std::vector<std::pair<std::string, nlohmann::json>> out;
+  if (!o.ok) return out;
+  for (const auto& name : task.metric_list) {
+    nlohmann::json v;
+    switch (task.output_type) {
+      case OutputType::Loglikelihood:
+        if (name == "perplexity") v = o.logprob;
+        else if (name == "acc") v = o.is_greedy ? 1 : 0;
+        break;
+      case OutputType::MultipleChoice:
+        if (name == "acc") v = argmax_first(o.choice_logprobs) == d.gold ? 1.0 : 0.0;
+        else if (name == "acc_norm") v = argmax_first(normalized(o.choice_logprobs, d.choices, false)) == d.gold ? 1.0 : 0.0;
+        else if (name == "acc_bytes") v = argmax_first(normalized(o.choice_logprobs, d.choices, true)) == d.gold ? 1.0 : 0.0;
+        break;
+      case OutputType::LoglikelihoodRolling:
+        if (name == "word_perplexity") v = {o.logprob, count_words(d.target)};
+        else if (name == "byte_perplexity" || name == "bits_per_byte") v = {o.logprob, d.target.size()};
+        else if (name == "token_perplexity") v = {o.logprob, o.tokens};
+        break;
+      case OutputType::GenerateUntil:
+        if (name == "exact_match" && d.has_target) {
+          const std::string& out = filtered ? *filtered : o.output;
+          v = normalize_answer(exact_match_normalize(task.exact_match, out)) ==
+                      normalize_answer(exact_match_normalize(task.exact_match, d.target))
+                  ? 1.0
+                  : 0.0;
+        }
+        break;
+    }
+    if (!v.is_null()) out.emplace_back(name, std::move(v));
+  }
+  return out;
+}
 
 std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const DocOutcome> outcomes) {
   std::vector<MetricValue> all;
-  std::vector<double> acc, acc_norm, ll;
+  std::vector<double> acc, acc_norm, acc_bytes, ll;
   // generate_until: one exact_match list per filter pipeline ("none": the raw output)
   std::vector<FilterPipeline> pipes = task.filter_list;
   if (pipes.empty()) pipes.push_back({"none", {}});
@@ -122,14 +174,11 @@ std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const D
         acc.push_back(o.is_greedy ? 1.0 : 0.0);
         ll.push_back(o.logprob);
         break;
-      case OutputType::MultipleChoice: {
+      case OutputType::MultipleChoice:
         acc.push_back(argmax_first(o.choice_logprobs) == d.gold ? 1.0 : 0.0);
-        std::vector<double> norm(o.choice_logprobs.size());
-        for (size_t c = 0; c < norm.size(); ++c)
-          norm[c] = o.choice_logprobs[c] / static_cast<double>(std::max<size_t>(1, d.choices[c].size()));
-        acc_norm.push_back(argmax_first(norm) == d.gold ? 1.0 : 0.0);
+        acc_norm.push_back(argmax_first(normalized(o.choice_logprobs, d.choices, false)) == d.gold ? 1.0 : 0.0);
+        acc_bytes.push_back(argmax_first(normalized(o.choice_logprobs, d.choices, true)) == d.gold ? 1.0 : 0.0);
         break;
-      }
       case OutputType::LoglikelihoodRolling:
         sum_ll += o.logprob;
         sum_words += static_cast<double>(count_words(d.target));
@@ -157,6 +206,8 @@ std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const D
       all.push_back(mean_metric(name, acc));
     } else if (name == "acc_norm") {
       all.push_back(mean_metric(name, acc_norm));
+    } else if (name == "acc_bytes") {
+      all.push_back(mean_metric(name, acc_bytes));
     } else if (name == "perplexity") {
       MetricValue m;
       m.name = name;

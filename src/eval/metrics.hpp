@@ -51,19 +51,35 @@ int64_t count_words(std::string_view text);
 /// Index of the largest value, the first on ties (numpy.argmax).
 int argmax_first(std::span<const double> x);
 
-/// True when the metric improves as it grows (acc, acc_norm, exact_match).
+/// True when the metric improves as it grows (acc, acc_norm, acc_bytes, exact_match).
 bool higher_is_better(const std::string& metric);
 
 /// Normalisation used by exact_match: leading and trailing whitespace removed
 /// (space, tab, newline, CR, FF, VT); nothing else changes (case and punctuation count).
 std::string normalize_answer(std::string_view s);
 
+/// Characters of a UTF-8 text (code points; a byte that does not start a
+/// sequence is not counted): Python's len(str) for valid UTF-8.
+int64_t count_chars(std::string_view text);
+
+/// lm-eval's per-document metric values (ConfigurableTask.process_results in
+/// lm_eval/api/task.py) for the metrics of task.metric_list, in that order:
+/// loglikelihood {perplexity: ll, acc: 0|1}; multiple_choice {acc, acc_norm,
+/// acc_bytes: 1.0|0.0}; loglikelihood_rolling {word_perplexity: [ll, words],
+/// byte_perplexity/bits_per_byte: [ll, bytes], token_perplexity: [ll, tokens]};
+/// generate_until {exact_match: 1.0|0.0} (only with a target; of `filtered`, the
+/// output after one filter pipeline, or of the raw output when null). Empty for a failed doc.
+std::vector<std::pair<std::string, nlohmann::json>> doc_metric_values(const TaskSpec& task, const Doc& doc,
+                                                                      const DocOutcome& o,
+                                                                      const std::string* filtered = nullptr);
+
 /// Metrics of one task from its documents' outcomes (outcomes[i] belongs to
 /// task.docs[i]), restricted to task.metric_list, in that order.
 /// - loglikelihood: acc = mean(is_greedy); perplexity = exp(-mean(logprob)) over
 ///   requests (lm-eval `perplexity`), stderr by the delta method ppl * se(logprob).
 /// - multiple_choice: acc = mean(argmax(ll) == gold); acc_norm = mean(argmax(ll_i /
-///   utf8_bytes(choice_i)) == gold) (lm-eval divides by characters; kveval by UTF-8 bytes).
+///   characters(choice_i)) == gold); acc_bytes = mean(argmax(ll_i / utf8_bytes(choice_i)) == gold)
+///   (lm-eval's pred_norm and pred_byte).
 /// - loglikelihood_rolling: word_perplexity = exp(-sum(ll)/sum(words)), byte_perplexity =
 ///   exp(-sum(ll)/sum(bytes)), bits_per_byte = -sum(ll)/(sum(bytes) ln 2) (lm-eval
 ///   weighted_perplexity / bits_per_byte), token_perplexity = exp(-sum(ll)/sum(tokens));

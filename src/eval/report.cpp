@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "eval/lm_eval_format.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
 
@@ -128,134 +129,14 @@ std::string format_phase_table(const RunResult& res) {
   return out;
 }
 
-json results_json(const EvalSpec& spec, const RunResult& res, const std::string& model_sha256) {
-  json j;
-  j["kveval"] = {{"version", version()}, {"git_hash", git_hash()}};
-  j["model"] = {{"path", res.model_path}, {"sha256", model_sha256}};
-  j["threads"] = res.threads;
-  json tasks = json::array();
-  for (const auto& t : spec.tasks) {
-    json tj = {{"name", t.name},
-               {"output_type", to_string(t.output_type)},
-               {"dataset_path", t.dataset_path.empty() ? json(nullptr) : json(t.dataset_path)},
-               {"doc_to_text", t.doc_to_text},
-               {"doc_to_target", t.doc_to_target},
-               {"doc_to_choice", t.doc_to_choice},
-               {"target_delimiter", t.target_delimiter},
-               {"metric_list", t.metric_list},
-               {"num_fewshot", t.num_fewshot}};
-    if (t.output_type == OutputType::GenerateUntil)
-      tj["generation_kwargs"] = {{"until", t.generation_kwargs.until}, {"max_gen_toks", t.generation_kwargs.max_gen_toks}};
-    if (!t.source.empty()) tj["lm_eval_yaml"] = t.source;
-    if (t.version) tj["metadata"] = {{"version", *t.version}};
-    if (t.fewshot_sampler != "default") tj["fewshot_config"] = {{"sampler", t.fewshot_sampler}};
-    if (!t.filter_list.empty()) {
-      json fl = json::array();
-      for (const auto& p : t.filter_list) {
-        json steps = json::array();
-        for (const auto& st : p.steps) {
-          json sj = {{"function", st.function}};
-          if (st.function == "regex")
-            sj.update({{"regex_pattern", st.regex_pattern}, {"group_select", st.group_select}, {"fallback", st.fallback}});
-          steps.push_back(sj);
-        }
-        fl.push_back({{"name", p.name}, {"filter", steps}});
-      }
-      tj["filter_list"] = fl;
-    }
-    tasks.push_back(tj);
-  }
-  j["config"] = {{"spec", spec.path},
-                 {"model", spec.model},
-                 {"threads", spec.threads},
-                 {"batch_size", spec.batch_size},
-                 {"max_length", res.max_length},
-                 {"seed", spec.seed},
-                 {"limit", spec.limit ? json(*spec.limit) : json(nullptr)},
-                 {"tasks", tasks}};
-  json results = json::object(), n_samples = json::object(), errors = json::object();
-  for (size_t t = 0; t < spec.tasks.size() && t < res.metrics.size(); ++t) {
-    json r = json::object();
-    for (const auto& m : res.metrics[t]) {
-      std::string k = metric_key(m.name, m.filter);
-      r[k] = opt_json(m.value);
-      r[k + "_stderr"] = opt_json(m.stderr_);
-      if (!m.value || !m.stderr_) r[k + "_note"] = m.note;
-    }
-    r["alias"] = spec.tasks[t].name;
-    results[spec.tasks[t].name] = r;
-    n_samples[spec.tasks[t].name] = {{"original", spec.tasks[t].n_docs_total},
-                                     {"effective", static_cast<int>(spec.tasks[t].docs.size())}};
-    errors[spec.tasks[t].name] = res.task_errors.empty() ? 0 : res.task_errors[t];
-  }
-  j["results"] = results;
-  j["n-samples"] = n_samples;
-  j["request_errors"] = {{"total", res.n_request_errors}, {"per_task", errors}};
-  json phases = json::array();
-  for (const auto& p : res.phases)
-    phases.push_back({{"name", p.name},
-                      {"seconds", p.seconds},
-                      {"tokens", p.tokens},
-                      {"tokens_per_second", p.tokens > 0 && p.seconds > 0 ? json(static_cast<double>(p.tokens) / p.seconds)
-                                                                         : json(nullptr)}});
-  j["phases"] = phases;
-  j["cache"] = {{"bytes_before_generation", res.cache_bytes_before},
-                {"bytes_at_setup", res.cache_bytes_setup},
-                {"bytes_after_teardown", res.cache_bytes_after},
-                {"rows", res.cache_rows},
-                {"positions", res.cache_positions}};
-  j["instrumentation"] = {{"loglikelihood_forward_calls", res.ll_forward_calls},
-                          {"loglikelihood_forward_with_cache_setup", res.ll_forward_with_cache_setup},
-                          {"loglikelihood_forward_cached", res.ll_forward_cached}};
-  j["warnings"] = res.warnings;
-  if (res.n_ranks > 1) {
-    json dp = json::array();
-    for (const auto& d : distributed_phases(res))
-      dp.push_back({{"name", d.name},
-                    {"wall_seconds", d.wall_seconds},
-                    {"cpu_seconds", d.cpu_seconds},
-                    {"tokens", d.tokens},
-                    {"tokens_per_second", d.tokens > 0 && d.wall_seconds > 0 ? json(static_cast<double>(d.tokens) / d.wall_seconds)
-                                                                            : json(nullptr)},
-                    {"imbalance", d.imbalance ? json(*d.imbalance) : json(nullptr)},
-                    {"rank_seconds", d.rank_seconds}});
-    j["distributed"] = {{"ranks", res.n_ranks}, {"hosts", res.hosts}, {"phases", dp}};
-  }
-  return j;
-}
-
-std::vector<json> sample_records(const EvalSpec& spec, const RunResult& res) {
-  std::vector<json> out;
-  for (size_t i = 0; i < res.requests.size(); ++i) {
-    const Request& r = res.requests[i];
-    const RequestOutcome& o = res.outcomes[i];
-    json s;
-    s["task"] = spec.tasks[static_cast<size_t>(r.task)].name;
-    s["doc"] = r.doc;
-    s["index"] = r.index < 0 ? json(nullptr) : json(r.index);
-    s["kind"] = to_string(r.kind);
-    s["n_context_tokens"] = r.n_context_tokens;
-    s["truncated_tokens"] = r.truncated_tokens;
-    bool gen = r.kind == RequestKind::Generate;
-    s["tokens"] = o.ran ? json(gen ? o.tokens : r.n_continuation_tokens) : json(nullptr);
-    s["logprob"] = o.ran && !gen && std::isfinite(o.logprob) ? json(o.logprob) : json(nullptr);
-    s["is_greedy"] = o.ran && !gen ? json(o.is_greedy) : json(nullptr);
-    s["output"] = o.ran && gen ? json(o.output) : json(nullptr);
-    s["stop_reason"] = o.ran && gen ? json(o.stop_reason) : json(nullptr);
-    s["error"] = r.error.empty() ? (o.ran ? json(nullptr) : json("not run")) : json(r.error);
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-void write_jsonl(const std::string& path, const std::vector<json>& lines) {
+void write_jsonl(const std::string& path, const std::vector<nlohmann::ordered_json>& lines) {
   std::ofstream f(path, std::ios::binary);
   if (!f) throw Error(fmt::format("{}: cannot open for writing", path));
   for (const auto& l : lines) f << l.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
   if (!f) throw Error(fmt::format("{}: write error", path));
 }
 
-void write_json(const std::string& path, const json& j) {
+void write_json(const std::string& path, const nlohmann::ordered_json& j) {
   std::ofstream f(path, std::ios::binary);
   if (!f) throw Error(fmt::format("{}: cannot open for writing", path));
   f << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
@@ -263,11 +144,9 @@ void write_json(const std::string& path, const json& j) {
 }
 
 BaselineCheck compare_baseline(const json& baseline, const json& current, double tolerance) {
-  if (!baseline.is_object() || !baseline.contains("results") || !baseline["results"].is_object())
-    throw SpecError("baseline: not a kveval results file (no \"results\" object)");
   BaselineCheck out;
-  const json& base = baseline["results"];
-  const json& cur = current.at("results");
+  const json base = baseline_metrics(baseline);
+  const json cur = baseline_metrics(current);
   auto is_metric = [](const std::string& name) {
     auto ends = [&](std::string_view suf) {
       return name.size() >= suf.size() && name.compare(name.size() - suf.size(), suf.size(), suf) == 0;

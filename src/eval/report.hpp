@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eval/lm_eval_format.hpp"
 #include "eval/runner.hpp"
 #include "eval/spec.hpp"
 
@@ -35,23 +36,10 @@ std::vector<DistributedPhase> distributed_phases(const RunResult& res);
 /// set-up and after teardown and the log-likelihood instrumentation counters.
 std::string format_phase_table(const RunResult& res);
 
-/// The results document (`--output`): {"kveval": {version, git_hash},
-/// "model": {path, sha256}, "threads", "config" (resolved spec), "results"
-/// ({task: {metric: value, "<metric>_stderr": value|null}}), "n_samples"
-/// ({task: {original, effective}}), "request_errors", "phases" [{name, seconds,
-/// tokens, tokens_per_second}], "cache" {...}, "instrumentation" {...}}.
-/// `model_sha256` is passed in (hashing is the caller's choice).
-nlohmann::json results_json(const EvalSpec& spec, const RunResult& res, const std::string& model_sha256);
-
-/// One JSON object per request, in spec order: task, doc, index, kind,
-/// n_context_tokens, tokens (scored or generated), logprob, is_greedy, output,
-/// stop_reason, truncated_tokens, error (null fields where they do not apply).
-std::vector<nlohmann::json> sample_records(const EvalSpec& spec, const RunResult& res);
-
 /// Writes `lines` as JSONL to `path`. Throws Error when the file cannot be written.
-void write_jsonl(const std::string& path, const std::vector<nlohmann::json>& lines);
+void write_jsonl(const std::string& path, const std::vector<nlohmann::ordered_json>& lines);
 /// Writes `j` (indented) to `path`. Throws Error when the file cannot be written.
-void write_json(const std::string& path, const nlohmann::json& j);
+void write_json(const std::string& path, const nlohmann::ordered_json& j);
 
 /// A metric that got worse than its baseline by more than the tolerance.
 struct Regression {
@@ -66,7 +54,8 @@ struct BaselineCheck {
   /// True when every metric was compared and none regressed.
   bool ok() const { return regressions.empty() && failures.empty(); }
 };
-/// Compares `current` with `baseline` (both results_json documents), strictly:
+/// Compares `current` with `baseline` (results documents of this version or of
+/// kveval 0.1, read through baseline_metrics), strictly:
 /// - the task sets must match: a baseline task missing from the run, or a run
 ///   task missing from the baseline, is a failure;
 /// - for a task in both, every metric (keys other than alias, *_stderr, *_note)

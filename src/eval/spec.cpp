@@ -32,9 +32,23 @@ const char* to_string(OutputType t) {
 
 const std::vector<std::string>& metrics_for(OutputType t) {
   static const std::vector<std::string> ll = {"acc", "perplexity"};
-  static const std::vector<std::string> mc = {"acc", "acc_norm"};
+  static const std::vector<std::string> mc = {"acc", "acc_norm", "acc_bytes"};
   static const std::vector<std::string> roll = {"word_perplexity", "byte_perplexity", "bits_per_byte",
                                                 "token_perplexity"};
+  static const std::vector<std::string> gen = {"exact_match"};
+  switch (t) {
+    case OutputType::Loglikelihood: return ll;
+    case OutputType::MultipleChoice: return mc;
+    case OutputType::LoglikelihoodRolling: return roll;
+    case OutputType::GenerateUntil: return gen;
+  }
+  return ll;
+}
+
+const std::vector<std::string>& default_metrics_for(OutputType t) {
+  static const std::vector<std::string> ll = {"perplexity", "acc"};
+  static const std::vector<std::string> mc = {"acc", "acc_norm"};
+  static const std::vector<std::string> roll = {"word_perplexity", "byte_perplexity", "bits_per_byte"};
   static const std::vector<std::string> gen = {"exact_match"};
   switch (t) {
     case OutputType::Loglikelihood: return ll;
@@ -293,7 +307,7 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
     }
     if (t.metric_list.empty()) mw.fail("empty metric list");
   } else {
-    t.metric_list = metrics_for(t.output_type);
+    t.metric_list = default_metrics_for(t.output_type);
   }
 
   validate_filters(t, w.text());

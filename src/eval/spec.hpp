@@ -38,6 +38,7 @@ struct Doc {
   std::string target;                ///< doc_to_target as text ("" when the task has none)
   bool has_target = false;           ///< doc_to_target was given
   std::vector<std::string> choices;  ///< multiple_choice: doc_to_choice
+  nlohmann::json raw;                ///< the document as read (for the samples file)
   int gold = -1;                     ///< multiple_choice: index of the gold choice
 };
 
@@ -74,7 +75,7 @@ struct TaskSpec {
   std::string target_delimiter = " ";
   std::string description;           ///< text prepended to every context
   GenerationKwargs generation_kwargs;
-  std::vector<std::string> metric_list;  ///< resolved: defaults to every metric of the output type
+  std::vector<std::string> metric_list;  ///< resolved: defaults to default_metrics_for(output_type)
   int num_fewshot = 0;
   std::string fewshot_split;         ///< resolved JSONL path of few-shot examples ("" = the task's own docs)
   std::string fewshot_delimiter = "\n\n";
@@ -106,6 +107,12 @@ struct EvalSpec {
 
 /// Metrics an output type can report (lm-eval names), in report order.
 const std::vector<std::string>& metrics_for(OutputType t);
+/// Metrics reported when a task has no metric_list: lm-eval's defaults
+/// (lm_eval/api/task.py): loglikelihood perplexity, acc; multiple_choice acc,
+/// acc_norm; loglikelihood_rolling word_perplexity, byte_perplexity,
+/// bits_per_byte; generate_until exact_match. (acc_bytes and token_perplexity
+/// only when listed.)
+const std::vector<std::string>& default_metrics_for(OutputType t);
 
 /// Reads, validates and renders the spec at `path` and every data file it names.
 /// Relative paths (model, dataset_path, fewshot_split) are relative to the

@@ -58,6 +58,7 @@ Mappings compile_mappings(const TaskSpec& t, const Where& w) {
 Doc render_doc(const TaskSpec& t, const Mappings& m, const RawDoc& rd) {
   Doc d;
   d.origin = rd.origin;
+  d.raw = rd.doc;
   if (m.text) d.context = value_text(m.text->resolve(rd.doc, rd.origin), rd.origin, "doc_to_text");
   json target_raw;
   if (m.target) {

@@ -32,6 +32,15 @@ std::string sha256_file(const std::string& path) {
   return hex;
 }
 
+std::string sha256_hex(std::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr) != 1) throw Error("sha256: OpenSSL digest failed");
+  std::string hex;
+  for (unsigned i = 0; i < len; ++i) hex += fmt::format("{:02x}", md[i]);
+  return hex;
+}
+
 const char* version() { return KVEVAL_VERSION; }
 const char* git_hash() { return KVEVAL_GIT_HASH; }
 

@@ -57,14 +57,15 @@ TEST_SUITE("cli.lm_eval") {
     json r = json::parse(read_all(d.file("results.json")));
     for (const char* t : {"arc_mini", "lambada_mini", "piqa_mini", "truthfulqa_mini"}) {
       CAPTURE(t);
-      CHECK(r["results"][t]["acc"].is_number());
+      CHECK(r["results"][t]["acc,none"].is_number());
     }
-    CHECK(r["results"]["lambada_mini"]["perplexity"].is_number());
+    CHECK(r["results"]["lambada_mini"]["perplexity,none"].is_number());
     CHECK(r["results"]["gsm8k_mini"]["exact_match,strict-match"].is_number());
     CHECK(r["results"]["gsm8k_mini"]["exact_match,flexible-extract"].is_number());
     CHECK(r["n-samples"]["arc_mini"]["effective"] == 5);
-    CHECK(r["config"]["tasks"][3]["lm_eval_yaml"].get<std::string>().find("gsm8k_mini.yaml") != std::string::npos);
-    CHECK(r["config"]["tasks"][3]["metadata"]["version"] == 3.0);
+    CHECK(r["configs"]["gsm8k_mini"]["lm_eval_yaml"].get<std::string>().find("gsm8k_mini.yaml") != std::string::npos);
+    CHECK(r["configs"]["gsm8k_mini"]["metadata"]["version"] == 3.0);
+    CHECK(r["versions"]["gsm8k_mini"] == 3.0);
     CHECK(out.find("exact_match,strict-match") != std::string::npos);
     CHECK(out.find("nan") == std::string::npos);
   }

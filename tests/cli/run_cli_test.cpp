@@ -87,34 +87,39 @@ TEST_SUITE("cli.run") {
     CHECK(r.out.find("nan") == std::string::npos);
     CHECK(r.err.find("generation cache:") != std::string::npos);
     json res = json::parse(slurp(d.file("results.json")));
-    CHECK(res["model"]["sha256"] == "270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d");
+    CHECK(res["kveval"]["model"]["sha256"] == "270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d");
     CHECK(res["kveval"]["version"].is_string());
     CHECK(res["kveval"]["git_hash"].is_string());
-    CHECK(res["threads"].get<int>() >= 1);
+    CHECK(res["kveval"]["threads"].get<int>() >= 1);
     CHECK(res["config"]["batch_size"] == 8);
-    CHECK(res["config"]["tasks"][0]["name"] == "story_generation");
-    CHECK(res["results"]["story_cloze"]["acc"].is_number());
-    CHECK(res["results"]["story_cloze"]["acc_stderr"].is_number());
+    CHECK(res["configs"]["story_generation"]["output_type"] == "generate_until");
+    CHECK(res["results"]["story_cloze"]["acc,none"].is_number());
+    CHECK(res["results"]["story_cloze"]["acc_stderr,none"].is_number());
     CHECK(res["n-samples"]["story_cloze"]["original"] == 44);
     CHECK(res["n-samples"]["story_cloze"]["effective"] == 5);
-    CHECK(res["cache"]["bytes_after_teardown"] == 0);
-    CHECK(res["cache"]["bytes_at_setup"].get<long>() > 0);
-    CHECK(res["instrumentation"]["loglikelihood_forward_with_cache_setup"] == 0);
+    CHECK(res["kveval"]["cache"]["bytes_after_teardown"] == 0);
+    CHECK(res["kveval"]["cache"]["bytes_at_setup"].get<long>() > 0);
+    CHECK(res["kveval"]["instrumentation"]["loglikelihood_forward_with_cache_setup"] == 0);
     std::vector<std::string> phases;
-    for (const auto& p : res["phases"]) phases.push_back(p["name"]);
+    for (const auto& p : res["kveval"]["phases"]) phases.push_back(p["name"]);
     CHECK(phases == std::vector<std::string>{"load", "requests", "loglikelihood", "cache setup", "prefill", "decode",
                                              "cache teardown"});
-    // one sample line per request: 5 gen + 5 x 4 choices + 5 loglikelihood + >= 5 rolling windows
+    // lm-eval's shape: one sample line per document and task (4 tasks x 5 documents)
     std::string samples = slurp(d.file("samples.jsonl"));
-    CHECK(count_lines(samples) >= 35);
+    CHECK(count_lines(samples) == 20);
     std::istringstream in(samples);
     std::string line;
     std::getline(in, line);
     json first = json::parse(line);
     CHECK(first["task"] == "story_generation");
-    CHECK(first["stop_reason"].is_string());
-    CHECK(first["output"].is_string());
-    CHECK(first["tokens"].is_number());
+    CHECK(first["doc_id"] == 0);
+    CHECK(first["filter"] == "none");
+    CHECK(first["resps"][0][0].is_string());
+    CHECK(first["filtered_resps"][0] == first["resps"][0][0]);
+    CHECK(first["arguments"]["gen_args_0"]["arg_1"]["max_gen_toks"].is_number());
+    CHECK(first["kveval"]["requests"][0]["stop_reason"].is_string());
+    CHECK(first["kveval"]["requests"][0]["tokens"].is_number());
+    CHECK(first["doc_hash"].get<std::string>().size() == 64);
   }
 
   TEST_CASE("bad input: one-line error naming the place, non-zero exit") {
@@ -166,9 +171,35 @@ TEST_SUITE("cli.run") {
     CHECK(r.out.find("nan") == std::string::npos);
     CHECK(r.out.find("inf") == std::string::npos);
     json res = json::parse(slurp(d.file("r.json")));
-    CHECK(res["request_errors"]["total"] == 2);
-    CHECK(res["results"]["empty"]["acc"].is_null());
-    CHECK(res["results"]["roll"]["word_perplexity"].is_number());
+    CHECK(res["kveval"]["request_errors"]["total"] == 2);
+    CHECK(res["results"]["empty"]["acc,none"].is_null());
+    CHECK(res["results"]["roll"]["word_perplexity,none"].is_number());
+  }
+
+  TEST_CASE("-o - and --log-samples - write to stdout (tables go to stderr); both at once is a usage error") {
+    TempDir d;
+    std::string spec = d.write("spec.json", spec_with(kLL));
+    Run r = run_kveval(d, "run " + quote(spec) + " -q -o -");
+    REQUIRE(r.code == 0);
+    json res = json::parse(r.out);  // stdout is the results document alone
+    CHECK(res["results"]["ll"]["perplexity,none"].is_number());
+    CHECK(res["versions"].contains("ll"));
+    CHECK(r.err.find("| ll") != std::string::npos);
+    Run s = run_kveval(d, "run " + quote(spec) + " -q --log-samples -");
+    REQUIRE(s.code == 0);
+    CHECK(count_lines(s.out) == 2);  // one line per document
+    std::istringstream in(s.out);
+    std::string line;
+    std::getline(in, line);
+    json first = json::parse(line);
+    CHECK(first["doc_id"] == 0);
+    CHECK(first["arguments"]["gen_args_0"]["arg_0"] == "Lily went to the");
+    CHECK(first["arguments"]["gen_args_0"]["arg_1"] == " park");
+    CHECK(first["metrics"] == json::array({"perplexity", "acc"}));
+    CHECK(first["perplexity"] == first["filtered_resps"][0][0]);
+    Run both = run_kveval(d, "run " + quote(spec) + " -q -o - --log-samples -");
+    CHECK(both.code == 2);
+    CHECK(both.out.empty());
   }
 
   TEST_CASE("--baseline: exit 3 when a metric got worse by more than --tolerance") {
@@ -179,7 +210,7 @@ TEST_SUITE("cli.run") {
     Run same = run_kveval(d, "run " + quote(spec) + " --baseline " + quote(d.file("base.json")));
     CHECK(same.code == 0);
     json base = json::parse(slurp(d.file("base.json")));
-    base["results"]["ll"]["perplexity"] = base["results"]["ll"]["perplexity"].get<double>() - 0.5;  // baseline was better
+    base["results"]["ll"]["perplexity,none"] = base["results"]["ll"]["perplexity,none"].get<double>() - 0.5;  // baseline was better
     std::ofstream(d.file("better.json")) << base.dump();
     Run worse = run_kveval(d, "run " + quote(spec) + " --baseline " + quote(d.file("better.json")) + " --tolerance 0.1");
     CHECK(worse.code == 3);
@@ -211,7 +242,7 @@ TEST_SUITE("cli.run") {
     CHECK(missing.err.find("zz: task in this run but not in the baseline") != std::string::npos);
     // a baseline value that is not a number
     json base = json::parse(slurp(d.file("base.json")));
-    base["results"]["ll"]["acc"] = "1";
+    base["results"]["ll"]["acc,none"] = "1";
     std::ofstream(d.file("str.json")) << base.dump();
     Run str = run_kveval(d, "run " + quote(spec) + " -q --baseline " + quote(d.file("str.json")));
     CHECK(str.code == 3);

@@ -44,20 +44,41 @@ TEST_SUITE("eval.metrics") {
     CHECK(count_words("word") == 1);
   }
 
-  TEST_CASE("acc_norm divides by UTF-8 bytes: café (5 bytes) vs cafe (4 bytes)") {
+  TEST_CASE("acc_norm divides by characters, acc_bytes by UTF-8 bytes (lm-eval pred_norm / pred_byte)") {
     TaskSpec t = task(OutputType::MultipleChoice);
+    t.metric_list = {"acc", "acc_norm", "acc_bytes"};
     Doc d;
-    d.choices = {"café", "cafe"};
+    d.choices = {"café", "cafe"};  // 4 characters each; 5 and 4 UTF-8 bytes
     d.gold = 0;
     t.docs = {d};
     DocOutcome o;
     o.ok = true;
-    o.choice_logprobs = {-4.5, -4.2};  // raw: cafe wins; per byte: -0.9 (café) > -1.05 (cafe)
+    o.choice_logprobs = {-4.5, -4.2};
+    // raw: cafe wins; per character: -1.125 (café) < -1.05 (cafe): cafe; per byte: -0.9 > -1.05: café
     auto ms = compute_metrics(t, std::vector<DocOutcome>{o});
     CHECK(find(ms, "acc").value == 0.0);
-    CHECK(find(ms, "acc_norm").value == 1.0);  // per character (4 vs 4) it would be 0
+    CHECK(find(ms, "acc_norm").value == 0.0);
+    CHECK(find(ms, "acc_bytes").value == 1.0);
     CHECK(find(ms, "acc").n == 1);
     CHECK(!find(ms, "acc").stderr_.has_value());
+    // the per-document values of the samples file agree
+    auto v = doc_metric_values(t, d, o);
+    REQUIRE(v.size() == 3);
+    CHECK(v[0].first == "acc");
+    CHECK(v[0].second == 0.0);
+    CHECK(v[1].second == 0.0);
+    CHECK(v[2].first == "acc_bytes");
+    CHECK(v[2].second == 1.0);
+    CHECK(count_chars("café") == 4);
+    CHECK(count_chars("日本") == 2);
+  }
+
+  TEST_CASE("default metrics are lm-eval's; acc_bytes and token_perplexity only when listed") {
+    CHECK(default_metrics_for(OutputType::MultipleChoice) == std::vector<std::string>{"acc", "acc_norm"});
+    CHECK(default_metrics_for(OutputType::LoglikelihoodRolling) ==
+          std::vector<std::string>{"word_perplexity", "byte_perplexity", "bits_per_byte"});
+    CHECK(default_metrics_for(OutputType::Loglikelihood) == std::vector<std::string>{"perplexity", "acc"});
+    CHECK(default_metrics_for(OutputType::GenerateUntil) == std::vector<std::string>{"exact_match"});
   }
 
   TEST_CASE("multiple_choice ties go to the first choice (numpy argmax)") {

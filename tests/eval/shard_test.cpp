@@ -109,7 +109,7 @@ TEST_SUITE("shard") {
     std::unique_ptr<Model> model = Model::load(model_path, ModelOptions{1});
     EvalSpec spec = load_spec(kveval::test::source_dir() + "/tasks/demo.json", model_path);
     RunResult single = run_eval(spec, *model);
-    const json single_results = results_json(spec, single, "");
+    const nlohmann::ordered_json single_results = results_json(spec, single, "");
     std::string single_samples;
     for (const auto& s : sample_records(spec, single)) single_samples += s.dump() + "\n";
 
@@ -134,17 +134,17 @@ TEST_SUITE("shard") {
           continue;
         }
         REQUIRE(r.is_root());
-        json jr = results_json(spec, r, "");
+        nlohmann::ordered_json jr = results_json(spec, r, "");
         CHECK(jr["results"] == single_results["results"]);
         CHECK(jr["n-samples"] == single_results["n-samples"]);
-        CHECK(jr["request_errors"] == single_results["request_errors"]);
+        CHECK(jr["kveval"]["request_errors"] == single_results["kveval"]["request_errors"]);
         std::string samples;
         for (const auto& s : sample_records(spec, r)) samples += s.dump() + "\n";
         CHECK(samples == single_samples);
         // every rank's phases, and the per-phase figures of the results file
         REQUIRE(r.rank_phases.size() == static_cast<size_t>(size));
-        REQUIRE(jr.contains("distributed"));
-        CHECK(jr["distributed"]["ranks"] == size);
+        REQUIRE(jr["kveval"].contains("distributed"));
+        CHECK(jr["kveval"]["distributed"]["ranks"] == size);
         // tokens of the work phases add up to the one-process figures; replicated phases count once
         for (const auto& name : {"loglikelihood", "prefill", "decode", "requests"}) {
           int64_t a = 0, b = 0;

@@ -47,7 +47,7 @@ TEST_SUITE("eval.spec") {
     REQUIRE(s.tasks.size() == 1);
     const TaskSpec& t = s.tasks[0];
     CHECK(t.target_delimiter == " ");
-    CHECK(t.metric_list == std::vector<std::string>{"acc", "perplexity"});
+    CHECK(t.metric_list == std::vector<std::string>{"perplexity", "acc"});  // lm-eval's defaults
     CHECK(t.n_docs_total == 3);  // blank line skipped
     REQUIRE(t.docs.size() == 2);  // limit
     CHECK(t.docs[0].context == "Q: Lily went to the");

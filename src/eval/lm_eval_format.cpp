@@ -1,0 +1,342 @@
+#include "eval/lm_eval_format.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "eval/filters.hpp"
+#include "eval/metrics.hpp"
+#include "eval/report.hpp"
+#include "util/error.hpp"
+#include "util/hash.hpp"
+
+namespace kveval::eval {
+
+using nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+std::string results_key(std::string_view metric, std::string_view filter) {
+  return fmt::format("{},{}", metric, filter);
+}
+
+std::string hash_string(std::string_view s) { return sha256_hex(s); }
+
+namespace {
+
+constexpr const char* kFilter = "none";  // kveval applies no filter yet: lm-eval's name for "no filter"
+
+ojson finite_or(const std::optional<double>& v, ojson otherwise) {
+  return v && std::isfinite(*v) ? ojson(*v) : otherwise;
+}
+
+/// lm-eval's str(target) of a document: the gold index for multiple choice, else the target text.
+std::string target_string(const TaskSpec& t, const Doc& d) {
+  if (t.output_type == OutputType::MultipleChoice) return std::to_string(d.gold);
+  return d.target;
+}
+
+/// The task's configuration with lm-eval's TaskConfig keys.
+ojson task_config(const TaskSpec& t) {
+  ojson c;
+  c["task"] = t.name;
+  c["dataset_path"] = t.dataset_path.empty() ? ojson(nullptr) : ojson(t.dataset_path);
+  c["fewshot_split"] = t.fewshot_split.empty() ? ojson(nullptr) : ojson(t.fewshot_split);
+  c["doc_to_text"] = t.doc_to_text;
+  c["doc_to_target"] = t.doc_to_target;
+  c["doc_to_choice"] = ojson::parse(t.doc_to_choice.dump());
+  c["description"] = t.description;
+  c["target_delimiter"] = t.target_delimiter;
+  c["fewshot_delimiter"] = t.fewshot_delimiter;
+  c["num_fewshot"] = t.num_fewshot;
+  ojson ml = ojson::array();
+  for (const auto& m : t.metric_list)
+    ml.push_back({{"metric", m},
+                  {"aggregation", m == "perplexity" ? "perplexity"
+                                  : (m.find("perplexity") != std::string::npos ? "weighted_perplexity"
+                                                                               : (m == "bits_per_byte" ? "bits_per_byte" : "mean"))},
+                  {"higher_is_better", higher_is_better(m)}});
+  c["metric_list"] = ml;
+  c["output_type"] = to_string(t.output_type);
+  if (t.output_type == OutputType::GenerateUntil)
+    c["generation_kwargs"] = {{"until", t.generation_kwargs.until}, {"max_gen_toks", t.generation_kwargs.max_gen_toks}};
+  if (t.fewshot_sampler != "default") c["fewshot_config"] = {{"sampler", t.fewshot_sampler}};
+  if (!t.filter_list.empty()) {
+    ojson fl = ojson::array();
+    for (const auto& p : t.filter_list) {
+      ojson steps = ojson::array();
+      for (const auto& st : p.steps) {
+        ojson sj = {{"function", st.function}};
+        if (st.function == "regex")
+          sj.update({{"regex_pattern", st.regex_pattern}, {"group_select", st.group_select}, {"fallback", st.fallback}});
+        steps.push_back(sj);
+      }
+      fl.push_back({{"name", p.name}, {"filter", steps}});
+    }
+    c["filter_list"] = fl;
+  }
+  c["repeats"] = 1;
+  c["should_decontaminate"] = false;
+  c["metadata"] = {{"version", t.version ? ojson(*t.version) : ojson(nullptr)}};
+  if (!t.source.empty()) c["lm_eval_yaml"] = t.source;
+  return c;
+}
+
+/// The lm-eval sample of one document after one filter pipeline (see sample_records).
+ojson sample_of(const TaskSpec& task, int t, size_t di, const FilterPipeline& pipe, const RunResult& res,
+                const std::vector<size_t>& reqs) {
+  const Doc& d = task.docs[di];
+  const DocOutcome* o = static_cast<size_t>(t) < res.docs.size() && di < res.docs[static_cast<size_t>(t)].size()
+                            ? &res.docs[static_cast<size_t>(t)][di]
+                            : nullptr;
+  const std::string target = target_string(task, d);
+  ojson arguments = ojson::object(), resps = ojson::array(), filtered = ojson::array(), extra = ojson::array();
+  auto add_args = [&](size_t k, std::vector<ojson> args) {
+    ojson a = ojson::object();
+    for (size_t j = 0; j < args.size(); ++j) a[fmt::format("arg_{}", j)] = std::move(args[j]);
+    arguments[fmt::format("gen_args_{}", k)] = std::move(a);
+  };
+  std::string prompt = d.context;
+  std::optional<std::string> filtered_text;  // generate_until: the output after `pipe`
+  std::string filter_error;
+  switch (task.output_type) {
+    case OutputType::Loglikelihood:
+    case OutputType::MultipleChoice:
+      for (size_t k = 0; k < reqs.size(); ++k) {
+        const Request& r = res.requests[reqs[k]];
+        const RequestOutcome& ro = res.outcomes[reqs[k]];
+        // the continuation as requests.cpp built it
+        std::string cont = r.index >= 0 ? task.target_delimiter + d.choices[static_cast<size_t>(r.index)]
+                                        : (task.loglikelihood_delimiter ? task.target_delimiter : std::string()) + d.target;
+        add_args(k, {d.context, cont});
+        ojson pair = ro.ran ? ojson::array({ro.logprob, ro.is_greedy}) : ojson(nullptr);
+        resps.push_back(ojson::array({pair}));
+        filtered.push_back(pair);
+      }
+      break;
+    case OutputType::LoglikelihoodRolling: {
+      // lm-eval sends one request per document; kveval's windows add up to it
+      prompt = d.target;
+      add_args(0, {d.target});
+      ojson ll = o && o->ok ? ojson(o->logprob) : ojson(nullptr);
+      resps.push_back(ojson::array({ll}));
+      filtered.push_back(ll);
+      break;
+    }
+    case OutputType::GenerateUntil:
+      for (size_t k = 0; k < reqs.size(); ++k) {
+        const RequestOutcome& ro = res.outcomes[reqs[k]];
+        add_args(k, {d.context, ojson{{"until", task.generation_kwargs.until},
+                                      {"max_gen_toks", task.generation_kwargs.max_gen_toks}}});
+        resps.push_back(ojson::array({ro.ran ? ojson(ro.output) : ojson(nullptr)}));
+        ojson f = nullptr;
+        if (ro.ran) {
+          try {
+            filtered_text = apply_filter_pipeline(pipe, ro.output);
+            f = *filtered_text;
+          } catch (const std::exception& e) {  // e.g. group_select past the matches: no value for this doc
+            filter_error = e.what();
+          }
+        }
+        filtered.push_back(f);
+      }
+      break;
+  }
+  for (size_t i : reqs) {
+    const Request& r = res.requests[i];
+    const RequestOutcome& ro = res.outcomes[i];
+    const bool gen = r.kind == RequestKind::Generate;
+    ojson e;
+    e["kind"] = to_string(r.kind);
+    e["index"] = r.index < 0 ? ojson(nullptr) : ojson(r.index);
+    e["n_context_tokens"] = r.n_context_tokens;
+    e["tokens"] = ro.ran ? ojson(gen ? ro.tokens : r.n_continuation_tokens) : ojson(nullptr);
+    e["truncated_tokens"] = r.truncated_tokens;
+    if (gen) e["stop_reason"] = ro.ran ? ojson(ro.stop_reason) : ojson(nullptr);
+    e["error"] = r.error.empty() ? (ro.ran ? ojson(nullptr) : ojson("not run")) : ojson(r.error);
+    extra.push_back(std::move(e));
+  }
+  std::vector<std::pair<std::string, json>> values;
+  if (o && (task.output_type != OutputType::GenerateUntil || filtered_text))
+    values = doc_metric_values(task, d, *o, filtered_text ? &*filtered_text : nullptr);
+  ojson s;
+  s["doc_id"] = di;
+  const ojson doc = ojson::parse(d.raw.dump());
+  s["doc"] = doc;
+  s["target"] = target;
+  s["arguments"] = arguments;
+  s["resps"] = resps;
+  s["filtered_resps"] = filtered;
+  s["filter"] = pipe.name;
+  ojson names = ojson::array();
+  for (const auto& [name, v] : values) names.push_back(name);
+  s["metrics"] = names;
+  s["doc_hash"] = hash_string(doc.dump(2, ' ', false, ojson::error_handler_t::replace));
+  s["prompt_hash"] = hash_string(prompt);
+  s["target_hash"] = hash_string(target);
+  for (const auto& [name, v] : values) s[name] = ojson::parse(v.dump());
+  if (o && !o->ok) s["error"] = o->error;
+  else if (!filter_error.empty()) s["error"] = "filter " + pipe.name + ": " + filter_error;
+  s["task"] = task.name;
+  s["kveval"] = {{"requests", extra}};
+  return s;
+}
+
+}  // namespace
+
+ojson results_json(const EvalSpec& spec, const RunResult& res, const std::string& model_sha256) {
+  ojson j;
+  ojson results = ojson::object(), group_subtasks = ojson::object(), configs = ojson::object(),
+        versions = ojson::object(), n_shot = ojson::object(), hib = ojson::object(), n_samples = ojson::object(),
+        notes = ojson::object(), errors = ojson::object();
+  for (size_t t = 0; t < spec.tasks.size(); ++t) {
+    const TaskSpec& task = spec.tasks[t];
+    ojson r;
+    r["alias"] = task.name;
+    ojson tn = ojson::object(), th = ojson::object();
+    if (t < res.metrics.size()) {
+      for (const auto& m : res.metrics[t]) {
+        r[results_key(m.name, m.filter)] = finite_or(m.value, nullptr);
+        r[results_key(m.name + "_stderr", m.filter)] = finite_or(m.stderr_, "N/A");
+        if (!m.note.empty()) tn[results_key(m.name, m.filter)] = m.note;
+        th[m.name] = m.higher_is_better;
+      }
+    }
+    results[task.name] = r;
+    group_subtasks[task.name] = ojson::array();
+    configs[task.name] = task_config(task);
+    versions[task.name] = task.version ? ojson(*task.version) : ojson(nullptr);
+    n_shot[task.name] = task.num_fewshot;
+    hib[task.name] = th;
+    n_samples[task.name] = {{"original", task.n_docs_total}, {"effective", static_cast<int>(task.docs.size())}};
+    if (!tn.empty()) notes[task.name] = tn;
+    errors[task.name] = t < res.task_errors.size() ? res.task_errors[t] : 0;
+  }
+  j["results"] = results;
+  j["group_subtasks"] = group_subtasks;
+  j["configs"] = configs;
+  j["versions"] = versions;
+  j["n-shot"] = n_shot;
+  j["higher_is_better"] = hib;
+  j["n-samples"] = n_samples;
+  j["config"] = {{"model", "kveval"},
+                 {"model_args", fmt::format("pretrained={},dtype=float32,threads={}", res.model_path, res.threads)},
+                 {"model_dtype", "float32"},
+                 {"batch_size", spec.batch_size},
+                 {"batch_sizes", ojson::array()},
+                 {"device", "cpu"},
+                 {"use_cache", nullptr},
+                 {"limit", spec.limit ? ojson(*spec.limit) : ojson(nullptr)},
+                 {"bootstrap_iters", 0},
+                 {"gen_kwargs", nullptr},
+                 {"random_seed", 0},
+                 {"numpy_seed", 1234},
+                 {"torch_seed", 1234},
+                 {"fewshot_seed", spec.seed}};
+  j["git_hash"] = git_hash();
+  double total = 0;
+  for (const auto& p : res.phases) total += p.seconds;
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  j["date"] = now - total;
+  j["total_evaluation_time_seconds"] = fmt::format("{}", total);
+
+  // everything kveval-specific
+  ojson k;
+  k["version"] = version();
+  k["git_hash"] = git_hash();
+  k["model"] = {{"path", res.model_path}, {"sha256", model_sha256}};
+  k["spec"] = spec.path;
+  k["threads"] = res.threads;
+  k["max_length"] = res.max_length;
+  k["request_errors"] = {{"total", res.n_request_errors}, {"per_task", errors}};
+  k["notes"] = notes;
+  ojson phases = ojson::array();
+  for (const auto& p : res.phases)
+    phases.push_back({{"name", p.name},
+                      {"seconds", p.seconds},
+                      {"tokens", p.tokens},
+                      {"tokens_per_second", p.tokens > 0 && p.seconds > 0 ? ojson(static_cast<double>(p.tokens) / p.seconds)
+                                                                         : ojson(nullptr)}});
+  k["phases"] = phases;
+  k["cache"] = {{"bytes_before_generation", res.cache_bytes_before},
+                {"bytes_at_setup", res.cache_bytes_setup},
+                {"bytes_after_teardown", res.cache_bytes_after},
+                {"rows", res.cache_rows},
+                {"positions", res.cache_positions}};
+  k["instrumentation"] = {{"loglikelihood_forward_calls", res.ll_forward_calls},
+                          {"loglikelihood_forward_with_cache_setup", res.ll_forward_with_cache_setup},
+                          {"loglikelihood_forward_cached", res.ll_forward_cached}};
+  k["warnings"] = res.warnings;
+  if (res.n_ranks > 1) {
+    ojson dp = ojson::array();
+    for (const auto& d : distributed_phases(res))
+      dp.push_back({{"name", d.name},
+                    {"wall_seconds", d.wall_seconds},
+                    {"cpu_seconds", d.cpu_seconds},
+                    {"tokens", d.tokens},
+                    {"tokens_per_second", d.tokens > 0 && d.wall_seconds > 0
+                                              ? ojson(static_cast<double>(d.tokens) / d.wall_seconds)
+                                              : ojson(nullptr)},
+                    {"imbalance", d.imbalance ? ojson(*d.imbalance) : ojson(nullptr)},
+                    {"rank_seconds", d.rank_seconds}});
+    k["distributed"] = {{"ranks", res.n_ranks}, {"hosts", res.hosts}, {"phases", dp}};
+  }
+  j["kveval"] = k;
+  return j;
+}
+
+std::vector<ojson> sample_records(const EvalSpec& spec, const RunResult& res) {
+  // requests of each (task, doc), in request order
+  std::map<std::pair<int, int>, std::vector<size_t>> by_doc;
+  for (size_t i = 0; i < res.requests.size(); ++i) by_doc[{res.requests[i].task, res.requests[i].doc}].push_back(i);
+  const std::vector<size_t> no_requests;
+  std::vector<ojson> out;
+  for (size_t t = 0; t < spec.tasks.size(); ++t) {
+    const TaskSpec& task = spec.tasks[t];
+    // lm-eval writes one sample per filter pipeline and document, filters outermost
+    std::vector<FilterPipeline> pipes = task.output_type == OutputType::GenerateUntil ? task.filter_list
+                                                                                     : std::vector<FilterPipeline>{};
+    if (pipes.empty()) pipes.push_back({kFilter, {}});
+    for (const FilterPipeline& pipe : pipes) {
+      for (size_t di = 0; di < task.docs.size(); ++di)
+        out.push_back(sample_of(task, static_cast<int>(t), di, pipe, res, [&]() -> const std::vector<size_t>& {
+          auto it = by_doc.find({static_cast<int>(t), static_cast<int>(di)});
+          return it == by_doc.end() ? no_requests : it->second;
+        }()));
+    }
+  }
+  return out;
+}
+
+json baseline_metrics(const json& doc) {
+  if (!doc.is_object() || !doc.contains("results") || !doc["results"].is_object())
+    throw SpecError("baseline: not a kveval results file (no \"results\" object)");
+  auto ends = [](const std::string& s, std::string_view suf) {
+    return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+  };
+  json out = json::object();
+  for (auto t = doc["results"].begin(); t != doc["results"].end(); ++t) {
+    if (!t.value().is_object()) {
+      out[t.key()] = t.value();  // compare_baseline reports it
+      continue;
+    }
+    json m = json::object();
+    for (auto k = t.value().begin(); k != t.value().end(); ++k) {
+      std::string name = k.key(), filter;
+      if (size_t comma = name.find(','); comma != std::string::npos) {
+        filter = name.substr(comma + 1);
+        name.resize(comma);
+      }
+      if (name == "alias" || name == "name" || name == "sample_len" || name == "sample_count" || ends(name, "_stderr") ||
+          ends(name, "_note"))
+        continue;
+      m[filter.empty() || filter == kFilter ? name : name + "," + filter] = k.value();
+    }
+    out[t.key()] = m;
+  }
+  return out;
+}
+
+}  // namespace kveval::eval
