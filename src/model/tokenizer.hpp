@@ -30,6 +30,13 @@ enum class TokenizerKind { Spm, Bpe };
 class PreTokenizer;
 class BpeMerges;
 
+/// Token text -> id, searchable by std::string_view without a copy.
+struct TokenTextHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using TokenIndex = std::unordered_map<std::string, int32_t, TokenTextHash, std::equal_to<>>;
+
 /// Special ids and flags of a vocabulary (-1: none).
 struct SpecialTokens {
   int32_t bos = -1;   ///< tokenizer.ggml.bos_token_id
@@ -130,7 +137,7 @@ class Tokenizer {
   std::vector<std::string> tokens_;
   std::vector<float> scores_;
   std::vector<int32_t> types_;
-  std::unordered_map<std::string, int32_t> index_;
+  TokenIndex index_;
   struct Trie;                                  // special-token texts (tokenizer_special.cpp)
   std::shared_ptr<const Trie> user_trie_;       // user-defined tokens: always matched
   std::shared_ptr<const Trie> special_trie_;    // + control and unknown tokens: parse_special

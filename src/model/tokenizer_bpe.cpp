@@ -80,9 +80,10 @@ std::string unicode_to_bytes(std::string_view text) {
   return out;
 }
 
-BpeMerges::BpeMerges(const std::vector<std::string>& merges, const std::unordered_map<std::string, int32_t>& index) {
+BpeMerges::BpeMerges(const std::vector<std::string>& merges, const TokenIndex& index) {
   table_.reserve(merges.size());
-  auto find = [&](size_t r, const std::string& m, const std::string& t) -> int32_t {
+  std::string joined;
+  auto find = [&](size_t r, const std::string& m, std::string_view t) -> int32_t {
     auto it = index.find(t);
     if (it == index.end())
       throw FormatError(fmt::format("key 'tokenizer.ggml.merges'[{}] \"{}\": token \"{}\" is not in the vocabulary", r,
@@ -95,17 +96,19 @@ BpeMerges::BpeMerges(const std::vector<std::string>& merges, const std::unordere
     if (sp == std::string::npos || sp + 1 >= m.size())
       throw FormatError(fmt::format("key 'tokenizer.ggml.merges'[{}] \"{}\": expected two tokens separated by a space",
                                     r, m));
-    const std::string left = m.substr(0, sp), right = m.substr(sp + 1);
-    const int32_t a = find(r, m, left), b = find(r, m, right), ab = find(r, m, left + right);
+    const std::string_view left = std::string_view(m).substr(0, sp), right = std::string_view(m).substr(sp + 1);
+    joined.assign(left);
+    joined += right;
+    const int32_t a = find(r, m, left), b = find(r, m, right), ab = find(r, m, joined);
     table_.emplace(key(a, b), Merge{static_cast<int32_t>(r), ab});  // the first (lowest) rank wins
   }
 }
 
-void BpeMerges::encode_word(std::string_view word, const std::unordered_map<std::string, int32_t>& index,
+void BpeMerges::encode_word(std::string_view word, const TokenIndex& index,
                             bool ignore_merges, std::vector<int32_t>& out) const {
   if (word.empty()) return;
   if (ignore_merges) {
-    if (auto it = index.find(std::string(word)); it != index.end()) {
+    if (auto it = index.find(word); it != index.end()) {
       out.push_back(it->second);
       return;
     }
@@ -119,7 +122,7 @@ void BpeMerges::encode_word(std::string_view word, const std::unordered_map<std:
   syms.reserve(word.size());
   for (size_t i = 0; i < word.size();) {
     const size_t n = std::min(utf8_len(static_cast<unsigned char>(word[i])), word.size() - i);
-    auto it = index.find(std::string(word.substr(i, n)));
+    auto it = index.find(word.substr(i, n));
     const int idx = static_cast<int>(syms.size());
     syms.push_back(Sym{it == index.end() ? -1 : it->second, static_cast<uint32_t>(i), static_cast<uint32_t>(n), idx - 1,
                        i + n == word.size() ? -1 : idx + 1});
@@ -164,7 +167,7 @@ void BpeMerges::encode_word(std::string_view word, const std::unordered_map<std:
       continue;
     }
     for (size_t k = 0; k < s.len; ++k) {  // llama.cpp: the tokens of its single bytes, when they exist
-      auto it = index.find(std::string(1, word[s.start + k]));
+      auto it = index.find(word.substr(s.start + k, 1));
       if (it != index.end()) out.push_back(it->second);
     }
   }

@@ -12,6 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "model/tokenizer.hpp"
+
 namespace kveval {
 
 /// GPT-2 bytes_to_unicode: the UTF-8 text of the code point standing for byte `b`
@@ -31,7 +33,7 @@ class BpeMerges {
   /// FormatError "key 'tokenizer.ggml.merges'[r] \"...\": ..." when a merge has
   /// no space or names a token (left, right or their concatenation) that is
   /// not in the vocabulary.
-  BpeMerges(const std::vector<std::string>& merges, const std::unordered_map<std::string, int32_t>& index);
+  BpeMerges(const std::vector<std::string>& merges, const TokenIndex& index);
 
   size_t size() const { return table_.size(); }
 
@@ -40,7 +42,7 @@ class BpeMerges {
   /// is emitted whole. Symbols that end up outside the vocabulary (only
   /// possible for characters without a token) emit the tokens of their single
   /// bytes, when those exist, as llama.cpp.
-  void encode_word(std::string_view word, const std::unordered_map<std::string, int32_t>& index, bool ignore_merges,
+  void encode_word(std::string_view word, const TokenIndex& index, bool ignore_merges,
                    std::vector<int32_t>& out) const;
 
  private:

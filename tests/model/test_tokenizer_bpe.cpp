@@ -231,6 +231,10 @@ TEST_SUITE("model.tokenizer_bpe") {
     CHECK(d.push(ids[6]).empty());
     CHECK(d.push(ids[7]) == kE);
     CHECK(d.flush().empty());
+    // Invalid UTF-8 in the input survives byte for byte (each byte is a token).
+    const std::string junk = "a\xFF\xFE" "b\xE2\x96";
+    CHECK(t.encode(junk, false) == Ids{'a', 0xFF, 0xFE, 'b', 0xE2, 0x96});
+    CHECK(t.decode(t.encode(junk, false)) == junk);
   }
 
   TEST_CASE("bad files: one-line errors naming file and key") {
