@@ -41,6 +41,7 @@ struct RunArgs {
   int threads = -1;
   int batch_size = -1;
   int limit = -1;
+  int bootstrap_iters = -1;
   bool quiet = false;
   bool tolerance_given = false;
   std::string cache_policy = "release";
@@ -141,6 +142,7 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
   if (a.threads < 0 && spec.threads == 0 && dist.local_size() > 1)
     spec.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / dist.local_size());
   if (a.batch_size > 0) spec.batch_size = a.batch_size;
+  if (a.bootstrap_iters >= 0) spec.bootstrap_iters = a.bootstrap_iters;
   if (a.limit >= 0) {
     spec.limit = a.limit;
     for (auto& t : spec.tasks)
@@ -234,6 +236,9 @@ void add_run_command(CLI::App& app, Action& action) {
       ->check(at_least(0, true));
   cmd->add_option("--batch-size", args->batch_size, "rows per batch (overrides the spec)")->check(at_least(1, true));
   cmd->add_option("--limit", args->limit, "documents per task at most (overrides the spec)")->check(at_least(0, true));
+  cmd->add_option("--bootstrap-iters", args->bootstrap_iters,
+                  "bootstrap resamples for the stderr of perplexity (lm-eval's default 100000; 0 = no stderr)")
+      ->check(at_least(0, true));
   cmd->add_flag("--quiet,-q", args->quiet, "no informational lines on stderr");
   cmd->add_option("--cache-policy", args->cache_policy,
                   "generation cache on scope exit: release (delete, default) or reuse (keep the allocation, reset)")

@@ -229,7 +229,7 @@ ojson results_json(const EvalSpec& spec, const RunResult& res, const std::string
                  {"device", "cpu"},
                  {"use_cache", nullptr},
                  {"limit", spec.limit ? ojson(*spec.limit) : ojson(nullptr)},
-                 {"bootstrap_iters", 0},
+                 {"bootstrap_iters", spec.bootstrap_iters},
                  {"gen_kwargs", nullptr},
                  {"random_seed", 0},
                  {"numpy_seed", 1234},

@@ -1,5 +1,7 @@
 #include "eval/metrics.hpp"
 
+#include "util/py_random.hpp"
+
 #include "eval/filters.hpp"
 
 #include <algorithm>
@@ -62,13 +64,6 @@ int64_t count_chars(std::string_view text) {
 
 std::string metric_key(const std::string& name, const std::string& filter) {
   return filter == "none" ? name : name + "," + filter;
-}
-
-std::string normalize_answer(std::string_view s) {
-  size_t a = 0, b = s.size();
-  while (a < b && is_space(s[a])) ++a;
-  while (b > a && is_space(s[b - 1])) --b;
-  return std::string(s.substr(a, b - a));
 }
 
 namespace {
@@ -141,10 +136,8 @@ std::vector<std::pair<std::string, nlohmann::json>> doc_metric_values(const Task
       case OutputType::GenerateUntil:
         if (name == "exact_match" && d.has_target) {
           const std::string& out = filtered ? *filtered : o.output;
-          v = normalize_answer(exact_match_normalize(task.exact_match, out)) ==
-                      normalize_answer(exact_match_normalize(task.exact_match, d.target))
-                  ? 1.0
-                  : 0.0;
+          v = exact_match_normalize(task.exact_match, out) == exact_match_normalize(task.exact_match, d.target) ? 1.0
+                                                                                                              : 0.0;
         }
         break;
     }
@@ -153,7 +146,31 @@ std::vector<std::pair<std::string, nlohmann::json>> doc_metric_values(const Task
   return out;
 }
 
-std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const DocOutcome> outcomes) {
+std::optional<double> bootstrap_stderr_perplexity(std::span<const double> ll, int iters) {
+  if (iters < 1 || ll.empty()) return std::nullopt;
+  const int chunk = std::min(1000, iters);
+  std::vector<double> res;
+  res.reserve(static_cast<size_t>(iters / chunk) * static_cast<size_t>(chunk));
+  std::vector<double> draw(ll.size());
+  for (int i = 0; i < iters / chunk; ++i) {
+    PyRandom rnd(static_cast<uint64_t>(i));
+    for (int c = 0; c < chunk; ++c) {
+      double sum = 0;
+      for (size_t idx : rnd.choices(ll.size(), ll.size())) sum += ll[idx];
+      res.push_back(std::exp(-(sum / static_cast<double>(ll.size()))));
+    }
+  }
+  if (res.size() < 2) return std::nullopt;
+  // sample_stddev (n - 1), summed left to right as Python's sum()
+  double mu = 0;
+  for (double x : res) mu += x;
+  mu /= static_cast<double>(res.size());
+  double ss = 0;
+  for (double x : res) ss += (x - mu) * (x - mu);
+  return std::sqrt(ss / static_cast<double>(res.size() - 1));
+}
+
+std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const DocOutcome> outcomes, int bootstrap_iters) {
   std::vector<MetricValue> all;
   std::vector<double> acc, acc_norm, acc_bytes, ll;
   // generate_until: one exact_match list per filter pipeline ("none": the raw output)
@@ -190,8 +207,7 @@ std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const D
         for (size_t p = 0; p < pipes.size(); ++p) {
           try {
             std::string out = apply_filter_pipeline(pipes[p], o.output);
-            bool hit = normalize_answer(exact_match_normalize(task.exact_match, out)) ==
-                       normalize_answer(exact_match_normalize(task.exact_match, d.target));
+            bool hit = exact_match_normalize(task.exact_match, out) == exact_match_normalize(task.exact_match, d.target);
             em[p].push_back(hit ? 1.0 : 0.0);
           } catch (const std::exception& e) {
             // e.g. group_select past the matches (lm-eval raises): left out of the metric, counted in its note
@@ -201,6 +217,11 @@ std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const D
         break;
     }
   }
+  auto mean_metric = [bootstrap_iters](const std::string& name, const std::vector<double>& v) {
+    MetricValue m = eval::mean_metric(name, v);
+    if (bootstrap_iters < 1 && m.value) m.stderr_.reset(), m.note = "bootstrap_iters 0: no stderr";
+    return m;
+  };
   for (const auto& name : task.metric_list) {
     if (name == "acc") {
       all.push_back(mean_metric(name, acc));
@@ -220,9 +241,9 @@ std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const D
         double p = std::exp(-*mu);
         if (std::isfinite(p)) {
           m.value = p;
-          auto se = mean_stderr(ll);
-          if (se) m.stderr_ = p * *se;  // delta method: d/dmu exp(-mu) = -exp(-mu)
-          else m.note = "stderr needs n >= 2";
+          // lm-eval: perplexity is a bootstrappable aggregation (lm_eval/api/metrics.py stderr_for_metric)
+          m.stderr_ = bootstrap_stderr_perplexity(ll, bootstrap_iters);
+          if (!m.stderr_) m.note = bootstrap_iters < 1 ? "bootstrap_iters 0: no stderr" : "stderr needs n >= 2";
         } else {
           m.note = "overflow";
         }

@@ -54,10 +54,6 @@ int argmax_first(std::span<const double> x);
 /// True when the metric improves as it grows (acc, acc_norm, acc_bytes, exact_match).
 bool higher_is_better(const std::string& metric);
 
-/// Normalisation used by exact_match: leading and trailing whitespace removed
-/// (space, tab, newline, CR, FF, VT); nothing else changes (case and punctuation count).
-std::string normalize_answer(std::string_view s);
-
 /// Characters of a UTF-8 text (code points; a byte that does not start a
 /// sequence is not counted): Python's len(str) for valid UTF-8.
 int64_t count_chars(std::string_view text);
@@ -76,7 +72,7 @@ std::vector<std::pair<std::string, nlohmann::json>> doc_metric_values(const Task
 /// Metrics of one task from its documents' outcomes (outcomes[i] belongs to
 /// task.docs[i]), restricted to task.metric_list, in that order.
 /// - loglikelihood: acc = mean(is_greedy); perplexity = exp(-mean(logprob)) over
-///   requests (lm-eval `perplexity`), stderr by the delta method ppl * se(logprob).
+///   requests (lm-eval `perplexity`), stderr by lm-eval's bootstrap.
 /// - multiple_choice: acc = mean(argmax(ll) == gold); acc_norm = mean(argmax(ll_i /
 ///   characters(choice_i)) == gold); acc_bytes = mean(argmax(ll_i / utf8_bytes(choice_i)) == gold)
 ///   (lm-eval's pred_norm and pred_byte).
@@ -84,10 +80,20 @@ std::vector<std::pair<std::string, nlohmann::json>> doc_metric_values(const Task
 ///   exp(-sum(ll)/sum(bytes)), bits_per_byte = -sum(ll)/(sum(bytes) ln 2) (lm-eval
 ///   weighted_perplexity / bits_per_byte), token_perplexity = exp(-sum(ll)/sum(tokens));
 ///   corpus-level ratios have no stderr (as lm-eval).
-/// - generate_until: exact_match = mean(normalize_answer(em(f(output))) == normalize_answer(em(target))),
+/// - generate_until: exact_match = mean(em(f(output)) == em(target)) (no whitespace stripping, as lm-eval),
 ///   where em applies the task's exact_match options (exact_match_normalize) and f
 ///   is each filter pipeline of task.filter_list (one value per pipeline, named by
 ///   MetricValue::filter), or the raw output when there is none (filter "none").
-std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const DocOutcome> outcomes);
+/// `bootstrap_iters` as lm-eval's --bootstrap_iters: the stderr of `perplexity` is
+/// bootstrap_stderr_perplexity; 0 gives no stderr for any metric.
+std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const DocOutcome> outcomes,
+                                         int bootstrap_iters = 100000);
+
+/// lm-eval's bootstrap_stderr(perplexity, ll, iters) (lm_eval/api/metrics.py,
+/// single-process path, which the pool reproduces): iters // min(1000, iters)
+/// chunks; chunk i draws min(1000, iters) resamples with random.Random(i).choices,
+/// each giving exp(-mean); the result is their sample standard deviation.
+/// nullopt for iters < 1 or an empty list. Cost: iters x n draws.
+std::optional<double> bootstrap_stderr_perplexity(std::span<const double> ll, int iters);
 
 }  // namespace kveval::eval

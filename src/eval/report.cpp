@@ -54,7 +54,6 @@ std::string table(const std::vector<std::string>& head, const std::vector<std::v
   return out;
 }
 
-json opt_json(const std::optional<double>& v) { return v && std::isfinite(*v) ? json(*v) : json(nullptr); }
 
 }  // namespace
 

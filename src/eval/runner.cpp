@@ -338,7 +338,7 @@ RunResult run_eval_impl(const EvalSpec& spec, Model& model, const RunOptions& op
   std::vector<int> task_requests(spec.tasks.size(), 0);
   for (const Request& r : res.requests) ++task_requests[static_cast<size_t>(r.task)];
   for (size_t t = 0; t < spec.tasks.size(); ++t) {
-    res.metrics.push_back(compute_metrics(spec.tasks[t], res.docs[t]));
+    res.metrics.push_back(compute_metrics(spec.tasks[t], res.docs[t], spec.bootstrap_iters));
     // every document failed: say so instead of compute_metrics' "no documents"
     bool any_ok = std::any_of(res.docs[t].begin(), res.docs[t].end(), [](const DocOutcome& d) { return d.ok; });
     if (res.docs[t].empty() || any_ok) continue;

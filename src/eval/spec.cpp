@@ -246,6 +246,7 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
   if (!t.doc_to_choice.is_null() && t.output_type != OutputType::MultipleChoice)
     w.key("doc_to_choice").fail(fmt::format("only multiple_choice tasks take choices (this task is {})", to_string(t.output_type)));
 
+  bool given_until = false;
   if (tj.contains("generation_kwargs")) {
     Where gw = w.key("generation_kwargs");
     if (t.output_type != OutputType::GenerateUntil) gw.fail("only generate_until tasks take generation_kwargs");
@@ -273,11 +274,14 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
                                                 m.get<int64_t>(), *spec.max_length));
       t.generation_kwargs.max_gen_toks = static_cast<int>(expect_int(m, gw.key("max_gen_toks"), 0, hi));
     }
+    given_until = g.contains("until");
     if (g.contains("do_sample") && !(g["do_sample"].is_boolean() && !g["do_sample"].get<bool>()))
       gw.key("do_sample").fail("only greedy decoding is supported (do_sample must be false)");
     if (g.contains("temperature") && !(g["temperature"].is_number() && g["temperature"].get<double>() == 0.0))
       gw.key("temperature").fail("only greedy decoding is supported (temperature must be 0)");
   }
+  // lm-eval (lm_eval/config/task.py): a generate_until task without `until` stops at its fewshot_delimiter
+  if (t.output_type == OutputType::GenerateUntil && !given_until) t.generation_kwargs.until = {t.fewshot_delimiter};
 
   if (tj.contains("metric_list")) {
     Where mw = w.key("metric_list");
@@ -346,7 +350,7 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
                     const std::string& model_override) {
   Where w{origin, ""};
   if (!j.is_object()) w.fail(fmt::format("expected a JSON object at the top level, got {}", json_excerpt(j)));
-  check_keys(j, w, {"model", "threads", "batch_size", "max_length", "seed", "limit", "tasks"});
+  check_keys(j, w, {"model", "threads", "batch_size", "max_length", "seed", "limit", "bootstrap_iters", "tasks"});
   EvalSpec s;
   s.path = origin;
   s.raw = j;
@@ -363,6 +367,8 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
     s.seed = sd.get<uint64_t>();
   }
   if (j.contains("limit")) s.limit = static_cast<int>(expect_int(j["limit"], w.key("limit"), 0, 1 << 30));
+  if (j.contains("bootstrap_iters"))
+    s.bootstrap_iters = static_cast<int>(expect_int(j["bootstrap_iters"], w.key("bootstrap_iters"), 0, 100000000));
   if (!j.contains("tasks")) w.fail("missing required key 'tasks'");
   const json& tasks = j["tasks"];
   if (!tasks.is_array()) w.key("tasks").fail(fmt::format("expected a list of tasks, got {}", json_excerpt(tasks)));

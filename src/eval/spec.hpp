@@ -100,6 +100,7 @@ struct EvalSpec {
   int batch_size = 1;                ///< rows per forward pass / per generation batch
   std::optional<int> max_length;     ///< context window in tokens; default: the model's context_length
   uint64_t seed = 1234;              ///< few-shot sampling seed (lm-eval's default fewshot seed)
+  int bootstrap_iters = 100000;      ///< lm-eval's bootstrap_iters (stderr of perplexity; 0: no stderr at all)
   std::optional<int> limit;          ///< documents per task at most
   std::vector<TaskSpec> tasks;
   nlohmann::json raw;                ///< the spec as parsed (for the results file)

@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <optional>
 #include <filesystem>
-#include <random>
 
 #include <fmt/format.h>
 
 #include "eval/json_input.hpp"
 #include "eval/mapping.hpp"
 #include "util/error.hpp"
+#include "util/py_random.hpp"
 
 namespace kveval::eval {
 
@@ -122,29 +122,6 @@ std::vector<RawDoc> load_docs_file(const std::string& path) {
   return out;
 }
 
-/// Deterministic choice of `k` distinct indices out of [0, n) minus `exclude`:
-/// partial Fisher-Yates driven by std::mt19937_64 (whose output the C++
-/// standard fixes), so every platform picks the same examples.
-std::vector<size_t> sample_indices(size_t n, size_t k, long exclude, uint64_t seed) {
-  std::vector<size_t> pool;
-  for (size_t i = 0; i < n; ++i)
-    if (static_cast<long>(i) != exclude) pool.push_back(i);
-  std::mt19937_64 rng(seed);
-  k = std::min(k, pool.size());
-  for (size_t i = 0; i < k; ++i) {
-    size_t j = i + static_cast<size_t>(rng() % (pool.size() - i));
-    std::swap(pool[i], pool[j]);
-  }
-  pool.resize(k);
-  return pool;
-}
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
 }  // namespace
 
 void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec) {
@@ -195,6 +172,10 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
   }
 
   size_t n_use = limit ? std::min<size_t>(rendered.size(), static_cast<size_t>(*limit)) : rendered.size();
+  // lm-eval's default sampler (lm_eval/api/samplers.py ContextSampler): one random.Random(seed) per
+  // task, consumed document after document; from the task's own documents it draws n + 1 and drops
+  // the document being scored (by equality, as rm_eval_doc), so an example never contains its own answer
+  PyRandom rnd(spec.seed);
   for (size_t i = 0; i < n_use; ++i) {
     Doc d = rendered[i];
     if (t.output_type == OutputType::LoglikelihoodRolling) {
@@ -204,15 +185,16 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
     } else {
       std::string prefix = t.description;
       if (t.num_fewshot > 0) {
-        uint64_t seed = spec.seed ^ fnv1a(t.name) ^ (0x9E3779B97F4A7C15ull * (i + 1));
-        long excl = shots == &rendered ? static_cast<long>(i) : -1;
+        const bool same = shots == &rendered;
+        const size_t n = static_cast<size_t>(t.num_fewshot);
         std::vector<size_t> picks;
         if (t.fewshot_sampler == "first_n") {
           // lm-eval FirstNSampler: the first n documents in order (the document itself left out)
-          for (size_t k = 0; k < shots->size() && picks.size() < static_cast<size_t>(t.num_fewshot); ++k)
-            if (static_cast<long>(k) != excl) picks.push_back(k);
+          for (size_t k = 0; k < shots->size() && picks.size() < n; ++k)
+            if (!same || (*shots)[k].raw != rendered[i].raw) picks.push_back(k);
         } else {
-          picks = sample_indices(shots->size(), static_cast<size_t>(t.num_fewshot), excl, seed);
+          for (size_t k : rnd.sample(shots->size(), same ? n + 1 : n))
+            if ((!same || (*shots)[k].raw != rendered[i].raw) && picks.size() < n) picks.push_back(k);
         }
         for (size_t k : picks) {
           const Doc& s = (*shots)[k];
