@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Places stories260K.gguf (and, when available, its reference values) in
-# models/. From ../shared/ when present, else downloaded from its public home.
-# The sha256 is checked either way. Nothing here is ever committed (models/ is git-ignored).
+# Places stories260K.gguf in models/: from ../shared/ when present, else
+# downloaded from its public home. The sha256 is checked either way. Nothing
+# here is ever committed (models/ is git-ignored). The reference values the
+# tests compare with are in the repository (tests/data/).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -26,10 +27,5 @@ if ! check "$dst"; then
   echo "fetch-model: $dst: sha256 mismatch (expected $sha)" >&2
   rm -f "$dst"
   exit 1
-fi
-if [ -f "$shared/reference/stories260K.json" ]; then
-  cp "$shared/reference/stories260K.json" models/stories260K.json
-elif [ ! -f models/stories260K.json ]; then
-  echo "fetch-model: no reference values ($shared/reference/stories260K.json); reference tests will be skipped" >&2
 fi
 echo "fetch-model: $dst ok"

@@ -45,8 +45,8 @@ std::string slurp(const std::string& path) {
 }  // namespace
 
 TEST_SUITE("cli.generate") {
-  TEST_CASE("streamed greedy text equals the reference, with and without the cache") {
-    const auto& ref = kveval::test::reference()["greedy"];
+  TEST_CASE("streamed greedy text equals the reference, with and without the cache" * kveval::test::needs_model()) {
+    const auto& ref = kveval::test::reference_cases("greedy");
     for (const auto& g : ref) {
       const std::string prompt = g["prompt"];
       const std::string args = "generate -t 1 --ignore-eos -m " + kveval::test::model_path() + " -n " +
@@ -61,8 +61,9 @@ TEST_SUITE("cli.generate") {
     }
   }
 
-  TEST_CASE("bad options: one line on stderr, exit 2") {
-    const std::string err = "/tmp/kveval_generate_err.txt";
+  TEST_CASE("bad options: one line on stderr, exit 2" * kveval::test::needs_model()) {
+    const kveval::test::ScratchDir dir("generate_cli");
+    const std::string err = dir.file("stderr.txt");
     for (const char* bad : {"--max-length 100000", "-n -1", "-t -3"}) {
       CAPTURE(bad);
       auto r = run_kveval("generate -m " + kveval::test::model_path() + " " + bad, err);
@@ -71,6 +72,5 @@ TEST_SUITE("cli.generate") {
       CHECK(e.rfind("kveval: error: ", 0) == 0);
       CHECK(std::count(e.begin(), e.end(), '\n') == 1);
     }
-    std::remove(err.c_str());
   }
 }

@@ -65,7 +65,7 @@ std::string spec_with(const std::string& tasks) {
 }  // namespace
 
 TEST_SUITE("cli.run") {
-  TEST_CASE("the demo spec runs end to end: log-likelihood phase before generation, files written, exit 0") {
+  TEST_CASE("the demo spec runs end to end: log-likelihood phase before generation, files written, exit 0" * kveval::test::needs_model()) {
     TempDir d;
     std::string spec = kveval::test::source_dir() + "/tasks/demo.json";
     Run r = run_kveval(d, "run " + quote(spec) + " --model " + quote(kveval::test::model_path()) +
@@ -122,7 +122,7 @@ TEST_SUITE("cli.run") {
     CHECK(first["doc_hash"].get<std::string>().size() == 64);
   }
 
-  TEST_CASE("bad input: one-line error naming the place, non-zero exit") {
+  TEST_CASE("bad input: one-line error naming the place, non-zero exit" * kveval::test::needs_model()) {
     TempDir d;
     struct Case {
       std::string name, spec, data, expect;
@@ -158,7 +158,7 @@ TEST_SUITE("cli.run") {
     CHECK(r.err.find("nowhere.gguf: model file not found") != std::string::npos);
   }
 
-  TEST_CASE("per-request errors (empty continuation, empty rolling document) are counted: exit 4, no NaN") {
+  TEST_CASE("per-request errors (empty continuation, empty rolling document) are counted: exit 4, no NaN" * kveval::test::needs_model()) {
     TempDir d;
     std::string spec = d.write("spec.json", spec_with(std::string(kLL) + R"(,
       {"name": "empty", "output_type": "loglikelihood", "target_delimiter": "", "docs": [{"c": "Lily", "x": ""}], "doc_to_text": "c", "doc_to_target": "x"},
@@ -202,7 +202,7 @@ TEST_SUITE("cli.run") {
     CHECK(both.out.empty());
   }
 
-  TEST_CASE("--baseline: exit 3 when a metric got worse by more than --tolerance") {
+  TEST_CASE("--baseline: exit 3 when a metric got worse by more than --tolerance" * kveval::test::needs_model()) {
     TempDir d;
     std::string spec = d.write("spec.json", spec_with(kLL));
     Run a = run_kveval(d, "run " + quote(spec) + " -o " + quote(d.file("base.json")));
@@ -223,7 +223,7 @@ TEST_SUITE("cli.run") {
     CHECK(junk.err.find("junk.json:1:") != std::string::npos);
   }
 
-  TEST_CASE("--baseline is strict: nothing compared fails (exit 3, one line per problem); --tolerance needs --baseline") {
+  TEST_CASE("--baseline is strict: nothing compared fails (exit 3, one line per problem); --tolerance needs --baseline" * kveval::test::needs_model()) {
     TempDir d;
     std::string spec = d.write("spec.json", spec_with(kLL));
     Run a = run_kveval(d, "run " + quote(spec) + " -q -o " + quote(d.file("base.json")));
@@ -254,7 +254,7 @@ TEST_SUITE("cli.run") {
     CHECK(tol.err == "kveval: error: --tolerance needs --baseline\n");
   }
 
-  TEST_CASE("output paths are checked before the model loads: same file, missing directory, a directory") {
+  TEST_CASE("output paths are checked before the model loads: same file, missing directory, a directory" * kveval::test::needs_model()) {
     TempDir d;
     std::string spec = d.write("spec.json", spec_with(kLL));
     struct Case {
@@ -278,7 +278,7 @@ TEST_SUITE("cli.run") {
     CHECK(!std::ifstream(d.file("o.json")).good());
   }
 
-  TEST_CASE("command-line messages: numeric ranges, unknown subcommand, spec is a directory or missing") {
+  TEST_CASE("command-line messages: numeric ranges, unknown subcommand, spec is a directory or missing" * kveval::test::needs_model()) {
     TempDir d;
     std::string spec = d.write("spec.json", spec_with(kLL));
     Run bs = run_kveval(d, "run " + quote(spec) + " --batch-size 0");

@@ -25,9 +25,8 @@ namespace fs = std::filesystem;
 namespace {
 
 fs::path temp_dir() {
-  fs::path d = fs::temp_directory_path() / ("kveval-test-bench-" + std::to_string(::getpid()));
-  fs::create_directories(d);
-  return d;
+  static const test::ScratchDir dir("bench");  // removed at exit
+  return dir.path;
 }
 
 std::string read_text(const fs::path& p) {
@@ -69,7 +68,7 @@ void check_same_ids(Model& model, int batch, int n_prompt, int n_gen) {
 }  // namespace
 
 TEST_SUITE("cli.bench_run") {
-  TEST_CASE("synthetic prompts start with BOS, avoid specials and are deterministic") {
+  TEST_CASE("synthetic prompts start with BOS, avoid specials and are deterministic" * kveval::test::needs_model()) {
     auto model = Model::load(test::model_path(), {1});
     const auto a = synthetic_prompts(*model, 3, 20, 7), b = synthetic_prompts(*model, 3, 20, 7);
     CHECK(a == b);
@@ -85,7 +84,7 @@ TEST_SUITE("cli.bench_run") {
     }
   }
 
-  TEST_CASE("cached and uncached paths give the same token ids on stories260K") {
+  TEST_CASE("cached and uncached paths give the same token ids on stories260K" * kveval::test::needs_model()) {
     auto model = Model::load(test::model_path(), {1});
     check_same_ids(*model, 1, 8, 24);
     check_same_ids(*model, 3, 5, 16);
@@ -98,7 +97,7 @@ TEST_SUITE("cli.bench_run") {
     check_same_ids(*model, 2, 6, 40);
   }
 
-  TEST_CASE("bench_generate refuses ragged prompts and overlong generations") {
+  TEST_CASE("bench_generate refuses ragged prompts and overlong generations" * kveval::test::needs_model()) {
     auto model = Model::load(test::model_path(), {1});
     auto prompts = synthetic_prompts(*model, 2, 4, 1);
     prompts[1].push_back(5);
@@ -121,7 +120,7 @@ TEST_SUITE("cli.bench_run") {
 }
 
 TEST_SUITE("cli.cmd_bench") {
-  TEST_CASE("kveval bench --output json has every test, figure, version and counter") {
+  TEST_CASE("kveval bench --output json has every test, figure, version and counter" * kveval::test::needs_model()) {
     std::string out, err;
     const std::string cmd = kveval_bin() + " bench -m " + test::model_path() +
                             " -t 1 -b 1,2 -p 8,32 -n 4,8 --tg-prompt 4 -r 2 --stream-mib 16 --cache-shapes 1x64,2x128"
@@ -174,20 +173,19 @@ TEST_SUITE("cli.cmd_bench") {
     CHECK(pp == 4);
     CHECK(speedup == 4);
 
-    // The plot script turns this JSON into an SVG (skipped without python3 + matplotlib).
+    // The plot script turns this JSON into an SVG. scripts/setup.sh installs
+    // python3-matplotlib, so its absence is a failure, not a skip.
     const fs::path json = temp_dir() / "bench.json", svg = temp_dir() / "bench.svg";
     std::ofstream(json) << out;
     std::string pout, perr;
-    if (run("/usr/bin/python3 -c 'import matplotlib'", pout, perr) != 0) {
-      MESSAGE("skipping plot_bench.py: /usr/bin/python3 with matplotlib not available");
-      return;
-    }
+    REQUIRE_MESSAGE(run("/usr/bin/python3 -c 'import matplotlib'", pout, perr) == 0,
+                    "/usr/bin/python3 cannot import matplotlib (scripts/setup.sh installs python3-matplotlib): " << perr);
     const std::string plot = "/usr/bin/python3 " + test::source_dir() + "/scripts/plot_bench.py " + json.string() + " -o " + svg.string();
     CHECK(run(plot, pout, perr) == 0);
     CHECK(read_text(svg).find("<svg") != std::string::npos);
   }
 
-  TEST_CASE("kveval bench csv and markdown outputs") {
+  TEST_CASE("kveval bench csv and markdown outputs" * kveval::test::needs_model()) {
     std::string out, err;
     const std::string base = kveval_bin() + " bench -m " + test::model_path() + " -t 1 -p 8 -n 4 --tg-prompt 4 -r 1 --tests pp,tg";
     REQUIRE(run(base + " --output csv", out, err) == 0);
@@ -198,7 +196,7 @@ TEST_SUITE("cli.cmd_bench") {
     CHECK(out.find("| 1 | 1 | tg4 (p4) |") != std::string::npos);
   }
 
-  TEST_CASE("bad bench arguments are one-line usage errors") {
+  TEST_CASE("bad bench arguments are one-line usage errors" * kveval::test::needs_model()) {
     std::string out, err;
     CHECK(run(kveval_bin() + " bench -m " + test::model_path() + " --tests pp,warp", out, err) == 2);
     CHECK(err.find("--tests: unknown test 'warp'") != std::string::npos);

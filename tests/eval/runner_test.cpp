@@ -37,10 +37,10 @@ json gen_task(const std::string& name, const std::vector<std::string>& prompts, 
 }
 
 json reference_spec(int batch_size) {
-  const json& ref = kveval::test::reference();
   json ll = json::array(), roll = json::array();
-  for (const auto& c : ref["loglikelihood"]) ll.push_back({{"c", c["context"]}, {"x", c["continuation"]}});
-  for (const auto& r : ref["rolling"]) roll.push_back({{"text", r["text"]}});
+  for (const auto& c : kveval::test::reference_cases("loglikelihood"))
+    ll.push_back({{"c", c["context"]}, {"x", c["continuation"]}});
+  for (const auto& r : kveval::test::reference_cases("rolling")) roll.push_back({{"text", r["text"]}});
   return {{"batch_size", batch_size},
           {"tasks",
            {{{"name", "ref_ll"}, {"output_type", "loglikelihood"}, {"docs", ll}, {"doc_to_text", "c"},
@@ -95,14 +95,15 @@ size_t phase_index(const RunResult& r, const std::string& name) {
 }  // namespace
 
 TEST_SUITE("eval.runner") {
-  TEST_CASE("reference loglikelihood and rolling values through the runner (1e-4)") {
-    const json& ref = kveval::test::reference();
+  TEST_CASE("reference loglikelihood and rolling values through the runner (1e-4)" * kveval::test::needs_model()) {
+    const json& lls = kveval::test::reference_cases("loglikelihood");
+    const json& rr = kveval::test::reference_cases("rolling")[0];
     for (int bs : {1, 8}) {
       EvalSpec s = spec_of(reference_spec(bs));
       RunResult r = run_eval(s, model());
       CHECK(r.n_request_errors == 0);
-      for (size_t i = 0; i < ref["loglikelihood"].size(); ++i) {
-        const json& c = ref["loglikelihood"][i];
+      for (size_t i = 0; i < lls.size(); ++i) {
+        const json& c = lls[i];
         const RequestOutcome& o = outcome(s, r, "ref_ll", static_cast<int>(i));
         CHECK(std::abs(o.logprob - c["logprob"].get<double>()) < 1e-4);
         CHECK(o.is_greedy == c["is_greedy"].get<bool>());
@@ -110,15 +111,14 @@ TEST_SUITE("eval.runner") {
         const Request& q = r.requests[static_cast<size_t>(&o - r.outcomes.data())];
         CHECK(q.n_context_tokens == c["n_context_tokens"].get<int>());
       }
-      const json& rr = ref["rolling"][0];
       const RequestOutcome& o = outcome(s, r, "ref_roll", 0, 0);
       CHECK(std::abs(o.logprob - rr["sum_logprob"].get<double>()) < 1e-4);
       CHECK(o.tokens == rr["n_tokens_scored"].get<int>());
     }
   }
 
-  TEST_CASE("rolling: windows smaller than the document score N-1 tokens; a window >= N equals one pass") {
-    const json& rr = kveval::test::reference()["rolling"][0];
+  TEST_CASE("rolling: windows smaller than the document score N-1 tokens; a window >= N equals one pass" * kveval::test::needs_model()) {
+    const json& rr = kveval::test::reference_cases("rolling")[0];
     const std::vector<double> lp = rr["token_logprobs"].get<std::vector<double>>();
     const int n = static_cast<int>(lp.size()) + 1;  // tokens incl. BOS
     for (int w : {8, 13, n, n + 5}) {
@@ -151,7 +151,7 @@ TEST_SUITE("eval.runner") {
     CHECK(std::abs(a.docs[0][0].logprob - b.docs[0][0].logprob) < 1e-5);
   }
 
-  TEST_CASE("the log-likelihood phase runs cache-free before generation; cache bytes 0 before and after") {
+  TEST_CASE("the log-likelihood phase runs cache-free before generation; cache bytes 0 before and after" * kveval::test::needs_model()) {
     EvalSpec s = spec_of(mixed_spec(4, true));
     uint64_t setup_before = model().stats().forward_with_cache_setup;
     RunResult r = run_eval(s, model());
@@ -172,7 +172,7 @@ TEST_SUITE("eval.runner") {
     CHECK(model().stats().forward_with_cache_setup > setup_before);  // generation did use the cache
   }
 
-  TEST_CASE("a request that throws inside the generation scope leaves no cache behind") {
+  TEST_CASE("a request that throws inside the generation scope leaves no cache behind" * kveval::test::needs_model()) {
     EvalSpec s = spec_of(mixed_spec(1, true));
     RunOptions o;
     size_t calls = 0;
@@ -190,7 +190,7 @@ TEST_SUITE("eval.runner") {
     CHECK(r.n_request_errors == 0);
   }
 
-  TEST_CASE("--cache-policy reuse keeps the allocation after the run and gives the same results") {
+  TEST_CASE("--cache-policy reuse keeps the allocation after the run and gives the same results" * kveval::test::needs_model()) {
     EvalSpec s = spec_of(mixed_spec(4, true));
     RunResult released = run_eval(s, model());
     RunOptions o;
@@ -209,7 +209,7 @@ TEST_SUITE("eval.runner") {
     CHECK(model().bytes() == 0);
   }
 
-  TEST_CASE("bit-identical across runs, spec orders and batch 1 vs 8 (batch-invariant scoring)") {
+  TEST_CASE("bit-identical across runs, spec orders and batch 1 vs 8 (batch-invariant scoring)" * kveval::test::needs_model()) {
     EvalSpec first = spec_of(mixed_spec(8, true)), last = spec_of(mixed_spec(8, false)), one = spec_of(mixed_spec(1, true));
     RunResult a = run_eval(first, model());
     RunResult b = run_eval(first, model());
@@ -251,9 +251,8 @@ TEST_SUITE("eval.runner") {
     CHECK(unordered(ja["results"]) == unordered(results_json(one, d, "")["results"]));
   }
 
-  TEST_CASE("greedy generation reproduces the reference text") {
-    const json& ref = kveval::test::reference();
-    for (const auto& g : ref["greedy"]) {
+  TEST_CASE("greedy generation reproduces the reference text" * kveval::test::needs_model()) {
+    for (const auto& g : kveval::test::reference_cases("greedy")) {
       if (g["prompt"].get<std::string>().empty()) continue;  // an empty prompt is not a spec document case
       int n = g["max_gen_toks"].get<int>();
       EvalSpec s = spec_of({{"max_length", 128}, {"tasks", {gen_task("g", {g["prompt"].get<std::string>()}, n)}}});
@@ -267,7 +266,7 @@ TEST_SUITE("eval.runner") {
     }
   }
 
-  TEST_CASE("max_gen_toks 0, 1, 2, 7 give exactly that many tokens; 0 runs no forward pass") {
+  TEST_CASE("max_gen_toks 0, 1, 2, 7 give exactly that many tokens; 0 runs no forward pass" * kveval::test::needs_model()) {
     json tasks = json::array();
     for (int k : {0, 1, 2, 7}) tasks.push_back(gen_task("g" + std::to_string(k), {"Once upon a time"}, k));
     EvalSpec s = spec_of({{"batch_size", 4}, {"max_length", 64}, {"tasks", tasks}});
@@ -288,7 +287,7 @@ TEST_SUITE("eval.runner") {
     CHECK(rz.outcomes[0].output.empty());
   }
 
-  TEST_CASE("stop strings: a stop spanning two tokens cuts before it; each task keeps its own until") {
+  TEST_CASE("stop strings: a stop spanning two tokens cuts before it; each task keeps its own until" * kveval::test::needs_model()) {
     // the unstopped continuation and its token boundaries
     EvalSpec free = spec_of({{"max_length", 64}, {"tasks", {gen_task("free", {"Once upon a time"}, 16)}}});
     RunResult rf = run_eval(free, model());
@@ -326,8 +325,8 @@ TEST_SUITE("eval.runner") {
     CHECK(a.output != b.output);
   }
 
-  TEST_CASE("long prompts are left-truncated with a warning; max_gen_toks >= max_length is a SpecError") {
-    std::string prompt = kveval::test::reference()["rolling"][0]["text"];
+  TEST_CASE("long prompts are left-truncated with a warning; max_gen_toks >= max_length is a SpecError" * kveval::test::needs_model()) {
+    std::string prompt = kveval::test::reference_cases("rolling")[0]["text"];
     EvalSpec s = spec_of({{"max_length", 16}, {"tasks", {gen_task("g", {prompt}, 4)}}});
     RunResult r = run_eval(s, model());
     CHECK(r.requests[0].prompt.size() == 12);
@@ -341,7 +340,7 @@ TEST_SUITE("eval.runner") {
     CHECK(model().bytes() == 0);
   }
 
-  TEST_CASE("empty continuation and empty rolling document are per-request errors; metrics stay finite") {
+  TEST_CASE("empty continuation and empty rolling document are per-request errors; metrics stay finite" * kveval::test::needs_model()) {
     json j = {{"tasks",
                {{{"name", "ll"}, {"output_type", "loglikelihood"}, {"target_delimiter", ""},
                  {"docs", {{{"c", "Lily went to the"}, {"x", ""}}, {{"c", "Lily went to the"}, {"x", " park"}}}},
@@ -368,7 +367,7 @@ TEST_SUITE("eval.runner") {
     CHECK(res["results"]["roll"]["word_perplexity_stderr,none"] == "N/A");
   }
 
-  TEST_CASE("a task whose requests all fail says so in its notes (not \"no documents\")") {
+  TEST_CASE("a task whose requests all fail says so in its notes (not \"no documents\")" * kveval::test::needs_model()) {
     json j = {{"max_length", 2},
               {"tasks",
                {{{"name", "ll"}, {"output_type", "loglikelihood"},

@@ -33,7 +33,7 @@ ScoreResult full_score(Model& m, const std::vector<int32_t>& tokens, int from) {
 }  // namespace
 
 TEST_SUITE("model.model") {
-  TEST_CASE("hyper-parameters of stories260K") {
+  TEST_CASE("hyper-parameters of stories260K" * kveval::test::needs_model()) {
     const auto& hp = real_model().hparams();
     CHECK(hp.n_embd == 64);
     CHECK(hp.n_layer == 5);
@@ -46,9 +46,9 @@ TEST_SUITE("model.model") {
     CHECK_FALSE(hp.tied_output);  // ggml-org's conversion stores output.weight explicitly
   }
 
-  TEST_CASE("tied output (no output.weight) equals an explicit copy of token_embd") {
+  TEST_CASE("tied output (no output.weight) equals an explicit copy of token_embd" * kveval::test::needs_model()) {
     gguf::File src(test::model_path());
-    const auto dir = std::filesystem::temp_directory_path();
+    const test::ScratchDir dir("tied");
     auto write = [&](bool tied) {
       gguf::Writer w;
       for (const auto& [k, v] : src.metadata())
@@ -59,7 +59,7 @@ TEST_SUITE("model.model") {
       }
       const auto& te = src.tensor("token_embd.weight");
       if (!tied) w.add_tensor("output.weight", te.dims, src.tensor_f32(te.name, te.dims));
-      auto path = (dir / (tied ? "kveval_tied.gguf" : "kveval_untied.gguf")).string();
+      auto path = dir.file(tied ? "tied.gguf" : "untied.gguf");
       w.write(path);
       return path;
     };
@@ -74,14 +74,11 @@ TEST_SUITE("model.model") {
     untied->forward(t, 1, 5, n, Model::Logits::All, b);
     CHECK(a == b);
     CHECK(tied->weight_bytes() + 512 * 64 * 4 == untied->weight_bytes());
-    std::filesystem::remove(dir / "kveval_tied.gguf");
-    std::filesystem::remove(dir / "kveval_untied.gguf");
   }
 
-  TEST_CASE("greedy generation reproduces the reference ids and text") {
+  TEST_CASE("greedy generation reproduces the reference ids and text" * kveval::test::needs_model()) {
     Model& m = real_model();
-    const auto& ref = test::reference();
-    for (const auto& g : ref["greedy"]) {
+    for (const auto& g : test::reference_cases("greedy")) {
       const std::string prompt = g["prompt"];
       CAPTURE(prompt);
       auto p = m.tokenizer().encode(prompt, true);
@@ -97,9 +94,9 @@ TEST_SUITE("model.model") {
     CHECK_FALSE(m.caches_are_setup());
   }
 
-  TEST_CASE("loglikelihood cases match the reference within 1e-4") {
+  TEST_CASE("loglikelihood cases match the reference within 1e-4" * kveval::test::needs_model()) {
     Model& m = real_model();
-    for (const auto& c : test::reference()["loglikelihood"]) {
+    for (const auto& c : test::reference_cases("loglikelihood")) {
       const std::string ctx = c["context"], cont = c["continuation"];
       CAPTURE(ctx); CAPTURE(cont);
       auto ctx_ids = m.tokenizer().encode(ctx, true);
@@ -112,9 +109,9 @@ TEST_SUITE("model.model") {
     }
   }
 
-  TEST_CASE("rolling log-probs match the reference token by token within 1e-4") {
+  TEST_CASE("rolling log-probs match the reference token by token within 1e-4" * kveval::test::needs_model()) {
     Model& m = real_model();
-    for (const auto& c : test::reference()["rolling"]) {
+    for (const auto& c : test::reference_cases("rolling")) {
       auto ids = m.tokenizer().encode(c["text"].get<std::string>(), true);
       auto r = full_score(m, ids, 1);
       auto want = c["token_logprobs"].get<std::vector<double>>();
@@ -127,7 +124,7 @@ TEST_SUITE("model.model") {
     }
   }
 
-  TEST_CASE("batched, padded scoring equals one-by-one scoring") {
+  TEST_CASE("batched, padded scoring equals one-by-one scoring" * kveval::test::needs_model()) {
     Model& m = real_model();
     std::vector<ScoreRequest> reqs;
     for (const char* s : {"Once upon a time", "Lily and Tom went to the park.", "a", "The sun was hot and bright.",
@@ -142,9 +139,9 @@ TEST_SUITE("model.model") {
     }
   }
 
-  TEST_CASE("cached and uncached generation agree (prompts of 1, 7 and 200 tokens, 32 steps)") {
+  TEST_CASE("cached and uncached generation agree (prompts of 1, 7 and 200 tokens, 32 steps)" * kveval::test::needs_model()) {
     Model& m = real_model();
-    auto story = m.tokenizer().encode(test::reference()["rolling"][0]["text"].get<std::string>(), true);
+    auto story = m.tokenizer().encode(test::reference_cases("rolling")[0]["text"].get<std::string>(), true);
     std::vector<int32_t> long_prompt;
     while (long_prompt.size() < 200) long_prompt.insert(long_prompt.end(), story.begin() + (long_prompt.empty() ? 0 : 1), story.end());
     long_prompt.resize(200);
@@ -175,7 +172,7 @@ TEST_SUITE("model.model") {
     }
   }
 
-  TEST_CASE("cache API: state after each call") {
+  TEST_CASE("cache API: state after each call" * kveval::test::needs_model()) {
     Model& m = real_model();
     REQUIRE_FALSE(m.caches_are_setup());
     CHECK(m.bytes() == 0);
@@ -210,7 +207,7 @@ TEST_SUITE("model.model") {
     CHECK_THROWS_AS(m.n_past(0), ArgumentError);
   }
 
-  TEST_CASE("KvCacheScope releases on exit, also through an exception") {
+  TEST_CASE("KvCacheScope releases on exit, also through an exception" * kveval::test::needs_model()) {
     Model& m = real_model();
     {
       KvCacheScope s(m, 1, 32);
@@ -230,7 +227,7 @@ TEST_SUITE("model.model") {
     CHECK(m.bytes() == 0);
   }
 
-  TEST_CASE("KvCacheScope with CachePolicy::Reuse keeps the allocation and rewinds") {
+  TEST_CASE("KvCacheScope with CachePolicy::Reuse keeps the allocation and rewinds" * kveval::test::needs_model()) {
     Model& m = real_model();
     const auto allocs = m.stats().cache_allocations;
     {
@@ -250,7 +247,7 @@ TEST_SUITE("model.model") {
     m.delete_caches();
   }
 
-  TEST_CASE("KvCacheDisabled restores state and leaves contents bit-identical; disabled forward never touches the cache") {
+  TEST_CASE("KvCacheDisabled restores state and leaves contents bit-identical; disabled forward never touches the cache" * kveval::test::needs_model()) {
     Model& m = real_model();
     CHECK_THROWS_AS(KvCacheDisabled{m}, CacheError);
     KvCacheScope scope(m, 1, 64);
@@ -275,7 +272,7 @@ TEST_SUITE("model.model") {
     CHECK(std::memcmp(v.data(), m.cache_data(1), n_floats * sizeof(float)) == 0);
   }
 
-  TEST_CASE("capacity: generation stops with 'context full' after exactly the positions left") {
+  TEST_CASE("capacity: generation stops with 'context full' after exactly the positions left" * kveval::test::needs_model()) {
     Model& m = real_model();
     KvCacheScope scope(m, 1, 512);
     GenerateOptions o;
@@ -288,7 +285,7 @@ TEST_SUITE("model.model") {
     CHECK(m.n_past(0) == 511);  // the last token chosen is never written
   }
 
-  TEST_CASE("writing past capacity or beyond the set-up batch raises and leaves the cache intact") {
+  TEST_CASE("writing past capacity or beyond the set-up batch raises and leaves the cache intact" * kveval::test::needs_model()) {
     Model& m = real_model();
     KvCacheScope scope(m, 1, 4);
     std::vector<float> logits(3 * 512);
@@ -312,12 +309,12 @@ TEST_SUITE("model.model") {
     CHECK_THROWS_WITH_AS(m.setup_caches(1, 4096), doctest::Contains("context_length 2048"), ArgumentError);
   }
 
-  TEST_CASE("generation without caches set up is refused with a hint") {
+  TEST_CASE("generation without caches set up is refused with a hint" * kveval::test::needs_model()) {
     Model& m = real_model();
     CHECK_THROWS_WITH_AS(generate_greedy(m, {{1}}, GenerateOptions{}), doctest::Contains("KvCacheScope"), CacheError);
   }
 
-  TEST_CASE("max_gen_toks 0, 1, 2 and 7 give exactly that many tokens; EOS stops") {
+  TEST_CASE("max_gen_toks 0, 1, 2 and 7 give exactly that many tokens; EOS stops" * kveval::test::needs_model()) {
     Model& m = real_model();
     KvCacheScope scope(m, 4, 64);
     GenerateOptions o;
@@ -332,7 +329,7 @@ TEST_SUITE("model.model") {
     CHECK(s[0].ids.back() == 426);
   }
 
-  TEST_CASE("a model with a missing required tensor is refused by name") {
+  TEST_CASE("a model with a missing required tensor is refused by name" * kveval::test::needs_model()) {
     gguf::File src(test::model_path());
     gguf::Writer w;
     for (const auto& [k, v] : src.metadata())
@@ -341,13 +338,13 @@ TEST_SUITE("model.model") {
       if (t.name == "blk.3.ffn_up.weight") continue;
       w.add_tensor(t.name, t.dims, src.tensor_f32(t.name, t.dims));
     }
-    auto path = std::filesystem::temp_directory_path() / "kveval_missing_tensor.gguf";
-    w.write(path.string());
-    CHECK_THROWS_WITH_AS(Model::load(path.string()), doctest::Contains("blk.3.ffn_up.weight"), FormatError);
-    std::filesystem::remove(path);
+    const test::ScratchDir dir("missing_tensor");
+    const std::string path = dir.file("missing_tensor.gguf");
+    w.write(path);
+    CHECK_THROWS_WITH_AS(Model::load(path), doctest::Contains("blk.3.ffn_up.weight"), FormatError);
   }
 
-  TEST_CASE("an unsupported architecture is refused by name") {
+  TEST_CASE("an unsupported architecture is refused by name" * kveval::test::needs_model()) {
     gguf::File src(test::model_path());
     gguf::Writer w;
     for (const auto& [k, v] : src.metadata()) {
@@ -355,9 +352,9 @@ TEST_SUITE("model.model") {
       if (k == "general.architecture") w.add_string(k, "mamba");
       else w.add(k, v);
     }
-    auto path = std::filesystem::temp_directory_path() / "kveval_arch.gguf";
-    w.write(path.string());
-    CHECK_THROWS_WITH_AS(Model::load(path.string()), doctest::Contains("mamba"), FormatError);
-    std::filesystem::remove(path);
+    const test::ScratchDir dir("arch");
+    const std::string path = dir.file("arch.gguf");
+    w.write(path);
+    CHECK_THROWS_WITH_AS(Model::load(path), doctest::Contains("mamba"), FormatError);
   }
 }

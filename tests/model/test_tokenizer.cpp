@@ -51,12 +51,12 @@ constexpr int32_t P = 259;  // id of the first piece in small_tokenizer
 }  // namespace
 
 TEST_SUITE("model.tokenizer") {
-  TEST_CASE("reference tokenize cases (llama.cpp ids) and decode round trip") {
+  TEST_CASE("reference tokenize cases (llama.cpp ids) and decode round trip" * kveval::test::needs_model()) {
     const Tokenizer& tok = real_tokenizer();
     CHECK(tok.n_vocab() == 512);
     CHECK(tok.bos() == 1);
     CHECK(tok.eos() == 2);
-    const auto& cases = test::reference().at("tokenize");
+    const auto& cases = test::reference_cases("tokenize");
     REQUIRE(cases.size() >= 7);
     for (const auto& c : cases) {
       const std::string text = c.at("text").get<std::string>();
@@ -70,15 +70,15 @@ TEST_SUITE("model.tokenizer") {
     }
   }
 
-  TEST_CASE("greedy reference texts are the decoding of their ids") {
+  TEST_CASE("greedy reference texts are the decoding of their ids" * kveval::test::needs_model()) {
     const Tokenizer& tok = real_tokenizer();
-    for (const auto& g : test::reference().at("greedy")) {
+    for (const auto& g : test::reference_cases("greedy")) {
       const auto ids = g.at("ids").get<std::vector<int32_t>>();
       CHECK(tok.decode(ids) == g.at("text").get<std::string>());
     }
   }
 
-  TEST_CASE("pieces and decode conventions") {
+  TEST_CASE("pieces and decode conventions" * kveval::test::needs_model()) {
     const Tokenizer& tok = real_tokenizer();
     CHECK(tok.piece(259) == kSp + "t");
     CHECK(tok.token_to_piece(259) == " t");
@@ -124,7 +124,7 @@ TEST_SUITE("model.tokenizer") {
     }
   }
 
-  TEST_CASE("byte fallback for characters outside the vocabulary") {
+  TEST_CASE("byte fallback for characters outside the vocabulary" * kveval::test::needs_model()) {
     Tokenizer t = small_tokenizer({kSp, "a"}, {0, 0});
     // "aé" -> ▁, a, <0xC3>, <0xA9>
     CHECK(t.encode("a\xC3\xA9", false) == std::vector<int32_t>{P + 0, P + 1, 3 + 0xC3, 3 + 0xA9});
@@ -152,9 +152,8 @@ TEST_SUITE("model.tokenizer") {
     CHECK_THROWS_AS(Tokenizer({"a", "b"}, {0, 0}, {1, 1}, 2, 1), FormatError);
     CHECK_THROWS_AS(Tokenizer({}, {}, {}, 0, 0), FormatError);
 
-    const auto dir = std::filesystem::temp_directory_path() / ("kveval_test_tok_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir);
-    const std::string p = (dir / "gpt2.gguf").string();
+    const test::ScratchDir dir("tok");
+    const std::string p = dir.file("gpt2.gguf");
     gguf::Writer w;
     w.add_string("tokenizer.ggml.model", "t5");
     w.add_string_array("tokenizer.ggml.tokens", {"a", "b", "c"});
@@ -165,7 +164,7 @@ TEST_SUITE("model.tokenizer") {
                               "(byte-level BPE) (key 'tokenizer.ggml.model')")
                              .c_str(),
                          FormatError);
-    const std::string p2 = (dir / "badbos.gguf").string();
+    const std::string p2 = dir.file("badbos.gguf");
     gguf::Writer w2;
     w2.add_string("tokenizer.ggml.model", "llama");
     w2.add_string_array("tokenizer.ggml.tokens", {"a", "b", "c"});
@@ -175,10 +174,9 @@ TEST_SUITE("model.tokenizer") {
     CHECK_THROWS_WITH_AS(Tokenizer::from_gguf(f2),
                          (p2 + ": token id 7 outside the vocabulary of 3 (key 'tokenizer.ggml.bos_token_id')").c_str(),
                          FormatError);
-    std::filesystem::remove_all(dir);
   }
 
-  TEST_CASE("incremental detokenizer holds back split UTF-8") {
+  TEST_CASE("incremental detokenizer holds back split UTF-8" * kveval::test::needs_model()) {
     const Tokenizer& tok = real_tokenizer();
     // "🙂" = F0 9F 99 82 arrives as four byte tokens.
     IncrementalDetokenizer d(tok);
