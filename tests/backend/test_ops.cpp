@@ -135,6 +135,54 @@ TEST_SUITE("backend.ops") {
     check_close(x, ref, 1e-5);
   }
 
+  TEST_CASE("rmsnorm: rows of small magnitude (where eps matters), a zero row, a large row") {
+    // mean(x^2) ~ 3e-7 here, against eps = 1e-5: sqrt(ms + eps) and sqrt(ms) + eps differ 5x.
+    const int64_t dim = 64;
+    std::vector<float> x = randv(static_cast<size_t>(4 * dim), 8, 1e-3f);
+    for (int64_t i = 0; i < dim; ++i) x[size_t(2 * dim + i)] = 0.0f;                     // row 2: zeros
+    for (int64_t i = 0; i < dim; ++i) x[size_t(3 * dim + i)] = 1e4f * x[size_t(i)] * 1e3f;  // row 3: ~1e4
+    auto w = randv(static_cast<size_t>(dim), 9);
+    const float eps = 1e-5f;
+    std::vector<double> ref(x.size());
+    for (int64_t r = 0; r < 4; ++r) {
+      double ss = 0;
+      for (int64_t i = 0; i < dim; ++i) ss += double(x[size_t(r * dim + i)]) * x[size_t(r * dim + i)];
+      const double sc = 1.0 / std::sqrt(ss / dim + double(eps));
+      for (int64_t i = 0; i < dim; ++i) ref[size_t(r * dim + i)] = x[size_t(r * dim + i)] * sc * w[size_t(i)];
+    }
+    std::vector<float> y(x.size());
+    rmsnorm(x.data(), w.data(), y.data(), 4, dim, eps);
+    check_close(y, ref, 1e-5);
+    for (int64_t i = 0; i < dim; ++i) CHECK(y[size_t(2 * dim + i)] == 0.0f);
+    // hand-computed: x = (3e-3, 4e-3), weight 1: mean square 1.25e-5, scale 1/sqrt(2.25e-5) = 1/4.74342e-3
+    const std::vector<float> h = {3e-3f, 4e-3f}, ones = {1.0f, 1.0f};
+    std::vector<float> hy(2);
+    rmsnorm(h.data(), ones.data(), hy.data(), 1, 2, eps);
+    CHECK(hy[0] == doctest::Approx(3e-3 / std::sqrt(2.25e-5)).epsilon(1e-6));
+    CHECK(hy[1] == doctest::Approx(4e-3 / std::sqrt(2.25e-5)).epsilon(1e-6));
+  }
+
+  TEST_CASE("rope at absolute positions: (1, 0) turns by pos * base^(-2i/n_rot) radians") {
+    // Hand-computed angles; position 0 is the identity, position 1 is one radian for pair 0.
+    const int64_t HD = 4;
+    std::vector<int32_t> pos = {0, 1, 2, 100};
+    std::vector<float> x;
+    for (size_t t = 0; t < pos.size(); ++t) x.insert(x.end(), {1.0f, 0.0f, 1.0f, 0.0f});
+    rope(x.data(), 4, 1, HD, HD, pos.data(), 10000.0f);
+    const double f1 = 0.01;  // 10000^(-2/4)
+    for (size_t t = 0; t < pos.size(); ++t) {
+      CAPTURE(pos[t]);
+      CHECK(x[t * 4 + 0] == doctest::Approx(std::cos(pos[t] * 1.0)).epsilon(1e-6));
+      CHECK(x[t * 4 + 1] == doctest::Approx(std::sin(pos[t] * 1.0)).epsilon(1e-6));
+      CHECK(x[t * 4 + 2] == doctest::Approx(std::cos(pos[t] * f1)).epsilon(1e-6));
+      CHECK(x[t * 4 + 3] == doctest::Approx(std::sin(pos[t] * f1)).epsilon(1e-6));
+    }
+    CHECK(x[0] == 1.0f);
+    CHECK(x[1] == 0.0f);
+    CHECK(x[2] == 1.0f);
+    CHECK(x[3] == 0.0f);
+  }
+
   TEST_CASE("rope rotates adjacent pairs (llama.cpp normal layout)") {
     const int64_t T = 5, H = 3, HD = 8, n_rot = 8;
     auto x = randv(static_cast<size_t>(T * H * HD), 7);

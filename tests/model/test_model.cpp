@@ -2,11 +2,13 @@
 // independent reference values in stories260K.json.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "gguf_copy.hpp"
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
 #include "model/model.hpp"
@@ -16,6 +18,10 @@
 using namespace kveval;
 
 namespace {
+
+/// Agreement with the reference values (nats): the measured worst error is
+/// 3.9e-6 (a rolling token), 1.5e-6 (a loglikelihood sum); 2e-5 leaves a 5x margin.
+constexpr double kRefTol = 2e-5;
 
 Model& real_model() {
   static std::unique_ptr<Model> m = Model::load(test::model_path(), {.threads = 2});
@@ -94,7 +100,7 @@ TEST_SUITE("model.model") {
     CHECK_FALSE(m.caches_are_setup());
   }
 
-  TEST_CASE("loglikelihood cases match the reference within 1e-4" * kveval::test::needs_model()) {
+  TEST_CASE("loglikelihood cases match the reference within 2e-5" * kveval::test::needs_model()) {
     Model& m = real_model();
     for (const auto& c : test::reference_cases("loglikelihood")) {
       const std::string ctx = c["context"], cont = c["continuation"];
@@ -104,12 +110,12 @@ TEST_SUITE("model.model") {
       CHECK(static_cast<int>(ctx_ids.size()) == c["n_context_tokens"].get<int>());
       CHECK(static_cast<int>(whole.size() - ctx_ids.size()) == c["n_continuation_tokens"].get<int>());
       auto r = full_score(m, whole, static_cast<int>(ctx_ids.size()));
-      CHECK(std::abs(r.sum() - c["logprob"].get<double>()) < 1e-4);
+      CHECK(std::abs(r.sum() - c["logprob"].get<double>()) < kRefTol);
       CHECK(r.all_greedy() == c["is_greedy"].get<bool>());
     }
   }
 
-  TEST_CASE("rolling log-probs match the reference token by token within 1e-4" * kveval::test::needs_model()) {
+  TEST_CASE("rolling log-probs match the reference token by token within 2e-5" * kveval::test::needs_model()) {
     Model& m = real_model();
     for (const auto& c : test::reference_cases("rolling")) {
       auto ids = m.tokenizer().encode(c["text"].get<std::string>(), true);
@@ -119,8 +125,8 @@ TEST_SUITE("model.model") {
       CHECK(static_cast<int>(r.logprobs.size()) == c["n_tokens_scored"].get<int>());
       double worst = 0;
       for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(r.logprobs[i] - want[i]));
-      CHECK(worst < 1e-4);
-      CHECK(std::abs(r.sum() - c["sum_logprob"].get<double>()) < 1e-4);
+      CHECK(worst < kRefTol);
+      CHECK(std::abs(r.sum() - c["sum_logprob"].get<double>()) < kRefTol);
     }
   }
 
@@ -314,7 +320,7 @@ TEST_SUITE("model.model") {
     CHECK_THROWS_WITH_AS(generate_greedy(m, {{1}}, GenerateOptions{}), doctest::Contains("KvCacheScope"), CacheError);
   }
 
-  TEST_CASE("max_gen_toks 0, 1, 2 and 7 give exactly that many tokens; EOS stops" * kveval::test::needs_model()) {
+  TEST_CASE("max_gen_toks 0, 1, 2 and 7 give exactly that many tokens; should_stop stops with StopReason::StopString" * kveval::test::needs_model()) {
     Model& m = real_model();
     KvCacheScope scope(m, 4, 64);
     GenerateOptions o;
@@ -327,34 +333,26 @@ TEST_SUITE("model.model") {
     auto s = generate_greedy(m, {{1}}, stop);
     CHECK(s[0].reason == StopReason::StopString);
     CHECK(s[0].ids.back() == 426);
+    // the first "." of the reference greedy ids from BOS alone ends the generation there
+    const auto ref = test::reference_cases("greedy")[0];
+    REQUIRE(ref["prompt"] == "");
+    const auto ids = ids_of(ref["ids"]);
+    const auto dot = std::find(ids.begin(), ids.end(), 426);
+    REQUIRE(dot != ids.end());
+    CHECK(s[0].ids == std::vector<int32_t>(ids.begin(), dot + 1));
   }
 
   TEST_CASE("a model with a missing required tensor is refused by name" * kveval::test::needs_model()) {
-    gguf::File src(test::model_path());
-    gguf::Writer w;
-    for (const auto& [k, v] : src.metadata())
-      if (k != "general.alignment") w.add(k, v);
-    for (const auto& t : src.tensors()) {
-      if (t.name == "blk.3.ffn_up.weight") continue;
-      w.add_tensor(t.name, t.dims, src.tensor_f32(t.name, t.dims));
-    }
     const test::ScratchDir dir("missing_tensor");
     const std::string path = dir.file("missing_tensor.gguf");
-    w.write(path);
+    test::copy_gguf(test::model_path(), path, {}, {"blk.3.ffn_up.weight"});
     CHECK_THROWS_WITH_AS(Model::load(path), doctest::Contains("blk.3.ffn_up.weight"), FormatError);
   }
 
   TEST_CASE("an unsupported architecture is refused by name" * kveval::test::needs_model()) {
-    gguf::File src(test::model_path());
-    gguf::Writer w;
-    for (const auto& [k, v] : src.metadata()) {
-      if (k == "general.alignment") continue;
-      if (k == "general.architecture") w.add_string(k, "mamba");
-      else w.add(k, v);
-    }
     const test::ScratchDir dir("arch");
     const std::string path = dir.file("arch.gguf");
-    w.write(path);
+    test::copy_gguf(test::model_path(), path, {{"general.architecture", gguf::Value{gguf::ValueType::STRING, std::string("mamba")}}});
     CHECK_THROWS_WITH_AS(Model::load(path), doctest::Contains("mamba"), FormatError);
   }
 }

@@ -1,0 +1,240 @@
+#!/usr/bin/python3
+"""Mutation check of the test suite: small deliberate bugs, one at a time.
+
+Copies the working tree (tracked and untracked, not ignored files) to a
+scratch directory outside the repository, builds it once (Release, ccache)
+and runs ctest as a baseline that must pass; then, for each mutation: patches
+one exact snippet of one source file (failing loudly when the snippet is not
+found exactly once), rebuilds incrementally, runs every ctest test, records
+whether some test failed (caught) or none did (survived), and restores the
+file. Prints one line per mutation, the test cases that caught it, and the
+score; exits 1 if a mutation survived or a snippet is missing.
+
+Usage: scripts/mutate.py [--list] [--keep] [--jobs N] [NAME ...]
+Env:   KVEVAL_MUTATE_DIR (parent of the scratch copy, default the system temp
+       dir), KVEVAL_MODEL (model file, default models/stories260K.gguf),
+       CCACHE_DIR. Standard library only.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Mutation:
+    def __init__(self, name, path, old, new, why):
+        self.name, self.path, self.old, self.new, self.why = name, path, old, new, why
+
+
+# The 14 mutations of issue 13's acceptance, then a few more. Each replaces
+# one exact snippet; keep them meaningful when the code changes.
+MUTATIONS = [
+    Mutation("stop-search-one-byte-late", "src/eval/runner.cpp",
+             "size_t from = before >= st.longest_stop ? before - st.longest_stop + 1 : 0;",
+             "size_t from = before >= st.longest_stop ? before - st.longest_stop + 2 : 0;",
+             "the incremental stop-string search starts one byte late: a stop whose last byte is the new token's first is missed"),
+    Mutation("stop-cut-from-byte-1", "src/eval/runner.cpp",
+             "size_t cut = find_stop(text, r.until);",
+             "size_t cut = find_stop(text, r.until, 1);",
+             "the final cut searches from byte 1: a stop string at the very start of the output is kept"),
+    Mutation("ignore-eos", "src/model/generate.cpp",
+             "if (opts.stop_at_eos && t == eos) gens[r].reason = StopReason::Eos;",
+             "if (false && opts.stop_at_eos && t == eos) gens[r].reason = StopReason::Eos;",
+             "EOS never stops a generation"),
+    Mutation("attention-scale-loop", "src/backend/backend.cpp",
+             "const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));",
+             "const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim) + 1.0f);",
+             "attention scale 1/sqrt(head_dim + 1) in the loop path (short blocks, narrow heads)"),
+    Mutation("attention-scale-onednn", "src/backend/backend.cpp",
+             "const float scale = 1.0f / std::sqrt(static_cast<float>(HD));",
+             "const float scale = 1.0f / std::sqrt(static_cast<float>(HD) + 1.0f);",
+             "attention scale 1/sqrt(head_dim + 1) in the oneDNN batched-matmul path (head_dim >= 32, >= 16 queries)"),
+    Mutation("rmsnorm-eps-outside-sqrt", "src/backend/backend.cpp",
+             "const float scale = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);",
+             "const float scale = 1.0f / (std::sqrt(ss / static_cast<float>(dim)) + eps);",
+             "RMSNorm computes 1/(sqrt(mean x^2) + eps)"),
+    Mutation("log-softmax-no-max", "src/model/generate.cpp",
+             "for (float v : logits) mx = std::max(mx, v);",
+             "mx = 0.0f;",
+             "log-softmax without max subtraction (exp overflows above ~88)"),
+    Mutation("rope-position-plus-1", "src/backend/backend.cpp",
+             "const double theta = static_cast<double>(pos[t]) *",
+             "const double theta = static_cast<double>(pos[t] + 1) *",
+             "RoPE rotates every token by its position + 1"),
+    Mutation("log-softmax-shift-1e-3", "src/model/generate.cpp",
+             "return static_cast<double>(logits[static_cast<size_t>(token)]) - mx - std::log(sum);",
+             "return static_cast<double>(logits[static_cast<size_t>(token)]) - mx - std::log(sum) - 1e-3;",
+             "every log-prob 1e-3 nats too low"),
+    Mutation("acc-norm-unit", "src/eval/metrics.cpp",
+             "norm[c] = o.choice_logprobs[c] / static_cast<double>(std::max<size_t>(1, d.choices[c].size()));",
+             "norm[c] = o.choice_logprobs[c] / static_cast<double>(std::max<size_t>(1, static_cast<size_t>(std::count_if("
+             "d.choices[c].begin(), d.choices[c].end(), [](char ch) { return (static_cast<unsigned char>(ch) & 0xC0) != 0x80; }))));",
+             "acc_norm divides by characters instead of UTF-8 bytes"),
+    Mutation("rolling-double-count", "src/eval/requests.cpp",
+             "r.score_from = static_cast<int>(predicted - start);",
+             "r.score_from = static_cast<int>(predicted - start) - 1;",
+             "each rolling window after the first scores the previous window's last token again"),
+    Mutation("rolling-skip", "src/eval/requests.cpp",
+             "r.score_from = static_cast<int>(predicted - start);",
+             "r.score_from = static_cast<int>(predicted - start) + 1;",
+             "each rolling window after the first skips one token"),
+    Mutation("reset-caches-keeps-n-past", "src/model/model.cpp",
+             "void Model::reset_caches() { std::fill(impl_->n_past.begin(), impl_->n_past.end(), 0); }",
+             "void Model::reset_caches() {}",
+             "reset_caches leaves every row's n_past"),
+    Mutation("reset-cache-row-keeps-n-past", "src/model/model.cpp",
+             "  impl_->n_past[static_cast<size_t>(row)] = 0;\n}",
+             "}",
+             "reset_cache_row leaves the row's n_past"),
+    # more than the issue's list
+    Mutation("rope-model-positions-plus-1", "src/model/model.cpp",
+             "im.pos[static_cast<size_t>(im.seq_start[s] + i)] = p0 + i;",
+             "im.pos[static_cast<size_t>(im.seq_start[s] + i)] = p0 + i + 1;",
+             "the model gives RoPE positions shifted by one (invisible in logits, visible in the cached keys)"),
+    Mutation("stop-search-from-byte-1", "src/eval/runner.cpp",
+             "size_t from = before >= st.longest_stop ? before - st.longest_stop + 1 : 0;",
+             "size_t from = before >= st.longest_stop ? before - st.longest_stop + 1 : 1;",
+             "the incremental stop search skips byte 0: generation runs on past a leading stop string"),
+    Mutation("runner-ignores-eos", "src/eval/runner.cpp",
+             "go.stop_at_eos = true;",
+             "go.stop_at_eos = false;",
+             "the runner turns EOS handling off"),
+]
+
+
+def run(cmd, cwd, log, env=None, timeout=None):
+    """Runs `cmd`, appending its output to `log`; returns (exit code, output)."""
+    p = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       errors="replace", timeout=timeout)
+    with open(log, "a") as f:
+        f.write("$ " + " ".join(cmd) + "\n" + p.stdout + "\n")
+    return p.returncode, p.stdout
+
+
+def copy_tree(dst):
+    files = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=ROOT, check=True,
+                           stdout=subprocess.PIPE).stdout.decode().split("\0")
+    for rel in filter(None, files):
+        src = os.path.join(ROOT, rel)
+        if not os.path.isfile(src):
+            continue  # deleted in the work tree
+        os.makedirs(os.path.dirname(os.path.join(dst, rel)), exist_ok=True)
+        shutil.copy2(src, os.path.join(dst, rel))
+
+
+def catchers(output):
+    """The failing ctest tests and doctest test cases named in ctest output."""
+    tests = re.findall(r"^\s*\d+ - (\S+) \((?:Failed|Timeout|SEGFAULT|Subprocess aborted|Exception|Child aborted)",
+                       output, re.M)
+    cases = []
+    for c in re.findall(r"^TEST CASE:\s+(.*)$", output, re.M):
+        if c.strip() not in cases:
+            cases.append(c.strip())
+    return tests, cases
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("names", nargs="*", help="run only these mutations")
+    ap.add_argument("--list", action="store_true", help="list the mutations and exit")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch copy")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    a = ap.parse_args()
+    if a.list:
+        for m in MUTATIONS:
+            print(f"{m.name:30} {m.path:24} {m.why}")
+        return 0
+    chosen = [m for m in MUTATIONS if not a.names or m.name in a.names]
+    unknown = set(a.names) - {m.name for m in MUTATIONS}
+    if unknown:
+        print("mutate: unknown mutation(s): " + ", ".join(sorted(unknown)), file=sys.stderr)
+        return 2
+    # Every snippet must be found exactly once before anything is built.
+    missing = []
+    for m in chosen:
+        n = open(os.path.join(ROOT, m.path)).read().count(m.old)
+        if n != 1:
+            missing.append(f"{m.name}: {m.path}: snippet found {n} times: {m.old!r}")
+    if missing:
+        print("mutate: the code changed; update these mutations:\n  " + "\n  ".join(missing), file=sys.stderr)
+        return 2
+
+    model = os.path.abspath(os.environ.get("KVEVAL_MODEL", os.path.join(ROOT, "models", "stories260K.gguf")))
+    if not os.path.isfile(model):
+        print(f"mutate: model file {model} not found (run scripts/fetch-model.sh): most tests would be skipped",
+              file=sys.stderr)
+        return 2
+    parent = os.environ.get("KVEVAL_MUTATE_DIR", tempfile.gettempdir())
+    scratch = tempfile.mkdtemp(prefix="kveval-mutate-", dir=parent)
+    log = os.path.join(scratch, "mutate.log")
+    env = dict(os.environ)
+    env.setdefault("CCACHE_DIR", os.path.join(os.path.dirname(ROOT), ".ccache"))
+    env["CCACHE_BASEDIR"] = os.path.commonpath([ROOT, scratch])  # same relative paths: cache hits across trees
+    print(f"mutate: scratch copy {scratch} (log {log})", flush=True)
+    try:
+        copy_tree(scratch)
+        build = os.path.join(scratch, "build")
+        configure = ["cmake", "-S", scratch, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
+                     "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache", f"-DKVEVAL_TEST_MODEL={model}",
+                     f"-DKVEVAL_TEST_SHARED={os.path.join(os.path.dirname(ROOT), 'shared')}"]
+        build_cmd = ["cmake", "--build", build, "-j", str(a.jobs)]
+        test_cmd = ["ctest", "--test-dir", build, "-j", str(a.jobs), "--output-on-failure", "--timeout", "300"]
+        t0 = time.time()
+        for cmd in (configure, build_cmd):
+            rc, out = run(cmd, scratch, log, env)
+            if rc != 0:
+                print(f"mutate: baseline build failed (see {log})", file=sys.stderr)
+                return 2
+        rc, out = run(test_cmd, scratch, log, env)
+        skipped = re.findall(r"\(Skipped\)", out)
+        if rc != 0 or skipped:
+            print(f"mutate: the unmutated tree does not pass every test ({len(skipped)} skipped; see {log})",
+                  file=sys.stderr)
+            return 2
+        print(f"mutate: baseline built and passing ({time.time() - t0:.0f} s)", flush=True)
+
+        results = []
+        for m in chosen:
+            t1 = time.time()
+            path = os.path.join(scratch, m.path)
+            original = open(path).read()
+            with open(path, "w") as f:
+                f.write(original.replace(m.old, m.new, 1))
+            try:
+                rc, out = run(build_cmd, scratch, log, env)
+                if rc != 0:
+                    status, tests, cases = "BUILD FAILED", [], []
+                else:
+                    try:
+                        rc, out = run(test_cmd, scratch, log, env, timeout=1800)
+                    except subprocess.TimeoutExpired:
+                        rc, out = 1, "TIMEOUT"
+                    tests, cases = catchers(out)
+                    status = "caught" if rc != 0 else "SURVIVED"
+            finally:
+                with open(path, "w") as f:
+                    f.write(original)
+            results.append((m, status, tests, cases))
+            print(f"{status:12} {m.name:30} ({time.time() - t1:.0f} s) {m.why}", flush=True)
+            if cases:
+                shown = cases[:4] + ([f"... {len(cases) - 4} more"] if len(cases) > 4 else [])
+                print(f"{'':12} by {', '.join(tests)}: " + "; ".join(shown), flush=True)
+        caught = sum(1 for r in results if r[1] == "caught")
+        print(f"\nmutation score: {caught}/{len(results)} caught "
+              f"({time.time() - t0:.0f} s in all)")
+        return 0 if caught == len(results) else 1
+    finally:
+        if a.keep:
+            print(f"mutate: kept {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
