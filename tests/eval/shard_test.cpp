@@ -100,7 +100,7 @@ TEST_SUITE("shard") {
     CHECK_THROWS_AS(decode_rank_report(huge), Error);
   }
 
-  TEST_CASE("2 and 3 simulated ranks give the one-process metrics and samples, byte for byte") {
+  TEST_CASE("2 and 3 simulated ranks give the one-process metrics and samples, byte for byte" * kveval::test::needs_model()) {
     const std::string model_path = kveval::test::model_path();
     if (!std::filesystem::exists(model_path)) {
       MESSAGE("skipped: model not found at " << model_path << " (run scripts/fetch-model.sh)");
@@ -165,7 +165,7 @@ TEST_SUITE("shard") {
     }
   }
 
-  TEST_CASE("an invalid shard is refused") {
+  TEST_CASE("an invalid shard is refused" * kveval::test::needs_model()) {
     const std::string model_path = kveval::test::model_path();
     if (!std::filesystem::exists(model_path)) {
       MESSAGE("skipped: model not found at " << model_path);
