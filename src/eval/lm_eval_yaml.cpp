@@ -144,14 +144,14 @@ Config load_config(const std::string& path, std::vector<std::string>& stack, con
     for (const auto& f : files) {
       std::string p = fs::path(f).is_absolute() || dir.empty() ? f : (fs::path(dir) / f).lexically_normal().string();
       for (auto& [k, v] : load_config(p, stack, include_at)) {
-        auto e = std::find_if(merged.begin(), merged.end(), [&](const auto& x) { return x.first == k; });
+        auto e = std::find_if(merged.begin(), merged.end(), [&key = k](const auto& x) { return x.first == key; });
         if (e != merged.end()) e->second = std::move(v);
         else merged.push_back({k, std::move(v)});
       }
     }
   }
   for (auto& [k, v] : local) {
-    auto e = std::find_if(merged.begin(), merged.end(), [&](const auto& x) { return x.first == k; });
+    auto e = std::find_if(merged.begin(), merged.end(), [&key = k](const auto& x) { return x.first == key; });
     if (e != merged.end()) e->second = std::move(v);
     else merged.push_back({k, std::move(v)});
   }
