@@ -49,7 +49,6 @@ struct needs_model {
     tc.m_skip = tc.m_skip || !model_unavailable_reason().empty();
     ++needs_model_count();
   }
-  void fill(doctest::detail::TestSuite&) const {}
 };
 
 }  // namespace kveval::test

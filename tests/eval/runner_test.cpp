@@ -15,6 +15,9 @@ using nlohmann::json;
 
 namespace {
 
+/// Agreement with the reference values (nats): measured worst 3.9e-6 (tests/model/test_model.cpp).
+constexpr double kRefTol = 2e-5;
+
 Model& model() {
   static std::unique_ptr<Model> m = Model::load(kveval::test::model_path(), ModelOptions{2});
   return *m;
@@ -95,7 +98,7 @@ size_t phase_index(const RunResult& r, const std::string& name) {
 }  // namespace
 
 TEST_SUITE("eval.runner") {
-  TEST_CASE("reference loglikelihood and rolling values through the runner (1e-4)" * kveval::test::needs_model()) {
+  TEST_CASE("reference loglikelihood and rolling values through the runner (2e-5)" * kveval::test::needs_model()) {
     const json& lls = kveval::test::reference_cases("loglikelihood");
     const json& rr = kveval::test::reference_cases("rolling")[0];
     for (int bs : {1, 8}) {
@@ -105,14 +108,14 @@ TEST_SUITE("eval.runner") {
       for (size_t i = 0; i < lls.size(); ++i) {
         const json& c = lls[i];
         const RequestOutcome& o = outcome(s, r, "ref_ll", static_cast<int>(i));
-        CHECK(std::abs(o.logprob - c["logprob"].get<double>()) < 1e-4);
+        CHECK(std::abs(o.logprob - c["logprob"].get<double>()) < kRefTol);
         CHECK(o.is_greedy == c["is_greedy"].get<bool>());
         CHECK(o.tokens == c["n_continuation_tokens"].get<int>());
         const Request& q = r.requests[static_cast<size_t>(&o - r.outcomes.data())];
         CHECK(q.n_context_tokens == c["n_context_tokens"].get<int>());
       }
       const RequestOutcome& o = outcome(s, r, "ref_roll", 0, 0);
-      CHECK(std::abs(o.logprob - rr["sum_logprob"].get<double>()) < 1e-4);
+      CHECK(std::abs(o.logprob - rr["sum_logprob"].get<double>()) < kRefTol);
       CHECK(o.tokens == rr["n_tokens_scored"].get<int>());
     }
   }
@@ -132,13 +135,13 @@ TEST_SUITE("eval.runner") {
       CHECK(r.docs[0][0].tokens == n - 1);
       if (w >= n) {
         CHECK(r.requests.size() == 1);
-        CHECK(std::abs(r.docs[0][0].logprob - rr["sum_logprob"].get<double>()) < 1e-4);
+        CHECK(std::abs(r.docs[0][0].logprob - rr["sum_logprob"].get<double>()) < kRefTol);
       } else {
         CHECK(r.requests.size() > 1);
         // the first window sees the same context as the one-pass reference
         double first = 0;
         for (int k = 0; k < w - 1; ++k) first += lp[static_cast<size_t>(k)];
-        CHECK(std::abs(r.outcomes[0].logprob - first) < 1e-4);
+        CHECK(std::abs(r.outcomes[0].logprob - first) < kRefTol);
       }
     }
     // window >= N vs one pass of the engine, within 1e-5

@@ -173,7 +173,7 @@ TEST_SUITE("model.model") {
         worst = std::max(worst, std::abs(full.logprobs[i] - cached[r].logprobs[i]));
         worst = std::max(worst, std::abs(full.logprobs[i] - uncached[r].logprobs[i]));
       }
-      CHECK(worst < 1e-4);
+      CHECK(worst < kRefTol);  // measured: 0 (bit-identical) with oneDNN 2.6
       CHECK(full.all_greedy());
     }
   }
