@@ -176,7 +176,7 @@ TEST_SUITE("cli.run") {
     CHECK(res["results"]["roll"]["word_perplexity,none"].is_number());
   }
 
-  TEST_CASE("-o - and --log-samples - write to stdout (tables go to stderr); both at once is a usage error") {
+  TEST_CASE("-o - and --log-samples - write to stdout (tables go to stderr); both at once is a usage error" * kveval::test::needs_model()) {
     TempDir d;
     std::string spec = d.write("spec.json", spec_with(kLL));
     Run r = run_kveval(d, "run " + quote(spec) + " -q -o -");

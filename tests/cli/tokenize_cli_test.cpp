@@ -49,10 +49,10 @@ std::vector<int> ids_of(const std::string& json_line) { return nlohmann::json::p
 }  // namespace
 
 TEST_SUITE("cli.tokenize") {
-  TEST_CASE("--ids on stories260K equals llama.cpp's ids; listing, -f and --no-bos") {
+  TEST_CASE("--ids on stories260K equals llama.cpp's ids; listing, -f and --no-bos" * kveval::test::needs_model()) {
     kveval::test::ScratchDir dir("tokcli");
     const std::string model = kveval::test::model_path();
-    for (const auto& c : kveval::test::reference()["tokenize"]) {
+    for (const auto& c : kveval::test::reference_cases("tokenize")) {
       const std::string text = c["text"].get<std::string>();
       if (text.find('\'') != std::string::npos) continue;  // keep the shell quoting simple
       const Result r = run_kveval("tokenize -m " + model + " --ids '" + text + "'", dir);
@@ -90,7 +90,7 @@ TEST_SUITE("cli.tokenize") {
     CHECK(listing.out == "128000\t<|begin_of_text|>\n13347\tHi\n128009\t<|eot_id|>\n");
   }
 
-  TEST_CASE("errors: one line, exit code") {
+  TEST_CASE("errors: one line, exit code" * kveval::test::needs_model()) {
     kveval::test::ScratchDir dir("tokcli3");
     const std::string model = kveval::test::model_path();
     const Result none = run_kveval("tokenize -m " + model, dir);
