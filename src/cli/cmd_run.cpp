@@ -20,6 +20,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/distributed.hpp"
+#include "cli/progress.hpp"
 #include "eval/report.hpp"
 #include "eval/runner.hpp"
 #include "eval/spec.hpp"
@@ -42,30 +43,10 @@ struct RunArgs {
   int batch_size = -1;
   int limit = -1;
   int bootstrap_iters = -1;
+  double progress_interval = 30;
   bool quiet = false;
   bool tolerance_given = false;
   std::string cache_policy = "release";
-};
-
-/// Progress on stderr: only when stderr is a terminal and the phase has run for more than a second.
-class Progress {
- public:
-  Progress() : tty_(isatty(fileno(stderr)) != 0) {}
-  void operator()(std::string_view phase, size_t done, size_t total) {
-    if (!tty_) return;
-    if (phase != phase_) phase_ = std::string(phase), sw_.reset(), shown_ = false;
-    if (sw_.seconds() < 1.0 && done < total) return;
-    if (!shown_ && done == total && sw_.seconds() < 1.0) return;
-    shown_ = true;
-    fmt::print(stderr, "\r{}: {}/{}{}", phase_, done, total, done == total ? "\n" : "");
-    std::fflush(stderr);
-  }
-
- private:
-  bool tty_;
-  std::string phase_;
-  Stopwatch sw_;
-  bool shown_ = false;
 };
 
 /// Validator for a number option: `lo` or more; an integer when `integer`.
@@ -170,10 +151,10 @@ int run(const RunArgs& a) {
   // missing on one host names the host).
   collectively(dist, [&] { prepare(a, dist, spec, baseline); });
 
-  Progress progress;
+  ProgressMeter progress(stderr, !a.quiet && dist.rank() == 0, isatty(fileno(stderr)) != 0, a.progress_interval);
   RunOptions opts;
   opts.cache_policy = parse_cache_policy(a.cache_policy);
-  opts.progress = [&progress](std::string_view p, size_t d, size_t t) { progress(p, d, t); };
+  opts.progress = [&progress](std::string_view p, size_t d, size_t t, int64_t tok) { progress.update(p, d, t, tok); };
   opts.log = [&a, &dist](const std::string& line) {
     if (!a.quiet && dist.rank() == 0) fmt::print(stderr, "kveval: {}\n", line);
   };
@@ -239,7 +220,10 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("--bootstrap-iters", args->bootstrap_iters,
                   "bootstrap resamples for the stderr of perplexity (lm-eval's default 100000; 0 = no stderr)")
       ->check(at_least(0, true));
-  cmd->add_flag("--quiet,-q", args->quiet, "no informational lines on stderr");
+  cmd->add_flag("--quiet,-q", args->quiet, "no progress and no informational lines on stderr");
+  cmd->add_option("--progress-interval", args->progress_interval,
+                  "seconds between progress lines when stderr is not a terminal (default 30)")
+      ->check(at_least(0.1, false));
   cmd->add_option("--cache-policy", args->cache_policy,
                   "generation cache on scope exit: release (delete, default) or reuse (keep the allocation, reset)")
       ->check(CLI::IsMember({"release", "reuse"}));

@@ -48,6 +48,7 @@ void score_phase(const EvalSpec& spec, Model& model, const RunOptions& opts, con
     throw CacheError("loglikelihood phase: caches are set up; log-likelihood requests must run cache-free");
   if (opts.on_phase) opts.on_phase("loglikelihood");
   std::vector<size_t> order = mine(canonical_score_order(spec, res.requests), owner, res.rank);
+  if (opts.progress) opts.progress("loglikelihood", 0, order.size(), 0);
   const ModelStats s0 = model.stats();
   Stopwatch sw;
   int64_t tokens = 0;
@@ -75,7 +76,7 @@ void score_phase(const EvalSpec& spec, Model& model, const RunOptions& opts, con
       o.is_greedy = sr.all_greedy();
       o.tokens = static_cast<int>(expect);
     }
-    if (opts.progress) opts.progress("loglikelihood", end, order.size());
+    if (opts.progress) opts.progress("loglikelihood", end, order.size(), tokens);
   }
   const ModelStats s1 = model.stats();
   res.ll_forward_calls = s1.forward_calls - s0.forward_calls;
@@ -132,6 +133,7 @@ void generation_phase(const EvalSpec& spec, Model& model, const RunOptions& opts
   log_line(opts, fmt::format("generation cache: {} rows x {} positions = {} bytes (K+V, float32)", rows, positions,
                              res.cache_bytes_setup));
   size_t n_batches = (gen.size() + static_cast<size_t>(rows) - 1) / static_cast<size_t>(rows);
+  if (opts.progress) opts.progress("generation", 0, gen.size(), 0);
   for (size_t b = 0; b < n_batches; ++b) {
     if (opts.before_generation_batch) opts.before_generation_batch(b);
     size_t start = b * static_cast<size_t>(rows), end = std::min(gen.size(), start + static_cast<size_t>(rows));
@@ -186,7 +188,8 @@ void generation_phase(const EvalSpec& spec, Model& model, const RunOptions& opts
       o.output = std::move(text);
       o.output_ids = std::move(g.ids);
     }
-    if (opts.progress) opts.progress("generation", end, gen.size());
+    if (opts.progress)
+      opts.progress("generation", end, gen.size(), timing.prefill_tokens + timing.decode_tokens);
   }
   res.phases.push_back({"prefill", timing.prefill_seconds, timing.prefill_tokens});
   res.phases.push_back({"decode", timing.decode_seconds, timing.decode_tokens});

@@ -22,8 +22,9 @@ namespace kveval::eval {
 
 /// Hooks for the CLI and tests. All optional.
 struct RunOptions {
-  /// Progress of a phase (requests or batches done / total); called often, the caller throttles.
-  std::function<void(std::string_view phase, size_t done, size_t total)> progress;
+  /// Progress of a phase: requests done / total and tokens through the model so far; called
+  /// with done = 0 when the phase starts and after every batch; the caller throttles.
+  std::function<void(std::string_view phase, size_t done, size_t total, int64_t tokens)> progress;
   /// Informational lines (cache set-up bytes, truncation warnings) as they happen.
   std::function<void(const std::string& line)> log;
   /// What the generation scope does with the cache on exit: Release (default,
