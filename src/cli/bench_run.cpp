@@ -565,7 +565,8 @@ std::vector<std::vector<int32_t>> bench_generate(Model& model, const std::vector
   return ids;
 }
 
-Report run_bench(const Options& o, const std::function<void(const std::string&)>& progress) {
+Report run_bench(const Options& o, const std::function<void(const std::string&)>& progress,
+                 const std::function<void(const std::string&)>& info) {
   validate(o);
   Report rep;
   rep.meta["kveval_version"] = version();
@@ -591,6 +592,10 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
     auto model = Model::load(o.model_path, mo);
     const HParams& hp = model->hparams();
     if (!rep.meta.contains("model")) {
+      const LoadSummary& ls = model->load_summary();
+      if (info) info(format_load_summary(ls));
+      nlohmann::json types = nlohmann::json::object();
+      for (const auto& [name, n] : ls.tensor_types) types[name] = n;
       rep.meta["model"] = {{"path", o.model_path},
                            {"n_params", n_params(hp)},
                            {"weight_bytes", model->weight_bytes()},
@@ -602,7 +607,11 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
                            {"n_head_kv", hp.n_head_kv},
                            {"n_ff", hp.n_ff},
                            {"n_ctx_train", hp.n_ctx_train},
-                           {"tied_output", hp.tied_output}};
+                           {"tied_output", hp.tied_output},
+                           {"tensor_types", types},
+                           {"weight_dtype", ls.weight_dtype},
+                           {"resident_weight_bytes", ls.resident_bytes},
+                           {"load_seconds", ls.load_seconds}};
     }
     Ctx c{o, *model, hp, model->threads(), rep, progress, {}, {}, {}};
     if (selected(o, "roofline")) run_roofline(c);

@@ -45,9 +45,11 @@ struct Options {
 void validate(const Options& o);
 
 /// Runs every selected test at every thread count. `progress` (may be empty)
-/// receives one line per measurement. Throws what Model::load and the
-/// engine throw, ArgumentError for invalid options.
-Report run_bench(const Options& o, const std::function<void(const std::string&)>& progress = {});
+/// receives one line per measurement; `info` (may be empty) the load summary
+/// line of the first model load. Throws what Model::load and the engine throw,
+/// ArgumentError for invalid options.
+Report run_bench(const Options& o, const std::function<void(const std::string&)>& progress = {},
+                 const std::function<void(const std::string&)>& info = {});
 
 /// `batch` prompts of `n_prompt` tokens: BOS, then ids uniform in
 /// [3, n_vocab) excluding BOS/EOS, deterministic from `seed` (mt19937_64).

@@ -77,7 +77,8 @@ void add_bench_command(CLI::App& app, Action& action) {
       o.stream_bytes = static_cast<size_t>(st->stream_mib) << 20;
       std::function<void(const std::string&)> progress;
       if (st->progress) progress = [](const std::string& s) { fmt::print(stderr, "kveval bench: {}\n", s); };
-      const bench::Report rep = bench::run_bench(o, progress);
+      const bench::Report rep =
+          bench::run_bench(o, progress, [](const std::string& s) { fmt::print(stderr, "kveval: {}\n", s); });
       const std::string text = bench::format_report(rep, st->output);
       if (!st->json_out.empty()) {
         std::FILE* f = std::fopen(st->json_out.c_str(), "w");

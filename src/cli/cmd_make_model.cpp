@@ -1,4 +1,6 @@
-// `kveval make-model`: writes a random-weight Llama GGUF for benchmarks.
+// `kveval make-model`: writes a random-weight Llama GGUF for benchmarks, in any
+// supported tensor type (quantized with kveval's quantizers).
+#include <cctype>
 #include <cerrno>
 #include <filesystem>
 #include <cstdlib>
@@ -20,6 +22,10 @@ struct MakeModelArgs {
   std::string type = "f32";
   std::string out;
 };
+std::string lower(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
 /// Validator of --seed: a non-negative integer that fits 64 bits, with a one-line message.
 CLI::Validator seed_validator() {
   return CLI::Validator(
@@ -45,8 +51,12 @@ void add_make_model_command(CLI::App& app, Action& action) {
   sub->add_option("--seed", args->seed, "weight seed (same seed => identical bytes)")
       ->check(seed_validator())
       ->capture_default_str();
-  sub->add_option("--type", args->type, "tensor element type: f32 or f16")
-      ->check(CLI::IsMember({"f32", "f16"}))
+  std::vector<std::string> types;
+  for (gguf::TensorType t : gguf::supported_types()) types.push_back(lower(gguf::type_name(t)));
+  sub->add_option("--type", args->type,
+                  "tensor type: f32, f16, bf16, or a quantized type (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, "
+                  "q5_k, q6_k: every matrix in that type, norms in f32; K-quants need n_embd and n_ff multiples of 256)")
+      ->check(CLI::IsMember(types))
       ->capture_default_str();
   sub->add_option("-o,--output", args->out, "output .gguf path")->required();
   sub->callback([args, &action] {
@@ -56,7 +66,9 @@ void add_make_model_command(CLI::App& app, Action& action) {
         throw ArgumentError(fmt::format("--output {}: is a directory (give a file path, e.g. {}/{}.gguf)", args->out,
                                         args->out, args->preset));
       const RandomModelSpec spec = random_model_preset(args->preset);
-      const auto type = args->type == "f16" ? gguf::TensorType::F16 : gguf::TensorType::F32;
+      gguf::TensorType type = gguf::TensorType::F32;
+      for (gguf::TensorType t : gguf::supported_types())
+        if (lower(gguf::type_name(t)) == args->type) type = t;
       const uint64_t params = random_model_parameters(spec);
       const uint64_t bytes = write_random_llama(args->out, spec, args->seed, type);
       fmt::print(

@@ -247,6 +247,15 @@ ojson results_json(const EvalSpec& spec, const RunResult& res, const std::string
   k["version"] = version();
   k["git_hash"] = git_hash();
   k["model"] = {{"path", res.model_path}, {"sha256", model_sha256}};
+  ojson types = ojson::object();
+  for (const auto& [name, n] : res.load.tensor_types) types[name] = n;
+  k["model"]["architecture"] = res.load.architecture;
+  k["model"]["parameters"] = res.load.parameters;
+  k["model"]["tensor_types"] = types;
+  k["model"]["weight_dtype"] = res.load.weight_dtype;
+  k["model"]["resident_weight_bytes"] = res.load.resident_bytes;
+  k["model"]["context_length"] = res.load.context_length;
+  k["model"]["tokenizer"] = {{"model", res.load.tokenizer_model}, {"pre", res.load.tokenizer_pre}};
   k["spec"] = spec.path;
   k["threads"] = res.threads;
   k["max_length"] = res.max_length;

@@ -260,6 +260,7 @@ RunResult run_eval_impl(const EvalSpec& spec, Model& model, const RunOptions& op
   if (res.n_ranks < 1 || res.rank < 0 || res.rank >= res.n_ranks || (res.n_ranks > 1 && !opts.shard.gather))
     throw ArgumentError(fmt::format("run_eval: invalid shard (rank {} of {})", res.rank, res.n_ranks));
   res.model_path = model.path();
+  res.load = model.load_summary();
   res.threads = model.threads();
   res.batch_size = spec.batch_size;
   const int n_ctx = model.hparams().n_ctx_train;
@@ -376,6 +377,7 @@ RunResult run_spec(const EvalSpec& spec, const RunOptions& opts) {
   }
   if (opts.shard.agree) opts.shard.agree(failed);  // every rank has its model, or all stop
   double load_s = sw.seconds();
+  if (opts.log) opts.log(format_load_summary(model->load_summary()));
   return run_eval_impl(spec, *model, opts, {Phase{"load", load_s, 0}});
 }
 

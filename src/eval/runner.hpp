@@ -43,6 +43,7 @@ struct RunOptions {
 /// Everything a run produced; reports are formatted from this.
 struct RunResult {
   std::string model_path;
+  LoadSummary load;                      ///< the model's load summary (Model::load_summary())
   int threads = 0;                       ///< compute threads of the model
   int max_length = 0;                    ///< resolved context window (tokens)
   int batch_size = 1;

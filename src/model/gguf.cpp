@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "model/dequantize.hpp"
 #include "util/error.hpp"
 
 static_assert(std::endian::native == std::endian::little, "the GGUF reader assumes a little-endian host");
@@ -61,15 +62,63 @@ uint64_t min_size(uint32_t t) {
 
 bool valid_value_type(uint32_t t) { return t <= static_cast<uint32_t>(ValueType::FLOAT64); }
 
-/// ggml type names (ggml.h enum ggml_type), for error messages.
-std::string ggml_type_name(uint32_t t) {
-  static const char* names[] = {"F32",     "F16",     "Q4_0",   "Q4_1",   "Q4_2",  "Q4_3",  "Q5_0",  "Q5_1",
-                                "Q8_0",    "Q8_1",    "Q2_K",   "Q3_K",   "Q4_K",  "Q5_K",  "Q6_K",  "Q8_K",
-                                "IQ2_XXS", "IQ2_XS",  "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS",
-                                "I8",      "I16",     "I32",    "I64",    "F64",   "IQ1_M", "BF16",  "Q4_0_4_4",
-                                "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0"};
-  if (t < std::size(names)) return names[t];
-  return "unknown";
+/// ggml's type table (ggml.h enum ggml_type; block sizes and bytes per block
+/// as gguf-py's GGML_QUANT_SIZES, block layouts in ggml-common.h).
+constexpr uint32_t kQK_K = 256;
+constexpr TypeInfo kTypes[] = {
+    {TensorType::F32, "F32", 1, 4, true},
+    {TensorType::F16, "F16", 1, 2, true},
+    {TensorType::Q4_0, "Q4_0", 32, 2 + 16, true},
+    {TensorType::Q4_1, "Q4_1", 32, 2 + 2 + 16, true},
+    {TensorType::Q5_0, "Q5_0", 32, 2 + 4 + 16, true},
+    {TensorType::Q5_1, "Q5_1", 32, 2 + 2 + 4 + 16, true},
+    {TensorType::Q8_0, "Q8_0", 32, 2 + 32, true},
+    {TensorType::Q8_1, "Q8_1", 32, 4 + 4 + 32, false},
+    {TensorType::Q2_K, "Q2_K", kQK_K, 2 + 2 + kQK_K / 16 + kQK_K / 4, true},
+    {TensorType::Q3_K, "Q3_K", kQK_K, 2 + kQK_K / 4 + kQK_K / 8 + 12, true},
+    {TensorType::Q4_K, "Q4_K", kQK_K, 2 + 2 + kQK_K / 2 + 12, true},
+    {TensorType::Q5_K, "Q5_K", kQK_K, 2 + 2 + kQK_K / 2 + kQK_K / 8 + 12, true},
+    {TensorType::Q6_K, "Q6_K", kQK_K, 2 + kQK_K / 2 + kQK_K / 4 + kQK_K / 16, true},
+    {TensorType::Q8_K, "Q8_K", kQK_K, 4 + kQK_K + kQK_K / 8, false},
+    {TensorType::IQ2_XXS, "IQ2_XXS", kQK_K, 2 + kQK_K / 4, false},
+    {TensorType::IQ2_XS, "IQ2_XS", kQK_K, 2 + kQK_K / 4 + kQK_K / 32, false},
+    {TensorType::IQ3_XXS, "IQ3_XXS", kQK_K, 2 + kQK_K / 4 + kQK_K / 8, false},
+    {TensorType::IQ1_S, "IQ1_S", kQK_K, 2 + kQK_K / 8 + kQK_K / 16, false},
+    {TensorType::IQ4_NL, "IQ4_NL", 32, 2 + 16, false},
+    {TensorType::IQ3_S, "IQ3_S", kQK_K, 2 + kQK_K / 4 + kQK_K / 8 + kQK_K / 32 + 4, false},
+    {TensorType::IQ2_S, "IQ2_S", kQK_K, 2 + kQK_K / 4 + kQK_K / 16, false},
+    {TensorType::IQ4_XS, "IQ4_XS", kQK_K, 2 + 2 + kQK_K / 2 + kQK_K / 64, false},
+    {TensorType::I8, "I8", 1, 1, false},
+    {TensorType::I16, "I16", 1, 2, false},
+    {TensorType::I32, "I32", 1, 4, false},
+    {TensorType::I64, "I64", 1, 8, false},
+    {TensorType::F64, "F64", 1, 8, false},
+    {TensorType::IQ1_M, "IQ1_M", kQK_K, kQK_K / 8 + kQK_K / 16 + kQK_K / 32, false},
+    {TensorType::BF16, "BF16", 1, 2, true},
+    {TensorType::TQ1_0, "TQ1_0", kQK_K, 2 + 4 * 13, false},
+    {TensorType::TQ2_0, "TQ2_0", kQK_K, 2 + 64, false},
+    {TensorType::MXFP4, "MXFP4", 32, 1 + 16, false},
+};
+
+/// Numbers ggml once used and removed (for a clearer refusal), else nullptr.
+const char* removed_type_name(uint32_t t) {
+  switch (t) {
+    case 4: return "Q4_2";
+    case 5: return "Q4_3";
+    case 31: return "Q4_0_4_4";
+    case 32: return "Q4_0_4_8";
+    case 33: return "Q4_0_8_8";
+    case 36: return "IQ4_NL_4_4";
+    case 37: return "IQ4_NL_4_8";
+    case 38: return "IQ4_NL_8_8";
+    default: return nullptr;
+  }
+}
+
+std::string supported_list() {
+  std::string s;
+  for (TensorType t : supported_types()) s += (s.empty() ? "" : ", ") + std::string(type_name(t));
+  return s;
 }
 
 std::string dims_str(std::span<const uint64_t> d) {
@@ -177,6 +226,7 @@ struct File::Impl {
   size_t map_size = 0;
   uint32_t version = 0;
   uint64_t alignment = 32;
+  uint64_t data_start = 0;
   std::vector<std::pair<std::string, Value>> kv;
   std::map<std::string, size_t, std::less<>> kv_index;
   std::vector<TensorInfo> tensors;
@@ -301,14 +351,25 @@ File::File(const std::string& path) : impl_(std::make_unique<Impl>()) {
       t.dims.push_back(dim);
     }
     uint32_t type = c.read<uint32_t>("tensor type");
-    if (type > 1)
-      m.fail(fmt::format("tensor '{}' has unsupported type {} ({}); kveval reads F32 and F16", t.name,
-                         ggml_type_name(type), type));
-    t.type = static_cast<TensorType>(type);
-    const uint64_t es = type == 0 ? 4 : 2;
-    if (n > std::numeric_limits<uint64_t>::max() / 8) c.fail("tensor byte size overflows");
+    const TypeInfo* ti = type_info(type);
+    if (!ti) {
+      if (const char* old_name = removed_type_name(type))
+        m.fail(fmt::format("tensor '{}' has type {} ({}), which ggml removed (re-quantize the model); kveval reads {}",
+                           t.name, old_name, type, supported_list()));
+      m.fail(fmt::format("tensor '{}' has unknown type {} (not a ggml type); kveval reads {}", t.name, type,
+                         supported_list()));
+    }
+    if (!ti->supported)
+      m.fail(fmt::format("tensor '{}' has type {} ({}), which kveval does not read; kveval reads {}", t.name, ti->name,
+                         type, supported_list()));
+    t.type = ti->type;
+    if (t.dims[0] % ti->block_size != 0)
+      m.fail(fmt::format("tensor '{}' of type {} has rows of {} elements, not a multiple of its block size {}", t.name,
+                         ti->name, t.dims[0], ti->block_size));
+    const uint64_t n_blocks = n / ti->block_size;
+    if (n_blocks > std::numeric_limits<uint64_t>::max() / 2 / ti->type_size) c.fail("tensor byte size overflows");
     t.n_elements = n;
-    t.n_bytes = n * es;
+    t.n_bytes = n_blocks * ti->type_size;
     t.offset = c.read<uint64_t>("tensor offset");
     if (t.offset % m.alignment != 0)
       c.fail(fmt::format("data offset {} is not a multiple of the alignment {}", t.offset, m.alignment));
@@ -318,6 +379,7 @@ File::File(const std::string& path) : impl_(std::make_unique<Impl>()) {
 
   const uint64_t header_end = c.pos;
   const uint64_t data_start = (header_end + m.alignment - 1) / m.alignment * m.alignment;
+  m.data_start = data_start;
   if (!m.tensors.empty()) {
     if (data_start > size)
       m.fail(fmt::format("data section starts at offset {}, past the end of the file ({} bytes)", data_start, size));
@@ -349,6 +411,7 @@ File& File::operator=(File&&) noexcept = default;
 const std::string& File::path() const { return impl_->path; }
 uint32_t File::version() const { return impl_->version; }
 uint64_t File::alignment() const { return impl_->alignment; }
+uint64_t File::data_offset() const { return impl_->data_start; }
 const std::vector<std::pair<std::string, Value>>& File::metadata() const { return impl_->kv; }
 
 const Value* File::find(std::string_view key) const {
@@ -417,6 +480,26 @@ std::vector<int64_t> File::get_int_array(std::string_view key) const {
   return out;
 }
 
+const TypeInfo* type_info(uint32_t t) {
+  for (const TypeInfo& i : kTypes)
+    if (static_cast<uint32_t>(i.type) == t) return &i;
+  return nullptr;
+}
+const TypeInfo& type_info(TensorType t) {
+  const TypeInfo* i = type_info(static_cast<uint32_t>(t));
+  if (!i) throw ArgumentError(fmt::format("tensor type {} is not in ggml's type table", static_cast<uint32_t>(t)));
+  return *i;
+}
+const char* type_name(TensorType t) {
+  const TypeInfo* i = type_info(static_cast<uint32_t>(t));
+  return i ? i->name : "unknown";
+}
+std::vector<TensorType> supported_types() {
+  return {TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
+          TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K,
+          TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+}
+
 const std::vector<TensorInfo>& File::tensors() const { return impl_->tensors; }
 const TensorInfo* File::find_tensor(std::string_view name) const {
   auto it = impl_->tensor_index.find(name);
@@ -433,16 +516,9 @@ std::vector<float> File::tensor_f32(std::string_view name, std::span<const uint6
   if (!std::equal(t.dims.begin(), t.dims.end(), expected_dims.begin(), expected_dims.end()))
     impl_->fail(fmt::format("tensor '{}' has dims {}, expected {}", name, dims_str(t.dims), dims_str(expected_dims)));
   std::vector<float> out(t.n_elements);
-  if (t.type == TensorType::F32) {
-    std::memcpy(out.data(), t.data, t.n_bytes);
-  } else {
-    const auto* src = reinterpret_cast<const unsigned char*>(t.data);
-    for (uint64_t i = 0; i < t.n_elements; ++i) {
-      uint16_t h;
-      std::memcpy(&h, src + 2 * i, 2);
-      out[i] = f16_to_f32(h);
-    }
-  }
+  ConvertOptions co;
+  co.check_finite = false;
+  dequantize_rows(*this, t, 0, t.n_rows(), DType::F32, out.data(), co);
   return out;
 }
 
@@ -497,6 +573,18 @@ uint16_t f32_to_f16(float f) {
   const uint32_t half = 1u << (shift - 1);
   if (rem > half || (rem == half && (h & 1u))) ++h;
   return sign | static_cast<uint16_t>(h);
+}
+
+}  // namespace kveval::gguf
+
+namespace kveval::gguf {
+
+float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+
+uint16_t f32_to_bf16(float f) {
+  uint32_t x = std::bit_cast<uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 64u);  // NaN: force quiet
+  return static_cast<uint16_t>((x + (0x7fffu + ((x >> 16) & 1u))) >> 16);           // round to nearest even
 }
 
 }  // namespace kveval::gguf

@@ -20,8 +20,37 @@ enum class ValueType : uint32_t {
   BOOL = 7, STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
 };
 
-/// Tensor element types kveval reads (ggml numbering). Others are refused.
-enum class TensorType : uint32_t { F32 = 0, F16 = 1 };
+/// Tensor element types, numbered as ggml's `enum ggml_type` (ggml.h; gguf-py
+/// GGMLQuantizationType). kveval reads the types whose TypeInfo::supported is
+/// true; a file holding any other type is refused naming the tensor and type.
+enum class TensorType : uint32_t {
+  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
+  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
+  IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22, IQ4_XS = 23,
+  I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30,
+  TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39,
+};
+
+/// One row of the tensor type table: a tensor of `block_size`-element blocks
+/// stores each block in `type_size` bytes (gguf-py GGML_QUANT_SIZES; block
+/// layouts in ggml's ggml-common.h). Rows (dims[0]) must be a multiple of
+/// block_size.
+struct TypeInfo {
+  TensorType type;
+  const char* name;     ///< ggml's name, e.g. "Q4_K"
+  uint32_t block_size;  ///< elements per block (1 for F32/F16/BF16)
+  uint32_t type_size;   ///< bytes per block
+  bool supported;       ///< kveval reads and dequantizes it
+};
+/// The table entry of ggml type number `t`, or nullptr when ggml defines no such type
+/// (numbers of removed types such as 4, 5 or 31-33 included).
+const TypeInfo* type_info(uint32_t t);
+/// The table entry of a type of the enum; throws ArgumentError for a value outside the table.
+const TypeInfo& type_info(TensorType t);
+/// ggml's name of `t` ("Q4_K"), or "unknown".
+const char* type_name(TensorType t);
+/// The supported types, in the order of the README table.
+std::vector<TensorType> supported_types();
 
 /// A metadata value. Arrays hold their elements as a vector of Value
 /// (strings of an array of strings, numbers widened to the variant below).
@@ -43,7 +72,13 @@ struct TensorInfo {
   uint64_t offset = 0;          ///< bytes from the start of the data section
   const std::byte* data = nullptr;  ///< into the mapping, validated in range
   uint64_t n_elements = 0;
-  uint64_t n_bytes = 0;
+  uint64_t n_bytes = 0;         ///< n_elements / block_size * type_size
+  /// Elements per row (dims[0]); a multiple of the type's block size.
+  uint64_t row_length() const { return dims.empty() ? 0 : dims[0]; }
+  /// Rows: n_elements / row_length().
+  uint64_t n_rows() const { return dims.empty() ? 0 : n_elements / dims[0]; }
+  /// Bytes of one row: row_length() / block_size * type_size.
+  uint64_t row_bytes() const { return dims.empty() ? 0 : n_bytes / n_rows(); }
 };
 
 /// A validated, memory-mapped GGUF file. Immutable after construction.
@@ -52,8 +87,10 @@ class File {
   /// Maps and validates `path`. Throws kveval::FormatError (one line naming
   /// the file and the key/tensor/offset at fault) on: missing/unreadable file,
   /// bad magic, unsupported version, counts or lengths past the end of the
-  /// file, unknown value or tensor types, duplicate keys or tensor names,
-  /// misaligned or out-of-range tensor data, a data section cut short.
+  /// file, unknown value or tensor types, tensor types kveval does not read
+  /// (IQ*, TQ*, Q8_K, MXFP4, ...: named), rows that are not a multiple of the
+  /// type's block size, duplicate keys or tensor names, misaligned or
+  /// out-of-range tensor data, a data section cut short (truncated blocks).
   explicit File(const std::string& path);
   ~File();
   File(const File&) = delete;
@@ -64,6 +101,8 @@ class File {
   const std::string& path() const;
   uint32_t version() const;
   uint64_t alignment() const;  ///< general.alignment, default 32
+  /// Offset in the file of the tensor data section (bytes); TensorInfo::offset is relative to it.
+  uint64_t data_offset() const;
 
   /// All metadata in file order.
   const std::vector<std::pair<std::string, Value>>& metadata() const;
@@ -90,8 +129,9 @@ class File {
   const TensorInfo* find_tensor(std::string_view name) const;
   /// The tensor called `name`; throws FormatError "<file>: missing tensor 'name'".
   const TensorInfo& tensor(std::string_view name) const;
-  /// The tensor's elements as float32 (F16 converted). Throws FormatError
-  /// if the tensor is missing or `expected_dims` (ggml order) does not match.
+  /// The tensor's elements as float32 (any supported type dequantized, no
+  /// finite check). Throws FormatError if the tensor is missing or
+  /// `expected_dims` (ggml order) does not match.
   std::vector<float> tensor_f32(std::string_view name, std::span<const uint64_t> expected_dims) const;
 
  private:
@@ -103,5 +143,9 @@ class File {
 float f16_to_f32(uint16_t h);
 /// float -> IEEE half, round to nearest even.
 uint16_t f32_to_f16(float f);
+/// bfloat16 -> float (exact: the high 16 bits of a float32).
+float bf16_to_f32(uint16_t h);
+/// float -> bfloat16, round to nearest even, NaN kept quiet (ggml_compute_fp32_to_bf16).
+uint16_t f32_to_bf16(float f);
 
 }  // namespace kveval::gguf

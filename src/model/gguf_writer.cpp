@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "model/dequantize.hpp"
 #include "util/error.hpp"
 
 namespace kveval::gguf {
@@ -95,17 +96,21 @@ void put_value(std::vector<uint8_t>& out, const std::string& key, const Value& v
   }
 }
 
-uint64_t element_size(TensorType t) { return t == TensorType::F16 ? 2 : 4; }
-
+/// Encodes `src` as `type` (F32, F16, BF16 or a quantized type: see dequantize.hpp's quantize).
 void encode(std::span<const float> src, TensorType type, uint8_t* dst) {
-  if (type == TensorType::F32) {
-    std::memcpy(dst, src.data(), src.size() * 4);
-  } else {
-    for (size_t i = 0; i < src.size(); ++i) {
-      uint16_t h = f32_to_f16(src[i]);
-      std::memcpy(dst + 2 * i, &h, 2);
-    }
-  }
+  quantize(type, src.data(), reinterpret_cast<std::byte*>(dst), src.size());
+}
+
+/// Bytes of a tensor of `dims` stored as `type`; ArgumentError naming the tensor
+/// for an unsupported type or rows that are not a multiple of the block size.
+uint64_t byte_size(const std::string& name, const std::vector<uint64_t>& dims, uint64_t n, TensorType type) {
+  const TypeInfo* ti = type_info(static_cast<uint32_t>(type));
+  if (!ti || !ti->supported)
+    throw ArgumentError(fmt::format("gguf writer: tensor '{}': type {} cannot be written", name, type_name(type)));
+  if (dims[0] % ti->block_size != 0)
+    throw ArgumentError(fmt::format("gguf writer: tensor '{}': rows of {} elements are not a multiple of the {} block size {}",
+                                    name, dims[0], ti->name, ti->block_size));
+  return tensor_bytes(type, n);
 }
 
 uint64_t product(const std::string& name, const std::vector<uint64_t>& dims) {
@@ -154,8 +159,9 @@ void Writer::add_tensor(const std::string& name, std::vector<uint64_t> dims, con
   const uint64_t n = product(name, dims);
   if (n != data.size())
     throw ArgumentError(fmt::format("gguf writer: tensor '{}' has {} elements, data has {}", name, n, data.size()));
+  const uint64_t bytes = byte_size(name, dims, n, type);
   PendingTensor t{name, std::move(dims), type, {}, {}, n};
-  t.payload.resize(n * element_size(type));
+  t.payload.resize(bytes);
   encode(data, type, t.payload.data());
   tensors_.push_back(std::move(t));
 }
@@ -163,6 +169,7 @@ void Writer::add_tensor(const std::string& name, std::vector<uint64_t> dims, con
 void Writer::add_tensor(const std::string& name, std::vector<uint64_t> dims, Fill fill, TensorType type) {
   const uint64_t n = product(name, dims);
   if (!fill) throw ArgumentError(fmt::format("gguf writer: tensor '{}' has no fill function", name));
+  byte_size(name, dims, n, type);
   tensors_.push_back(PendingTensor{name, std::move(dims), type, {}, std::move(fill), n});
 }
 
@@ -195,7 +202,7 @@ std::vector<uint8_t> Writer::header() const {
     for (uint64_t d : t.dims) put<uint64_t>(out, d);
     put<uint32_t>(out, static_cast<uint32_t>(t.type));
     put<uint64_t>(out, offset);
-    offset += (t.n_elements * element_size(t.type) + align - 1) / align * align;
+    offset += (tensor_bytes(t.type, t.n_elements) + align - 1) / align * align;
   }
   out.resize((out.size() + align - 1) / align * align, 0);
   return out;
@@ -212,7 +219,7 @@ void Writer::emit(Sink&& sink) const {
   std::vector<float> buf;
   std::vector<uint8_t> enc;
   for (const auto& t : tensors_) {
-    const uint64_t n_bytes = t.n_elements * element_size(t.type);
+    const uint64_t n_bytes = tensor_bytes(t.type, t.n_elements);
     if (!t.fill) {
       sink(t.payload.data(), t.payload.size());
     } else {
@@ -220,7 +227,7 @@ void Writer::emit(Sink&& sink) const {
         const uint64_t n = std::min(kChunk, t.n_elements - first);
         buf.resize(n);
         t.fill(first, std::span<float>(buf));
-        enc.resize(n * element_size(t.type));
+        enc.resize(tensor_bytes(t.type, n));
         encode(buf, t.type, enc.data());
         sink(enc.data(), enc.size());
       }

@@ -33,8 +33,10 @@ class Writer {
   void add_int32_array(const std::string& key, const std::vector<int32_t>& v);
 
   /// Adds a tensor; `dims` in ggml order (dims[0] fastest); `data` holds
-  /// prod(dims) floats and is stored as `type` (F16 rounds to nearest even).
-  /// Throws ArgumentError if the sizes differ.
+  /// prod(dims) floats and is stored as `type`: F32, F16/BF16 (round to
+  /// nearest even) or a quantized type (kveval's quantizers, quant/quant.hpp).
+  /// Throws ArgumentError if the sizes differ, the type cannot be written or
+  /// dims[0] is not a multiple of its block size.
   void add_tensor(const std::string& name, std::vector<uint64_t> dims, const std::vector<float>& data,
                   TensorType type = TensorType::F32);
   /// Adds a tensor whose elements are produced by `fill` while writing, so a

@@ -11,6 +11,7 @@
 #include "backend/backend.hpp"
 #include "model/gguf.hpp"
 #include "util/error.hpp"
+#include "util/timer.hpp"
 
 namespace kveval {
 
@@ -60,6 +61,7 @@ struct Model::Impl {
   std::vector<float> output_norm;
   std::vector<Layer> layers;
   size_t weight_bytes = 0;
+  LoadSummary summary;
 
   // ---- KV cache: K and V [n_layer][batch][n_kv_head][cap][head_dim] ----
   std::unique_ptr<float, FreeDeleter> k_cache, v_cache;
@@ -103,6 +105,7 @@ Model::Model() : impl_(std::make_unique<Impl>()) {}
 Model::~Model() = default;
 
 std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& opts) {
+  Stopwatch load_time;
   gguf::File f(path);
   const std::string arch = f.get_string_or("general.architecture", "");
   if (arch != "llama")
@@ -149,7 +152,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
                                   im.tok->n_vocab(), hp.n_vocab));
 
   const uint64_t D = hp.n_embd, F = hp.n_ff, V = hp.n_vocab, KV = static_cast<uint64_t>(im.kv_dim());
-  // Copies tensor `name` (ggml dims {n_in, n_out}, F32 or F16) into dst ([n_out, n_in]), converting F16.
+  // Converts tensor `name` (ggml dims {n_in, n_out}, any supported type) into dst ([n_out, n_in]).
   auto fill = [&](float* dst, const std::string& name, uint64_t n_in, uint64_t n_out) {
     const gguf::TensorInfo& t = f.tensor(name);
     const bool ok = n_out == 0 ? (t.dims.size() == 1 && t.dims[0] == n_in)
@@ -157,17 +160,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     if (!ok)
       throw FormatError(fmt::format("{}: tensor '{}' has shape [{}], expected [{}]", path, name, fmt::join(t.dims, ", "),
                                     n_out == 0 ? fmt::format("{}", n_in) : fmt::format("{}, {}", n_in, n_out)));
-    if (t.type == gguf::TensorType::F32) {
-      std::memcpy(dst, t.data, t.n_elements * sizeof(float));
-    } else {
-      const std::byte* h = t.data;  // alignment may be < 2: read each half with memcpy
-      for (uint64_t i = 0; i < t.n_elements; ++i) {
-        uint16_t v;
-        std::memcpy(&v, h + 2 * i, 2);
-        dst[i] = gguf::f16_to_f32(v);
-      }
-    }
-    im.weight_bytes += t.n_elements * sizeof(float);
+    dequantize_rows(f, t, 0, t.n_rows(), opts.weight_dtype, dst, {opts.check_finite, opts.threads});
+    im.weight_bytes += t.n_elements * dtype_size(opts.weight_dtype);
   };
   // One weight from several tensors stacked along n_out (fused projections),
   // each transposed once into the matmul layout.
@@ -213,6 +207,10 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     L.w_down = mat(p + "ffn_down.weight", F, D);
   }
   im.engine = std::make_unique<be::Engine>(opts.threads);
+  im.summary = summarize_gguf(f);
+  im.summary.weight_dtype = dtype_name(opts.weight_dtype);
+  im.summary.resident_bytes = im.weight_bytes + (hp.tied_output ? V * D * dtype_size(opts.weight_dtype) : 0);
+  im.summary.load_seconds = load_time.seconds();
   return m;
 }
 
@@ -221,6 +219,7 @@ const Tokenizer& Model::tokenizer() const { return *impl_->tok; }
 const std::string& Model::path() const { return impl_->path; }
 int Model::threads() const { return impl_->engine->threads(); }
 size_t Model::weight_bytes() const { return impl_->weight_bytes; }
+const LoadSummary& Model::load_summary() const { return impl_->summary; }
 const ModelStats& Model::stats() const { return impl_->stats; }
 uint64_t Model::primitives_created() const { return impl_->engine->primitives_created(); }
 

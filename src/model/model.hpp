@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "model/dequantize.hpp"
+#include "model/load_summary.hpp"
 #include "model/tokenizer.hpp"
 
 namespace kveval {
@@ -35,6 +37,12 @@ struct HParams {
 /// Options for loading a model.
 struct ModelOptions {
   int threads = 0;  ///< compute threads; 0 = all cores
+  /// Element type of the weights in memory (every supported tensor type is
+  /// dequantized to it at load).
+  DType weight_dtype = DType::F32;
+  /// Refuse weights holding NaN or Inf (FormatError naming the tensor and the
+  /// first bad element); checked while converting, in the same pass.
+  bool check_finite = true;
 };
 
 /// Why a generation stopped.
@@ -54,8 +62,11 @@ struct ModelStats {
 
 class Model {
  public:
-  /// Loads a GGUF Llama model. Throws FormatError naming the file and the
-  /// key/tensor at fault (unsupported architecture is refused by name).
+  /// Loads a GGUF Llama model, dequantizing every tensor (F32, F16, BF16,
+  /// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K) to opts.weight_dtype. Throws
+  /// FormatError naming the file and the key/tensor at fault (unsupported
+  /// architecture or tensor type refused by name; non-finite weights refused
+  /// naming the tensor and the first bad element).
   static std::unique_ptr<Model> load(const std::string& path, const ModelOptions& opts = {});
   ~Model();
 
@@ -67,8 +78,10 @@ class Model {
   const std::string& path() const;
   /// Compute threads in use (ModelOptions::threads resolved; 0 became all cores).
   int threads() const;
-  /// Bytes of weights held in memory (F32 after load).
+  /// Bytes of weights held in memory (F32 after load), the tied output's copy of token_embd not counted.
   size_t weight_bytes() const;
+  /// What the load found and produced (the `load:` line of run/generate/bench).
+  const LoadSummary& load_summary() const;
 
   // ---- KV cache -----------------------------------------------------------
   // K and V are each [n_layer][batch][n_kv_head][max_seq][head_dim] float32.

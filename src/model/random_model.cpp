@@ -152,8 +152,10 @@ uint64_t write_random_llama(const std::string& path, const RandomModelSpec& spec
   for (size_t ti = 0; ti < specs.size(); ++ti) {
     const auto& t = specs[ti];
     if (t.norm) {
+      // 1-D tensors stay F32 in quantized files (as llama.cpp's quantizer keeps them).
+      const bool quantized = gguf::type_info(type).block_size > 1;
       w.add_tensor(t.name, t.dims, [](uint64_t, std::span<float> out) { std::fill(out.begin(), out.end(), 1.0f); },
-                   type);
+                   quantized ? gguf::TensorType::F32 : type);
       continue;
     }
     // Uniform on [-a, a) with a = sqrt(3 / n_in): variance a^2/3 = 1/n_in.

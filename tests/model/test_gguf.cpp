@@ -436,9 +436,11 @@ TEST_SUITE("model.gguf") {
     const std::string ok = write_bytes("ok.gguf", one_tensor({4, 2}, 0, 0, 32));
     CHECK(File(ok).tensor("blk.0.attn_q.weight").n_bytes == 32);
 
-    std::string msg = load_error("q4.gguf", one_tensor({4, 2}, 2, 0, 32));
-    CHECK(contains(msg, "tensor 'blk.0.attn_q.weight' has unsupported type Q4_0 (2)"));
-    CHECK(contains(load_error("t99.gguf", one_tensor({4, 2}, 99, 0, 32)), "unsupported type unknown (99)"));
+    std::string msg = load_error("iq2.gguf", one_tensor({256, 2}, 16, 0, 132));
+    CHECK(contains(msg, "tensor 'blk.0.attn_q.weight' has type IQ2_XXS (16), which kveval does not read"));
+    CHECK(contains(load_error("t99.gguf", one_tensor({4, 2}, 99, 0, 32)),
+                   "tensor 'blk.0.attn_q.weight' has unknown type 99 (not a ggml type)"));
+    // (more tensor-type cases in test_quant_files.cpp)
 
     msg = load_error("past.gguf", one_tensor({4, 2}, 0, 64, 32));
     CHECK(contains(msg, "tensor data [64, 96) extends past the end of the 32-byte data section"));

@@ -1,0 +1,183 @@
+// Tensor conversion at load: see dequantize.hpp. The per-format block codecs
+// are in quant/; this file dispatches on the type table, splits the work into
+// chunks of whole blocks for OpenMP threads, and scans each converted chunk
+// for non-finite values while it is still in cache (no second pass over memory).
+#include "model/dequantize.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "model/quant/quant.hpp"
+#include "util/error.hpp"
+
+namespace kveval {
+
+namespace {
+
+struct Codec {
+  quant::DequantizeFn dequantize;
+  quant::QuantizeFn quantize;
+};
+
+const Codec* codec(gguf::TensorType t) {
+  using gguf::TensorType;
+  static const Codec f32{quant::dequantize_f32, quant::quantize_f32}, f16{quant::dequantize_f16, quant::quantize_f16},
+      bf16{quant::dequantize_bf16, quant::quantize_bf16}, q4_0{quant::dequantize_q4_0, quant::quantize_q4_0},
+      q4_1{quant::dequantize_q4_1, quant::quantize_q4_1}, q5_0{quant::dequantize_q5_0, quant::quantize_q5_0},
+      q5_1{quant::dequantize_q5_1, quant::quantize_q5_1}, q8_0{quant::dequantize_q8_0, quant::quantize_q8_0},
+      q2_k{quant::dequantize_q2_k, quant::quantize_q2_k}, q3_k{quant::dequantize_q3_k, quant::quantize_q3_k},
+      q4_k{quant::dequantize_q4_k, quant::quantize_q4_k}, q5_k{quant::dequantize_q5_k, quant::quantize_q5_k},
+      q6_k{quant::dequantize_q6_k, quant::quantize_q6_k};
+  switch (t) {
+    case TensorType::F32: return &f32;
+    case TensorType::F16: return &f16;
+    case TensorType::BF16: return &bf16;
+    case TensorType::Q4_0: return &q4_0;
+    case TensorType::Q4_1: return &q4_1;
+    case TensorType::Q5_0: return &q5_0;
+    case TensorType::Q5_1: return &q5_1;
+    case TensorType::Q8_0: return &q8_0;
+    case TensorType::Q2_K: return &q2_k;
+    case TensorType::Q3_K: return &q3_k;
+    case TensorType::Q4_K: return &q4_k;
+    case TensorType::Q5_K: return &q5_k;
+    case TensorType::Q6_K: return &q6_k;
+    default: return nullptr;
+  }
+}
+
+/// The type's table row and codec; ArgumentError for a type kveval does not read.
+std::pair<const gguf::TypeInfo*, const Codec*> lookup(gguf::TensorType type) {
+  const gguf::TypeInfo* ti = gguf::type_info(static_cast<uint32_t>(type));
+  const Codec* c = codec(type);
+  if (!ti || !c || !ti->supported)
+    throw ArgumentError(fmt::format("tensor type {} ({}) is not supported", gguf::type_name(type),
+                                    static_cast<uint32_t>(type)));
+  return {ti, c};
+}
+
+/// Output elements per chunk: 64 KiB of float32, a multiple of every block size.
+constexpr uint64_t kChunkElements = 16384;
+
+/// True when every value of p[0, n) is finite (exponent bits not all ones).
+bool all_finite(const float* p, uint64_t n) {
+  uint32_t bad = 0;
+#pragma omp simd reduction(| : bad)
+  for (uint64_t i = 0; i < n; ++i) bad |= static_cast<uint32_t>((~std::bit_cast<uint32_t>(p[i]) & 0x7f800000u) == 0);
+  return bad == 0;
+}
+
+int thread_count(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
+
+/// Chunks below which a conversion runs on one thread: waking the OpenMP team
+/// costs more than converting fewer than 256 Ki elements (1 MiB of float32),
+/// and much more when another process holds the cores.
+constexpr int64_t kMinParallelChunks = 16;
+
+/// Runs f(first_block, n_blocks) over [0, n_blocks) in chunks of `per_chunk`
+/// blocks, in parallel from kMinParallelChunks chunks up; f returns the first
+/// flagged element of its chunk (relative to block 0) or UINT64_MAX; returns the minimum.
+template <class F>
+uint64_t for_chunks(uint64_t n_blocks, uint64_t per_chunk, int threads, F&& f) {
+  const int64_t n_chunks = static_cast<int64_t>((n_blocks + per_chunk - 1) / per_chunk);
+  uint64_t first = std::numeric_limits<uint64_t>::max();
+#pragma omp parallel for num_threads(thread_count(threads)) schedule(static) reduction(min : first) \
+    if (n_chunks >= kMinParallelChunks)
+  for (int64_t k = 0; k < n_chunks; ++k) {
+    const uint64_t b0 = static_cast<uint64_t>(k) * per_chunk;
+    first = std::min(first, f(b0, std::min(per_chunk, n_blocks - b0)));
+  }
+  return first;
+}
+
+}  // namespace
+
+const char* dtype_name(DType d) {
+  switch (d) {
+    case DType::F32: return "F32";
+  }
+  return "?";
+}
+
+size_t dtype_size(DType d) {
+  switch (d) {
+    case DType::F32: return 4;
+  }
+  return 0;
+}
+
+uint64_t tensor_bytes(gguf::TensorType type, uint64_t n_elements) {
+  const gguf::TypeInfo* ti = lookup(type).first;
+  if (n_elements % ti->block_size != 0)
+    throw ArgumentError(fmt::format("{} elements of {} are not a multiple of its block size {}", n_elements, ti->name,
+                                    ti->block_size));
+  return n_elements / ti->block_size * ti->type_size;
+}
+
+void dequantize_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t row0, uint64_t rows, DType dtype,
+                     void* dst, const ConvertOptions& opts) {
+  const uint64_t n_rows = t.n_rows();
+  if (row0 > n_rows || rows > n_rows - row0)
+    throw ArgumentError(fmt::format("dequantize_rows: rows [{}, {}) outside tensor '{}' of {} rows", row0, row0 + rows,
+                                    t.name, n_rows));
+  const auto tc = lookup(t.type);
+  const gguf::TypeInfo* ti = tc.first;
+  const Codec* c = tc.second;
+  const uint64_t row_len = t.row_length();
+  const uint64_t bs = ti->block_size, ts = ti->type_size;
+  const uint64_t first_block = row0 * (row_len / bs), n_blocks = rows * (row_len / bs);
+  const std::byte* src = t.data + first_block * ts;
+  float* out = nullptr;
+  switch (dtype) {
+    case DType::F32: out = static_cast<float*>(dst); break;
+  }
+  const bool check = opts.check_finite;
+  const uint64_t bad = for_chunks(n_blocks, std::max<uint64_t>(1, kChunkElements / bs), opts.threads,
+                                  [&](uint64_t b0, uint64_t nb) -> uint64_t {
+                                    float* y = out + b0 * bs;
+                                    c->dequantize(src + b0 * ts, y, static_cast<int64_t>(nb));
+                                    if (!check || all_finite(y, nb * bs)) return std::numeric_limits<uint64_t>::max();
+                                    uint64_t i = 0;
+                                    while (std::isfinite(y[i])) ++i;
+                                    return b0 * bs + i;
+                                  });
+  if (bad == std::numeric_limits<uint64_t>::max()) return;
+  const float v = out[bad];
+  const uint64_t element = row0 * row_len + bad;
+  throw FormatError(fmt::format("{}: tensor '{}' holds {} at element {} (row {}, column {}); the weights of a model "
+                                "must be finite (corrupt or badly converted file)",
+                                file.path(), t.name, std::isnan(v) ? "NaN" : (v > 0 ? "+Inf" : "-Inf"), element,
+                                element / row_len, element % row_len));
+}
+
+void dequantize(gguf::TensorType type, const std::byte* src, float* dst, uint64_t n_elements, int threads) {
+  const auto tc = lookup(type);
+  const gguf::TypeInfo* ti = tc.first;
+  const Codec* c = tc.second;
+  const uint64_t bs = ti->block_size, ts = ti->type_size;
+  const uint64_t n_blocks = tensor_bytes(type, n_elements) / ts;
+  for_chunks(n_blocks, std::max<uint64_t>(1, kChunkElements / bs), threads, [&](uint64_t b0, uint64_t nb) {
+    c->dequantize(src + b0 * ts, dst + b0 * bs, static_cast<int64_t>(nb));
+    return std::numeric_limits<uint64_t>::max();
+  });
+}
+
+void quantize(gguf::TensorType type, const float* src, std::byte* dst, uint64_t n_elements, int threads) {
+  const auto tc = lookup(type);
+  const gguf::TypeInfo* ti = tc.first;
+  const Codec* c = tc.second;
+  const uint64_t bs = ti->block_size, ts = ti->type_size;
+  const uint64_t n_blocks = tensor_bytes(type, n_elements) / ts;
+  for_chunks(n_blocks, std::max<uint64_t>(1, kChunkElements / bs), threads, [&](uint64_t b0, uint64_t nb) {
+    c->quantize(src + b0 * bs, dst + b0 * ts, static_cast<int64_t>(nb));
+    return std::numeric_limits<uint64_t>::max();
+  });
+}
+
+}  // namespace kveval

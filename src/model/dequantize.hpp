@@ -1,0 +1,54 @@
+#pragma once
+// Tensor conversion at load: any supported GGUF tensor type (gguf.hpp's type
+// table) to the weight dtype kept in memory, block by block, in parallel
+// (OpenMP), with the finite check of the weights fused into the same pass.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "model/gguf.hpp"
+
+namespace kveval {
+
+/// Element type of weights in memory. Only F32 for now; the conversion takes
+/// it as a parameter so that a bf16 compute dtype can be added.
+enum class DType { F32 };
+/// "F32".
+const char* dtype_name(DType d);
+/// Bytes per element of `d`.
+size_t dtype_size(DType d);
+
+/// Options of dequantize_rows.
+struct ConvertOptions {
+  /// Refuse NaN and ±Inf: throws FormatError naming the file, tensor and first bad element.
+  bool check_finite = true;
+  /// OpenMP threads (0 = OpenMP's default, all cores).
+  int threads = 0;
+};
+
+/// Converts rows [row0, row0 + rows) of tensor `t` of `file` (rows of
+/// t.row_length() elements, in GGUF order) to `dtype`, writing
+/// rows * t.row_length() elements to `dst`. Values are those of gguf-py's
+/// numpy dequantizers bit for bit (F32 products and sums in its order).
+/// Throws ArgumentError if the rows fall outside the tensor; FormatError
+/// "<file>: tensor 'T' holds NaN at element I (row R, column C): ..." when
+/// check_finite and a converted value is not finite (I is the flat index in
+/// the tensor of the first such element).
+void dequantize_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t row0, uint64_t rows, DType dtype,
+                     void* dst, const ConvertOptions& opts = {});
+
+/// Dequantizes `n_elements` (a multiple of the block size) of type `type` from
+/// `src` to float32 at `dst`, in parallel, without a finite check. For
+/// benchmarks and tests. Throws ArgumentError for an unsupported type or a
+/// count that is not a multiple of the block size.
+void dequantize(gguf::TensorType type, const std::byte* src, float* dst, uint64_t n_elements, int threads = 0);
+
+/// Quantizes `n_elements` finite floats (a multiple of the block size) to
+/// `type` (see quant/quant.hpp for the quantizers), in parallel; writes
+/// n_elements / block_size * type_size bytes. Throws ArgumentError as dequantize.
+void quantize(gguf::TensorType type, const float* src, std::byte* dst, uint64_t n_elements, int threads = 0);
+
+/// Bytes of `n_elements` of `type` (n_elements a multiple of the block size; ArgumentError otherwise).
+uint64_t tensor_bytes(gguf::TensorType type, uint64_t n_elements);
+
+}  // namespace kveval

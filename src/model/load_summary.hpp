@@ -1,0 +1,41 @@
+#pragma once
+// The one-line load summary that `kveval run`, `generate` and `bench` print:
+// architecture, parameters, tensor types found, weight dtype in memory,
+// resident bytes, context length, tokenizer kind/pre, load seconds.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kveval::gguf { class File; }
+
+namespace kveval {
+
+/// What a model load found and produced.
+struct LoadSummary {
+  std::string architecture;     ///< general.architecture
+  uint64_t parameters = 0;      ///< elements of all tensors in the file
+  /// Tensor type name -> number of tensors of that type, most frequent first
+  /// (ties in the order of gguf::supported_types()).
+  std::vector<std::pair<std::string, uint64_t>> tensor_types;
+  uint64_t file_tensor_bytes = 0;  ///< bytes of tensor data in the file
+  std::string weight_dtype;        ///< element type of the weights in memory ("F32")
+  uint64_t resident_bytes = 0;     ///< bytes of weights held in memory after conversion
+  uint64_t context_length = 0;     ///< `<arch>.context_length` (tokens), 0 when absent
+  std::string tokenizer_model;     ///< tokenizer.ggml.model ("llama", "gpt2", ...), "" when absent
+  std::string tokenizer_pre;       ///< tokenizer.ggml.pre ("llama-bpe", ...), "" when absent
+  double load_seconds = 0;         ///< wall time of Model::load
+};
+
+/// The fields that come from the file alone (architecture, parameters, tensor
+/// types, file tensor bytes, context length, tokenizer keys); the others stay
+/// zero/empty for the loader to fill. Throws FormatError for a metadata key of
+/// the wrong type.
+LoadSummary summarize_gguf(const gguf::File& f);
+
+/// "load: llama, 24.70M parameters, tensors Q4_K x98, Q6_K x1, F32 x65 (13.9 MiB in file);
+/// weights F32 in memory, 94.2 MiB resident; context 2048; tokenizer llama; 0.120 s"
+/// (tokenizer "gpt2/llama-bpe" when a pre-tokenizer is named).
+std::string format_load_summary(const LoadSummary& s);
+
+}  // namespace kveval

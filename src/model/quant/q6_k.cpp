@@ -1,0 +1,74 @@
+// Q6_K: super-blocks of 256, {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}
+// (210 bytes). Element e = 128 h + r (h < 2, r < 128): low 4 bits are nibble
+// r / 64 of ql[64 h + r % 64], high 2 bits are bits 2(r / 32).. of
+// qh[32 h + r % 32]; value (d * scales[e / 16]) * (q - 32).
+#include <algorithm>
+#include <cmath>
+
+#include "model/gguf.hpp"
+#include "model/quant/quant.hpp"
+
+namespace kveval::quant {
+
+namespace {
+constexpr int64_t kBytes = 210;
+}
+
+void dequantize_q6_k(const std::byte* src, float* dst, int64_t n_blocks) {
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    const std::byte* b = src + i * kBytes;
+    const std::byte* ql = b;
+    const std::byte* qh = b + 128;
+    const std::byte* sc = b + 192;
+    const float d = load_f16(b + 208);
+    float* y = dst + i * QK_K;
+    for (int h = 0; h < 2; ++h)
+      for (int t = 0; t < 4; ++t)  // elements 128h + 32t + [0, 32)
+        for (int half = 0; half < 2; ++half) {
+          const int s = 8 * h + 2 * t + half;
+          const float d1 = d * static_cast<float>(static_cast<int8_t>(u8(sc, s)));
+          for (int l = 16 * half; l < 16 * half + 16; ++l) {
+            const int r = 32 * t + l;
+            const int lo = (u8(ql, 64 * h + r % 64) >> (4 * (r / 64))) & 15;
+            const int hi = (u8(qh, 32 * h + l) >> (2 * t)) & 3;
+            y[128 * h + r] = d1 * static_cast<float>((lo | (hi << 4)) - 32);
+          }
+        }
+  }
+}
+
+void quantize_q6_k(const float* src, std::byte* dst, int64_t n_blocks) {
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    const float* x = src + i * QK_K;
+    std::byte* b = dst + i * kBytes;
+    std::fill(b, b + kBytes, std::byte{0});
+    // Sub-block scale: the signed value of largest magnitude maps to q = -32.
+    float scale[16], big = 0;
+    for (int s = 0; s < 16; ++s) {
+      float amax = 0, max = 0;
+      for (int l = 0; l < 16; ++l)
+        if (std::fabs(x[16 * s + l]) > amax) {
+          amax = std::fabs(x[16 * s + l]);
+          max = x[16 * s + l];
+        }
+      scale[s] = max / -32;
+      if (std::fabs(scale[s]) > std::fabs(big)) big = scale[s];
+    }
+    store_u16(b + 208, gguf::f32_to_f16(big / -128));
+    const float d = load_f16(b + 208);
+    for (int s = 0; s < 16; ++s) {
+      const int ls = d != 0 ? std::clamp(round_away(scale[s] / d), -128, 127) : 0;
+      b[192 + s] = static_cast<std::byte>(static_cast<uint8_t>(static_cast<int8_t>(ls)));
+      const float d1 = d * static_cast<float>(ls);
+      for (int l = 0; l < 16; ++l) {
+        const int e = 16 * s + l;
+        const int v = (d1 != 0 ? std::clamp(round_away(x[e] / d1), -32, 31) : 0) + 32;
+        const int h = e / 128, r = e % 128;
+        b[64 * h + r % 64] |= static_cast<std::byte>((v & 15) << (4 * (r / 64)));
+        b[128 + 32 * h + r % 32] |= static_cast<std::byte>((v >> 4) << (2 * (r / 32)));
+      }
+    }
+  }
+}
+
+}  // namespace kveval::quant
