@@ -14,6 +14,7 @@
 
 #include "backend/roofline.hpp"
 #include "cli/bench_cost.hpp"
+#include "cli/bench_load.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
 #include "util/timer.hpp"
@@ -21,8 +22,20 @@
 namespace kveval::bench {
 
 const std::vector<std::string>& test_names() {
-  static const std::vector<std::string> names = {"roofline", "pp", "tg", "tg-nocache", "cache", "switch", "ll"};
+  static const std::vector<std::string> names = {"roofline", "pp",  "tg",   "tg-nocache", "cache",
+                                                 "switch",   "ll",  "load", "dequant"};
   return names;
+}
+
+/// Tests that run only when named in --tests (load reloads the model many times).
+static bool opt_in(const std::string& t) { return t == "load" || t == "dequant"; }
+
+/// The tests an empty --tests runs.
+static std::vector<std::string> default_tests() {
+  std::vector<std::string> v;
+  for (const auto& t : test_names())
+    if (!opt_in(t)) v.push_back(t);
+  return v;
 }
 
 namespace {
@@ -34,7 +47,8 @@ void require_list(const std::vector<int>& v, const char* opt, int max) {
 }
 
 bool selected(const Options& o, const std::string& t) {
-  return o.tests.empty() || std::find(o.tests.begin(), o.tests.end(), t) != o.tests.end();
+  if (o.tests.empty()) return !opt_in(t);
+  return std::find(o.tests.begin(), o.tests.end(), t) != o.tests.end();
 }
 
 /// One warm-up call of `f`, then `reps` timed calls; `f` returns its sample.
@@ -579,7 +593,7 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
   nlohmann::json opts = {{"threads", o.threads},         {"batch_sizes", o.batches},
                          {"n_prompt", o.n_prompt},       {"n_gen", o.n_gen},
                          {"tg_prompt", o.tg_prompt},     {"repetitions", o.repetitions},
-                         {"tests", o.tests.empty() ? test_names() : o.tests},
+                         {"tests", o.tests.empty() ? default_tests() : o.tests},
                          {"switch_rounds", o.switch_rounds}, {"switch_batch", o.switch_batch},
                          {"switch_prompt", o.switch_prompt}, {"switch_gen", o.switch_gen},
                          {"ll_requests", o.ll_requests}, {"seed", o.seed}};
@@ -621,6 +635,8 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
     if (selected(o, "cache")) run_cache(c);
     if (selected(o, "switch")) run_switch(c);
     if (selected(o, "ll")) run_ll(c);
+    if (selected(o, "load")) run_load(o, c.threads, rep, progress);
+    if (selected(o, "dequant")) run_dequant(o, c.threads, rep, progress);
   }
   rep.meta["machine"]["loadavg_end"] = load_average();
   return rep;

@@ -17,7 +17,8 @@
 
 namespace kveval::bench {
 
-/// Names accepted by --tests, in the order they run.
+/// Names accepted by --tests, in the order they run. "load" and "dequant"
+/// (bench_load.hpp) run only when named; an empty --tests runs the others.
 const std::vector<std::string>& test_names();
 
 /// What to measure. Lists are swept as a cross product, like llama-bench.
@@ -29,7 +30,7 @@ struct Options {
   std::vector<int> n_gen = {16, 64, 256};   ///< tg/tg-nocache: generated tokens per row
   std::vector<int> tg_prompt = {16};        ///< tg/tg-nocache: prompt tokens before generating
   int repetitions = 5;                      ///< timed runs after one warm-up
-  std::vector<std::string> tests;           ///< subset of test_names(); empty = all
+  std::vector<std::string> tests;           ///< subset of test_names(); empty = all but load and dequant
   /// cache/scope: (batch, positions); positions are capped at the model's context length.
   std::vector<std::array<int, 2>> cache_shapes = {{{1, 512}}, {{4, 2048}}, {{8, 4096}}};
   int switch_rounds = 8;   ///< switch: timed rounds K per policy

@@ -52,7 +52,7 @@ void add_bench_command(CLI::App& app, Action& action) {
   sub->add_option("-n,--n-gen", st->o.n_gen, "tg/tg-nocache: generated tokens, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("--tg-prompt", st->o.tg_prompt, "tg/tg-nocache: prompt tokens before generating")->delimiter(',')->capture_default_str();
   sub->add_option("-r,--repetitions", st->o.repetitions, "timed repetitions after one warm-up")->capture_default_str();
-  sub->add_option("--tests", st->o.tests, "tests to run: roofline,pp,tg,tg-nocache,cache,switch,ll (default: all)")
+  sub->add_option("--tests", st->o.tests, "tests to run: roofline,pp,tg,tg-nocache,cache,switch,ll (default: all of these), load, dequant")
       ->delimiter(',');
   sub->add_option("--cache-shapes", st->shapes, "cache test: BATCHxPOSITIONS list")->delimiter(',')->capture_default_str();
   sub->add_option("--switch-rounds", st->o.switch_rounds, "switch: timed rounds per policy")->capture_default_str();

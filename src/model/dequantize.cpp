@@ -120,33 +120,37 @@ uint64_t tensor_bytes(gguf::TensorType type, uint64_t n_elements) {
   return n_elements / ti->block_size * ti->type_size;
 }
 
+uint64_t dequantize(gguf::TensorType type, const std::byte* src, float* dst, uint64_t n_elements, int threads,
+                    bool check_finite) {
+  const auto tc = lookup(type);
+  const gguf::TypeInfo* ti = tc.first;
+  const Codec* c = tc.second;
+  const uint64_t bs = ti->block_size, ts = ti->type_size;
+  const uint64_t n_blocks = tensor_bytes(type, n_elements) / ts;
+  return for_chunks(n_blocks, std::max<uint64_t>(1, kChunkElements / bs), threads,
+                    [&](uint64_t b0, uint64_t nb) -> uint64_t {
+                      float* y = dst + b0 * bs;
+                      c->dequantize(src + b0 * ts, y, static_cast<int64_t>(nb));
+                      if (!check_finite || all_finite(y, nb * bs)) return std::numeric_limits<uint64_t>::max();
+                      uint64_t i = 0;
+                      while (std::isfinite(y[i])) ++i;
+                      return b0 * bs + i;
+                    });
+}
+
 void dequantize_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t row0, uint64_t rows, DType dtype,
                      void* dst, const ConvertOptions& opts) {
   const uint64_t n_rows = t.n_rows();
   if (row0 > n_rows || rows > n_rows - row0)
     throw ArgumentError(fmt::format("dequantize_rows: rows [{}, {}) outside tensor '{}' of {} rows", row0, row0 + rows,
                                     t.name, n_rows));
-  const auto tc = lookup(t.type);
-  const gguf::TypeInfo* ti = tc.first;
-  const Codec* c = tc.second;
   const uint64_t row_len = t.row_length();
-  const uint64_t bs = ti->block_size, ts = ti->type_size;
-  const uint64_t first_block = row0 * (row_len / bs), n_blocks = rows * (row_len / bs);
-  const std::byte* src = t.data + first_block * ts;
   float* out = nullptr;
   switch (dtype) {
     case DType::F32: out = static_cast<float*>(dst); break;
   }
-  const bool check = opts.check_finite;
-  const uint64_t bad = for_chunks(n_blocks, std::max<uint64_t>(1, kChunkElements / bs), opts.threads,
-                                  [&](uint64_t b0, uint64_t nb) -> uint64_t {
-                                    float* y = out + b0 * bs;
-                                    c->dequantize(src + b0 * ts, y, static_cast<int64_t>(nb));
-                                    if (!check || all_finite(y, nb * bs)) return std::numeric_limits<uint64_t>::max();
-                                    uint64_t i = 0;
-                                    while (std::isfinite(y[i])) ++i;
-                                    return b0 * bs + i;
-                                  });
+  const uint64_t bad = dequantize(t.type, t.data + row0 * t.row_bytes(), out, rows * row_len, opts.threads,
+                                  opts.check_finite);
   if (bad == std::numeric_limits<uint64_t>::max()) return;
   const float v = out[bad];
   const uint64_t element = row0 * row_len + bad;
@@ -154,18 +158,6 @@ void dequantize_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t
                                 "must be finite (corrupt or badly converted file)",
                                 file.path(), t.name, std::isnan(v) ? "NaN" : (v > 0 ? "+Inf" : "-Inf"), element,
                                 element / row_len, element % row_len));
-}
-
-void dequantize(gguf::TensorType type, const std::byte* src, float* dst, uint64_t n_elements, int threads) {
-  const auto tc = lookup(type);
-  const gguf::TypeInfo* ti = tc.first;
-  const Codec* c = tc.second;
-  const uint64_t bs = ti->block_size, ts = ti->type_size;
-  const uint64_t n_blocks = tensor_bytes(type, n_elements) / ts;
-  for_chunks(n_blocks, std::max<uint64_t>(1, kChunkElements / bs), threads, [&](uint64_t b0, uint64_t nb) {
-    c->dequantize(src + b0 * ts, dst + b0 * bs, static_cast<int64_t>(nb));
-    return std::numeric_limits<uint64_t>::max();
-  });
 }
 
 void quantize(gguf::TensorType type, const float* src, std::byte* dst, uint64_t n_elements, int threads) {

@@ -38,10 +38,13 @@ void dequantize_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t
                      void* dst, const ConvertOptions& opts = {});
 
 /// Dequantizes `n_elements` (a multiple of the block size) of type `type` from
-/// `src` to float32 at `dst`, in parallel, without a finite check. For
-/// benchmarks and tests. Throws ArgumentError for an unsupported type or a
-/// count that is not a multiple of the block size.
-void dequantize(gguf::TensorType type, const std::byte* src, float* dst, uint64_t n_elements, int threads = 0);
+/// `src` to float32 at `dst`, in parallel (`threads`, 0 = OpenMP's default).
+/// With `check_finite`, each converted chunk is scanned while in cache; returns
+/// the index of the first NaN/Inf element, or UINT64_MAX when none (or no check).
+/// Throws ArgumentError for an unsupported type or a count that is not a
+/// multiple of the block size.
+uint64_t dequantize(gguf::TensorType type, const std::byte* src, float* dst, uint64_t n_elements, int threads = 0,
+                    bool check_finite = false);
 
 /// Quantizes `n_elements` finite floats (a multiple of the block size) to
 /// `type` (see quant/quant.hpp for the quantizers), in parallel; writes

@@ -17,19 +17,22 @@ constexpr int64_t kBytes = 84;
 void dequantize_q2_k(const std::byte* src, float* dst, int64_t n_blocks) {
   for (int64_t i = 0; i < n_blocks; ++i) {
     const std::byte* b = src + i * kBytes;
-    const std::byte* sc = b;
-    const std::byte* qs = b + 16;
     const float d = load_f16(b + 80), dmin = load_f16(b + 82);
+    float dl[16], ml[16];  // per sub-block of 16: d * scale, dmin * min
+    for (int s = 0; s < 16; ++s) {
+      dl[s] = d * static_cast<float>(u8(b, s) & 15);
+      ml[s] = dmin * static_cast<float>(u8(b, s) >> 4);
+    }
     float* y = dst + i * QK_K;
-    for (int h = 0; h < 2; ++h)
-      for (int k = 0; k < 4; ++k)
-        for (int half = 0; half < 2; ++half) {
-          const int s = 8 * h + 2 * k + half;  // sub-block of elements 128h + 32k + 16half + [0, 16)
-          const float dl = d * static_cast<float>(u8(sc, s) & 15);
-          const float ml = dmin * static_cast<float>(u8(sc, s) >> 4);
-          for (int l = 16 * half; l < 16 * half + 16; ++l)
-            y[128 * h + 32 * k + l] = dl * static_cast<float>((u8(qs, 32 * h + l) >> (2 * k)) & 3) - ml;
-        }
+    for (int h = 0; h < 2; ++h) {
+      const std::byte* qs = b + 16 + 32 * h;
+      for (int k = 0; k < 4; ++k) {
+        float* yk = y + 128 * h + 32 * k;
+        const int s0 = 8 * h + 2 * k;  // sub-blocks s0 (l < 16) and s0 + 1
+        for (int l = 0; l < 32; ++l)
+          yk[l] = dl[s0 + l / 16] * static_cast<float>((u8(qs, l) >> (2 * k)) & 3) - ml[s0 + l / 16];
+      }
+    }
   }
 }
 

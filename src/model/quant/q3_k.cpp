@@ -26,20 +26,22 @@ void dequantize_q3_k(const std::byte* src, float* dst, int64_t n_blocks) {
   for (int64_t i = 0; i < n_blocks; ++i) {
     const std::byte* b = src + i * kBytes;
     const std::byte* hmask = b;
-    const std::byte* qs = b + 32;
     const float d = load_f16(b + 108);
+    float dl[16];  // d * (scale - 32) of each sub-block of 16
+    for (int s = 0; s < 16; ++s) dl[s] = d * static_cast<float>(scale6(b + 96, s));
     float* y = dst + i * QK_K;
-    for (int h = 0; h < 2; ++h)
+    for (int h = 0; h < 2; ++h) {
+      const std::byte* qs = b + 32 + 32 * h;
       for (int k = 0; k < 4; ++k) {
         const int bit = 4 * h + k;  // hmask bit of elements 128h + 32k + [0, 32)
-        for (int half = 0; half < 2; ++half) {
-          const float dl = d * static_cast<float>(scale6(b + 96, 8 * h + 2 * k + half));
-          for (int l = 16 * half; l < 16 * half + 16; ++l) {
-            const int q = ((u8(qs, 32 * h + l) >> (2 * k)) & 3) - (((u8(hmask, l) >> bit) & 1) ? 0 : 4);
-            y[128 * h + 32 * k + l] = dl * static_cast<float>(q);
-          }
+        float* yk = y + 128 * h + 32 * k;
+        const float* sc = dl + 8 * h + 2 * k;
+        for (int l = 0; l < 32; ++l) {
+          const int q = ((u8(qs, l) >> (2 * k)) & 3) - (((u8(hmask, l) >> bit) & 1) ? 0 : 4);
+          yk[l] = sc[l / 16] * static_cast<float>(q);
         }
       }
+    }
   }
 }
 

@@ -17,23 +17,25 @@ constexpr int64_t kBytes = 210;
 void dequantize_q6_k(const std::byte* src, float* dst, int64_t n_blocks) {
   for (int64_t i = 0; i < n_blocks; ++i) {
     const std::byte* b = src + i * kBytes;
-    const std::byte* ql = b;
-    const std::byte* qh = b + 128;
-    const std::byte* sc = b + 192;
     const float d = load_f16(b + 208);
+    float d1[16];  // d * scale of each sub-block of 16
+    for (int s = 0; s < 16; ++s) d1[s] = d * static_cast<float>(static_cast<int8_t>(u8(b + 192, s)));
     float* y = dst + i * QK_K;
-    for (int h = 0; h < 2; ++h)
-      for (int t = 0; t < 4; ++t)  // elements 128h + 32t + [0, 32)
-        for (int half = 0; half < 2; ++half) {
-          const int s = 8 * h + 2 * t + half;
-          const float d1 = d * static_cast<float>(static_cast<int8_t>(u8(sc, s)));
-          for (int l = 16 * half; l < 16 * half + 16; ++l) {
-            const int r = 32 * t + l;
-            const int lo = (u8(ql, 64 * h + r % 64) >> (4 * (r / 64))) & 15;
-            const int hi = (u8(qh, 32 * h + l) >> (2 * t)) & 3;
-            y[128 * h + r] = d1 * static_cast<float>((lo | (hi << 4)) - 32);
-          }
-        }
+    for (int h = 0; h < 2; ++h) {
+      const std::byte* ql = b + 64 * h;
+      const std::byte* qh = b + 128 + 32 * h;
+      const float* sc = d1 + 8 * h;
+      float* yh = y + 128 * h;
+      // r = l, l + 32, l + 64, l + 96: ql nibble r / 64 of ql[r % 64], qh bits 2(r / 32)
+      for (int l = 0; l < 32; ++l) {
+        const int lo0 = u8(ql, l), lo1 = u8(ql, l + 32), hi = u8(qh, l);
+        const int s = l / 16;
+        yh[l] = sc[s] * static_cast<float>(((lo0 & 15) | ((hi & 3) << 4)) - 32);
+        yh[l + 32] = sc[s + 2] * static_cast<float>(((lo1 & 15) | (((hi >> 2) & 3) << 4)) - 32);
+        yh[l + 64] = sc[s + 4] * static_cast<float>(((lo0 >> 4) | (((hi >> 4) & 3) << 4)) - 32);
+        yh[l + 96] = sc[s + 6] * static_cast<float>(((lo1 >> 4) | (((hi >> 6) & 3) << 4)) - 32);
+      }
+    }
   }
 }
 
