@@ -53,14 +53,15 @@ ProgressMeter::~ProgressMeter() {
 void ProgressMeter::update(std::string_view phase, size_t done, size_t total, int64_t tokens) {
   if (!enabled_) return;
   std::lock_guard<std::mutex> lk(mu_);
-  if (phase != phase_ || !active_) {
+  const bool starts = phase != phase_ || !active_;
+  done_ = done, total_ = total, tokens_ = tokens;
+  if (starts) {
     phase_ = std::string(phase);
     phase_clock_.reset();
     last_print_.reset();
     active_ = true;
-    if (!tty_) draw_locked(false);  // a plain line when a phase starts
+    if (done < total) draw_locked(false);  // drawn at once when a phase starts
   }
-  done_ = done, total_ = total, tokens_ = tokens;
   dirty_ = true;
   if (done >= total) {
     draw_locked(true);  // the final state, then a new line

@@ -53,6 +53,9 @@ def main():
         check(bool(lines) and lines[-1].startswith(f"kveval: loglikelihood: {N_DOCS}/{N_DOCS} (100%)"),
               "non-TTY: the last line is the final state")
         check(any("req/s" in l and "tok/s" in l and "ETA" in l for l in lines), "non-TTY: rates and ETA shown")
+        check(lines[0].startswith(f"kveval: loglikelihood: 0/{N_DOCS} (0%)") if lines else False,
+              "non-TTY: the first line is the phase's start with its total")
+        check("M req/s" not in p.stderr and "/0 (" not in p.stderr, "non-TTY: no line mixes two phases' counts")
         q = subprocess.run([kveval, "run", spec, "--progress-interval", "0.2", "-q"], capture_output=True, text=True,
                            env=env)
         check(q.returncode == 0 and "loglikelihood:" not in q.stderr, "--quiet prints no progress")
