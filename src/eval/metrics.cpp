@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "util/whitespace.hpp"
+
 namespace kveval::eval {
 
 std::optional<double> mean(std::span<const double> x) {
@@ -26,23 +28,7 @@ std::optional<double> mean_stderr(std::span<const double> x) {
   return std::sqrt(var / static_cast<double>(x.size()));
 }
 
-namespace {
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
-}  // namespace
-
-int64_t count_words(std::string_view text) {
-  int64_t runs = 0;
-  bool in = false;
-  for (char c : text) {
-    if (is_space(c)) {
-      if (!in) ++runs;
-      in = true;
-    } else {
-      in = false;
-    }
-  }
-  return runs + 1;
-}
+int64_t count_words(std::string_view text) { return util::split_count(text); }
 
 int argmax_first(std::span<const double> x) {
   int best = 0;

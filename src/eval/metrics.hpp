@@ -44,8 +44,10 @@ std::optional<double> mean(std::span<const double> x);
 /// lm-eval's mean_stderr; nullopt for n < 2.
 std::optional<double> mean_stderr(std::span<const double> x);
 
-/// Words of a text as lm-eval's wikitext task counts them: len(re.split(r"\s+", text)),
-/// i.e. the number of whitespace runs + 1 (leading/trailing whitespace counts a run).
+/// Words of a text as lm-eval counts them (Task.count_words, lm_eval/api/task.py):
+/// len(re.split(r"\s+", text)), i.e. the number of whitespace runs + 1 (leading or
+/// trailing whitespace counts a run). Whitespace is Python's (util/whitespace.hpp:
+/// Unicode, e.g. U+00A0 and U+3000 split words).
 int64_t count_words(std::string_view text);
 
 /// Index of the largest value, the first on ties (numpy.argmax).

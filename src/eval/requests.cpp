@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "util/error.hpp"
+#include "util/whitespace.hpp"
 
 namespace kveval::eval {
 
@@ -19,13 +20,11 @@ const char* to_string(RequestKind k) {
 }
 
 EncodedPair encode_pair(const Tokenizer& tok, std::string_view context, std::string_view continuation) {
-  std::string ctx(context), cont(continuation);
-  size_t end = ctx.find_last_not_of(" \t\n\r\f\v");
-  size_t n_spaces = end == std::string::npos ? ctx.size() : ctx.size() - end - 1;
-  if (n_spaces > 0) {
-    cont = ctx.substr(ctx.size() - n_spaces) + cont;
-    ctx.resize(ctx.size() - n_spaces);
-  }
+  // lm-eval: n_spaces = len(context) - len(context.rstrip()); Python's
+  // whitespace (util/whitespace.hpp), so a trailing U+00A0 moves too.
+  const std::string_view kept = util::rstrip(context);
+  std::string ctx(kept);
+  std::string cont = std::string(context.substr(kept.size())) + std::string(continuation);
   EncodedPair p;
   std::vector<int32_t> whole = tok.encode(ctx + cont, true);
   p.context = tok.encode(ctx, true);

@@ -46,7 +46,8 @@ struct EncodedPair {
   std::vector<int32_t> continuation;  ///< whole[context.size():], possibly empty
 };
 
-/// lm-eval's `_encode_pair`: trailing spaces of `context` move to the start of
+/// lm-eval's `_encode_pair`: trailing whitespace of `context` (Python's rstrip(),
+/// Unicode: util/whitespace.hpp) moves to the start of
 /// `continuation`; whole = encode(context + continuation, BOS); ctx =
 /// encode(context, BOS); continuation = whole[len(ctx):]. An empty context
 /// therefore gives ctx = [BOS] (lm-eval's prefix token).
