@@ -9,6 +9,7 @@
 
 #include "cli/bench_run.hpp"
 #include "cli/commands.hpp"
+#include "util/atomic_file.hpp"
 #include "util/error.hpp"
 
 namespace kveval::cli {
@@ -81,11 +82,7 @@ void add_bench_command(CLI::App& app, Action& action) {
           bench::run_bench(o, progress, [](const std::string& s) { fmt::print(stderr, "kveval: {}\n", s); });
       const std::string text = bench::format_report(rep, st->output);
       if (!st->json_out.empty()) {
-        std::FILE* f = std::fopen(st->json_out.c_str(), "w");
-        if (!f) throw Error(fmt::format("--json-out: cannot write '{}'", st->json_out));
-        const std::string j = bench::format_report(rep, "json");
-        const bool ok = std::fwrite(j.data(), 1, j.size(), f) == j.size();
-        if (std::fclose(f) != 0 || !ok) throw Error(fmt::format("--json-out: cannot write '{}'", st->json_out));
+        util::write_file_atomic(st->json_out, bench::format_report(rep, "json"));
       }
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);

@@ -24,6 +24,7 @@
 #include "eval/report.hpp"
 #include "eval/runner.hpp"
 #include "eval/spec.hpp"
+#include "util/atomic_file.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
 #include "util/timer.hpp"
@@ -67,17 +68,29 @@ CLI::Validator at_least(double lo, bool integer) {
 }
 
 /// Refuses an output path that cannot be written (missing directory, a
-/// directory, no permission) before anything runs. Throws ArgumentError.
+/// directory, no permission) before anything runs. Outputs are written through
+/// util::AtomicFile: a regular file (or a new one) needs a writable directory
+/// for its temporary file; an existing device or FIFO (/dev/stdout) is written
+/// in place and needs write permission itself. Throws ArgumentError.
 void check_writable(const std::string& option, const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (fs::is_directory(path, ec)) throw ArgumentError(fmt::format("{} {}: is a directory", option, path));
-  fs::path parent = fs::path(path).parent_path();
+  const bool exists = fs::exists(path, ec);
+  if (exists && !fs::is_regular_file(path, ec)) {
+    if (::access(path.c_str(), W_OK) != 0) throw ArgumentError(fmt::format("{} {}: not writable", option, path));
+    return;
+  }
+  fs::path target = exists ? fs::canonical(path, ec) : fs::path(path);
+  if (ec) target = path;
+  fs::path parent = target.parent_path();
   if (parent.empty()) parent = ".";
   if (!fs::is_directory(parent, ec))
     throw ArgumentError(fmt::format("{} {}: directory {} does not exist", option, path, parent.string()));
-  if (fs::exists(path, ec) ? ::access(path.c_str(), W_OK) != 0 : ::access(parent.c_str(), W_OK | X_OK) != 0)
-    throw ArgumentError(fmt::format("{} {}: not writable", option, path));
+  if (::access(parent.c_str(), W_OK | X_OK) != 0)
+    throw ArgumentError(fmt::format("{} {}: directory {} is not writable (the file is replaced through a temporary file there)",
+                                    option, path, parent.string()));
+  if (exists && ::access(path.c_str(), W_OK) != 0) throw ArgumentError(fmt::format("{} {}: not writable", option, path));
 }
 
 /// Fault injection for the distributed tests (KVEVAL_FAULT_INJECT="RANK:PHASE:throw|kill"):
@@ -171,11 +184,15 @@ int run(const RunArgs& a) {
 
   nlohmann::ordered_json results;
   if (!a.output.empty() || !a.baseline.empty()) results = results_json(spec, res, sha256_file(spec.model));
-  if (a.output == "-") fmt::print("{}\n", results.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+  // stdout (`-`) is written with every write checked too: `-o - > /dev/full` is exit 1
+  if (a.output == "-")
+    util::write_all(STDOUT_FILENO, results.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", "stdout");
   else if (!a.output.empty()) write_json(a.output, results);
   if (a.log_samples == "-") {
+    std::string text;
     for (const auto& l : sample_records(spec, res))
-      fmt::print("{}\n", l.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+      text += l.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    util::write_all(STDOUT_FILENO, text, "stdout");
   } else if (!a.log_samples.empty()) {
     write_jsonl(a.log_samples, sample_records(spec, res));
   }

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "eval/lm_eval_format.hpp"
+#include "util/atomic_file.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
 
@@ -129,17 +130,16 @@ std::string format_phase_table(const RunResult& res) {
 }
 
 void write_jsonl(const std::string& path, const std::vector<nlohmann::ordered_json>& lines) {
-  std::ofstream f(path, std::ios::binary);
-  if (!f) throw Error(fmt::format("{}: cannot open for writing", path));
-  for (const auto& l : lines) f << l.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
-  if (!f) throw Error(fmt::format("{}: write error", path));
+  util::AtomicFile f(path);
+  for (const auto& l : lines) {
+    f.write(l.dump(-1, ' ', false, json::error_handler_t::replace));
+    f.write("\n");
+  }
+  f.commit();
 }
 
 void write_json(const std::string& path, const nlohmann::ordered_json& j) {
-  std::ofstream f(path, std::ios::binary);
-  if (!f) throw Error(fmt::format("{}: cannot open for writing", path));
-  f << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
-  if (!f) throw Error(fmt::format("{}: write error", path));
+  util::write_file_atomic(path, j.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
 }
 
 BaselineCheck compare_baseline(const json& baseline, const json& current, double tolerance) {

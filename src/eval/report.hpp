@@ -36,9 +36,11 @@ std::vector<DistributedPhase> distributed_phases(const RunResult& res);
 /// set-up and after teardown and the log-likelihood instrumentation counters.
 std::string format_phase_table(const RunResult& res);
 
-/// Writes `lines` as JSONL to `path`. Throws Error when the file cannot be written.
+/// Writes `lines` as JSONL to `path`, all or nothing (util::AtomicFile).
+/// Throws IoError naming the path and the reason when it cannot be written.
 void write_jsonl(const std::string& path, const std::vector<nlohmann::ordered_json>& lines);
-/// Writes `j` (indented) to `path`. Throws Error when the file cannot be written.
+/// Writes `j` (indented) to `path`, all or nothing (util::AtomicFile).
+/// Throws IoError naming the path and the reason when it cannot be written.
 void write_json(const std::string& path, const nlohmann::ordered_json& j);
 
 /// A metric that got worse than its baseline by more than the tolerance.

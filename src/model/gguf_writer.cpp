@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "model/dequantize.hpp"
+#include "util/atomic_file.hpp"
 #include "util/error.hpp"
 
 namespace kveval::gguf {
@@ -248,28 +249,12 @@ std::vector<uint8_t> Writer::bytes() const {
 }
 
 uint64_t Writer::write(const std::string& path) const {
-  // Written to "<path>.part" and renamed, so a failed write never leaves a
-  // truncated file under the final name.
-  const std::string part = path + ".part";
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(part.c_str(), "wb"), &std::fclose);
-  if (!f) throw Error(fmt::format("{}: cannot open for writing: {}", path, std::strerror(errno)));
-  uint64_t total = 0;
-  try {
-    emit([&](const uint8_t* p, size_t n) {
-      if (n && std::fwrite(p, 1, n, f.get()) != n)
-        throw Error(fmt::format("{}: write failed after {} bytes: {}", path, total, std::strerror(errno)));
-      total += n;
-    });
-    FILE* raw = f.release();
-    if (std::fclose(raw) != 0) throw Error(fmt::format("{}: write failed on close: {}", path, std::strerror(errno)));
-    if (std::rename(part.c_str(), path.c_str()) != 0)
-      throw Error(fmt::format("{}: cannot rename from {}: {}", path, part, std::strerror(errno)));
-  } catch (...) {
-    f.reset();
-    std::remove(part.c_str());
-    throw;
-  }
-  return total;
+  // All or nothing (util::AtomicFile): a failed write never leaves a truncated
+  // file under the final name.
+  util::AtomicFile f(path);
+  emit([&](const uint8_t* p, size_t n) { f.write(std::string_view(reinterpret_cast<const char*>(p), n)); });
+  f.commit();
+  return f.bytes();
 }
 
 }  // namespace kveval::gguf

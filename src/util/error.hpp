@@ -32,6 +32,12 @@ struct SpecError : Error {
   using Error::Error;
 };
 
+/// An output file could not be written (disk full, I/O error, rename failed);
+/// the message names the path and the system's reason (strerror).
+struct IoError : Error {
+  using Error::Error;
+};
+
 /// A caller passed arguments that violate a documented precondition.
 struct ArgumentError : Error {
   using Error::Error;

@@ -1,0 +1,162 @@
+#include "util/atomic_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "util/error.hpp"
+
+namespace kveval::util {
+
+namespace fs = std::filesystem;
+
+namespace {
+constexpr size_t kBufferBytes = size_t{1} << 20;
+}  // namespace
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  if (path_.empty()) throw IoError("output path is empty");
+  target_ = path_;
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) throw IoError(fmt::format("{}: is a directory", path_));
+    if (!S_ISREG(st.st_mode)) {
+      // a device or FIFO: write into it directly (rename cannot replace it)
+      fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd_ < 0) {
+        const int e = errno;
+        fail("cannot open for writing", e);
+      }
+      buf_.reserve(kBufferBytes);
+      return;
+    }
+    std::error_code ec;
+    fs::path real = fs::canonical(path_, ec);  // follow a symlink: replace the file, keep the link
+    if (!ec) target_ = real.string();
+  }
+  fs::path t(target_);
+  fs::path dir = t.parent_path();
+  std::string name = t.filename().string();
+  std::string tmpl = ((dir.empty() ? fs::path(".") : dir) / ("." + name + ".tmp.XXXXXX")).string();
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  fd_ = ::mkostemp(buf.data(), O_CLOEXEC);
+  if (fd_ < 0) {
+    const int e = errno;
+    fail(fmt::format("cannot create a temporary file in {}", dir.empty() ? std::string(".") : dir.string()), e);
+  }
+  tmp_ = buf.data();
+  // mkstemp creates mode 0600; give the file the mode a plain open() would
+  // (0666 less the umask), or the mode of the file it replaces.
+  mode_t mode;
+  if (::stat(target_.c_str(), &st) == 0) {
+    mode = st.st_mode & 07777;
+  } else {
+    mode_t mask = ::umask(0);
+    ::umask(mask);
+    mode = 0666 & ~mask;
+  }
+  if (::fchmod(fd_, mode) != 0) {
+    const int e = errno;
+    fail("cannot set the mode of the temporary file", e);
+  }
+  buf_.reserve(kBufferBytes);
+}
+
+AtomicFile::~AtomicFile() {
+  if (!committed_) discard();
+}
+
+void AtomicFile::discard() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (!tmp_.empty()) ::unlink(tmp_.c_str());
+  tmp_.clear();
+}
+
+void AtomicFile::fail(const std::string& what, int err) {
+  discard();
+  throw IoError(fmt::format("{}: {}: {}", path_, what, std::strerror(err)));
+}
+
+void AtomicFile::flush_buffer() {
+  const char* p = buf_.data();
+  size_t left = buf_.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd_, p, left);
+    if (n < 0) {
+      const int e = errno;
+      if (e == EINTR) continue;
+      fail(fmt::format("write failed after {} bytes", written_), e);
+    }
+    if (n == 0) fail(fmt::format("write failed after {} bytes", written_), EIO);
+    p += n;
+    left -= static_cast<size_t>(n);
+    written_ += static_cast<uint64_t>(n);
+  }
+  buf_.clear();
+}
+
+void AtomicFile::write(std::string_view bytes) {
+  if (fd_ < 0 || committed_) throw IoError(fmt::format("{}: write after the file was closed", path_));
+  if (buf_.size() + bytes.size() > kBufferBytes) {
+    flush_buffer();
+    if (bytes.size() >= kBufferBytes) {
+      buf_.assign(bytes);
+      flush_buffer();
+      return;
+    }
+  }
+  buf_.append(bytes);
+}
+
+void AtomicFile::commit() {
+  if (fd_ < 0 || committed_) throw IoError(fmt::format("{}: commit after the file was closed", path_));
+  flush_buffer();
+  if (!tmp_.empty() && ::fsync(fd_) != 0) {
+    const int e = errno;
+    fail("cannot flush to disk (fsync)", e);
+  }
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) {
+    const int e = errno;
+    fail("write failed on close", e);
+  }
+  if (!tmp_.empty()) {
+    if (::rename(tmp_.c_str(), target_.c_str()) != 0) {
+      const int e = errno;
+      fail(fmt::format("cannot rename {} over it", tmp_), e);
+    }
+    tmp_.clear();
+  }
+  committed_ = true;
+}
+
+void write_file_atomic(const std::string& path, std::string_view content) {
+  AtomicFile f(path);
+  f.write(content);
+  f.commit();
+}
+
+void write_all(int fd, std::string_view content, const std::string& name) {
+  size_t done = 0;
+  while (done < content.size()) {
+    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = n < 0 ? errno : EIO;
+      throw IoError(fmt::format("{}: write failed after {} bytes: {}", name, done, std::strerror(e)));
+    }
+    done += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace kveval::util

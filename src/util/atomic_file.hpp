@@ -1,0 +1,67 @@
+#pragma once
+// Writing an output file all or nothing. Every output of kveval (results,
+// --log-samples, bench --json-out, make-model) goes through here, so a full
+// disk, an I/O error or a crash never leaves a half-written file under the
+// target's name and is never silent.
+//
+// A regular target (or a new one) is written to a temporary file
+// `.<name>.tmp.XXXXXX` in the target's directory (the same file system, so
+// the final rename(2) is atomic); every write(2) is checked, the data are
+// fsync'ed, the file is closed (checked), then renamed over the target. A
+// symbolic link is followed: the file it points to is replaced, the link kept.
+// On any failure the temporary file is removed and an IoError names the path
+// and strerror(errno); an existing target is left as it was.
+// A target that exists and is not a regular file (/dev/stdout, /dev/full, a
+// FIFO) cannot be replaced by rename: it is opened and written directly, still
+// checking every write and the close.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace kveval::util {
+
+/// One output file being written; see the file comment. Not copyable.
+class AtomicFile {
+ public:
+  /// Opens the temporary file (or a non-regular target). Throws IoError
+  /// "path: cannot create a temporary file in DIR: reason" and the like.
+  explicit AtomicFile(std::string path);
+  /// Removes the temporary file unless commit() succeeded.
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  /// Appends bytes (buffered, 1 MiB). Throws IoError "path: write failed after
+  /// N bytes: reason".
+  void write(std::string_view bytes);
+  /// Flushes, fsyncs, closes and renames over the target. Throws IoError; after
+  /// a failure nothing is left behind but the untouched old target.
+  void commit();
+  /// Bytes written so far.
+  uint64_t bytes() const { return written_ + buf_.size(); }
+  /// The target path as given.
+  const std::string& path() const { return path_; }
+
+ private:
+  void flush_buffer();
+  void discard() noexcept;
+  [[noreturn]] void fail(const std::string& what, int err);
+
+  std::string path_;    // as given, for messages
+  std::string target_;  // where the data end up (symlinks resolved)
+  std::string tmp_;     // temporary file ("" when writing a non-regular target directly)
+  int fd_ = -1;
+  bool committed_ = false;
+  uint64_t written_ = 0;
+  std::string buf_;
+};
+
+/// Writes `content` to `path` through an AtomicFile. Throws IoError.
+void write_file_atomic(const std::string& path, std::string_view content);
+
+/// Writes all of `content` to the open descriptor `fd` (e.g. 1 for `-o -`),
+/// retrying partial writes and EINTR. Throws IoError "name: write failed after
+/// N bytes: reason". Flush any stdio buffer on the same descriptor first.
+void write_all(int fd, std::string_view content, const std::string& name);
+
+}  // namespace kveval::util
