@@ -12,13 +12,24 @@
 
 namespace kveval::eval {
 
-/// Parses JSON text; a syntax error becomes SpecError "origin:line:column: message",
-/// a key repeated in one object SpecError "origin: path: duplicate key 'k'".
+/// Deepest nesting of arrays/objects accepted in JSON input (spec, JSONL line,
+/// baseline). Deeper input is refused before anything is built, so hostile
+/// input costs one linear scan (and never overflows the stack when dumped).
+inline constexpr int kMaxJsonDepth = 512;
+
+/// Parses JSON text. Every problem is one SpecError line:
+/// - a syntax error: "origin:line:column: message";
+/// - nesting deeper than kMaxJsonDepth: "origin:line:column: nested deeper than 512 levels ...";
+/// - a number beyond the double range (1e400): "origin:line:column: number 1e400 is out of range ...";
+/// - a key repeated in one object: "origin: tasks[0]: duplicate key 'name'".
+/// Linear in the text (the duplicate-key check keeps one key set per open object).
 nlohmann::json parse_json_text(std::string_view text, const std::string& origin);
 
-/// Reads a JSONL file: one JSON object per non-blank line. Throws SpecError
-/// "file:line: ..." for a syntax error or a line that is not an object, and
-/// "file: cannot open" when it cannot be read. Returns (line number, object) pairs.
+/// Reads a JSONL file: one JSON object per non-blank line (blank: only spaces
+/// and tabs). Each line is checked as parse_json_text does, with messages
+/// "file:N:column: ..." or "file:N: path: duplicate key 'k'"; a line that is
+/// not an object is "file:N: expected a JSON object, got ...", and an
+/// unreadable file "file: cannot open data file". Returns (line number, object) pairs.
 std::vector<std::pair<int, nlohmann::json>> read_jsonl(const std::string& path);
 
 /// A JSON value shown in a message: compact, at most ~40 bytes.

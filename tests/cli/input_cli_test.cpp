@@ -1,0 +1,168 @@
+// Hostile input and failing output through the real binary ($KVEVAL_BIN),
+// issue 7 item 7: every input error is exit 2 with one line naming the file
+// and line or JSON path (never "internal error"), every output file is
+// written all or nothing and a write failure is exit 1 naming the path and
+// the system's reason.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <sys/wait.h>
+
+#include "../eval/eval_test_util.hpp"
+#include "test_support.hpp"
+
+using kveval::test::TempDir;
+using nlohmann::json;
+
+namespace {
+
+struct Run {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+/// Runs `[prefix] kveval <args>` through /bin/sh with stdout and stderr in files of `dir`.
+Run run_kveval(const TempDir& dir, const std::string& args, const std::string& prefix = "") {
+  const char* bin = std::getenv("KVEVAL_BIN");
+  REQUIRE_MESSAGE(bin != nullptr, "KVEVAL_BIN is not set (run through ctest)");
+  std::string out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
+  std::string cmd = prefix + quote(bin) + " " + args + " >" + quote(out) + " 2>" + quote(err);
+  int st = std::system(cmd.c_str());
+  Run r;
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+std::string model_json() { return json(kveval::test::model_path()).dump(); }
+
+const char* kTask = R"({"name": "t", "output_type": "loglikelihood", "dataset_path": "data.jsonl", "doc_to_text": "q", "doc_to_target": "a"})";
+
+/// An input error: exit 2, exactly one line `kveval: error: <expected>...`, no "internal error".
+void check_input_error(const Run& r, const std::string& expected_start) {
+  INFO(r.err);
+  CHECK(r.code == 2);
+  CHECK(r.err.rfind("kveval: error: " + expected_start, 0) == 0);
+  CHECK(r.err.find("internal error") == std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+}
+
+size_t temp_files(const std::filesystem::path& dir) {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename().string().find(".tmp.") != std::string::npos) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_SUITE("cli.input") {
+  TEST_CASE("numbers out of range: spec, JSONL line, baseline; a huge template index: exit 2 with the place") {
+    TempDir d;
+    d.write("data.jsonl", "{\"q\": \"Lily went to the\", \"a\": \"park\"}\n");
+    std::string spec = d.write("s1.json", "{\"model\": " + model_json() + ",\n \"seed\": 1e400, \"tasks\": [" + kTask + "]}");
+    check_input_error(run_kveval(d, "run " + quote(spec)), spec + ":2:10: number 1e400 is out of range");
+
+    d.write("data.jsonl", "{\"q\": \"Lily went to the\", \"a\": \"park\", \"n\": -1e400}\n");
+    spec = d.write("s2.json", "{\"model\": " + model_json() + ", \"tasks\": [" + kTask + "]}");
+    check_input_error(run_kveval(d, "run " + quote(spec)), d.file("data.jsonl") + ":1:45: number -1e400 is out of range");
+
+    d.write("data.jsonl", "{\"q\": \"Lily went to the\", \"a\": \"park\", \"choices\": [\"x\"]}\n");
+    spec = d.write("s3.json", "{\"model\": " + model_json() +
+                                  R"(, "tasks": [{"name": "t", "output_type": "loglikelihood", "dataset_path": "data.jsonl",
+                                  "doc_to_text": "{{choices.99999999999999999999999}}", "doc_to_target": "a"}]})");
+    check_input_error(run_kveval(d, "run " + quote(spec)),
+                      d.file("data.jsonl") + ":1: doc_to_text: field 'choices.99999999999999999999999' not found");
+
+    spec = d.write("s4.json", "{\"model\": " + model_json() + ", \"tasks\": [" + kTask + "]}");
+    std::string base = d.write("base.json", "{\"results\": {\"t\": {\"acc\": 1e400}}}");
+    check_input_error(run_kveval(d, "run " + quote(spec) + " -q --baseline " + quote(base)),
+                      base + ":1:27: number 1e400 is out of range");
+  }
+
+  TEST_CASE("100 000 levels of nesting in a spec or a JSONL line: exit 2 naming the file, line and limit") {
+    TempDir d;
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    std::string spec = d.write("deep.json", "{\"model\": " + model_json() + ",\n\"tasks\": " + deep + "}");
+    check_input_error(run_kveval(d, "run " + quote(spec)),
+                      spec + ":2:521: nested deeper than 512 levels (kveval's limit for JSON input)");
+    d.write("data.jsonl", "{\"q\": \"Lily went to the\", \"a\": \"park\"}\n{\"q\": " + deep + "}\n");
+    spec = d.write("s.json", "{\"model\": " + model_json() + ", \"tasks\": [" + kTask + "]}");
+    check_input_error(run_kveval(d, "run " + quote(spec)),
+                      d.file("data.jsonl") + ":2:518: nested deeper than 512 levels (kveval's limit for JSON input)");
+  }
+
+  TEST_CASE("a JSONL line with a repeated key is refused like the spec's") {
+    TempDir d;
+    d.write("data.jsonl", "{\"q\": \"Lily went to the\", \"a\": \"park\", \"a\": \"zoo\"}\n");
+    std::string spec = d.write("s.json", "{\"model\": " + model_json() + ", \"tasks\": [" + kTask + "]}");
+    check_input_error(run_kveval(d, "run " + quote(spec)), d.file("data.jsonl") + ":1: duplicate key 'a'");
+  }
+
+  TEST_CASE("--log-samples/--output /dev/full, make-model and bench --json-out to /dev/full: exit 1 with the reason") {
+    if (!std::filesystem::is_character_file("/dev/full")) {
+      MESSAGE("skipped: /dev/full is not the full device on this system");
+      return;
+    }
+    TempDir d;
+    d.write("data.jsonl", "{\"q\": \"Lily went to the\", \"a\": \"park\"}\n");
+    std::string spec = d.write("s.json", "{\"model\": " + model_json() + ", \"tasks\": [" + kTask + "]}");
+    const std::string full = "kveval: error: /dev/full: write failed after 0 bytes: No space left on device\n";
+    Run r = run_kveval(d, "run " + quote(spec) + " -q --log-samples /dev/full");
+    CHECK(r.code == 1);
+    CHECK(r.err == full);
+    r = run_kveval(d, "run " + quote(spec) + " -q --output /dev/full");
+    CHECK(r.code == 1);
+    CHECK(r.err == full);
+    r = run_kveval(d, "make-model --preset tiny -o /dev/full");
+    CHECK(r.code == 1);
+    CHECK(r.err == full);
+    r = run_kveval(d, "bench -m " + quote(kveval::test::model_path()) +
+                          " --tests cache --cache-shapes 1x8 -r 1 -t 1 --json-out /dev/full");
+    CHECK(r.code == 1);
+    CHECK(r.err == full);
+  }
+
+  TEST_CASE("a write that fails mid-file (file-size limit, as a full disk) leaves the old file whole, no temp file") {
+    TempDir d;
+    std::string docs;
+    for (int i = 0; i < 300; ++i) docs += "{\"q\": \"Lily went to the park number " + std::to_string(i) + "\", \"a\": \"again\"}\n";
+    d.write("data.jsonl", docs);
+    std::string spec = d.write("s.json", "{\"model\": " + model_json() + ", \"batch_size\": 16, \"tasks\": [" + kTask + "]}");
+    const std::string old_samples = d.write("samples.jsonl", "old samples\n");
+    // /bin/sh: SIGXFSZ ignored (inherited), files limited to 16 blocks (8 or 16 KiB); the samples are ~70 KB
+    Run r = run_kveval(d, "run " + quote(spec) + " -q --log-samples " + quote(old_samples),
+                       "trap '' XFSZ; ulimit -f 16; ");
+    INFO(r.err);
+    CHECK(r.code == 1);
+    CHECK(r.err.rfind("kveval: error: " + old_samples + ": write failed after ", 0) == 0);
+    CHECK(r.err.find("File too large") != std::string::npos);
+    CHECK(slurp(old_samples) == "old samples\n");
+    CHECK(temp_files(d.path) == 0);
+    // without the limit the same run writes every line
+    r = run_kveval(d, "run " + quote(spec) + " -q --log-samples " + quote(old_samples));
+    CHECK(r.code == 0);
+    const std::string s = slurp(old_samples);
+    CHECK(std::count(s.begin(), s.end(), '\n') == 300);
+    CHECK(temp_files(d.path) == 0);
+  }
+}
