@@ -153,22 +153,31 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
   rendered.reserve(raw.size());
   for (const auto& rd : raw) rendered.push_back(render_doc(t, maps, rd));
 
-  // few-shot examples: from fewshot_split, else the task's own documents (excluding the doc itself)
+  // Few-shot examples: from fewshot_split, else the task's own documents.
+  // A fewshot_split that is the same file as dataset_path however it is spelt
+  // (std::filesystem::equivalent: "./x", symlinks and hard links count) is the
+  // same split: its examples are the task's own documents, so the scored
+  // document is dropped from them as lm-eval does for the same split (below).
   std::vector<Doc> shots_own;
   const std::vector<Doc>* shots = &rendered;
   if (!t.fewshot_split.empty()) {
     std::error_code ec;
     if (!fs::is_regular_file(t.fewshot_split, ec))
       w.key("fewshot_split").fail(fmt::format("data file \"{}\" not found", t.fewshot_split));
-    for (const auto& rd : load_docs_file(t.fewshot_split)) shots_own.push_back(render_doc(t, maps, rd));
-    shots = &shots_own;
+    const bool same_file = !t.dataset_path.empty() && fs::equivalent(t.fewshot_split, t.dataset_path, ec) && !ec;
+    if (!same_file) {
+      for (const auto& rd : load_docs_file(t.fewshot_split)) shots_own.push_back(render_doc(t, maps, rd));
+      shots = &shots_own;
+    }
   } else if (tj.contains("fewshot_split")) {
     w.key("fewshot_split").fail("empty path");
   }
+  const bool own_docs = shots == &rendered;
   if (t.num_fewshot > 0) {
-    size_t avail = shots->size() - (shots == &rendered ? 1 : 0);
+    size_t avail = shots->size() - (own_docs ? 1 : 0);
     if (shots->size() == 0 || avail < static_cast<size_t>(t.num_fewshot))
-      w.key("num_fewshot").fail(fmt::format("{} examples requested but only {} available", t.num_fewshot, avail));
+      w.key("num_fewshot").fail(fmt::format("{} examples requested but only {} available{}", t.num_fewshot, avail,
+                                            own_docs ? " (a document is never its own example)" : ""));
   }
 
   size_t n_use = limit ? std::min<size_t>(rendered.size(), static_cast<size_t>(*limit)) : rendered.size();
