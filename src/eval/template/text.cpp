@@ -11,6 +11,7 @@
 #include <unicode/ustring.h>
 
 #include "util/error.hpp"
+#include "util/whitespace.hpp"
 
 namespace kveval::eval::tmpl {
 
@@ -77,10 +78,7 @@ size_t utf8_length(std::string_view s) {
   return n;
 }
 
-bool py_isspace(char32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
+bool py_isspace(char32_t c) { return util::is_space(c); }  // kveval's one whitespace predicate
 
 bool py_isprintable(char32_t c) {
   if (c == ' ') return true;

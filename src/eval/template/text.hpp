@@ -22,7 +22,8 @@ size_t utf8_length(std::string_view s);
 /// Python's str.isspace() for one code point: \t \n \v \f \r, U+001C..U+001F,
 /// space, U+0085, U+00A0, U+1680, U+2000..U+200A, U+2028, U+2029, U+202F,
 /// U+205F, U+3000 (the characters of bidirectional class WS, B or S, or
-/// category Zs; CPython's _PyUnicode_IsWhitespace).
+/// category Zs; CPython's _PyUnicode_IsWhitespace). It is util::is_space,
+/// kveval's one whitespace predicate (util/whitespace.hpp).
 bool py_isspace(char32_t c);
 /// Python str.isprintable() for one code point: false for categories Cc, Cf,
 /// Cs, Co, Cn, Zl, Zp and Zs other than U+0020.
