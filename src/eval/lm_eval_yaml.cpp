@@ -1,6 +1,8 @@
 #include "eval/lm_eval_yaml.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <regex>
 #include <vector>
@@ -51,7 +53,12 @@ json resolve_plain(const std::string& s) {
   } catch (const std::out_of_range&) {
     throw SpecError("integer out of range (64-bit integers only)");
   }
-  if (std::regex_match(s, float_re) && s.find_first_of("0123456789") != std::string::npos) return std::stod(t);
+  if (std::regex_match(s, float_re) && s.find_first_of("0123456789") != std::string::npos) {
+    // strtod, not stod: underflow is 0.0 as in PyYAML; overflow (PyYAML's inf) is an input error
+    const double x = std::strtod(t.c_str(), nullptr);
+    if (std::isinf(x)) throw SpecError(fmt::format("number {} is out of range (beyond the 64-bit float range)", s));
+    return x;
+  }
   if (std::regex_match(s, inf_re)) return s[0] == '-' ? -INFINITY : INFINITY;
   if (std::regex_match(s, nan_re)) throw SpecError("'.nan' is not a usable value");
   return s;

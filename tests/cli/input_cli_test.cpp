@@ -91,7 +91,7 @@ TEST_SUITE("cli.input") {
                                   R"(, "tasks": [{"name": "t", "output_type": "loglikelihood", "dataset_path": "data.jsonl",
                                   "doc_to_text": "{{choices.99999999999999999999999}}", "doc_to_target": "a"}]})");
     check_input_error(run_kveval(d, "run " + quote(spec)),
-                      d.file("data.jsonl") + ":1: doc_to_text: field 'choices.99999999999999999999999' not found");
+                      spec + ": tasks[0].doc_to_text: template line 1, column 11: integer literal 99999999999999999999999 is out of range");
 
     spec = d.write("s4.json", "{\"model\": " + model_json() + ", \"tasks\": [" + kTask + "]}");
     std::string base = d.write("base.json", "{\"results\": {\"t\": {\"acc\": 1e400}}}");

@@ -114,7 +114,7 @@ TEST_SUITE("eval.json_input") {
     CHECK(parse_json_text(nested_objects(500), "s.json").is_object());
   }
 
-  TEST_CASE("a template index with more digits than any integer is a missing field, not stoul's exception") {
+  TEST_CASE("a template index with more digits than any integer is an input error, not stoul's exception") {
     TempDir d;
     d.write("data.jsonl", "{\"q\": \"a\", \"a\": \"b\", \"choices\": [\"x\", \"y\"]}\n");
     std::string spec = d.write(
@@ -122,13 +122,29 @@ TEST_SUITE("eval.json_input") {
         R"({"model": "m.gguf", "tasks": [{"name": "t", "output_type": "loglikelihood", "dataset_path": "data.jsonl",
             "doc_to_text": "Q: {{choices.99999999999999999999999}}", "doc_to_target": "a"}]})");
     CHECK(spec_error([&] { load_spec(spec); })
-              .find(d.file("data.jsonl") + ":1: doc_to_text: field 'choices.99999999999999999999999' not found") == 0);
+              .find(spec + ": tasks[0].doc_to_text: template line 1, column 14: integer literal 99999999999999999999999 is out of range") == 0);
     d.write("spec.json", R"({"model": "m.gguf", "tasks": [{"name": "t", "output_type": "loglikelihood", "dataset_path": "data.jsonl",
             "doc_to_text": "choices.18446744073709551616", "doc_to_target": "a"}]})");
     CHECK(spec_error([&] { load_spec(spec); }).find("field 'choices.18446744073709551616' not found") != std::string::npos);
     d.write("spec.json", R"({"model": "m.gguf", "tasks": [{"name": "t", "output_type": "loglikelihood", "dataset_path": "data.jsonl",
             "doc_to_text": "{{choices.1}}", "doc_to_target": "a"}]})");
     CHECK(load_spec(spec).tasks[0].docs[0].context == "y");
+  }
+
+  TEST_CASE("lm-eval YAML: a float beyond the double range or an integer beyond 64 bits names file:line and the key") {
+    TempDir d;
+    d.write("d.jsonl", "{\"q\": \"a\", \"a\": \"b\"}\n");
+    auto err = [&](const std::string& yaml) {
+      d.write("t.yaml", yaml);
+      nlohmann::json j = {{"model", "m"},
+                          {"tasks", nlohmann::json::array({{{"lm_eval_yaml", "t.yaml"}, {"dataset_path", "d.jsonl"}}})}};
+      return spec_error([&] { parse_spec(j, "spec.json", d.path.string()); });
+    };
+    const std::string f = d.file("t.yaml");
+    CHECK(err("task: t\noutput_type: loglikelihood\nnum_fewshot: 1.0e+400\n") ==
+          f + ":3: num_fewshot: number 1.0e+400 is out of range (beyond the 64-bit float range)");
+    CHECK(err("task: t\noutput_type: loglikelihood\nnum_fewshot: 99999999999999999999\n") ==
+          f + ":3: num_fewshot: integer out of range (64-bit integers only)");
   }
 
   TEST_CASE("a huge unknown key gets no suggestion and no quadratic edit distance") {
