@@ -133,6 +133,16 @@ TEST_SUITE("cli.input") {
     r = run_kveval(d, "run " + quote(spec) + " -q --output /dev/full");
     CHECK(r.code == 1);
     CHECK(r.err == full);
+    // `-o -` and `--log-samples -`: stdout is the output file, every write checked the same way
+    for (const char* opt : {"-o -", "--log-samples -"}) {
+      const std::string cmd = quote(std::getenv("KVEVAL_BIN")) + " run " + quote(spec) + " -q " + opt +
+                              " >/dev/full 2>" + quote(d.file("err.txt"));
+      const int st = std::system(cmd.c_str());
+      CHECK(WIFEXITED(st));
+      CHECK(WEXITSTATUS(st) == 1);
+      CHECK(slurp(d.file("err.txt")).find("kveval: error: stdout: write failed after 0 bytes: No space left on device\n") !=
+            std::string::npos);
+    }
     r = run_kveval(d, "make-model --preset tiny -o /dev/full");
     CHECK(r.code == 1);
     CHECK(r.err == full);
