@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 
 #include "../eval/eval_test_util.hpp"
+#include "test_skip.hpp"
 #include "test_support.hpp"
 
 using kveval::test::TempDir;
@@ -118,7 +119,7 @@ TEST_SUITE("cli.input") {
     check_input_error(run_kveval(d, "run " + quote(spec)), d.file("data.jsonl") + ":1: duplicate key 'a'");
   }
 
-  TEST_CASE("--log-samples/--output /dev/full, make-model and bench --json-out to /dev/full: exit 1 with the reason") {
+  TEST_CASE("--log-samples/--output /dev/full, make-model and bench --json-out to /dev/full: exit 1 with the reason" * kveval::test::needs_model()) {
     if (!std::filesystem::is_character_file("/dev/full")) {
       MESSAGE("skipped: /dev/full is not the full device on this system");
       return;
@@ -152,7 +153,7 @@ TEST_SUITE("cli.input") {
     CHECK(r.err == full);
   }
 
-  TEST_CASE("a write that fails mid-file (file-size limit, as a full disk) leaves the old file whole, no temp file") {
+  TEST_CASE("a write that fails mid-file (file-size limit, as a full disk) leaves the old file whole, no temp file" * kveval::test::needs_model()) {
     TempDir d;
     std::string docs;
     for (int i = 0; i < 300; ++i) docs += "{\"q\": \"Lily went to the park number " + std::to_string(i) + "\", \"a\": \"again\"}\n";

@@ -12,6 +12,7 @@
 #include "eval/metrics.hpp"
 #include "eval/requests.hpp"
 #include "eval/runner.hpp"
+#include "test_skip.hpp"
 #include "test_support.hpp"
 
 using namespace kveval;
@@ -27,12 +28,6 @@ std::string nbsp_story() {
   return std::string("Once upon a time, there was a little girl named Lily.") + kNbsp +
          "She loved to play outside in the park." + kNbsp + "One day, she saw a big, red ball." + kNbsp +
          "She kicked it and laughed.";
-}
-
-bool have_model() {
-  if (std::filesystem::exists(kveval::test::model_path())) return true;
-  MESSAGE("skipped: no model at " << kveval::test::model_path() << " (run scripts/fetch-model.sh)");
-  return false;
 }
 
 Model& model() {
@@ -54,8 +49,7 @@ TEST_SUITE("eval.whitespace") {
     CHECK(count_words("a\u200bb") == 1);  // U+200B is not whitespace in Python
   }
 
-  TEST_CASE("word_perplexity of the no-break-space story on stories260K: 32 words, 75.8586") {
-    if (!have_model()) return;
+  TEST_CASE("word_perplexity of the no-break-space story on stories260K: 32 words, 75.8586" * kveval::test::needs_model()) {
     EvalSpec s = spec_of({{"tasks",
                            {{{"name", "nbsp"}, {"output_type", "loglikelihood_rolling"},
                              {"docs", {{{"text", nbsp_story()}}}}, {"doc_to_target", "text"}}}}});
@@ -70,8 +64,7 @@ TEST_SUITE("eval.whitespace") {
     CHECK(std::abs(*wp.value - 75.8586) < 5e-5);                // the value (29 words gave 118.7102)
   }
 
-  TEST_CASE("a context ending in U+00A0 moves it to the continuation: -38.3503 over 4 tokens") {
-    if (!have_model()) return;
+  TEST_CASE("a context ending in U+00A0 moves it to the continuation: -38.3503 over 4 tokens" * kveval::test::needs_model()) {
     // lm-eval: context.rstrip() strips the no-break space; it is scored with "park"
     EvalSpec s = spec_of({{"tasks",
                            {{{"name", "nbsp"}, {"output_type", "loglikelihood"},
