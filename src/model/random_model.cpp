@@ -152,10 +152,13 @@ uint64_t write_random_llama(const std::string& path, const RandomModelSpec& spec
   for (size_t ti = 0; ti < specs.size(); ++ti) {
     const auto& t = specs[ti];
     if (t.norm) {
-      // 1-D tensors stay F32 in quantized files (as llama.cpp's quantizer keeps them).
-      const bool quantized = gguf::type_info(type).block_size > 1;
+      // Norm vectors stay F32 whatever `type` is, as llama.cpp's converters
+      // write them (conversion/base.py: "n_dims <= 1 or *_norm.weight" ->
+      // F32) and its quantizer keeps them; its CPU backend multiplies F32
+      // activations only by F32 vectors (ggml-cpu/binary-ops.cpp) and aborts
+      // on an F16 norm.
       w.add_tensor(t.name, t.dims, [](uint64_t, std::span<float> out) { std::fill(out.begin(), out.end(), 1.0f); },
-                   quantized ? gguf::TensorType::F32 : type);
+                   gguf::TensorType::F32);
       continue;
     }
     // Uniform on [-a, a) with a = sqrt(3 / n_in): variance a^2/3 = 1/n_in.

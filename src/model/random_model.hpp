@@ -42,10 +42,12 @@ uint64_t random_model_parameters(const RandomModelSpec& spec);
 /// weights uniform in [-sqrt(3/n_in), sqrt(3/n_in)) (std 1/sqrt(n_in)) from a
 /// counter-based splitmix64 stream keyed by (seed, tensor, index); norms are 1.
 /// Tensor data is streamed, never held whole in memory. `type` is the type of
-/// every tensor (F32, F16, BF16) or, for a quantized type, of every 2-D tensor
-/// (kveval's quantizers; 1-D norms stay F32, like llama.cpp's `--pure`).
-/// Returns bytes written. Throws ArgumentError for an invalid spec or a type
-/// whose block size does not divide n_embd or n_ff, kveval::Error on I/O failure.
+/// every 2-D tensor (F32, F16, BF16, or a quantized type: kveval's quantizers);
+/// the 1-D norm vectors are always F32, so the file follows llama.cpp's
+/// conventions and loads there (tests/model/test_gguf_conventions.cpp lists
+/// the rules). Returns bytes written. Throws ArgumentError for an invalid spec
+/// or a type whose block size does not divide n_embd or n_ff, kveval::Error on
+/// I/O failure.
 uint64_t write_random_llama(const std::string& path, const RandomModelSpec& spec, uint64_t seed,
                             gguf::TensorType type = gguf::TensorType::F32);
 

@@ -1,7 +1,7 @@
 // Random-model writer: the tiny preset written to a temp dir and read back
 // with gguf::File (every hyper-parameter and tensor shape), determinism by
 // seed, weight statistics, and the F16 variant (exactly the F32 weights
-// rounded to half).
+// rounded to half; norms stay F32).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -189,9 +189,13 @@ TEST_SUITE("model.random_model") {
     gguf::File f32(write_tiny("tiny32.gguf", 3));
     gguf::File f16(write_tiny("tiny16.gguf", 3, gguf::TensorType::F16));
     REQUIRE(f16.tensors().size() == f32.tensors().size());
+    int n_norms = 0;
     for (const auto& t : f16.tensors()) {
       CAPTURE(t.name);
-      CHECK(t.type == gguf::TensorType::F16);
+      // matrices F16, the 1-D norm vectors F32 (llama.cpp's convention)
+      const bool is_norm = t.dims.size() == 1;
+      n_norms += is_norm;
+      CHECK(t.type == (is_norm ? gguf::TensorType::F32 : gguf::TensorType::F16));
       const auto a = f32.tensor_f32(t.name, f32.tensor(t.name).dims);
       const auto b = f16.tensor_f32(t.name, t.dims);
       REQUIRE(a.size() == b.size());
@@ -200,6 +204,7 @@ TEST_SUITE("model.random_model") {
         mismatches += b[i] != gguf::f16_to_f32(gguf::f32_to_f16(a[i]));
       CHECK(mismatches == 0);
     }
+    CHECK(n_norms == 1 + 2 * 2);  // output_norm + attn_norm, ffn_norm per layer
     CHECK(fs::file_size(f16.path()) < fs::file_size(f32.path()));
   }
 }
