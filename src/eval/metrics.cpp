@@ -156,7 +156,37 @@ std::optional<double> bootstrap_stderr_perplexity(std::span<const double> ll, in
   return std::sqrt(ss / static_cast<double>(res.size() - 1));
 }
 
-std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const DocOutcome> outcomes, int bootstrap_iters) {
+namespace {
+
+/// llama-perplexity's final estimate: PPL = exp(mean nll) "+/-" ppl * sqrt(var / (count - 1))
+/// with var = mean(nll^2) - mean(nll)^2 (tools/perplexity/perplexity.cpp, end of perplexity()).
+MetricValue llamacpp_metric(const ChunkedOutcome* c) {
+  MetricValue m;
+  m.name = kPerplexityLlamaCpp;
+  m.higher_is_better = false;
+  if (!c || !c->ok || c->tokens == 0) {
+    m.note = c && !c->error.empty() ? c->error : "no chunks";
+    return m;
+  }
+  m.n = c->chunks;
+  const double count = static_cast<double>(c->tokens);
+  const double nll = c->sum_nll / count;
+  const double ppl = std::exp(nll);
+  if (!std::isfinite(ppl)) {
+    m.note = "overflow";
+    return m;
+  }
+  m.value = ppl;
+  const double var = c->sum_nll_sq / count - nll * nll;
+  if (c->tokens > 1 && var > 0) m.stderr_ = ppl * std::sqrt(var / (count - 1));
+  else m.note = "stderr needs 2 tokens with different log-probs";
+  return m;
+}
+
+}  // namespace
+
+std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const DocOutcome> outcomes, int bootstrap_iters,
+                                         const ChunkedOutcome* chunked) {
   std::vector<MetricValue> all;
   std::vector<double> acc, acc_norm, acc_bytes, ll;
   // generate_until: one exact_match list per filter pipeline ("none": the raw output)
@@ -243,6 +273,10 @@ std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const D
       all.push_back(ratio_metric(name, sum_ll, sum_bytes, n_ok, false, true));
     } else if (name == "token_perplexity") {
       all.push_back(ratio_metric(name, sum_ll, sum_tokens, n_ok, true, false));
+    } else if (name == kPerplexityLlamaCpp) {
+      MetricValue m = llamacpp_metric(chunked);
+      if (bootstrap_iters < 1 && m.value) m.stderr_.reset(), m.note = "bootstrap_iters 0: no stderr";
+      all.push_back(m);
     } else if (name == "exact_match") {
       for (size_t p = 0; p < pipes.size(); ++p) {
         MetricValue m = mean_metric(name, em[p]);

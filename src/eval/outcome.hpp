@@ -18,6 +18,7 @@ struct Phase {
 struct RequestOutcome {
   bool ran = false;                 ///< false: per-request error (Request::error) or not reached
   double logprob = 0;               ///< scoring: summed log-prob of the scored tokens (nats)
+  double logprob_sq = 0;            ///< scoring: summed squared log-probs (for llama.cpp's "+/-")
   bool is_greedy = false;           ///< scoring: every scored token was the argmax
   int tokens = 0;                   ///< scoring: tokens scored; generation: tokens generated (EOS included)
   std::vector<int32_t> output_ids;  ///< generation: generated ids

@@ -73,6 +73,7 @@ void score_phase(const EvalSpec& spec, Model& model, const RunOptions& opts, con
       RequestOutcome& o = res.outcomes[order[k]];
       o.ran = true;
       o.logprob = sr.sum();
+      for (double lp : sr.logprobs) o.logprob_sq += lp * lp;
       o.is_greedy = sr.all_greedy();
       o.tokens = static_cast<int>(expect);
     }
@@ -299,6 +300,8 @@ RunResult run_eval_impl(const EvalSpec& spec, Model& model, const RunOptions& op
 
   // per-document outcomes and metrics
   res.docs.resize(spec.tasks.size());
+  res.chunked.assign(spec.tasks.size(), ChunkedOutcome{});
+  for (size_t t = 0; t < spec.tasks.size(); ++t) res.chunked[t].ok = true;
   res.task_errors.assign(spec.tasks.size(), 0);
   for (size_t t = 0; t < spec.tasks.size(); ++t) {
     res.docs[t].assign(spec.tasks[t].docs.size(), DocOutcome{});
@@ -311,6 +314,21 @@ RunResult run_eval_impl(const EvalSpec& spec, Model& model, const RunOptions& op
   for (size_t i = 0; i < res.requests.size(); ++i) {
     const Request& r = res.requests[i];
     const RequestOutcome& o = res.outcomes[i];
+    if (r.kind == RequestKind::PerplexityChunk) {  // task-level, not a document's
+      ChunkedOutcome& c = res.chunked[static_cast<size_t>(r.task)];
+      if (!r.error.empty() || !o.ran) {
+        ++res.n_request_errors;
+        ++res.task_errors[static_cast<size_t>(r.task)];
+        if (c.ok) c.error = r.error.empty() ? "not run" : r.error;
+        c.ok = false;
+        continue;
+      }
+      ++c.chunks;
+      c.tokens += o.tokens;
+      c.sum_nll -= o.logprob;
+      c.sum_nll_sq += o.logprob_sq;
+      continue;
+    }
     DocOutcome& d = res.docs[static_cast<size_t>(r.task)][static_cast<size_t>(r.doc)];
     if (!r.error.empty() || !o.ran) {
       ++res.n_request_errors;
@@ -337,12 +355,14 @@ RunResult run_eval_impl(const EvalSpec& spec, Model& model, const RunOptions& op
         d.output = o.output;
         d.tokens = o.tokens;
         break;
+      case RequestKind::PerplexityChunk:
+        break;  // handled above
     }
   }
   std::vector<int> task_requests(spec.tasks.size(), 0);
   for (const Request& r : res.requests) ++task_requests[static_cast<size_t>(r.task)];
   for (size_t t = 0; t < spec.tasks.size(); ++t) {
-    res.metrics.push_back(compute_metrics(spec.tasks[t], res.docs[t], spec.bootstrap_iters));
+    res.metrics.push_back(compute_metrics(spec.tasks[t], res.docs[t], spec.bootstrap_iters, &res.chunked[t]));
     // every document failed: say so instead of compute_metrics' "no documents"
     bool any_ok = std::any_of(res.docs[t].begin(), res.docs[t].end(), [](const DocOutcome& d) { return d.ok; });
     if (res.docs[t].empty() || any_ok) continue;

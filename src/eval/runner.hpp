@@ -50,6 +50,7 @@ struct RunResult {
   std::vector<Request> requests;         ///< every request, in spec order
   std::vector<RequestOutcome> outcomes;  ///< outcomes[i] of requests[i]
   std::vector<std::vector<DocOutcome>> docs;          ///< per task, per document
+  std::vector<ChunkedOutcome> chunked;                ///< per task: llama.cpp perplexity (rolling_method "llama.cpp")
   std::vector<std::vector<MetricValue>> metrics;      ///< per task (spec order)
   std::vector<int> task_errors;          ///< per task: requests with a per-request error
   int n_request_errors = 0;              ///< all requests with a per-request error

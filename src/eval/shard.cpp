@@ -121,6 +121,7 @@ std::string encode_rank_report(const RankReport& r) {
     w.u64(i);
     w.u64(o.ran ? 1 : 0);
     w.f64(o.logprob);
+    w.f64(o.logprob_sq);
     w.u64(o.is_greedy ? 1 : 0);
     w.u64(static_cast<uint64_t>(static_cast<int64_t>(o.tokens)));
     w.u64(o.output_ids.size());
@@ -152,6 +153,7 @@ RankReport decode_rank_report(const std::string& bytes) {
     RequestOutcome o;
     o.ran = rd.u64() != 0;
     o.logprob = rd.f64();
+    o.logprob_sq = rd.f64();
     o.is_greedy = rd.u64() != 0;
     o.tokens = static_cast<int>(static_cast<int64_t>(rd.u64()));
     size_t m = rd.count(8);
