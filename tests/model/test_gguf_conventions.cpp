@@ -15,7 +15,8 @@
 //   C4 tensor data follow in tensor-info order: each offset equals the sum of the
 //      previous tensors' sizes, each rounded up to the alignment ("tensor '%s' has
 //      offset %d, expected %d"); the file holds the whole data section.
-//   C5 tensor types are ggml types (F32, F16 here) and ne[0] is a multiple of the block size.
+//   C5 tensor types are ggml types (every type make-model writes: F32, F16, BF16, Q8_0,
+//      Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K) and ne[0] is a multiple of the block size.
 // Tensor types (conversion/base.py prepare_tensors: "if n_dims <= 1 or
 // new_name.endswith('_norm.weight'): data_qtype = F32"; ggml/src/ggml-cpu/binary-ops.cpp
 // binary_op aborts on F32 activations times an F16 vector):
