@@ -119,6 +119,27 @@ struct KvView {
 void attention(const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past, int64_t n_head,
                int64_t n_head_kv, int64_t head_dim, int64_t q_stride = 0);
 
+/// One sequence's query block for the multi-sequence `attention` below:
+/// q [n_q, n_head, head_dim] (rows `q_stride` apart), query i at position
+/// past + i, keys/values `kv` for positions [0, past + n_q), out [n_q, n_head, head_dim].
+struct AttentionSeq {
+  const float* q = nullptr;
+  KvView kv;
+  float* out = nullptr;
+  int64_t n_q = 0;
+  int64_t past = 0;
+};
+
+/// The loop `attention` above for several sequences in one parallel loop over
+/// (sequence, query, head) items: each item runs the same arithmetic in the
+/// same order, so every output is bit-identical to one `attention` call per
+/// sequence, with one fork/join instead of one per sequence and all items
+/// shared by the threads (a decode step of 8 rows: 8 x n_head items, not
+/// n_head). All sequences share n_head, n_head_kv, head_dim and q_stride (0 =
+/// n_head * head_dim).
+void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+               int64_t q_stride = 0);
+
 /// Same result as `attention` above, for long query blocks computed with two
 /// oneDNN batched matmuls per kv head (S = Q·Kᵀ over the `n_head/n_head_kv`
 /// query heads sharing it, masked softmax, O = S·V); primitives use runtime
@@ -126,6 +147,10 @@ void attention(const float* q, const KvView& kv, float* out, int64_t n_q, int64_
 /// narrow heads (head_dim < 32) use the loop version. `scratch` holds the scores [group, n_q, past + n_q].
 void attention(Engine& eng, const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past,
                int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t q_stride, Buffer& scratch);
+
+/// True when the oneDNN `attention` above runs the loop version for this block
+/// (n_q < 16 or head_dim < 32), so the caller may batch it with other sequences.
+inline bool attention_uses_loop(int64_t n_q, int64_t head_dim) { return n_q < 16 || head_dim < 32; }
 
 /// Float buffer aligned to 64 bytes, grow-only (no shrink, no zero-fill).
 class Buffer {

@@ -76,6 +76,7 @@ struct Model::Impl {
   std::vector<int32_t> pos;       // [T]
   std::vector<int32_t> tok_ids;   // [T]
   std::vector<int> seq_row, seq_start, seq_len;  // packed sequences
+  std::vector<be::AttentionSeq> short_att;        // sequences of a layer attended in one parallel loop
 
   const be::Weight& out_weight() const { return output; }
   int kv_dim() const { return hp.n_head_kv * hp.head_dim(); }
@@ -386,6 +387,7 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
     be::matmul(eng, im.xb.data(), Ti, L.wqkv, q, false, inv);
     be::rope(q, Ti, hp.n_head, HD, hp.n_rot, im.pos.data(), hp.rope_freq_base, QS);
     be::rope(k, Ti, hp.n_head_kv, HD, hp.n_rot, im.pos.data(), hp.rope_freq_base, QS);
+    im.short_att.clear();
     for (size_t s = 0; s < n_seq; ++s) {
       const int r = im.seq_row[s];
       const size_t t0 = static_cast<size_t>(im.seq_start[s]);
@@ -408,9 +410,14 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
       } else {
         view = {k + t0 * QS, v + t0 * QS, QS, HD};
       }
-      be::attention(eng, q + t0 * QS, view, im.att.data() + t0 * D, n, past, hp.n_head, hp.n_head_kv, HD, QS,
-                    im.scores);
+      if (be::attention_uses_loop(n, HD))  // short blocks (decode steps): one parallel loop for all of them below
+        im.short_att.push_back({q + t0 * QS, view, im.att.data() + t0 * D, n, past});
+      else
+        be::attention(eng, q + t0 * QS, view, im.att.data() + t0 * D, n, past, hp.n_head, hp.n_head_kv, HD, QS,
+                      im.scores);
     }
+    be::attention(im.short_att, hp.n_head, hp.n_head_kv, HD, QS);
+    im.short_att.clear();
     be::matmul(eng, im.att.data(), Ti, L.wo, x, /*accumulate=*/true, inv);
     be::rmsnorm(x, L.ffn_norm.data(), im.xb.data(), Ti, D, hp.rms_eps);
     be::matmul(eng, im.xb.data(), Ti, L.w_gate_up, im.gu.data(), false, inv);
