@@ -14,6 +14,7 @@
 
 #include "backend/roofline.hpp"
 #include "cli/bench_cost.hpp"
+#include "cli/bench_gen.hpp"
 #include "cli/bench_load.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
@@ -23,12 +24,12 @@ namespace kveval::bench {
 
 const std::vector<std::string>& test_names() {
   static const std::vector<std::string> names = {"roofline", "pp",  "tg",   "tg-nocache", "cache",
-                                                 "switch",   "ll",  "load", "dequant"};
+                                                 "switch",   "ll",  "load", "dequant", "gen-mixed"};
   return names;
 }
 
 /// Tests that run only when named in --tests (load reloads the model many times).
-static bool opt_in(const std::string& t) { return t == "load" || t == "dequant"; }
+static bool opt_in(const std::string& t) { return t == "load" || t == "dequant" || t == "gen-mixed"; }
 
 /// The tests an empty --tests runs.
 static std::vector<std::string> default_tests() {
@@ -528,7 +529,8 @@ void validate(const Options& o) {
     if (s[0] < 1 || s[1] < 1) throw ArgumentError(fmt::format("--cache-shapes: {}x{} must be >= 1x1", s[0], s[1]));
   for (auto [v, name] : {std::pair{o.switch_rounds, "--switch-rounds"}, {o.switch_batch, "--switch-batch"},
                          {o.switch_prompt, "--switch-prompt"}, {o.switch_gen, "--switch-gen"},
-                         {o.ll_requests, "--ll-requests"}})
+                         {o.ll_requests, "--ll-requests"}, {o.gen_mixed_prompts, "--gen-mixed-prompts"},
+                         {o.gen_mixed_max_gen, "--gen-mixed-max-gen"}, {o.gen_mixed_rows, "--gen-mixed-rows"}})
     if (v < 1) throw ArgumentError(fmt::format("{}: must be >= 1, got {}", name, v));
   if (o.stream_bytes != 0 && o.stream_bytes < 4096)
     throw ArgumentError(fmt::format("--stream-mib: buffer of {} bytes is too small", o.stream_bytes));
@@ -596,7 +598,9 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
                          {"tests", o.tests.empty() ? default_tests() : o.tests},
                          {"switch_rounds", o.switch_rounds}, {"switch_batch", o.switch_batch},
                          {"switch_prompt", o.switch_prompt}, {"switch_gen", o.switch_gen},
-                         {"ll_requests", o.ll_requests}, {"seed", o.seed}};
+                         {"ll_requests", o.ll_requests}, {"seed", o.seed},
+                         {"gen_mixed_prompts", o.gen_mixed_prompts}, {"gen_mixed_max_gen", o.gen_mixed_max_gen},
+                         {"gen_mixed_rows", o.gen_mixed_rows}};
   opts["cache_shapes"] = nlohmann::json::array();
   for (const auto& s : o.cache_shapes) opts["cache_shapes"].push_back({s[0], s[1]});
   rep.meta["options"] = opts;
@@ -637,6 +641,7 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
     if (selected(o, "ll")) run_ll(c);
     if (selected(o, "load")) run_load(o, c.threads, rep, progress);
     if (selected(o, "dequant")) run_dequant(o, c.threads, rep, progress);
+    if (selected(o, "gen-mixed")) run_gen_mixed(o, *model, c.threads, rep, progress);
   }
   rep.meta["machine"]["loadavg_end"] = load_average();
   return rep;

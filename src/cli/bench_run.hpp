@@ -17,8 +17,8 @@
 
 namespace kveval::bench {
 
-/// Names accepted by --tests, in the order they run. "load" and "dequant"
-/// (bench_load.hpp) run only when named; an empty --tests runs the others.
+/// Names accepted by --tests, in the order they run. "load", "dequant"
+/// (bench_load.hpp) and "gen-mixed" (bench_gen.hpp) run only when named; an empty --tests runs the others.
 const std::vector<std::string>& test_names();
 
 /// What to measure. Lists are swept as a cross product, like llama-bench.
@@ -38,6 +38,9 @@ struct Options {
   int switch_prompt = 16;  ///< switch: prompt tokens per row
   int switch_gen = 32;     ///< switch: generated tokens per row G
   int ll_requests = 64;    ///< ll: synthetic requests per run
+  int gen_mixed_prompts = 64;   ///< gen-mixed: prompts per run
+  int gen_mixed_max_gen = 256;  ///< gen-mixed: max_gen_toks drawn uniformly in [1, this]
+  int gen_mixed_rows = 8;       ///< gen-mixed: cache rows when -b holds no value >= 2
   size_t stream_bytes = 0; ///< roofline: read-bandwidth buffer (0 = backend::stream_buffer_bytes())
   uint64_t seed = 1;       ///< synthetic token ids
 };

@@ -48,6 +48,7 @@ struct RunArgs {
   bool quiet = false;
   bool tolerance_given = false;
   std::string cache_policy = "release";
+  std::string batching = "dynamic";
 };
 
 /// Validator for a number option: `lo` or more; an integer when `integer`.
@@ -167,6 +168,7 @@ int run(const RunArgs& a) {
   ProgressMeter progress(stderr, !a.quiet && dist.rank() == 0, isatty(fileno(stderr)) != 0, a.progress_interval);
   RunOptions opts;
   opts.cache_policy = parse_cache_policy(a.cache_policy);
+  opts.batching = a.batching == "static" ? Batching::Static : Batching::Dynamic;
   opts.progress = [&progress](std::string_view p, size_t d, size_t t, int64_t tok) { progress.update(p, d, t, tok); };
   opts.log = [&a, &dist](const std::string& line) {
     if (!a.quiet && dist.rank() == 0) fmt::print(stderr, "kveval: {}\n", line);
@@ -244,6 +246,10 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("--cache-policy", args->cache_policy,
                   "generation cache on scope exit: release (delete, default) or reuse (keep the allocation, reset)")
       ->check(CLI::IsMember({"release", "reuse"}));
+  cmd->add_option("--batching", args->batching,
+                  "generation rows: dynamic (a finished row takes the next request at once, default) or static "
+                  "(batches of batch_size decode until their longest row ends); same outputs")
+      ->check(CLI::IsMember({"dynamic", "static"}));
   cmd->callback([args, tol, &action] {
     args->tolerance_given = tol->count() > 0;
     action = [args] { return run(*args); };

@@ -159,7 +159,10 @@ ojson sample_of(const TaskSpec& task, int t, size_t di, const FilterPipeline& pi
     e["tokens"] = ro.ran ? ojson(gen ? ro.tokens : r.n_continuation_tokens) : ojson(nullptr);
     e["truncated_tokens"] = r.truncated_tokens;
     if (gen) e["stop_reason"] = ro.ran ? ojson(ro.stop_reason) : ojson(nullptr);
-    e["error"] = r.error.empty() ? (ro.ran ? ojson(nullptr) : ojson("not run")) : ojson(r.error);
+    e["error"] = !r.error.empty()  ? ojson(r.error)
+                 : !ro.error.empty() ? ojson(ro.error)
+                 : ro.ran            ? ojson(nullptr)
+                                     : ojson("not run");
     extra.push_back(std::move(e));
   }
   std::vector<std::pair<std::string, json>> values;

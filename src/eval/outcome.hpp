@@ -23,7 +23,10 @@ struct RequestOutcome {
   int tokens = 0;                   ///< scoring: tokens scored; generation: tokens generated (EOS included)
   std::vector<int32_t> output_ids;  ///< generation: generated ids
   std::string output;               ///< generation: decoded text cut before the first stop string
-  std::string stop_reason;          ///< generation: "until", "max_gen_toks", "eos" or "context full"
+  std::string stop_reason;          ///< generation: "until", "max_gen_toks", "eos", "context full" or "error"
+  /// generation: non-empty when the request failed while running (non-finite
+  /// logits, StopReason::Error); the request counts as a per-request error.
+  std::string error;
 };
 
 }  // namespace kveval::eval

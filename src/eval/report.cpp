@@ -77,8 +77,12 @@ std::string format_metrics_table(const EvalSpec& spec, const RunResult& res) {
       if (res.task_errors[t]) out += fmt::format(" {}: {};", spec.tasks[t].name, res.task_errors[t]);
     out += "\n";
     int shown = 0;
-    for (const auto& r : res.requests)
-      if (!r.error.empty() && shown++ < 5) out += "  " + r.error + "\n";
+    for (size_t i = 0; i < res.requests.size(); ++i) {
+      const std::string& e = !res.requests[i].error.empty() ? res.requests[i].error
+                             : i < res.outcomes.size()       ? res.outcomes[i].error
+                                                             : res.requests[i].error;
+      if (!e.empty() && shown++ < 5) out += "  " + e + "\n";
+    }
     if (shown > 5) out += fmt::format("  ... and {} more (see --log-samples)\n", shown - 5);
   }
   return out;

@@ -133,64 +133,68 @@ void generation_phase(const EvalSpec& spec, Model& model, const RunOptions& opts
   res.phases.push_back({"cache setup", setup_s, 0});
   log_line(opts, fmt::format("generation cache: {} rows x {} positions = {} bytes (K+V, float32)", rows, positions,
                              res.cache_bytes_setup));
-  size_t n_batches = (gen.size() + static_cast<size_t>(rows) - 1) / static_cast<size_t>(rows);
-  if (opts.progress) opts.progress("generation", 0, gen.size(), 0);
-  for (size_t b = 0; b < n_batches; ++b) {
-    if (opts.before_generation_batch) opts.before_generation_batch(b);
-    size_t start = b * static_cast<size_t>(rows), end = std::min(gen.size(), start + static_cast<size_t>(rows));
-    std::vector<std::vector<int32_t>> prompts;
-    std::vector<RowState> states;
-    GenerateOptions go;
-    go.max_gen_toks.clear();
-    go.stop_at_eos = true;
-    for (size_t k = start; k < end; ++k) {
-      const Request& r = res.requests[gen[k]];
-      prompts.push_back(r.prompt);
-      go.max_gen_toks.push_back(r.max_gen_toks);
-      states.emplace_back(tok);
-      states.back().until = &r.until;
-      for (const auto& s : r.until) states.back().longest_stop = std::max(states.back().longest_stop, s.size());
+  // One call over every generation request: with Batching::Dynamic a row that
+  // ends is rewound and refilled with the next request while the others decode.
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<RowState> states;
+  prompts.reserve(gen.size());
+  states.reserve(gen.size());
+  GenerateOptions go;
+  go.max_gen_toks.clear();
+  go.stop_at_eos = true;
+  go.batching = opts.batching;
+  for (size_t i : gen) {
+    const Request& r = res.requests[i];
+    prompts.push_back(r.prompt);
+    go.max_gen_toks.push_back(r.max_gen_toks);
+    states.emplace_back(tok);
+    states.back().until = &r.until;
+    for (const auto& s : r.until) states.back().longest_stop = std::max(states.back().longest_stop, s.size());
+  }
+  go.should_stop = [&states](int index, std::span<const int32_t> generated) {
+    RowState& st = states.at(static_cast<size_t>(index));
+    if (st.until->empty()) return false;
+    size_t before = st.text.size();
+    while (st.consumed < generated.size()) st.text += st.detok.push(generated[st.consumed++]);
+    if (st.text.size() == before) return false;
+    // only a match that ends in the new text can be new
+    size_t from = before >= st.longest_stop ? before - st.longest_stop + 1 : 0;
+    return find_stop(st.text, *st.until, from) != std::string::npos;
+  };
+  go.on_admit = [&](size_t k) {
+    if (opts.before_generation_batch && k % static_cast<size_t>(rows) == 0)
+      opts.before_generation_batch(k / static_cast<size_t>(rows));
+  };
+  size_t done = 0;
+  int64_t done_tokens = 0;
+  go.on_finish = [&](size_t k, const Generation& g) {
+    ++done;
+    done_tokens += g.prompt_tokens + static_cast<int64_t>(g.ids.size());
+    if (opts.progress) opts.progress("generation", done, gen.size(), done_tokens);
+  };
+  std::vector<Generation> out = generate_greedy(model, prompts, go, &timing);
+  if (out.size() != prompts.size())
+    throw Error(fmt::format("internal: generate_greedy returned {} results for {} prompts", out.size(), prompts.size()));
+  for (size_t k = 0; k < gen.size(); ++k) {
+    const Request& r = res.requests[gen[k]];
+    Generation& g = out[k];
+    RequestOutcome& o = res.outcomes[gen[k]];
+    o.ran = true;
+    o.tokens = static_cast<int>(g.ids.size());
+    IncrementalDetokenizer d(tok);
+    std::string text;
+    for (int32_t id : g.ids) text += d.push(id);
+    text += d.flush();
+    size_t cut = find_stop(text, r.until);
+    if (cut != std::string::npos) {
+      text.resize(cut);
+      o.stop_reason = to_string(StopReason::StopString);
+    } else {
+      o.stop_reason = to_string(g.reason == StopReason::StopString ? StopReason::MaxTokens : g.reason);
     }
-    go.should_stop = [&states](int row, std::span<const int32_t> generated) {
-      RowState& st = states.at(static_cast<size_t>(row));
-      if (st.until->empty()) return false;
-      size_t before = st.text.size();
-      while (st.consumed < generated.size()) st.text += st.detok.push(generated[st.consumed++]);
-      if (st.text.size() == before) return false;
-      // only a match that ends in the new text can be new
-      size_t from = before >= st.longest_stop ? before - st.longest_stop + 1 : 0;
-      return find_stop(st.text, *st.until, from) != std::string::npos;
-    };
-    GenerateTiming t;
-    std::vector<Generation> out = generate_greedy(model, prompts, go, &t);
-    if (out.size() != prompts.size())
-      throw Error(fmt::format("internal: generate_greedy returned {} rows for {} prompts", out.size(), prompts.size()));
-    timing.prefill_seconds += t.prefill_seconds;
-    timing.decode_seconds += t.decode_seconds;
-    timing.prefill_tokens += t.prefill_tokens;
-    timing.decode_tokens += t.decode_tokens;
-    for (size_t k = start; k < end; ++k) {
-      const Request& r = res.requests[gen[k]];
-      Generation& g = out[k - start];
-      RequestOutcome& o = res.outcomes[gen[k]];
-      o.ran = true;
-      o.tokens = static_cast<int>(g.ids.size());
-      IncrementalDetokenizer d(tok);
-      std::string text;
-      for (int32_t id : g.ids) text += d.push(id);
-      text += d.flush();
-      size_t cut = find_stop(text, r.until);
-      if (cut != std::string::npos) {
-        text.resize(cut);
-        o.stop_reason = to_string(StopReason::StopString);
-      } else {
-        o.stop_reason = to_string(g.reason == StopReason::StopString ? StopReason::MaxTokens : g.reason);
-      }
-      o.output = std::move(text);
-      o.output_ids = std::move(g.ids);
-    }
-    if (opts.progress)
-      opts.progress("generation", end, gen.size(), timing.prefill_tokens + timing.decode_tokens);
+    o.error = std::move(g.error);
+    o.output = std::move(text);
+    o.output_ids = std::move(g.ids);
   }
   res.phases.push_back({"prefill", timing.prefill_seconds, timing.prefill_tokens});
   res.phases.push_back({"decode", timing.decode_seconds, timing.decode_tokens});
@@ -330,10 +334,10 @@ RunResult run_eval_impl(const EvalSpec& spec, Model& model, const RunOptions& op
       continue;
     }
     DocOutcome& d = res.docs[static_cast<size_t>(r.task)][static_cast<size_t>(r.doc)];
-    if (!r.error.empty() || !o.ran) {
+    if (!r.error.empty() || !o.ran || !o.error.empty()) {
       ++res.n_request_errors;
       ++res.task_errors[static_cast<size_t>(r.task)];
-      if (d.ok) d.error = r.error.empty() ? "not run" : r.error;
+      if (d.ok) d.error = !r.error.empty() ? r.error : !o.error.empty() ? o.error : "not run";
       d.ok = false;
       continue;
     }

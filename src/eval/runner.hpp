@@ -31,7 +31,14 @@ struct RunOptions {
   /// torchtune's local_kv_cache: deleted, bytes 0 after the run) or Reuse
   /// (disabled and reset, the allocation kept for the model's next scope).
   CachePolicy cache_policy = CachePolicy::Release;
-  /// Test hook: called inside the generation scope before generation batch `batch` (0-based); may throw.
+  /// How the generation phase schedules requests over the cache rows: Dynamic
+  /// (default; a finished row takes the next request at once) or Static
+  /// (groups of batch_size requests, each decoded until its longest row ends).
+  /// Outputs are the same; only the time differs.
+  Batching batching = Batching::Dynamic;
+  /// Test hook: called inside the generation scope before the requests of batch
+  /// `batch` (0-based; generation-order requests [batch x rows, (batch + 1) x rows))
+  /// start to be admitted into the cache rows; may throw.
   std::function<void(size_t batch)> before_generation_batch;
   /// Called when a phase starts ("load" in run_spec, "loglikelihood", "generation"); may throw (fault injection in tests).
   std::function<void(std::string_view phase)> on_phase;

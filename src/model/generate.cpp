@@ -102,7 +102,32 @@ void check_prompts(const std::vector<std::vector<int32_t>>& prompts, const Gener
     if (prompts[i].empty()) throw ArgumentError(fmt::format("generate: prompt {} is empty (it needs at least BOS)", i));
 }
 
-// Shared decode loop. `step(live_rows, last_tokens, logits)` computes, for each
+/// Chooses the greedy token of prompt `i` from its next-token `logits` [V],
+/// records it in `g` and decides whether the prompt stops (sets g.reason);
+/// returns true when it does. Non-finite logits stop it with StopReason::Error
+/// and no token.
+bool take_token(const Tokenizer& tok, const GenerateOptions& opts, size_t i, std::span<const float> logits,
+                int capacity, Generation& g, GenerateTiming* timing) {
+  const int32_t t = argmax(logits);
+  const double lp = token_logprob(logits, t);  // NaN when any logit is NaN or +Inf
+  if (!std::isfinite(lp)) {
+    g.reason = StopReason::Error;
+    g.error = fmt::format("non-finite logits (NaN or Inf) for generated token {}", g.ids.size() + 1);
+    return true;
+  }
+  g.ids.push_back(t);
+  g.logprobs.push_back(lp);
+  if (timing) ++timing->decode_tokens;
+  const int produced = static_cast<int>(g.ids.size());
+  if (opts.stop_at_eos && tok.is_eog(t)) g.reason = StopReason::Eos;  // EOS or EOT
+  else if (opts.should_stop && opts.should_stop(static_cast<int>(i), g.ids)) g.reason = StopReason::StopString;
+  else if (produced >= max_toks_for(opts, i)) g.reason = StopReason::MaxTokens;
+  else if (g.prompt_tokens + produced >= capacity) g.reason = StopReason::ContextFull;
+  else return false;
+  return true;
+}
+
+// Shared decode loop (uncached generation). `step(live_rows, last_tokens, logits)` computes, for each
 // row, the logits of the next token ([n_rows, V]); rows not live are skipped.
 template <class Prefill, class Step>
 std::vector<Generation> decode_loop(Model& model, const std::vector<std::vector<int32_t>>& prompts,
@@ -123,8 +148,10 @@ std::vector<Generation> decode_loop(Model& model, const std::vector<std::vector<
                                    r, prompts[r].size(), capacity, prompts[r].size()));
     if (max_toks_for(opts, r) == 0) {
       gens[r].reason = StopReason::MaxTokens;
+      if (opts.on_finish) opts.on_finish(r, gens[r]);
     } else if (static_cast<int>(prompts[r].size()) >= capacity) {
       gens[r].reason = StopReason::ContextFull;
+      if (opts.on_finish) opts.on_finish(r, gens[r]);
     } else {
       live[r] = 1;
       ++n_live;
@@ -140,6 +167,7 @@ std::vector<Generation> decode_loop(Model& model, const std::vector<std::vector<
   Stopwatch sw;
   prefill(live, logits);
   if (timing) {
+    ++timing->forward_passes;
     timing->prefill_seconds += sw.seconds();
     for (size_t r = 0; r < n; ++r)
       if (live[r]) timing->prefill_tokens += static_cast<int64_t>(prompts[r].size());
@@ -149,25 +177,15 @@ std::vector<Generation> decode_loop(Model& model, const std::vector<std::vector<
     // Choose and record one token per live row, then decide who stops.
     for (size_t r = 0; r < n; ++r) {
       if (!live[r]) continue;
-      std::span<const float> row(logits.data() + r * V, V);
-      const int32_t t = argmax(row);
-      gens[r].ids.push_back(t);
-      gens[r].logprobs.push_back(token_logprob(row, t));
-      if (timing) ++timing->decode_tokens;
-      const int produced = static_cast<int>(gens[r].ids.size());
-      bool stop = true;
-      if (opts.stop_at_eos && tok.is_eog(t)) gens[r].reason = StopReason::Eos;  // EOS or EOT
-      else if (opts.should_stop && opts.should_stop(static_cast<int>(r), gens[r].ids)) gens[r].reason = StopReason::StopString;
-      else if (produced >= max_toks_for(opts, r)) gens[r].reason = StopReason::MaxTokens;
-      else if (gens[r].prompt_tokens + produced >= capacity) gens[r].reason = StopReason::ContextFull;
-      else stop = false;
-      if (stop) {
+      if (take_token(tok, opts, r, std::span<const float>(logits.data() + r * V, V), capacity, gens[r], timing)) {
         live[r] = 0;
         --n_live;
+        if (opts.on_finish) opts.on_finish(r, gens[r]);
       }
     }
     if (n_live == 0) break;
     step(live, gens, logits);
+    if (timing) ++timing->forward_passes;
   }
   if (timing) timing->decode_seconds += sw.seconds();
   return gens;
@@ -181,39 +199,116 @@ std::vector<Generation> generate_greedy(Model& model, const std::vector<std::vec
     throw CacheError("generate_greedy: KV caches are not set up; enter a KvCacheScope or call setup_caches first");
   if (!model.caches_are_enabled())
     throw CacheError("generate_greedy: KV caches are disabled; leave the KvCacheDisabled scope first");
-  if (prompts.size() > static_cast<size_t>(model.cache_batch_size()))
-    throw CacheError(fmt::format("generate_greedy: {} prompts but the KV cache has {} rows; set up caches with "
-                                 "batch_size >= {}",
-                                 prompts.size(), model.cache_batch_size(), prompts.size()));
-  const int n = static_cast<int>(prompts.size());
-  for (int r = 0; r < n; ++r) model.reset_cache_row(r);
+  check_prompts(prompts, opts);
+  const size_t n = prompts.size();
+  const int capacity = model.capacity();
+  size_t longest = 1;
+  for (size_t i = 0; i < n; ++i) {
+    if (static_cast<int>(prompts[i].size()) > capacity)
+      throw CacheError(fmt::format("generate: prompt {} has {} tokens but the context holds {}; set up caches with "
+                                   "max_seq_len >= {}",
+                                   i, prompts[i].size(), capacity, prompts[i].size()));
+    longest = std::max(longest, prompts[i].size());
+  }
+  std::vector<Generation> gens(n);
+  for (size_t i = 0; i < n; ++i) {  // no reallocation while decoding
+    gens[i].prompt_tokens = static_cast<int>(prompts[i].size());
+    const size_t most = static_cast<size_t>(std::max(0, std::min(max_toks_for(opts, i), capacity - gens[i].prompt_tokens)));
+    gens[i].ids.reserve(most);
+    gens[i].logprobs.reserve(most);
+  }
+  if (n == 0) return gens;
+  const int rows = static_cast<int>(std::min(n, static_cast<size_t>(model.cache_batch_size())));
+  const size_t R = static_cast<size_t>(rows), V = static_cast<size_t>(model.hparams().n_vocab);
+  const Tokenizer& tok = model.tokenizer();
+  // Row state: the prompt it serves (-1: free), whether its logits hold an
+  // unconsumed next-token distribution, whether the next pass prefills it.
+  std::vector<ptrdiff_t> slot(R, -1);
+  std::vector<uint8_t> fresh(R, 0), prefill(R, 0);
+  std::vector<float> logits(R * V);
   std::vector<int32_t> tokens;
-  std::vector<int> n_tokens;
-  auto prefill = [&](const std::vector<uint8_t>& live, std::vector<float>& logits) {
+  tokens.reserve(R * longest);
+  std::vector<int> n_tokens(R, 0);
+  size_t next = 0;  // first prompt not yet admitted
+  int busy = 0;
+  auto finish = [&](size_t i) {
+    if (opts.on_finish) opts.on_finish(i, gens[i]);
+  };
+  Stopwatch total;
+  double prefill_s = 0;
+  while (true) {
+    // 1. Choose a token for every row whose logits are new; free the rows that stop.
+    for (size_t r = 0; r < R; ++r) {
+      if (!fresh[r]) continue;
+      fresh[r] = 0;
+      const size_t i = static_cast<size_t>(slot[r]);
+      if (take_token(tok, opts, i, std::span<const float>(logits.data() + r * V, V), capacity, gens[i], timing)) {
+        slot[r] = -1;
+        --busy;
+        finish(i);
+      }
+    }
+    // 2. Admit waiting prompts into free rows: any free row (dynamic), or all
+    //    rows once the whole group has ended (static).
+    if (opts.batching == Batching::Dynamic || busy == 0) {
+      for (size_t r = 0; r < R; ++r) {
+        while (slot[r] < 0 && next < n) {
+          const size_t i = next++;
+          if (opts.on_admit) opts.on_admit(i);
+          if (max_toks_for(opts, i) == 0) {
+            gens[i].reason = StopReason::MaxTokens;
+            finish(i);
+          } else if (gens[i].prompt_tokens >= capacity) {
+            gens[i].reason = StopReason::ContextFull;
+            finish(i);
+          } else {
+            model.reset_cache_row(static_cast<int>(r));  // torchtune-style per-row reset: n_past(r) = 0
+            slot[r] = static_cast<ptrdiff_t>(i);
+            prefill[r] = 1;
+            ++busy;
+          }
+        }
+      }
+    }
+    if (busy == 0) break;  // every row free and nothing waiting
+    // 3. One forward pass: new rows take their prompt, the others their last token.
     int seq = 1;
-    for (int r = 0; r < n; ++r)
-      if (live[static_cast<size_t>(r)]) seq = std::max(seq, static_cast<int>(prompts[static_cast<size_t>(r)].size()));
-    tokens.assign(static_cast<size_t>(n) * seq, 0);
-    n_tokens.assign(static_cast<size_t>(n), 0);
-    for (int r = 0; r < n; ++r) {
-      if (!live[static_cast<size_t>(r)]) continue;
-      const auto& p = prompts[static_cast<size_t>(r)];
-      std::copy(p.begin(), p.end(), tokens.begin() + static_cast<std::ptrdiff_t>(r) * seq);
-      n_tokens[static_cast<size_t>(r)] = static_cast<int>(p.size());
+    for (size_t r = 0; r < R; ++r)
+      if (prefill[r]) seq = std::max(seq, gens[static_cast<size_t>(slot[r])].prompt_tokens);
+    tokens.assign(R * static_cast<size_t>(seq), 0);
+    int64_t pt = 0, dt = 0;
+    for (size_t r = 0; r < R; ++r) {
+      n_tokens[r] = 0;
+      if (slot[r] < 0) continue;
+      const size_t i = static_cast<size_t>(slot[r]);
+      if (prefill[r]) {
+        std::copy(prompts[i].begin(), prompts[i].end(), tokens.begin() + static_cast<ptrdiff_t>(r * static_cast<size_t>(seq)));
+        n_tokens[r] = gens[i].prompt_tokens;
+        pt += n_tokens[r];
+      } else {
+        tokens[r * static_cast<size_t>(seq)] = gens[i].ids.back();
+        n_tokens[r] = 1;
+        ++dt;
+      }
     }
-    model.forward(tokens, n, seq, n_tokens, Model::Logits::Last, logits);
-  };
-  auto step = [&](const std::vector<uint8_t>& live, const std::vector<Generation>& gens, std::vector<float>& logits) {
-    tokens.assign(static_cast<size_t>(n), 0);
-    n_tokens.assign(static_cast<size_t>(n), 0);
-    for (int r = 0; r < n; ++r) {
-      if (!live[static_cast<size_t>(r)]) continue;
-      tokens[static_cast<size_t>(r)] = gens[static_cast<size_t>(r)].ids.back();
-      n_tokens[static_cast<size_t>(r)] = 1;
+    Stopwatch pass;
+    model.forward(tokens, rows, seq, n_tokens, Model::Logits::Last, logits);
+    prefill_s += pass.seconds() * static_cast<double>(pt) / static_cast<double>(pt + dt);
+    if (timing) {
+      timing->prefill_tokens += pt;
+      ++timing->forward_passes;
     }
-    model.forward(tokens, n, 1, n_tokens, Model::Logits::Last, logits);
-  };
-  return decode_loop(model, prompts, opts, model.capacity(), timing, prefill, step);
+    for (size_t r = 0; r < R; ++r) {
+      fresh[r] = slot[r] >= 0 ? 1 : 0;
+      prefill[r] = 0;
+    }
+  }
+  if (timing) {
+    const double all = total.seconds();
+    timing->prefill_seconds += prefill_s;
+    timing->decode_seconds += std::max(0.0, all - prefill_s);
+  }
+  return gens;
 }
 
 std::vector<Generation> generate_greedy_uncached(Model& model, const std::vector<std::vector<int32_t>>& prompts,

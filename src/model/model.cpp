@@ -23,9 +23,12 @@ const char* to_string(StopReason r) {
     case StopReason::MaxTokens: return "max_gen_toks";
     case StopReason::ContextFull: return "context full";
     case StopReason::StopString: return "until";
+    case StopReason::Error: return "error";
   }
   return "?";
 }
+
+const char* to_string(Batching b) { return b == Batching::Static ? "static" : "dynamic"; }
 
 const char* to_string(CachePolicy p) { return p == CachePolicy::Release ? "release" : "reuse"; }
 

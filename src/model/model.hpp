@@ -45,9 +45,9 @@ struct ModelOptions {
   bool check_finite = true;
 };
 
-/// Why a generation stopped.
-enum class StopReason { Eos, MaxTokens, ContextFull, StopString };
-/// "eos", "max_gen_toks", "context full", "until".
+/// Why a generation stopped (Error: its logits were not finite, see Generation::error).
+enum class StopReason { Eos, MaxTokens, ContextFull, StopString, Error };
+/// "eos", "max_gen_toks", "context full", "until", "error".
 const char* to_string(StopReason r);
 
 /// Counters for instrumentation and tests (monotonic since load).
@@ -226,38 +226,74 @@ struct ScoreResult {
 /// Throws ArgumentError for a longer request or score_from outside [1, size].
 std::vector<ScoreResult> score(Model& model, std::span<const ScoreRequest> requests, int batch_size);
 
-/// Options of greedy generation.
-struct GenerateOptions {
-  /// Tokens to generate at most, per row (one value, or one per row).
-  std::vector<int> max_gen_toks = {256};
-  /// Stop a row at EOS or EOT (Tokenizer::is_eog), with StopReason::Eos.
-  bool stop_at_eos = true;
-  /// Called after each generated token of a row (also the max_gen_toks-th;
-  /// not after EOS when stop_at_eos) with the row and all its generated ids;
-  /// returning true stops that row with StopReason::StopString.
-  std::function<bool(int row, std::span<const int32_t> generated)> should_stop;
+/// How generate_greedy schedules more prompts than the cache has rows.
+enum class Batching {
+  /// Groups of cache_batch_size() prompts in order; a group is prefilled
+  /// together and decoded until its last row ends (a row that stopped keeps its
+  /// slot idle until then).
+  Static,
+  /// Continuous batching: as soon as a row ends, its cache row is rewound
+  /// (reset_cache_row) and the next waiting prompt is prefilled into it in the
+  /// same forward pass in which the other rows decode their next token.
+  Dynamic,
 };
-/// One row's generation.
+/// "static" / "dynamic".
+const char* to_string(Batching b);
+
+/// One prompt's generation.
 struct Generation {
   std::vector<int32_t> ids;       ///< generated ids (EOS included if produced)
   std::vector<double> logprobs;   ///< log-prob (nats) of each generated id
   StopReason reason = StopReason::MaxTokens;
   int prompt_tokens = 0;
+  /// Non-empty with StopReason::Error: the logits of the next token held NaN or
+  /// Inf (ids holds the tokens generated before). Other rows are not affected.
+  std::string error;
+};
+/// Options of greedy generation.
+struct GenerateOptions {
+  /// Tokens to generate at most, per prompt (one value, or one per prompt).
+  std::vector<int> max_gen_toks = {256};
+  /// Stop a row at EOS or EOT (Tokenizer::is_eog), with StopReason::Eos.
+  bool stop_at_eos = true;
+  /// Called after each generated token (also the max_gen_toks-th; not after
+  /// EOS when stop_at_eos) with the prompt's index and all its generated ids;
+  /// returning true stops that prompt with StopReason::StopString.
+  std::function<bool(int index, std::span<const int32_t> generated)> should_stop;
+  /// generate_greedy only: scheduling of prompts over the cache rows. Results
+  /// do not depend on it (same ids, reasons and counts; log-probs equal up to
+  /// float rounding of differently sized matmuls).
+  Batching batching = Batching::Dynamic;
+  /// generate_greedy only, optional: called in prompt order just before prompt
+  /// `index` takes a cache row (or finishes without one, max_gen_toks 0); may throw.
+  std::function<void(size_t index)> on_admit;
+  /// Optional: called once per prompt when its generation is complete.
+  std::function<void(size_t index, const Generation& g)> on_finish;
 };
 /// Where generation time went (seconds of wall time, tokens processed).
 struct GenerateTiming {
-  double prefill_seconds = 0;   ///< forward passes over the prompts
+  /// Forward passes over the prompts. A dynamic-batching pass that prefills
+  /// some rows while others decode is split between prefill and decode in
+  /// proportion to the tokens of each kind it ran.
+  double prefill_seconds = 0;
   double decode_seconds = 0;    ///< one-token steps (incl. sampling and stop checks)
   int64_t prefill_tokens = 0;   ///< prompt tokens run through the model
   int64_t decode_tokens = 0;    ///< tokens generated
+  int64_t forward_passes = 0;   ///< forward passes run (prefill, decode and mixed)
 };
 
-/// Greedy decoding of `prompts` (token ids, BOS included by the caller) as one
-/// batch in the set-up, enabled cache: resets rows 0..n-1, prefills each
-/// prompt, then decodes one token per step for all live rows. A row stops on
-/// EOS, its max_gen_toks, `should_stop`, or when its cache row is full
-/// ("context full"). Throws CacheError if caches are not set up/enabled or
-/// prompts.size() > cache_batch_size(); ArgumentError for an empty prompt.
+/// Greedy decoding of any number of `prompts` (token ids, BOS included by the
+/// caller) in the set-up, enabled cache, rows = min(prompts, cache_batch_size()):
+/// each prompt takes a cache row (rewound first), is prefilled, then decodes one
+/// token per step together with the other busy rows; opts.batching says when
+/// free rows are refilled. A prompt stops on EOS, its max_gen_toks,
+/// `should_stop`, when its cache row is full ("context full"), or with
+/// StopReason::Error when its logits are not finite. Results are in prompt
+/// order; each prompt runs at its own positions [0, n) of its row, attending
+/// only to itself, as if generated alone (only the rounding of matmuls over
+/// other row counts differs: log-probs agree to ~1e-6 nats). Throws CacheError
+/// if caches are not set up/enabled or a prompt is longer than capacity();
+/// ArgumentError for an empty prompt or bad max_gen_toks; what the callbacks throw.
 std::vector<Generation> generate_greedy(Model& model, const std::vector<std::vector<int32_t>>& prompts,
                                         const GenerateOptions& opts, GenerateTiming* timing = nullptr);
 

@@ -68,6 +68,7 @@ TEST_SUITE("shard") {
     b.output_ids = {5, -1, 2147483647};
     b.output = std::string("a\0b\xff", 4);
     b.stop_reason = "until";
+    b.error = "non-finite logits";
     r.outcomes = {{3, a}, {9, b}, {11, RequestOutcome{}}};
     r.phases = {{"loglikelihood", 0.125, 42}, {"decode", 1e-9, 0}};
     r.ll_forward_calls = 5;
@@ -85,6 +86,8 @@ TEST_SUITE("shard") {
     CHECK(d.outcomes[1].second.output_ids == b.output_ids);
     CHECK(d.outcomes[1].second.output == b.output);
     CHECK(d.outcomes[1].second.stop_reason == "until");
+    CHECK(d.outcomes[1].second.error == "non-finite logits");
+    CHECK(d.outcomes[0].second.error.empty());
     CHECK_FALSE(d.outcomes[2].second.ran);
     REQUIRE(d.phases.size() == 2);
     CHECK(d.phases[0].name == "loglikelihood");

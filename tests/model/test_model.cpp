@@ -291,7 +291,7 @@ TEST_SUITE("model.model") {
     CHECK(m.n_past(0) == 511);  // the last token chosen is never written
   }
 
-  TEST_CASE("writing past capacity or beyond the set-up batch raises and leaves the cache intact" * kveval::test::needs_model()) {
+  TEST_CASE("writing past capacity or beyond the set-up batch raises and leaves the cache intact; extra prompts queue" * kveval::test::needs_model()) {
     Model& m = real_model();
     KvCacheScope scope(m, 1, 4);
     std::vector<float> logits(3 * 512);
@@ -311,7 +311,12 @@ TEST_SUITE("model.model") {
     std::vector<int32_t> tb = {1, 1};
     std::vector<int> nb = {1, 1};
     CHECK_THROWS_AS(m.forward(tb, 2, 1, nb, Model::Logits::Last, logits), CacheError);
-    CHECK_THROWS_AS(generate_greedy(m, {{1}, {1}}, GenerateOptions{}), CacheError);
+    // more prompts than rows queue for the row (dynamic batching), each stopping when the row is full
+    auto two = generate_greedy(m, {{1}, {1}}, GenerateOptions{});
+    REQUIRE(two.size() == 2);
+    CHECK(two[0].reason == StopReason::ContextFull);
+    CHECK(two[0].ids.size() == 3);
+    CHECK(two[1].ids == two[0].ids);
     CHECK_THROWS_WITH_AS(m.setup_caches(1, 4096), doctest::Contains("context_length 2048"), ArgumentError);
   }
 

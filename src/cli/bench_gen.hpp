@@ -1,0 +1,41 @@
+#pragma once
+// `kveval bench --tests gen-mixed`: generation throughput of a batch of
+// prompts whose output lengths spread over 1..256 tokens, scheduled over the
+// KV-cache rows statically (a group decodes until its longest row ends) and
+// dynamically (a finished row takes the next prompt at once). Opt-in test.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cli/bench_report.hpp"
+#include "cli/bench_run.hpp"
+#include "model/model.hpp"
+
+namespace kveval::bench {
+
+/// The gen-mixed workload: `n` prompts of 4..32 tokens (synthetic ids as
+/// synthetic_prompts) and per prompt a max_gen_toks uniform in [1, max_gen]
+/// (mt19937_64 from `seed`, in drawing order, not sorted), capped so that
+/// prompt + max_gen_toks fits `n_ctx`. EOS does not stop, so every prompt
+/// generates exactly its max_gen_toks. Throws ArgumentError for n < 1,
+/// max_gen < 1 or n_ctx < 33.
+struct GenMixedWorkload {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int> max_gen_toks;
+  int positions = 0;  ///< cache positions per row: the longest prompt + max_gen_toks
+  int64_t gen_tokens() const;
+};
+GenMixedWorkload gen_mixed_workload(const Model& model, int n, int max_gen, uint64_t seed);
+
+/// gen-mixed: for every -b value B >= 2 (o.gen_mixed_rows when -b holds only 1),
+/// o.gen_mixed_prompts prompts through generate_greedy in a B-row cache
+/// (CachePolicy::Reuse, set up outside the timing), Batching::Static and
+/// Dynamic interleaved, one warm-up each then o.repetitions timed runs. Rows
+/// "static" and "dynamic" (tok/s = generated tokens / wall seconds of the call,
+/// prefill included; fields: forward passes, identical outputs) and "speedup"
+/// (dynamic / static medians, x). Throws what generate_greedy throws.
+void run_gen_mixed(const Options& o, Model& model, int threads, Report& rep,
+                   const std::function<void(const std::string&)>& say);
+
+}  // namespace kveval::bench
