@@ -59,6 +59,7 @@ void run_gen_mixed(const Options& o, Model& model, int threads, Report& rep,
         GenerateOptions go;
         go.max_gen_toks = w.max_gen_toks;
         go.stop_at_eos = false;
+        go.logprobs = false;  // as in `kveval run`
         go.batching = k == 0 ? Batching::Static : Batching::Dynamic;
         GenerateTiming t;
         Stopwatch sw;
@@ -111,7 +112,7 @@ void run_gen_mixed(const Options& o, Model& model, int threads, Report& rep,
     rep.rows.push_back(s);
   }
   rep.notes.push_back(fmt::format(
-      "gen-mixed: {} prompts of 4-32 tokens, max_gen_toks uniform in [1, {}] (seed {}, unsorted), EOS ignored; "
+      "gen-mixed: {} prompts of 4-32 tokens, max_gen_toks uniform in [1, {}] (seed {}, unsorted), EOS ignored, no log-probs (as kveval run); "
       "tok/s = generated tokens / wall time of generate_greedy (prefill included) in a cache of `batch` rows; static: "
       "groups of `batch` prompts decode until their longest row ends; dynamic: a finished row is rewound and refilled "
       "with the next prompt in the pass where the others decode; speedup = static / dynamic median seconds.",

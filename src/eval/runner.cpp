@@ -143,6 +143,7 @@ void generation_phase(const EvalSpec& spec, Model& model, const RunOptions& opts
   go.max_gen_toks.clear();
   go.stop_at_eos = true;
   go.batching = opts.batching;
+  go.logprobs = false;  // the results use ids, texts and stop reasons only
   for (size_t i : gen) {
     const Request& r = res.requests[i];
     prompts.push_back(r.prompt);

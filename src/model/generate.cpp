@@ -108,15 +108,28 @@ void check_prompts(const std::vector<std::vector<int32_t>>& prompts, const Gener
 /// and no token.
 bool take_token(const Tokenizer& tok, const GenerateOptions& opts, size_t i, std::span<const float> logits,
                 int capacity, Generation& g, GenerateTiming* timing) {
-  const int32_t t = argmax(logits);
-  const double lp = token_logprob(logits, t);  // NaN when any logit is NaN or +Inf
-  if (!std::isfinite(lp)) {
+  // One vectorisable pass: the largest logit, and whether any is NaN or Inf
+  // (v - v is NaN exactly for those); then the first index holding it (the
+  // same token as argmax()).
+  const float* p = logits.data();
+  const int64_t n = static_cast<int64_t>(logits.size());
+  float mx = -std::numeric_limits<float>::max();
+  int bad = 0;
+#pragma omp simd reduction(max : mx) reduction(| : bad)
+  for (int64_t k = 0; k < n; ++k) {
+    mx = std::max(mx, p[k]);
+    bad |= (p[k] - p[k] != 0.0f) ? 1 : 0;
+  }
+  const bool finite = bad == 0;
+  const int32_t t = finite ? static_cast<int32_t>(std::find(p, p + n, mx) - p) : 0;
+  const double lp = finite && opts.logprobs ? token_logprob(logits, t) : 0.0;
+  if (!finite) {
     g.reason = StopReason::Error;
     g.error = fmt::format("non-finite logits (NaN or Inf) for generated token {}", g.ids.size() + 1);
     return true;
   }
   g.ids.push_back(t);
-  g.logprobs.push_back(lp);
+  if (opts.logprobs) g.logprobs.push_back(lp);
   if (timing) ++timing->decode_tokens;
   const int produced = static_cast<int>(g.ids.size());
   if (opts.stop_at_eos && tok.is_eog(t)) g.reason = StopReason::Eos;  // EOS or EOT
@@ -215,7 +228,7 @@ std::vector<Generation> generate_greedy(Model& model, const std::vector<std::vec
     gens[i].prompt_tokens = static_cast<int>(prompts[i].size());
     const size_t most = static_cast<size_t>(std::max(0, std::min(max_toks_for(opts, i), capacity - gens[i].prompt_tokens)));
     gens[i].ids.reserve(most);
-    gens[i].logprobs.reserve(most);
+    if (opts.logprobs) gens[i].logprobs.reserve(most);
   }
   if (n == 0) return gens;
   const int rows = static_cast<int>(std::min(n, static_cast<size_t>(model.cache_batch_size())));

@@ -243,7 +243,7 @@ const char* to_string(Batching b);
 /// One prompt's generation.
 struct Generation {
   std::vector<int32_t> ids;       ///< generated ids (EOS included if produced)
-  std::vector<double> logprobs;   ///< log-prob (nats) of each generated id
+  std::vector<double> logprobs;   ///< log-prob (nats) of each generated id (empty unless GenerateOptions::logprobs)
   StopReason reason = StopReason::MaxTokens;
   int prompt_tokens = 0;
   /// Non-empty with StopReason::Error: the logits of the next token held NaN or
@@ -260,6 +260,10 @@ struct GenerateOptions {
   /// EOS when stop_at_eos) with the prompt's index and all its generated ids;
   /// returning true stops that prompt with StopReason::StopString.
   std::function<bool(int index, std::span<const int32_t> generated)> should_stop;
+  /// Compute Generation::logprobs (a log-sum-exp over the vocabulary per
+  /// token). false: logprobs stays empty and each token costs one fused
+  /// argmax + finiteness scan (what `kveval run` needs).
+  bool logprobs = true;
   /// generate_greedy only: scheduling of prompts over the cache rows. Results
   /// do not depend on it (same ids, reasons and counts; log-probs equal up to
   /// float rounding of differently sized matmuls).

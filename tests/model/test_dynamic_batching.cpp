@@ -175,6 +175,16 @@ TEST_SUITE("model.dynamic_batching") {
       }
       CHECK(td.decode_tokens == gen);
       CHECK(td.prefill_tokens == prompt);
+      // without log-probs (as `kveval run`): the same tokens and endings
+      GenerateOptions nolp = w.opts;
+      nolp.logprobs = false;
+      const auto quick = batched(m, w.prompts, nolp, rows, positions, Batching::Dynamic);
+      for (size_t i = 0; i < ref.size(); ++i) {
+        CAPTURE(i);
+        CHECK(quick[i].ids == ref[i].ids);
+        CHECK(quick[i].reason == ref[i].reason);
+        CHECK(quick[i].logprobs.empty());
+      }
       if (rows == 1) CHECK(td.forward_passes == ts.forward_passes);  // one row: the schedules coincide
       else CHECK(td.forward_passes < ts.forward_passes);               // refilled rows: fewer passes
     }
@@ -221,12 +231,17 @@ TEST_SUITE("model.dynamic_batching") {
         CHECK(ref[i].error.empty());
       }
     }
-    // and the clean model gives the same for every other prompt: the poison is local
+    // batched, the poisoned prompt's row is refilled and nothing leaks into the others
     for (int rows : {2, 3}) {
       CAPTURE(rows);
       check_same(batched(m, prompts, o, rows, 64, Batching::Dynamic), ref);
       check_same(batched(m, prompts, o, rows, 64, Batching::Static), ref);
     }
+    GenerateOptions nolp = o;  // the fused scan without log-probs detects it too
+    nolp.logprobs = false;
+    const auto quick = batched(m, prompts, nolp, 3, 64, Batching::Dynamic);
+    CHECK(quick[2].reason == StopReason::Error);
+    CHECK(quick[3].ids == ref[3].ids);
   }
 
   TEST_CASE("no allocation and no primitive creation in a repeated dynamic run (after a warm-up run)") {
