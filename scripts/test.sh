@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite from a fresh machine: set-up (packages, Release build,
-# model), then ctest, then the GGUF reader's malformed-file tests under
+# The whole test suite from a fresh machine: set-up (packages installed and then
+# checked by scripts/check-packages.sh BEFORE building, Release build, model), then ctest, then the GGUF reader's malformed-file tests under
 # AddressSanitizer in a separate build tree (build-asan/).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
