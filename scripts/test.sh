@@ -10,7 +10,7 @@ build=${KVEVAL_BUILD_DIR:-build}
 jobs=${KVEVAL_JOBS:-$(nproc)}
 ctest --test-dir "$build" --output-on-failure -j "$jobs"
 
-echo "test: AddressSanitizer build of the model tests (build-asan/)"
+echo "test: AddressSanitizer build of the model and util tests (build-asan/)"
 cmake --preset asan >/dev/null
-cmake --build --preset asan -j "$jobs" --target test_model
-ctest --preset asan --output-on-failure -R '^model$'
+cmake --build --preset asan -j "$jobs" --target test_model test_util
+ctest --preset asan --output-on-failure -R '^(model|util)$'

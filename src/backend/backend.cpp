@@ -42,6 +42,40 @@ float* alloc_floats(size_t n) {
 
 void free_floats(float* p) { std::free(p); }
 
+PageBuffer PageBuffer::allocate(size_t n) {
+  PageBuffer b;
+  if (n == 0) return b;
+  if (n > SIZE_MAX / sizeof(float)) throw std::bad_alloc();
+  const size_t bytes = n * sizeof(float);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  ::madvise(p, bytes, MADV_NOHUGEPAGE);  // advice only: failure is harmless
+  b.p_ = static_cast<float*>(p);
+  b.bytes_ = bytes;
+  return b;
+}
+
+PageBuffer::~PageBuffer() { reset(); }
+PageBuffer::PageBuffer(PageBuffer&& o) noexcept : p_(o.p_), bytes_(o.bytes_) {
+  o.p_ = nullptr;
+  o.bytes_ = 0;
+}
+PageBuffer& PageBuffer::operator=(PageBuffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    p_ = o.p_;
+    bytes_ = o.bytes_;
+    o.p_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+void PageBuffer::reset() {
+  if (p_) ::munmap(p_, bytes_);
+  p_ = nullptr;
+  bytes_ = 0;
+}
+
 void Weight::Free::operator()(float* p) const { free_floats(p); }
 void Buffer::Free::operator()(float* p) const { free_floats(p); }
 

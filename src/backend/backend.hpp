@@ -22,6 +22,31 @@ class Buffer;
 float* alloc_floats(size_t n);
 void free_floats(float* p);
 
+/// Float memory whose pages become resident only when first written: an
+/// anonymous mapping (zero pages on first touch) advised MADV_NOHUGEPAGE, so
+/// that even with transparent huge pages set to `always` a write does not make
+/// the surrounding 2 MiB resident. For the KV cache, where only the positions
+/// generated so far are written. Move-only; unmapped on destruction or reset().
+class PageBuffer {
+ public:
+  PageBuffer() = default;
+  /// Maps `n` floats (page-aligned). Throws std::bad_alloc when mmap fails.
+  static PageBuffer allocate(size_t n);
+  ~PageBuffer();
+  PageBuffer(PageBuffer&& o) noexcept;
+  PageBuffer& operator=(PageBuffer&& o) noexcept;
+  PageBuffer(const PageBuffer&) = delete;
+  PageBuffer& operator=(const PageBuffer&) = delete;
+  float* get() const { return p_; }
+  size_t bytes() const { return bytes_; }
+  explicit operator bool() const { return p_ != nullptr; }
+  void reset();
+
+ private:
+  float* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 /// Engine, stream and thread pool. One per model. Not thread-safe.
 class Engine {
  public:

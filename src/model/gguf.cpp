@@ -412,6 +412,9 @@ const std::string& File::path() const { return impl_->path; }
 uint32_t File::version() const { return impl_->version; }
 uint64_t File::alignment() const { return impl_->alignment; }
 uint64_t File::data_offset() const { return impl_->data_start; }
+std::span<const std::byte> File::bytes() const {
+  return {static_cast<const std::byte*>(impl_->map), impl_->map_size};
+}
 const std::vector<std::pair<std::string, Value>>& File::metadata() const { return impl_->kv; }
 
 const Value* File::find(std::string_view key) const {

@@ -6,12 +6,19 @@
 #include <cstring>
 #include <limits>
 
+#include <sys/stat.h>
+
+#include <optional>
+
 #include <fmt/format.h>
 
 #include "backend/backend.hpp"
 #include "model/gguf.hpp"
 #include "util/error.hpp"
 #include "util/timer.hpp"
+#include "util/hash.hpp"
+#include "util/memory.hpp"
+#include "util/sigbus_guard.hpp"
 
 namespace kveval {
 
@@ -23,6 +30,7 @@ const char* to_string(StopReason r) {
     case StopReason::MaxTokens: return "max_gen_toks";
     case StopReason::ContextFull: return "context full";
     case StopReason::StopString: return "until";
+    case StopReason::NonFinite: return "non-finite logits";
   }
   return "?";
 }
@@ -45,10 +53,6 @@ struct Layer {
   be::Weight w_down;     // [n_embd, n_ff]
 };
 
-struct FreeDeleter {
-  void operator()(float* p) const { be::free_floats(p); }
-};
-
 }  // namespace
 
 struct Model::Impl {
@@ -62,9 +66,10 @@ struct Model::Impl {
   std::vector<Layer> layers;
   size_t weight_bytes = 0;
   LoadSummary summary;
+  std::string sha256;  // of the file bytes loaded ("" when not requested)
 
   // ---- KV cache: K and V [n_layer][batch][n_kv_head][cap][head_dim] ----
-  std::unique_ptr<float, FreeDeleter> k_cache, v_cache;
+  be::PageBuffer k_cache, v_cache;  // pages become resident when written (no huge pages)
   int cache_batch = 0, cache_cap = 0;
   bool cache_enabled = false;
   std::vector<int> n_past;
@@ -104,52 +109,75 @@ struct Model::Impl {
 Model::Model() : impl_(std::make_unique<Impl>()) {}
 Model::~Model() = default;
 
+namespace {
+
+/// What identifies the contents of a file on disk: a change of size or
+/// mtime of the same inode while loading means the bytes under the mapping moved.
+struct FileStamp {
+  uint64_t dev = 0, ino = 0, size = 0;
+  int64_t mtime_ns = 0;
+};
+
+std::optional<FileStamp> stamp_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileStamp{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
+                   static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+}
+
+[[noreturn]] void changed_while_loading(const std::string& path, const std::string& what) {
+  throw FormatError(fmt::format("{}: file changed while loading ({}); load it again once nothing writes to it", path, what));
+}
+
+/// Throws when the file at `path` is the same inode as `at_open` but its size
+/// or mtime moved. A file renamed over the path is fine: the mapping still
+/// holds the old inode's bytes, which stay consistent.
+void check_unchanged(const std::string& path, const FileStamp& at_open, uint64_t mapped) {
+  if (at_open.size != mapped)
+    changed_while_loading(path, fmt::format("{} bytes before opening, {} bytes mapped", at_open.size, mapped));
+  const auto now = stamp_of(path);
+  if (!now || now->dev != at_open.dev || now->ino != at_open.ino) return;
+  if (now->size != at_open.size)
+    changed_while_loading(path, fmt::format("{} bytes at open, {} bytes now", at_open.size, now->size));
+  if (now->mtime_ns != at_open.mtime_ns) changed_while_loading(path, "modified since it was opened");
+}
+
+}  // namespace
+
 std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& opts) {
+  if (opts.threads < 0 || opts.threads > kMaxThreads)
+    throw ArgumentError(fmt::format("threads: expected an integer in [0, {}], got {}", kMaxThreads, opts.threads));
+  const std::optional<FileStamp> at_open = stamp_of(path);
   Stopwatch load_time;
   gguf::File f(path);
-  const std::string arch = f.get_string_or("general.architecture", "");
-  if (arch != "llama")
-    throw FormatError(fmt::format("{}: unsupported architecture '{}' (general.architecture); kveval supports 'llama'",
-                                  path, arch));
+  const std::span<const std::byte> file_bytes = f.bytes();
+  if (!at_open) changed_while_loading(path, "it could not be stat()ed before opening");
+  check_unchanged(path, *at_open, file_bytes.size());
   std::unique_ptr<Model> m(new Model());
   auto& im = *m->impl_;
   im.path = path;
   HParams& hp = im.hp;
-  auto get_int = [&](const char* key, uint64_t lo, uint64_t hi) {
-    uint64_t v = f.get_uint(key);
-    if (v < lo || v > hi) throw FormatError(fmt::format("{}: key '{}' = {} out of range [{}, {}]", path, key, v, lo, hi));
-    return static_cast<int>(v);
-  };
-  hp.n_embd = get_int("llama.embedding_length", 1, 1 << 16);
-  hp.n_layer = get_int("llama.block_count", 1, 1024);
-  hp.n_head = get_int("llama.attention.head_count", 1, 1024);
-  hp.n_head_kv = f.find("llama.attention.head_count_kv") ? get_int("llama.attention.head_count_kv", 1, 1024) : hp.n_head;
-  hp.n_ff = get_int("llama.feed_forward_length", 1, 1 << 20);
-  hp.n_ctx_train = get_int("llama.context_length", 1, 1 << 24);
-  hp.rope_freq_base = static_cast<float>(f.get_float_or("llama.rope.freq_base", 10000.0));
-  hp.rms_eps = static_cast<float>(f.get_float_or("llama.attention.layer_norm_rms_epsilon", 1e-5));
-  if (hp.n_embd % hp.n_head != 0)
-    throw FormatError(fmt::format("{}: llama.embedding_length {} is not a multiple of llama.attention.head_count {}",
-                                  path, hp.n_embd, hp.n_head));
-  if (hp.n_head % hp.n_head_kv != 0)
-    throw FormatError(fmt::format("{}: llama.attention.head_count {} is not a multiple of head_count_kv {}", path,
-                                  hp.n_head, hp.n_head_kv));
-  hp.n_rot = f.find("llama.rope.dimension_count") ? get_int("llama.rope.dimension_count", 2, hp.head_dim())
-                                                  : hp.head_dim();
-  if (hp.n_rot % 2 != 0 || hp.n_rot > 1024)
-    throw FormatError(fmt::format("{}: llama.rope.dimension_count {} must be even and <= head_dim", path, hp.n_rot));
-  if (!(hp.rms_eps > 0.0f) || !(hp.rope_freq_base > 0.0f))
-    throw FormatError(fmt::format("{}: rms epsilon and rope.freq_base must be positive", path));
-
-  const auto& te = f.tensor("token_embd.weight");
-  if (te.dims.size() != 2 || te.dims[0] != static_cast<uint64_t>(hp.n_embd))
-    throw FormatError(fmt::format("{}: tensor 'token_embd.weight' has shape {} (expected [{}, n_vocab])", path,
-                                  fmt::join(te.dims, "x"), hp.n_embd));
-  hp.n_vocab = static_cast<int>(te.dims[1]);
+  hp = read_hparams(f);
   im.tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(f));
   if (im.tok->n_vocab() != hp.n_vocab)
     throw FormatError(fmt::format("{}: tokenizer has {} tokens but token_embd.weight has {} rows", path,
                                   im.tok->n_vocab(), hp.n_vocab));
+  if (opts.check_memory) {
+    const MemoryPart weights{"weights", estimate_weight_bytes(f, opts.weight_dtype)};
+    check_memory_plan(fmt::format("the model {}", path), std::span(&weights, 1), memory_budget(),
+                      "use a smaller model or raise the memory limit");
+  }
+  if (opts.on_load_stage) opts.on_load_stage("mapped");
+  // The file's SHA-256 from the very bytes the weights are copied from.
+  if (opts.hash) {
+    Sha256 sha;
+    if (!read_catching_sigbus(file_bytes.data(), file_bytes.size(),
+                              [&] { sha.update(file_bytes.data(), file_bytes.size()); }))
+      changed_while_loading(path, "it was truncated while being hashed");
+    im.sha256 = sha.hex();
+  }
+  check_unchanged(path, *at_open, file_bytes.size());  // again, just before copying
+  if (opts.on_load_stage) opts.on_load_stage("copy");
 
   const uint64_t D = hp.n_embd, F = hp.n_ff, V = hp.n_vocab, KV = static_cast<uint64_t>(im.kv_dim());
   // Converts tensor `name` (ggml dims {n_in, n_out}, any supported type) into dst ([n_out, n_in]).
@@ -160,7 +188,11 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     if (!ok)
       throw FormatError(fmt::format("{}: tensor '{}' has shape [{}], expected [{}]", path, name, fmt::join(t.dims, ", "),
                                     n_out == 0 ? fmt::format("{}", n_in) : fmt::format("{}, {}", n_in, n_out)));
-    dequantize_rows(f, t, 0, t.n_rows(), opts.weight_dtype, dst, {opts.check_finite, opts.threads});
+    // a file truncated under the mapping faults (SIGBUS) in whichever thread reads it: that becomes an error
+    const bool read_ok = read_catching_sigbus(t.data, t.n_bytes, [&] {
+      dequantize_rows(f, t, 0, t.n_rows(), opts.weight_dtype, dst, {opts.check_finite, opts.threads});
+    });
+    if (!read_ok) changed_while_loading(path, fmt::format("truncated while reading tensor '{}'", name));
     im.weight_bytes += t.n_elements * dtype_size(opts.weight_dtype);
   };
   // One weight from several tensors stacked along n_out (fused projections),
@@ -188,7 +220,6 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   im.tok_embd.resize(V * D);
   fill(im.tok_embd.data(), "token_embd.weight", D, V);
   im.output_norm = vec("output_norm.weight", D);
-  hp.tied_output = f.find_tensor("output.weight") == nullptr;
   if (hp.tied_output) {
     im.output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D));
     im.output.set_rows(0, im.tok_embd.data(), static_cast<int64_t>(V));
@@ -206,6 +237,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     L.w_gate_up = stacked({{p + "ffn_gate.weight", F}, {p + "ffn_up.weight", F}}, D);
     L.w_down = mat(p + "ffn_down.weight", F, D);
   }
+  check_unchanged(path, *at_open, file_bytes.size());  // and after: the copy saw one version of the file
   im.engine = std::make_unique<be::Engine>(opts.threads);
   im.summary = summarize_gguf(f);
   im.summary.weight_dtype = dtype_name(opts.weight_dtype);
@@ -220,6 +252,20 @@ const std::string& Model::path() const { return impl_->path; }
 int Model::threads() const { return impl_->engine->threads(); }
 size_t Model::weight_bytes() const { return impl_->weight_bytes; }
 const LoadSummary& Model::load_summary() const { return impl_->summary; }
+const std::string& Model::sha256() const { return impl_->sha256; }
+
+size_t Model::activation_bytes_for(int rows, int seq, bool all_logits, int64_t tokens) const {
+  const HParams& hp = impl_->hp;
+  const size_t R = static_cast<size_t>(std::max(rows, 1)), S = static_cast<size_t>(std::max(seq, 1));
+  const size_t T = tokens >= 0 ? static_cast<size_t>(tokens) : R * S, D = static_cast<size_t>(hp.n_embd), F = static_cast<size_t>(hp.n_ff);
+  const size_t KV = static_cast<size_t>(impl_->kv_dim()), V = static_cast<size_t>(hp.n_vocab);
+  const size_t group = static_cast<size_t>(hp.n_head / hp.n_head_kv);
+  // Impl::reserve: x, xb, qkv, att, gu, hb, last; attention scores of the longest sequence;
+  // the caller's logits; the last-position logits of a partial batch.
+  size_t floats = T * (D + D + (D + 2 * KV) + D + 2 * F + F) + R * D + group * S * S;
+  floats += all_logits ? R * S * V : 2 * R * V;
+  return floats * sizeof(float) + T * 2 * sizeof(int32_t);
+}
 const ModelStats& Model::stats() const { return impl_->stats; }
 uint64_t Model::primitives_created() const { return impl_->engine->primitives_created(); }
 
@@ -239,18 +285,16 @@ void Model::setup_caches(int batch_size, int max_seq_len) {
   if (!(im.k_cache && im.cache_batch == batch_size && im.cache_cap == max_seq_len)) {
     delete_caches();
     const size_t n = im.cache_elems(batch_size, max_seq_len);
-    // No zero-fill: positions >= n_past are never read, so untouched pages stay unmapped.
-    float *k = nullptr, *v = nullptr;
+    // No zero-fill: positions >= n_past are never read, so untouched pages stay
+    // unmapped (4 KiB pages: PageBuffer refuses transparent huge pages).
     try {
-      k = be::alloc_floats(n);
-      v = be::alloc_floats(n);
+      im.k_cache = be::PageBuffer::allocate(n);
+      im.v_cache = be::PageBuffer::allocate(n);
     } catch (const std::bad_alloc&) {
-      be::free_floats(k);
+      im.k_cache.reset();
       throw CacheError(fmt::format("setup_caches: cannot allocate {} bytes for a {} x {} KV cache",
                                    cache_bytes_for(batch_size, max_seq_len), batch_size, max_seq_len));
     }
-    im.k_cache.reset(k);
-    im.v_cache.reset(v);
     im.cache_batch = batch_size;
     im.cache_cap = max_seq_len;
     ++im.stats.cache_allocations;

@@ -18,6 +18,10 @@
 
 namespace kveval {
 
+namespace gguf {
+class File;
+}
+
 /// Llama hyper-parameters read from GGUF `llama.*` keys.
 struct HParams {
   int n_vocab = 0;        ///< tokens in the vocabulary (rows of token_embd)
@@ -34,20 +38,47 @@ struct HParams {
   int head_dim() const { return n_embd / n_head; }
 };
 
+/// Reads and validates the hyper-parameters of a GGUF Llama file
+/// (general.architecture must be "llama"). Every key is range-checked
+/// (integers in documented bounds; llama.rope.freq_base finite in (1, 1e12];
+/// layer_norm_rms_epsilon finite in (0, 1]; rope.dimension_count even and <=
+/// head_dim) and keys kveval does not implement (RoPE scaling, experts, key/value
+/// lengths other than head_dim) are refused. Throws FormatError "<file>: key 'K' = V ...".
+HParams read_hparams(const gguf::File& f);
+
+/// Bytes the weights of `f` will take once loaded as `dtype` (dtype_size
+/// bytes per element of every tensor, whatever its type in the file, plus the
+/// transposed copy of token_embd when the output is tied). Model::load checks
+/// it against the memory budget before converting anything. Within a few
+/// percent of the resident bytes (matrices whose rows are 4 KiB multiples get
+/// 16 elements of padding per row).
+uint64_t estimate_weight_bytes(const gguf::File& f, DType dtype = DType::F32);
+
+/// Most compute threads a command accepts (the spec's `threads` bound).
+inline constexpr int kMaxThreads = 4096;
+
 /// Options for loading a model.
 struct ModelOptions {
-  int threads = 0;  ///< compute threads; 0 = all cores
+  int threads = 0;  ///< compute threads; 0 = all cores; at most kMaxThreads
   /// Element type of the weights in memory (every supported tensor type is
   /// dequantized to it at load).
   DType weight_dtype = DType::F32;
   /// Refuse weights holding NaN or Inf (FormatError naming the tensor and the
   /// first bad element); checked while converting, in the same pass.
   bool check_finite = true;
+  /// Compute the SHA-256 of the file bytes while loading (Model::sha256()).
+  bool hash = true;
+  /// Check weights against the memory budget (util/memory.hpp) before copying them.
+  bool check_memory = true;
+  /// Test hook: called with "mapped" after the file is mapped and its header
+  /// read (before hashing), and with "copy" just before the first tensor is
+  /// copied (after the size re-check). Tests change the file there.
+  std::function<void(const char* stage)> on_load_stage = {};
 };
 
 /// Why a generation stopped.
-enum class StopReason { Eos, MaxTokens, ContextFull, StopString };
-/// "eos", "max_gen_toks", "context full", "until".
+enum class StopReason { Eos, MaxTokens, ContextFull, StopString, NonFinite };
+/// "eos", "max_gen_toks", "context full", "until", "non-finite logits".
 const char* to_string(StopReason r);
 
 /// Counters for instrumentation and tests (monotonic since load).
@@ -67,6 +98,11 @@ class Model {
   /// FormatError naming the file and the key/tensor at fault (unsupported
   /// architecture or tensor type refused by name; non-finite weights refused
   /// naming the tensor and the first bad element).
+  /// Hyper-parameters are checked by read_hparams. Also FormatError "file changed while loading" when the file is
+  /// truncated or rewritten during the load (checked by size and mtime before
+  /// and after copying; a SIGBUS from a truncated mapping is caught);
+  /// MemoryError when the weights (estimate_weight_bytes) exceed the memory
+  /// budget; ArgumentError for threads outside [0, kMaxThreads].
   static std::unique_ptr<Model> load(const std::string& path, const ModelOptions& opts = {});
   ~Model();
 
@@ -82,6 +118,17 @@ class Model {
   size_t weight_bytes() const;
   /// What the load found and produced (the `load:` line of run/generate/bench).
   const LoadSummary& load_summary() const;
+  /// SHA-256 (64 hex digits) of the file bytes this model was loaded from,
+  /// computed at load from the same mapping the weights were copied from;
+  /// "" when ModelOptions::hash was false.
+  const std::string& sha256() const;
+  /// Bytes a forward pass of `rows` x `seq` tokens (cache-free) allocates:
+  /// the activation buffers ([T] x (n_embd, qkv, n_ff...) floats, T = the
+  /// valid tokens packed, `tokens`, default rows * seq), the attention scores
+  /// of one sequence ([group, seq, seq]), and the caller's logits array
+  /// ([rows, seq, n_vocab] for all_logits, else [rows, n_vocab]). For
+  /// planning memory before a run.
+  size_t activation_bytes_for(int rows, int seq, bool all_logits, int64_t tokens = -1) const;
 
   // ---- KV cache -----------------------------------------------------------
   // K and V are each [n_layer][batch][n_kv_head][max_seq][head_dim] float32.
@@ -202,6 +249,8 @@ class KvCacheDisabled {
 // ---- scoring and generation ------------------------------------------------
 
 /// log-softmax of one row of logits at `token`: logits[token] - logsumexp(logits), nats.
+/// NaN when any logit of the row is NaN or ±Inf (an overflowed forward pass):
+/// callers treat a non-finite result as a failed request, never as a score.
 double token_logprob(std::span<const float> logits, int32_t token);
 /// Index of the largest logit (first one on ties).
 int32_t argmax(std::span<const float> logits);
@@ -216,6 +265,10 @@ struct ScoreRequest {
 struct ScoreResult {
   std::vector<double> logprobs;
   std::vector<uint8_t> is_greedy;
+  /// First token position (index into ScoreRequest::tokens) whose logits were
+  /// not finite (NaN/Inf); -1 when all were. Scoring of the request stopped
+  /// there: logprobs/is_greedy hold only the positions before it.
+  int nonfinite_at = -1;
   double sum() const;
   bool all_greedy() const;
 };
@@ -237,7 +290,9 @@ struct GenerateOptions {
   /// returning true stops that row with StopReason::StopString.
   std::function<bool(int row, std::span<const int32_t> generated)> should_stop;
 };
-/// One row's generation.
+/// One row's generation. A row whose logits became non-finite (NaN/Inf)
+/// stops with StopReason::NonFinite: the bad token is not appended, and the
+/// position it would have taken is prompt_tokens + ids.size().
 struct Generation {
   std::vector<int32_t> ids;       ///< generated ids (EOS included if produced)
   std::vector<double> logprobs;   ///< log-prob (nats) of each generated id

@@ -1,0 +1,210 @@
+// Command-line side of the run-time checks: --threads bounded like the spec's
+// field in every subcommand, invalid UTF-8 prompts refused, non-finite logits
+// failing requests with exit 4, and plans too big for the memory limit refused
+// in one line before anything runs (KVEVAL_MEMORY_LIMIT_BYTES simulates a limit).
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include "../eval/eval_test_util.hpp"
+#include "model_variant.hpp"
+#include "test_support.hpp"
+
+using kveval::test::TempDir;
+using nlohmann::json;
+
+namespace {
+
+struct Run {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+/// Runs `env kveval <args>` (env: "NAME=value " prefixes, may be empty) with stdout and stderr captured.
+Run run_cli(const TempDir& dir, const std::string& args, const std::string& env = "") {
+  const char* bin = std::getenv("KVEVAL_BIN");
+  REQUIRE_MESSAGE(bin != nullptr, "KVEVAL_BIN is not set (run through ctest)");
+  const std::string out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
+  const std::string cmd = env + quote(bin) + " " + args + " >" + quote(out) + " 2>" + quote(err);
+  const int st = std::system(cmd.c_str());
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(out), slurp(err)};
+}
+
+size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+const std::string& model() {
+  static const std::string m = kveval::test::model_path();
+  return m;
+}
+
+/// Every request kind on a model: multiple choice, loglikelihood, rolling, generation.
+std::string four_task_spec(const std::string& model_path) {
+  json mc = {{"name", "mc"}, {"output_type", "multiple_choice"},
+             {"docs", {{{"q", "Lily went to the park to play with her"}, {"c", {"ball", "car"}}, {"g", 0}},
+                       {{"q", "Tom had a red"}, {"c", {"ball", "sky"}}, {"g", 0}}}},
+             {"doc_to_text", "q"}, {"doc_to_choice", "c"}, {"doc_to_target", "g"}};
+  json ll = {{"name", "ll"}, {"output_type", "loglikelihood"},
+             {"docs", {{{"c", "Lily went to the"}, {"x", "park"}}}}, {"doc_to_text", "c"}, {"doc_to_target", "x"}};
+  json roll = {{"name", "roll"}, {"output_type", "loglikelihood_rolling"},
+               {"docs", {{{"t", "Tom had a dog. The dog liked to run."}}}}, {"doc_to_target", "t"}};
+  json gen = {{"name", "gen"}, {"output_type", "generate_until"},
+              {"docs", {{{"p", "Tom had a"}, {"a", "dog"}}}}, {"doc_to_text", "p"}, {"doc_to_target", "a"},
+              {"generation_kwargs", {{"max_gen_toks", 6}}}};
+  return json{{"model", model_path}, {"max_length", 64}, {"tasks", {mc, ll, roll, gen}}}.dump();
+}
+
+}  // namespace
+
+TEST_SUITE("cli.runtime") {
+  TEST_CASE("--threads is bounded like the spec's field, with the same message, in run, generate and bench") {
+    TempDir d;
+    const std::string want = "expected an integer in [0, 4096], got 65536";
+    const std::string spec = d.write("spec.json", four_task_spec(model()));
+    json over = json::parse(four_task_spec(model()));
+    over["threads"] = 65536;
+    const std::string spec_over = d.write("over.json", over.dump());
+    Run s = run_cli(d, "run " + quote(spec_over));
+    CHECK(s.code == 2);
+    CHECK(s.err.find("threads: " + want) != std::string::npos);
+    for (const std::string& args : {"run " + quote(spec) + " --threads 65536",
+                                    "generate -m " + quote(model()) + " -p Hi -n 1 -t 65536",
+                                    "bench -m " + quote(model()) + " --tests ll -t 1,65536", "run " + quote(spec) + " --threads -1"}) {
+      CAPTURE(args);
+      Run r = run_cli(d, args);
+      CHECK(r.code == 2);
+      CHECK(lines(r.err) == 1);
+      CHECK(r.err.rfind("kveval: error: --threads: expected an integer in [0, 4096], got ", 0) == 0);
+      CHECK(r.out.empty());
+    }
+    CHECK(run_cli(d, "run " + quote(spec) + " --threads 65536").err.find("--threads: " + want) != std::string::npos);
+  }
+
+  TEST_CASE("generate -p with invalid UTF-8 is refused in one line (exit 2); valid UTF-8 runs") {
+    TempDir d;
+    Run bad = run_cli(d, "generate -m " + quote(model()) + " -n 2 -p \"$(printf 'abc\\377def')\"");
+    CHECK(bad.code == 2);
+    CHECK(lines(bad.err) == 1);
+    CHECK(bad.err.find("kveval: error: --prompt: invalid UTF-8 at byte 3 (0xff)") == 0);
+    CHECK(bad.out.empty());
+    Run sur = run_cli(d, "generate -m " + quote(model()) + " -n 2 -p \"$(printf 'x\\355\\240\\200')\"");  // a surrogate
+    CHECK(sur.code == 2);
+    CHECK(sur.err.find("invalid UTF-8 at byte 1 (0xed)") != std::string::npos);
+    Run ok = run_cli(d, "generate -m " + quote(model()) + " -n 2 -p 'caf\xC3\xA9'");
+    CHECK(ok.code == 0);
+    CHECK(ok.out.rfind("caf\xC3\xA9", 0) == 0);
+  }
+
+  TEST_CASE("a model whose activations overflow: exit 4, every request fails naming task, doc and position, no metric") {
+    TempDir d;
+    const std::string path = d.file("overflow.gguf");
+    kveval::test::GgufEdit e;
+    e.tensor = [](const std::string& name, std::vector<float>& w) {
+      if (name == "blk.0.attn_norm.weight") std::fill(w.begin(), w.end(), 1e30f);  // finite
+    };
+    kveval::test::write_variant(model(), path, e);
+    const std::string spec = d.write("spec.json", four_task_spec(path));
+    Run r = run_cli(d, "run " + quote(spec) + " --log-samples " + quote(d.file("s.jsonl")) + " -o " + quote(d.file("r.json")));
+    INFO(r.err);
+    CHECK(r.code == 4);
+    CHECK(r.out.find("| mc   | acc ") != std::string::npos);
+    CHECK(r.out.find("1.0000") == std::string::npos);
+    CHECK(r.out.find("overflow") == std::string::npos);
+    CHECK(r.out.find("| mc   | acc              |   n/a |        | 0 | all 4 requests failed |") != std::string::npos);
+    std::istringstream samples(slurp(d.file("s.jsonl")));
+    std::string line;
+    int n = 0;
+    while (std::getline(samples, line)) {
+      json s = json::parse(line);
+      ++n;
+      CAPTURE(line);
+      REQUIRE(s["error"].is_string());
+      const std::string err = s["error"];
+      CHECK(err.find("task '" + s["task"].get<std::string>() + "' doc " + std::to_string(s["doc"].get<int>())) == 0);
+      CHECK(err.find("non-finite logits (NaN or Inf)") != std::string::npos);
+      CHECK(err.find("token position") != std::string::npos);
+      CHECK(s["logprob"].is_null());
+      CHECK(s["output"].is_null());  // the generation is not scored as text
+    }
+    CHECK(n == 7);  // 2 x 2 choices, 1 continuation, 1 window, 1 generation
+    json res = json::parse(slurp(d.file("r.json")));
+    CHECK(res["request_errors"]["total"] == n);
+    for (const auto& [task, ms] : res["results"].items())
+      for (const auto& [name, v] : ms.items())
+        if (name != "alias" && v.is_number()) CHECK_MESSAGE(false, task << " " << name << " has a value");
+  }
+
+  TEST_CASE("an all-NaN model never reports acc 1.0: refused at load or every request fails (exit 4)") {
+    TempDir d;
+    const std::string path = d.file("nan.gguf");
+    kveval::test::GgufEdit e;
+    e.tensor = [](const std::string& name, std::vector<float>& w) {
+      if (name == "token_embd.weight") std::fill(w.begin(), w.end(), std::numeric_limits<float>::quiet_NaN());
+    };
+    kveval::test::write_variant(model(), path, e);
+    Run r = run_cli(d, "run " + quote(d.write("spec.json", four_task_spec(path))));
+    INFO(r.out << r.err);
+    CHECK((r.code == 4 || r.code == 1));
+    CHECK(r.out.find("1.0000") == std::string::npos);
+    if (r.code == 1) CHECK(r.err.find("token_embd.weight") != std::string::npos);  // a load-time weight scan
+    else CHECK(r.out.find("| mc   | acc              |   n/a |        | 0 | all 4 requests failed |") != std::string::npos);
+  }
+
+  TEST_CASE("memory: --batch-size 100000 and a 10 GiB KV cache are refused in one line before anything runs") {
+    TempDir d;
+    const std::string demo = kveval::test::source_dir() + "/tasks/demo.json";
+    const std::string m = " --model " + quote(model()) + " -q";
+    const std::string limit = "KVEVAL_MEMORY_LIMIT_BYTES=40000000 ";  // the process may use ~38 MiB in all
+    Run big = run_cli(d, "run " + quote(demo) + m + " --batch-size 100000", limit);
+    CHECK(big.code == 1);
+    CHECK(lines(big.err) == 1);
+    CHECK(big.out.empty());
+    CHECK(big.err.find("kveval: error: not enough memory for the run of") == 0);
+    CHECK(big.err.find("KV cache (8 rows x 53 positions) 530.0 KiB (542720 bytes)") != std::string::npos);
+    CHECK(big.err.find("activations (batch_size 100000) ") != std::string::npos);
+    CHECK(big.err.find("already loaded), but ") != std::string::npos);
+    CHECK(big.err.find("is available (KVEVAL_MEMORY_LIMIT_BYTES 38.1 MiB less ") != std::string::npos);
+    Run small = run_cli(d, "run " + quote(demo) + m + " --batch-size 1", limit);  // the same limit fits batches of 1
+    CHECK(small.code == 0);
+
+    // 4096 prompts x (prompt + 2040) positions: K+V = 2 x 5 layers x 4096 x 4 heads x 2048 x 8 x 4 bytes = 10.0 GiB
+    json docs = json::array();
+    for (int i = 0; i < 4096; ++i) docs.push_back({{"p", "Once upon a time " + std::to_string(i)}});
+    json spec = {{"model", model()}, {"batch_size", 4096}, {"max_length", 2048},
+                 {"tasks", {{{"name", "g"}, {"output_type", "generate_until"}, {"docs", docs}, {"doc_to_text", "p"},
+                             {"generation_kwargs", {{"max_gen_toks", 2040}}}}}}};
+    Run cache = run_cli(d, "run -q " + quote(d.write("cache.json", spec.dump())), "KVEVAL_MEMORY_LIMIT_BYTES=2147483648 ");
+    CHECK(cache.code == 1);
+    CHECK(lines(cache.err) == 1);
+    CHECK(cache.err.find("KV cache (4096 rows x 2048 positions) 10.0 GiB (10737418240 bytes)") != std::string::npos);
+    CHECK(cache.err.find("is available (KVEVAL_MEMORY_LIMIT_BYTES 2.0 GiB less") != std::string::npos);
+    CHECK(cache.out.empty());
+
+    // generate: the weights are checked at load
+    Run gen = run_cli(d, "generate -m " + quote(model()) + " -p Hi -n 4", "KVEVAL_MEMORY_LIMIT_BYTES=1000 ");
+    CHECK(gen.code == 1);
+    CHECK(gen.err.find("kveval: error: not enough memory for the model ") == 0);
+    CHECK(gen.err.find("weights 1.1 MiB (1171200 bytes)") != std::string::npos);
+    Run garbage = run_cli(d, "generate -m " + quote(model()) + " -p Hi -n 4", "KVEVAL_MEMORY_LIMIT_BYTES=2G ");
+    CHECK(garbage.code == 2);
+    CHECK(garbage.err.find("KVEVAL_MEMORY_LIMIT_BYTES: expected a number of bytes, got '2G'") != std::string::npos);
+  }
+}
