@@ -49,6 +49,23 @@ Run run_cli(const TempDir& dir, const std::string& args, const std::string& env 
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(out), slurp(err)};
 }
 
+/// The metrics-table row of `task` and `metric` ("" when absent).
+std::string table_row(const std::string& out, const std::string& task, const std::string& metric) {
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::istringstream ls(line);
+    std::string c;
+    while (std::getline(ls, c, '|')) {
+      const size_t a = c.find_first_not_of(' '), b = c.find_last_not_of(' ');
+      cells.push_back(a == std::string::npos ? "" : c.substr(a, b - a + 1));
+    }
+    if (cells.size() > 2 && cells[1] == task && cells[2] == metric) return line;
+  }
+  return "";
+}
+
 size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
 
 const std::string& model() {
@@ -75,7 +92,7 @@ std::string four_task_spec(const std::string& model_path) {
 }  // namespace
 
 TEST_SUITE("cli.runtime") {
-  TEST_CASE("--threads is bounded like the spec's field, with the same message, in run, generate and bench") {
+  TEST_CASE("--threads is bounded like the spec's field, with the same message, in run, generate and bench" * kveval::test::needs_model()) {
     TempDir d;
     const std::string want = "expected an integer in [0, 4096], got 65536";
     const std::string spec = d.write("spec.json", four_task_spec(model()));
@@ -98,7 +115,7 @@ TEST_SUITE("cli.runtime") {
     CHECK(run_cli(d, "run " + quote(spec) + " --threads 65536").err.find("--threads: " + want) != std::string::npos);
   }
 
-  TEST_CASE("generate -p with invalid UTF-8 is refused in one line (exit 2); valid UTF-8 runs") {
+  TEST_CASE("generate -p with invalid UTF-8 is refused in one line (exit 2); valid UTF-8 runs" * kveval::test::needs_model()) {
     TempDir d;
     Run bad = run_cli(d, "generate -m " + quote(model()) + " -n 2 -p \"$(printf 'abc\\377def')\"");
     CHECK(bad.code == 2);
@@ -113,7 +130,7 @@ TEST_SUITE("cli.runtime") {
     CHECK(ok.out.rfind("caf\xC3\xA9", 0) == 0);
   }
 
-  TEST_CASE("a model whose activations overflow: exit 4, every request fails naming task, doc and position, no metric") {
+  TEST_CASE("a model whose activations overflow: exit 4, every request fails naming task, doc and position, no metric" * kveval::test::needs_model()) {
     TempDir d;
     const std::string path = d.file("overflow.gguf");
     kveval::test::GgufEdit e;
@@ -125,34 +142,42 @@ TEST_SUITE("cli.runtime") {
     Run r = run_cli(d, "run " + quote(spec) + " --log-samples " + quote(d.file("s.jsonl")) + " -o " + quote(d.file("r.json")));
     INFO(r.err);
     CHECK(r.code == 4);
-    CHECK(r.out.find("| mc   | acc ") != std::string::npos);
+    CHECK(table_row(r.out, "mc", "acc").find(" n/a ") != std::string::npos);
+    CHECK(table_row(r.out, "mc", "acc").find("all 4 requests failed") != std::string::npos);
     CHECK(r.out.find("1.0000") == std::string::npos);
     CHECK(r.out.find("overflow") == std::string::npos);
-    CHECK(r.out.find("| mc   | acc              |   n/a |        | 0 | all 4 requests failed |") != std::string::npos);
+    // --log-samples: one line per document (lm-eval's shape), each request's error under kveval.requests
     std::istringstream samples(slurp(d.file("s.jsonl")));
     std::string line;
-    int n = 0;
+    int docs = 0, requests = 0;
     while (std::getline(samples, line)) {
       json s = json::parse(line);
-      ++n;
+      ++docs;
       CAPTURE(line);
       REQUIRE(s["error"].is_string());
-      const std::string err = s["error"];
-      CHECK(err.find("task '" + s["task"].get<std::string>() + "' doc " + std::to_string(s["doc"].get<int>())) == 0);
-      CHECK(err.find("non-finite logits (NaN or Inf)") != std::string::npos);
-      CHECK(err.find("token position") != std::string::npos);
-      CHECK(s["logprob"].is_null());
-      CHECK(s["output"].is_null());  // the generation is not scored as text
+      const std::string prefix = "task '" + s["task"].get<std::string>() + "' doc " + std::to_string(s["doc_id"].get<int>());
+      CHECK(s["error"].get<std::string>().find(prefix) == 0);
+      for (const auto& q : s["kveval"]["requests"]) {
+        ++requests;
+        REQUIRE(q["error"].is_string());
+        const std::string err = q["error"];
+        CHECK(err.find(prefix) == 0);
+        CHECK(err.find("non-finite logits (NaN or Inf)") != std::string::npos);
+        CHECK(err.find("token position") != std::string::npos);
+        CHECK(q["tokens"].is_null());
+      }
+      for (const auto& resp : s["resps"]) CHECK(resp == json::array({nullptr}));  // nothing scored, no text
     }
-    CHECK(n == 7);  // 2 x 2 choices, 1 continuation, 1 window, 1 generation
+    CHECK(docs == 5);
+    CHECK(requests == 7);  // 2 x 2 choices, 1 continuation, 1 window, 1 generation
     json res = json::parse(slurp(d.file("r.json")));
-    CHECK(res["request_errors"]["total"] == n);
+    CHECK(res["kveval"]["request_errors"]["total"] == 7);
     for (const auto& [task, ms] : res["results"].items())
       for (const auto& [name, v] : ms.items())
-        if (name != "alias" && v.is_number()) CHECK_MESSAGE(false, task << " " << name << " has a value");
+        if (name != "alias") CHECK_MESSAGE((v.is_null() || v == "N/A"), task << " " << name << " = " << v.dump());
   }
 
-  TEST_CASE("an all-NaN model never reports acc 1.0: refused at load or every request fails (exit 4)") {
+  TEST_CASE("an all-NaN model never reports acc 1.0: refused at load or every request fails (exit 4)" * kveval::test::needs_model()) {
     TempDir d;
     const std::string path = d.file("nan.gguf");
     kveval::test::GgufEdit e;
@@ -165,10 +190,10 @@ TEST_SUITE("cli.runtime") {
     CHECK((r.code == 4 || r.code == 1));
     CHECK(r.out.find("1.0000") == std::string::npos);
     if (r.code == 1) CHECK(r.err.find("token_embd.weight") != std::string::npos);  // a load-time weight scan
-    else CHECK(r.out.find("| mc   | acc              |   n/a |        | 0 | all 4 requests failed |") != std::string::npos);
+    else CHECK(table_row(r.out, "mc", "acc").find("all 4 requests failed") != std::string::npos);
   }
 
-  TEST_CASE("memory: --batch-size 100000 and a 10 GiB KV cache are refused in one line before anything runs") {
+  TEST_CASE("memory: --batch-size 100000 and a 10 GiB KV cache are refused in one line before anything runs" * kveval::test::needs_model()) {
     TempDir d;
     const std::string demo = kveval::test::source_dir() + "/tasks/demo.json";
     const std::string m = " --model " + quote(model()) + " -q";

@@ -121,7 +121,7 @@ TEST_SUITE("eval.runtime_checks") {
     CHECK(*metric(ms, "bits_per_byte").value == doctest::Approx(1e5 / std::log(2.0)));  // no exp: a number
   }
 
-  TEST_CASE("activations overflowing with finite weights: every request fails naming task, doc and position") {
+  TEST_CASE("activations overflowing with finite weights: every request fails naming task, doc and position" * test::needs_model()) {
     test::ScratchDir dir("eval_overflow");
     const std::string path = (dir.path / "overflow.gguf").string();
     test::GgufEdit e;
@@ -150,7 +150,7 @@ TEST_SUITE("eval.runtime_checks") {
       }
   }
 
-  TEST_CASE("one NaN in a token's embedding: the documents reading it fail, the others are scored as by the clean model") {
+  TEST_CASE("one NaN in a token's embedding: the documents reading it fail, the others are scored as by the clean model" * test::needs_model()) {
     test::ScratchDir dir("eval_nan");
     const std::string path = (dir.path / "nan.gguf").string();
     test::GgufEdit e;
@@ -183,7 +183,7 @@ TEST_SUITE("eval.runtime_checks") {
     CHECK(res.docs[0][1].choice_logprobs == clean.docs[0][1].choice_logprobs);
   }
 
-  TEST_CASE("the memory plan: KV cache and activations by hand; a plan too big is refused before any forward pass") {
+  TEST_CASE("the memory plan: KV cache and activations by hand; a plan too big is refused before any forward pass" * test::needs_model()) {
     Model& m = *Model::load(test::model_path(), {.threads = 1}).release();
     std::unique_ptr<Model> own(&m);
     EvalSpec spec = spec_for(test::model_path(), four_tasks());
@@ -230,7 +230,7 @@ TEST_SUITE("eval.runtime_checks") {
     CHECK_NOTHROW(run_eval(spec, m, o));
   }
 
-  TEST_CASE("the results record the SHA-256 of the bytes loaded, even when the file is truncated afterwards") {
+  TEST_CASE("the results record the SHA-256 of the bytes loaded, even when the file is truncated afterwards" * test::needs_model()) {
     test::ScratchDir dir("eval_sha");
     const std::string copy = (dir.path / "m.gguf").string();
     fs::copy_file(test::model_path(), copy);

@@ -57,7 +57,7 @@ std::string one_line(const std::string& s) { return s.find('\n') == std::string:
 }  // namespace
 
 TEST_SUITE("model.checks") {
-  TEST_CASE("every out-of-range or unsupported hyper-parameter is refused by key, in one line") {
+  TEST_CASE("every out-of-range or unsupported hyper-parameter is refused by key, in one line" * test::needs_model()) {
     test::ScratchDir d("hparams");
     const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
     struct Case {
@@ -118,7 +118,7 @@ TEST_SUITE("model.checks") {
     }
   }
 
-  TEST_CASE("the SHA-256 is of the bytes loaded, taken at load; a file changed afterwards does not change it") {
+  TEST_CASE("the SHA-256 is of the bytes loaded, taken at load; a file changed afterwards does not change it" * test::needs_model()) {
     test::ScratchDir d("sha");
     const std::string copy = (d.path / "m.gguf").string();
     fs::copy_file(test::model_path(), copy);
@@ -131,7 +131,7 @@ TEST_SUITE("model.checks") {
     CHECK(Model::load(test::model_path(), {.threads = 1, .hash = false})->sha256().empty());
   }
 
-  TEST_CASE("a file truncated or rewritten during the load: 'file changed while loading', never SIGBUS") {
+  TEST_CASE("a file truncated or rewritten during the load: 'file changed while loading', never SIGBUS" * test::needs_model()) {
     test::ScratchDir d("changed");
     const std::string path = (d.path / "m.gguf").string();
     const auto size = fs::file_size(test::model_path());
@@ -172,7 +172,7 @@ TEST_SUITE("model.checks") {
     }
   }
 
-  TEST_CASE("weights are checked against the memory budget before they are copied") {
+  TEST_CASE("weights are checked against the memory budget before they are copied" * test::needs_model()) {
     auto m = Model::load(test::model_path(), {.threads = 1});
     gguf::File f(test::model_path());
     // stories260K stores output.weight: the estimate is every element x 4 bytes, as loaded
@@ -195,7 +195,7 @@ TEST_SUITE("model.checks") {
     }
   }
 
-  TEST_CASE("activation bytes of a forward pass, by hand for stories260K") {
+  TEST_CASE("activation bytes of a forward pass, by hand for stories260K" * test::needs_model()) {
     auto m = Model::load(test::model_path(), {.threads = 1});
     // D 64, KV 32, F 172, V 512, group 2: T = 3 x 10 tokens
     const size_t T = 30;
@@ -217,7 +217,7 @@ TEST_SUITE("model.checks") {
     }
   }
 
-  TEST_CASE("finite weights that overflow the activations: every request fails at its first position, generation stops") {
+  TEST_CASE("finite weights that overflow the activations: every request fails at its first position, generation stops" * test::needs_model()) {
     test::ScratchDir d("overflow");
     const std::string path = (d.path / "overflow.gguf").string();
     test::GgufEdit e;
@@ -243,7 +243,7 @@ TEST_SUITE("model.checks") {
     CHECK(std::string(to_string(StopReason::NonFinite)) == "non-finite logits");
   }
 
-  TEST_CASE("one NaN in a token's embedding: only the requests that read that token fail, at the right position") {
+  TEST_CASE("one NaN in a token's embedding: only the requests that read that token fail, at the right position" * test::needs_model()) {
     test::ScratchDir d("nan_embd");
     const std::string path = (d.path / "nan.gguf").string();
     test::GgufEdit e;
@@ -270,7 +270,7 @@ TEST_SUITE("model.checks") {
     CHECK(r[2].logprobs == want[2].logprobs);
   }
 
-  TEST_CASE("an untouched KV cache stays unmapped; a written position maps 4 KiB pages, not the cache") {
+  TEST_CASE("an untouched KV cache stays unmapped; a written position maps 4 KiB pages, not the cache" * test::needs_model()) {
     Model& m = *Model::load(test::model_path(), {.threads = 1}).release();
     std::unique_ptr<Model> own(&m);
     const int rows = 8, cap = 2048;
@@ -291,7 +291,7 @@ TEST_SUITE("model.checks") {
     m.delete_caches();
   }
 
-  TEST_CASE("threads outside [0, 4096] are refused at load") {
+  TEST_CASE("threads outside [0, 4096] are refused at load" * test::needs_model()) {
     CHECK_THROWS_WITH_AS(Model::load(test::model_path(), {.threads = 65536}),
                          "threads: expected an integer in [0, 4096], got 65536", ArgumentError);
     CHECK_THROWS_AS(Model::load(test::model_path(), {.threads = -1}), ArgumentError);
