@@ -14,40 +14,17 @@
 
 #include "../eval/eval_test_util.hpp"
 #include "model_variant.hpp"
+#include "cli_run.hpp"
 #include "test_support.hpp"
 
+using kveval::test::Run;
 using kveval::test::TempDir;
+using kveval::test::quote;
+using kveval::test::run_kveval;
+using kveval::test::slurp;
 using nlohmann::json;
 
 namespace {
-
-struct Run {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-/// Runs `env kveval <args>` (env: "NAME=value " prefixes, may be empty) with stdout and stderr captured.
-Run run_cli(const TempDir& dir, const std::string& args, const std::string& env = "") {
-  const char* bin = std::getenv("KVEVAL_BIN");
-  REQUIRE_MESSAGE(bin != nullptr, "KVEVAL_BIN is not set (run through ctest)");
-  const std::string out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
-  const std::string cmd = env + quote(bin) + " " + args + " >" + quote(out) + " 2>" + quote(err);
-  const int st = std::system(cmd.c_str());
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(out), slurp(err)};
-}
 
 /// The metrics-table row of `task` and `metric` ("" when absent).
 std::string table_row(const std::string& out, const std::string& task, const std::string& metric) {
@@ -99,33 +76,33 @@ TEST_SUITE("cli.runtime") {
     json over = json::parse(four_task_spec(model()));
     over["threads"] = 65536;
     const std::string spec_over = d.write("over.json", over.dump());
-    Run s = run_cli(d, "run " + quote(spec_over));
+    Run s = run_kveval(d, "run " + quote(spec_over));
     CHECK(s.code == 2);
     CHECK(s.err.find("threads: " + want) != std::string::npos);
     for (const std::string& args : {"run " + quote(spec) + " --threads 65536",
                                     "generate -m " + quote(model()) + " -p Hi -n 1 -t 65536",
                                     "bench -m " + quote(model()) + " --tests ll -t 1,65536", "run " + quote(spec) + " --threads -1"}) {
       CAPTURE(args);
-      Run r = run_cli(d, args);
+      Run r = run_kveval(d, args);
       CHECK(r.code == 2);
       CHECK(lines(r.err) == 1);
       CHECK(r.err.rfind("kveval: error: --threads: expected an integer in [0, 4096], got ", 0) == 0);
       CHECK(r.out.empty());
     }
-    CHECK(run_cli(d, "run " + quote(spec) + " --threads 65536").err.find("--threads: " + want) != std::string::npos);
+    CHECK(run_kveval(d, "run " + quote(spec) + " --threads 65536").err.find("--threads: " + want) != std::string::npos);
   }
 
   TEST_CASE("generate -p with invalid UTF-8 is refused in one line (exit 2); valid UTF-8 runs" * kveval::test::needs_model()) {
     TempDir d;
-    Run bad = run_cli(d, "generate -m " + quote(model()) + " -n 2 -p \"$(printf 'abc\\377def')\"");
+    Run bad = run_kveval(d, "generate -m " + quote(model()) + " -n 2 -p \"$(printf 'abc\\377def')\"");
     CHECK(bad.code == 2);
     CHECK(lines(bad.err) == 1);
     CHECK(bad.err.find("kveval: error: --prompt: invalid UTF-8 at byte 3 (0xff)") == 0);
     CHECK(bad.out.empty());
-    Run sur = run_cli(d, "generate -m " + quote(model()) + " -n 2 -p \"$(printf 'x\\355\\240\\200')\"");  // a surrogate
+    Run sur = run_kveval(d, "generate -m " + quote(model()) + " -n 2 -p \"$(printf 'x\\355\\240\\200')\"");  // a surrogate
     CHECK(sur.code == 2);
     CHECK(sur.err.find("invalid UTF-8 at byte 1 (0xed)") != std::string::npos);
-    Run ok = run_cli(d, "generate -m " + quote(model()) + " -n 2 -p 'caf\xC3\xA9'");
+    Run ok = run_kveval(d, "generate -m " + quote(model()) + " -n 2 -p 'caf\xC3\xA9'");
     CHECK(ok.code == 0);
     CHECK(ok.out.rfind("caf\xC3\xA9", 0) == 0);
   }
@@ -139,7 +116,7 @@ TEST_SUITE("cli.runtime") {
     };
     kveval::test::write_variant(model(), path, e);
     const std::string spec = d.write("spec.json", four_task_spec(path));
-    Run r = run_cli(d, "run " + quote(spec) + " --log-samples " + quote(d.file("s.jsonl")) + " -o " + quote(d.file("r.json")));
+    Run r = run_kveval(d, "run " + quote(spec) + " --log-samples " + quote(d.file("s.jsonl")) + " -o " + quote(d.file("r.json")));
     INFO(r.err);
     CHECK(r.code == 4);
     CHECK(table_row(r.out, "mc", "acc").find(" n/a ") != std::string::npos);
@@ -185,7 +162,7 @@ TEST_SUITE("cli.runtime") {
       if (name == "token_embd.weight") std::fill(w.begin(), w.end(), std::numeric_limits<float>::quiet_NaN());
     };
     kveval::test::write_variant(model(), path, e);
-    Run r = run_cli(d, "run " + quote(d.write("spec.json", four_task_spec(path))));
+    Run r = run_kveval(d, "run " + quote(d.write("spec.json", four_task_spec(path))));
     INFO(r.out << r.err);
     CHECK(r.code == 1);  // refused at load by the finite-weight scan, naming the tensor
     CHECK(r.out.find("1.0000") == std::string::npos);
@@ -197,7 +174,7 @@ TEST_SUITE("cli.runtime") {
     const std::string demo = kveval::test::source_dir() + "/tasks/demo.json";
     const std::string m = " --model " + quote(model()) + " -q";
     const std::string limit = "KVEVAL_MEMORY_LIMIT_BYTES=40000000 ";  // the process may use ~38 MiB in all
-    Run big = run_cli(d, "run " + quote(demo) + m + " --batch-size 100000", limit);
+    Run big = run_kveval(d, "run " + quote(demo) + m + " --batch-size 100000", limit);
     CHECK(big.code == 1);
     CHECK(lines(big.err) == 1);
     CHECK(big.out.empty());
@@ -206,7 +183,7 @@ TEST_SUITE("cli.runtime") {
     CHECK(big.err.find("activations (batch_size 100000) ") != std::string::npos);
     CHECK(big.err.find("already loaded), but ") != std::string::npos);
     CHECK(big.err.find("is available (KVEVAL_MEMORY_LIMIT_BYTES 38.1 MiB less ") != std::string::npos);
-    Run small = run_cli(d, "run " + quote(demo) + m + " --batch-size 1", limit);  // the same limit fits batches of 1
+    Run small = run_kveval(d, "run " + quote(demo) + m + " --batch-size 1", limit);  // the same limit fits batches of 1
     CHECK(small.code == 0);
 
     // 4096 prompts x (prompt + 2040) positions: K+V = 2 x 5 layers x 4096 x 4 heads x 2048 x 8 x 4 bytes = 10.0 GiB
@@ -215,7 +192,7 @@ TEST_SUITE("cli.runtime") {
     json spec = {{"model", model()}, {"batch_size", 4096}, {"max_length", 2048},
                  {"tasks", {{{"name", "g"}, {"output_type", "generate_until"}, {"docs", docs}, {"doc_to_text", "p"},
                              {"generation_kwargs", {{"max_gen_toks", 2040}}}}}}};
-    Run cache = run_cli(d, "run -q " + quote(d.write("cache.json", spec.dump())), "KVEVAL_MEMORY_LIMIT_BYTES=2147483648 ");
+    Run cache = run_kveval(d, "run -q " + quote(d.write("cache.json", spec.dump())), "KVEVAL_MEMORY_LIMIT_BYTES=2147483648 ");
     CHECK(cache.code == 1);
     CHECK(lines(cache.err) == 1);
     CHECK(cache.err.find("KV cache (4096 rows x 2048 positions) 10.0 GiB (10737418240 bytes)") != std::string::npos);
@@ -223,11 +200,11 @@ TEST_SUITE("cli.runtime") {
     CHECK(cache.out.empty());
 
     // generate: the weights are checked at load
-    Run gen = run_cli(d, "generate -m " + quote(model()) + " -p Hi -n 4", "KVEVAL_MEMORY_LIMIT_BYTES=1000 ");
+    Run gen = run_kveval(d, "generate -m " + quote(model()) + " -p Hi -n 4", "KVEVAL_MEMORY_LIMIT_BYTES=1000 ");
     CHECK(gen.code == 1);
     CHECK(gen.err.find("kveval: error: not enough memory for the model ") == 0);
     CHECK(gen.err.find("weights 1.1 MiB (1171200 bytes)") != std::string::npos);
-    Run garbage = run_cli(d, "generate -m " + quote(model()) + " -p Hi -n 4", "KVEVAL_MEMORY_LIMIT_BYTES=2G ");
+    Run garbage = run_kveval(d, "generate -m " + quote(model()) + " -p Hi -n 4", "KVEVAL_MEMORY_LIMIT_BYTES=2G ");
     CHECK(garbage.code == 2);
     CHECK(garbage.err.find("KVEVAL_MEMORY_LIMIT_BYTES: expected a number of bytes, got '2G'") != std::string::npos);
   }
