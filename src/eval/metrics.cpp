@@ -180,9 +180,13 @@ MetricValue llamacpp_metric(const ChunkedOutcome* c) {
   m.n = c->chunks;
   const double count = static_cast<double>(c->tokens);
   const double nll = c->sum_nll / count;
+  if (!std::isfinite(nll))  // a chunk with non-finite logits fails upstream (runner), never sums here
+    throw Error(fmt::format("internal: a non-finite log-prob reached {} (such chunks must fail upstream)",
+                            kPerplexityLlamaCpp));
   const double ppl = std::exp(nll);
-  if (!std::isfinite(ppl)) {
-    m.note = "overflow";
+  if (!std::isfinite(ppl)) {  // a genuine overflow of exp: mean nll > log(DBL_MAX) ~ 709.78
+    m.note = fmt::format("overflow: exp({:.6g}) exceeds the double range ({} chunk{}, {} tokens)", nll, c->chunks,
+                         c->chunks == 1 ? "" : "s", c->tokens);
     return m;
   }
   m.value = ppl;

@@ -106,7 +106,8 @@ std::vector<std::pair<std::string, nlohmann::json>> doc_metric_values(const Task
 /// bootstrap_stderr_perplexity; 0 gives no stderr for any metric.
 /// - perplexity_llamacpp (rolling_method "llama.cpp", from `chunked`): exp(sum_nll / tokens),
 ///   n = chunks, stderr as llama-perplexity's "+/-": ppl * sqrt((E[nll^2] - E[nll]^2) / (tokens - 1))
-///   (tools/perplexity/perplexity.cpp); n/a with chunked->error when it did not run.
+///   (tools/perplexity/perplexity.cpp); n/a with chunked->error when it did not run, and with
+///   "overflow: exp(X) exceeds the double range (N chunks, T tokens)" when exp overflows.
 std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const DocOutcome> outcomes,
                                          int bootstrap_iters = 100000, const ChunkedOutcome* chunked = nullptr);
 

@@ -45,6 +45,8 @@ std::vector<size_t> mine(std::vector<size_t> order, const std::vector<int>& owne
 /// "task 'x' doc 3 (data.jsonl:4) choice 2" for per-request errors.
 std::string request_label(const EvalSpec& spec, const Request& r) {
   const TaskSpec& t = spec.tasks[static_cast<size_t>(r.task)];
+  if (r.kind == RequestKind::PerplexityChunk)  // task-level: the documents joined, cut into chunks
+    return fmt::format("task '{}' perplexity chunk {} (rolling_method llama.cpp)", t.name, r.index);
   std::string s = fmt::format("task '{}' doc {}", t.name, r.doc);
   if (static_cast<size_t>(r.doc) < t.docs.size() && !t.docs[static_cast<size_t>(r.doc)].origin.empty())
     s += fmt::format(" ({})", t.docs[static_cast<size_t>(r.doc)].origin);

@@ -119,6 +119,16 @@ TEST_SUITE("eval.runtime_checks") {
     CHECK(metric(ms, "byte_perplexity").note == "overflow: exp(100000) exceeds the double range (1 document, 3 requests)");
     CHECK(metric(ms, "word_perplexity").note == "overflow: exp(500000) exceeds the double range (1 document, 3 requests)");
     CHECK(*metric(ms, "bits_per_byte").value == doctest::Approx(1e5 / std::log(2.0)));  // no exp: a number
+
+    // rolling_method "llama.cpp": a mean nll of 800 over 2 chunks of 5 tokens overflows; a NaN never gets here
+    r.metric_list = {kPerplexityLlamaCpp};
+    ChunkedOutcome c;
+    c.ok = true, c.chunks = 2, c.tokens = 10, c.sum_nll = 8000.0, c.sum_nll_sq = 6.4e6;
+    CHECK(metric(compute_metrics(r, ro, 0, &c), kPerplexityLlamaCpp).note ==
+          "overflow: exp(800) exceeds the double range (2 chunks, 10 tokens)");
+    c.sum_nll = std::numeric_limits<double>::quiet_NaN();
+    CHECK_THROWS_WITH_AS(compute_metrics(r, ro, 0, &c), doctest::Contains("non-finite log-prob reached perplexity_llamacpp"),
+                         Error);
   }
 
   TEST_CASE("activations overflowing with finite weights: every request fails naming task, doc and position" * test::needs_model()) {
