@@ -106,4 +106,11 @@ uint64_t random_model_parameters(const RandomModelSpec& spec);
 uint64_t write_random_model(const std::string& path, const RandomModelSpec& spec, uint64_t seed,
                             gguf::TensorType type = gguf::TensorType::F32);
 
+/// The name of write_random_model before other architectures existed (kept
+/// for code written against it); same arguments and result.
+inline uint64_t write_random_llama(const std::string& path, const RandomModelSpec& spec, uint64_t seed,
+                                   gguf::TensorType type = gguf::TensorType::F32) {
+  return write_random_model(path, spec, seed, type);
+}
+
 }  // namespace kveval
