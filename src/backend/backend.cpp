@@ -279,12 +279,14 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
   if (token_stride == 0) token_stride = n_heads * head_dim;
 #pragma omp parallel for schedule(static) if (n_tokens * n_heads * head_dim > 16384)
   for (int64_t t = 0; t < n_tokens; ++t) {
-    // cos/sin per pair, computed in double: theta_i = pos * base^(-2i/n_rot) [* scale] [/ factor_i]
+    // cos/sin per pair, computed in double: theta_i = pos * base^(-2i/n_rot) * freq_scale / factor_i
     float cs[512], sn[512];
     for (int64_t i = 0; i < half; ++i) {
-      double theta = static_cast<double>(pos[t]) * std::pow(static_cast<double>(p.freq_base), -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
-      if (p.freq_scale != 1.0f) theta *= static_cast<double>(p.freq_scale);
-      if (p.freq_factors) theta /= static_cast<double>(p.freq_factors[i]);
+      // scale and factor are exactly 1 without scaling: bit-identical to the unscaled angle
+      const double scale = static_cast<double>(p.freq_scale) / (p.freq_factors ? static_cast<double>(p.freq_factors[i]) : 1.0);
+      const double theta = static_cast<double>(pos[t]) *
+                           std::pow(static_cast<double>(p.freq_base), -2.0 * static_cast<double>(i) / static_cast<double>(n_rot)) *
+                           scale;
       cs[i] = static_cast<float>(std::cos(theta));
       sn[i] = static_cast<float>(std::sin(theta));
     }

@@ -223,7 +223,8 @@ double max_abs_diff(std::span<const float> a, const std::vector<double>& b) {
 
 // ---- the models --------------------------------------------------------------
 
-/// A small shape of `flavour` (random_model_flavour) with the given vocabulary file.
+/// A small shape of `flavour` (random_model_flavour) with the given vocabulary
+/// file, or "" for the writer's synthetic SentencePiece vocabulary of 512 pieces.
 RandomModelSpec small_spec(const std::string& flavour, const std::string& vocab, int n_embd, int n_head, int n_head_kv,
                            int head_dim) {
   RandomModelSpec s = random_model_flavour(random_model_preset("tiny"), flavour);
@@ -235,7 +236,7 @@ RandomModelSpec small_spec(const std::string& flavour, const std::string& vocab,
   s.n_ff = 3 * n_embd / 2;
   s.n_ctx = 256;
   s.vocab = vocab;
-  s.n_vocab = random_model_vocab_size(vocab);
+  s.n_vocab = vocab.empty() ? 512 : random_model_vocab_size(vocab);  // empty: the synthetic SentencePiece vocabulary
   return s;
 }
 
@@ -309,8 +310,6 @@ void check_feature_matters(Model& m, const RefModel& ref, const std::vector<int3
   CHECK(d > min_diff);
 }
 
-std::string stories_vocab() { return test::model_path(); }
-
 /// The shared vocabulary file `name`, or "" (with a message) when ../shared is
 /// absent or kveval cannot yet read its tokenizer (byte-level BPE).
 std::string shared_vocab(const std::string& name) {
@@ -339,7 +338,7 @@ std::string shared_vocab(const std::string& name) {
 
 TEST_SUITE("model.arch") {
   TEST_CASE("llama with Llama 3.1 rope_freqs factors, GQA, head_dim 32, tied output") {
-    RandomModelSpec s = small_spec("llama3", stories_vocab(), 128, 4, 2, 32);
+    RandomModelSpec s = small_spec("llama3", "", 128, 4, 2, 32);
     // A short original context makes the factors bite at test positions:
     // wavelengths 2 pi base^(2i/32) against 32/4 and 32/1 give 1, smooth and 8.
     s.rope_freq_base = 10000.0f;
@@ -367,7 +366,7 @@ TEST_SUITE("model.arch") {
   }
 
   TEST_CASE("llama with linear rope scaling and every optional bias, untied output") {
-    RandomModelSpec s = small_spec("llama", stories_vocab(), 64, 4, 4, 16);
+    RandomModelSpec s = small_spec("llama", "", 64, 4, 4, 16);
     s.rope_linear_factor = 4.0f;
     s.optional_tensors = true;
     const std::string p = write(s, "llama_linear.gguf");
@@ -386,7 +385,7 @@ TEST_SUITE("model.arch") {
   }
 
   TEST_CASE("qwen2: Q/K/V biases, NEOX rope, GQA") {
-    const RandomModelSpec s = small_spec("qwen2", stories_vocab(), 64, 4, 2, 16);
+    const RandomModelSpec s = small_spec("qwen2", "", 64, 4, 2, 16);
     const std::string p = write(s, "qwen2.gguf");
     auto m = Model::load(p, {.threads = 2});
     CHECK(m->hparams().arch == "qwen2");
@@ -405,7 +404,7 @@ TEST_SUITE("model.arch") {
   }
 
   TEST_CASE("qwen3: Q/K norms, head_dim 32 != n_embd / n_head, tied output") {
-    RandomModelSpec s = small_spec("qwen3", stories_vocab(), 64, 4, 2, 32);
+    RandomModelSpec s = small_spec("qwen3", "", 64, 4, 2, 32);
     s.tied_output = true;
     const std::string p = write(s, "qwen3.gguf");
     auto m = Model::load(p, {.threads = 2});
@@ -509,11 +508,11 @@ gguf::Value f32(double x) { return {gguf::ValueType::FLOAT32, x}; }
 
 TEST_SUITE("model.arch") {
   TEST_CASE("bad architecture files are refused with one line naming the file and key or tensor") {
-    RandomModelSpec s = small_spec("qwen2", stories_vocab(), 64, 4, 2, 16);
+    RandomModelSpec s = small_spec("qwen2", "", 64, 4, 2, 16);
     const std::string q2 = write(s, "bad_src_qwen2.gguf");
-    RandomModelSpec s3 = small_spec("qwen3", stories_vocab(), 64, 4, 2, 32);
+    RandomModelSpec s3 = small_spec("qwen3", "", 64, 4, 2, 32);
     const std::string q3 = write(s3, "bad_src_qwen3.gguf");
-    RandomModelSpec sl = small_spec("llama3", stories_vocab(), 64, 4, 2, 16);
+    RandomModelSpec sl = small_spec("llama3", "", 64, 4, 2, 16);
     const std::string l3 = write(sl, "bad_src_llama3.gguf");
     auto refused = [](const std::string& p, const std::string& needle) {
       CAPTURE(needle);
@@ -565,7 +564,7 @@ TEST_SUITE("model.arch") {
   }
 
   TEST_CASE("rope scaling keys as llama.cpp reads them: type none ignores the factor, the old scale_linear key") {
-    RandomModelSpec s = small_spec("llama", stories_vocab(), 64, 4, 4, 16);
+    RandomModelSpec s = small_spec("llama", "", 64, 4, 4, 16);
     s.rope_linear_factor = 2.0f;
     const std::string p = write(s, "scaled.gguf");
     CHECK(Model::load(p, {.threads = 1})->hparams().rope_freq_scale == 0.5f);

@@ -267,7 +267,11 @@ TEST_SUITE("model.random_model") {
   }
 
   TEST_CASE("--vocab: the tokenizer.* keys of another GGUF are copied, n_vocab is its token count") {
-    const std::string src = kveval::test::model_path();  // stories260K: SentencePiece, 512 tokens
+    // The source: a random model with a synthetic vocabulary of 512 pieces and the qwen3 layout.
+    RandomModelSpec src_spec = random_model_flavour(random_model_preset("tiny"), "qwen3");
+    src_spec.n_vocab = 512;
+    const std::string src = (rm_temp_dir() / "vocab_src.gguf").string();
+    write_random_model(src, src_spec, 9);
     RandomModelSpec s = random_model_preset("tiny");
     s.vocab = src;
     s.n_vocab = random_model_vocab_size(src);
@@ -286,6 +290,8 @@ TEST_SUITE("model.random_model") {
     CHECK(b.tensor("token_embd.weight").dims == std::vector<uint64_t>{64, 512});
     CHECK(Tokenizer::from_gguf(b).encode("Once upon a time", true) ==
           Tokenizer::from_gguf(a).encode("Once upon a time", true));
+    CHECK_FALSE(b.find("qwen3.block_count"));  // only tokenizer.* keys come along
+    CHECK(b.get_string("general.architecture") == "llama");
     s.n_vocab = 300;
     CHECK_THROWS_WITH_AS(write_random_model(p, s, 1), doctest::Contains("has 512 tokens"), ArgumentError);
     CHECK_THROWS_AS(random_model_vocab_size((rm_temp_dir() / "nowhere.gguf").string()), FormatError);
