@@ -31,6 +31,14 @@ void read_hparams(const gguf::File& f, const arch::Description& d, HParams& hp) 
   auto get_int_or = [&](const std::string& k, uint64_t lo, uint64_t hi, int def) {
     return f.find(k) ? get_int(k, lo, hi) : def;
   };
+  // A float key: finite, in (lo, hi], and still > lo once rounded to float.
+  auto get_real = [&](const std::string& k, double def, double lo, double hi) {
+    const double v = f.get_float_or(k, def);
+    const float vf = static_cast<float>(v);
+    if (!(std::isfinite(v) && v > lo && v <= hi && vf > static_cast<float>(lo)))
+      throw FormatError(fmt::format("{}: key '{}' = {} out of range ({}, {}]", path, k, v, lo, hi));
+    return vf;
+  };
   hp.arch = a;
   hp.n_embd = get_int(key("embedding_length"), 1, 1 << 16);
   hp.n_layer = get_int(key("block_count"), 1, 1024);
@@ -62,14 +70,11 @@ void read_hparams(const gguf::File& f, const arch::Description& d, HParams& hp) 
     throw FormatError(fmt::format("{}: {} {} must equal the head size {} for architecture '{}'", path,
                                   key("rope.dimension_count"), hp.n_rot, hp.head_dim(), a));
   hp.rope_style = d.rope;
-  hp.rope_freq_base = static_cast<float>(f.get_float_or(key("rope.freq_base"), 10000.0));
-  if (!(hp.rope_freq_base > 0.0f) || !std::isfinite(hp.rope_freq_base))
-    throw FormatError(fmt::format("{}: {} = {} must be positive", path, key("rope.freq_base"), hp.rope_freq_base));
-  // llama.cpp reads the epsilon of every architecture here as a required key.
-  hp.rms_eps = static_cast<float>(f.get_float(key("attention.layer_norm_rms_epsilon")));
-  if (!(hp.rms_eps > 0.0f) || !std::isfinite(hp.rms_eps))
-    throw FormatError(fmt::format("{}: {} = {} must be positive", path, key("attention.layer_norm_rms_epsilon"),
-                                  hp.rms_eps));
+  // RoPE base: > 1 so frequencies fall with the dimension (Su et al. 2021); real models use 1e4 .. 1e8.
+  hp.rope_freq_base = get_real(key("rope.freq_base"), 10000.0, 1.0, 1e12);
+  // RMSNorm epsilon, required as in llama.cpp; real models use 1e-6 .. 1e-5.
+  hp.rms_eps = get_real(key("attention.layer_norm_rms_epsilon"), f.get_float(key("attention.layer_norm_rms_epsilon")),
+                        0.0, 1.0);
 
   // Rope scaling (llama.cpp): type defaults to "linear"; the factor is
   // rope.scaling.factor, or the older rope.scale_linear; 0 or absent = 1.
@@ -83,9 +88,11 @@ void read_hparams(const gguf::File& f, const arch::Description& d, HParams& hp) 
                                   path, type, type_key));
   std::string factor_key = key("rope.scaling.factor");
   if (!f.find(factor_key)) factor_key = key("rope.scale_linear");
+  // Real models use factors 2 .. 64; anything in (1e-3, 1e3] computes correctly.
   const double factor = f.get_float_or(factor_key, 0.0);
-  if (!std::isfinite(factor) || factor < 0.0 || (factor > 0.0 && factor < 1e-3))
-    throw FormatError(fmt::format("{}: {} = {} must be 0 (none) or a positive factor", path, factor_key, factor));
+  if (!std::isfinite(factor) || factor < 0.0 || (factor > 0.0 && factor < 1e-3) || factor > 1e3)
+    throw FormatError(fmt::format("{}: key '{}' = {} out of range: 0 (none) or a factor in [0.001, 1000]", path,
+                                  factor_key, factor));
   hp.rope_freq_scale = (type == "none" || factor == 0.0) ? 1.0f : static_cast<float>(1.0 / factor);
 }
 
@@ -110,6 +117,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   if (te.dims.size() != 2 || te.dims[0] != static_cast<uint64_t>(hp.n_embd))
     throw FormatError(fmt::format("{}: tensor '{}' has shape {} (expected [{}, n_vocab])", path, arch::kTokenEmbd,
                                   fmt::join(te.dims, "x"), hp.n_embd));
+  if (te.dims[1] > (uint64_t{1} << 24))
+    throw FormatError(fmt::format("{}: tensor '{}' has {} rows (n_vocab), more than {}", path, arch::kTokenEmbd,
+                                  te.dims[1], uint64_t{1} << 24));
   hp.n_vocab = static_cast<int>(te.dims[1]);
   im.tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(f));
   if (im.tok->n_vocab() != hp.n_vocab)
@@ -182,9 +192,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   }
   im.rope_factors = vecs(desc->rope_freqs, {{std::string(arch::kRopeFreqs), static_cast<uint64_t>(hp.n_rot / 2)}});
   for (size_t i = 0; i < im.rope_factors.size(); ++i)
-    if (!(im.rope_factors[i] > 0.0f) || !std::isfinite(im.rope_factors[i]))
-      throw FormatError(fmt::format("{}: tensor '{}' element {} = {} (frequency factors must be positive)", path,
-                                    arch::kRopeFreqs, i, im.rope_factors[i]));
+    if (!(im.rope_factors[i] >= 1e-3f && im.rope_factors[i] <= 1e3f))  // Llama 3.1: 1 .. 8
+      throw FormatError(fmt::format("{}: tensor '{}' element {} = {} (frequency factors must be in [0.001, 1000])",
+                                    path, arch::kRopeFreqs, i, im.rope_factors[i]));
   hp.rope_freq_factors = !im.rope_factors.empty();
   im.rope = be::RopeParams{hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale,
                            hp.rope_freq_factors ? im.rope_factors.data() : nullptr,

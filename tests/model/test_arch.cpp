@@ -550,7 +550,20 @@ TEST_SUITE("model.arch") {
                     {{"rope_freqs.weight", std::vector<float>(16, 1.0f)}}),
             "tensor 'rope_freqs.weight' has shape [16], expected [8]");
     refused(rewrite(l3, "scale.gguf", [](auto& kv) { set_key(kv, "llama.rope.scaling.factor", f32(-2)); }),
-            "llama.rope.scaling.factor = -2");
+            "key 'llama.rope.scaling.factor' = -2 out of range: 0 (none) or a factor in [0.001, 1000]");
+    refused(rewrite(l3, "scale_big.gguf", [](auto& kv) { set_key(kv, "llama.rope.scale_linear", f32(1e6f)); }),
+            "key 'llama.rope.scale_linear' = 1000000 out of range");
+    refused(rewrite(q2, "base.gguf", [](auto& kv) { set_key(kv, "qwen2.rope.freq_base", f32(0.5f)); }),
+            "key 'qwen2.rope.freq_base' = 0.5 out of range (1, 1000000000000]");
+    refused(rewrite(q3, "eps0.gguf", [](auto& kv) { set_key(kv, "qwen3.attention.layer_norm_rms_epsilon", f32(0)); }),
+            "key 'qwen3.attention.layer_norm_rms_epsilon' = 0 out of range (0, 1]");
+    refused(rewrite(q3, "eps2.gguf", [](auto& kv) { set_key(kv, "qwen3.attention.layer_norm_rms_epsilon", f32(2)); }),
+            "key 'qwen3.attention.layer_norm_rms_epsilon' = 2 out of range (0, 1]");
+    refused(rewrite(q3, "klen.gguf", [](auto& kv) { set_key(kv, "qwen3.attention.key_length", u32(100000)); }),
+            "key 'qwen3.attention.key_length' = 100000 out of range [2, 4096]");
+    refused(rewrite(l3, "freqs_big.gguf", no_edit, [](const std::string& n) { return n != "rope_freqs.weight"; },
+                    {{"rope_freqs.weight", {1, 1, 1, 1, 1, 1, 1, 1e6f}}}),
+            "tensor 'rope_freqs.weight' element 7 = 1000000 (frequency factors must be in [0.001, 1000])");
     refused(rewrite(q2, "phi.gguf", [](auto& kv) { set_key(kv, "general.architecture", str("phi3")); }),
             "unsupported architecture 'phi3' (general.architecture); kveval supports llama, qwen2, qwen3");
   }
