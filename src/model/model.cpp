@@ -1,3 +1,5 @@
+// Model: the forward pass, the KV cache and the cache scopes (loading is in
+// model_load.cpp, the architectures in model/arch/).
 #include "model/model.hpp"
 
 #include <algorithm>
@@ -6,19 +8,11 @@
 #include <cstring>
 #include <limits>
 
-#include <sys/stat.h>
-
-#include <optional>
-
 #include <fmt/format.h>
 
 #include "backend/backend.hpp"
-#include "model/gguf.hpp"
+#include "model/model_impl.hpp"
 #include "util/error.hpp"
-#include "util/timer.hpp"
-#include "util/hash.hpp"
-#include "util/memory.hpp"
-#include "util/sigbus_guard.hpp"
 
 namespace kveval {
 
@@ -43,208 +37,8 @@ CachePolicy parse_cache_policy(const std::string& s) {
   throw ArgumentError(fmt::format("cache policy '{}': expected 'release' or 'reuse'", s));
 }
 
-namespace {
-
-struct Layer {
-  std::vector<float> attn_norm, ffn_norm;  // [n_embd]
-  be::Weight wqkv;       // [n_embd + 2 kv_dim, n_embd]: attn_q, attn_k, attn_v stacked (one matmul)
-  be::Weight wo;         // [n_embd, n_embd]
-  be::Weight w_gate_up;  // [2 n_ff, n_embd]: ffn_gate, ffn_up stacked (one matmul)
-  be::Weight w_down;     // [n_embd, n_ff]
-};
-
-}  // namespace
-
-struct Model::Impl {
-  std::string path;
-  HParams hp;
-  std::unique_ptr<Tokenizer> tok;
-  std::unique_ptr<be::Engine> engine;
-  std::vector<float> tok_embd;  // [n_vocab, n_embd] rows for the embedding lookup
-  be::Weight output;            // output projection [n_vocab, n_embd] (a copy of token_embd when tied)
-  std::vector<float> output_norm;
-  std::vector<Layer> layers;
-  size_t weight_bytes = 0;
-  LoadSummary summary;
-  std::string sha256;  // of the file bytes loaded ("" when not requested)
-
-  // ---- KV cache: K and V [n_layer][batch][n_kv_head][cap][head_dim] ----
-  be::PageBuffer k_cache, v_cache;  // pages become resident when written (no huge pages)
-  int cache_batch = 0, cache_cap = 0;
-  bool cache_enabled = false;
-  std::vector<int> n_past;
-
-  ModelStats stats;
-
-  // ---- activation buffers (grow-only) ----
-  be::Buffer x, xb, qkv, att, gu, hb, logits, last, scores;
-  std::vector<int32_t> pos;       // [T]
-  std::vector<int32_t> tok_ids;   // [T]
-  std::vector<int> seq_row, seq_start, seq_len;  // packed sequences
-
-  const be::Weight& out_weight() const { return output; }
-  int kv_dim() const { return hp.n_head_kv * hp.head_dim(); }
-  size_t cache_elems(int batch, int cap) const {
-    return static_cast<size_t>(hp.n_layer) * batch * hp.n_head_kv * cap * hp.head_dim();
-  }
-  // Offset of (layer, row, head, pos=0) in a cache.
-  size_t cache_off(int layer, int row, int head) const {
-    return ((static_cast<size_t>(layer) * cache_batch + row) * hp.n_head_kv + head) * cache_cap * hp.head_dim();
-  }
-
-  void reserve(size_t T, size_t n_rows_last) {
-    const size_t D = hp.n_embd, F = hp.n_ff, KV = kv_dim();
-    bool a = false;
-    a |= x.reserve(T * D);
-    a |= xb.reserve(T * D);
-    a |= qkv.reserve(T * (D + 2 * KV));
-    a |= att.reserve(T * D);
-    a |= gu.reserve(T * 2 * F);
-    a |= hb.reserve(T * F);
-    a |= last.reserve(std::max<size_t>(1, n_rows_last) * D);
-    if (a) ++stats.buffer_allocations;
-  }
-};
-
 Model::Model() : impl_(std::make_unique<Impl>()) {}
 Model::~Model() = default;
-
-namespace {
-
-/// What identifies the contents of a file on disk: a change of size or
-/// mtime of the same inode while loading means the bytes under the mapping moved.
-struct FileStamp {
-  uint64_t dev = 0, ino = 0, size = 0;
-  int64_t mtime_ns = 0;
-};
-
-std::optional<FileStamp> stamp_of(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
-  return FileStamp{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
-                   static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
-}
-
-[[noreturn]] void changed_while_loading(const std::string& path, const std::string& what) {
-  throw FormatError(fmt::format("{}: file changed while loading ({}); load it again once nothing writes to it", path, what));
-}
-
-/// Throws when the file at `path` is the same inode as `at_open` but its size
-/// or mtime moved. A file renamed over the path is fine: the mapping still
-/// holds the old inode's bytes, which stay consistent.
-void check_unchanged(const std::string& path, const FileStamp& at_open, uint64_t mapped) {
-  if (at_open.size != mapped)
-    changed_while_loading(path, fmt::format("{} bytes before opening, {} bytes mapped", at_open.size, mapped));
-  const auto now = stamp_of(path);
-  if (!now || now->dev != at_open.dev || now->ino != at_open.ino) return;
-  if (now->size != at_open.size)
-    changed_while_loading(path, fmt::format("{} bytes at open, {} bytes now", at_open.size, now->size));
-  if (now->mtime_ns != at_open.mtime_ns) changed_while_loading(path, "modified since it was opened");
-}
-
-}  // namespace
-
-std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& opts) {
-  if (opts.threads < 0 || opts.threads > kMaxThreads)
-    throw ArgumentError(fmt::format("threads: expected an integer in [0, {}], got {}", kMaxThreads, opts.threads));
-  const std::optional<FileStamp> at_open = stamp_of(path);
-  Stopwatch load_time;
-  gguf::File f(path);
-  const std::span<const std::byte> file_bytes = f.bytes();
-  if (!at_open) changed_while_loading(path, "it could not be stat()ed before opening");
-  check_unchanged(path, *at_open, file_bytes.size());
-  std::unique_ptr<Model> m(new Model());
-  auto& im = *m->impl_;
-  im.path = path;
-  HParams& hp = im.hp;
-  hp = read_hparams(f);
-  im.tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(f));
-  if (im.tok->n_vocab() != hp.n_vocab)
-    throw FormatError(fmt::format("{}: tokenizer has {} tokens but token_embd.weight has {} rows", path,
-                                  im.tok->n_vocab(), hp.n_vocab));
-  if (opts.check_memory) {
-    const MemoryPart weights{"weights", estimate_weight_bytes(f, opts.weight_dtype)};
-    check_memory_plan(fmt::format("the model {}", path), std::span(&weights, 1), memory_budget(),
-                      "use a smaller model or raise the memory limit");
-  }
-  if (opts.on_load_stage) opts.on_load_stage("mapped");
-  // The file's SHA-256 from the very bytes the weights are copied from.
-  if (opts.hash) {
-    Sha256 sha;
-    if (!read_catching_sigbus(file_bytes.data(), file_bytes.size(),
-                              [&] { sha.update(file_bytes.data(), file_bytes.size()); }))
-      changed_while_loading(path, "it was truncated while being hashed");
-    im.sha256 = sha.hex();
-  }
-  check_unchanged(path, *at_open, file_bytes.size());  // again, just before copying
-  if (opts.on_load_stage) opts.on_load_stage("copy");
-
-  const uint64_t D = hp.n_embd, F = hp.n_ff, V = hp.n_vocab, KV = static_cast<uint64_t>(im.kv_dim());
-  // Converts tensor `name` (ggml dims {n_in, n_out}, any supported type) into dst ([n_out, n_in]).
-  auto fill = [&](float* dst, const std::string& name, uint64_t n_in, uint64_t n_out) {
-    const gguf::TensorInfo& t = f.tensor(name);
-    const bool ok = n_out == 0 ? (t.dims.size() == 1 && t.dims[0] == n_in)
-                               : (t.dims.size() == 2 && t.dims[0] == n_in && t.dims[1] == n_out);
-    if (!ok)
-      throw FormatError(fmt::format("{}: tensor '{}' has shape [{}], expected [{}]", path, name, fmt::join(t.dims, ", "),
-                                    n_out == 0 ? fmt::format("{}", n_in) : fmt::format("{}, {}", n_in, n_out)));
-    // a file truncated under the mapping faults (SIGBUS) in whichever thread reads it: that becomes an error
-    const bool read_ok = read_catching_sigbus(t.data, t.n_bytes, [&] {
-      dequantize_rows(f, t, 0, t.n_rows(), opts.weight_dtype, dst, {opts.check_finite, opts.threads});
-    });
-    if (!read_ok) changed_while_loading(path, fmt::format("truncated while reading tensor '{}'", name));
-    im.weight_bytes += t.n_elements * dtype_size(opts.weight_dtype);
-  };
-  // One weight from several tensors stacked along n_out (fused projections),
-  // each transposed once into the matmul layout.
-  std::vector<float> rows;
-  auto stacked = [&](std::initializer_list<std::pair<std::string, uint64_t>> parts, uint64_t n_in) {
-    uint64_t n_out = 0;
-    for (const auto& p : parts) n_out += p.second;
-    be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in));
-    int64_t row0 = 0;
-    for (const auto& [name, n] : parts) {
-      rows.resize(n * n_in);
-      fill(rows.data(), name, n_in, n);
-      w.set_rows(row0, rows.data(), static_cast<int64_t>(n));
-      row0 += static_cast<int64_t>(n);
-    }
-    return w;
-  };
-  auto mat = [&](const std::string& name, uint64_t n_in, uint64_t n_out) { return stacked({{name, n_out}}, n_in); };
-  auto vec = [&](const std::string& name, uint64_t n) {
-    std::vector<float> v(n);
-    fill(v.data(), name, n, 0);
-    return v;
-  };
-  im.tok_embd.resize(V * D);
-  fill(im.tok_embd.data(), "token_embd.weight", D, V);
-  im.output_norm = vec("output_norm.weight", D);
-  if (hp.tied_output) {
-    im.output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D));
-    im.output.set_rows(0, im.tok_embd.data(), static_cast<int64_t>(V));
-  } else {
-    im.output = mat("output.weight", D, V);
-  }
-  im.layers.resize(static_cast<size_t>(hp.n_layer));
-  for (int l = 0; l < hp.n_layer; ++l) {
-    auto& L = im.layers[static_cast<size_t>(l)];
-    const std::string p = fmt::format("blk.{}.", l);
-    L.attn_norm = vec(p + "attn_norm.weight", D);
-    L.wqkv = stacked({{p + "attn_q.weight", D}, {p + "attn_k.weight", KV}, {p + "attn_v.weight", KV}}, D);
-    L.wo = mat(p + "attn_output.weight", D, D);
-    L.ffn_norm = vec(p + "ffn_norm.weight", D);
-    L.w_gate_up = stacked({{p + "ffn_gate.weight", F}, {p + "ffn_up.weight", F}}, D);
-    L.w_down = mat(p + "ffn_down.weight", F, D);
-  }
-  check_unchanged(path, *at_open, file_bytes.size());  // and after: the copy saw one version of the file
-  im.engine = std::make_unique<be::Engine>(opts.threads);
-  im.summary = summarize_gguf(f);
-  im.summary.weight_dtype = dtype_name(opts.weight_dtype);
-  im.summary.resident_bytes = im.weight_bytes + (hp.tied_output ? V * D * dtype_size(opts.weight_dtype) : 0);
-  im.summary.load_seconds = load_time.seconds();
-  return m;
-}
 
 const HParams& Model::hparams() const { return impl_->hp; }
 const Tokenizer& Model::tokenizer() const { return *impl_->tok; }
@@ -262,7 +56,8 @@ size_t Model::activation_bytes_for(int rows, int seq, bool all_logits, int64_t t
   const size_t group = static_cast<size_t>(hp.n_head / hp.n_head_kv);
   // Impl::reserve: x, xb, qkv, att, gu, hb, last; attention scores of the longest sequence;
   // the caller's logits; the last-position logits of a partial batch.
-  size_t floats = T * (D + D + (D + 2 * KV) + D + 2 * F + F) + R * D + group * S * S;
+  const size_t Q = static_cast<size_t>(impl_->q_dim());
+  size_t floats = T * (D + D + (Q + 2 * KV) + Q + 2 * F + F) + R * D + group * S * S;
   floats += all_logits ? R * S * V : 2 * R * V;
   return floats * sizeof(float) + T * 2 * sizeof(int32_t);
 }
@@ -394,7 +189,7 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
   if (T == 0) return;
   im.stats.tokens_processed += T;
 
-  const int D = hp.n_embd, HD = hp.head_dim(), KV = im.kv_dim(), F = hp.n_ff;
+  const int D = hp.n_embd, HD = hp.head_dim(), KV = im.kv_dim(), F = hp.n_ff, NQ = im.q_dim();
   const size_t n_seq = im.seq_row.size();
   im.reserve(T, n_seq);
   im.pos.resize(T);
@@ -420,16 +215,22 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
   // of how requests were batched (bit-identical for batch_size 1 vs 8).
   const bool inv = !cached;
   for (int l = 0; l < hp.n_layer; ++l) {
-    const Layer& L = im.layers[static_cast<size_t>(l)];
+    const detail::Layer& L = im.layers[static_cast<size_t>(l)];
     be::rmsnorm(x, L.attn_norm.data(), im.xb.data(), Ti, D, hp.rms_eps);
     // qkv row t: [q (n_head x HD) | k (n_head_kv x HD) | v (n_head_kv x HD)]
-    const int64_t QS = D + 2 * KV;
+    const int64_t QS = NQ + 2 * KV;
     float* q = im.qkv.data();
-    float* k = q + D;
+    float* k = q + NQ;
     float* v = k + KV;
     be::matmul(eng, im.xb.data(), Ti, L.wqkv, q, false, inv);
-    be::rope(q, Ti, hp.n_head, HD, hp.n_rot, im.pos.data(), hp.rope_freq_base, QS);
-    be::rope(k, Ti, hp.n_head_kv, HD, hp.n_rot, im.pos.data(), hp.rope_freq_base, QS);
+    if (!L.bqkv.empty()) be::add_bias(q, L.bqkv.data(), Ti, QS);
+    if (!L.q_norm.empty()) {  // per-head RMSNorm before RoPE (qwen3)
+      be::rmsnorm_heads(q, L.q_norm.data(), Ti, hp.n_head, HD, QS, hp.rms_eps);
+      be::rmsnorm_heads(k, L.k_norm.data(), Ti, hp.n_head_kv, HD, QS, hp.rms_eps);
+    }
+    be::rope(q, Ti, hp.n_head, HD, im.pos.data(), im.rope, QS);
+    be::rope(k, Ti, hp.n_head_kv, HD, im.pos.data(), im.rope, QS);
+    im.short_att.clear();
     for (size_t s = 0; s < n_seq; ++s) {
       const int r = im.seq_row[s];
       const size_t t0 = static_cast<size_t>(im.seq_start[s]);
@@ -452,14 +253,22 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
       } else {
         view = {k + t0 * QS, v + t0 * QS, QS, HD};
       }
-      be::attention(eng, q + t0 * QS, view, im.att.data() + t0 * D, n, past, hp.n_head, hp.n_head_kv, HD, QS,
-                    im.scores);
+      if (be::attention_uses_loop(n, HD))  // short blocks (decode steps): one parallel loop for all of them below
+        im.short_att.push_back({q + t0 * QS, view, im.att.data() + t0 * NQ, n, past});
+      else
+        be::attention(eng, q + t0 * QS, view, im.att.data() + t0 * NQ, n, past, hp.n_head, hp.n_head_kv, HD, QS,
+                      im.scores);
     }
+    be::attention(im.short_att, hp.n_head, hp.n_head_kv, HD, QS);
+    im.short_att.clear();
     be::matmul(eng, im.att.data(), Ti, L.wo, x, /*accumulate=*/true, inv);
+    if (!L.bo.empty()) be::add_bias(x, L.bo.data(), Ti, D);
     be::rmsnorm(x, L.ffn_norm.data(), im.xb.data(), Ti, D, hp.rms_eps);
     be::matmul(eng, im.xb.data(), Ti, L.w_gate_up, im.gu.data(), false, inv);
+    if (!L.b_gate_up.empty()) be::add_bias(im.gu.data(), L.b_gate_up.data(), Ti, 2 * F);
     be::swiglu_fused(im.gu.data(), im.hb.data(), Ti, F);
     be::matmul(eng, im.hb.data(), Ti, L.w_down, x, /*accumulate=*/true, inv);
+    if (!L.b_down.empty()) be::add_bias(x, L.b_down.data(), Ti, D);
   }
   if (cached)
     for (size_t s = 0; s < n_seq; ++s) im.n_past[static_cast<size_t>(im.seq_row[s])] += im.seq_len[s];

@@ -1,5 +1,6 @@
 #pragma once
-// Llama transformer on oneDNN with a caller-managed KV cache.
+// Llama-family transformers (llama, qwen2, qwen3: model/arch/) on oneDNN
+// with a caller-managed KV cache.
 // Cache API names and meanings follow torchtune (modules/kv_cache.py,
 // modules/common_utils.py): setup_caches, caches_are_setup,
 // caches_are_enabled, reset_caches, delete_caches, local_kv_cache,
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "model/arch/arch.hpp"
 #include "model/dequantize.hpp"
 #include "model/load_summary.hpp"
 #include "model/tokenizer.hpp"
@@ -22,29 +24,34 @@ namespace gguf {
 class File;
 }
 
-/// Llama hyper-parameters read from GGUF `llama.*` keys.
+/// Hyper-parameters read from the GGUF `{arch}.*` keys (arch =
+/// general.architecture; see model/arch/arch.hpp for the architectures).
 struct HParams {
+  std::string arch = "llama";  ///< general.architecture: llama, qwen2, qwen3
   int n_vocab = 0;        ///< tokens in the vocabulary (rows of token_embd)
-  int n_embd = 0;         ///< llama.embedding_length
-  int n_layer = 0;        ///< llama.block_count
-  int n_head = 0;         ///< llama.attention.head_count
-  int n_head_kv = 0;      ///< llama.attention.head_count_kv (GQA), default n_head
-  int n_ff = 0;           ///< llama.feed_forward_length
-  int n_ctx_train = 0;    ///< llama.context_length (positions)
-  int n_rot = 0;          ///< llama.rope.dimension_count, default head_dim
-  float rope_freq_base = 10000.0f;  ///< llama.rope.freq_base
-  float rms_eps = 1e-5f;            ///< llama.attention.layer_norm_rms_epsilon
+  int n_embd = 0;         ///< {arch}.embedding_length
+  int n_layer = 0;        ///< {arch}.block_count
+  int n_head = 0;         ///< {arch}.attention.head_count
+  int n_head_kv = 0;      ///< {arch}.attention.head_count_kv (GQA), default n_head
+  int n_ff = 0;           ///< {arch}.feed_forward_length
+  int n_ctx_train = 0;    ///< {arch}.context_length (positions)
+  /// Dimensions of one query/key/value head: {arch}.attention.key_length
+  /// (= value_length), default n_embd / n_head. 0 means n_embd / n_head.
+  int n_embd_head = 0;
+  int n_rot = 0;          ///< {arch}.rope.dimension_count, default head_dim
+  float rope_freq_base = 10000.0f;  ///< {arch}.rope.freq_base
+  /// 1 / {arch}.rope.scaling.factor for linear scaling (llama.cpp's rope_freq_scale); 1 = none.
+  float rope_freq_scale = 1.0f;
+  bool rope_freq_factors = false;   ///< rope_freqs.weight present (Llama 3.1+ frequency factors)
+  arch::RopeStyle rope_style = arch::RopeStyle::Normal;  ///< pair layout of the architecture
+  float rms_eps = 1e-5f;            ///< {arch}.attention.layer_norm_rms_epsilon
   bool tied_output = false;         ///< no `output.weight`: logits use token_embd
-  int head_dim() const { return n_embd / n_head; }
+  bool qkv_bias = false;            ///< attn_q/k/v biases present
+  bool qk_norm = false;             ///< per-head RMSNorm of Q and K (attn_q_norm, attn_k_norm)
+  int head_dim() const { return n_embd_head > 0 ? n_embd_head : n_embd / n_head; }
+  /// Width of all query heads together: rows of attn_q, columns of attn_output.
+  int n_embd_q() const { return n_head * head_dim(); }
 };
-
-/// Reads and validates the hyper-parameters of a GGUF Llama file
-/// (general.architecture must be "llama"). Every key is range-checked
-/// (integers in documented bounds; llama.rope.freq_base finite in (1, 1e12];
-/// layer_norm_rms_epsilon finite in (0, 1]; rope.dimension_count even and <=
-/// head_dim) and keys kveval does not implement (RoPE scaling, experts, key/value
-/// lengths other than head_dim) are refused. Throws FormatError "<file>: key 'K' = V ...".
-HParams read_hparams(const gguf::File& f);
 
 /// Bytes the weights of `f` will take once loaded as `dtype` (dtype_size
 /// bytes per element of every tensor, whatever its type in the file, plus the
@@ -93,16 +100,19 @@ struct ModelStats {
 
 class Model {
  public:
-  /// Loads a GGUF Llama model, dequantizing every tensor (F32, F16, BF16,
-  /// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K) to opts.weight_dtype. Throws
-  /// FormatError naming the file and the key/tensor at fault (unsupported
-  /// architecture or tensor type refused by name; non-finite weights refused
-  /// naming the tensor and the first bad element).
-  /// Hyper-parameters are checked by read_hparams. Also FormatError "file changed while loading" when the file is
-  /// truncated or rewritten during the load (checked by size and mtime before
-  /// and after copying; a SIGBUS from a truncated mapping is caught);
-  /// MemoryError when the weights (estimate_weight_bytes) exceed the memory
-  /// budget; ArgumentError for threads outside [0, kMaxThreads].
+  /// Loads a GGUF model of a supported architecture (arch::all()),
+  /// dequantizing every tensor (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+  /// Q2_K..Q6_K) to opts.weight_dtype. Throws FormatError naming the file and
+  /// the key/tensor at fault: an unsupported architecture, rope scaling type,
+  /// tensor type or mixture of experts is refused by name, so is a tensor the
+  /// architecture does not use; non-finite weights are refused naming the
+  /// tensor and the first bad element.
+  /// Hyper-parameters are range-checked by key. Also FormatError "file changed
+  /// while loading" when the file is truncated or rewritten during the load
+  /// (checked by size and mtime before and after copying; a SIGBUS from a
+  /// truncated mapping is caught); MemoryError when the weights
+  /// (estimate_weight_bytes) exceed the memory budget; ArgumentError for
+  /// threads outside [0, kMaxThreads].
   static std::unique_ptr<Model> load(const std::string& path, const ModelOptions& opts = {});
   ~Model();
 

@@ -79,14 +79,14 @@ TEST_SUITE("model.checks") {
         {"llama.rope.freq_base", test::f32_value(0.0), "key 'llama.rope.freq_base' = 0 out of range"},
         {"llama.rope.freq_base", test::f32_value(0.5), "key 'llama.rope.freq_base' = 0.5 out of range"},
         {"llama.rope.freq_base", test::f32_value(1e13), "key 'llama.rope.freq_base' = 9999999827968 out of range (1, 1000000000000]"},
-        {"llama.rope.dimension_count", Value{ValueType::UINT32, uint64_t{7}}, "key 'llama.rope.dimension_count' = 7 must be even"},
-        {"llama.rope.dimension_count", Value{ValueType::UINT32, uint64_t{16}}, "key 'llama.rope.dimension_count' = 16 out of range [2, 8]"},
-        {"llama.attention.head_count_kv", Value{ValueType::UINT32, uint64_t{3}}, "'llama.attention.head_count_kv' = 3"},
+        {"llama.rope.dimension_count", Value{ValueType::UINT32, uint64_t{7}}, "llama.rope.dimension_count 7 must be even"},
+        {"llama.rope.dimension_count", Value{ValueType::UINT32, uint64_t{16}}, "llama.rope.dimension_count 16 must be even and <= the head size 8"},
+        {"llama.attention.head_count_kv", Value{ValueType::UINT32, uint64_t{3}}, "is not a multiple of llama.attention.head_count_kv 3"},
         {"llama.context_length", Value{ValueType::UINT32, uint64_t{0}}, "key 'llama.context_length' = 0 out of range"},
-        {"llama.rope.scaling.type", Value{ValueType::STRING, std::string("linear")}, "key 'llama.rope.scaling.type' = 'linear': RoPE scaling is not supported"},
-        {"llama.rope.scale_linear", test::f32_value(4.0), "key 'llama.rope.scale_linear' = 4"},
-        {"llama.expert_count", Value{ValueType::UINT32, uint64_t{8}}, "key 'llama.expert_count' = 8"},
-        {"llama.attention.key_length", Value{ValueType::UINT32, uint64_t{16}}, "key 'llama.attention.key_length' = 16 differs"},
+        {"llama.rope.scaling.type", Value{ValueType::STRING, std::string("yarn")}, "rope scaling type 'yarn' (key 'llama.rope.scaling.type') is not supported"},
+        {"llama.rope.scale_linear", test::f32_value(1e4), "key 'llama.rope.scale_linear' = 10000 out of range"},
+        {"llama.expert_count", Value{ValueType::UINT32, uint64_t{8}}, "(llama.expert_count = 8) is not supported"},
+        {"llama.attention.key_length", Value{ValueType::UINT32, uint64_t{16}}, "llama.attention.key_length 16 differs from llama.attention.value_length 8"},
     };
     for (const auto& c : cases) {
       CAPTURE(c.key);
