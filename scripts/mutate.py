@@ -104,6 +104,27 @@ MUTATIONS = [
              "go.stop_at_eos = true;",
              "go.stop_at_eos = false;",
              "the runner turns EOS handling off"),
+    # architectures (issue 8)
+    Mutation("neox-rope-as-normal", "src/model/model_load.cpp",
+             "hp.rope_style == arch::RopeStyle::Neox};",
+             "false};",
+             "qwen2/qwen3 rotate adjacent pairs instead of (i, i + n_rot/2)"),
+    Mutation("qkv-bias-ignored", "src/model/model.cpp",
+             "if (!L.bqkv.empty()) be::add_bias(q, L.bqkv.data(), Ti, QS);",
+             "",
+             "the Q/K/V biases (qwen2) are never added"),
+    Mutation("qk-norm-ignored", "src/model/model.cpp",
+             "if (!L.q_norm.empty()) {  // per-head RMSNorm before RoPE (qwen3)",
+             "if (false) {",
+             "qwen3's per-head Q/K RMSNorm is skipped"),
+    Mutation("rope-freqs-ignored", "src/model/model_load.cpp",
+             "hp.rope_freq_factors ? im.rope_factors.data() : nullptr,",
+             "nullptr,",
+             "the rope_freqs.weight factors (Llama 3.1) are read but not applied"),
+    Mutation("rope-linear-scale-ignored", "src/model/model_load.cpp",
+             "hp.rope_freq_scale = (type == \"none\" || factor == 0.0) ? 1.0f : static_cast<float>(1.0 / factor);",
+             "hp.rope_freq_scale = 1.0f;",
+             "linear rope scaling (rope.scaling.factor) is ignored"),
 ]
 
 

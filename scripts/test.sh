@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite from a fresh machine: set-up (packages, Release build,
-# model), then ctest, then every suite and the kveval binary again under
+# The whole test suite from a fresh machine: set-up (packages installed and then
+# checked by scripts/check-packages.sh BEFORE building, Release build, model), then ctest, then every suite and the kveval binary again under
 # AddressSanitizer + UBSan (-O1, build-asan/), then the libFuzzer targets
 # (scripts/fuzz.sh, build-fuzz/) for KVEVAL_FUZZ_SECONDS each (default 60; 0 skips them).
 set -euo pipefail

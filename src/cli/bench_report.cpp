@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "util/number_format.hpp"
 #include "util/error.hpp"
 
 namespace kveval::bench {
@@ -31,11 +32,12 @@ namespace {
 nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
 
 /// Compact human formatting: integers without decimals, else 3 significant
-/// decimals for small numbers and 2 for large ones.
+/// decimals for small numbers and 2 for large ones; |v| >= 1e6 or < 1e-4 in
+/// scientific notation with 4 significant digits (format_table_number).
 std::string fmt_num(double v) {
   if (!std::isfinite(v)) return "n/a";
   const double a = std::abs(v);
-  if (a >= 1e15) return fmt::format("{:.3e}", v);
+  if (a >= 1e6 || (a > 0 && a < 1e-4)) return format_table_number(v, 4);
   if (v == std::floor(v) && a >= 1) return fmt::format("{:.0f}", v);
   if (a >= 100) return fmt::format("{:.1f}", v);
   if (a >= 1) return fmt::format("{:.2f}", v);

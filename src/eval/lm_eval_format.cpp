@@ -60,6 +60,10 @@ ojson task_config(const TaskSpec& t) {
                   {"higher_is_better", higher_is_better(m)}});
   c["metric_list"] = ml;
   c["output_type"] = to_string(t.output_type);
+  if (t.rolling_method == RollingMethod::LlamaCpp) {  // kveval's extension: llama-perplexity's chunking
+    c["rolling_method"] = "llama.cpp";
+    c["context_length"] = t.context_length;
+  }
   if (t.output_type == OutputType::GenerateUntil)
     c["generation_kwargs"] = {{"until", t.generation_kwargs.until}, {"max_gen_toks", t.generation_kwargs.max_gen_toks}};
   if (t.fewshot_sampler != "default") c["fewshot_config"] = {{"sampler", t.fewshot_sampler}};

@@ -10,6 +10,7 @@
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
+#include "util/number_format.hpp"
 
 namespace kveval::eval {
 
@@ -62,8 +63,8 @@ std::string format_metrics_table(const EvalSpec& spec, const RunResult& res) {
   std::vector<std::vector<std::string>> rows;
   for (size_t t = 0; t < spec.tasks.size() && t < res.metrics.size(); ++t) {
     for (const auto& m : res.metrics[t]) {
-      std::string val = m.value ? fmt::format("{:.4f}", *m.value) : "n/a";
-      std::string se = m.stderr_ ? fmt::format("± {:.4f}", *m.stderr_) : "";
+      std::string val = m.value ? format_table_number(*m.value, 4) : "n/a";
+      std::string se = m.stderr_ ? "± " + format_table_number(*m.stderr_, 4) : "";
       std::string note = m.value ? (m.stderr_ ? "" : m.note) : m.note;
       rows.push_back({spec.tasks[t].name, metric_key(m.name, m.filter), val, se, std::to_string(m.n), note});
     }
@@ -108,8 +109,8 @@ std::string format_phase_table(const RunResult& res) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& p : res.phases) {
     std::string tok = p.tokens > 0 ? std::to_string(p.tokens) : "-";
-    std::string tps = p.tokens > 0 && p.seconds > 0 ? fmt::format("{:.1f}", static_cast<double>(p.tokens) / p.seconds) : "-";
-    rows.push_back({p.name, fmt::format("{:.4f}", p.seconds), tok, tps});
+    std::string tps = p.tokens > 0 && p.seconds > 0 ? format_table_number(static_cast<double>(p.tokens) / p.seconds, 1) : "-";
+    rows.push_back({p.name, format_table_number(p.seconds, 4), tok, tps});
   }
   std::string out = table({"phase", "seconds", "tokens", "tokens/s"}, rows, {false, true, true, true});
   out += fmt::format("cache bytes: {} before generation, {} at setup ({} rows x {} positions), {} after teardown\n",

@@ -15,6 +15,7 @@ const char* to_string(RequestKind k) {
     case RequestKind::Loglikelihood: return "loglikelihood";
     case RequestKind::RollingWindow: return "loglikelihood_rolling";
     case RequestKind::Generate: return "generate_until";
+    case RequestKind::PerplexityChunk: return "perplexity_chunk";
   }
   return "?";
 }
@@ -51,6 +52,61 @@ std::vector<ScoreRequest> rolling_windows(std::span<const int32_t> seq, int max_
   }
   return out;
 }
+
+std::vector<ScoreRequest> llamacpp_chunks(std::span<const int32_t> seq, int n_ctx, int32_t bos) {
+  if (n_ctx < 4) throw ArgumentError(fmt::format("llama.cpp perplexity chunks need context_length >= 4, got {}", n_ctx));
+  std::vector<ScoreRequest> out;
+  const size_t n = static_cast<size_t>(n_ctx);
+  if (seq.size() < 2 * n) return out;
+  const int first = n_ctx / 2;
+  for (size_t k = 0; k < seq.size() / n; ++k) {
+    ScoreRequest r;
+    r.tokens.assign(seq.begin() + static_cast<long>(k * n), seq.begin() + static_cast<long>((k + 1) * n));
+    r.tokens[0] = bos;
+    r.score_from = first + 1;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+namespace {
+
+/// The PerplexityChunk requests of rolling task `ti` (rolling_method "llama.cpp").
+void add_llamacpp_chunks(const EvalSpec& spec, size_t ti, const Tokenizer& tok, int max_length, std::vector<Request>& out) {
+  const TaskSpec& t = spec.tasks[ti];
+  if (t.context_length > max_length)
+    throw SpecError(fmt::format("{}: tasks[{}].context_length: {} tokens per chunk do not fit max_length {}", spec.path,
+                                ti, t.context_length, max_length));
+  std::string text;
+  for (size_t di = 0; di < t.docs.size(); ++di) text += (di ? kLlamaCppDocSeparator : "") + t.docs[di].target;
+  const std::vector<int32_t> seq = tok.encode(text, true);
+  std::vector<ScoreRequest> chunks = llamacpp_chunks(seq, t.context_length, tok.bos());
+  const int first = t.context_length / 2;
+  if (chunks.empty()) {
+    Request r;
+    r.task = static_cast<int>(ti);
+    r.doc = -1;
+    r.index = 0;
+    r.kind = RequestKind::PerplexityChunk;
+    r.error = fmt::format("task {}: llama.cpp perplexity needs at least 2 x context_length = {} tokens; the {} "
+                          "document(s) joined give {}",
+                          t.name, 2 * t.context_length, t.docs.size(), seq.size());
+    out.push_back(std::move(r));
+  }
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    Request r;
+    r.task = static_cast<int>(ti);
+    r.doc = -1;
+    r.index = static_cast<int>(k);
+    r.kind = RequestKind::PerplexityChunk;
+    r.n_context_tokens = first + 1;
+    r.n_continuation_tokens = t.context_length - first - 1;
+    r.score = std::move(chunks[k]);
+    out.push_back(std::move(r));
+  }
+}
+
+}  // namespace
 
 std::vector<Request> build_requests(const EvalSpec& spec, const Tokenizer& tok, int max_length,
                                     std::vector<std::string>* warnings) {
@@ -148,6 +204,8 @@ std::vector<Request> build_requests(const EvalSpec& spec, const Tokenizer& tok, 
         }
       }
     }
+    if (t.output_type == OutputType::LoglikelihoodRolling && t.rolling_method == RollingMethod::LlamaCpp)
+      add_llamacpp_chunks(spec, ti, tok, max_length, out);
     if (n_truncated > 0)
       warn(fmt::format("task {}: {} request(s) left-truncated to fit max_length {} (BOS kept)", t.name, n_truncated,
                        max_length));

@@ -20,8 +20,9 @@ enum class RequestKind {
   Loglikelihood,  ///< log p(continuation | context); also one per multiple_choice choice
   RollingWindow,  ///< one window of a loglikelihood_rolling document
   Generate,       ///< greedy generation until a stop
+  PerplexityChunk,  ///< one llama.cpp perplexity chunk of a rolling task (doc -1, index = chunk)
 };
-/// "loglikelihood", "loglikelihood_rolling", "generate_until".
+/// "loglikelihood", "loglikelihood_rolling", "generate_until", "perplexity_chunk".
 const char* to_string(RequestKind k);
 
 /// One request. `task`/`doc` index EvalSpec::tasks / TaskSpec::docs.
@@ -63,14 +64,32 @@ EncodedPair encode_pair(const Tokenizer& tok, std::string_view context, std::str
 /// Throws ArgumentError for max_length < 2.
 std::vector<ScoreRequest> rolling_windows(std::span<const int32_t> seq, int max_length);
 
+/// llama.cpp's perplexity chunks (tools/perplexity/perplexity.cpp, perplexity()):
+/// `seq` is the whole text's tokens (BOS first); chunk k is seq[k*n_ctx, (k+1)*n_ctx)
+/// for k < seq.size() / n_ctx (a shorter tail is dropped), its first token
+/// replaced by `bos`, scored from position n_ctx/2 + 1 to the end (the logits at
+/// positions first .. n_ctx-2, first = n_ctx/2, predict tokens first+1 .. n_ctx-1:
+/// n_ctx - 1 - n_ctx/2 tokens per chunk). llama-perplexity refuses texts shorter
+/// than 2 * n_ctx tokens; so does this: it returns no chunk then.
+/// Throws ArgumentError for n_ctx < 4.
+std::vector<ScoreRequest> llamacpp_chunks(std::span<const int32_t> seq, int n_ctx, int32_t bos);
+
+/// Separator between the documents of a rolling task with rolling_method
+/// "llama.cpp": they are joined into one text, as in one file given to
+/// llama-perplexity -f (wikitext-2's test file separates articles by blank lines).
+inline constexpr const char* kLlamaCppDocSeparator = "\n\n";
+
 /// Builds every request of every task, in spec order: multiple_choice fans out
 /// into one Loglikelihood request per choice (continuation = target_delimiter +
 /// choice), loglikelihood_rolling into windows, generate_until into one
-/// Generate request. Per-request errors (zero-token continuation, empty
-/// rolling document, a continuation longer than max_length - 1) are recorded
-/// in Request::error. Contexts too long for `max_length` are left-truncated
+/// Generate request; a rolling task with rolling_method "llama.cpp" adds its
+/// PerplexityChunk requests (doc -1) after its documents' windows (which the
+/// per-document samples report). Per-request errors
+/// (zero-token continuation, empty rolling document, a continuation longer than
+/// max_length - 1, a joined text shorter than 2 * context_length tokens) are
+/// recorded in Request::error. Contexts too long for `max_length` are left-truncated
 /// (BOS kept) and a warning is appended to `warnings`. Throws SpecError when a
-/// task's max_gen_toks >= max_length.
+/// task's max_gen_toks >= max_length or its context_length > max_length.
 std::vector<Request> build_requests(const EvalSpec& spec, const Tokenizer& tok, int max_length,
                                     std::vector<std::string>* warnings);
 

@@ -109,7 +109,7 @@ class Reader {
   size_t pos_ = 0;
 };
 
-constexpr uint64_t kMagic = 0x3176707261726b76ULL;  // "vkraprv1": version of this format
+constexpr uint64_t kMagic = 0x3276707261726b76ULL;  // "vkraprv2": version of this format (v2: outcome errors)
 
 }  // namespace
 
@@ -121,12 +121,14 @@ std::string encode_rank_report(const RankReport& r) {
     w.u64(i);
     w.u64(o.ran ? 1 : 0);
     w.f64(o.logprob);
+    w.f64(o.logprob_sq);
     w.u64(o.is_greedy ? 1 : 0);
     w.u64(static_cast<uint64_t>(static_cast<int64_t>(o.tokens)));
     w.u64(o.output_ids.size());
     for (int32_t id : o.output_ids) w.u64(static_cast<uint64_t>(static_cast<int64_t>(id)));
     w.str(o.output);
     w.str(o.stop_reason);
+    w.str(o.error);
   }
   w.u64(r.phases.size());
   for (const Phase& p : r.phases) {
@@ -152,6 +154,7 @@ RankReport decode_rank_report(const std::string& bytes) {
     RequestOutcome o;
     o.ran = rd.u64() != 0;
     o.logprob = rd.f64();
+    o.logprob_sq = rd.f64();
     o.is_greedy = rd.u64() != 0;
     o.tokens = static_cast<int>(static_cast<int64_t>(rd.u64()));
     size_t m = rd.count(8);
@@ -159,6 +162,7 @@ RankReport decode_rank_report(const std::string& bytes) {
     for (size_t j = 0; j < m; ++j) o.output_ids.push_back(static_cast<int32_t>(static_cast<int64_t>(rd.u64())));
     o.output = rd.str();
     o.stop_reason = rd.str();
+    o.error = rd.str();
     r.outcomes.emplace_back(i, std::move(o));
   }
   size_t np = rd.count(3 * 8);

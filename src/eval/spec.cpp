@@ -164,12 +164,34 @@ void parse_lm_eval_extras(TaskSpec& t, const json& tj, const Where& w) {
   }
 }
 
+/// `rolling_method` ("lm-eval" default, "llama.cpp") and `context_length`
+/// (required with "llama.cpp", refused otherwise); rolling tasks only.
+void parse_rolling_method(const json& tj, const Where& w, TaskSpec& t) {
+  const bool rolling = t.output_type == OutputType::LoglikelihoodRolling;
+  if (tj.contains("rolling_method")) {
+    Where rw = w.key("rolling_method");
+    if (!rolling) rw.fail(fmt::format("only loglikelihood_rolling tasks take a rolling_method (this task is {})",
+                                      to_string(t.output_type)));
+    const std::string m = expect_string(tj["rolling_method"], rw);
+    if (m == "llama.cpp") t.rolling_method = RollingMethod::LlamaCpp;
+    else if (m != "lm-eval") rw.fail(fmt::format("unknown rolling_method \"{}\"; expected \"lm-eval\" or \"llama.cpp\"", m));
+  }
+  if (t.rolling_method == RollingMethod::LlamaCpp) {
+    if (!tj.contains("context_length"))
+      w.fail("rolling_method \"llama.cpp\" needs 'context_length' (tokens per chunk, llama-perplexity's -c)");
+    // >= 4: llama.cpp scores tokens first+1 .. n_ctx-1 of each chunk, first = n_ctx/2
+    t.context_length = static_cast<int>(expect_int(tj["context_length"], w.key("context_length"), 4, 1 << 24));
+  } else if (tj.contains("context_length")) {
+    w.key("context_length").fail("only rolling_method \"llama.cpp\" takes a context_length");
+  }
+}
+
 TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec) {
   expect_object(tj, w);
   static const std::vector<std::string> keys = {
       "name", "output_type", "dataset_path", "docs", "doc_to_text", "doc_to_target", "doc_to_choice",
       "target_delimiter", "description", "generation_kwargs", "metric_list", "num_fewshot", "fewshot_split",
-      "fewshot_delimiter", "fewshot_config", "filter_list", "metadata", "limit"};
+      "fewshot_delimiter", "fewshot_config", "filter_list", "metadata", "limit", "rolling_method", "context_length"};
   check_keys(tj, w, keys);
   TaskSpec t;
   if (!tj.contains("name")) w.fail("missing required key 'name'");
@@ -222,6 +244,9 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
     std::string p = expect_path(tj["fewshot_split"], w.key("fewshot_split"));
     t.fewshot_split = resolve_path(base_dir, p);
   }
+  parse_rolling_method(tj, w, t);
+  if (t.context_length > 0 && spec.max_length && t.context_length > *spec.max_length)
+    w.key("context_length").fail(fmt::format("{} tokens per chunk do not fit max_length {}", t.context_length, *spec.max_length));
 
   // required mappings per output type
   switch (t.output_type) {
@@ -287,7 +312,8 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
     Where mw = w.key("metric_list");
     const json& ml = tj["metric_list"];
     if (!ml.is_array()) mw.fail(fmt::format("expected a list, got {}", json_excerpt(ml)));
-    const auto& allowed = metrics_for(t.output_type);
+    std::vector<std::string> allowed = metrics_for(t.output_type);
+    if (t.rolling_method == RollingMethod::LlamaCpp) allowed.push_back(kPerplexityLlamaCpp);
     for (size_t i = 0; i < ml.size(); ++i) {
       Where iw = mw.index(i);
       std::string name;
@@ -300,6 +326,9 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
       } else {
         name = expect_string(ml[i], iw);
       }
+      if (name == kPerplexityLlamaCpp && t.rolling_method != RollingMethod::LlamaCpp)
+        iw.fail(fmt::format("metric \"{}\" needs \"rolling_method\": \"llama.cpp\" and \"context_length\" "
+                            "on a loglikelihood_rolling task", name));
       if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
         std::string list;
         for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
@@ -312,6 +341,7 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
     if (t.metric_list.empty()) mw.fail("empty metric list");
   } else {
     t.metric_list = default_metrics_for(t.output_type);
+    if (t.rolling_method == RollingMethod::LlamaCpp) t.metric_list.push_back(kPerplexityLlamaCpp);
   }
 
   validate_filters(t, w.text());

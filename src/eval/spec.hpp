@@ -64,6 +64,16 @@ struct FilterPipeline {
   std::vector<FilterStep> steps;
 };
 
+/// How a loglikelihood_rolling task scores its text.
+/// - LmEval: each document on its own, every token once with as much left
+///   context as fits max_length (lm-eval's rolling windows).
+/// - LlamaCpp: additionally, the documents joined by "\n\n" are tokenized once
+///   (BOS first) and scored as llama.cpp's `llama-perplexity` does
+///   (tools/perplexity/perplexity.cpp perplexity()): chunks of context_length
+///   tokens, the first token of each chunk replaced by BOS, only the second
+///   half of each chunk scored; reported as metric `perplexity_llamacpp`.
+enum class RollingMethod { LmEval, LlamaCpp };
+
 /// One task of the spec, validated, with its documents rendered.
 struct TaskSpec {
   std::string name;
@@ -88,6 +98,8 @@ struct TaskSpec {
   /// target alone (false; lm-eval's construct_requests, used for lm-eval YAML tasks).
   bool loglikelihood_delimiter = true;
   std::optional<int> limit;          ///< task-level limit (overrides the spec's)
+  RollingMethod rolling_method = RollingMethod::LmEval;  ///< `rolling_method`: "lm-eval" or "llama.cpp"
+  int context_length = 0;            ///< `context_length` (tokens per llama.cpp chunk, >= 4); 0 unless LlamaCpp
   int n_docs_total = 0;              ///< documents in the data before `limit`
   std::vector<Doc> docs;             ///< rendered documents (after `limit`)
 };
@@ -114,6 +126,8 @@ const std::vector<std::string>& metrics_for(OutputType t);
 /// bits_per_byte; generate_until exact_match. (acc_bytes and token_perplexity
 /// only when listed.)
 const std::vector<std::string>& default_metrics_for(OutputType t);
+/// The metric of rolling_method "llama.cpp": llama-perplexity's chunked perplexity.
+inline constexpr const char* kPerplexityLlamaCpp = "perplexity_llamacpp";
 
 /// Reads, validates and renders the spec at `path` and every data file it names.
 /// Relative paths (model, dataset_path, fewshot_split) are relative to the

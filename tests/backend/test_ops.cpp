@@ -65,7 +65,7 @@ TEST_SUITE("backend.ops") {
     Engine eng(2);
     struct Shape { int64_t m, n, k; };
     for (Shape s : {Shape{1, 64, 64}, Shape{7, 172, 64}, Shape{33, 64, 172}, Shape{200, 512, 64}, Shape{5, 13, 17},
-                    Shape{1, 2048, 768}, Shape{3, 1024, 40}, Shape{40, 1024, 40}}) {
+                    Shape{1, 2048, 768}, Shape{3, 1024, 40}, Shape{40, 1024, 40}, Shape{16, 2048, 24}}) {
       CAPTURE(s.m); CAPTURE(s.n); CAPTURE(s.k);
       auto x = randv(static_cast<size_t>(s.m * s.k), 1);
       auto w = randv(static_cast<size_t>(s.n * s.k), 2);
@@ -259,6 +259,42 @@ TEST_SUITE("backend.ops") {
       attention(q.data(), KvView{kp.data(), vp.data(), n_kv * hd, hd}, out2.data(), nq, past, n_head, n_kv, hd);
       for (size_t i = 0; i < out.size(); ++i) CHECK(out2[i] == out[i]);
     }
+  }
+
+  TEST_CASE("attention over several sequences in one loop: naive values, bit-identical to one call per sequence") {
+    // A decode step of 5 rows with their own caches (different lengths, one row
+    // with 3 queries, one with none), GQA 6/2 heads of 8, strided queries.
+    const int64_t n_head = 6, n_kv = 2, hd = 8, qs = n_head * hd + 2 * n_kv * hd;
+    const std::vector<std::pair<int64_t, int64_t>> rows = {{0, 1}, {17, 1}, {4, 3}, {40, 1}, {9, 0}};  // (past, n_q)
+    std::vector<std::vector<float>> q, k, v, out, single;
+    std::vector<int64_t> caps;
+    std::vector<AttentionSeq> seqs;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const auto [past, nq] = rows[r];
+      const int64_t cap = past + nq + 2;
+      caps.push_back(cap);
+      q.push_back(randv(size_t(std::max<int64_t>(nq, 1) * qs), 41 + uint32_t(r), 2.0f));
+      k.push_back(randv(size_t(n_kv * cap * hd), 51 + uint32_t(r), 2.0f));
+      v.push_back(randv(size_t(n_kv * cap * hd), 61 + uint32_t(r), 2.0f));
+      out.emplace_back(size_t(std::max<int64_t>(nq, 1) * n_head * hd), -7.0f);
+      single.emplace_back(out.back().size(), -7.0f);
+    }
+    for (size_t r = 0; r < rows.size(); ++r)
+      seqs.push_back({q[r].data(), KvView{k[r].data(), v[r].data(), hd, caps[r] * hd}, out[r].data(), rows[r].second,
+                      rows[r].first});
+    attention(seqs, n_head, n_kv, hd, qs);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const auto [past, nq] = rows[r];
+      CAPTURE(r);
+      if (nq == 0) {  // no queries: output untouched
+        CHECK(out[r][0] == -7.0f);
+        continue;
+      }
+      attention(q[r].data(), seqs[r].kv, single[r].data(), nq, past, n_head, n_kv, hd, qs);
+      for (size_t i = 0; i < out[r].size(); ++i) REQUIRE(out[r][i] == single[r][i]);
+      check_close(out[r], naive_attention(q[r], qs, k[r], v[r], caps[r], nq, past, n_head, n_kv, hd), 1e-5);
+    }
+    attention(std::span<const AttentionSeq>{}, n_head, n_kv, hd, qs);  // no sequences: nothing to do
   }
 
   TEST_CASE("attention through oneDNN batched matmuls matches naive (long blocks, GQA, odd sizes, both layouts)") {

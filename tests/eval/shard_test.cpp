@@ -63,6 +63,7 @@ TEST_SUITE("shard") {
     RequestOutcome b;
     b.ran = true;
     b.logprob = std::nextafter(-12.5, 0.0);
+    b.logprob_sq = 78.125;
     b.tokens = 3;
     b.output_ids = {5, -1, 2147483647};
     b.output = std::string("a\0b\xff", 4);
@@ -80,6 +81,7 @@ TEST_SUITE("shard") {
     CHECK(std::signbit(d.outcomes[0].second.logprob));
     CHECK(d.outcomes[0].second.is_greedy);
     CHECK(d.outcomes[1].second.logprob == b.logprob);
+    CHECK(d.outcomes[1].second.logprob_sq == 78.125);
     CHECK(d.outcomes[1].second.output_ids == b.output_ids);
     CHECK(d.outcomes[1].second.output == b.output);
     CHECK(d.outcomes[1].second.stop_reason == "until");
