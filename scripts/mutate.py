@@ -2,7 +2,7 @@
 """Mutation check of the test suite: small deliberate bugs, one at a time.
 
 Copies the working tree (tracked and untracked, not ignored files) to a
-scratch directory outside the repository, builds it once (Release, ccache)
+scratch directory outside the repository, builds it once (Release; through ccache when installed)
 and runs ctest as a baseline that must pass; then, for each mutation: patches
 one exact snippet of one source file (failing loudly when the snippet is not
 found exactly once), rebuilds incrementally, runs every ctest test, records
@@ -201,7 +201,8 @@ def main():
         copy_tree(scratch)
         build = os.path.join(scratch, "build")
         configure = ["cmake", "-S", scratch, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
-                     "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache", f"-DKVEVAL_TEST_MODEL={model}",
+                     *(["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"] if shutil.which("ccache") else []),
+                     f"-DKVEVAL_TEST_MODEL={model}",
                      f"-DKVEVAL_TEST_SHARED={os.path.join(os.path.dirname(ROOT), 'shared')}"]
         build_cmd = ["cmake", "--build", build, "-j", str(a.jobs)]
         test_cmd = ["ctest", "--test-dir", build, "-j", str(a.jobs), "--output-on-failure", "--timeout", "300"]
