@@ -606,6 +606,7 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
   rep.meta["options"] = opts;
   for (int t : o.threads) {
     ModelOptions mo;
+    mo.hash = false;
     mo.threads = t;
     auto model = Model::load(o.model_path, mo);
     const HParams& hp = model->hparams();

@@ -109,7 +109,7 @@ class Reader {
   size_t pos_ = 0;
 };
 
-constexpr uint64_t kMagic = 0x3276707261726b76ULL;  // "vkraprv2": version of this format
+constexpr uint64_t kMagic = 0x3276707261726b76ULL;  // "vkraprv2": version of this format (v2: outcome errors)
 
 }  // namespace
 

@@ -15,7 +15,12 @@ double token_logprob(std::span<const float> logits, int32_t token) {
   if (token < 0 || static_cast<size_t>(token) >= logits.size())
     throw ArgumentError(fmt::format("token_logprob: token {} outside [0, {})", token, logits.size()));
   float mx = -std::numeric_limits<float>::infinity();
-  for (float v : logits) mx = std::max(mx, v);
+  bool finite = true;
+  for (float v : logits) {
+    mx = std::max(mx, v);
+    finite &= std::isfinite(v);
+  }
+  if (!finite) return std::numeric_limits<double>::quiet_NaN();
   // exp in float (each term has relative error ~1e-7), summed in double: the
   // log-sum-exp is exact to ~1e-7 nats, 3x cheaper than double exp over 32000 logits.
   double sum = 0.0;
@@ -77,7 +82,12 @@ std::vector<ScoreResult> score(Model& model, std::span<const ScoreRequest> reque
       ScoreResult& res = out[b0 + static_cast<size_t>(j)];
       for (size_t p = static_cast<size_t>(r.score_from); p < r.tokens.size(); ++p) {
         std::span<const float> row(logits.data() + (static_cast<size_t>(j) * seq + p - 1) * V, V);
-        res.logprobs.push_back(token_logprob(row, r.tokens[p]));
+        const double lp = token_logprob(row, r.tokens[p]);
+        if (!std::isfinite(lp)) {  // an overflowed forward pass: this request fails, never scores
+          res.nonfinite_at = static_cast<int>(p);
+          break;
+        }
+        res.logprobs.push_back(lp);
         res.is_greedy.push_back(argmax(row) == r.tokens[p] ? 1 : 0);
       }
     }
@@ -104,7 +114,7 @@ void check_prompts(const std::vector<std::vector<int32_t>>& prompts, const Gener
 
 /// Chooses the greedy token of prompt `i` from its next-token `logits` [V],
 /// records it in `g` and decides whether the prompt stops (sets g.reason);
-/// returns true when it does. Non-finite logits stop it with StopReason::Error
+/// returns true when it does. Non-finite logits stop it with StopReason::NonFinite
 /// and no token.
 bool take_token(const Tokenizer& tok, const GenerateOptions& opts, size_t i, std::span<const float> logits,
                 int capacity, Generation& g, GenerateTiming* timing) {
@@ -124,8 +134,7 @@ bool take_token(const Tokenizer& tok, const GenerateOptions& opts, size_t i, std
   const int32_t t = finite ? static_cast<int32_t>(std::find(p, p + n, mx) - p) : 0;
   const double lp = finite && opts.logprobs ? token_logprob(logits, t) : 0.0;
   if (!finite) {
-    g.reason = StopReason::Error;
-    g.error = fmt::format("non-finite logits (NaN or Inf) for generated token {}", g.ids.size() + 1);
+    g.reason = StopReason::NonFinite;
     return true;
   }
   g.ids.push_back(t);
