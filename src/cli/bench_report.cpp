@@ -73,6 +73,7 @@ nlohmann::json row_to_json(const Row& r) {
       {"stddev", number(r.value.stddev)}, {"mean", number(r.value.mean)}, {"min", number(r.value.min)},
       {"max", number(r.value.max)}, {"n", r.value.n},
   };
+  if (!r.dtype.empty()) j["dtype"] = r.dtype;
   for (const auto& f : r.fields) j[f.first] = number(f.second);
   return j;
 }
@@ -120,6 +121,7 @@ std::string to_markdown(const Report& rep) {
     out += "\n";
     for (const Row* r : rows) {
       std::string name = r->name;
+      if (!r->dtype.empty()) name += " " + r->dtype;
       if (r->positions > 0 && r->test != "pp" && r->test != "tg") name += fmt::format(" @{}", r->positions);
       if (r->n_prompt > 0 && (r->test == "tg" || r->test == "tg-nocache" || r->test == "speedup" || r->test == "switch"))
         name += fmt::format(" (p{})", r->n_prompt);

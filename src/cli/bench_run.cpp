@@ -90,6 +90,7 @@ struct Ctx {
     r.test = test;
     r.name = name;
     r.threads = threads;
+    r.dtype = to_string(model.dtype());
     return r;
   }
   void note(const std::string& n) {
@@ -600,10 +601,16 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
   opts["cache_shapes"] = nlohmann::json::array();
   for (const auto& s : o.cache_shapes) opts["cache_shapes"].push_back({s[0], s[1]});
   rep.meta["options"] = opts;
-  for (int t : o.threads) {
+  std::vector<ComputeDtype> dtypes;
+  for (const auto& d : o.dtypes) dtypes.push_back(parse_compute_dtype(d, "--dtype"));
+  if (dtypes.empty()) dtypes.push_back(ComputeDtype::Auto);
+  for (int t : o.threads)
+  for (ComputeDtype dt : dtypes) {
     ModelOptions mo;
     mo.threads = t;
+    mo.dtype = dt;
     auto model = Model::load(o.model_path, mo);
+    if (progress) progress(fmt::format("[t={}] dtype {}", t, model->dtype_note()));
     const HParams& hp = model->hparams();
     if (!rep.meta.contains("model")) {
       const LoadSummary& ls = model->load_summary();

@@ -25,6 +25,7 @@ const std::vector<std::string>& test_names();
 struct Options {
   std::string model_path;
   std::vector<int> threads;                 ///< thread counts (one model load each)
+  std::vector<std::string> dtypes = {"auto"};  ///< compute dtypes (f32, bf16, auto; one model load each)
   std::vector<int> batches = {1};           ///< rows per forward (pp, tg, tg-nocache, ll)
   std::vector<int> n_prompt = {64, 512};    ///< pp: prompt tokens per row
   std::vector<int> n_gen = {16, 64, 256};   ///< tg/tg-nocache: generated tokens per row

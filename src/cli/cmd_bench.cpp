@@ -48,6 +48,8 @@ void add_bench_command(CLI::App& app, Action& action) {
                "machine's roofline (stream bandwidth, oneDNN sgemm)");
   sub->add_option("-m,--model", st->o.model_path, "GGUF model")->required();
   sub->add_option("-t,--threads", st->o.threads, "thread counts, comma-separated (default: all cores)")->delimiter(',');
+  sub->add_option("--dtype", st->o.dtypes, "compute dtypes, comma-separated: f32, bf16, auto (default auto)")
+      ->delimiter(',')->capture_default_str();
   sub->add_option("-b,--batch-size", st->o.batches, "rows per forward, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("-p,--n-prompt", st->o.n_prompt, "pp: prompt tokens, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("-n,--n-gen", st->o.n_gen, "tg/tg-nocache: generated tokens, comma-separated")->delimiter(',')->capture_default_str();

@@ -45,6 +45,7 @@ struct RunResult {
   std::string model_path;
   LoadSummary load;                      ///< the model's load summary (Model::load_summary())
   int threads = 0;                       ///< compute threads of the model
+  std::string dtype;                     ///< resolved compute dtype of the model ("f32" or "bf16")
   int max_length = 0;                    ///< resolved context window (tokens)
   int batch_size = 1;
   std::vector<Request> requests;         ///< every request, in spec order

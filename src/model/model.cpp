@@ -29,6 +29,27 @@ const char* to_string(StopReason r) {
 
 const char* to_string(CachePolicy p) { return p == CachePolicy::Release ? "release" : "reuse"; }
 
+const char* to_string(ComputeDtype d) {
+  switch (d) {
+    case ComputeDtype::F32: return "f32";
+    case ComputeDtype::BF16: return "bf16";
+    case ComputeDtype::Auto: return "auto";
+  }
+  return "?";
+}
+
+ComputeDtype parse_compute_dtype(const std::string& s, const std::string& what) {
+  if (s == "f32") return ComputeDtype::F32;
+  if (s == "bf16") return ComputeDtype::BF16;
+  if (s == "auto") return ComputeDtype::Auto;
+  throw ArgumentError(fmt::format("{} '{}': expected 'f32', 'bf16' or 'auto'", what, s));
+}
+
+ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32) {
+  if (requested != ComputeDtype::Auto) return requested;
+  return cpu_bf16 && !file_f32 ? ComputeDtype::BF16 : ComputeDtype::F32;
+}
+
 CachePolicy parse_cache_policy(const std::string& s) {
   if (s == "release") return CachePolicy::Release;
   if (s == "reuse") return CachePolicy::Reuse;
@@ -62,6 +83,8 @@ struct Model::Impl {
   std::vector<Layer> layers;
   size_t weight_bytes = 0;
   LoadSummary summary;
+  ComputeDtype dtype = ComputeDtype::F32;
+  std::string dtype_note;
 
   // ---- KV cache: K and V [n_layer][batch][n_kv_head][cap][head_dim] ----
   std::unique_ptr<float, FreeDeleter> k_cache, v_cache;
@@ -152,30 +175,46 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
     throw FormatError(fmt::format("{}: tokenizer has {} tokens but token_embd.weight has {} rows", path,
                                   im.tok->n_vocab(), hp.n_vocab));
 
+  bool file_f32 = true;
+  for (const auto& t : f.tensors())
+    if (t.dims.size() >= 2 && t.type != gguf::TensorType::F32) file_f32 = false;
+  const bool cpu_bf16 = be::cpu_has_bf16();
+  im.dtype = resolve_dtype(opts.dtype, cpu_bf16, file_f32);
+  im.dtype_note = fmt::format("{} -> {} (file {}, oneDNN ISA {}{})", to_string(opts.dtype), to_string(im.dtype),
+                              file_f32 ? "F32" : "not F32", be::cpu_isa_name(), cpu_bf16 ? ", bf16" : ", no bf16");
+  const be::Dtype wdt = im.dtype == ComputeDtype::BF16 ? be::Dtype::BF16 : be::Dtype::F32;
+  const DType mat_dtype = im.dtype == ComputeDtype::BF16 ? DType::BF16 : DType::F32;  // matrices in memory
   const uint64_t D = hp.n_embd, F = hp.n_ff, V = hp.n_vocab, KV = static_cast<uint64_t>(im.kv_dim());
-  // Converts tensor `name` (ggml dims {n_in, n_out}, any supported type) into dst ([n_out, n_in]).
-  auto fill = [&](float* dst, const std::string& name, uint64_t n_in, uint64_t n_out) {
+  // Converts tensor `name` (ggml dims {n_in, n_out}, any supported type) into dst ([n_out, n_in]) as `dt`.
+  auto fill = [&](void* dst, const std::string& name, uint64_t n_in, uint64_t n_out, DType dt) {
     const gguf::TensorInfo& t = f.tensor(name);
     const bool ok = n_out == 0 ? (t.dims.size() == 1 && t.dims[0] == n_in)
                                : (t.dims.size() == 2 && t.dims[0] == n_in && t.dims[1] == n_out);
     if (!ok)
       throw FormatError(fmt::format("{}: tensor '{}' has shape [{}], expected [{}]", path, name, fmt::join(t.dims, ", "),
                                     n_out == 0 ? fmt::format("{}", n_in) : fmt::format("{}, {}", n_in, n_out)));
-    dequantize_rows(f, t, 0, t.n_rows(), opts.weight_dtype, dst, {opts.check_finite, opts.threads});
-    im.weight_bytes += t.n_elements * dtype_size(opts.weight_dtype);
+    dequantize_rows(f, t, 0, t.n_rows(), dt, dst, {opts.check_finite, opts.threads});
+    im.weight_bytes += t.n_elements * dtype_size(dt);
   };
   // One weight from several tensors stacked along n_out (fused projections),
-  // each transposed once into the matmul layout.
-  std::vector<float> rows;
+  // each converted to the matrix dtype and transposed once into the matmul layout.
+  std::vector<float> rows;      // F32 matrices
+  std::vector<uint16_t> rows16;  // BF16 matrices
   auto stacked = [&](std::initializer_list<std::pair<std::string, uint64_t>> parts, uint64_t n_in) {
     uint64_t n_out = 0;
     for (const auto& p : parts) n_out += p.second;
-    be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in));
+    be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in), wdt);
     int64_t row0 = 0;
     for (const auto& [name, n] : parts) {
-      rows.resize(n * n_in);
-      fill(rows.data(), name, n_in, n);
-      w.set_rows(row0, rows.data(), static_cast<int64_t>(n));
+      if (mat_dtype == DType::BF16) {
+        rows16.resize(n * n_in);
+        fill(rows16.data(), name, n_in, n, mat_dtype);
+        w.set_rows_bf16(row0, rows16.data(), static_cast<int64_t>(n));
+      } else {
+        rows.resize(n * n_in);
+        fill(rows.data(), name, n_in, n, mat_dtype);
+        w.set_rows(row0, rows.data(), static_cast<int64_t>(n));
+      }
       row0 += static_cast<int64_t>(n);
     }
     return w;
@@ -183,15 +222,15 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   auto mat = [&](const std::string& name, uint64_t n_in, uint64_t n_out) { return stacked({{name, n_out}}, n_in); };
   auto vec = [&](const std::string& name, uint64_t n) {
     std::vector<float> v(n);
-    fill(v.data(), name, n, 0);
+    fill(v.data(), name, n, 0, DType::F32);
     return v;
   };
   im.tok_embd.resize(V * D);
-  fill(im.tok_embd.data(), "token_embd.weight", D, V);
+  fill(im.tok_embd.data(), "token_embd.weight", D, V, DType::F32);  // embedding rows are read in F32
   im.output_norm = vec("output_norm.weight", D);
   hp.tied_output = f.find_tensor("output.weight") == nullptr;
   if (hp.tied_output) {
-    im.output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D));
+    im.output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D), wdt);
     im.output.set_rows(0, im.tok_embd.data(), static_cast<int64_t>(V));
   } else {
     im.output = mat("output.weight", D, V);
@@ -209,8 +248,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   }
   im.engine = std::make_unique<be::Engine>(opts.threads);
   im.summary = summarize_gguf(f);
-  im.summary.weight_dtype = dtype_name(opts.weight_dtype);
-  im.summary.resident_bytes = im.weight_bytes + (hp.tied_output ? V * D * dtype_size(opts.weight_dtype) : 0);
+  // weight_bytes: matrices in mat_dtype, token_embd and norms F32; a tied output adds its copy.
+  im.summary.weight_dtype = dtype_name(mat_dtype);
+  im.summary.resident_bytes = im.weight_bytes + (hp.tied_output ? V * D * dtype_size(mat_dtype) : 0);
   im.summary.load_seconds = load_time.seconds();
   return m;
 }
@@ -223,6 +263,9 @@ size_t Model::weight_bytes() const { return impl_->weight_bytes; }
 const LoadSummary& Model::load_summary() const { return impl_->summary; }
 const ModelStats& Model::stats() const { return impl_->stats; }
 uint64_t Model::primitives_created() const { return impl_->engine->primitives_created(); }
+uint64_t Model::backend_allocations() const { return impl_->engine->buffer_allocations(); }
+ComputeDtype Model::dtype() const { return impl_->dtype; }
+const std::string& Model::dtype_note() const { return impl_->dtype_note; }
 
 // ---- KV cache ---------------------------------------------------------------
 
