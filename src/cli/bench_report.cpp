@@ -109,6 +109,9 @@ std::string to_markdown(const Report& rep) {
   std::vector<std::string> tests;
   for (const auto& r : rep.rows)
     if (std::find(tests.begin(), tests.end(), r.test) == tests.end()) tests.push_back(r.test);
+  bool several_dtypes = false;  // the name shows the dtype when the report compares dtypes
+  for (const auto& r : rep.rows)
+    if (!r.dtype.empty() && r.dtype != rep.rows.front().dtype) several_dtypes = true;
   for (const auto& t : tests) {
     std::vector<const Row*> rows;
     for (const auto& r : rep.rows)
@@ -121,7 +124,7 @@ std::string to_markdown(const Report& rep) {
     out += "\n";
     for (const Row* r : rows) {
       std::string name = r->name;
-      if (!r->dtype.empty()) name += " " + r->dtype;
+      if (several_dtypes && !r->dtype.empty()) name += " " + r->dtype;
       if (r->positions > 0 && r->test != "pp" && r->test != "tg") name += fmt::format(" @{}", r->positions);
       if (r->n_prompt > 0 && (r->test == "tg" || r->test == "tg-nocache" || r->test == "speedup" || r->test == "switch"))
         name += fmt::format(" (p{})", r->n_prompt);
