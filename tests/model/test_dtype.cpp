@@ -40,7 +40,7 @@ TEST_SUITE("model.dtype") {
                          ArgumentError);
   }
 
-  TEST_CASE("an F32 file loads in f32 under auto; bf16 halves the matrix bytes") {
+  TEST_CASE("an F32 file loads in f32 under auto; bf16 halves the matrix bytes" * kveval::test::needs_model()) {
     auto f = Model::load(test::model_path(), {.threads = 1, .dtype = ComputeDtype::Auto});
     CHECK(f->dtype() == ComputeDtype::F32);
     auto b = Model::load(test::model_path(), {.threads = 1, .dtype = ComputeDtype::BF16});
@@ -73,7 +73,7 @@ TEST_SUITE("model.dtype") {
     CHECK(diff > 0);  // bf16 really computed in reduced precision
   }
 
-  TEST_CASE("a warm decode step creates no primitive and allocates nothing (f32 and bf16)") {
+  TEST_CASE("a warm decode step creates no primitive and allocates nothing (f32 and bf16)" * kveval::test::needs_model()) {
     for (ComputeDtype dt : {ComputeDtype::F32, ComputeDtype::BF16}) {
       CAPTURE(to_string(dt));
       auto m = Model::load(test::model_path(), {.threads = 2, .dtype = dt});
