@@ -79,6 +79,22 @@ bool cpu_has_bf16() {
   return i == dnnl::cpu_isa::avx512_core_bf16 || i == dnnl::cpu_isa::avx512_core_amx;
 }
 
+bool bf16_matmul_available() {
+  static const bool ok = [] {
+    try {
+      using dt = dnnl::memory::data_type;
+      using tag = dnnl::memory::format_tag;
+      dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+      dnnl::memory::desc a({16, 32}, dt::bf16, tag::ab), b({32, 16}, dt::bf16, tag::ab), c({16, 16}, dt::f32, tag::ab);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), eng);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return ok;
+}
+
 float* alloc_floats(size_t n) {
   constexpr size_t kHuge = size_t(2) << 20;
   size_t bytes = std::max<size_t>(64, (n * sizeof(float) + 63) / 64 * 64);

@@ -37,6 +37,10 @@ const char* cpu_isa_name();
 /// True when oneDNN's effective ISA has native bf16 dot products
 /// (>= avx512_core_bf16: AVX512-BF16 or AMX).
 bool cpu_has_bf16();
+/// True when oneDNN can create a bf16 x bf16 -> f32 matmul on this CPU: native
+/// on avx512_core_bf16/amx, emulated on avx512_core; false on AVX2 and older
+/// (oneDNN 2.6 has no bf16 matmul there). Probed once.
+bool bf16_matmul_available();
 
 /// Allocates `n` floats, not zeroed, 64-byte aligned; from 2 MiB up the block
 /// is 2 MiB aligned and transparent huge pages are advised (fewer page faults

@@ -50,6 +50,7 @@ void add_generate_command(CLI::App& app, Action& action) {
         throw ArgumentError(fmt::format("--prompt has {} tokens (BOS included); the context holds {} (--max-length)",
                                         prompt.size(), max_length));
       fmt::print(stderr, "kveval: {}\n", format_load_summary(model->load_summary()));
+      fmt::print(stderr, "kveval: compute dtype {}\n", model->dtype_note());
       // The cache holds what this generation can use, never more than the context.
       const int ctx = static_cast<int>(std::min<int64_t>(max_length, static_cast<int64_t>(prompt.size()) + o->max_gen_toks));
       IncrementalDetokenizer detok(model->tokenizer());

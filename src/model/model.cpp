@@ -182,6 +182,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   im.dtype = resolve_dtype(opts.dtype, cpu_bf16, file_f32);
   im.dtype_note = fmt::format("{} -> {} (file {}, oneDNN ISA {}{})", to_string(opts.dtype), to_string(im.dtype),
                               file_f32 ? "F32" : "not F32", be::cpu_isa_name(), cpu_bf16 ? ", bf16" : ", no bf16");
+  if (im.dtype == ComputeDtype::BF16 && !be::bf16_matmul_available())
+    throw ArgumentError(fmt::format("{}: dtype bf16: oneDNN has no bf16 matmul on this CPU (ISA {}); use f32 or auto",
+                                    path, be::cpu_isa_name()));
   const be::Dtype wdt = im.dtype == ComputeDtype::BF16 ? be::Dtype::BF16 : be::Dtype::F32;
   const DType mat_dtype = im.dtype == ComputeDtype::BF16 ? DType::BF16 : DType::F32;  // matrices in memory
   const uint64_t D = hp.n_embd, F = hp.n_ff, V = hp.n_vocab, KV = static_cast<uint64_t>(im.kv_dim());

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../eval/eval_test_util.hpp"
+#include "backend/backend.hpp"
 #include "test_support.hpp"
 
 using kveval::test::TempDir;
@@ -54,6 +55,10 @@ size_t lines(const std::string& s) {
 
 TEST_SUITE("cli.dtype") {
   TEST_CASE("run --dtype bf16 records bfloat16 and the bf16 resident bytes; f32 records float32" * kveval::test::needs_model()) {
+    if (!kveval::backend::bf16_matmul_available()) {
+      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << kveval::backend::cpu_isa_name() << ")");
+      return;
+    }
     TempDir d;
     const std::string spec = kveval::test::source_dir() + "/tasks/demo.json", model = kveval::test::model_path();
     Out r = run_cli(d, "run " + spec + " --model " + model + " --limit 2 --dtype bf16 -o " + d.file("bf16.json"));
@@ -78,6 +83,10 @@ TEST_SUITE("cli.dtype") {
   }
 
   TEST_CASE("bench --dtype f32,bf16: rows of both dtypes, a load line each" * kveval::test::needs_model()) {
+    if (!kveval::backend::bf16_matmul_available()) {
+      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << kveval::backend::cpu_isa_name() << ")");
+      return;
+    }
     TempDir d;
     Out r = run_cli(d, "bench -m " + kveval::test::model_path() + " -t 1 --dtype f32,bf16 --tests pp -p 16 -r 1 -o json");
     INFO(r.err);
@@ -111,5 +120,33 @@ TEST_SUITE("cli.dtype") {
     CHECK(lines(s.err) == 1);
     CHECK(s.err.find("dtype") != std::string::npos);
     CHECK(s.err.find("fp16") != std::string::npos);
+  }
+
+  TEST_CASE("without bf16 (oneDNN limited to AVX2): auto falls back to f32 with a note, bf16 is refused in one line" *
+            kveval::test::needs_model()) {
+    TempDir d;
+    const std::string model = kveval::test::model_path(), env = "DNNL_MAX_CPU_ISA=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 ";
+    const std::string spec = kveval::test::source_dir() + "/tasks/demo.json";
+    const char* bin = std::getenv("KVEVAL_BIN");
+    REQUIRE(bin != nullptr);
+    auto sh = [&](const std::string& args) {
+      const std::string out = d.file("o.txt"), err = d.file("e.txt");
+      const int st = std::system((env + bin + " " + args + " >" + out + " 2>" + err).c_str());
+      return Out{WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(out), slurp(err)};
+    };
+    // An F16 file (the shared fixture, same tokenizer as the demo) is where auto would pick bf16 on a bf16 CPU.
+    const std::string f16 = kveval::test::shared_dir() + "/quant/model-F16.gguf";
+    const bool have_f16 = !kveval::test::shared_dir().empty() && std::ifstream(f16).good();
+    Out a = sh("run " + spec + " --model " + (have_f16 ? f16 : model) + " --limit 1 --dtype auto -o " + d.file("r.json"));
+    INFO(a.err);
+    REQUIRE(a.code == 0);
+    CHECK(a.err.find("compute dtype auto -> f32") != std::string::npos);
+    CHECK(a.err.find("oneDNN ISA avx2, no bf16") != std::string::npos);
+    if (have_f16) CHECK(a.err.find("file not F32") != std::string::npos);
+    CHECK(json::parse(slurp(d.file("r.json")))["config"]["model_dtype"] == "float32");
+    Out b = sh("generate -m " + model + " -p hi -n 2 --dtype bf16");
+    CHECK(b.code != 0);
+    CHECK(lines(b.err) == 1);
+    CHECK(b.err.find("oneDNN has no bf16 matmul on this CPU (ISA avx2)") != std::string::npos);
   }
 }

@@ -11,6 +11,7 @@
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
 #include "model/model.hpp"
+#include "backend/backend.hpp"
 #include "test_support.hpp"
 #include "util/error.hpp"
 
@@ -45,6 +46,10 @@ TEST_SUITE("model.dtype") {
   }
 
   TEST_CASE("an F32 file loads in f32 under auto; bf16 halves the matrix bytes" * kveval::test::needs_model()) {
+    if (!kveval::backend::bf16_matmul_available()) {
+      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << kveval::backend::cpu_isa_name() << ")");
+      return;
+    }
     auto f = Model::load(test::model_path(), {.threads = 1, .dtype = ComputeDtype::Auto});
     CHECK(f->dtype() == ComputeDtype::F32);
     auto b = Model::load(test::model_path(), {.threads = 1, .dtype = ComputeDtype::BF16});
@@ -54,6 +59,10 @@ TEST_SUITE("model.dtype") {
   }
 
   TEST_CASE("bf16 log-probs on the F16 fixture are within 2e-2 per token of f32") {
+    if (!kveval::backend::bf16_matmul_available()) {
+      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << kveval::backend::cpu_isa_name() << ")");
+      return;
+    }
     const std::string shared = test::shared_dir();
     const auto file = std::filesystem::path(shared) / "quant" / "model-F16.gguf";
     if (shared.empty() || !std::filesystem::exists(file)) {
@@ -78,6 +87,10 @@ TEST_SUITE("model.dtype") {
   }
 
   TEST_CASE("a warm decode step creates no primitive and allocates nothing (f32 and bf16)" * kveval::test::needs_model()) {
+    if (!kveval::backend::bf16_matmul_available()) {
+      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << kveval::backend::cpu_isa_name() << ")");
+      return;
+    }
     for (ComputeDtype dt : {ComputeDtype::F32, ComputeDtype::BF16}) {
       CAPTURE(to_string(dt));
       auto m = Model::load(test::model_path(), {.threads = 2, .dtype = dt});
@@ -172,6 +185,10 @@ TEST_SUITE("model.dtype") {
   }
 
   TEST_CASE("a bf16 load reports BF16 weights and the resident bytes of bf16 matrices, f32 embeddings and norms") {
+    if (!kveval::backend::bf16_matmul_available()) {
+      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << kveval::backend::cpu_isa_name() << ")");
+      return;
+    }
     const std::string shared = test::shared_dir();
     const auto file = std::filesystem::path(shared) / "quant" / "model-Q8_0.gguf";
     if (shared.empty() || !std::filesystem::exists(file)) {
