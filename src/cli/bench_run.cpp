@@ -14,6 +14,7 @@
 
 #include "backend/roofline.hpp"
 #include "cli/bench_cost.hpp"
+#include "cli/bench_fidelity.hpp"
 #include "cli/bench_load.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
@@ -23,12 +24,12 @@ namespace kveval::bench {
 
 const std::vector<std::string>& test_names() {
   static const std::vector<std::string> names = {"roofline", "pp",  "tg",   "tg-nocache", "cache",
-                                                 "switch",   "ll",  "load", "dequant"};
+                                                 "switch",   "ll",  "load", "dequant", "fidelity"};
   return names;
 }
 
 /// Tests that run only when named in --tests (load reloads the model many times).
-static bool opt_in(const std::string& t) { return t == "load" || t == "dequant"; }
+static bool opt_in(const std::string& t) { return t == "load" || t == "dequant" || t == "fidelity"; }
 
 /// The tests an empty --tests runs.
 static std::vector<std::string> default_tests() {
@@ -654,6 +655,7 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
     if (selected(o, "load")) run_load(o, c.threads, rep, progress);
     if (selected(o, "dequant")) run_dequant(o, c.threads, rep, progress);
   }
+  if (selected(o, "fidelity")) run_fidelity(o, o.threads.front(), rep, progress);
   rep.meta["machine"]["loadavg_end"] = load_average();
   return rep;
 }

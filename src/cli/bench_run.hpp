@@ -41,6 +41,7 @@ struct Options {
   int ll_requests = 64;    ///< ll: synthetic requests per run
   size_t stream_bytes = 0; ///< roofline: read-bandwidth buffer (0 = backend::stream_buffer_bytes())
   uint64_t seed = 1;       ///< synthetic token ids
+  std::string spec;        ///< fidelity: evaluation spec whose tasks are scored in f32 and bf16
 };
 
 /// Checks `o` (lists non-empty, values >= 1, known test names); throws ArgumentError naming the option.

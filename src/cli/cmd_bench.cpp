@@ -55,7 +55,7 @@ void add_bench_command(CLI::App& app, Action& action) {
   sub->add_option("-n,--n-gen", st->o.n_gen, "tg/tg-nocache: generated tokens, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("--tg-prompt", st->o.tg_prompt, "tg/tg-nocache: prompt tokens before generating")->delimiter(',')->capture_default_str();
   sub->add_option("-r,--repetitions", st->o.repetitions, "timed repetitions after one warm-up")->capture_default_str();
-  sub->add_option("--tests", st->o.tests, "tests to run: roofline,pp,tg,tg-nocache,cache,switch,ll (default: all of these), load, dequant")
+  sub->add_option("--tests", st->o.tests, "tests to run: roofline,pp,tg,tg-nocache,cache,switch,ll (default: all of these), load, dequant, fidelity")
       ->delimiter(',');
   sub->add_option("--cache-shapes", st->shapes, "cache test: BATCHxPOSITIONS list")->delimiter(',')->capture_default_str();
   sub->add_option("--switch-rounds", st->o.switch_rounds, "switch: timed rounds per policy")->capture_default_str();
@@ -64,6 +64,7 @@ void add_bench_command(CLI::App& app, Action& action) {
   sub->add_option("--switch-gen", st->o.switch_gen, "switch: generated tokens per row")->capture_default_str();
   sub->add_option("--ll-requests", st->o.ll_requests, "ll: synthetic requests")->capture_default_str();
   sub->add_option("--stream-mib", st->stream_mib, "roofline: read buffer in MiB (default: max(4 x LLC, 256 MiB), <= 2 GiB)");
+  sub->add_option("--spec", st->o.spec, "fidelity: evaluation spec scored in f32 and bf16 (its tasks; the model is --model)");
   sub->add_option("--seed", st->o.seed, "seed of the synthetic token ids")->capture_default_str();
   sub->add_option("-o,--output", st->output, "md, csv, json or jsonl")
       ->check(CLI::IsMember({"md", "csv", "json", "jsonl"}))

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -148,5 +149,44 @@ TEST_SUITE("cli.dtype") {
     CHECK(b.code != 0);
     CHECK(lines(b.err) == 1);
     CHECK(b.err.find("oneDNN has no bf16 matmul on this CPU (ISA avx2)") != std::string::npos);
+  }
+
+  TEST_CASE("bench --tests fidelity --spec: per-token deltas and flips of the spec's tasks" * kveval::test::needs_model()) {
+    if (!kveval::backend::bf16_matmul_available()) {
+      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU");
+      return;
+    }
+    TempDir d;
+    const std::string spec = d.write("spec.json", R"({"model": "unused.gguf", "batch_size": 2, "tasks": [
+      {"name": "mc", "output_type": "multiple_choice", "docs": [
+         {"q": "Lily went to the park to play with her", "c": ["ball", "car"], "g": 0},
+         {"q": "The little dog wagged its", "c": ["book", "tail"], "g": 1}],
+       "doc_to_text": "q", "doc_to_choice": "c", "doc_to_target": "g"},
+      {"name": "gen", "output_type": "generate_until", "docs": [{"p": "Once upon a time", "a": ", there"}],
+       "doc_to_text": "p", "doc_to_target": "a", "generation_kwargs": {"until": ["."], "max_gen_toks": 8}}]})");
+    Out r = run_cli(d, "bench -m " + kveval::test::model_path() + " -t 1 --tests fidelity --spec " + spec + " -o json");
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    json j = json::parse(r.out);
+    std::map<std::string, json> rows;
+    for (const auto& row : j["results"]) rows[row["name"].get<std::string>()] = row;
+    REQUIRE(rows.count("max abs dlogprob"));
+    REQUIRE(rows.count("mean abs dlogprob"));
+    const double mx = rows["max abs dlogprob"]["median"], mean = rows["mean abs dlogprob"]["median"];
+    CHECK(mx >= mean);
+    CHECK(mean > 0);   // bf16 weights really differ from f32
+    CHECK(mx < 1.0);   // and stay close on this model
+    CHECK(rows["max abs dlogprob"]["requests"] == 4);  // 2 documents x 2 choices
+    for (const char* k : {"flips mc acc", "flips mc acc_norm"}) {
+      REQUIRE(rows.count(k));
+      CHECK(rows[k]["docs"] == 2);
+    }
+    REQUIRE(rows.count("flips gen greedy_text"));
+    CHECK(rows["flips gen greedy_text"]["docs"] == 1);
+    CHECK(rows["flips gen exact_match"]["docs"] == 1);
+    // without --spec: one line naming the option
+    Out e = run_cli(d, "bench -m " + kveval::test::model_path() + " -t 1 --tests fidelity");
+    CHECK(e.code != 0);
+    CHECK(e.err.find("needs --spec") != std::string::npos);
   }
 }
