@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "model/dequantize.hpp"
 #include "model/gguf.hpp"
@@ -58,32 +61,41 @@ TEST_SUITE("model.dtype") {
     CHECK(b->dtype_note().find("bf16 -> bf16") == 0);
   }
 
-  TEST_CASE("bf16 log-probs on the F16 fixture are within 2e-2 per token of f32") {
+  TEST_CASE("bf16 log-probs on the quant fixtures are within 2e-2 per token of f32 (the fixtures' own texts)") {
     if (!kveval::backend::bf16_matmul_available()) {
       MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << kveval::backend::cpu_isa_name() << ")");
       return;
     }
     const std::string shared = test::shared_dir();
-    const auto file = std::filesystem::path(shared) / "quant" / "model-F16.gguf";
-    if (shared.empty() || !std::filesystem::exists(file)) {
-      MESSAGE("SKIPPED: no " << file << " (set KVEVAL_SHARED_DIR)");
+    const auto dir = std::filesystem::path(shared) / "quant";
+    if (shared.empty() || !std::filesystem::exists(dir / "expected.json")) {
+      MESSAGE("SKIPPED: no " << dir << "/expected.json (set KVEVAL_SHARED_DIR)");
       return;
     }
-    auto f = Model::load(file.string(), {.threads = 2, .dtype = ComputeDtype::F32});
-    auto b = Model::load(file.string(), {.threads = 2, .dtype = ComputeDtype::BF16});
-    CHECK(b->dtype() == ComputeDtype::BF16);
-    auto ids = f->tokenizer().encode("Once upon a time there was a little girl who loved to play in the park with her dog.", true);
-    REQUIRE(ids.size() > 10);
-    auto lf = rolling(*f, ids), lb = rolling(*b, ids);
-    REQUIRE(lf.size() == lb.size());
-    double worst = 0, diff = 0;
-    for (size_t i = 0; i < lf.size(); ++i) {
-      worst = std::max(worst, std::abs(lf[i] - lb[i]));
-      diff += std::abs(lf[i] - lb[i]);
+    const auto ex = nlohmann::json::parse(std::ifstream(dir / "expected.json"));
+    for (std::string name : {"model-F16.gguf", "model-BF16.gguf", "model-Q8_0.gguf", "model-Q4_K_M.gguf"}) {
+      CAPTURE(name);
+      auto f = Model::load((dir / name).string(), {.threads = 2, .dtype = ComputeDtype::F32});
+      auto b = Model::load((dir / name).string(), {.threads = 2, .dtype = ComputeDtype::BF16});
+      CHECK(b->dtype() == ComputeDtype::BF16);
+      double worst = 0, diff = 0;
+      size_t n = 0;
+      for (const auto& r : ex["files"][name]["rolling"]) {
+        const auto ids = r["ids"].get<std::vector<int32_t>>();
+        auto lf = rolling(*f, ids), lb = rolling(*b, ids);
+        REQUIRE(lf.size() == lb.size());
+        for (size_t i = 0; i < lf.size(); ++i) {
+          worst = std::max(worst, std::abs(lf[i] - lb[i]));
+          diff += std::abs(lf[i] - lb[i]);
+        }
+        n += lf.size();
+      }
+      REQUIRE(n > 10);
+      MESSAGE("bf16 vs f32 on " << name << ": max |Δ log-prob| " << worst << ", mean " << diff / n << " over " << n
+                                << " tokens");
+      CHECK(worst < 2e-2);
+      CHECK(diff > 0);  // bf16 really computed in reduced precision
     }
-    MESSAGE("bf16 vs f32 on model-F16.gguf: max |Δ log-prob| " << worst << " over " << lf.size() << " tokens");
-    CHECK(worst < 2e-2);
-    CHECK(diff > 0);  // bf16 really computed in reduced precision
   }
 
   TEST_CASE("a warm decode step creates no primitive and allocates nothing (f32 and bf16)" * kveval::test::needs_model()) {
