@@ -10,6 +10,8 @@
 # Env:   KVEVAL_FUZZ_RUNS=N   run N executions per target instead of SECONDS
 #        KVEVAL_FUZZ_JOBS=N   targets fuzzed at the same time (default: all three)
 #        KVEVAL_FUZZ_BUILD_DIR (default build-fuzz)
+#        KVEVAL_SHARED_DIR    read-only fixtures (default ../shared): the tokenizer target
+#                             also fuzzes the vocabularies of its tokenizers/ when present
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -30,12 +32,20 @@ rm -rf "$seeds"
 mkdir -p "$seeds"/{gguf,spec,tokenizer} "$build"/artifacts
 for t in "${targets[@]}"; do mkdir -p "$build/corpus/$t"; done
 "$build"/make_seeds "$seeds/gguf"
+# Vocabularies of the tokenizer target: the real model's, then ../shared's (llama.cpp's test vocabularies).
+shared=${KVEVAL_SHARED_DIR:-$root/../shared}
+vocabs=()
+[ -f models/stories260K.gguf ] && vocabs+=("$root/models/stories260K.gguf")
+for v in "$shared"/tokenizers/ggml-vocab-*.gguf; do [ -f "$v" ] && vocabs+=("$(cd "$(dirname "$v")" && pwd)/$(basename "$v")"); done
+export KVEVAL_FUZZ_VOCABS
+KVEVAL_FUZZ_VOCABS=$(IFS=:; echo "${vocabs[*]}")
 if [ -f models/stories260K.gguf ]; then  # the real model's metadata (its tensors are cut off)
   head -c 16384 models/stories260K.gguf >"$seeds/gguf/stories260K_head.gguf"
 fi
-/usr/bin/python3 - "$seeds" <<'PY'
+/usr/bin/python3 - "$seeds" "$KVEVAL_FUZZ_VOCABS" <<'PY'
 import json, os, sys
 seeds = sys.argv[1]
+vocabs = [v for v in sys.argv[2].split(":") if v] + ["synthetic"]  # the target's order; its first byte picks one
 demo = json.load(open("tasks/demo.json"))
 n = 0
 def put(sub, text):
@@ -51,7 +61,7 @@ for task in demo["tasks"]:
         + "\n#jsonl\n" + "\n".join(lines) + "\n")
     put("spec", "\n".join(lines) + "\n")
     for line in lines:
-        put("tokenizer", line)
+        put("tokenizer", chr(n % len(vocabs)) + line)
 put("spec", open("tasks/demo.json").read())
 put("spec", json.dumps({"model": "m.gguf", "seed": 7, "limit": 2, "tasks": [
     {"name": "mc", "output_type": "multiple_choice", "docs": [
@@ -69,12 +79,17 @@ put("spec", json.dumps({"model": "m.gguf", "seed": 7, "limit": 2, "tasks": [
     {"name": "ll", "output_type": "loglikelihood", "docs": [{"c": "x", "t": 5}], "doc_to_text": "c",
      "doc_to_target": "t", "fewshot_split": "d.jsonl", "num_fewshot": 0}]})
     + "\n#jsonl\n" + '{"prompt": "Once upon a time", "answer": "there"}\n\n{"prompt": "caf\\u00e9", "answer": 1}\n')
-# tokenizer: the reference texts and some edge cases
+# tokenizer (first byte: the vocabulary): the reference texts, llama.cpp's test texts of each
+# vocabulary (.inp files, split at "\n__ggml_vocab_test__\n"), some edge cases for every vocabulary
 for c in json.load(open("tests/data/stories260K.reference.json"))["tokenize"]:
-    put("tokenizer", c["text"])
-for s in ["", " ", "  a  b  ", "\n\t\r", "caf\u00e9 \U0001F642 \u732b", "\u2581x", "a\x00b", "\ufffd",
-          "x\udcff\udcfey"]:
-    put("tokenizer", s)
+    put("tokenizer", "\x00" + c["text"])
+for i, v in enumerate(vocabs):
+    if os.path.isfile(v + ".inp"):
+        for text in open(v + ".inp", encoding="utf-8").read().split("\n__ggml_vocab_test__\n")[:-1][:24]:
+            put("tokenizer", chr(i) + text)
+    for s in ["", " ", "  a  b  ", "\n\t\r", "caf\u00e9 \U0001F642 \u732b", "\u2581x", "a\x00b", "\ufffd",
+              "x\udcff\udcfey", "<|endoftext|><s></s>[INST]"]:
+        put("tokenizer", chr(i) + s)
 PY
 
 status=0
@@ -84,8 +99,7 @@ run_one() {  # target -> exit status of the fuzzer
   local limit=(-max_total_time="$seconds")
   [ -n "${KVEVAL_FUZZ_RUNS:-}" ] && limit=(-runs="$KVEVAL_FUZZ_RUNS")
   [ "$seconds" = 0 ] && [ -z "${KVEVAL_FUZZ_RUNS:-}" ] && limit=(-runs=0)
-  KVEVAL_FUZZ_MODEL="$root/models/stories260K.gguf" \
-    "$build/fuzz_$t" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  "$build/fuzz_$t" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$build/artifacts/$t-" "${dirs[@]}" >"$build/fuzz_$t.log" 2>&1
 }
 pids=()

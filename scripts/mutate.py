@@ -2,7 +2,7 @@
 """Mutation check of the test suite: small deliberate bugs, one at a time.
 
 Copies the working tree (tracked and untracked, not ignored files) to a
-scratch directory outside the repository, builds it once (Release, ccache)
+scratch directory outside the repository, builds it once (Release; through ccache when installed)
 and runs ctest as a baseline that must pass; then, for each mutation: patches
 one exact snippet of one source file (failing loudly when the snippet is not
 found exactly once), rebuilds incrementally, runs every ctest test, records
@@ -60,8 +60,8 @@ MUTATIONS = [
              "const float scale = 1.0f / (std::sqrt(ss / static_cast<float>(dim)) + eps);",
              "RMSNorm computes 1/(sqrt(mean x^2) + eps)"),
     Mutation("log-softmax-no-max", "src/model/generate.cpp",
-             "for (float v : logits) mx = std::max(mx, v);",
-             "mx = 0.0f;",
+             "  if (!finite) return std::numeric_limits<double>::quiet_NaN();\n",
+             "  if (!finite) return std::numeric_limits<double>::quiet_NaN();\n  mx = 0.0f;\n",
              "log-softmax without max subtraction (exp overflows above ~88)"),
     Mutation("rope-position-plus-1", "src/backend/backend.cpp",
              "const double theta = static_cast<double>(pos[t]) *",
@@ -104,6 +104,27 @@ MUTATIONS = [
              "go.stop_at_eos = true;",
              "go.stop_at_eos = false;",
              "the runner turns EOS handling off"),
+    # architectures (issue 8)
+    Mutation("neox-rope-as-normal", "src/model/model_load.cpp",
+             "hp.rope_style == arch::RopeStyle::Neox};",
+             "false};",
+             "qwen2/qwen3 rotate adjacent pairs instead of (i, i + n_rot/2)"),
+    Mutation("qkv-bias-ignored", "src/model/model.cpp",
+             "if (!L.bqkv.empty()) be::add_bias(q, L.bqkv.data(), Ti, QS);",
+             "",
+             "the Q/K/V biases (qwen2) are never added"),
+    Mutation("qk-norm-ignored", "src/model/model.cpp",
+             "if (!L.q_norm.empty()) {  // per-head RMSNorm before RoPE (qwen3)",
+             "if (false) {",
+             "qwen3's per-head Q/K RMSNorm is skipped"),
+    Mutation("rope-freqs-ignored", "src/model/model_load.cpp",
+             "hp.rope_freq_factors ? im.rope_factors.data() : nullptr,",
+             "nullptr,",
+             "the rope_freqs.weight factors (Llama 3.1) are read but not applied"),
+    Mutation("rope-linear-scale-ignored", "src/model/model_load.cpp",
+             "hp.rope_freq_scale = (type == \"none\" || factor == 0.0) ? 1.0f : static_cast<float>(1.0 / factor);",
+             "hp.rope_freq_scale = 1.0f;",
+             "linear rope scaling (rope.scaling.factor) is ignored"),
 ]
 
 
@@ -180,7 +201,8 @@ def main():
         copy_tree(scratch)
         build = os.path.join(scratch, "build")
         configure = ["cmake", "-S", scratch, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
-                     "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache", f"-DKVEVAL_TEST_MODEL={model}",
+                     *(["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"] if shutil.which("ccache") else []),
+                     f"-DKVEVAL_TEST_MODEL={model}",
                      f"-DKVEVAL_TEST_SHARED={os.path.join(os.path.dirname(ROOT), 'shared')}"]
         build_cmd = ["cmake", "--build", build, "-j", str(a.jobs)]
         test_cmd = ["ctest", "--test-dir", build, "-j", str(a.jobs), "--output-on-failure", "--timeout", "300"]

@@ -108,6 +108,40 @@ float* alloc_floats(size_t n) {
 
 void free_floats(float* p) { std::free(p); }
 
+PageBuffer PageBuffer::allocate(size_t n) {
+  PageBuffer b;
+  if (n == 0) return b;
+  if (n > SIZE_MAX / sizeof(float)) throw std::bad_alloc();
+  const size_t bytes = n * sizeof(float);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  ::madvise(p, bytes, MADV_NOHUGEPAGE);  // advice only: failure is harmless
+  b.p_ = static_cast<float*>(p);
+  b.bytes_ = bytes;
+  return b;
+}
+
+PageBuffer::~PageBuffer() { reset(); }
+PageBuffer::PageBuffer(PageBuffer&& o) noexcept : p_(o.p_), bytes_(o.bytes_) {
+  o.p_ = nullptr;
+  o.bytes_ = 0;
+}
+PageBuffer& PageBuffer::operator=(PageBuffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    p_ = o.p_;
+    bytes_ = o.bytes_;
+    o.p_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+void PageBuffer::reset() {
+  if (p_) ::munmap(p_, bytes_);
+  p_ = nullptr;
+  bytes_ = 0;
+}
+
 void Weight::Free::operator()(float* p) const { free_floats(p); }
 void Buffer::Free::operator()(float* p) const { free_floats(p); }
 
@@ -385,28 +419,75 @@ void rmsnorm(const float* x, const float* weight, float* y, int64_t rows, int64_
   }
 }
 
-void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t n_rot, const int32_t* pos,
-          float freq_base, int64_t token_stride) {
-  const int64_t half = n_rot / 2;
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos, const RopeParams& p,
+          int64_t token_stride) {
+  const int64_t n_rot = p.n_rot, half = n_rot / 2;
+  if (n_rot < 2 || n_rot % 2 != 0 || n_rot > head_dim || half > 512)
+    throw ArgumentError(fmt::format("rope: n_rot {} must be even, in [2, min(head_dim {}, 1024)]", n_rot, head_dim));
   if (token_stride == 0) token_stride = n_heads * head_dim;
 #pragma omp parallel for schedule(static) if (n_tokens * n_heads * head_dim > 16384)
   for (int64_t t = 0; t < n_tokens; ++t) {
-    // cos/sin per pair, computed in double: theta_i = pos * base^(-2i/n_rot)
+    // cos/sin per pair, computed in double: theta_i = pos * base^(-2i/n_rot) * freq_scale / factor_i
     float cs[512], sn[512];
-    for (int64_t i = 0; i < half && i < 512; ++i) {
-      const double theta = static_cast<double>(pos[t]) * std::pow(static_cast<double>(freq_base), -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
+    for (int64_t i = 0; i < half; ++i) {
+      // scale and factor are exactly 1 without scaling: bit-identical to the unscaled angle
+      const double scale = static_cast<double>(p.freq_scale) / (p.freq_factors ? static_cast<double>(p.freq_factors[i]) : 1.0);
+      const double theta = static_cast<double>(pos[t]) *
+                           std::pow(static_cast<double>(p.freq_base), -2.0 * static_cast<double>(i) / static_cast<double>(n_rot)) *
+                           scale;
       cs[i] = static_cast<float>(std::cos(theta));
       sn[i] = static_cast<float>(std::sin(theta));
     }
     for (int64_t h = 0; h < n_heads; ++h) {
       float* v = x + t * token_stride + h * head_dim;
-      for (int64_t i = 0; i < half; ++i) {
-        const float a = v[2 * i], b = v[2 * i + 1];
-        v[2 * i] = a * cs[i] - b * sn[i];
-        v[2 * i + 1] = a * sn[i] + b * cs[i];
+      if (p.neox) {  // pairs (i, i + n_rot/2)
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = v[i], b = v[i + half];
+          v[i] = a * cs[i] - b * sn[i];
+          v[i + half] = a * sn[i] + b * cs[i];
+        }
+      } else {
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = v[2 * i], b = v[2 * i + 1];
+          v[2 * i] = a * cs[i] - b * sn[i];
+          v[2 * i + 1] = a * sn[i] + b * cs[i];
+        }
       }
     }
   }
+}
+
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t n_rot, const int32_t* pos,
+          float freq_base, int64_t token_stride) {
+  RopeParams p;
+  p.n_rot = n_rot;
+  p.freq_base = freq_base;
+  rope(x, n_tokens, n_heads, head_dim, pos, p, token_stride);
+}
+
+void add_bias(float* y, const float* bias, int64_t rows, int64_t n, int64_t row_stride) {
+  if (row_stride == 0) row_stride = n;
+#pragma omp parallel for schedule(static) if (rows * n > 65536)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* yr = y + r * row_stride;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) yr[i] += bias[i];
+  }
+}
+
+void rmsnorm_heads(float* x, const float* weight, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+                   int64_t token_stride, float eps) {
+#pragma omp parallel for schedule(static) if (n_tokens * n_heads * head_dim > 16384)
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* v = x + t * token_stride + h * head_dim;
+      float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+      for (int64_t i = 0; i < head_dim; ++i) ss += v[i] * v[i];
+      const float scale = 1.0f / std::sqrt(ss / static_cast<float>(head_dim) + eps);
+#pragma omp simd
+      for (int64_t i = 0; i < head_dim; ++i) v[i] = v[i] * scale * weight[i];
+    }
 }
 
 void swiglu_fused(const float* gate_up, float* out, int64_t rows, int64_t n) {

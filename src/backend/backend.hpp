@@ -49,6 +49,31 @@ bool bf16_matmul_available();
 float* alloc_floats(size_t n);
 void free_floats(float* p);
 
+/// Float memory whose pages become resident only when first written: an
+/// anonymous mapping (zero pages on first touch) advised MADV_NOHUGEPAGE, so
+/// that even with transparent huge pages set to `always` a write does not make
+/// the surrounding 2 MiB resident. For the KV cache, where only the positions
+/// generated so far are written. Move-only; unmapped on destruction or reset().
+class PageBuffer {
+ public:
+  PageBuffer() = default;
+  /// Maps `n` floats (page-aligned). Throws std::bad_alloc when mmap fails.
+  static PageBuffer allocate(size_t n);
+  ~PageBuffer();
+  PageBuffer(PageBuffer&& o) noexcept;
+  PageBuffer& operator=(PageBuffer&& o) noexcept;
+  PageBuffer(const PageBuffer&) = delete;
+  PageBuffer& operator=(const PageBuffer&) = delete;
+  float* get() const { return p_; }
+  size_t bytes() const { return bytes_; }
+  explicit operator bool() const { return p_ != nullptr; }
+  void reset();
+
+ private:
+  float* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 /// Engine, stream and thread pool. One per model. Not thread-safe.
 class Engine {
  public:
@@ -132,13 +157,41 @@ inline constexpr int64_t kInvariantMinRows = 16;
 /// y[rows, dim] = x / sqrt(mean(x²) + eps) * weight[dim]  (RMSNorm, Zhang & Sennrich 2019). y may alias x.
 void rmsnorm(const float* x, const float* weight, float* y, int64_t rows, int64_t dim, float eps);
 
-/// In-place rotary embedding, llama.cpp "normal" layout (adjacent pairs):
-/// for each token t, head h, i < n_rot/2: (x[2i], x[2i+1]) rotated by
-/// pos[t] * freq_base^(-2i/n_rot) (Su et al. 2021). x is [n_tokens, n_heads, head_dim]
-/// with `token_stride` floats between tokens (0 = n_heads * head_dim);
-/// dims >= n_rot are left alone.
+/// Rotary embedding parameters (Su et al. 2021, as llama.cpp's ggml_rope_ext
+/// without YaRN): pair i of a head (i < n_rot/2) is rotated by
+/// theta_i = pos * freq_base^(-2i/n_rot) * freq_scale / freq_factors[i].
+struct RopeParams {
+  int64_t n_rot = 0;       ///< rotated dimensions of each head (even, <= head_dim); the rest pass through
+  float freq_base = 10000.0f;  ///< GGUF {arch}.rope.freq_base
+  /// Linear position interpolation: 1 / {arch}.rope.scaling.factor (llama.cpp rope_freq_scale).
+  float freq_scale = 1.0f;
+  /// [n_rot/2] divisors of each pair's frequency (GGUF rope_freqs.weight,
+  /// Llama 3.1 "llama3" scaling), or nullptr for none.
+  const float* freq_factors = nullptr;
+  /// false: llama.cpp NORM layout, pairs (x[2i], x[2i+1]); true: NEOX
+  /// layout, pairs (x[i], x[i + n_rot/2]).
+  bool neox = false;
+};
+
+/// In-place rotary embedding of x [n_tokens, n_heads, head_dim] with
+/// `token_stride` floats between tokens (0 = n_heads * head_dim); pos[t] is
+/// token t's position. cos/sin are computed in double per token.
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos, const RopeParams& p,
+          int64_t token_stride = 0);
+
+/// The NORM layout without scaling: rope(x, ..., RopeParams{n_rot, freq_base}, token_stride).
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t n_rot,
           const int32_t* pos, float freq_base, int64_t token_stride = 0);
+
+/// y[r, i] += bias[i] for rows r < rows, i < n; rows are `row_stride` floats
+/// apart (0 = n). Used for the optional projection biases (Qwen2's Q/K/V).
+void add_bias(float* y, const float* bias, int64_t rows, int64_t n, int64_t row_stride = 0);
+
+/// In-place RMSNorm of every head: x [n_tokens, n_heads, head_dim] with
+/// `token_stride` floats between tokens; each head vector h is replaced by
+/// h / sqrt(mean(h²) + eps) * weight[head_dim] (Qwen3's q_norm/k_norm).
+void rmsnorm_heads(float* x, const float* weight, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+                   int64_t token_stride, float eps);
 
 /// out[rows, n] = silu(gate_up[:, :n]) * gate_up[:, n:]: SwiGLU (Shazeer 2020)
 /// on the output of the fused [gate; up] matmul, gate_up is [rows, 2n].

@@ -7,8 +7,8 @@ namespace {
 double kv_dim(const HParams& hp) { return static_cast<double>(hp.n_head_kv) * hp.head_dim(); }
 /// Elements of one layer's weight matrices.
 double layer_matrix_params(const HParams& hp) {
-  const double e = hp.n_embd, f = hp.n_ff;
-  return 2 * e * e + 2 * kv_dim(hp) * e + 3 * e * f;
+  const double e = hp.n_embd, f = hp.n_ff, q = hp.n_embd_q();
+  return 2 * q * e + 2 * kv_dim(hp) * e + 3 * e * f;  // wq, wo; wk, wv; gate, up, down
 }
 }  // namespace
 
@@ -29,7 +29,7 @@ double output_matmul_flops_per_token(const HParams& hp) {
 
 double attention_flops_causal(const HParams& hp, int64_t n) {
   const double nd = static_cast<double>(n);
-  return 2.0 * nd * nd * hp.n_embd * hp.n_layer;
+  return 2.0 * nd * nd * hp.n_embd_q() * hp.n_layer;
 }
 
 double prompt_flops(const HParams& hp, int64_t n_prompt, int64_t batch) {
@@ -50,10 +50,11 @@ double streamed_weight_bytes(const HParams& hp, double weight_bytes, double matr
 }
 
 std::vector<backend::GemmShape> weight_gemm_shapes(const HParams& hp, int64_t m_layers, int64_t m_output) {
-  const int64_t e = hp.n_embd, f = hp.n_ff, kv = static_cast<int64_t>(kv_dim(hp));
+  const int64_t e = hp.n_embd, f = hp.n_ff, kv = static_cast<int64_t>(kv_dim(hp)), q = hp.n_embd_q();
   const int l = hp.n_layer;
   std::vector<backend::GemmShape> s;
-  s.push_back({m_layers, e, e, 2 * l});    // wq, wo
+  s.push_back({m_layers, q, e, l});        // wq
+  s.push_back({m_layers, e, q, l});        // wo
   s.push_back({m_layers, kv, e, 2 * l});   // wk, wv
   s.push_back({m_layers, f, e, 2 * l});    // w1 (gate), w3 (up)
   s.push_back({m_layers, e, f, l});        // w2 (down)

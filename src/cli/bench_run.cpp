@@ -609,6 +609,7 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
   for (int t : o.threads)
   for (ComputeDtype dt : dtypes) {
     ModelOptions mo;
+    mo.hash = false;
     mo.threads = t;
     mo.dtype = dt;
     auto model = Model::load(o.model_path, mo);

@@ -10,6 +10,7 @@
 #include "cli/bench_run.hpp"
 #include "cli/commands.hpp"
 #include "util/atomic_file.hpp"
+#include "model/model.hpp"
 #include "util/error.hpp"
 
 namespace kveval::cli {
@@ -47,7 +48,9 @@ void add_bench_command(CLI::App& app, Action& action) {
       "bench", "Measure throughput (pp, tg, tg-nocache), KV-cache lifecycle cost (cache, switch), scoring (ll) and the "
                "machine's roofline (stream bandwidth, oneDNN sgemm)");
   sub->add_option("-m,--model", st->o.model_path, "GGUF model")->required();
-  sub->add_option("-t,--threads", st->o.threads, "thread counts, comma-separated (default: all cores)")->delimiter(',');
+  sub->add_option("-t,--threads", st->o.threads, "thread counts, comma-separated (default and 0: all cores)")
+      ->delimiter(',')
+      ->check(int_in(0, kMaxThreads));
   sub->add_option("--dtype", st->o.dtypes, "compute dtypes, comma-separated: f32, bf16, auto (default auto)")
       ->delimiter(',')->capture_default_str();
   sub->add_option("-b,--batch-size", st->o.batches, "rows per forward, comma-separated")->delimiter(',')->capture_default_str();
@@ -74,7 +77,10 @@ void add_bench_command(CLI::App& app, Action& action) {
   sub->callback([st, &action] {
     action = [st]() -> int {
       bench::Options o = st->o;
-      if (o.threads.empty()) o.threads = {static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
+      const int all_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      if (o.threads.empty()) o.threads = {all_cores};
+      for (int& t : o.threads)
+        if (t == 0) t = all_cores;
       o.cache_shapes.clear();
       for (const auto& s : st->shapes) o.cache_shapes.push_back(parse_shape(s));
       if (st->stream_mib < 0) throw ArgumentError(fmt::format("--stream-mib: must be >= 0, got {}", st->stream_mib));

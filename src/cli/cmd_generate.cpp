@@ -9,6 +9,8 @@
 #include "cli/commands.hpp"
 #include "model/model.hpp"
 #include "util/error.hpp"
+#include "util/memory.hpp"
+#include "util/utf8.hpp"
 #include "util/timer.hpp"
 
 namespace kveval::cli {
@@ -24,7 +26,7 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_option("-m,--model", o->model, "GGUF model file")->required()->check(CLI::ExistingFile);
   cmd->add_option("-p,--prompt", o->prompt, "prompt text (BOS is prepended)");
   cmd->add_option("-n,--max-gen-toks", o->max_gen_toks, "tokens to generate at most (default 128)");
-  cmd->add_option("-t,--threads", o->threads, "compute threads (0 = all cores)");
+  cmd->add_option("-t,--threads", o->threads, "compute threads (0 = all cores)")->check(int_in(0, kMaxThreads));
   cmd->add_option("--dtype", o->dtype, "compute dtype: f32, bf16 or auto (bf16 on a bf16 CPU for a non-F32 file)")
       ->capture_default_str();
   cmd->add_option("--max-length", o->max_length,
@@ -35,17 +37,27 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->callback([o, &action] {
     action = [o] {
       if (o->max_gen_toks < 0) throw ArgumentError(fmt::format("--max-gen-toks: must be >= 0, got {}", o->max_gen_toks));
-      if (o->threads < 0 || o->threads > 4096)
-        throw ArgumentError(fmt::format("--threads: must be in [0, 4096], got {}", o->threads));
+      if (const size_t bad = first_invalid_utf8(o->prompt); bad != std::string::npos)
+        throw ArgumentError(fmt::format("--prompt: invalid UTF-8 at byte {} (0x{:02x}); prompts must be UTF-8 text",
+                                        bad, static_cast<unsigned char>(o->prompt[bad])));
       if (o->max_length < 0) throw ArgumentError(fmt::format("--max-length: must be >= 0, got {}", o->max_length));
       Stopwatch sw;
-      auto model = Model::load(o->model, {.threads = o->threads, .dtype = parse_compute_dtype(o->dtype, "--dtype")});
+      auto model = Model::load(o->model, {.threads = o->threads,
+                                          .dtype = parse_compute_dtype(o->dtype, "--dtype"),
+                                          .hash = false});
       const double load_s = sw.seconds();
       const int n_ctx = model->hparams().n_ctx_train;
       if (o->max_length > n_ctx)
         throw ArgumentError(fmt::format("--max-length {} exceeds the model's context_length {}", o->max_length, n_ctx));
       const int max_length = o->max_length > 0 ? o->max_length : n_ctx;
       auto prompt = model->tokenizer().encode(o->prompt, true);
+      // the cache and the activations of the prefill, before allocating them
+      const int ctx_plan = static_cast<int>(std::min<int64_t>(max_length, static_cast<int64_t>(prompt.size()) + o->max_gen_toks));
+      const MemoryPart parts[] = {
+          {"weights", model->weight_bytes(), true},
+          {fmt::format("KV cache (1 row x {} positions)", ctx_plan), o->no_cache ? 0 : model->cache_bytes_for(1, std::max(ctx_plan, 1))},
+          {"activations", model->activation_bytes_for(1, std::max(ctx_plan, 1), false)}};
+      check_memory_plan("the generation", parts, memory_budget(), "lower --max-gen-toks or --max-length");
       if (static_cast<int>(prompt.size()) >= max_length)
         throw ArgumentError(fmt::format("--prompt has {} tokens (BOS included); the context holds {} (--max-length)",
                                         prompt.size(), max_length));
@@ -80,6 +92,11 @@ void add_generate_command(CLI::App& app, Action& action) {
       }
       std::fputs(detok.flush().c_str(), stdout);
       std::fputs("\n", stdout);
+      std::fflush(stdout);
+      if (g[0].reason == StopReason::NonFinite)
+        throw Error(fmt::format("non-finite logits (NaN or Inf) at token position {} (after {} generated tokens): "
+                                "generation stopped; the model's activations overflowed",
+                                g[0].prompt_tokens + static_cast<int>(g[0].ids.size()), g[0].ids.size()));
       auto rate = [](int64_t n, double s) { return s > 0 ? n / s : 0.0; };
       fmt::print(stderr, "stop: {} after {} tokens\n", to_string(g[0].reason), g[0].ids.size());
       fmt::print(stderr, "load          {:9.2f} ms\n", load_s * 1e3);

@@ -1,5 +1,6 @@
-// `kveval make-model`: writes a random-weight Llama GGUF for benchmarks, in any
-// supported tensor type (quantized with kveval's quantizers).
+// `kveval make-model`: writes a random-weight GGUF model (llama, llama3,
+// qwen2 or qwen3 flavour, any vocabulary, any supported tensor type quantized
+// with kveval's quantizers) for benchmarks and tests.
 #include <cctype>
 #include <cerrno>
 #include <filesystem>
@@ -18,6 +19,9 @@ namespace kveval::cli {
 namespace {
 struct MakeModelArgs {
   std::string preset;
+  std::string arch = "llama";
+  std::string vocab;
+  bool tied = false;
   uint64_t seed = 1;
   std::string type = "f32";
   std::string out;
@@ -44,10 +48,19 @@ CLI::Validator seed_validator() {
 
 void add_make_model_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<MakeModelArgs>();
-  CLI::App* sub = app.add_subcommand("make-model", "write a random-weight Llama GGUF model (for benchmarks)");
+  CLI::App* sub = app.add_subcommand("make-model", "write a random-weight GGUF model (for benchmarks and tests)");
   sub->add_option("--preset", args->preset, "model shape: s15m, s110m, gqa or tiny")
       ->required()
-      ->check(CLI::IsMember({"s15m", "s110m", "gqa", "tiny"}));
+      ->check(CLI::IsMember(random_model_presets()));
+  sub->add_option("--arch", args->arch,
+                  "architecture: llama, llama3 (llama with Llama 3.1 rope scaling), qwen2 (Q/K/V biases) or qwen3 "
+                  "(Q/K norms, head size 128)")
+      ->check(CLI::IsMember(random_model_flavours()))
+      ->capture_default_str();
+  sub->add_option("--vocab", args->vocab,
+                  "copy the tokenizer.* keys of this GGUF file (e.g. a vocab-only ggml-vocab-*.gguf); n_vocab "
+                  "becomes its token count (default: a synthetic SentencePiece vocabulary)");
+  sub->add_flag("--tied", args->tied, "no output.weight: the output projection is token_embd");
   sub->add_option("--seed", args->seed, "weight seed (same seed => identical bytes)")
       ->check(seed_validator())
       ->capture_default_str();
@@ -65,17 +78,27 @@ void add_make_model_command(CLI::App& app, Action& action) {
       if (std::filesystem::is_directory(args->out, ec))
         throw ArgumentError(fmt::format("--output {}: is a directory (give a file path, e.g. {}/{}.gguf)", args->out,
                                         args->out, args->preset));
-      const RandomModelSpec spec = random_model_preset(args->preset);
+      RandomModelSpec spec = random_model_flavour(random_model_preset(args->preset), args->arch);
+      spec.tied_output = args->tied;
+      if (!args->vocab.empty()) {
+        std::error_code ec2;
+        if (!std::filesystem::is_regular_file(args->vocab, ec2))
+          throw ArgumentError(fmt::format("--vocab {}: no such file", args->vocab));
+        spec.vocab = args->vocab;
+        spec.n_vocab = random_model_vocab_size(args->vocab);
+      }
       gguf::TensorType type = gguf::TensorType::F32;
       for (gguf::TensorType t : gguf::supported_types())
         if (lower(gguf::type_name(t)) == args->type) type = t;
       const uint64_t params = random_model_parameters(spec);
-      const uint64_t bytes = write_random_llama(args->out, spec, args->seed, type);
+      const uint64_t bytes = write_random_model(args->out, spec, args->seed, type);
       fmt::print(
-          "wrote {}: preset {} (n_embd {}, n_layer {}, n_head {}, n_head_kv {}, n_ff {}, n_vocab {}, n_ctx {}), "
-          "{} parameters as {}, seed {}, {} bytes ({:.1f} MiB)\n",
-          args->out, spec.name, spec.n_embd, spec.n_layer, spec.n_head, spec.n_head_kv, spec.n_ff, spec.n_vocab,
-          spec.n_ctx, params, args->type, args->seed, bytes, static_cast<double>(bytes) / (1024.0 * 1024.0));
+          "wrote {}: preset {}, arch {} ({}; n_embd {}, n_layer {}, n_head {}, n_head_kv {}, head_dim {}, n_ff {}, "
+          "n_vocab {}{}, n_ctx {}{}), {} parameters as {}, seed {}, {} bytes ({:.1f} MiB)\n",
+          args->out, spec.name, args->arch, spec.arch, spec.n_embd, spec.n_layer, spec.n_head, spec.n_head_kv,
+          spec.head_dim(), spec.n_ff, spec.n_vocab, spec.vocab.empty() ? "" : " from " + spec.vocab, spec.n_ctx,
+          spec.tied_output ? ", tied output" : "", params, args->type, args->seed, bytes,
+          static_cast<double>(bytes) / (1024.0 * 1024.0));
       return kOk;
     };
   });

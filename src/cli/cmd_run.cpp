@@ -169,6 +169,7 @@ int run(const RunArgs& a) {
   ProgressMeter progress(stderr, !a.quiet && dist.rank() == 0, isatty(fileno(stderr)) != 0, a.progress_interval);
   RunOptions opts;
   opts.cache_policy = parse_cache_policy(a.cache_policy);
+  opts.hash_model = !a.output.empty() || !a.baseline.empty();  // the results record it: hashed at load, from the bytes loaded
   opts.progress = [&progress](std::string_view p, size_t d, size_t t, int64_t tok) { progress.update(p, d, t, tok); };
   opts.log = [&a, &dist](const std::string& line) {
     if (!a.quiet && dist.rank() == 0) fmt::print(stderr, "kveval: {}\n", line);
@@ -185,7 +186,7 @@ int run(const RunArgs& a) {
   std::fflush(stdout);
 
   nlohmann::ordered_json results;
-  if (!a.output.empty() || !a.baseline.empty()) results = results_json(spec, res, sha256_file(spec.model));
+  if (!a.output.empty() || !a.baseline.empty()) results = results_json(spec, res, res.model_sha256);
   // stdout (`-`) is written with every write checked too: `-o - > /dev/full` is exit 1
   if (a.output == "-")
     util::write_all(STDOUT_FILENO, results.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", "stdout");
@@ -233,7 +234,7 @@ void add_run_command(CLI::App& app, Action& action) {
                                      "allowed absolute worsening against --baseline (default 0)")
                           ->check(at_least(0, false));
   cmd->add_option("--threads", args->threads, "compute threads (overrides the spec; 0 = all cores)")
-      ->check(at_least(0, true));
+      ->check(int_in(0, kMaxThreads));
   cmd->add_option("--dtype", args->dtype,
                   "compute dtype: f32, bf16 or auto (overrides the spec; default auto: bf16 on a bf16 CPU for a non-F32 file)");
   cmd->add_option("--batch-size", args->batch_size, "rows per batch (overrides the spec)")->check(at_least(1, true));

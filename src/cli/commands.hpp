@@ -2,9 +2,14 @@
 // Subcommands: one file each (cmd_<name>.cpp). Each registers itself on the
 // top-level app and sets `action` to the function that runs it; main() calls
 // the action inside its single catch ladder and returns its exit code.
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <functional>
+#include <string>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 namespace kveval::cli {
 
@@ -19,6 +24,22 @@ enum Exit : int {
   kRegression = 3,    ///< `run --check`: a metric fell outside its bound
   kRequestErrors = 4, ///< `run`: some requests failed (counted in the report)
 };
+
+/// Validator for an integer option in [lo, hi], worded like the spec's
+/// checks: "--threads: expected an integer in [0, 4096], got 65536" (CLI11
+/// prefixes the option name).
+inline CLI::Validator int_in(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& v) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const long long x = std::strtoll(v.c_str(), &end, 10);
+        if (v.empty() || end == nullptr || *end != '\0' || errno == ERANGE || x < lo || x > hi)
+          return fmt::format("expected an integer in [{}, {}], got {}", lo, hi, v);
+        return "";
+      },
+      fmt::format("INT in [{}, {}]", lo, hi));
+}
 
 void add_run_command(CLI::App& app, Action& action);
 void add_bench_command(CLI::App& app, Action& action);

@@ -44,7 +44,10 @@ int run_main(int argc, char** argv) {
       fmt::print(stderr, "kveval: error: unknown subcommand '{}' (run, generate, bench, make-model, tokenize; see --help)\n", argv[1]);
       return cli::kUsage;
     }
-    return app.exit(e) == 0 ? cli::kOk : cli::kUsage;
+    if (e.get_exit_code() == 0) return app.exit(e) == 0 ? cli::kOk : cli::kUsage;  // --help, --version
+    // one line, like every other error ("--threads: expected an integer in [0, 4096], got 65536")
+    fmt::print(stderr, "kveval: error: {} (see --help)\n", e.what());
+    return cli::kUsage;
   }
   auto& dist = cli::Distributed::get();
   if (dist.size() > 1 && !app.got_subcommand("run"))

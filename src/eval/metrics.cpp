@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "util/whitespace.hpp"
+#include "util/error.hpp"
 
 namespace kveval::eval {
 
@@ -66,7 +67,15 @@ MetricValue mean_metric(const std::string& name, const std::vector<double>& v) {
   return m;
 }
 
-MetricValue ratio_metric(const std::string& name, double num, double den, int n, bool exp_neg, bool bits) {
+/// Note of an aggregate exp(x) beyond the double range (x > log(DBL_MAX) ~ 709.78).
+std::string overflow_note(double x, int docs, int requests) {
+  std::string who = fmt::format("{} document{}", docs, docs == 1 ? "" : "s");
+  if (requests > 0) who += fmt::format(", {} request{}", requests, requests == 1 ? "" : "s");
+  return fmt::format("overflow: exp({:.6g}) exceeds the double range ({})", x, who);
+}
+
+MetricValue ratio_metric(const std::string& name, double num, double den, int n, bool exp_neg, bool bits,
+                         int requests) {
   MetricValue m;
   m.name = name;
   m.higher_is_better = false;
@@ -77,9 +86,9 @@ MetricValue ratio_metric(const std::string& name, double num, double den, int n,
   }
   double r = -num / den;
   m.value = exp_neg ? std::exp(r) : (bits ? r / std::log(2.0) : r);
-  if (!std::isfinite(*m.value)) {
+  if (!std::isfinite(*m.value)) {  // inputs are finite (checked), so this is a genuine overflow of exp
     m.value.reset();
-    m.note = "overflow";
+    m.note = overflow_note(r, n, requests);
     return m;
   }
   m.note = "corpus-level ratio: no stderr";
@@ -171,9 +180,13 @@ MetricValue llamacpp_metric(const ChunkedOutcome* c) {
   m.n = c->chunks;
   const double count = static_cast<double>(c->tokens);
   const double nll = c->sum_nll / count;
+  if (!std::isfinite(nll))  // a chunk with non-finite logits fails upstream (runner), never sums here
+    throw Error(fmt::format("internal: a non-finite log-prob reached {} (such chunks must fail upstream)",
+                            kPerplexityLlamaCpp));
   const double ppl = std::exp(nll);
-  if (!std::isfinite(ppl)) {
-    m.note = "overflow";
+  if (!std::isfinite(ppl)) {  // a genuine overflow of exp: mean nll > log(DBL_MAX) ~ 709.78
+    m.note = fmt::format("overflow: exp({:.6g}) exceeds the double range ({} chunk{}, {} tokens)", nll, c->chunks,
+                         c->chunks == 1 ? "" : "s", c->tokens);
     return m;
   }
   m.value = ppl;
@@ -196,11 +209,18 @@ std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const D
   std::vector<std::string> filter_errors(pipes.size());
   std::vector<int> filter_failed(pipes.size(), 0);
   double sum_ll = 0, sum_words = 0, sum_bytes = 0, sum_tokens = 0;
-  int n_ok = 0;
+  int n_ok = 0, n_requests = 0;
   for (size_t i = 0; i < outcomes.size() && i < task.docs.size(); ++i) {
     const DocOutcome& o = outcomes[i];
     if (!o.ok) continue;
+    bool finite = std::isfinite(o.logprob);
+    for (double v : o.choice_logprobs) finite &= std::isfinite(v);
+    if (!finite)
+      throw Error(fmt::format("internal: task '{}' doc {}: a non-finite log-prob reached the metrics (such requests "
+                              "must fail upstream)",
+                              task.name, i));
     ++n_ok;
+    n_requests += o.requests;
     const Doc& d = task.docs[i];
     switch (task.output_type) {
       case OutputType::Loglikelihood:
@@ -260,19 +280,23 @@ std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const D
           // lm-eval: perplexity is a bootstrappable aggregation (lm_eval/api/metrics.py stderr_for_metric)
           m.stderr_ = bootstrap_stderr_perplexity(ll, bootstrap_iters);
           if (!m.stderr_) m.note = bootstrap_iters < 1 ? "bootstrap_iters 0: no stderr" : "stderr needs n >= 2";
+          if (m.stderr_ && !std::isfinite(*m.stderr_)) {  // resamples beyond exp's range
+            m.note = fmt::format("overflow: the bootstrap stderr of perplexity {:.6g} exceeds the double range", p);
+            m.stderr_.reset();
+          }
         } else {
-          m.note = "overflow";
+          m.note = overflow_note(-*mu, m.n, n_requests);
         }
       }
       all.push_back(m);
     } else if (name == "word_perplexity") {
-      all.push_back(ratio_metric(name, sum_ll, sum_words, n_ok, true, false));
+      all.push_back(ratio_metric(name, sum_ll, sum_words, n_ok, true, false, n_requests));
     } else if (name == "byte_perplexity") {
-      all.push_back(ratio_metric(name, sum_ll, sum_bytes, n_ok, true, false));
+      all.push_back(ratio_metric(name, sum_ll, sum_bytes, n_ok, true, false, n_requests));
     } else if (name == "bits_per_byte") {
-      all.push_back(ratio_metric(name, sum_ll, sum_bytes, n_ok, false, true));
+      all.push_back(ratio_metric(name, sum_ll, sum_bytes, n_ok, false, true, n_requests));
     } else if (name == "token_perplexity") {
-      all.push_back(ratio_metric(name, sum_ll, sum_tokens, n_ok, true, false));
+      all.push_back(ratio_metric(name, sum_ll, sum_tokens, n_ok, true, false, n_requests));
     } else if (name == kPerplexityLlamaCpp) {
       MetricValue m = llamacpp_metric(chunked);
       if (bootstrap_iters < 1 && m.value) m.stderr_.reset(), m.note = "bootstrap_iters 0: no stderr";

@@ -22,6 +22,7 @@ struct DocOutcome {
   int64_t tokens = 0;                ///< tokens scored (loglikelihood, rolling)
   std::vector<double> choice_logprobs;  ///< multiple_choice: per choice, summed log-prob (nats)
   std::string output;                ///< generate_until: the generated text, cut at the first stop string
+  int requests = 0;                  ///< requests of this document (choices, windows); 0 = unknown
 };
 
 /// Name of a metric in reports: "exact_match" for filter "none", else "exact_match,strict-match" (lm-eval's key).
@@ -96,11 +97,17 @@ std::vector<std::pair<std::string, nlohmann::json>> doc_metric_values(const Task
 ///   where em applies the task's exact_match options (exact_match_normalize) and f
 ///   is each filter pipeline of task.filter_list (one value per pipeline, named by
 ///   MetricValue::filter), or the raw output when there is none (filter "none").
+/// Non-finite inputs are errors upstream (the runner fails such requests):
+/// a NaN/Inf log-prob in a document marked ok throws kveval::Error naming the
+/// task and document. An aggregate that overflows the double range (e.g.
+/// perplexity = exp(800)) is n/a with the note "overflow: exp(X) exceeds the
+/// double range (N documents, M requests)".
 /// `bootstrap_iters` as lm-eval's --bootstrap_iters: the stderr of `perplexity` is
 /// bootstrap_stderr_perplexity; 0 gives no stderr for any metric.
 /// - perplexity_llamacpp (rolling_method "llama.cpp", from `chunked`): exp(sum_nll / tokens),
 ///   n = chunks, stderr as llama-perplexity's "+/-": ppl * sqrt((E[nll^2] - E[nll]^2) / (tokens - 1))
-///   (tools/perplexity/perplexity.cpp); n/a with chunked->error when it did not run.
+///   (tools/perplexity/perplexity.cpp); n/a with chunked->error when it did not run, and with
+///   "overflow: exp(X) exceeds the double range (N chunks, T tokens)" when exp overflows.
 std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const DocOutcome> outcomes,
                                          int bootstrap_iters = 100000, const ChunkedOutcome* chunked = nullptr);
 

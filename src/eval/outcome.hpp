@@ -16,7 +16,7 @@ struct Phase {
 
 /// What one request produced.
 struct RequestOutcome {
-  bool ran = false;                 ///< false: per-request error (Request::error) or not reached
+  bool ran = false;                 ///< false: per-request error (Request::error or `error`) or not reached
   double logprob = 0;               ///< scoring: summed log-prob of the scored tokens (nats)
   double logprob_sq = 0;            ///< scoring: summed squared log-probs (for llama.cpp's "+/-")
   bool is_greedy = false;           ///< scoring: every scored token was the argmax
@@ -24,6 +24,9 @@ struct RequestOutcome {
   std::vector<int32_t> output_ids;  ///< generation: generated ids
   std::string output;               ///< generation: decoded text cut before the first stop string
   std::string stop_reason;          ///< generation: "until", "max_gen_toks", "eos" or "context full"
+  /// A failure while running (non-finite logits), naming task, doc and token
+  /// position; `ran` is then false. The runner copies it to Request::error.
+  std::string error;
 };
 
 }  // namespace kveval::eval

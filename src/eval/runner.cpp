@@ -42,6 +42,75 @@ std::vector<size_t> mine(std::vector<size_t> order, const std::vector<int>& owne
   return order;
 }
 
+/// "task 'x' doc 3 (data.jsonl:4) choice 2" for per-request errors.
+std::string request_label(const EvalSpec& spec, const Request& r) {
+  const TaskSpec& t = spec.tasks[static_cast<size_t>(r.task)];
+  if (r.kind == RequestKind::PerplexityChunk)  // task-level: the documents joined, cut into chunks
+    return fmt::format("task '{}' perplexity chunk {} (rolling_method llama.cpp)", t.name, r.index);
+  std::string s = fmt::format("task '{}' doc {}", t.name, r.doc);
+  if (static_cast<size_t>(r.doc) < t.docs.size() && !t.docs[static_cast<size_t>(r.doc)].origin.empty())
+    s += fmt::format(" ({})", t.docs[static_cast<size_t>(r.doc)].origin);
+  if (r.index >= 0) s += fmt::format(" {} {}", r.kind == RequestKind::RollingWindow ? "window" : "choice", r.index);
+  return s;
+}
+
+/// The requests of `order` (canonical generation order) that generate
+/// (max_gen_toks > 0), and the cache shape they need.
+struct GenPlan {
+  std::vector<size_t> gen;
+  int rows = 0, positions = 0;
+};
+GenPlan plan_generation(const std::vector<size_t>& order, const std::vector<Request>& requests, int batch_size,
+                        int max_length) {
+  GenPlan p;
+  for (size_t i : order)
+    if (requests[i].max_gen_toks > 0) p.gen.push_back(i);
+  if (p.gen.empty()) return p;
+  for (size_t i : p.gen)
+    p.positions = std::max(p.positions, static_cast<int>(requests[i].prompt.size()) + requests[i].max_gen_toks);
+  p.positions = std::min(p.positions, max_length);
+  p.rows = static_cast<int>(std::min<size_t>(static_cast<size_t>(batch_size), p.gen.size()));
+  return p;
+}
+
+/// The memory plan of the scoring requests `score_order` and the generation requests `gen_order` (canonical orders).
+MemoryPlan plan_for(const Model& model, const std::vector<Request>& requests, const std::vector<size_t>& score_order,
+                    const std::vector<size_t>& gen_order, int batch_size, int max_length) {
+  MemoryPlan p;
+  p.weights = model.weight_bytes();
+  // scoring: the batches score_phase forms (canonical order, batch_size rows), all logits
+  const size_t B = static_cast<size_t>(std::max(batch_size, 1));
+  for (size_t b0 = 0; b0 < score_order.size(); b0 += B) {
+    const size_t b1 = std::min(score_order.size(), b0 + B);
+    int seq = 1;
+    int64_t tokens = 0;  // forward() packs the valid tokens; score() holds [rows, seq, n_vocab] logits
+    for (size_t k = b0; k < b1; ++k) {
+      const int n = static_cast<int>(requests[score_order[k]].score.tokens.size()) - 1;
+      seq = std::max(seq, n);
+      tokens += n;
+    }
+    p.activations = std::max(p.activations, model.activation_bytes_for(static_cast<int>(b1 - b0), seq, true, tokens));
+  }
+  // generation: the cache of the scope and each batch's prefill (last-position logits)
+  const GenPlan g = plan_generation(gen_order, requests, batch_size, max_length);
+  if (!g.gen.empty()) {
+    p.cache_rows = g.rows;
+    p.cache_positions = g.positions;
+    p.kv_cache = model.cache_bytes_for(g.rows, g.positions);
+    for (size_t b0 = 0; b0 < g.gen.size(); b0 += static_cast<size_t>(g.rows)) {
+      const size_t b1 = std::min(g.gen.size(), b0 + static_cast<size_t>(g.rows));
+      int seq = 1;
+      int64_t tokens = 0;
+      for (size_t k = b0; k < b1; ++k) {
+        seq = std::max(seq, static_cast<int>(requests[g.gen[k]].prompt.size()));
+        tokens += static_cast<int64_t>(requests[g.gen[k]].prompt.size());
+      }
+      p.activations = std::max(p.activations, model.activation_bytes_for(g.rows, seq, false, tokens));
+    }
+  }
+  return p;
+}
+
 void score_phase(const EvalSpec& spec, Model& model, const RunOptions& opts, const std::vector<int>& owner,
                  RunResult& res) {
   if (model.caches_are_setup())
@@ -67,10 +136,16 @@ void score_phase(const EvalSpec& spec, Model& model, const RunOptions& opts, con
     for (size_t k = start; k < end; ++k) {
       const Request& r = res.requests[order[k]];
       const ScoreResult& sr = out[k - start];
+      RequestOutcome& o = res.outcomes[order[k]];
+      if (sr.nonfinite_at >= 0) {  // fails alone: the rest of the batch is unaffected (rows are independent)
+        o.error = fmt::format("{}: non-finite logits (NaN or Inf) predicting token position {} of {} (BOS = 0); "
+                              "the request is not scored",
+                              request_label(spec, r), sr.nonfinite_at, r.score.tokens.size());
+        continue;
+      }
       size_t expect = r.score.tokens.size() - static_cast<size_t>(r.score.score_from);
       if (sr.logprobs.size() != expect || sr.is_greedy.size() != expect)
         throw Error(fmt::format("internal: score() returned {} log-probs for {} scored tokens", sr.logprobs.size(), expect));
-      RequestOutcome& o = res.outcomes[order[k]];
       o.ran = true;
       o.logprob = sr.sum();
       for (double lp : sr.logprobs) o.logprob_sq += lp * lp;
@@ -93,17 +168,15 @@ void generation_phase(const EvalSpec& spec, Model& model, const RunOptions& opts
                       RunResult& res) {
   if (opts.on_phase) opts.on_phase("generation");
   std::vector<size_t> order = mine(canonical_generate_order(spec, res.requests), owner, res.rank);
-  std::vector<size_t> gen;
   for (size_t i : order) {
-    const Request& r = res.requests[i];
-    if (r.max_gen_toks == 0) {  // nothing to generate: no forward pass, no cache row
+    if (res.requests[i].max_gen_toks == 0) {  // nothing to generate: no forward pass, no cache row
       RequestOutcome& o = res.outcomes[i];
       o.ran = true;
       o.stop_reason = to_string(StopReason::MaxTokens);
-    } else {
-      gen.push_back(i);
     }
   }
+  const GenPlan plan = plan_generation(order, res.requests, res.batch_size, res.max_length);
+  const std::vector<size_t>& gen = plan.gen;
   res.cache_bytes_before = model.bytes();
   if (gen.empty()) {
     res.phases.push_back({"cache setup", 0, 0});
@@ -113,13 +186,7 @@ void generation_phase(const EvalSpec& spec, Model& model, const RunOptions& opts
     res.cache_bytes_after = model.bytes();
     return;
   }
-  int positions = 0;
-  for (size_t i : gen) {
-    const Request& r = res.requests[i];
-    positions = std::max(positions, static_cast<int>(r.prompt.size()) + r.max_gen_toks);
-  }
-  positions = std::min(positions, res.max_length);
-  const int rows = static_cast<int>(std::min<size_t>(static_cast<size_t>(res.batch_size), gen.size()));
+  const int positions = plan.positions, rows = plan.rows;
   res.cache_rows = rows;
   res.cache_positions = positions;
 
@@ -173,6 +240,12 @@ void generation_phase(const EvalSpec& spec, Model& model, const RunOptions& opts
       const Request& r = res.requests[gen[k]];
       Generation& g = out[k - start];
       RequestOutcome& o = res.outcomes[gen[k]];
+      if (g.reason == StopReason::NonFinite) {  // stopped: its text is never scored
+        o.error = fmt::format("{}: non-finite logits (NaN or Inf) at token position {} (after {} generated tokens); "
+                              "generation stopped and the output is not scored",
+                              request_label(spec, r), g.prompt_tokens + static_cast<int>(g.ids.size()), g.ids.size());
+        continue;
+      }
       o.ran = true;
       o.tokens = static_cast<int>(g.ids.size());
       IncrementalDetokenizer d(tok);
@@ -262,6 +335,7 @@ RunResult run_eval_impl(const EvalSpec& spec, Model& model, const RunOptions& op
     throw ArgumentError(fmt::format("run_eval: invalid shard (rank {} of {})", res.rank, res.n_ranks));
   res.model_path = model.path();
   res.load = model.load_summary();
+  res.model_sha256 = model.sha256();
   res.threads = model.threads();
   res.dtype = to_string(model.dtype());
   if (opts.log) opts.log("compute dtype " + model.dtype_note());
@@ -293,12 +367,34 @@ RunResult run_eval_impl(const EvalSpec& spec, Model& model, const RunOptions& op
     const HParams& hp = model.hparams();
     owner = assign_requests(res.requests, res.n_ranks, matmul_params(hp), hp.n_layer, hp.n_embd);
   }
+  // Before any forward pass: does this rank's plan fit in memory? (every rank stops if one cannot)
+  std::exception_ptr no_memory;
+  try {
+    const MemoryPlan mp = plan_for(model, res.requests, mine(canonical_score_order(spec, res.requests), owner, res.rank),
+                                   mine(canonical_generate_order(spec, res.requests), owner, res.rank), res.batch_size,
+                                   res.max_length);
+    const MemoryPart parts[] = {
+        {"weights", mp.weights, true},
+        {fmt::format("KV cache ({} rows x {} positions)", mp.cache_rows, mp.cache_positions), mp.kv_cache},
+        {fmt::format("activations (batch_size {})", res.batch_size), mp.activations}};
+    check_memory_plan(fmt::format("the run of {}", spec.path), parts,
+                      opts.memory_budget ? *opts.memory_budget : memory_budget(),
+                      "lower batch_size, max_length or max_gen_toks");
+  } catch (...) {
+    if (!opts.shard.agree) throw;
+    no_memory = std::current_exception();
+  }
+  if (opts.shard.agree) opts.shard.agree(no_memory);
+
   score_phase(spec, model, opts, owner, res);
   generation_phase(spec, model, opts, owner, res);
   if (res.n_ranks > 1) {
     gather_ranks(opts.shard, owner, res);
     if (!res.is_root()) return res;
   }
+  // failures while running (non-finite logits) become the requests' errors
+  for (size_t i = 0; i < res.requests.size(); ++i)
+    if (!res.outcomes[i].error.empty() && res.requests[i].error.empty()) res.requests[i].error = res.outcomes[i].error;
 
   // per-document outcomes and metrics
   res.docs.resize(spec.tasks.size());
@@ -332,6 +428,7 @@ RunResult run_eval_impl(const EvalSpec& spec, Model& model, const RunOptions& op
       continue;
     }
     DocOutcome& d = res.docs[static_cast<size_t>(r.task)][static_cast<size_t>(r.doc)];
+    ++d.requests;
     if (!r.error.empty() || !o.ran) {
       ++res.n_request_errors;
       ++res.task_errors[static_cast<size_t>(r.task)];
@@ -380,6 +477,12 @@ RunResult run_eval_impl(const EvalSpec& spec, Model& model, const RunOptions& op
 
 }  // namespace
 
+MemoryPlan plan_memory(const EvalSpec& spec, const Model& model, const std::vector<Request>& requests, int batch_size,
+                       int max_length) {
+  return plan_for(model, requests, canonical_score_order(spec, requests), canonical_generate_order(spec, requests),
+                  batch_size, max_length);
+}
+
 RunResult run_eval(const EvalSpec& spec, Model& model, const RunOptions& opts) {
   return run_eval_impl(spec, model, opts, {});
 }
@@ -389,6 +492,7 @@ RunResult run_spec(const EvalSpec& spec, const RunOptions& opts) {
   ModelOptions mo;
   mo.threads = spec.threads;
   mo.dtype = spec.dtype;
+  mo.hash = opts.hash_model;
   std::unique_ptr<Model> model;
   std::exception_ptr failed;
   try {

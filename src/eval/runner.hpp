@@ -17,6 +17,7 @@
 #include "eval/shard.hpp"
 #include "eval/spec.hpp"
 #include "model/model.hpp"
+#include "util/memory.hpp"
 
 namespace kveval::eval {
 
@@ -38,12 +39,17 @@ struct RunOptions {
   /// Distributed run (eval/shard.hpp): this rank runs only its share of the
   /// requests; rank 0 gathers every outcome and computes the metrics. size 1: a plain run.
   Shard shard;
+  /// run_spec: compute the model file's SHA-256 while loading (RunResult::model_sha256; "" when false).
+  bool hash_model = true;
+  /// The memory the run may use; default: memory_budget() (util/memory.hpp) read when the plan is checked.
+  std::optional<MemoryBudget> memory_budget;
 };
 
 /// Everything a run produced; reports are formatted from this.
 struct RunResult {
   std::string model_path;
   LoadSummary load;                      ///< the model's load summary (Model::load_summary())
+  std::string model_sha256;              ///< Model::sha256(): of the bytes loaded, taken at load
   int threads = 0;                       ///< compute threads of the model
   std::string dtype;                     ///< resolved compute dtype of the model ("f32" or "bf16")
   int max_length = 0;                    ///< resolved context window (tokens)
@@ -77,16 +83,36 @@ struct RunResult {
   bool is_root() const { return rank == 0; }
 };
 
+/// Memory the plan of a run needs beyond the loaded weights (bytes):
+/// the generation KV cache (rows x positions, K+V float32) and the peak of
+/// the activations (the largest scoring batch, all logits, or the largest
+/// generation prefill, whichever is larger; Model::activation_bytes_for).
+struct MemoryPlan {
+  size_t weights = 0;      ///< Model::weight_bytes(), already resident
+  size_t kv_cache = 0;
+  size_t activations = 0;
+  int cache_rows = 0, cache_positions = 0;
+};
+/// The plan of `requests` (after build_requests) on `model` with `batch_size` rows
+/// and a context of `max_length` tokens.
+MemoryPlan plan_memory(const EvalSpec& spec, const Model& model, const std::vector<Request>& requests,
+                       int batch_size, int max_length);
+
 /// Runs the plan on an already loaded model (no "load" phase). With
 /// opts.shard.size > 1 every rank must call it with the same spec and model:
 /// the requests are split by assign_requests, each rank runs its share through
 /// the same phases, and rank 0 gathers and computes the metrics (other ranks
 /// return a result without metrics: is_root() is false). `spec` must come
 /// from load_spec/parse_spec. Throws SpecError when max_length exceeds the
-/// model's context_length or a max_gen_toks does not fit; CacheError when the
+/// model's context_length or a max_gen_toks does not fit; MemoryError (one
+/// line naming the KV cache, activations and the memory available) when the
+/// plan does not fit the memory budget, before any forward pass; CacheError when the
 /// model has caches set up on entry; Error (internal) when a log-likelihood
 /// forward pass ran with caches set up; whatever the engine throws. On any
 /// exception inside the generation scope the caches are deleted (bytes() == 0).
+/// A request whose logits become non-finite (NaN/Inf) gets a per-request
+/// error naming the task, document and token position and is left out of
+/// the metrics.
 RunResult run_eval(const EvalSpec& spec, Model& model, const RunOptions& opts = {});
 
 /// Loads spec.model (threads = spec.threads), timed as phase "load", then run_eval.

@@ -109,7 +109,7 @@ class Reader {
   size_t pos_ = 0;
 };
 
-constexpr uint64_t kMagic = 0x3176707261726b76ULL;  // "vkraprv1": version of this format
+constexpr uint64_t kMagic = 0x3276707261726b76ULL;  // "vkraprv2": version of this format (v2: outcome errors)
 
 }  // namespace
 
@@ -128,6 +128,7 @@ std::string encode_rank_report(const RankReport& r) {
     for (int32_t id : o.output_ids) w.u64(static_cast<uint64_t>(static_cast<int64_t>(id)));
     w.str(o.output);
     w.str(o.stop_reason);
+    w.str(o.error);
   }
   w.u64(r.phases.size());
   for (const Phase& p : r.phases) {
@@ -161,6 +162,7 @@ RankReport decode_rank_report(const std::string& bytes) {
     for (size_t j = 0; j < m; ++j) o.output_ids.push_back(static_cast<int32_t>(static_cast<int64_t>(rd.u64())));
     o.output = rd.str();
     o.stop_reason = rd.str();
+    o.error = rd.str();
     r.outcomes.emplace_back(i, std::move(o));
   }
   size_t np = rd.count(3 * 8);

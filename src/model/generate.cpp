@@ -15,7 +15,12 @@ double token_logprob(std::span<const float> logits, int32_t token) {
   if (token < 0 || static_cast<size_t>(token) >= logits.size())
     throw ArgumentError(fmt::format("token_logprob: token {} outside [0, {})", token, logits.size()));
   float mx = -std::numeric_limits<float>::infinity();
-  for (float v : logits) mx = std::max(mx, v);
+  bool finite = true;
+  for (float v : logits) {
+    mx = std::max(mx, v);
+    finite &= std::isfinite(v);
+  }
+  if (!finite) return std::numeric_limits<double>::quiet_NaN();
   // exp in float (each term has relative error ~1e-7), summed in double: the
   // log-sum-exp is exact to ~1e-7 nats, 3x cheaper than double exp over 32000 logits.
   double sum = 0.0;
@@ -77,7 +82,12 @@ std::vector<ScoreResult> score(Model& model, std::span<const ScoreRequest> reque
       ScoreResult& res = out[b0 + static_cast<size_t>(j)];
       for (size_t p = static_cast<size_t>(r.score_from); p < r.tokens.size(); ++p) {
         std::span<const float> row(logits.data() + (static_cast<size_t>(j) * seq + p - 1) * V, V);
-        res.logprobs.push_back(token_logprob(row, r.tokens[p]));
+        const double lp = token_logprob(row, r.tokens[p]);
+        if (!std::isfinite(lp)) {  // an overflowed forward pass: this request fails, never scores
+          res.nonfinite_at = static_cast<int>(p);
+          break;
+        }
+        res.logprobs.push_back(lp);
         res.is_greedy.push_back(argmax(row) == r.tokens[p] ? 1 : 0);
       }
     }
@@ -151,8 +161,15 @@ std::vector<Generation> decode_loop(Model& model, const std::vector<std::vector<
       if (!live[r]) continue;
       std::span<const float> row(logits.data() + r * V, V);
       const int32_t t = argmax(row);
+      const double lp = token_logprob(row, t);
+      if (!std::isfinite(lp)) {  // NaN/Inf logits: stop this row; the garbage token is not produced
+        gens[r].reason = StopReason::NonFinite;
+        live[r] = 0;
+        --n_live;
+        continue;
+      }
       gens[r].ids.push_back(t);
-      gens[r].logprobs.push_back(token_logprob(row, t));
+      gens[r].logprobs.push_back(lp);
       if (timing) ++timing->decode_tokens;
       const int produced = static_cast<int>(gens[r].ids.size());
       bool stop = true;

@@ -22,6 +22,7 @@
 
 #include "model/dequantize.hpp"
 #include "util/error.hpp"
+#include "util/sigbus_guard.hpp"
 
 static_assert(std::endian::native == std::endian::little, "the GGUF reader assumes a little-endian host");
 
@@ -288,120 +289,126 @@ File::File(const std::string& path) : impl_(std::make_unique<Impl>()) {
   m.map = p;
   m.map_size = size;
 
-  Cursor c{m.path, static_cast<const uint8_t*>(p), size, 0, {}, 0};
-  c.where = "header";
-  if (std::memcmp(c.base, "GGUF", 4) != 0)
-    c.fail(fmt::format("bad magic {:02x} {:02x} {:02x} {:02x}, expected \"GGUF\" (not a GGUF file)", c.base[0],
-                       c.base[1], c.base[2], c.base[3]));
-  c.pos = 4;
-  m.version = c.read<uint32_t>("version");
-  if (m.version == 1) c.fail("GGUF version 1 is not supported (kveval reads versions 2 and 3; re-convert the model)");
-  if (m.version != 2 && m.version != 3) {
-    c.pos -= 4;
-    if (__builtin_bswap32(m.version) == 2 || __builtin_bswap32(m.version) == 3)
-      c.fail(fmt::format("GGUF version {} looks byte-swapped: big-endian files are not supported", m.version));
-    c.fail(fmt::format("unsupported GGUF version {} (kveval reads versions 2 and 3)", m.version));
-  }
-  const uint64_t n_tensors = c.read<uint64_t>("tensor count");
-  const uint64_t n_kv = c.read<uint64_t>("metadata count");
-  // Each key-value needs >= 13 bytes (key length, type, 1-byte value); each
-  // tensor info >= 32 bytes (name length, n_dims, 1 dim, type, offset).
-  if (n_kv > c.left() / 13)
-    c.fail(fmt::format("metadata count {} cannot fit in the {} bytes left in the file", n_kv, c.left()));
-  if (n_tensors > c.left() / 32)
-    c.fail(fmt::format("tensor count {} cannot fit in the {} bytes left in the file", n_tensors, c.left()));
-
-  m.kv.reserve(n_kv);
-  for (uint64_t i = 0; i < n_kv; ++i) {
-    c.where = fmt::format("key #{}", i);
-    std::string key = c.read_string("key");
-    c.where = fmt::format("key '{}'", key);
-    if (m.kv_index.count(key)) c.fail("duplicate key");
-    uint32_t type = c.read<uint32_t>("value type");
-    Value v = read_value(c, type, 0);
-    m.kv_index.emplace(key, m.kv.size());
-    m.kv.emplace_back(std::move(key), std::move(v));
-  }
-
-  if (const Value* a = find("general.alignment")) {
-    c.where = "key 'general.alignment'";
-    if (!is_integer(a->type)) m.fail(fmt::format("key 'general.alignment' has type {}, expected uint32", type_label(*a)));
-    uint64_t al = m.as_uint("general.alignment", *a);
-    if (al == 0 || !std::has_single_bit(al) || al > (1u << 30))
-      m.fail(fmt::format("general.alignment {} is not a nonzero power of two (key 'general.alignment')", al));
-    m.alignment = al;
-  }
-
-  m.tensors.reserve(n_tensors);
-  for (uint64_t i = 0; i < n_tensors; ++i) {
-    c.where = fmt::format("tensor #{}", i);
-    TensorInfo t;
-    t.name = c.read_string("tensor name");
-    c.where = fmt::format("tensor '{}'", t.name);
-    if (m.tensor_index.count(t.name)) c.fail("duplicate tensor name");
-    uint32_t n_dims = c.read<uint32_t>("n_dims");
-    if (n_dims < 1 || n_dims > kMaxDims) c.fail(fmt::format("n_dims {} is outside 1..{}", n_dims, kMaxDims));
-    uint64_t n = 1;
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      uint64_t dim = c.read<uint64_t>("dimension");
-      if (dim == 0) c.fail(fmt::format("dimension {} is 0", d));
-      if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / n)
-        c.fail(fmt::format("element count overflows at dimension {} ({})", d, dim));
-      n *= dim;
-      t.dims.push_back(dim);
+  // The header and metadata are read from the mapping: a file truncated meanwhile
+  // faults (SIGBUS) there; that becomes a FormatError instead of killing the process.
+  auto parse = [&] {
+    Cursor c{m.path, static_cast<const uint8_t*>(p), size, 0, {}, 0};
+    c.where = "header";
+    if (std::memcmp(c.base, "GGUF", 4) != 0)
+      c.fail(fmt::format("bad magic {:02x} {:02x} {:02x} {:02x}, expected \"GGUF\" (not a GGUF file)", c.base[0],
+                         c.base[1], c.base[2], c.base[3]));
+    c.pos = 4;
+    m.version = c.read<uint32_t>("version");
+    if (m.version == 1) c.fail("GGUF version 1 is not supported (kveval reads versions 2 and 3; re-convert the model)");
+    if (m.version != 2 && m.version != 3) {
+      c.pos -= 4;
+      if (__builtin_bswap32(m.version) == 2 || __builtin_bswap32(m.version) == 3)
+        c.fail(fmt::format("GGUF version {} looks byte-swapped: big-endian files are not supported", m.version));
+      c.fail(fmt::format("unsupported GGUF version {} (kveval reads versions 2 and 3)", m.version));
     }
-    uint32_t type = c.read<uint32_t>("tensor type");
-    const TypeInfo* ti = type_info(type);
-    if (!ti) {
-      if (const char* old_name = removed_type_name(type))
-        m.fail(fmt::format("tensor '{}' has type {} ({}), which ggml removed (re-quantize the model); kveval reads {}",
-                           t.name, old_name, type, supported_list()));
-      m.fail(fmt::format("tensor '{}' has unknown type {} (not a ggml type); kveval reads {}", t.name, type,
-                         supported_list()));
-    }
-    if (!ti->supported)
-      m.fail(fmt::format("tensor '{}' has type {} ({}), which kveval does not read; kveval reads {}", t.name, ti->name,
-                         type, supported_list()));
-    t.type = ti->type;
-    if (t.dims[0] % ti->block_size != 0)
-      m.fail(fmt::format("tensor '{}' of type {} has rows of {} elements, not a multiple of its block size {}", t.name,
-                         ti->name, t.dims[0], ti->block_size));
-    const uint64_t n_blocks = n / ti->block_size;
-    if (n_blocks > std::numeric_limits<uint64_t>::max() / 2 / ti->type_size) c.fail("tensor byte size overflows");
-    t.n_elements = n;
-    t.n_bytes = n_blocks * ti->type_size;
-    t.offset = c.read<uint64_t>("tensor offset");
-    if (t.offset % m.alignment != 0)
-      c.fail(fmt::format("data offset {} is not a multiple of the alignment {}", t.offset, m.alignment));
-    m.tensor_index.emplace(t.name, m.tensors.size());
-    m.tensors.push_back(std::move(t));
-  }
+    const uint64_t n_tensors = c.read<uint64_t>("tensor count");
+    const uint64_t n_kv = c.read<uint64_t>("metadata count");
+    // Each key-value needs >= 13 bytes (key length, type, 1-byte value); each
+    // tensor info >= 32 bytes (name length, n_dims, 1 dim, type, offset).
+    if (n_kv > c.left() / 13)
+      c.fail(fmt::format("metadata count {} cannot fit in the {} bytes left in the file", n_kv, c.left()));
+    if (n_tensors > c.left() / 32)
+      c.fail(fmt::format("tensor count {} cannot fit in the {} bytes left in the file", n_tensors, c.left()));
 
-  const uint64_t header_end = c.pos;
-  const uint64_t data_start = (header_end + m.alignment - 1) / m.alignment * m.alignment;
-  m.data_start = data_start;
-  if (!m.tensors.empty()) {
-    if (data_start > size)
-      m.fail(fmt::format("data section starts at offset {}, past the end of the file ({} bytes)", data_start, size));
-    const uint64_t data_size = size - data_start;
-    for (TensorInfo& t : m.tensors) {
-      if (t.offset > data_size || t.n_bytes > data_size - t.offset) {
-        const uint64_t end = t.n_bytes > UINT64_MAX - t.offset ? UINT64_MAX : t.offset + t.n_bytes;
-        m.fail(fmt::format("tensor data [{}, {}) extends past the end of the {}-byte data section; file truncated? "
-                           "(tensor '{}')",
-                           t.offset, end, data_size, t.name));
+    m.kv.reserve(n_kv);
+    for (uint64_t i = 0; i < n_kv; ++i) {
+      c.where = fmt::format("key #{}", i);
+      std::string key = c.read_string("key");
+      c.where = fmt::format("key '{}'", key);
+      if (m.kv_index.count(key)) c.fail("duplicate key");
+      uint32_t type = c.read<uint32_t>("value type");
+      Value v = read_value(c, type, 0);
+      m.kv_index.emplace(key, m.kv.size());
+      m.kv.emplace_back(std::move(key), std::move(v));
+    }
+
+    if (const Value* a = find("general.alignment")) {
+      c.where = "key 'general.alignment'";
+      if (!is_integer(a->type)) m.fail(fmt::format("key 'general.alignment' has type {}, expected uint32", type_label(*a)));
+      uint64_t al = m.as_uint("general.alignment", *a);
+      if (al == 0 || !std::has_single_bit(al) || al > (1u << 30))
+        m.fail(fmt::format("general.alignment {} is not a nonzero power of two (key 'general.alignment')", al));
+      m.alignment = al;
+    }
+
+    m.tensors.reserve(n_tensors);
+    for (uint64_t i = 0; i < n_tensors; ++i) {
+      c.where = fmt::format("tensor #{}", i);
+      TensorInfo t;
+      t.name = c.read_string("tensor name");
+      c.where = fmt::format("tensor '{}'", t.name);
+      if (m.tensor_index.count(t.name)) c.fail("duplicate tensor name");
+      uint32_t n_dims = c.read<uint32_t>("n_dims");
+      if (n_dims < 1 || n_dims > kMaxDims) c.fail(fmt::format("n_dims {} is outside 1..{}", n_dims, kMaxDims));
+      uint64_t n = 1;
+      for (uint32_t d = 0; d < n_dims; ++d) {
+        uint64_t dim = c.read<uint64_t>("dimension");
+        if (dim == 0) c.fail(fmt::format("dimension {} is 0", d));
+        if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / n)
+          c.fail(fmt::format("element count overflows at dimension {} ({})", d, dim));
+        n *= dim;
+        t.dims.push_back(dim);
       }
-      t.data = reinterpret_cast<const std::byte*>(c.base + data_start + t.offset);
+      uint32_t type = c.read<uint32_t>("tensor type");
+      const TypeInfo* ti = type_info(type);
+      if (!ti) {
+        if (const char* old_name = removed_type_name(type))
+          m.fail(fmt::format("tensor '{}' has type {} ({}), which ggml removed (re-quantize the model); kveval reads {}",
+                             t.name, old_name, type, supported_list()));
+        m.fail(fmt::format("tensor '{}' has unknown type {} (not a ggml type); kveval reads {}", t.name, type,
+                           supported_list()));
+      }
+      if (!ti->supported)
+        m.fail(fmt::format("tensor '{}' has type {} ({}), which kveval does not read; kveval reads {}", t.name, ti->name,
+                           type, supported_list()));
+      t.type = ti->type;
+      if (t.dims[0] % ti->block_size != 0)
+        m.fail(fmt::format("tensor '{}' of type {} has rows of {} elements, not a multiple of its block size {}", t.name,
+                           ti->name, t.dims[0], ti->block_size));
+      const uint64_t n_blocks = n / ti->block_size;
+      if (n_blocks > std::numeric_limits<uint64_t>::max() / 2 / ti->type_size) c.fail("tensor byte size overflows");
+      t.n_elements = n;
+      t.n_bytes = n_blocks * ti->type_size;
+      t.offset = c.read<uint64_t>("tensor offset");
+      if (t.offset % m.alignment != 0)
+        c.fail(fmt::format("data offset {} is not a multiple of the alignment {}", t.offset, m.alignment));
+      m.tensor_index.emplace(t.name, m.tensors.size());
+      m.tensors.push_back(std::move(t));
     }
-    // Overlapping tensors: sort by offset and compare neighbours.
-    std::vector<const TensorInfo*> by_off;
-    for (const auto& t : m.tensors) by_off.push_back(&t);
-    std::sort(by_off.begin(), by_off.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
-    for (size_t i = 1; i < by_off.size(); ++i)
-      if (by_off[i - 1]->offset + by_off[i - 1]->n_bytes > by_off[i]->offset)
-        m.fail(fmt::format("tensors '{}' and '{}' overlap (data offsets {} and {})", by_off[i - 1]->name,
-                           by_off[i]->name, by_off[i - 1]->offset, by_off[i]->offset));
-  }
+
+    const uint64_t header_end = c.pos;
+    const uint64_t data_start = (header_end + m.alignment - 1) / m.alignment * m.alignment;
+    m.data_start = data_start;
+    if (!m.tensors.empty()) {
+      if (data_start > size)
+        m.fail(fmt::format("data section starts at offset {}, past the end of the file ({} bytes)", data_start, size));
+      const uint64_t data_size = size - data_start;
+      for (TensorInfo& t : m.tensors) {
+        if (t.offset > data_size || t.n_bytes > data_size - t.offset) {
+          const uint64_t end = t.n_bytes > UINT64_MAX - t.offset ? UINT64_MAX : t.offset + t.n_bytes;
+          m.fail(fmt::format("tensor data [{}, {}) extends past the end of the {}-byte data section; file truncated? "
+                             "(tensor '{}')",
+                             t.offset, end, data_size, t.name));
+        }
+        t.data = reinterpret_cast<const std::byte*>(c.base + data_start + t.offset);
+      }
+      // Overlapping tensors: sort by offset and compare neighbours.
+      std::vector<const TensorInfo*> by_off;
+      for (const auto& t : m.tensors) by_off.push_back(&t);
+      std::sort(by_off.begin(), by_off.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+      for (size_t i = 1; i < by_off.size(); ++i)
+        if (by_off[i - 1]->offset + by_off[i - 1]->n_bytes > by_off[i]->offset)
+          m.fail(fmt::format("tensors '{}' and '{}' overlap (data offsets {} and {})", by_off[i - 1]->name,
+                             by_off[i]->name, by_off[i - 1]->offset, by_off[i]->offset));
+    }
+  };
+  if (!read_catching_sigbus(p, size, parse))
+    m.fail("file changed while loading (truncated while its header and metadata were read)");
 }
 
 File::~File() = default;
@@ -412,6 +419,9 @@ const std::string& File::path() const { return impl_->path; }
 uint32_t File::version() const { return impl_->version; }
 uint64_t File::alignment() const { return impl_->alignment; }
 uint64_t File::data_offset() const { return impl_->data_start; }
+std::span<const std::byte> File::bytes() const {
+  return {static_cast<const std::byte*>(impl_->map), impl_->map_size};
+}
 const std::vector<std::pair<std::string, Value>>& File::metadata() const { return impl_->kv; }
 
 const Value* File::find(std::string_view key) const {

@@ -103,6 +103,9 @@ class File {
   uint64_t alignment() const;  ///< general.alignment, default 32
   /// Offset in the file of the tensor data section (bytes); TensorInfo::offset is relative to it.
   uint64_t data_offset() const;
+  /// The whole mapped file (read-only). Reading it faults with SIGBUS if the
+  /// file is truncated meanwhile: see util/sigbus_guard.hpp.
+  std::span<const std::byte> bytes() const;
 
   /// All metadata in file order.
   const std::vector<std::pair<std::string, Value>>& metadata() const;

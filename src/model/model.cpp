@@ -1,3 +1,5 @@
+// Model: the forward pass, the KV cache and the cache scopes (loading is in
+// model_load.cpp, the architectures in model/arch/).
 #include "model/model.hpp"
 
 #include <algorithm>
@@ -9,9 +11,8 @@
 #include <fmt/format.h>
 
 #include "backend/backend.hpp"
-#include "model/gguf.hpp"
+#include "model/model_impl.hpp"
 #include "util/error.hpp"
-#include "util/timer.hpp"
 
 namespace kveval {
 
@@ -23,6 +24,7 @@ const char* to_string(StopReason r) {
     case StopReason::MaxTokens: return "max_gen_toks";
     case StopReason::ContextFull: return "context full";
     case StopReason::StopString: return "until";
+    case StopReason::NonFinite: return "non-finite logits";
   }
   return "?";
 }
@@ -56,207 +58,8 @@ CachePolicy parse_cache_policy(const std::string& s) {
   throw ArgumentError(fmt::format("cache policy '{}': expected 'release' or 'reuse'", s));
 }
 
-namespace {
-
-struct Layer {
-  std::vector<float> attn_norm, ffn_norm;  // [n_embd]
-  be::Weight wqkv;       // [n_embd + 2 kv_dim, n_embd]: attn_q, attn_k, attn_v stacked (one matmul)
-  be::Weight wo;         // [n_embd, n_embd]
-  be::Weight w_gate_up;  // [2 n_ff, n_embd]: ffn_gate, ffn_up stacked (one matmul)
-  be::Weight w_down;     // [n_embd, n_ff]
-};
-
-struct FreeDeleter {
-  void operator()(float* p) const { be::free_floats(p); }
-};
-
-}  // namespace
-
-struct Model::Impl {
-  std::string path;
-  HParams hp;
-  std::unique_ptr<Tokenizer> tok;
-  std::unique_ptr<be::Engine> engine;
-  std::vector<float> tok_embd;  // [n_vocab, n_embd] rows for the embedding lookup
-  be::Weight output;            // output projection [n_vocab, n_embd] (a copy of token_embd when tied)
-  std::vector<float> output_norm;
-  std::vector<Layer> layers;
-  size_t weight_bytes = 0;
-  LoadSummary summary;
-  ComputeDtype dtype = ComputeDtype::F32;
-  std::string dtype_note;
-
-  // ---- KV cache: K and V [n_layer][batch][n_kv_head][cap][head_dim] ----
-  std::unique_ptr<float, FreeDeleter> k_cache, v_cache;
-  int cache_batch = 0, cache_cap = 0;
-  bool cache_enabled = false;
-  std::vector<int> n_past;
-
-  ModelStats stats;
-
-  // ---- activation buffers (grow-only) ----
-  be::Buffer x, xb, qkv, att, gu, hb, logits, last, scores;
-  std::vector<int32_t> pos;       // [T]
-  std::vector<int32_t> tok_ids;   // [T]
-  std::vector<int> seq_row, seq_start, seq_len;  // packed sequences
-  std::vector<be::AttentionSeq> short_att;        // sequences of a layer attended in one parallel loop
-
-  const be::Weight& out_weight() const { return output; }
-  int kv_dim() const { return hp.n_head_kv * hp.head_dim(); }
-  size_t cache_elems(int batch, int cap) const {
-    return static_cast<size_t>(hp.n_layer) * batch * hp.n_head_kv * cap * hp.head_dim();
-  }
-  // Offset of (layer, row, head, pos=0) in a cache.
-  size_t cache_off(int layer, int row, int head) const {
-    return ((static_cast<size_t>(layer) * cache_batch + row) * hp.n_head_kv + head) * cache_cap * hp.head_dim();
-  }
-
-  void reserve(size_t T, size_t n_rows_last) {
-    const size_t D = hp.n_embd, F = hp.n_ff, KV = kv_dim();
-    bool a = false;
-    a |= x.reserve(T * D);
-    a |= xb.reserve(T * D);
-    a |= qkv.reserve(T * (D + 2 * KV));
-    a |= att.reserve(T * D);
-    a |= gu.reserve(T * 2 * F);
-    a |= hb.reserve(T * F);
-    a |= last.reserve(std::max<size_t>(1, n_rows_last) * D);
-    if (a) ++stats.buffer_allocations;
-  }
-};
-
 Model::Model() : impl_(std::make_unique<Impl>()) {}
 Model::~Model() = default;
-
-std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& opts) {
-  Stopwatch load_time;
-  gguf::File f(path);
-  const std::string arch = f.get_string_or("general.architecture", "");
-  if (arch != "llama")
-    throw FormatError(fmt::format("{}: unsupported architecture '{}' (general.architecture); kveval supports 'llama'",
-                                  path, arch));
-  std::unique_ptr<Model> m(new Model());
-  auto& im = *m->impl_;
-  im.path = path;
-  HParams& hp = im.hp;
-  auto get_int = [&](const char* key, uint64_t lo, uint64_t hi) {
-    uint64_t v = f.get_uint(key);
-    if (v < lo || v > hi) throw FormatError(fmt::format("{}: key '{}' = {} out of range [{}, {}]", path, key, v, lo, hi));
-    return static_cast<int>(v);
-  };
-  hp.n_embd = get_int("llama.embedding_length", 1, 1 << 16);
-  hp.n_layer = get_int("llama.block_count", 1, 1024);
-  hp.n_head = get_int("llama.attention.head_count", 1, 1024);
-  hp.n_head_kv = f.find("llama.attention.head_count_kv") ? get_int("llama.attention.head_count_kv", 1, 1024) : hp.n_head;
-  hp.n_ff = get_int("llama.feed_forward_length", 1, 1 << 20);
-  hp.n_ctx_train = get_int("llama.context_length", 1, 1 << 24);
-  hp.rope_freq_base = static_cast<float>(f.get_float_or("llama.rope.freq_base", 10000.0));
-  hp.rms_eps = static_cast<float>(f.get_float_or("llama.attention.layer_norm_rms_epsilon", 1e-5));
-  if (hp.n_embd % hp.n_head != 0)
-    throw FormatError(fmt::format("{}: llama.embedding_length {} is not a multiple of llama.attention.head_count {}",
-                                  path, hp.n_embd, hp.n_head));
-  if (hp.n_head % hp.n_head_kv != 0)
-    throw FormatError(fmt::format("{}: llama.attention.head_count {} is not a multiple of head_count_kv {}", path,
-                                  hp.n_head, hp.n_head_kv));
-  hp.n_rot = f.find("llama.rope.dimension_count") ? get_int("llama.rope.dimension_count", 2, hp.head_dim())
-                                                  : hp.head_dim();
-  if (hp.n_rot % 2 != 0 || hp.n_rot > 1024)
-    throw FormatError(fmt::format("{}: llama.rope.dimension_count {} must be even and <= head_dim", path, hp.n_rot));
-  if (!(hp.rms_eps > 0.0f) || !(hp.rope_freq_base > 0.0f))
-    throw FormatError(fmt::format("{}: rms epsilon and rope.freq_base must be positive", path));
-
-  const auto& te = f.tensor("token_embd.weight");
-  if (te.dims.size() != 2 || te.dims[0] != static_cast<uint64_t>(hp.n_embd))
-    throw FormatError(fmt::format("{}: tensor 'token_embd.weight' has shape {} (expected [{}, n_vocab])", path,
-                                  fmt::join(te.dims, "x"), hp.n_embd));
-  hp.n_vocab = static_cast<int>(te.dims[1]);
-  im.tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(f));
-  if (im.tok->n_vocab() != hp.n_vocab)
-    throw FormatError(fmt::format("{}: tokenizer has {} tokens but token_embd.weight has {} rows", path,
-                                  im.tok->n_vocab(), hp.n_vocab));
-
-  bool file_f32 = true;
-  for (const auto& t : f.tensors())
-    if (t.dims.size() >= 2 && t.type != gguf::TensorType::F32) file_f32 = false;
-  const bool cpu_bf16 = be::cpu_has_bf16();
-  im.dtype = resolve_dtype(opts.dtype, cpu_bf16, file_f32);
-  im.dtype_note = fmt::format("{} -> {} (file {}, oneDNN ISA {}{})", to_string(opts.dtype), to_string(im.dtype),
-                              file_f32 ? "F32" : "not F32", be::cpu_isa_name(), cpu_bf16 ? ", bf16" : ", no bf16");
-  if (im.dtype == ComputeDtype::BF16 && !be::bf16_matmul_available())
-    throw ArgumentError(fmt::format("{}: dtype bf16: oneDNN has no bf16 matmul on this CPU (ISA {}); use f32 or auto",
-                                    path, be::cpu_isa_name()));
-  const be::Dtype wdt = im.dtype == ComputeDtype::BF16 ? be::Dtype::BF16 : be::Dtype::F32;
-  const DType mat_dtype = im.dtype == ComputeDtype::BF16 ? DType::BF16 : DType::F32;  // matrices in memory
-  const uint64_t D = hp.n_embd, F = hp.n_ff, V = hp.n_vocab, KV = static_cast<uint64_t>(im.kv_dim());
-  // Converts tensor `name` (ggml dims {n_in, n_out}, any supported type) into dst ([n_out, n_in]) as `dt`.
-  auto fill = [&](void* dst, const std::string& name, uint64_t n_in, uint64_t n_out, DType dt) {
-    const gguf::TensorInfo& t = f.tensor(name);
-    const bool ok = n_out == 0 ? (t.dims.size() == 1 && t.dims[0] == n_in)
-                               : (t.dims.size() == 2 && t.dims[0] == n_in && t.dims[1] == n_out);
-    if (!ok)
-      throw FormatError(fmt::format("{}: tensor '{}' has shape [{}], expected [{}]", path, name, fmt::join(t.dims, ", "),
-                                    n_out == 0 ? fmt::format("{}", n_in) : fmt::format("{}, {}", n_in, n_out)));
-    dequantize_rows(f, t, 0, t.n_rows(), dt, dst, {opts.check_finite, opts.threads});
-    im.weight_bytes += t.n_elements * dtype_size(dt);
-  };
-  // One weight from several tensors stacked along n_out (fused projections),
-  // each converted to the matrix dtype and transposed once into the matmul layout.
-  std::vector<float> rows;      // F32 matrices
-  std::vector<uint16_t> rows16;  // BF16 matrices
-  auto stacked = [&](std::initializer_list<std::pair<std::string, uint64_t>> parts, uint64_t n_in) {
-    uint64_t n_out = 0;
-    for (const auto& p : parts) n_out += p.second;
-    be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in), wdt);
-    int64_t row0 = 0;
-    for (const auto& [name, n] : parts) {
-      if (mat_dtype == DType::BF16) {
-        rows16.resize(n * n_in);
-        fill(rows16.data(), name, n_in, n, mat_dtype);
-        w.set_rows_bf16(row0, rows16.data(), static_cast<int64_t>(n));
-      } else {
-        rows.resize(n * n_in);
-        fill(rows.data(), name, n_in, n, mat_dtype);
-        w.set_rows(row0, rows.data(), static_cast<int64_t>(n));
-      }
-      row0 += static_cast<int64_t>(n);
-    }
-    return w;
-  };
-  auto mat = [&](const std::string& name, uint64_t n_in, uint64_t n_out) { return stacked({{name, n_out}}, n_in); };
-  auto vec = [&](const std::string& name, uint64_t n) {
-    std::vector<float> v(n);
-    fill(v.data(), name, n, 0, DType::F32);
-    return v;
-  };
-  im.tok_embd.resize(V * D);
-  fill(im.tok_embd.data(), "token_embd.weight", D, V, DType::F32);  // embedding rows are read in F32
-  im.output_norm = vec("output_norm.weight", D);
-  hp.tied_output = f.find_tensor("output.weight") == nullptr;
-  if (hp.tied_output) {
-    im.output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D), wdt);
-    im.output.set_rows(0, im.tok_embd.data(), static_cast<int64_t>(V));
-  } else {
-    im.output = mat("output.weight", D, V);
-  }
-  im.layers.resize(static_cast<size_t>(hp.n_layer));
-  for (int l = 0; l < hp.n_layer; ++l) {
-    auto& L = im.layers[static_cast<size_t>(l)];
-    const std::string p = fmt::format("blk.{}.", l);
-    L.attn_norm = vec(p + "attn_norm.weight", D);
-    L.wqkv = stacked({{p + "attn_q.weight", D}, {p + "attn_k.weight", KV}, {p + "attn_v.weight", KV}}, D);
-    L.wo = mat(p + "attn_output.weight", D, D);
-    L.ffn_norm = vec(p + "ffn_norm.weight", D);
-    L.w_gate_up = stacked({{p + "ffn_gate.weight", F}, {p + "ffn_up.weight", F}}, D);
-    L.w_down = mat(p + "ffn_down.weight", F, D);
-  }
-  im.engine = std::make_unique<be::Engine>(opts.threads);
-  im.summary = summarize_gguf(f);
-  // weight_bytes: matrices in mat_dtype, token_embd and norms F32; a tied output adds its copy.
-  im.summary.weight_dtype = dtype_name(mat_dtype);
-  im.summary.resident_bytes = im.weight_bytes + (hp.tied_output ? V * D * dtype_size(mat_dtype) : 0);
-  im.summary.load_seconds = load_time.seconds();
-  return m;
-}
 
 const HParams& Model::hparams() const { return impl_->hp; }
 const Tokenizer& Model::tokenizer() const { return *impl_->tok; }
@@ -264,6 +67,21 @@ const std::string& Model::path() const { return impl_->path; }
 int Model::threads() const { return impl_->engine->threads(); }
 size_t Model::weight_bytes() const { return impl_->weight_bytes; }
 const LoadSummary& Model::load_summary() const { return impl_->summary; }
+const std::string& Model::sha256() const { return impl_->sha256; }
+
+size_t Model::activation_bytes_for(int rows, int seq, bool all_logits, int64_t tokens) const {
+  const HParams& hp = impl_->hp;
+  const size_t R = static_cast<size_t>(std::max(rows, 1)), S = static_cast<size_t>(std::max(seq, 1));
+  const size_t T = tokens >= 0 ? static_cast<size_t>(tokens) : R * S, D = static_cast<size_t>(hp.n_embd), F = static_cast<size_t>(hp.n_ff);
+  const size_t KV = static_cast<size_t>(impl_->kv_dim()), V = static_cast<size_t>(hp.n_vocab);
+  const size_t group = static_cast<size_t>(hp.n_head / hp.n_head_kv);
+  // Impl::reserve: x, xb, qkv, att, gu, hb, last; attention scores of the longest sequence;
+  // the caller's logits; the last-position logits of a partial batch.
+  const size_t Q = static_cast<size_t>(impl_->q_dim());
+  size_t floats = T * (D + D + (Q + 2 * KV) + Q + 2 * F + F) + R * D + group * S * S;
+  floats += all_logits ? R * S * V : 2 * R * V;
+  return floats * sizeof(float) + T * 2 * sizeof(int32_t);
+}
 const ModelStats& Model::stats() const { return impl_->stats; }
 uint64_t Model::primitives_created() const { return impl_->engine->primitives_created(); }
 uint64_t Model::backend_allocations() const { return impl_->engine->buffer_allocations(); }
@@ -286,18 +104,16 @@ void Model::setup_caches(int batch_size, int max_seq_len) {
   if (!(im.k_cache && im.cache_batch == batch_size && im.cache_cap == max_seq_len)) {
     delete_caches();
     const size_t n = im.cache_elems(batch_size, max_seq_len);
-    // No zero-fill: positions >= n_past are never read, so untouched pages stay unmapped.
-    float *k = nullptr, *v = nullptr;
+    // No zero-fill: positions >= n_past are never read, so untouched pages stay
+    // unmapped (4 KiB pages: PageBuffer refuses transparent huge pages).
     try {
-      k = be::alloc_floats(n);
-      v = be::alloc_floats(n);
+      im.k_cache = be::PageBuffer::allocate(n);
+      im.v_cache = be::PageBuffer::allocate(n);
     } catch (const std::bad_alloc&) {
-      be::free_floats(k);
+      im.k_cache.reset();
       throw CacheError(fmt::format("setup_caches: cannot allocate {} bytes for a {} x {} KV cache",
                                    cache_bytes_for(batch_size, max_seq_len), batch_size, max_seq_len));
     }
-    im.k_cache.reset(k);
-    im.v_cache.reset(v);
     im.cache_batch = batch_size;
     im.cache_cap = max_seq_len;
     ++im.stats.cache_allocations;
@@ -397,7 +213,7 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
   if (T == 0) return;
   im.stats.tokens_processed += T;
 
-  const int D = hp.n_embd, HD = hp.head_dim(), KV = im.kv_dim(), F = hp.n_ff;
+  const int D = hp.n_embd, HD = hp.head_dim(), KV = im.kv_dim(), F = hp.n_ff, NQ = im.q_dim();
   const size_t n_seq = im.seq_row.size();
   im.reserve(T, n_seq);
   im.pos.resize(T);
@@ -423,16 +239,21 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
   // of how requests were batched (bit-identical for batch_size 1 vs 8).
   const bool inv = !cached;
   for (int l = 0; l < hp.n_layer; ++l) {
-    const Layer& L = im.layers[static_cast<size_t>(l)];
+    const detail::Layer& L = im.layers[static_cast<size_t>(l)];
     be::rmsnorm(x, L.attn_norm.data(), im.xb.data(), Ti, D, hp.rms_eps);
     // qkv row t: [q (n_head x HD) | k (n_head_kv x HD) | v (n_head_kv x HD)]
-    const int64_t QS = D + 2 * KV;
+    const int64_t QS = NQ + 2 * KV;
     float* q = im.qkv.data();
-    float* k = q + D;
+    float* k = q + NQ;
     float* v = k + KV;
     be::matmul(eng, im.xb.data(), Ti, L.wqkv, q, false, inv);
-    be::rope(q, Ti, hp.n_head, HD, hp.n_rot, im.pos.data(), hp.rope_freq_base, QS);
-    be::rope(k, Ti, hp.n_head_kv, HD, hp.n_rot, im.pos.data(), hp.rope_freq_base, QS);
+    if (!L.bqkv.empty()) be::add_bias(q, L.bqkv.data(), Ti, QS);
+    if (!L.q_norm.empty()) {  // per-head RMSNorm before RoPE (qwen3)
+      be::rmsnorm_heads(q, L.q_norm.data(), Ti, hp.n_head, HD, QS, hp.rms_eps);
+      be::rmsnorm_heads(k, L.k_norm.data(), Ti, hp.n_head_kv, HD, QS, hp.rms_eps);
+    }
+    be::rope(q, Ti, hp.n_head, HD, im.pos.data(), im.rope, QS);
+    be::rope(k, Ti, hp.n_head_kv, HD, im.pos.data(), im.rope, QS);
     im.short_att.clear();
     for (size_t s = 0; s < n_seq; ++s) {
       const int r = im.seq_row[s];
@@ -457,18 +278,21 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
         view = {k + t0 * QS, v + t0 * QS, QS, HD};
       }
       if (be::attention_uses_loop(n, HD))  // short blocks (decode steps): one parallel loop for all of them below
-        im.short_att.push_back({q + t0 * QS, view, im.att.data() + t0 * D, n, past});
+        im.short_att.push_back({q + t0 * QS, view, im.att.data() + t0 * NQ, n, past});
       else
-        be::attention(eng, q + t0 * QS, view, im.att.data() + t0 * D, n, past, hp.n_head, hp.n_head_kv, HD, QS,
+        be::attention(eng, q + t0 * QS, view, im.att.data() + t0 * NQ, n, past, hp.n_head, hp.n_head_kv, HD, QS,
                       im.scores);
     }
     be::attention(im.short_att, hp.n_head, hp.n_head_kv, HD, QS);
     im.short_att.clear();
     be::matmul(eng, im.att.data(), Ti, L.wo, x, /*accumulate=*/true, inv);
+    if (!L.bo.empty()) be::add_bias(x, L.bo.data(), Ti, D);
     be::rmsnorm(x, L.ffn_norm.data(), im.xb.data(), Ti, D, hp.rms_eps);
     be::matmul(eng, im.xb.data(), Ti, L.w_gate_up, im.gu.data(), false, inv);
+    if (!L.b_gate_up.empty()) be::add_bias(im.gu.data(), L.b_gate_up.data(), Ti, 2 * F);
     be::swiglu_fused(im.gu.data(), im.hb.data(), Ti, F);
     be::matmul(eng, im.hb.data(), Ti, L.w_down, x, /*accumulate=*/true, inv);
+    if (!L.b_down.empty()) be::add_bias(x, L.b_down.data(), Ti, D);
   }
   if (cached)
     for (size_t s = 0; s < n_seq; ++s) im.n_past[static_cast<size_t>(im.seq_row[s])] += im.seq_len[s];

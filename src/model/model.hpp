@@ -1,5 +1,6 @@
 #pragma once
-// Llama transformer on oneDNN with a caller-managed KV cache.
+// Llama-family transformers (llama, qwen2, qwen3: model/arch/) on oneDNN
+// with a caller-managed KV cache.
 // Cache API names and meanings follow torchtune (modules/kv_cache.py,
 // modules/common_utils.py): setup_caches, caches_are_setup,
 // caches_are_enabled, reset_caches, delete_caches, local_kv_cache,
@@ -12,26 +13,44 @@
 #include <string>
 #include <vector>
 
+#include "model/arch/arch.hpp"
 #include "model/dequantize.hpp"
 #include "model/load_summary.hpp"
 #include "model/tokenizer.hpp"
 
 namespace kveval {
 
-/// Llama hyper-parameters read from GGUF `llama.*` keys.
+namespace gguf {
+class File;
+}
+
+/// Hyper-parameters read from the GGUF `{arch}.*` keys (arch =
+/// general.architecture; see model/arch/arch.hpp for the architectures).
 struct HParams {
+  std::string arch = "llama";  ///< general.architecture: llama, qwen2, qwen3
   int n_vocab = 0;        ///< tokens in the vocabulary (rows of token_embd)
-  int n_embd = 0;         ///< llama.embedding_length
-  int n_layer = 0;        ///< llama.block_count
-  int n_head = 0;         ///< llama.attention.head_count
-  int n_head_kv = 0;      ///< llama.attention.head_count_kv (GQA), default n_head
-  int n_ff = 0;           ///< llama.feed_forward_length
-  int n_ctx_train = 0;    ///< llama.context_length (positions)
-  int n_rot = 0;          ///< llama.rope.dimension_count, default head_dim
-  float rope_freq_base = 10000.0f;  ///< llama.rope.freq_base
-  float rms_eps = 1e-5f;            ///< llama.attention.layer_norm_rms_epsilon
+  int n_embd = 0;         ///< {arch}.embedding_length
+  int n_layer = 0;        ///< {arch}.block_count
+  int n_head = 0;         ///< {arch}.attention.head_count
+  int n_head_kv = 0;      ///< {arch}.attention.head_count_kv (GQA), default n_head
+  int n_ff = 0;           ///< {arch}.feed_forward_length
+  int n_ctx_train = 0;    ///< {arch}.context_length (positions)
+  /// Dimensions of one query/key/value head: {arch}.attention.key_length
+  /// (= value_length), default n_embd / n_head. 0 means n_embd / n_head.
+  int n_embd_head = 0;
+  int n_rot = 0;          ///< {arch}.rope.dimension_count, default head_dim
+  float rope_freq_base = 10000.0f;  ///< {arch}.rope.freq_base
+  /// 1 / {arch}.rope.scaling.factor for linear scaling (llama.cpp's rope_freq_scale); 1 = none.
+  float rope_freq_scale = 1.0f;
+  bool rope_freq_factors = false;   ///< rope_freqs.weight present (Llama 3.1+ frequency factors)
+  arch::RopeStyle rope_style = arch::RopeStyle::Normal;  ///< pair layout of the architecture
+  float rms_eps = 1e-5f;            ///< {arch}.attention.layer_norm_rms_epsilon
   bool tied_output = false;         ///< no `output.weight`: logits use token_embd
-  int head_dim() const { return n_embd / n_head; }
+  bool qkv_bias = false;            ///< attn_q/k/v biases present
+  bool qk_norm = false;             ///< per-head RMSNorm of Q and K (attn_q_norm, attn_k_norm)
+  int head_dim() const { return n_embd_head > 0 ? n_embd_head : n_embd / n_head; }
+  /// Width of all query heads together: rows of attn_q, columns of attn_output.
+  int n_embd_q() const { return n_head * head_dim(); }
 };
 
 /// Compute dtype of weights and matmuls. F32: exact. BF16: weights stored in
@@ -47,9 +66,20 @@ ComputeDtype parse_compute_dtype(const std::string& s, const std::string& what =
 /// else F32; F32 and BF16 are kept as asked.
 ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32);
 
+/// Bytes the weights of `f` will take once loaded as `dtype` (dtype_size
+/// bytes per element of every tensor, whatever its type in the file, plus the
+/// transposed copy of token_embd when the output is tied). Model::load checks
+/// it against the memory budget before converting anything. Within a few
+/// percent of the resident bytes (matrices whose rows are 4 KiB multiples get
+/// 16 elements of padding per row).
+uint64_t estimate_weight_bytes(const gguf::File& f, DType dtype = DType::F32);
+
+/// Most compute threads a command accepts (the spec's `threads` bound).
+inline constexpr int kMaxThreads = 4096;
+
 /// Options for loading a model.
 struct ModelOptions {
-  int threads = 0;  ///< compute threads; 0 = all cores
+  int threads = 0;  ///< compute threads; 0 = all cores; at most kMaxThreads
   /// Compute dtype (Auto resolved at load by resolve_dtype). The weight
   /// matrices are converted to it at load (dequantize_rows' target DType:
   /// F32 or BF16); token embeddings and norm weights stay F32.
@@ -57,11 +87,19 @@ struct ModelOptions {
   /// Refuse weights holding NaN or Inf (FormatError naming the tensor and the
   /// first bad element); checked while converting, in the same pass.
   bool check_finite = true;
+  /// Compute the SHA-256 of the file bytes while loading (Model::sha256()).
+  bool hash = true;
+  /// Check weights against the memory budget (util/memory.hpp) before copying them.
+  bool check_memory = true;
+  /// Test hook: called with "mapped" after the file is mapped and its header
+  /// read (before hashing), and with "copy" just before the first tensor is
+  /// copied (after the size re-check). Tests change the file there.
+  std::function<void(const char* stage)> on_load_stage = {};
 };
 
 /// Why a generation stopped.
-enum class StopReason { Eos, MaxTokens, ContextFull, StopString };
-/// "eos", "max_gen_toks", "context full", "until".
+enum class StopReason { Eos, MaxTokens, ContextFull, StopString, NonFinite };
+/// "eos", "max_gen_toks", "context full", "until", "non-finite logits".
 const char* to_string(StopReason r);
 
 /// Counters for instrumentation and tests (monotonic since load).
@@ -76,11 +114,20 @@ struct ModelStats {
 
 class Model {
  public:
-  /// Loads a GGUF Llama model, dequantizing every tensor (F32, F16, BF16,
-  /// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K) to the compute dtype (opts.dtype resolved). Throws
-  /// FormatError naming the file and the key/tensor at fault (unsupported
-  /// architecture or tensor type refused by name; non-finite weights refused
-  /// naming the tensor and the first bad element).
+  /// Loads a GGUF model of a supported architecture (arch::all()),
+  /// dequantizing every tensor (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+  /// Q2_K..Q6_K) to the compute dtype (opts.dtype resolved:
+  /// F32 or BF16). Throws FormatError naming the file and
+  /// the key/tensor at fault: an unsupported architecture, rope scaling type,
+  /// tensor type or mixture of experts is refused by name, so is a tensor the
+  /// architecture does not use; non-finite weights are refused naming the
+  /// tensor and the first bad element.
+  /// Hyper-parameters are range-checked by key. Also FormatError "file changed
+  /// while loading" when the file is truncated or rewritten during the load
+  /// (checked by size and mtime before and after copying; a SIGBUS from a
+  /// truncated mapping is caught); MemoryError when the weights
+  /// (estimate_weight_bytes) exceed the memory budget; ArgumentError for
+  /// threads outside [0, kMaxThreads].
   static std::unique_ptr<Model> load(const std::string& path, const ModelOptions& opts = {});
   ~Model();
 
@@ -101,6 +148,17 @@ class Model {
   ComputeDtype dtype() const;
   /// How the dtype was chosen, e.g. "auto -> f32: file is F32 (oneDNN ISA avx512_core_bf16)".
   const std::string& dtype_note() const;
+  /// SHA-256 (64 hex digits) of the file bytes this model was loaded from,
+  /// computed at load from the same mapping the weights were copied from;
+  /// "" when ModelOptions::hash was false.
+  const std::string& sha256() const;
+  /// Bytes a forward pass of `rows` x `seq` tokens (cache-free) allocates:
+  /// the activation buffers ([T] x (n_embd, qkv, n_ff...) floats, T = the
+  /// valid tokens packed, `tokens`, default rows * seq), the attention scores
+  /// of one sequence ([group, seq, seq]), and the caller's logits array
+  /// ([rows, seq, n_vocab] for all_logits, else [rows, n_vocab]). For
+  /// planning memory before a run.
+  size_t activation_bytes_for(int rows, int seq, bool all_logits, int64_t tokens = -1) const;
 
   // ---- KV cache -----------------------------------------------------------
   // K and V are each [n_layer][batch][n_kv_head][max_seq][head_dim] float32.
@@ -223,6 +281,8 @@ class KvCacheDisabled {
 // ---- scoring and generation ------------------------------------------------
 
 /// log-softmax of one row of logits at `token`: logits[token] - logsumexp(logits), nats.
+/// NaN when any logit of the row is NaN or ±Inf (an overflowed forward pass):
+/// callers treat a non-finite result as a failed request, never as a score.
 double token_logprob(std::span<const float> logits, int32_t token);
 /// Index of the largest logit (first one on ties).
 int32_t argmax(std::span<const float> logits);
@@ -237,6 +297,10 @@ struct ScoreRequest {
 struct ScoreResult {
   std::vector<double> logprobs;
   std::vector<uint8_t> is_greedy;
+  /// First token position (index into ScoreRequest::tokens) whose logits were
+  /// not finite (NaN/Inf); -1 when all were. Scoring of the request stopped
+  /// there: logprobs/is_greedy hold only the positions before it.
+  int nonfinite_at = -1;
   double sum() const;
   bool all_greedy() const;
 };
@@ -258,7 +322,9 @@ struct GenerateOptions {
   /// returning true stops that row with StopReason::StopString.
   std::function<bool(int row, std::span<const int32_t> generated)> should_stop;
 };
-/// One row's generation.
+/// One row's generation. A row whose logits became non-finite (NaN/Inf)
+/// stops with StopReason::NonFinite: the bad token is not appended, and the
+/// position it would have taken is prompt_tokens + ids.size().
 struct Generation {
   std::vector<int32_t> ids;       ///< generated ids (EOS included if produced)
   std::vector<double> logprobs;   ///< log-prob (nats) of each generated id

@@ -1,10 +1,12 @@
-// Random-weight Llama GGUF writer: see random_model.hpp.
+// Random-weight model GGUF writer: see random_model.hpp.
 #include "model/random_model.hpp"
 
 #include <cmath>
+#include <numbers>
 
 #include <fmt/format.h>
 
+#include "model/arch/arch.hpp"
 #include "model/gguf_writer.hpp"
 #include "util/error.hpp"
 
@@ -56,128 +58,264 @@ void synthetic_vocab(int n_vocab, std::vector<std::string>& tokens, std::vector<
 }  // namespace
 
 RandomModelSpec random_model_preset(const std::string& name) {
-  if (name == "s15m") return {"s15m", 288, 6, 6, 6, 768, 32000, 256};
-  if (name == "s110m") return {"s110m", 768, 12, 12, 12, 2048, 32000, 1024};
-  if (name == "gqa") return {"gqa", 2048, 4, 32, 4, 5632, 32000, 4096};
-  if (name == "tiny") return {"tiny", 64, 2, 4, 2, 96, 300, 128};
+  auto shape = [&](int e, int l, int h, int kv, int ff, int v, int ctx) {
+    RandomModelSpec s;
+    s.name = name;
+    s.n_embd = e;
+    s.n_layer = l;
+    s.n_head = h;
+    s.n_head_kv = kv;
+    s.n_ff = ff;
+    s.n_vocab = v;
+    s.n_ctx = ctx;
+    return s;
+  };
+  if (name == "s15m") return shape(288, 6, 6, 6, 768, 32000, 256);
+  if (name == "s110m") return shape(768, 12, 12, 12, 2048, 32000, 1024);
+  if (name == "gqa") return shape(2048, 4, 32, 4, 5632, 32000, 4096);
+  if (name == "tiny") return shape(64, 2, 4, 2, 96, 300, 128);
   throw ArgumentError(fmt::format("unknown model preset '{}' (expected one of: s15m, s110m, gqa, tiny)", name));
 }
 
 std::vector<std::string> random_model_presets() { return {"s15m", "s110m", "gqa", "tiny"}; }
 
-static void check_spec(const RandomModelSpec& s) {
-  auto bad = [&](const std::string& what) {
-    throw ArgumentError(fmt::format("model spec '{}': {}", s.name, what));
-  };
-  if (s.n_embd < 1 || s.n_layer < 1 || s.n_head < 1 || s.n_head_kv < 1 || s.n_ff < 1 || s.n_ctx < 1)
-    bad("every size must be >= 1");
-  if (s.n_embd % s.n_head != 0) bad(fmt::format("n_embd {} is not a multiple of n_head {}", s.n_embd, s.n_head));
-  if (s.n_head % s.n_head_kv != 0)
-    bad(fmt::format("n_head {} is not a multiple of n_head_kv {}", s.n_head, s.n_head_kv));
-  if (s.head_dim() % 2 != 0) bad(fmt::format("head_dim {} is odd (RoPE rotates pairs)", s.head_dim()));
-  if (s.n_vocab < 260) bad(fmt::format("n_vocab {} < 260 (3 specials + 256 byte tokens + 1 piece)", s.n_vocab));
+RandomModelSpec random_model_flavour(RandomModelSpec s, const std::string& flavour) {
+  if (flavour == "llama") return s;
+  if (flavour == "llama3") {  // Llama 3.1/3.2 config.json: rope_theta 500000, rope_scaling llama3 8/1/4/8192
+    s.rope_freq_base = 500000.0f;
+    s.llama3 = Llama3RopeScaling{8.0f, 1.0f, 4.0f, 8192};
+    return s;
+  }
+  if (flavour == "qwen2" || flavour == "qwen3") {  // Qwen2.5 / Qwen3 config.json: rope_theta 1e6, rms_norm_eps 1e-6
+    s.arch = flavour;
+    s.rope_freq_base = 1000000.0f;
+    s.rms_eps = 1e-6f;
+    if (flavour == "qwen3") s.n_embd_head = 128;
+    return s;
+  }
+  throw ArgumentError(fmt::format("unknown architecture flavour '{}' (expected one of: llama, llama3, qwen2, qwen3)",
+                                  flavour));
+}
+
+std::vector<std::string> random_model_flavours() { return {"llama", "llama3", "qwen2", "qwen3"}; }
+
+std::vector<float> llama3_rope_factors(const Llama3RopeScaling& s, float freq_base, int n_rot) {
+  const double old_ctx = s.original_context, low = s.low_freq_factor, high = s.high_freq_factor;
+  const double low_wavelen = old_ctx / low, high_wavelen = old_ctx / high;
+  std::vector<float> out;
+  for (int i = 0; i < n_rot / 2; ++i) {
+    const double freq = std::pow(static_cast<double>(freq_base), -2.0 * i / n_rot);
+    const double wavelen = 2.0 * std::numbers::pi / freq;
+    double f;
+    if (wavelen < high_wavelen) {
+      f = 1.0;
+    } else if (wavelen > low_wavelen) {
+      f = s.factor;
+    } else {
+      const double smooth = (old_ctx / wavelen - low) / (high - low);
+      f = 1.0 / ((1.0 - smooth) / s.factor + smooth);
+    }
+    out.push_back(static_cast<float>(f));
+  }
+  return out;
+}
+
+int random_model_vocab_size(const std::string& vocab_path) {
+  gguf::File f(vocab_path);
+  const gguf::Value* v = f.find("tokenizer.ggml.tokens");
+  if (!v || v->type != gguf::ValueType::ARRAY)
+    throw FormatError(fmt::format("{}: no tokenizer.ggml.tokens array: not a vocabulary file", vocab_path));
+  const auto n = std::get<std::vector<gguf::Value>>(v->data).size();
+  if (n == 0 || n > static_cast<size_t>(INT32_MAX))
+    throw FormatError(fmt::format("{}: tokenizer.ggml.tokens has {} tokens", vocab_path, n));
+  return static_cast<int>(n);
 }
 
 namespace {
+
+const arch::Description& check_spec(const RandomModelSpec& s) {
+  auto bad = [&](const std::string& what) {
+    throw ArgumentError(fmt::format("model spec '{}': {}", s.name, what));
+  };
+  const arch::Description* d = arch::find(s.arch);
+  if (!d) bad(fmt::format("unknown architecture '{}' (expected one of: {})", s.arch, arch::names()));
+  if (s.n_embd < 1 || s.n_layer < 1 || s.n_head < 1 || s.n_head_kv < 1 || s.n_ff < 1 || s.n_ctx < 1 || s.n_embd_head < 0)
+    bad("every size must be >= 1");
+  if (s.n_embd_head == 0 && s.n_embd % s.n_head != 0)
+    bad(fmt::format("n_embd {} is not a multiple of n_head {}", s.n_embd, s.n_head));
+  if (s.n_head % s.n_head_kv != 0)
+    bad(fmt::format("n_head {} is not a multiple of n_head_kv {}", s.n_head, s.n_head_kv));
+  if (s.head_dim() % 2 != 0) bad(fmt::format("head_dim {} is odd (RoPE rotates pairs)", s.head_dim()));
+  if (s.vocab.empty() && s.n_vocab < 260)
+    bad(fmt::format("n_vocab {} < 260 (3 specials + 256 byte tokens + 1 piece)", s.n_vocab));
+  if (s.n_vocab < 1) bad("n_vocab must be >= 1");
+  if (s.llama3.factor > 0 && d->rope_freqs == arch::Presence::Absent)
+    bad(fmt::format("architecture '{}' has no rope_freqs tensor (llama3 rope scaling)", s.arch));
+  if (s.llama3.factor < 0 || s.rope_linear_factor < 0) bad("rope scaling factors must be >= 0");
+  if (s.llama3.factor > 0 && !(s.llama3.high_freq_factor > s.llama3.low_freq_factor))
+    bad("llama3 rope scaling needs high_freq_factor > low_freq_factor");
+  if (!(s.rope_freq_base > 0) || !(s.rms_eps > 0)) bad("rope_freq_base and rms_eps must be positive");
+  return *d;
+}
+
+enum class Fill { Matrix, Ones, QkNorm, Bias, RopeFreqs };
+
 struct TensorSpec {
   std::string name;
   std::vector<uint64_t> dims;
-  bool norm;
+  Fill fill;
 };
-std::vector<TensorSpec> tensor_specs(const RandomModelSpec& s) {
+
+std::vector<TensorSpec> tensor_specs(const RandomModelSpec& s, const arch::Description& d) {
   const uint64_t e = static_cast<uint64_t>(s.n_embd), v = static_cast<uint64_t>(s.n_vocab),
-                 f = static_cast<uint64_t>(s.n_ff),
-                 kv = static_cast<uint64_t>(s.n_head_kv) * static_cast<uint64_t>(s.head_dim());
-  std::vector<TensorSpec> t = {{"token_embd.weight", {e, v}, false},
-                               {"output_norm.weight", {e}, true},
-                               {"output.weight", {e, v}, false}};
+                 f = static_cast<uint64_t>(s.n_ff), hd = static_cast<uint64_t>(s.head_dim()),
+                 q = static_cast<uint64_t>(s.n_head) * hd, kv = static_cast<uint64_t>(s.n_head_kv) * hd;
+  // The base tensors come first, in the order (and so with the RNG keys) of
+  // the original llama writer; extras follow.
+  std::vector<TensorSpec> t = {{std::string(arch::kTokenEmbd), {e, v}, Fill::Matrix},
+                               {std::string(arch::kOutputNorm), {e}, Fill::Ones}};
+  if (!s.tied_output) t.push_back({std::string(arch::kOutput), {e, v}, Fill::Matrix});
   for (int l = 0; l < s.n_layer; ++l) {
-    auto n = [&](const char* base) { return fmt::format("blk.{}.{}.weight", l, base); };
-    t.push_back({n("attn_norm"), {e}, true});
-    t.push_back({n("attn_q"), {e, e}, false});
-    t.push_back({n("attn_k"), {e, kv}, false});
-    t.push_back({n("attn_v"), {e, kv}, false});
-    t.push_back({n("attn_output"), {e, e}, false});
-    t.push_back({n("ffn_norm"), {e}, true});
-    t.push_back({n("ffn_gate"), {e, f}, false});
-    t.push_back({n("ffn_up"), {e, f}, false});
-    t.push_back({n("ffn_down"), {f, e}, false});
+    auto n = [&](const char* base) { return arch::blk_tensor(l, base); };
+    t.push_back({n("attn_norm"), {e}, Fill::Ones});
+    t.push_back({n("attn_q"), {e, q}, Fill::Matrix});
+    t.push_back({n("attn_k"), {e, kv}, Fill::Matrix});
+    t.push_back({n("attn_v"), {e, kv}, Fill::Matrix});
+    t.push_back({n("attn_output"), {q, e}, Fill::Matrix});
+    t.push_back({n("ffn_norm"), {e}, Fill::Ones});
+    t.push_back({n("ffn_gate"), {e, f}, Fill::Matrix});
+    t.push_back({n("ffn_up"), {e, f}, Fill::Matrix});
+    t.push_back({n("ffn_down"), {f, e}, Fill::Matrix});
+  }
+  if (s.llama3.factor > 0) t.push_back({std::string(arch::kRopeFreqs), {hd / 2}, Fill::RopeFreqs});
+  auto wanted = [&](arch::Presence p) {
+    return p == arch::Presence::Required || (p == arch::Presence::Optional && s.optional_tensors);
+  };
+  for (int l = 0; l < s.n_layer; ++l) {
+    auto b = [&](const char* base) { return arch::blk_tensor(l, base, "bias"); };
+    if (wanted(d.qkv_bias)) {
+      t.push_back({b("attn_q"), {q}, Fill::Bias});
+      t.push_back({b("attn_k"), {kv}, Fill::Bias});
+      t.push_back({b("attn_v"), {kv}, Fill::Bias});
+    }
+    if (wanted(d.out_bias)) t.push_back({b("attn_output"), {e}, Fill::Bias});
+    if (wanted(d.ffn_bias)) {
+      t.push_back({b("ffn_gate"), {f}, Fill::Bias});
+      t.push_back({b("ffn_up"), {f}, Fill::Bias});
+      t.push_back({b("ffn_down"), {e}, Fill::Bias});
+    }
+    if (wanted(d.qk_norm)) {
+      t.push_back({arch::blk_tensor(l, "attn_q_norm"), {hd}, Fill::QkNorm});
+      t.push_back({arch::blk_tensor(l, "attn_k_norm"), {hd}, Fill::QkNorm});
+    }
   }
   return t;
 }
+
 }  // namespace
 
 uint64_t random_model_parameters(const RandomModelSpec& spec) {
-  check_spec(spec);
+  const arch::Description& d = check_spec(spec);
   uint64_t n = 0;
-  for (const auto& t : tensor_specs(spec)) {
+  for (const auto& t : tensor_specs(spec, d)) {
     uint64_t k = 1;
-    for (uint64_t d : t.dims) k *= d;
+    for (uint64_t x : t.dims) k *= x;
     n += k;
   }
   return n;
 }
 
-uint64_t write_random_llama(const std::string& path, const RandomModelSpec& spec, uint64_t seed,
+uint64_t write_random_model(const std::string& path, const RandomModelSpec& spec, uint64_t seed,
                             gguf::TensorType type) {
-  check_spec(spec);
+  const arch::Description& d = check_spec(spec);
+  const std::string a = spec.arch;
+  auto key = [&](const char* k) { return a + "." + k; };
   gguf::Writer w;
-  w.add_string("general.architecture", "llama");
+  w.add_string("general.architecture", a);
   w.add_string("general.name", "random-" + spec.name);
   w.add_uint32("general.alignment", 32);
-  w.add_uint32("llama.context_length", static_cast<uint32_t>(spec.n_ctx));
-  w.add_uint32("llama.embedding_length", static_cast<uint32_t>(spec.n_embd));
-  w.add_uint32("llama.block_count", static_cast<uint32_t>(spec.n_layer));
-  w.add_uint32("llama.feed_forward_length", static_cast<uint32_t>(spec.n_ff));
-  w.add_uint32("llama.attention.head_count", static_cast<uint32_t>(spec.n_head));
-  w.add_uint32("llama.attention.head_count_kv", static_cast<uint32_t>(spec.n_head_kv));
-  w.add_uint32("llama.rope.dimension_count", static_cast<uint32_t>(spec.head_dim()));
-  w.add_float32("llama.rope.freq_base", 10000.0f);
-  w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.add_uint32(key("context_length"), static_cast<uint32_t>(spec.n_ctx));
+  w.add_uint32(key("embedding_length"), static_cast<uint32_t>(spec.n_embd));
+  w.add_uint32(key("block_count"), static_cast<uint32_t>(spec.n_layer));
+  w.add_uint32(key("feed_forward_length"), static_cast<uint32_t>(spec.n_ff));
+  w.add_uint32(key("attention.head_count"), static_cast<uint32_t>(spec.n_head));
+  w.add_uint32(key("attention.head_count_kv"), static_cast<uint32_t>(spec.n_head_kv));
+  if (spec.n_embd_head > 0) {
+    w.add_uint32(key("attention.key_length"), static_cast<uint32_t>(spec.n_embd_head));
+    w.add_uint32(key("attention.value_length"), static_cast<uint32_t>(spec.n_embd_head));
+  }
+  w.add_uint32(key("rope.dimension_count"), static_cast<uint32_t>(spec.head_dim()));
+  w.add_float32(key("rope.freq_base"), spec.rope_freq_base);
+  w.add_float32(key("attention.layer_norm_rms_epsilon"), spec.rms_eps);
+  if (spec.rope_linear_factor > 0) {
+    w.add_string(key("rope.scaling.type"), "linear");
+    w.add_float32(key("rope.scaling.factor"), spec.rope_linear_factor);
+  }
 
-  std::vector<std::string> tokens;
-  std::vector<float> scores;
-  std::vector<int32_t> types;
-  synthetic_vocab(spec.n_vocab, tokens, scores, types);
-  w.add_string("tokenizer.ggml.model", "llama");
-  w.add_string_array("tokenizer.ggml.tokens", tokens);
-  w.add_float32_array("tokenizer.ggml.scores", scores);
-  w.add_int32_array("tokenizer.ggml.token_type", types);
-  w.add_uint32("tokenizer.ggml.bos_token_id", 1);
-  w.add_uint32("tokenizer.ggml.eos_token_id", 2);
-  w.add_uint32("tokenizer.ggml.unknown_token_id", 0);
-  w.add_bool("tokenizer.ggml.add_space_prefix", true);
+  if (!spec.vocab.empty()) {
+    const int n = random_model_vocab_size(spec.vocab);
+    if (n != spec.n_vocab)
+      throw ArgumentError(fmt::format("model spec '{}': n_vocab {} but {} has {} tokens", spec.name, spec.n_vocab,
+                                      spec.vocab, n));
+    gguf::File vf(spec.vocab);
+    for (const auto& [k, v] : vf.metadata())
+      if (k.starts_with("tokenizer.")) w.add(k, v);
+  } else {
+    std::vector<std::string> tokens;
+    std::vector<float> scores;
+    std::vector<int32_t> types;
+    synthetic_vocab(spec.n_vocab, tokens, scores, types);
+    w.add_string("tokenizer.ggml.model", "llama");
+    w.add_string_array("tokenizer.ggml.tokens", tokens);
+    w.add_float32_array("tokenizer.ggml.scores", scores);
+    w.add_int32_array("tokenizer.ggml.token_type", types);
+    w.add_uint32("tokenizer.ggml.bos_token_id", 1);
+    w.add_uint32("tokenizer.ggml.eos_token_id", 2);
+    w.add_uint32("tokenizer.ggml.unknown_token_id", 0);
+    w.add_bool("tokenizer.ggml.add_space_prefix", true);
+  }
 
-  const auto specs = tensor_specs(spec);
+  const auto specs = tensor_specs(spec, d);
   for (size_t ti = 0; ti < specs.size(); ++ti) {
     const auto& t = specs[ti];
-    if (t.norm) {
-      // Norm vectors stay F32 whatever `type` is, as llama.cpp's converters
-      // write them (conversion/base.py: "n_dims <= 1 or *_norm.weight" ->
-      // F32) and its quantizer keeps them; its CPU backend multiplies F32
-      // activations only by F32 vectors (ggml-cpu/binary-ops.cpp) and aborts
-      // on an F16 norm.
-      w.add_tensor(t.name, t.dims, [](uint64_t, std::span<float> out) { std::fill(out.begin(), out.end(), 1.0f); },
-                   gguf::TensorType::F32);
-      continue;
+    switch (t.fill) {
+      case Fill::Ones:
+        // Norm vectors stay F32 whatever `type` is, as llama.cpp's converters
+        // write them (conversion/base.py: "n_dims <= 1 or *_norm.weight" ->
+        // F32) and its quantizer keeps them; its CPU backend multiplies F32
+        // activations only by F32 vectors (ggml-cpu/binary-ops.cpp) and aborts
+        // on an F16 norm.
+        w.add_tensor(t.name, t.dims, [](uint64_t, std::span<float> out) { std::fill(out.begin(), out.end(), 1.0f); },
+                     gguf::TensorType::F32);
+        continue;
+      case Fill::RopeFreqs:
+        w.add_tensor(t.name, t.dims, llama3_rope_factors(spec.llama3, spec.rope_freq_base, spec.head_dim()),
+                     gguf::TensorType::F32);
+        continue;
+      default:
+        break;
     }
-    // Uniform on [-a, a) with a = sqrt(3 / n_in): variance a^2/3 = 1/n_in.
-    // u is an integer in [-2^23, 2^23), exact in float; one multiply by a
-    // float scale, so the result is the same under any FP contraction.
-    const float scale = static_cast<float>(std::sqrt(3.0 / static_cast<double>(t.dims[0])) / 8388608.0);
-    const uint64_t key = mix64(seed + kGolden * (ti + 1)) ^ mix64(~seed);
+    // Uniform on [-a, a): u is an integer in [-2^23, 2^23), exact in float;
+    // one multiply by a float scale (and for Q/K norms one add), so the
+    // result is the same under any FP contraction. Matrices: a = sqrt(3 / n_in),
+    // variance a^2/3 = 1/n_in.
+    const double amp = t.fill == Fill::Matrix ? std::sqrt(3.0 / static_cast<double>(t.dims[0])) : 0.5;
+    const float scale = static_cast<float>(amp / 8388608.0);
+    const float offset = t.fill == Fill::QkNorm ? 1.0f : 0.0f;
+    const uint64_t key_t = mix64(seed + kGolden * (ti + 1)) ^ mix64(~seed);
     w.add_tensor(
         t.name, t.dims,
-        [key, scale](uint64_t first, std::span<float> out) {
+        [key_t, scale, offset](uint64_t first, std::span<float> out) {
           const int64_t n = static_cast<int64_t>(out.size());
 #pragma omp parallel for schedule(static)
           for (int64_t j = 0; j < n; ++j) {
-            const uint64_t r = mix64(key + kGolden * (first + static_cast<uint64_t>(j) + 1));
+            const uint64_t r = mix64(key_t + kGolden * (first + static_cast<uint64_t>(j) + 1));
             const int32_t u = static_cast<int32_t>(r >> 40) - (1 << 23);
-            out[static_cast<size_t>(j)] = static_cast<float>(u) * scale;
+            const float x = static_cast<float>(u) * scale;
+            out[static_cast<size_t>(j)] = offset == 0.0f ? x : x + offset;
           }
         },
-        type);
+        t.fill == Fill::Matrix ? type : gguf::TensorType::F32);
   }
   return w.write(path);
 }

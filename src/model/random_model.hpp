@@ -1,7 +1,8 @@
 #pragma once
-// Random-weight Llama models in GGUF, for benchmarks and tests: same keys,
-// tensor names and layout as llama.cpp's convert script writes, weights drawn
-// deterministically from a seed (identical bytes on every machine).
+// Random-weight models in GGUF (llama, qwen2, qwen3 architectures), for
+// benchmarks and tests: same keys, tensor names and layout as llama.cpp's
+// convert script writes, weights drawn deterministically from a seed
+// (identical bytes on every machine).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -10,17 +11,52 @@
 
 namespace kveval {
 
-/// Shape of a random Llama model (llama.* GGUF keys).
+/// Llama 3.1 "llama3" rope scaling (Hugging Face rope_scaling): the writer
+/// turns it into rope_freqs.weight as llama.cpp's convert_hf_to_gguf.py does
+/// (LlamaModel.generate_extra_tensors).
+struct Llama3RopeScaling {
+  float factor = 0.0f;            ///< 0: no rope_freqs tensor
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int original_context = 8192;    ///< original_max_position_embeddings
+};
+
+/// The rope_freqs.weight values for `s`: per pair i (i < n_rot/2) with
+/// frequency f = base^(-2i/n_rot) and wavelength w = 2 pi / f: 1 when
+/// w < original_context / high_freq_factor, `factor` when
+/// w > original_context / low_freq_factor, else 1 / ((1 - t) / factor + t) with
+/// t = (original_context / w - low_freq_factor) / (high_freq_factor - low_freq_factor).
+/// llama.cpp divides each pair's frequency by its value.
+std::vector<float> llama3_rope_factors(const Llama3RopeScaling& s, float freq_base, int n_rot);
+
+/// Shape and architecture of a random model ({arch}.* GGUF keys).
 struct RandomModelSpec {
   std::string name;   ///< preset name, written as general.name "random-<name>"
-  int n_embd = 0;     ///< llama.embedding_length
-  int n_layer = 0;    ///< llama.block_count
-  int n_head = 0;     ///< llama.attention.head_count
-  int n_head_kv = 0;  ///< llama.attention.head_count_kv
-  int n_ff = 0;       ///< llama.feed_forward_length
-  int n_vocab = 0;    ///< tokens (>= 260: 3 specials, 256 bytes, >= 1 piece)
-  int n_ctx = 0;      ///< llama.context_length
-  int head_dim() const { return n_embd / n_head; }
+  int n_embd = 0;     ///< {arch}.embedding_length
+  int n_layer = 0;    ///< {arch}.block_count
+  int n_head = 0;     ///< {arch}.attention.head_count
+  int n_head_kv = 0;  ///< {arch}.attention.head_count_kv
+  int n_ff = 0;       ///< {arch}.feed_forward_length
+  int n_vocab = 0;    ///< tokens (synthetic vocabulary: >= 260; with `vocab`: its token count)
+  int n_ctx = 0;      ///< {arch}.context_length
+  std::string arch = "llama";  ///< general.architecture (model/arch: llama, qwen2, qwen3)
+  /// Head size; written as {arch}.attention.key_length/value_length when > 0,
+  /// else n_embd / n_head and no key.
+  int n_embd_head = 0;
+  float rope_freq_base = 10000.0f;  ///< {arch}.rope.freq_base
+  float rms_eps = 1e-5f;            ///< {arch}.attention.layer_norm_rms_epsilon
+  /// > 0: {arch}.rope.scaling.type = "linear" and {arch}.rope.scaling.factor.
+  float rope_linear_factor = 0.0f;
+  Llama3RopeScaling llama3;         ///< factor > 0: rope_freqs.weight (architectures that take it)
+  bool tied_output = false;         ///< no output.weight (logits use token_embd)
+  /// Also write the architecture's optional block tensors (llama: the
+  /// attn_q/k/v/output and ffn_gate/up/down biases).
+  bool optional_tensors = false;
+  /// GGUF file whose tokenizer.* keys are copied (any vocabulary, e.g. a
+  /// vocab-only ggml-vocab-*.gguf); n_vocab must equal its token count
+  /// (random_model_vocab_size). Empty: the synthetic SentencePiece vocabulary.
+  std::string vocab;
+  int head_dim() const { return n_embd_head > 0 ? n_embd_head : n_embd / n_head; }
 };
 
 /// Presets: "s15m" (288/6/6/6/768/32000/256), "s110m" (768/12/12/12/2048/32000/1024),
@@ -30,25 +66,51 @@ RandomModelSpec random_model_preset(const std::string& name);
 /// The preset names, in the order above.
 std::vector<std::string> random_model_presets();
 
+/// `shape` turned into a model of architecture flavour `flavour`:
+/// "llama" (unchanged: rope base 10000, rms eps 1e-5), "llama3" (llama,
+/// rope base 500000, Llama 3.1 rope scaling factor 8 / low 1 / high 4 /
+/// original context 8192 as rope_freqs.weight), "qwen2" (Q/K/V biases, NEOX
+/// rope, base 1000000, eps 1e-6), "qwen3" (Q/K norms, NEOX rope, base 1000000,
+/// eps 1e-6, head size 128 as in every Qwen3 release). Values from the models'
+/// Hugging Face config.json files. Throws ArgumentError for another name.
+RandomModelSpec random_model_flavour(RandomModelSpec shape, const std::string& flavour);
+/// The flavour names, in the order above.
+std::vector<std::string> random_model_flavours();
+
+/// Tokens in the vocabulary of GGUF file `vocab_path` (tokenizer.ggml.tokens).
+/// Throws FormatError naming the file if it is not a GGUF file with tokens.
+int random_model_vocab_size(const std::string& vocab_path);
+
 /// Number of weights (elements of all tensors) of `spec`.
 uint64_t random_model_parameters(const RandomModelSpec& spec);
 
-/// Writes a complete Llama GGUF (v3, general.alignment 32) to `path`: all
-/// llama.* hyper-parameters (rope.freq_base 10000, rms eps 1e-5), a synthetic
-/// SentencePiece vocabulary of n_vocab pieces (<unk>, <s>, </s>, <0x00>..<0xFF>,
-/// then distinct pieces "▁", "a".."z", "▁a".., "aa".. with decreasing scores),
-/// and every tensor (token_embd, output_norm, output, blk.N.{attn_norm, attn_q,
-/// attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down}) with
-/// weights uniform in [-sqrt(3/n_in), sqrt(3/n_in)) (std 1/sqrt(n_in)) from a
-/// counter-based splitmix64 stream keyed by (seed, tensor, index); norms are 1.
-/// Tensor data is streamed, never held whole in memory. `type` is the type of
-/// every 2-D tensor (F32, F16, BF16, or a quantized type: kveval's quantizers);
-/// the 1-D norm vectors are always F32, so the file follows llama.cpp's
-/// conventions and loads there (tests/model/test_gguf_conventions.cpp lists
-/// the rules). Returns bytes written. Throws ArgumentError for an invalid spec
-/// or a type whose block size does not divide n_embd or n_ff, kveval::Error on
+/// Writes a complete GGUF (v3, general.alignment 32) of architecture
+/// spec.arch to `path`: all {arch}.* hyper-parameters; the tokenizer.* keys of
+/// spec.vocab, or a synthetic SentencePiece vocabulary of n_vocab pieces
+/// (<unk>, <s>, </s>, <0x00>..<0xFF>, then distinct pieces "▁", "a".."z",
+/// "▁a".., "aa".. with decreasing scores); and every tensor the architecture
+/// uses (token_embd, output_norm, output unless tied, blk.N.{attn_norm,
+/// attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up,
+/// ffn_down}, then the extras: rope_freqs, biases, attn_q_norm/attn_k_norm).
+/// Matrices are uniform in [-sqrt(3/n_in), sqrt(3/n_in)) (std 1/sqrt(n_in))
+/// from a counter-based splitmix64 stream keyed by (seed, tensor index,
+/// element); norms are 1, Q/K norms uniform in [0.5, 1.5), biases uniform in
+/// [-0.5, 0.5). Matrices are stored as `type` (F32, F16, BF16 or a quantized
+/// type, kveval's quantizers); every 1-D tensor (norms, biases, Q/K norms,
+/// rope_freqs) as F32, so the file follows llama.cpp's conventions and loads
+/// there (tests/model/test_gguf_conventions.cpp lists the rules). Tensor data
+/// is streamed, never held whole in memory. Returns bytes written. Throws
+/// ArgumentError for an invalid spec or a type whose block size does not
+/// divide n_embd or n_ff, FormatError for a bad vocab file, kveval::Error on
 /// I/O failure.
-uint64_t write_random_llama(const std::string& path, const RandomModelSpec& spec, uint64_t seed,
+uint64_t write_random_model(const std::string& path, const RandomModelSpec& spec, uint64_t seed,
                             gguf::TensorType type = gguf::TensorType::F32);
+
+/// The name of write_random_model before other architectures existed (kept
+/// for code written against it); same arguments and result.
+inline uint64_t write_random_llama(const std::string& path, const RandomModelSpec& spec, uint64_t seed,
+                                   gguf::TensorType type = gguf::TensorType::F32) {
+  return write_random_model(path, spec, seed, type);
+}
 
 }  // namespace kveval

@@ -38,6 +38,12 @@ struct IoError : Error {
   using Error::Error;
 };
 
+/// The planned memory (weights, KV cache, activations) exceeds what the
+/// process may use (util/memory.hpp); nothing was allocated.
+struct MemoryError : Error {
+  using Error::Error;
+};
+
 /// A caller passed arguments that violate a documented precondition.
 struct ArgumentError : Error {
   using Error::Error;

@@ -12,6 +12,29 @@
 
 namespace kveval {
 
+struct Sha256::Impl {
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx{EVP_MD_CTX_new(), EVP_MD_CTX_free};
+};
+
+Sha256::Sha256() : impl_(std::make_unique<Impl>()) {
+  if (!impl_->ctx || EVP_DigestInit_ex(impl_->ctx.get(), EVP_sha256(), nullptr) != 1)
+    throw Error("sha256: OpenSSL digest init failed");
+}
+Sha256::~Sha256() = default;
+
+void Sha256::update(const void* data, size_t n) {
+  if (n && EVP_DigestUpdate(impl_->ctx.get(), data, n) != 1) throw Error("sha256: OpenSSL digest update failed");
+}
+
+std::string Sha256::hex() {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_DigestFinal_ex(impl_->ctx.get(), md, &len) != 1) throw Error("sha256: OpenSSL digest final failed");
+  std::string out;
+  for (unsigned i = 0; i < len; ++i) out += fmt::format("{:02x}", md[i]);
+  return out;
+}
+
 std::string sha256_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error(fmt::format("{}: cannot open file for hashing", path));

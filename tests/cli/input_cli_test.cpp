@@ -15,44 +15,17 @@
 
 #include "../eval/eval_test_util.hpp"
 #include "test_skip.hpp"
+#include "cli_run.hpp"
 #include "test_support.hpp"
 
+using kveval::test::Run;
 using kveval::test::TempDir;
+using kveval::test::quote;
+using kveval::test::run_kveval;
+using kveval::test::slurp;
 using nlohmann::json;
 
 namespace {
-
-struct Run {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-/// Runs `[prefix] kveval <args>` through /bin/sh with stdout and stderr in files of `dir`.
-Run run_kveval(const TempDir& dir, const std::string& args, const std::string& prefix = "") {
-  const char* bin = std::getenv("KVEVAL_BIN");
-  REQUIRE_MESSAGE(bin != nullptr, "KVEVAL_BIN is not set (run through ctest)");
-  std::string out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
-  std::string cmd = prefix + quote(bin) + " " + args + " >" + quote(out) + " 2>" + quote(err);
-  int st = std::system(cmd.c_str());
-  Run r;
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
 
 /// The model as a spec's JSON string (only for cases that run the model).
 std::string model_json() { return json(kveval::test::model_path()).dump(); }

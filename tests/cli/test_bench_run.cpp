@@ -92,7 +92,7 @@ TEST_SUITE("cli.bench_run") {
 
   TEST_CASE("cached and uncached paths give the same token ids on the tiny random model") {
     const fs::path path = temp_dir() / "tiny.gguf";
-    write_random_llama(path.string(), random_model_preset("tiny"), 3);
+    write_random_model(path.string(), random_model_preset("tiny"), 3);
     auto model = Model::load(path.string(), {2});
     check_same_ids(*model, 2, 6, 40);
   }

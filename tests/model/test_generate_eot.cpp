@@ -32,7 +32,7 @@ TEST_SUITE("model.generate_eot") {
   TEST_CASE("greedy generation stops at the end-of-turn token") {
     test::ScratchDir dir("eot");
     const std::string base = (dir.path / "tiny.gguf").string();
-    write_random_llama(base, random_model_preset("tiny"), 7);
+    write_random_model(base, random_model_preset("tiny"), 7);
     GenerateOptions free_run;
     free_run.max_gen_toks = {12};
     free_run.stop_at_eos = false;

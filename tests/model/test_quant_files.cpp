@@ -45,7 +45,18 @@ std::string write_bytes(const std::string& name, const std::vector<uint8_t>& b) 
 }
 
 /// A Llama shape every block type applies to (rows of 256 or 512 elements).
-RandomModelSpec k_spec() { return {"k256", 256, 1, 4, 2, 512, 300, 64}; }
+RandomModelSpec k_spec() {
+  RandomModelSpec s;
+  s.name = "k256";
+  s.n_embd = 256;
+  s.n_layer = 1;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.n_ff = 512;
+  s.n_vocab = 300;
+  s.n_ctx = 64;
+  return s;
+}
 
 std::string write_model(const std::string& name, const RandomModelSpec& spec, TensorType type) {
   const std::string p = (dir() / name).string();

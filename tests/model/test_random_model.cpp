@@ -4,6 +4,7 @@
 // rounded to half; norms stay F32).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -29,7 +30,7 @@ fs::path rm_temp_dir() {
 
 std::string write_tiny(const std::string& name, uint64_t seed, gguf::TensorType type = gguf::TensorType::F32) {
   const std::string p = (rm_temp_dir() / name).string();
-  const uint64_t n = write_random_llama(p, random_model_preset("tiny"), seed, type);
+  const uint64_t n = write_random_model(p, random_model_preset("tiny"), seed, type);
   CHECK(n == fs::file_size(p));
   return p;
 }
@@ -69,10 +70,10 @@ TEST_SUITE("model.random_model") {
                          "unknown model preset 'huge' (expected one of: s15m, s110m, gqa, tiny)", ArgumentError);
     RandomModelSpec bad = random_model_preset("tiny");
     bad.n_head_kv = 3;
-    CHECK_THROWS_AS(write_random_llama((rm_temp_dir() / "bad.gguf").string(), bad, 1), ArgumentError);
+    CHECK_THROWS_AS(write_random_model((rm_temp_dir() / "bad.gguf").string(), bad, 1), ArgumentError);
     bad = random_model_preset("tiny");
     bad.n_vocab = 100;
-    CHECK_THROWS_AS(write_random_llama((rm_temp_dir() / "bad.gguf").string(), bad, 1), ArgumentError);
+    CHECK_THROWS_AS(write_random_model((rm_temp_dir() / "bad.gguf").string(), bad, 1), ArgumentError);
   }
 
   TEST_CASE("tiny preset reads back with every key and tensor shape") {
@@ -206,5 +207,93 @@ TEST_SUITE("model.random_model") {
     }
     CHECK(n_norms == 1 + 2 * 2);  // output_norm + attn_norm, ffn_norm per layer
     CHECK(fs::file_size(f16.path()) < fs::file_size(f32.path()));
+  }
+
+  TEST_CASE("flavours: keys and extra tensors of llama3, qwen2 and qwen3; 1-D extras stay F32 in an F16 file") {
+    const RandomModelSpec tiny = random_model_preset("tiny");
+    const std::string l3 = (rm_temp_dir() / "l3.gguf").string();
+    write_random_model(l3, random_model_flavour(tiny, "llama3"), 1, gguf::TensorType::F16);
+    gguf::File f(l3);
+    CHECK(f.get_string("general.architecture") == "llama");
+    CHECK(f.get_float("llama.rope.freq_base") == 500000.0);
+    CHECK_FALSE(f.find("llama.rope.scaling.type"));  // llama.cpp's converter writes only the tensor for llama3
+    const auto& rf = f.tensor("rope_freqs.weight");
+    CHECK(rf.type == gguf::TensorType::F32);
+    const uint64_t d8[] = {8};
+    const auto factors = f.tensor_f32("rope_freqs.weight", d8);
+    CHECK(factors == llama3_rope_factors({8.0f, 1.0f, 4.0f, 8192}, 500000.0f, 16));
+    CHECK(factors.front() == 1.0f);  // wavelength 2 pi < 8192 / 4
+    CHECK(factors.back() == 8.0f);   // wavelength 2 pi 500000^(14/16) > 8192
+    CHECK(f.tensor("blk.0.attn_q.weight").type == gguf::TensorType::F16);
+
+    const std::string q2 = (rm_temp_dir() / "q2.gguf").string();
+    write_random_model(q2, random_model_flavour(tiny, "qwen2"), 1);
+    gguf::File g(q2);
+    CHECK(g.get_string("general.architecture") == "qwen2");
+    CHECK(g.get_float("qwen2.attention.layer_norm_rms_epsilon") == static_cast<double>(1e-6f));
+    CHECK(g.get_float("qwen2.rope.freq_base") == 1e6);
+    using D = std::vector<uint64_t>;
+    CHECK(g.tensor("blk.1.attn_q.bias").dims == D{64});
+    CHECK(g.tensor("blk.1.attn_k.bias").dims == D{32});
+    CHECK(g.tensor("blk.1.attn_v.bias").dims == D{32});
+    CHECK_FALSE(g.find_tensor("blk.1.attn_output.bias"));
+    const uint64_t d64[] = {64};
+    const auto bias = g.tensor_f32("blk.0.attn_q.bias", d64);
+    CHECK(*std::max_element(bias.begin(), bias.end()) <= 0.5f);
+    CHECK(*std::min_element(bias.begin(), bias.end()) >= -0.5f);
+    CHECK(*std::max_element(bias.begin(), bias.end()) > 0.3f);
+
+    const std::string q3 = (rm_temp_dir() / "q3.gguf").string();
+    RandomModelSpec s3 = random_model_flavour(tiny, "qwen3");
+    s3.tied_output = true;
+    CHECK(random_model_parameters(s3) ==
+          300ull * 64 + 64 + 2ull * (2 * 64 + 2 * 64 * 512 + 2 * 64 * 256 + 3 * 64 * 96 + 2 * 128));
+    write_random_model(q3, s3, 1);
+    gguf::File h(q3);
+    CHECK(h.get_uint("qwen3.attention.key_length") == 128);
+    CHECK(h.get_uint("qwen3.attention.value_length") == 128);
+    CHECK(h.get_uint("qwen3.rope.dimension_count") == 128);
+    CHECK_FALSE(h.find_tensor("output.weight"));
+    CHECK(h.tensor("blk.0.attn_q.weight").dims == D{64, 512});
+    CHECK(h.tensor("blk.0.attn_output.weight").dims == D{512, 64});
+    CHECK(h.tensor("blk.0.attn_k_norm.weight").dims == D{128});
+    const uint64_t d128[] = {128};
+    for (float x : h.tensor_f32("blk.1.attn_q_norm.weight", d128)) CHECK((x >= 0.5f && x <= 1.5f));
+    CHECK_THROWS_WITH_AS(random_model_flavour(tiny, "mistral"), doctest::Contains("unknown architecture flavour"),
+                         ArgumentError);
+    RandomModelSpec bad = random_model_flavour(tiny, "qwen2");
+    bad.llama3.factor = 8;
+    CHECK_THROWS_WITH_AS(write_random_model(q2, bad, 1), doctest::Contains("no rope_freqs"), ArgumentError);
+  }
+
+  TEST_CASE("--vocab: the tokenizer.* keys of another GGUF are copied, n_vocab is its token count") {
+    // The source: a random model with a synthetic vocabulary of 512 pieces and the qwen3 layout.
+    RandomModelSpec src_spec = random_model_flavour(random_model_preset("tiny"), "qwen3");
+    src_spec.n_vocab = 512;
+    const std::string src = (rm_temp_dir() / "vocab_src.gguf").string();
+    write_random_model(src, src_spec, 9);
+    RandomModelSpec s = random_model_preset("tiny");
+    s.vocab = src;
+    s.n_vocab = random_model_vocab_size(src);
+    CHECK(s.n_vocab == 512);
+    const std::string p = (rm_temp_dir() / "vocab.gguf").string();
+    write_random_model(p, s, 1);
+    gguf::File a(src), b(p);
+    size_t copied = 0;
+    for (const auto& [k, v] : a.metadata())
+      if (k.starts_with("tokenizer.")) {
+        ++copied;
+        REQUIRE(b.find(k));
+      }
+    CHECK(copied >= 5);
+    CHECK(b.get_string_array("tokenizer.ggml.tokens") == a.get_string_array("tokenizer.ggml.tokens"));
+    CHECK(b.tensor("token_embd.weight").dims == std::vector<uint64_t>{64, 512});
+    CHECK(Tokenizer::from_gguf(b).encode("Once upon a time", true) ==
+          Tokenizer::from_gguf(a).encode("Once upon a time", true));
+    CHECK_FALSE(b.find("qwen3.block_count"));  // only tokenizer.* keys come along
+    CHECK(b.get_string("general.architecture") == "llama");
+    s.n_vocab = 300;
+    CHECK_THROWS_WITH_AS(write_random_model(p, s, 1), doctest::Contains("has 512 tokens"), ArgumentError);
+    CHECK_THROWS_AS(random_model_vocab_size((rm_temp_dir() / "nowhere.gguf").string()), FormatError);
   }
 }

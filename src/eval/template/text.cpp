@@ -11,32 +11,23 @@
 #include <unicode/ustring.h>
 
 #include "util/error.hpp"
+#include "util/utf8.hpp"
 #include "util/whitespace.hpp"
 
 namespace kveval::eval::tmpl {
 
 std::u32string utf8_decode(std::string_view s) {
+  // validated by kveval's one UTF-8 validator (util/utf8.hpp), then decoded
+  if (const size_t bad = first_invalid_utf8(s); bad != std::string_view::npos)
+    throw ArgumentError(fmt::format("invalid UTF-8 at byte {}", bad));
   std::u32string out;
   out.reserve(s.size());
   size_t i = 0;
   while (i < s.size()) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    char32_t cp;
-    int n;
-    if (c < 0x80) cp = c, n = 1;
-    else if ((c & 0xE0) == 0xC0) cp = c & 0x1F, n = 2;
-    else if ((c & 0xF0) == 0xE0) cp = c & 0x0F, n = 3;
-    else if ((c & 0xF8) == 0xF0) cp = c & 0x07, n = 4;
-    else throw ArgumentError(fmt::format("invalid UTF-8 at byte {}", i));
-    if (i + static_cast<size_t>(n) > s.size()) throw ArgumentError(fmt::format("invalid UTF-8 at byte {}", i));
-    for (int k = 1; k < n; ++k) {
-      unsigned char d = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
-      if ((d & 0xC0) != 0x80) throw ArgumentError(fmt::format("invalid UTF-8 at byte {}", i));
-      cp = (cp << 6) | (d & 0x3F);
-    }
-    static const char32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-      throw ArgumentError(fmt::format("invalid UTF-8 at byte {}", i));
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    char32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
+    for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + static_cast<size_t>(k)]) & 0x3F);
     out.push_back(cp);
     i += static_cast<size_t>(n);
   }

@@ -10,6 +10,16 @@ float load_f16(const std::byte* p) { return gguf::f16_to_f32(load_u16(p)); }
 
 int round_away(float x) { return static_cast<int>(std::round(x)); }
 
+float signed_absmax(const float* x, int n) {
+  float amax = 0, max = 0;
+  for (int j = 0; j < n; ++j)
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  return max;
+}
+
 // 12 bytes for 8 six-bit scales and 8 six-bit mins (ggml-common.h block_q4_K):
 //   bytes 0-3: sc[0..3] (bits 0-5) | sc[4..7] >> 4 (bits 6-7)
 //   bytes 4-7: m[0..3]  (bits 0-5) | m[4..7] >> 4  (bits 6-7)

@@ -53,12 +53,7 @@ void quantize_q3_k(const float* src, std::byte* dst, int64_t n_blocks) {
     // Sub-block scale: the signed value of largest magnitude maps to q = -4.
     float scale[16], big = 0;
     for (int s = 0; s < 16; ++s) {
-      float amax = 0, max = 0;
-      for (int l = 0; l < 16; ++l)
-        if (std::fabs(x[16 * s + l]) > amax) {
-          amax = std::fabs(x[16 * s + l]);
-          max = x[16 * s + l];
-        }
+      const float max = signed_absmax(x + 16 * s, 16);
       scale[s] = max / -4;
       if (std::fabs(scale[s]) > std::fabs(big)) big = scale[s];
     }

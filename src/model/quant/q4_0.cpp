@@ -30,12 +30,7 @@ void quantize_q4_0(const float* src, std::byte* dst, int64_t n_blocks) {
   for (int64_t i = 0; i < n_blocks; ++i) {
     const float* x = src + i * QK4_0;
     std::byte* b = dst + i * kBytes;
-    float amax = 0, max = 0;
-    for (int j = 0; j < QK4_0; ++j)
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
+    const float max = signed_absmax(x, QK4_0);
     const float d = max / -8;
     const float id = d != 0 ? 1.0f / d : 0.0f;
     store_u16(b, gguf::f32_to_f16(d));

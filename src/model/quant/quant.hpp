@@ -82,6 +82,10 @@ inline uint8_t u8(const std::byte* p, int64_t i) { return static_cast<uint8_t>(p
 float load_f16(const std::byte* p);
 /// Rounds half away from zero, like C's roundf (ggml's reference quantizers).
 int round_away(float x);
+/// The element of x[0..n) with the largest magnitude, with its sign (the first
+/// on ties; 0 for an all-zero block): the value ggml's reference quantizers map
+/// to the most negative quant (ggml-quants.c, quantize_row_q4_0_ref and kin).
+float signed_absmax(const float* x, int n);
 
 /// Packs the 6-bit scales and mins of Q4_K/Q5_K (8 each) into 12 bytes and back (ggml's get_scale_min_k4).
 void pack_scale_min_k4(const uint8_t sc[8], const uint8_t m[8], std::byte out[12]);

@@ -1,0 +1,31 @@
+// The registry of architecture descriptions (see arch.hpp).
+#include "model/arch/arch.hpp"
+
+#include <fmt/format.h>
+
+namespace kveval::arch {
+
+const char* to_string(RopeStyle s) { return s == RopeStyle::Normal ? "normal" : "neox"; }
+
+const std::vector<const Description*>& all() {
+  static const std::vector<const Description*> v = {&llama(), &qwen2(), &qwen3()};
+  return v;
+}
+
+const Description* find(std::string_view name) {
+  for (const Description* d : all())
+    if (d->name == name) return d;
+  return nullptr;
+}
+
+std::string names() {
+  std::string s;
+  for (const Description* d : all()) s += (s.empty() ? "" : ", ") + std::string(d->name);
+  return s;
+}
+
+std::string blk_tensor(int layer, std::string_view base, std::string_view kind) {
+  return fmt::format("blk.{}.{}.{}", layer, base, kind);
+}
+
+}  // namespace kveval::arch

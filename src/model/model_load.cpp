@@ -1,0 +1,327 @@
+// Model::load: GGUF hyper-parameters and tensors of a supported architecture
+// (model/arch/), validated and laid out for the forward pass (model.cpp).
+// Keys and defaults follow llama.cpp's llama_model::load_hparams; tensor names
+// and shapes its load_tensors.
+#include <cmath>
+#include <optional>
+#include <unordered_set>
+
+#include <sys/stat.h>
+
+#include <fmt/format.h>
+
+#include "model/gguf.hpp"
+#include "model/model_impl.hpp"
+#include "util/error.hpp"
+#include "util/hash.hpp"
+#include "util/memory.hpp"
+#include "util/sigbus_guard.hpp"
+#include "util/timer.hpp"
+
+namespace kveval {
+
+namespace be = kveval::backend;
+
+namespace {
+
+/// Reads the {arch}.* hyper-parameters into `hp` (everything but n_vocab and the tensor-derived flags).
+void read_hparams(const gguf::File& f, const arch::Description& d, HParams& hp) {
+  const std::string& path = f.path();
+  const std::string a(d.name);
+  auto key = [&](const char* k) { return a + "." + k; };
+  auto get_int = [&](const std::string& k, uint64_t lo, uint64_t hi) {
+    const uint64_t v = f.get_uint(k);
+    if (v < lo || v > hi) throw FormatError(fmt::format("{}: key '{}' = {} out of range [{}, {}]", path, k, v, lo, hi));
+    return static_cast<int>(v);
+  };
+  auto get_int_or = [&](const std::string& k, uint64_t lo, uint64_t hi, int def) {
+    return f.find(k) ? get_int(k, lo, hi) : def;
+  };
+  // A float key: finite, in (lo, hi], and still > lo once rounded to float.
+  auto get_real = [&](const std::string& k, double def, double lo, double hi) {
+    const double v = f.get_float_or(k, def);
+    const float vf = static_cast<float>(v);
+    if (!(std::isfinite(v) && v > lo && v <= hi && vf > static_cast<float>(lo)))
+      throw FormatError(fmt::format("{}: key '{}' = {} out of range ({}, {}]", path, k, v, lo, hi));
+    return vf;
+  };
+  hp.arch = a;
+  hp.n_embd = get_int(key("embedding_length"), 1, 1 << 16);
+  hp.n_layer = get_int(key("block_count"), 1, 1024);
+  hp.n_head = get_int(key("attention.head_count"), 1, 1024);
+  hp.n_head_kv = get_int_or(key("attention.head_count_kv"), 1, 1024, hp.n_head);
+  hp.n_ff = get_int(key("feed_forward_length"), 1, 1 << 20);
+  hp.n_ctx_train = get_int(key("context_length"), 1, 1 << 24);
+  if (const int n_expert = get_int_or(key("expert_count"), 0, 1 << 16, 0); n_expert > 0)
+    throw FormatError(fmt::format("{}: mixture of experts ({} = {}) is not supported", path, key("expert_count"), n_expert));
+  if (hp.n_head % hp.n_head_kv != 0)
+    throw FormatError(fmt::format("{}: {} {} is not a multiple of {} {}", path, key("attention.head_count"), hp.n_head,
+                                  key("attention.head_count_kv"), hp.n_head_kv));
+  // Head size: key_length/value_length when present (Qwen3, Mistral Nemo), else n_embd / n_head.
+  if (!f.find(key("attention.key_length")) && hp.n_embd % hp.n_head != 0)
+    throw FormatError(fmt::format("{}: {} {} is not a multiple of {} {} (and there is no {})", path,
+                                  key("embedding_length"), hp.n_embd, key("attention.head_count"), hp.n_head,
+                                  key("attention.key_length")));
+  const int head_k = get_int_or(key("attention.key_length"), 2, 4096, hp.n_embd / hp.n_head);
+  const int head_v = get_int_or(key("attention.value_length"), 2, 4096, hp.n_embd / hp.n_head);
+  if (head_k != head_v)
+    throw FormatError(fmt::format("{}: {} {} differs from {} {}; kveval needs equal key and value head sizes", path,
+                                  key("attention.key_length"), head_k, key("attention.value_length"), head_v));
+  hp.n_embd_head = head_k;
+  hp.n_rot = get_int_or(key("rope.dimension_count"), 2, 1024, hp.head_dim());
+  if (hp.n_rot % 2 != 0 || hp.n_rot > hp.head_dim())
+    throw FormatError(fmt::format("{}: {} {} must be even and <= the head size {}", path, key("rope.dimension_count"),
+                                  hp.n_rot, hp.head_dim()));
+  if (d.full_rotary && hp.n_rot != hp.head_dim())  // llama.cpp: "invalid n_rot"
+    throw FormatError(fmt::format("{}: {} {} must equal the head size {} for architecture '{}'", path,
+                                  key("rope.dimension_count"), hp.n_rot, hp.head_dim(), a));
+  hp.rope_style = d.rope;
+  // RoPE base: > 1 so frequencies fall with the dimension (Su et al. 2021); real models use 1e4 .. 1e8.
+  hp.rope_freq_base = get_real(key("rope.freq_base"), 10000.0, 1.0, 1e12);
+  // RMSNorm epsilon, required as in llama.cpp; real models use 1e-6 .. 1e-5.
+  hp.rms_eps = get_real(key("attention.layer_norm_rms_epsilon"), f.get_float(key("attention.layer_norm_rms_epsilon")),
+                        0.0, 1.0);
+
+  // Rope scaling (llama.cpp): type defaults to "linear"; the factor is
+  // rope.scaling.factor, or the older rope.scale_linear; 0 or absent = 1.
+  // Type "none" never scales. YaRN and LongRoPE change more than the
+  // frequencies (attention factor, per-dimension ramps) and are refused.
+  const std::string type_key = key("rope.scaling.type");
+  const std::string type = f.get_string_or(type_key, "linear");
+  if (type != "none" && type != "linear")
+    throw FormatError(fmt::format("{}: rope scaling type '{}' (key '{}') is not supported; kveval supports 'none', "
+                                  "'linear' and the rope_freqs factors of Llama 3.1",
+                                  path, type, type_key));
+  std::string factor_key = key("rope.scaling.factor");
+  if (!f.find(factor_key)) factor_key = key("rope.scale_linear");
+  // Real models use factors 2 .. 64; anything in (1e-3, 1e3] computes correctly.
+  const double factor = f.get_float_or(factor_key, 0.0);
+  if (!std::isfinite(factor) || factor < 0.0 || (factor > 0.0 && factor < 1e-3) || factor > 1e3)
+    throw FormatError(fmt::format("{}: key '{}' = {} out of range: 0 (none) or a factor in [0.001, 1000]", path,
+                                  factor_key, factor));
+  hp.rope_freq_scale = (type == "none" || factor == 0.0) ? 1.0f : static_cast<float>(1.0 / factor);
+}
+
+/// What identifies the contents of a file on disk: a change of size or
+/// mtime of the same inode while loading means the bytes under the mapping moved.
+struct FileStamp {
+  uint64_t dev = 0, ino = 0, size = 0;
+  int64_t mtime_ns = 0;
+};
+
+std::optional<FileStamp> stamp_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileStamp{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
+                   static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+}
+
+[[noreturn]] void changed_while_loading(const std::string& path, const std::string& what) {
+  throw FormatError(fmt::format("{}: file changed while loading ({}); load it again once nothing writes to it", path, what));
+}
+
+/// Throws when the file at `path` is the same inode as `at_open` but its size
+/// or mtime moved. A file renamed over the path is fine: the mapping still
+/// holds the old inode's bytes, which stay consistent.
+void check_unchanged(const std::string& path, const FileStamp& at_open, uint64_t mapped) {
+  if (at_open.size != mapped)
+    changed_while_loading(path, fmt::format("{} bytes before opening, {} bytes mapped", at_open.size, mapped));
+  const auto now = stamp_of(path);
+  if (!now || now->dev != at_open.dev || now->ino != at_open.ino) return;
+  if (now->size != at_open.size)
+    changed_while_loading(path, fmt::format("{} bytes at open, {} bytes now", at_open.size, now->size));
+  if (now->mtime_ns != at_open.mtime_ns) changed_while_loading(path, "modified since it was opened");
+}
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& opts) {
+  if (opts.threads < 0 || opts.threads > kMaxThreads)
+    throw ArgumentError(fmt::format("threads: expected an integer in [0, {}], got {}", kMaxThreads, opts.threads));
+  const std::optional<FileStamp> at_open = stamp_of(path);
+  Stopwatch load_time;
+  gguf::File f(path);
+  const std::span<const std::byte> file_bytes = f.bytes();
+  if (!at_open) changed_while_loading(path, "it could not be stat()ed before opening");
+  check_unchanged(path, *at_open, file_bytes.size());
+  const std::string arch_name = f.get_string_or("general.architecture", "");
+  const arch::Description* desc = arch::find(arch_name);
+  if (!desc)
+    throw FormatError(fmt::format("{}: unsupported architecture '{}' (general.architecture); kveval supports {}", path,
+                                  arch_name, arch::names()));
+  std::unique_ptr<Model> m(new Model());
+  auto& im = *m->impl_;
+  im.path = path;
+  im.desc = desc;
+  HParams& hp = im.hp;
+  read_hparams(f, *desc, hp);
+
+  const auto& te = f.tensor(arch::kTokenEmbd);
+  if (te.dims.size() != 2 || te.dims[0] != static_cast<uint64_t>(hp.n_embd))
+    throw FormatError(fmt::format("{}: tensor '{}' has shape {} (expected [{}, n_vocab])", path, arch::kTokenEmbd,
+                                  fmt::join(te.dims, "x"), hp.n_embd));
+  if (te.dims[1] > (uint64_t{1} << 24))
+    throw FormatError(fmt::format("{}: tensor '{}' has {} rows (n_vocab), more than {}", path, arch::kTokenEmbd,
+                                  te.dims[1], uint64_t{1} << 24));
+  hp.n_vocab = static_cast<int>(te.dims[1]);
+  im.tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(f));
+  if (im.tok->n_vocab() != hp.n_vocab)
+    throw FormatError(fmt::format("{}: tokenizer has {} tokens but {} has {} rows", path, im.tok->n_vocab(),
+                                  arch::kTokenEmbd, hp.n_vocab));
+  bool file_f32 = true;
+  for (const auto& t : f.tensors())
+    if (t.dims.size() >= 2 && t.type != gguf::TensorType::F32) file_f32 = false;
+  const bool cpu_bf16 = be::cpu_has_bf16();
+  im.dtype = resolve_dtype(opts.dtype, cpu_bf16, file_f32);
+  im.dtype_note = fmt::format("{} -> {} (file {}, oneDNN ISA {}{})", to_string(opts.dtype), to_string(im.dtype),
+                              file_f32 ? "F32" : "not F32", be::cpu_isa_name(), cpu_bf16 ? ", bf16" : ", no bf16");
+  if (im.dtype == ComputeDtype::BF16 && !be::bf16_matmul_available())
+    throw ArgumentError(fmt::format("{}: dtype bf16: oneDNN has no bf16 matmul on this CPU (ISA {}); use f32 or auto",
+                                    path, be::cpu_isa_name()));
+  const be::Dtype wdt = im.dtype == ComputeDtype::BF16 ? be::Dtype::BF16 : be::Dtype::F32;
+  const DType mat_dtype = im.dtype == ComputeDtype::BF16 ? DType::BF16 : DType::F32;  // matrices in memory
+  if (opts.check_memory) {
+    // token_embd stays F32 whatever the matrix dtype
+    const uint64_t embd_extra = (dtype_size(DType::F32) - dtype_size(mat_dtype)) * te.n_elements;
+    const MemoryPart weights{"weights", estimate_weight_bytes(f, mat_dtype) + embd_extra};
+    check_memory_plan(fmt::format("the model {}", path), std::span(&weights, 1), memory_budget(),
+                      "use a smaller model or raise the memory limit");
+  }
+  if (opts.on_load_stage) opts.on_load_stage("mapped");
+  // The file's SHA-256 from the very bytes the weights are copied from.
+  if (opts.hash) {
+    Sha256 sha;
+    if (!read_catching_sigbus(file_bytes.data(), file_bytes.size(),
+                              [&] { sha.update(file_bytes.data(), file_bytes.size()); }))
+      changed_while_loading(path, "it was truncated while being hashed");
+    im.sha256 = sha.hex();
+  }
+  check_unchanged(path, *at_open, file_bytes.size());  // again, just before copying
+  if (opts.on_load_stage) opts.on_load_stage("copy");
+
+  const uint64_t D = hp.n_embd, F = hp.n_ff, V = hp.n_vocab, KV = static_cast<uint64_t>(im.kv_dim()),
+                 Q = static_cast<uint64_t>(im.q_dim()), HD = static_cast<uint64_t>(hp.head_dim());
+  std::unordered_set<std::string> used;  // every tensor of the file must be used
+  // Converts tensor `name` (ggml dims {n_in, n_out}, any supported type) into dst ([n_out, n_in]) as `dt`.
+  auto fill = [&](void* dst, const std::string& name, uint64_t n_in, uint64_t n_out, DType dt = DType::F32) {
+    const gguf::TensorInfo& t = f.tensor(name);
+    const bool ok = n_out == 0 ? (t.dims.size() == 1 && t.dims[0] == n_in)
+                               : (t.dims.size() == 2 && t.dims[0] == n_in && t.dims[1] == n_out);
+    if (!ok)
+      throw FormatError(fmt::format("{}: tensor '{}' has shape [{}], expected [{}]", path, name, fmt::join(t.dims, ", "),
+                                    n_out == 0 ? fmt::format("{}", n_in) : fmt::format("{}, {}", n_in, n_out)));
+    // a file truncated under the mapping faults (SIGBUS) in whichever thread reads it: that becomes an error
+    const bool read_ok = read_catching_sigbus(t.data, t.n_bytes, [&] {
+      dequantize_rows(f, t, 0, t.n_rows(), dt, dst, {opts.check_finite, opts.threads});
+    });
+    if (!read_ok) changed_while_loading(path, fmt::format("truncated while reading tensor '{}'", name));
+    im.weight_bytes += t.n_elements * dtype_size(dt);
+    used.insert(name);
+  };
+  // One weight from several tensors stacked along n_out (fused projections),
+  // each converted to the matrix dtype and transposed once into the matmul layout.
+  std::vector<float> rows;       // F32 matrices
+  std::vector<uint16_t> rows16;  // BF16 matrices
+  auto stacked = [&](std::initializer_list<std::pair<std::string, uint64_t>> parts, uint64_t n_in) {
+    uint64_t n_out = 0;
+    for (const auto& p : parts) n_out += p.second;
+    be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in), wdt);
+    int64_t row0 = 0;
+    for (const auto& [name, n] : parts) {
+      if (mat_dtype == DType::BF16) {
+        rows16.resize(n * n_in);
+        fill(rows16.data(), name, n_in, n, mat_dtype);
+        w.set_rows_bf16(row0, rows16.data(), static_cast<int64_t>(n));
+      } else {
+        rows.resize(n * n_in);
+        fill(rows.data(), name, n_in, n, mat_dtype);
+        w.set_rows(row0, rows.data(), static_cast<int64_t>(n));
+      }
+      row0 += static_cast<int64_t>(n);
+    }
+    return w;
+  };
+  auto mat = [&](const std::string& name, uint64_t n_in, uint64_t n_out) { return stacked({{name, n_out}}, n_in); };
+  auto vec = [&](const std::string& name, uint64_t n) {
+    std::vector<float> v(n);
+    fill(v.data(), name, n, 0);
+    return v;
+  };
+  // Optional/required 1-D tensors concatenated (zeros for a missing optional
+  // part); empty when none is present. Absent parts in the file are left for
+  // the unused-tensor check below.
+  auto vecs = [&](arch::Presence presence, std::initializer_list<std::pair<std::string, uint64_t>> parts) {
+    std::vector<float> v;
+    if (presence == arch::Presence::Absent) return v;
+    bool any = presence == arch::Presence::Required;
+    for (const auto& p : parts) any = any || f.find_tensor(p.first) != nullptr;
+    if (!any) return v;
+    for (const auto& [name, n] : parts) {
+      const size_t at = v.size();
+      v.resize(at + n, 0.0f);
+      if (presence == arch::Presence::Required || f.find_tensor(name)) fill(v.data() + at, name, n, 0);
+    }
+    return v;
+  };
+
+  im.tok_embd.resize(V * D);
+  fill(im.tok_embd.data(), std::string(arch::kTokenEmbd), D, V);
+  im.output_norm = vec(std::string(arch::kOutputNorm), D);
+  hp.tied_output = f.find_tensor(arch::kOutput) == nullptr;
+  if (hp.tied_output) {
+    im.output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D), wdt);
+    im.output.set_rows(0, im.tok_embd.data(), static_cast<int64_t>(V));
+  } else {
+    im.output = mat(std::string(arch::kOutput), D, V);
+  }
+  im.rope_factors = vecs(desc->rope_freqs, {{std::string(arch::kRopeFreqs), static_cast<uint64_t>(hp.n_rot / 2)}});
+  for (size_t i = 0; i < im.rope_factors.size(); ++i)
+    if (!(im.rope_factors[i] >= 1e-3f && im.rope_factors[i] <= 1e3f))  // Llama 3.1: 1 .. 8
+      throw FormatError(fmt::format("{}: tensor '{}' element {} = {} (frequency factors must be in [0.001, 1000])",
+                                    path, arch::kRopeFreqs, i, im.rope_factors[i]));
+  hp.rope_freq_factors = !im.rope_factors.empty();
+  im.rope = be::RopeParams{hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale,
+                           hp.rope_freq_factors ? im.rope_factors.data() : nullptr,
+                           hp.rope_style == arch::RopeStyle::Neox};
+
+  im.layers.resize(static_cast<size_t>(hp.n_layer));
+  for (int l = 0; l < hp.n_layer; ++l) {
+    auto& L = im.layers[static_cast<size_t>(l)];
+    auto w = [&](const char* base) { return arch::blk_tensor(l, base); };
+    auto b = [&](const char* base) { return arch::blk_tensor(l, base, "bias"); };
+    L.attn_norm = vec(w("attn_norm"), D);
+    L.wqkv = stacked({{w("attn_q"), Q}, {w("attn_k"), KV}, {w("attn_v"), KV}}, D);
+    L.bqkv = vecs(desc->qkv_bias, {{b("attn_q"), Q}, {b("attn_k"), KV}, {b("attn_v"), KV}});
+    L.q_norm = vecs(desc->qk_norm, {{w("attn_q_norm"), HD}});
+    L.k_norm = vecs(desc->qk_norm, {{w("attn_k_norm"), HD}});
+    if (L.q_norm.empty() != L.k_norm.empty())
+      throw FormatError(fmt::format("{}: layer {} has only one of attn_q_norm and attn_k_norm", path, l));
+    L.wo = mat(w("attn_output"), Q, D);
+    L.bo = vecs(desc->out_bias, {{b("attn_output"), D}});
+    L.ffn_norm = vec(w("ffn_norm"), D);
+    L.w_gate_up = stacked({{w("ffn_gate"), F}, {w("ffn_up"), F}}, D);
+    L.b_gate_up = vecs(desc->ffn_bias, {{b("ffn_gate"), F}, {b("ffn_up"), F}});
+    L.w_down = mat(w("ffn_down"), F, D);
+    L.b_down = vecs(desc->ffn_bias, {{b("ffn_down"), D}});
+    if (l == 0) {
+      hp.qkv_bias = !L.bqkv.empty();
+      hp.qk_norm = !L.q_norm.empty();
+    }
+  }
+  // A tensor the architecture does not use would be silently ignored and the
+  // numbers silently wrong (llama.cpp refuses such files too).
+  for (const auto& t : f.tensors())
+    if (!used.count(t.name))
+      throw FormatError(fmt::format("{}: tensor '{}' is not used by architecture '{}' ({} tensors expected, {} found)",
+                                    path, t.name, hp.arch, used.size(), f.tensors().size()));
+  check_unchanged(path, *at_open, file_bytes.size());  // and after: the copy saw one version of the file
+  im.engine = std::make_unique<be::Engine>(opts.threads);
+  im.summary = summarize_gguf(f);
+  // weight_bytes: matrices in mat_dtype, token_embd and norms F32; a tied output adds its copy.
+  im.summary.weight_dtype = dtype_name(mat_dtype);
+  im.summary.resident_bytes = im.weight_bytes + (hp.tied_output ? V * D * dtype_size(mat_dtype) : 0);
+  im.summary.load_seconds = load_time.seconds();
+  return m;
+}
+
+}  // namespace kveval
