@@ -29,6 +29,72 @@ namespace {
 
 }  // namespace
 
+const char* to_string(Dtype d) { return d == Dtype::BF16 ? "bf16" : "f32"; }
+
+uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float bf16_to_f32(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+void to_bf16(const float* x, uint16_t* y, size_t n) {
+  const auto* xu = reinterpret_cast<const uint32_t*>(x);
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u = xu[i];
+    const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    y[i] = nan ? static_cast<uint16_t>((xu[i] >> 16) | 0x40) : static_cast<uint16_t>(u >> 16);
+  }
+}
+
+const char* cpu_isa_name() {
+  using isa = dnnl::cpu_isa;
+  switch (dnnl::get_effective_cpu_isa()) {
+    case isa::sse41: return "sse41";
+    case isa::avx: return "avx";
+    case isa::avx2: return "avx2";
+    case isa::avx512_mic: return "avx512_mic";
+    case isa::avx512_mic_4ops: return "avx512_mic_4ops";
+    case isa::avx512_core: return "avx512_core";
+    case isa::avx512_core_vnni: return "avx512_core_vnni";
+    case isa::avx512_core_bf16: return "avx512_core_bf16";
+    case isa::avx512_core_amx: return "avx512_core_amx";
+    case isa::avx2_vnni: return "avx2_vnni";
+    default: return "other";
+  }
+}
+
+bool cpu_has_bf16() {
+  const auto i = dnnl::get_effective_cpu_isa();
+  return i == dnnl::cpu_isa::avx512_core_bf16 || i == dnnl::cpu_isa::avx512_core_amx;
+}
+
+bool bf16_matmul_available() {
+  static const bool ok = [] {
+    try {
+      using dt = dnnl::memory::data_type;
+      using tag = dnnl::memory::format_tag;
+      dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+      dnnl::memory::desc a({16, 32}, dt::bf16, tag::ab), b({32, 16}, dt::bf16, tag::ab), c({16, 16}, dt::f32, tag::ab);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), eng);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return ok;
+}
+
 float* alloc_floats(size_t n) {
   constexpr size_t kHuge = size_t(2) << 20;
   size_t bytes = std::max<size_t>(64, (n * sizeof(float) + 63) / 64 * 64);
@@ -79,19 +145,23 @@ void PageBuffer::reset() {
 void Weight::Free::operator()(float* p) const { free_floats(p); }
 void Buffer::Free::operator()(float* p) const { free_floats(p); }
 
-Weight::Weight(std::span<const float> data, int64_t n_out, int64_t n_in) {
+Weight::Weight(std::span<const float> data, int64_t n_out, int64_t n_in, Dtype dtype) {
   if (n_out <= 0 || n_in <= 0 || data.size() != static_cast<size_t>(n_out * n_in))
     throw ArgumentError(fmt::format("Weight: {} values for a [{}, {}] matrix", data.size(), n_out, n_in));
-  *this = Weight(n_out, n_in);
+  *this = Weight(n_out, n_in, dtype);
   set_rows(0, data.data(), n_out);
 }
 
-Weight::Weight(int64_t n_out, int64_t n_in) : n_out_(n_out), n_in_(n_in) {
+Weight::Weight(int64_t n_out, int64_t n_in, Dtype dtype) : n_out_(n_out), n_in_(n_in), dtype_(dtype) {
   if (n_out <= 0 || n_in <= 0) throw ArgumentError(fmt::format("Weight: bad shape [{}, {}]", n_out, n_in));
-  ld_ = (n_out * 4) % 4096 == 0 ? n_out + 16 : n_out;
-  data_.reset(alloc_floats(static_cast<size_t>(ld_ * n_in)));
-  if (ld_ != n_out)  // keep the padding columns defined
-    for (int64_t k = 0; k < n_in; ++k) std::fill(data_.get() + k * ld_ + n_out, data_.get() + (k + 1) * ld_, 0.0f);
+  const int64_t esize = dtype == Dtype::BF16 ? 2 : 4;
+  ld_ = (n_out * esize) % 4096 == 0 ? n_out + 64 / esize : n_out;
+  data_.reset(alloc_floats(static_cast<size_t>((ld_ * n_in * esize + 3) / 4)));
+  if (ld_ != n_out) {  // keep the padding columns defined (zero bits in either dtype)
+    auto* b = reinterpret_cast<std::byte*>(data_.get());
+    for (int64_t k = 0; k < n_in; ++k)
+      std::memset(b + (k * ld_ + n_out) * esize, 0, static_cast<size_t>((ld_ - n_out) * esize));
+  }
 }
 
 void Weight::set_rows(int64_t row0, const float* src, int64_t rows) {
@@ -99,12 +169,40 @@ void Weight::set_rows(int64_t row0, const float* src, int64_t rows) {
     throw ArgumentError(fmt::format("Weight::set_rows: rows [{}, {}) outside [0, {})", row0, row0 + rows, n_out_));
   // Blocked transpose: src [rows, n_in] -> data [n_in, n_out] columns [row0, row0 + rows).
   constexpr int64_t B = 64;
+  if (dtype_ == Dtype::BF16) {
+    auto* dst = reinterpret_cast<uint16_t*>(data_.get());
+    for (int64_t r0 = 0; r0 < rows; r0 += B)
+      for (int64_t k0 = 0; k0 < n_in_; k0 += B) {
+        const int64_t r1 = std::min(rows, r0 + B), k1 = std::min(n_in_, k0 + B);
+        for (int64_t k = k0; k < k1; ++k)
+          for (int64_t r = r0; r < r1; ++r) dst[k * ld_ + row0 + r] = f32_to_bf16(src[r * n_in_ + k]);
+      }
+    return;
+  }
   float* dst = data_.get();
   for (int64_t r0 = 0; r0 < rows; r0 += B)
     for (int64_t k0 = 0; k0 < n_in_; k0 += B) {
       const int64_t r1 = std::min(rows, r0 + B), k1 = std::min(n_in_, k0 + B);
       for (int64_t k = k0; k < k1; ++k)
         for (int64_t r = r0; r < r1; ++r) dst[k * ld_ + row0 + r] = src[r * n_in_ + k];
+    }
+}
+
+void Weight::set_rows_bf16(int64_t row0, const uint16_t* src, int64_t rows) {
+  if (row0 < 0 || rows < 0 || row0 + rows > n_out_)
+    throw ArgumentError(fmt::format("Weight::set_rows_bf16: rows [{}, {}) outside [0, {})", row0, row0 + rows, n_out_));
+  constexpr int64_t B = 64;  // blocked transpose as set_rows
+  for (int64_t r0 = 0; r0 < rows; r0 += B)
+    for (int64_t k0 = 0; k0 < n_in_; k0 += B) {
+      const int64_t r1 = std::min(rows, r0 + B), k1 = std::min(n_in_, k0 + B);
+      for (int64_t k = k0; k < k1; ++k)
+        for (int64_t r = r0; r < r1; ++r) {
+          const uint16_t h = src[r * n_in_ + k];
+          if (dtype_ == Dtype::BF16)
+            reinterpret_cast<uint16_t*>(data_.get())[k * ld_ + row0 + r] = h;
+          else
+            data_.get()[k * ld_ + row0 + r] = bf16_to_f32(h);
+        }
     }
 }
 
@@ -128,10 +226,18 @@ struct Engine::Impl {
   dnnl::stream strm;
   int threads = 1;
   uint64_t created = 0;
-  // key: (M or 0 for runtime M, n_in, n_out, ld, accumulate)
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool>, MatmulEntry> matmuls;
+  uint64_t allocations = 0;
+  // key: (M or 0 for runtime M, n_in, n_out, ld, accumulate, dtype)
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, Dtype>, MatmulEntry> matmuls;
   std::vector<uint8_t> scratch;  // user scratchpad shared by all primitives (grow at creation only)
   Buffer pad_x, pad_y;           // row padding for batch-invariant matmuls
+  Buffer x_bf16;                 // activations converted to bf16 for BF16 weights
+  void grow_scratch(size_t need) {
+    if (need > scratch.size()) {
+      scratch.resize(need);
+      ++allocations;
+    }
+  }
 
   // Attention matmuls with runtime dims/strides: 0 = S = Q·Kᵀ, 1 = O = S·V.
   std::map<std::pair<int, int64_t>, MatmulEntry> attn;
@@ -148,8 +254,7 @@ struct Engine::Impl {
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     try {
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, wei_md, dst_md), attr, eng);
-      size_t need = pd.scratchpad_desc().get_size();
-      if (need > scratch.size()) scratch.resize(need);
+      grow_scratch(pd.scratchpad_desc().get_size());
       ++created;
       return attn.emplace(std::make_pair(which, G), MatmulEntry{dnnl::matmul(pd), src_md, wei_md, dst_md, pd.scratchpad_desc(), {}, {}, {}, {}}).first->second;
     } catch (const dnnl::error& e) {
@@ -157,15 +262,16 @@ struct Engine::Impl {
     }
   }
 
-  MatmulEntry& get(int64_t m, int64_t k, int64_t n, int64_t ld, bool acc) {
-    auto key = std::make_tuple(m, k, n, ld, acc);
+  MatmulEntry& get(int64_t m, int64_t k, int64_t n, int64_t ld, bool acc, Dtype wdt) {
+    auto key = std::make_tuple(m, k, n, ld, acc, wdt);
     auto it = matmuls.find(key);
     if (it != matmuls.end()) return it->second;
     using dt = dnnl::memory::data_type;
     using tag = dnnl::memory::format_tag;
     const auto mm = m > 0 ? m : DNNL_RUNTIME_DIM_VAL;
-    dnnl::memory::desc src_md({mm, k}, dt::f32, tag::ab);
-    dnnl::memory::desc wei_md({k, n}, dt::f32, dnnl::memory::dims{ld, 1});  // Wᵀ [k, n], row stride ld
+    const dt in_dt = wdt == Dtype::BF16 ? dt::bf16 : dt::f32;
+    dnnl::memory::desc src_md({mm, k}, in_dt, tag::ab);
+    dnnl::memory::desc wei_md({k, n}, in_dt, dnnl::memory::dims{ld, 1});  // Wᵀ [k, n], row stride ld
     dnnl::memory::desc dst_md({mm, n}, dt::f32, tag::ab);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -176,8 +282,7 @@ struct Engine::Impl {
     }
     try {
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, wei_md, dst_md), attr, eng);
-      size_t need = pd.scratchpad_desc().get_size();
-      if (need > scratch.size()) scratch.resize(need);
+      grow_scratch(pd.scratchpad_desc().get_size());
       ++created;
       auto [pos, ok] = matmuls.emplace(key, MatmulEntry{dnnl::matmul(pd), src_md, wei_md, dst_md, pd.scratchpad_desc(), {}, {}, {}, {}});
       return pos->second;
@@ -201,11 +306,12 @@ Engine::Engine(int threads) : impl_(std::make_unique<Impl>()) {
 Engine::~Engine() = default;
 int Engine::threads() const { return impl_->threads; }
 uint64_t Engine::primitives_created() const { return impl_->created; }
+uint64_t Engine::buffer_allocations() const { return impl_->allocations; }
 Engine::Impl& Engine::impl() { return *impl_; }
 
 namespace {
-void run_matmul(Engine& engine, const float* x, int64_t m, int64_t k, const float* wt, int64_t n, int64_t ld, float* y,
-                bool accumulate, bool batch_invariant = false);
+void run_matmul(Engine& engine, const float* x, int64_t m, int64_t k, const void* wt, Dtype wdt, int64_t n, int64_t ld,
+                float* y, bool accumulate, bool batch_invariant = false);
 }  // namespace
 
 void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y, bool accumulate,
@@ -214,8 +320,8 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
   auto& im = engine.impl();
   if (batch_invariant && m < kInvariantMinRows) {
     const int64_t K = w.n_in(), N = w.n_out(), M = kInvariantMinRows;
-    im.pad_x.reserve(static_cast<size_t>(M * K));
-    im.pad_y.reserve(static_cast<size_t>(M * N));
+    if (im.pad_x.reserve(static_cast<size_t>(M * K))) ++im.allocations;
+    if (im.pad_y.reserve(static_cast<size_t>(M * N))) ++im.allocations;
     std::memcpy(im.pad_x.data(), x, sizeof(float) * static_cast<size_t>(m * K));
     std::fill(im.pad_x.data() + m * K, im.pad_x.data() + M * K, 0.0f);
     if (accumulate) std::memcpy(im.pad_y.data(), y, sizeof(float) * static_cast<size_t>(m * N));
@@ -232,22 +338,22 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
     // multiply by all ld columns (the padding ones are zero) into [m, ld] rows
     // and copy the n_out real columns out.
     const int64_t N = w.n_out(), LD = w.ld();
-    im.pad_y.reserve(static_cast<size_t>(m * LD));
+    if (im.pad_y.reserve(static_cast<size_t>(m * LD))) ++im.allocations;
     float* t = im.pad_y.data();
     if (accumulate)
       for (int64_t r = 0; r < m; ++r) std::memcpy(t + r * LD, y + r * N, sizeof(float) * static_cast<size_t>(N));
-    run_matmul(engine, x, m, w.n_in(), w.data(), LD, LD, t, accumulate);
+    run_matmul(engine, x, m, w.n_in(), w.raw(), w.dtype(), LD, LD, t, accumulate);
     for (int64_t r = 0; r < m; ++r) std::memcpy(y + r * N, t + r * LD, sizeof(float) * static_cast<size_t>(N));
     return;
   }
-  run_matmul(engine, x, m, w.n_in(), w.data(), w.n_out(), w.ld(), y, accumulate, batch_invariant);
+  run_matmul(engine, x, m, w.n_in(), w.raw(), w.dtype(), w.n_out(), w.ld(), y, accumulate, batch_invariant);
 }
 
 namespace {
 
-// y[m, n] (+)= x[m, k] · wt[k, n] (row stride ld) with a cached oneDNN primitive.
-void run_matmul(Engine& engine, const float* x, int64_t m, int64_t k, const float* wt, int64_t n, int64_t ld, float* y,
-                bool accumulate, bool batch_invariant) {
+// y[m, n] (+)= x[m, k] · wt[k, n] (row stride ld, f32 or bf16 elements: wdt) with a cached oneDNN primitive.
+void run_matmul(Engine& engine, const float* x, int64_t m, int64_t k, const void* wt, Dtype wdt, int64_t n, int64_t ld,
+                float* y, bool accumulate, bool batch_invariant) {
   auto& im = engine.impl();
   // Below ~1M multiply-adds (tens of microseconds on one core) a fork/join of
   // the thread team costs more than it saves, and far more on a busy machine.
@@ -259,9 +365,17 @@ void run_matmul(Engine& engine, const float* x, int64_t m, int64_t k, const floa
   } restore{im.threads};
   // Small M (decode steps): fixed-M primitive; scoring and batch-invariant passes: runtime M.
   const int64_t key_m = (!batch_invariant && m <= kInvariantMinRows) ? m : 0;
-  auto& e = im.get(key_m, k, n, ld, accumulate);
+  auto& e = im.get(key_m, k, n, ld, accumulate, wdt);
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
+  void* src_ptr = const_cast<float*>(x);
+  if (wdt == Dtype::BF16) {
+    const size_t nx = static_cast<size_t>(m * k);
+    if (im.x_bf16.reserve((nx + 1) / 2)) ++im.allocations;
+    to_bf16(x, reinterpret_cast<uint16_t*>(im.x_bf16.data()), nx);
+    src_ptr = im.x_bf16.data();
+  }
+  const dt in_dt = wdt == Dtype::BF16 ? dt::bf16 : dt::f32;
   try {
     if (key_m > 0) {
       if (!e.src) {
@@ -270,15 +384,15 @@ void run_matmul(Engine& engine, const float* x, int64_t m, int64_t k, const floa
         e.dst = dnnl::memory(e.dst_md, im.eng, DNNL_MEMORY_NONE);
         e.scratch = dnnl::memory(e.scratch_md, im.eng, DNNL_MEMORY_NONE);
       }
-      e.src.set_data_handle(const_cast<float*>(x));
-      e.wei.set_data_handle(const_cast<float*>(wt));
+      e.src.set_data_handle(src_ptr);
+      e.wei.set_data_handle(const_cast<void*>(wt));
       e.dst.set_data_handle(y);
       e.scratch.set_data_handle(im.scratch.data());
       e.prim.execute(im.strm, {{DNNL_ARG_SRC, e.src}, {DNNL_ARG_WEIGHTS, e.wei}, {DNNL_ARG_DST, e.dst},
                                {DNNL_ARG_SCRATCHPAD, e.scratch}});
     } else {
-      dnnl::memory src({{m, k}, dt::f32, tag::ab}, im.eng, const_cast<float*>(x));
-      dnnl::memory wei(e.wei_md, im.eng, const_cast<float*>(wt));
+      dnnl::memory src({{m, k}, in_dt, tag::ab}, im.eng, src_ptr);
+      dnnl::memory wei(e.wei_md, im.eng, const_cast<void*>(wt));
       dnnl::memory dst({{m, n}, dt::f32, tag::ab}, im.eng, y);
       dnnl::memory scratch(e.scratch_md, im.eng, im.scratch.data());
       e.prim.execute(im.strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratch}});

@@ -4,7 +4,8 @@
 // runtime M otherwise); weights are laid out once at load; a user scratchpad
 // is shared. Long attention blocks are oneDNN batched matmuls; element-wise
 // ops (RMSNorm, RoPE, SwiGLU, short attention) are OpenMP loops.
-// All tensors are float32, row-major, contiguous unless strides are given.
+// Activations are float32, row-major, contiguous unless strides are given;
+// weight matrices are float32 or bfloat16 (Dtype), with f32 accumulation.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -14,6 +15,32 @@
 namespace kveval::backend {
 
 class Buffer;
+
+/// Storage and compute type of weight matrices. F32: exact sgemm. BF16: weights
+/// stored as bfloat16 (round to nearest even), activations converted to bf16
+/// just before each matmul, f32 accumulation and f32 output (oneDNN bf16 matmul).
+enum class Dtype { F32, BF16 };
+/// "f32" / "bf16".
+const char* to_string(Dtype d);
+
+/// float -> bfloat16 bits, round to nearest even (NaN stays NaN). Source: the
+/// bfloat16 format is the upper 16 bits of an IEEE-754 binary32.
+uint16_t f32_to_bf16(float f);
+/// bfloat16 bits -> float (exact).
+float bf16_to_f32(uint16_t h);
+/// y[i] = f32_to_bf16(x[i]) for i < n.
+void to_bf16(const float* x, uint16_t* y, size_t n);
+
+/// Name of the ISA oneDNN dispatches to on this CPU (dnnl::get_effective_cpu_isa),
+/// e.g. "avx512_core_bf16", "avx512_core_amx", "avx2".
+const char* cpu_isa_name();
+/// True when oneDNN's effective ISA has native bf16 dot products
+/// (>= avx512_core_bf16: AVX512-BF16 or AMX).
+bool cpu_has_bf16();
+/// True when oneDNN can create a bf16 x bf16 -> f32 matmul on this CPU: native
+/// on avx512_core_bf16/amx, emulated on avx512_core; false on AVX2 and older
+/// (oneDNN 2.6 has no bf16 matmul there). Probed once.
+bool bf16_matmul_available();
 
 /// Allocates `n` floats, not zeroed, 64-byte aligned; from 2 MiB up the block
 /// is 2 MiB aligned and transparent huge pages are advised (fewer page faults
@@ -58,6 +85,9 @@ class Engine {
   int threads() const;
   /// oneDNN primitives created so far (a warm engine creates none).
   uint64_t primitives_created() const;
+  /// Engine-owned buffer (re)allocations so far: scratchpad, row padding,
+  /// bf16 activations (a warm engine allocates none).
+  uint64_t buffer_allocations() const;
   struct Impl;
   Impl& impl();
 
@@ -65,39 +95,52 @@ class Engine {
   std::unique_ptr<Impl> impl_;
 };
 
-/// A weight matrix W [n_out, n_in] (PyTorch Linear / GGUF {n_in, n_out}),
-/// laid out once at load as Wᵀ [n_in, n_out] row-major (oneDNN "ab" weights):
+/// A weight matrix W [n_out, n_in] (PyTorch Linear / GGUF {n_in, n_out}) in
+/// f32 or bf16 (Dtype), laid out once at load as Wᵀ [n_in, n_out] row-major (oneDNN "ab" weights):
 /// measured on oneDNN 2.6 with one thread, this layout runs sgemm at M = 512
 /// about 2x faster than reading W as "ba", and M = 1..16 products ~1.3-2.7x
 /// faster. 64-byte (2 MiB for large) aligned memory.
 class Weight {
  public:
   Weight() = default;
-  /// Copies `data` ([n_out, n_in] row-major), transposing it. Throws ArgumentError on size mismatch.
-  Weight(std::span<const float> data, int64_t n_out, int64_t n_in);
+  /// Copies `data` ([n_out, n_in] row-major), transposing it (and rounding to
+  /// bf16 for Dtype::BF16). Throws ArgumentError on size mismatch.
+  Weight(std::span<const float> data, int64_t n_out, int64_t n_in, Dtype dtype = Dtype::F32);
   /// Uninitialised matrix, to be filled with set_rows().
-  Weight(int64_t n_out, int64_t n_in);
+  Weight(int64_t n_out, int64_t n_in, Dtype dtype = Dtype::F32);
   /// Writes rows [row0, row0 + rows) of W from `src` ([rows, n_in] row-major,
   /// i.e. the GGUF/PyTorch layout); used to stack Q/K/V or gate/up in one matrix.
   /// Throws ArgumentError if the rows fall outside [0, n_out).
   void set_rows(int64_t row0, const float* src, int64_t rows);
+  /// As set_rows, from bf16 bits (already rounded, e.g. by the loader); a
+  /// Dtype::F32 matrix widens them exactly. Throws ArgumentError as set_rows.
+  void set_rows_bf16(int64_t row0, const uint16_t* src, int64_t rows);
   int64_t n_out() const { return n_out_; }
   int64_t n_in() const { return n_in_; }
-  /// Wᵀ: element (k, n) at data()[k * ld() + n].
+  Dtype dtype() const { return dtype_; }
+  /// Wᵀ (Dtype::F32 only): element (k, n) at data()[k * ld() + n].
   const float* data() const { return data_.get(); }
-  /// Row stride of Wᵀ in floats: n_out, plus 16 when n_out * 4 bytes is a
+  /// Wᵀ as bf16 bits (Dtype::BF16 only): element (k, n) at bf16()[k * ld() + n].
+  const uint16_t* bf16() const { return reinterpret_cast<const uint16_t*>(data_.get()); }
+  /// Storage of Wᵀ whatever the dtype.
+  const void* raw() const { return data_.get(); }
+  /// Row stride of Wᵀ in elements: n_out, plus 64 bytes when a row's bytes are a
   /// multiple of 4 KiB (a power-of-two stride maps every row to the same cache
   /// sets: measured 7.7 GB/s instead of ~25 GB/s for a 768 x 4096 decode step).
   int64_t ld() const { return ld_; }
-  size_t bytes() const { return static_cast<size_t>(n_out_ * n_in_) * sizeof(float); }
+  /// Bytes of the matrix elements (4 or 2 per element).
+  size_t bytes() const { return static_cast<size_t>(n_out_ * n_in_) * (dtype_ == Dtype::BF16 ? 2 : 4); }
 
  private:
   struct Free { void operator()(float* p) const; };
   std::unique_ptr<float, Free> data_;
   int64_t n_out_ = 0, n_in_ = 0, ld_ = 0;
+  Dtype dtype_ = Dtype::F32;
 };
 
-/// y[M, n_out] = x[M, n_in] · Wᵀ (+ y if accumulate). oneDNN matmul primitives,
+/// y[M, n_out] = x[M, n_in] · Wᵀ (+ y if accumulate), x and y float32; a BF16
+/// weight converts x to bf16 first (into an engine buffer, grown at warm-up only)
+/// and runs a bf16 x bf16 -> f32 primitive. oneDNN matmul primitives,
 /// created once and cached: for M <= 16 (decode steps) one per (M, n_in, n_out,
 /// accumulate) with fixed dims (oneDNN picks its brgemm kernel); otherwise one
 /// per (n_in, n_out, accumulate) with runtime M (jit sgemm). Products under

@@ -73,6 +73,7 @@ nlohmann::json row_to_json(const Row& r) {
       {"stddev", number(r.value.stddev)}, {"mean", number(r.value.mean)}, {"min", number(r.value.min)},
       {"max", number(r.value.max)}, {"n", r.value.n},
   };
+  if (!r.dtype.empty()) j["dtype"] = r.dtype;
   for (const auto& f : r.fields) j[f.first] = number(f.second);
   return j;
 }
@@ -108,6 +109,9 @@ std::string to_markdown(const Report& rep) {
   std::vector<std::string> tests;
   for (const auto& r : rep.rows)
     if (std::find(tests.begin(), tests.end(), r.test) == tests.end()) tests.push_back(r.test);
+  bool several_dtypes = false;  // the name shows the dtype when the report compares dtypes
+  for (const auto& r : rep.rows)
+    if (!r.dtype.empty() && r.dtype != rep.rows.front().dtype) several_dtypes = true;
   for (const auto& t : tests) {
     std::vector<const Row*> rows;
     for (const auto& r : rep.rows)
@@ -120,6 +124,7 @@ std::string to_markdown(const Report& rep) {
     out += "\n";
     for (const Row* r : rows) {
       std::string name = r->name;
+      if (several_dtypes && !r->dtype.empty()) name += " " + r->dtype;
       if (r->positions > 0 && r->test != "pp" && r->test != "tg") name += fmt::format(" @{}", r->positions);
       if (r->n_prompt > 0 && (r->test == "tg" || r->test == "tg-nocache" || r->test == "speedup" || r->test == "switch"))
         name += fmt::format(" (p{})", r->n_prompt);

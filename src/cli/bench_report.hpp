@@ -18,6 +18,7 @@ struct Row {
   std::string test;   ///< pp, tg, tg-nocache, speedup, cache, scope, switch, ll, roofline
   std::string name;   ///< e.g. "pp512", "tg64", "setup_caches", "stream"
   int threads = 0;    ///< compute threads
+  std::string dtype;  ///< compute dtype of the model ("f32", "bf16"), "" when not applicable
   int batch = 0;      ///< rows per forward pass (0 when not applicable)
   int n_prompt = 0;   ///< prompt tokens per row
   int n_gen = 0;      ///< generated tokens per row

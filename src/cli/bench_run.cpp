@@ -14,6 +14,7 @@
 
 #include "backend/roofline.hpp"
 #include "cli/bench_cost.hpp"
+#include "cli/bench_fidelity.hpp"
 #include "cli/bench_gen.hpp"
 #include "cli/bench_load.hpp"
 #include "util/error.hpp"
@@ -24,12 +25,12 @@ namespace kveval::bench {
 
 const std::vector<std::string>& test_names() {
   static const std::vector<std::string> names = {"roofline", "pp",  "tg",   "tg-nocache", "cache",
-                                                 "switch",   "ll",  "load", "dequant", "gen-mixed"};
+                                                 "switch",   "ll",  "load", "dequant", "fidelity", "gen-mixed"};
   return names;
 }
 
 /// Tests that run only when named in --tests (load reloads the model many times).
-static bool opt_in(const std::string& t) { return t == "load" || t == "dequant" || t == "gen-mixed"; }
+static bool opt_in(const std::string& t) { return t == "load" || t == "dequant" || t == "fidelity" || t == "gen-mixed"; }
 
 /// The tests an empty --tests runs.
 static std::vector<std::string> default_tests() {
@@ -91,6 +92,7 @@ struct Ctx {
     r.test = test;
     r.name = name;
     r.threads = threads;
+    r.dtype = to_string(model.dtype());
     return r;
   }
   void note(const std::string& n) {
@@ -195,7 +197,8 @@ std::vector<int> fitting_gens(Ctx& c, int p) {
 }
 
 void run_tg(Ctx& c) {
-  const double wbytes = streamed_weight_bytes(c.hp, static_cast<double>(c.model.weight_bytes()));
+  const double wbytes = streamed_weight_bytes(c.hp, static_cast<double>(c.model.weight_bytes()),
+                                              c.model.dtype() == ComputeDtype::BF16 ? 2.0 : 4.0);
   for (int b : c.o.batches) {
     for (int p : c.o.tg_prompt) {
       for (int g : fitting_gens(c, p)) {
@@ -233,10 +236,10 @@ void run_tg(Ctx& c) {
   drop_caches(c.model);
   c.note(fmt::format(
       "tg: tok/s = batch*(n_gen-1) / decode time (the first token comes from the prefill; decode time includes argmax "
-      "and log-prob of each token); weights_GB_per_s = {:.1f} MB of weights streamed per decode step (all F32 weights, "
-      "less token_embd when the output matrix is separate) * steps / decode time; frac_of_stream divides by 'stream "
+      "and log-prob of each token); weights_GB_per_s = {:.1f} MB of weights streamed per decode step (matrices in "
+      "the compute dtype {}, token_embd not streamed) * steps / decode time; frac_of_stream divides by 'stream "
       "read'. e2e_tok_s = batch*n_gen / (prefill + decode).",
-      wbytes / 1e6));
+      wbytes / 1e6, to_string(c.model.dtype())));
 }
 
 void run_tg_nocache(Ctx& c) {
@@ -604,15 +607,29 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
   opts["cache_shapes"] = nlohmann::json::array();
   for (const auto& s : o.cache_shapes) opts["cache_shapes"].push_back({s[0], s[1]});
   rep.meta["options"] = opts;
-  for (int t : o.threads) {
+  std::vector<ComputeDtype> dtypes;
+  for (const auto& d : o.dtypes) dtypes.push_back(parse_compute_dtype(d, "--dtype"));
+  if (dtypes.empty()) dtypes.push_back(ComputeDtype::Auto);
+  for (int t : o.threads)
+  for (ComputeDtype dt : dtypes) {
     ModelOptions mo;
     mo.hash = false;
     mo.threads = t;
+    mo.dtype = dt;
     auto model = Model::load(o.model_path, mo);
+    if (progress) progress(fmt::format("[t={}] dtype {}", t, model->dtype_note()));
     const HParams& hp = model->hparams();
-    if (!rep.meta.contains("model")) {
-      const LoadSummary& ls = model->load_summary();
+    const LoadSummary& ls = model->load_summary();
+    const std::string dname = to_string(model->dtype());
+    if (!rep.meta.contains("dtypes") || !rep.meta["dtypes"].contains(dname)) {
+      // one load line and one entry per compute dtype: weight dtype and resident bytes differ
       if (info) info(format_load_summary(ls));
+      rep.meta["dtypes"][dname] = {{"weight_dtype", ls.weight_dtype},
+                                   {"resident_weight_bytes", ls.resident_bytes},
+                                   {"weight_bytes", model->weight_bytes()},
+                                   {"note", model->dtype_note()}};
+    }
+    if (!rep.meta.contains("model")) {
       nlohmann::json types = nlohmann::json::object();
       for (const auto& [name, n] : ls.tensor_types) types[name] = n;
       rep.meta["model"] = {{"path", o.model_path},
@@ -644,6 +661,7 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
     if (selected(o, "dequant")) run_dequant(o, c.threads, rep, progress);
     if (selected(o, "gen-mixed")) run_gen_mixed(o, *model, c.threads, rep, progress);
   }
+  if (selected(o, "fidelity")) run_fidelity(o, o.threads.front(), rep, progress);
   rep.meta["machine"]["loadavg_end"] = load_average();
   return rep;
 }

@@ -25,6 +25,7 @@ const std::vector<std::string>& test_names();
 struct Options {
   std::string model_path;
   std::vector<int> threads;                 ///< thread counts (one model load each)
+  std::vector<std::string> dtypes = {"auto"};  ///< compute dtypes (f32, bf16, auto; one model load each)
   std::vector<int> batches = {1};           ///< rows per forward (pp, tg, tg-nocache, ll)
   std::vector<int> n_prompt = {64, 512};    ///< pp: prompt tokens per row
   std::vector<int> n_gen = {16, 64, 256};   ///< tg/tg-nocache: generated tokens per row
@@ -43,6 +44,7 @@ struct Options {
   int gen_mixed_rows = 8;       ///< gen-mixed: cache rows when -b holds no value >= 2
   size_t stream_bytes = 0; ///< roofline: read-bandwidth buffer (0 = backend::stream_buffer_bytes())
   uint64_t seed = 1;       ///< synthetic token ids
+  std::string spec;        ///< fidelity: evaluation spec whose tasks are scored in f32 and bf16
 };
 
 /// Checks `o` (lists non-empty, values >= 1, known test names); throws ArgumentError naming the option.

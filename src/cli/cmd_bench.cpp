@@ -51,12 +51,14 @@ void add_bench_command(CLI::App& app, Action& action) {
   sub->add_option("-t,--threads", st->o.threads, "thread counts, comma-separated (default and 0: all cores)")
       ->delimiter(',')
       ->check(int_in(0, kMaxThreads));
+  sub->add_option("--dtype", st->o.dtypes, "compute dtypes, comma-separated: f32, bf16, auto (default auto)")
+      ->delimiter(',')->capture_default_str();
   sub->add_option("-b,--batch-size", st->o.batches, "rows per forward, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("-p,--n-prompt", st->o.n_prompt, "pp: prompt tokens, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("-n,--n-gen", st->o.n_gen, "tg/tg-nocache: generated tokens, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("--tg-prompt", st->o.tg_prompt, "tg/tg-nocache: prompt tokens before generating")->delimiter(',')->capture_default_str();
   sub->add_option("-r,--repetitions", st->o.repetitions, "timed repetitions after one warm-up")->capture_default_str();
-  sub->add_option("--tests", st->o.tests, "tests to run: roofline,pp,tg,tg-nocache,cache,switch,ll (default: all of these), load, dequant, gen-mixed")
+  sub->add_option("--tests", st->o.tests, "tests to run: roofline,pp,tg,tg-nocache,cache,switch,ll (default: all of these), load, dequant, fidelity, gen-mixed")
       ->delimiter(',');
   sub->add_option("--cache-shapes", st->shapes, "cache test: BATCHxPOSITIONS list")->delimiter(',')->capture_default_str();
   sub->add_option("--switch-rounds", st->o.switch_rounds, "switch: timed rounds per policy")->capture_default_str();
@@ -70,6 +72,7 @@ void add_bench_command(CLI::App& app, Action& action) {
   sub->add_option("--gen-mixed-rows", st->o.gen_mixed_rows, "gen-mixed: cache rows (default when -b has no value >= 2)")
       ->capture_default_str();
   sub->add_option("--stream-mib", st->stream_mib, "roofline: read buffer in MiB (default: max(4 x LLC, 256 MiB), <= 2 GiB)");
+  sub->add_option("--spec", st->o.spec, "fidelity: evaluation spec scored in f32 and bf16 (its tasks; the model is --model)");
   sub->add_option("--seed", st->o.seed, "seed of the synthetic token ids")->capture_default_str();
   sub->add_option("-o,--output", st->output, "md, csv, json or jsonl")
       ->check(CLI::IsMember({"md", "csv", "json", "jsonl"}))

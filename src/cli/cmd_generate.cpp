@@ -17,7 +17,7 @@ namespace kveval::cli {
 
 void add_generate_command(CLI::App& app, Action& action) {
   struct Opts {
-    std::string model, prompt;
+    std::string model, prompt, dtype = "auto";
     int max_gen_toks = 128, threads = 0, max_length = 0;
     bool no_cache = false, ignore_eos = false;
   };
@@ -27,6 +27,8 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_option("-p,--prompt", o->prompt, "prompt text (BOS is prepended)");
   cmd->add_option("-n,--max-gen-toks", o->max_gen_toks, "tokens to generate at most (default 128)");
   cmd->add_option("-t,--threads", o->threads, "compute threads (0 = all cores)")->check(int_in(0, kMaxThreads));
+  cmd->add_option("--dtype", o->dtype, "compute dtype: f32, bf16 or auto (bf16 on a bf16 CPU for a non-F32 file)")
+      ->capture_default_str();
   cmd->add_option("--max-length", o->max_length,
                   "context positions, prompt included (0 = the model's context_length); the KV cache holds "
                   "min(max-length, prompt + max-gen-toks) positions");
@@ -40,7 +42,9 @@ void add_generate_command(CLI::App& app, Action& action) {
                                         bad, static_cast<unsigned char>(o->prompt[bad])));
       if (o->max_length < 0) throw ArgumentError(fmt::format("--max-length: must be >= 0, got {}", o->max_length));
       Stopwatch sw;
-      auto model = Model::load(o->model, {.threads = o->threads, .hash = false});
+      auto model = Model::load(o->model, {.threads = o->threads,
+                                          .dtype = parse_compute_dtype(o->dtype, "--dtype"),
+                                          .hash = false});
       const double load_s = sw.seconds();
       const int n_ctx = model->hparams().n_ctx_train;
       if (o->max_length > n_ctx)
@@ -58,6 +62,7 @@ void add_generate_command(CLI::App& app, Action& action) {
         throw ArgumentError(fmt::format("--prompt has {} tokens (BOS included); the context holds {} (--max-length)",
                                         prompt.size(), max_length));
       fmt::print(stderr, "kveval: {}\n", format_load_summary(model->load_summary()));
+      fmt::print(stderr, "kveval: compute dtype {}\n", model->dtype_note());
       // The cache holds what this generation can use, never more than the context.
       const int ctx = static_cast<int>(std::min<int64_t>(max_length, static_cast<int64_t>(prompt.size()) + o->max_gen_toks));
       IncrementalDetokenizer detok(model->tokenizer());

@@ -49,6 +49,7 @@ struct RunArgs {
   bool tolerance_given = false;
   std::string cache_policy = "release";
   std::string batching = "dynamic";
+  std::string dtype;
 };
 
 /// Validator for a number option: `lo` or more; an integer when `integer`.
@@ -133,6 +134,7 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
   // 1. the whole spec and every data file, before the model loads
   spec = load_spec(a.spec, a.model);
   if (a.threads >= 0) spec.threads = a.threads;
+  if (!a.dtype.empty()) spec.dtype = parse_compute_dtype(a.dtype, "--dtype");
   // several ranks on one host share its cores unless --threads or the spec says otherwise
   if (a.threads < 0 && spec.threads == 0 && dist.local_size() > 1)
     spec.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / dist.local_size());
@@ -235,6 +237,8 @@ void add_run_command(CLI::App& app, Action& action) {
                           ->check(at_least(0, false));
   cmd->add_option("--threads", args->threads, "compute threads (overrides the spec; 0 = all cores)")
       ->check(int_in(0, kMaxThreads));
+  cmd->add_option("--dtype", args->dtype,
+                  "compute dtype: f32, bf16 or auto (overrides the spec; default auto: bf16 on a bf16 CPU for a non-F32 file)");
   cmd->add_option("--batch-size", args->batch_size, "rows per batch (overrides the spec)")->check(at_least(1, true));
   cmd->add_option("--limit", args->limit, "documents per task at most (overrides the spec)")->check(at_least(0, true));
   cmd->add_option("--bootstrap-iters", args->bootstrap_iters,

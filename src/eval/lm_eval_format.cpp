@@ -229,8 +229,9 @@ ojson results_json(const EvalSpec& spec, const RunResult& res, const std::string
   j["higher_is_better"] = hib;
   j["n-samples"] = n_samples;
   j["config"] = {{"model", "kveval"},
-                 {"model_args", fmt::format("pretrained={},dtype=float32,threads={}", res.model_path, res.threads)},
-                 {"model_dtype", "float32"},
+                 {"model_args", fmt::format("pretrained={},dtype={},threads={}", res.model_path,
+                                            res.dtype == "bf16" ? "bfloat16" : "float32", res.threads)},
+                 {"model_dtype", res.dtype == "bf16" ? "bfloat16" : "float32"},
                  {"batch_size", spec.batch_size},
                  {"batch_sizes", ojson::array()},
                  {"device", "cpu"},

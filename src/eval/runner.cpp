@@ -341,6 +341,8 @@ RunResult run_eval_impl(const EvalSpec& spec, Model& model, const RunOptions& op
   res.load = model.load_summary();
   res.model_sha256 = model.sha256();
   res.threads = model.threads();
+  res.dtype = to_string(model.dtype());
+  if (opts.log) opts.log("compute dtype " + model.dtype_note());
   res.batch_size = spec.batch_size;
   const int n_ctx = model.hparams().n_ctx_train;
   if (spec.max_length) {
@@ -493,6 +495,7 @@ RunResult run_spec(const EvalSpec& spec, const RunOptions& opts) {
   Stopwatch sw;
   ModelOptions mo;
   mo.threads = spec.threads;
+  mo.dtype = spec.dtype;
   mo.hash = opts.hash_model;
   std::unique_ptr<Model> model;
   std::exception_ptr failed;

@@ -58,6 +58,7 @@ struct RunResult {
   LoadSummary load;                      ///< the model's load summary (Model::load_summary())
   std::string model_sha256;              ///< Model::sha256(): of the bytes loaded, taken at load
   int threads = 0;                       ///< compute threads of the model
+  std::string dtype;                     ///< resolved compute dtype of the model ("f32" or "bf16")
   int max_length = 0;                    ///< resolved context window (tokens)
   int batch_size = 1;
   std::vector<Request> requests;         ///< every request, in spec order

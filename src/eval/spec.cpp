@@ -380,13 +380,18 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
                     const std::string& model_override) {
   Where w{origin, ""};
   if (!j.is_object()) w.fail(fmt::format("expected a JSON object at the top level, got {}", json_excerpt(j)));
-  check_keys(j, w, {"model", "threads", "batch_size", "max_length", "seed", "limit", "bootstrap_iters", "tasks"});
+  check_keys(j, w, {"model", "threads", "dtype", "batch_size", "max_length", "seed", "limit", "bootstrap_iters", "tasks"});
   EvalSpec s;
   s.path = origin;
   s.raw = j;
   if (j.contains("model")) s.model = resolve_path(base_dir, expect_path(j["model"], w.key("model")));
   if (!model_override.empty()) s.model = model_override;
   if (s.model.empty()) w.fail("missing required key 'model' (or pass --model)");
+  if (j.contains("dtype")) {
+    const std::string d = expect_string(j["dtype"], w.key("dtype"));
+    if (d != "f32" && d != "bf16" && d != "auto") w.key("dtype").fail(fmt::format("\"{}\": expected \"f32\", \"bf16\" or \"auto\"", d));
+    s.dtype = parse_compute_dtype(d);
+  }
   if (j.contains("threads")) s.threads = static_cast<int>(expect_int(j["threads"], w.key("threads"), 0, 4096));
   if (j.contains("batch_size")) s.batch_size = static_cast<int>(expect_int(j["batch_size"], w.key("batch_size"), 1, 4096));
   if (j.contains("max_length")) s.max_length = static_cast<int>(expect_int(j["max_length"], w.key("max_length"), 2, 1 << 24));

@@ -17,6 +17,7 @@
 
 #include "eval/json_input.hpp"  // parse_json_text, read_jsonl, closest (declared there)
 #include "eval/mapping.hpp"     // resolve_mapping
+#include "model/model.hpp"      // ComputeDtype
 
 namespace kveval::eval {
 
@@ -109,6 +110,7 @@ struct EvalSpec {
   std::string path;                  ///< the spec file as given ("" for in-memory specs)
   std::string model;                 ///< model path, resolved relative to the spec's directory
   int threads = 0;                   ///< compute threads; 0 = all cores
+  ComputeDtype dtype = ComputeDtype::Auto;  ///< compute dtype ("dtype": f32, bf16, auto)
   int batch_size = 1;                ///< rows per forward pass / per generation batch
   std::optional<int> max_length;     ///< context window in tokens; default: the model's context_length
   uint64_t seed = 1234;              ///< few-shot sampling seed (lm-eval's default fewshot seed)

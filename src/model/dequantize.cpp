@@ -10,9 +10,11 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "backend/backend.hpp"  // to_bf16, bf16_to_f32
 #include "model/quant/quant.hpp"
 #include "util/error.hpp"
 
@@ -101,6 +103,7 @@ uint64_t for_chunks(uint64_t n_blocks, uint64_t per_chunk, int threads, F&& f) {
 const char* dtype_name(DType d) {
   switch (d) {
     case DType::F32: return "F32";
+    case DType::BF16: return "BF16";
   }
   return "?";
 }
@@ -108,6 +111,7 @@ const char* dtype_name(DType d) {
 size_t dtype_size(DType d) {
   switch (d) {
     case DType::F32: return 4;
+    case DType::BF16: return 2;
   }
   return 0;
 }
@@ -145,14 +149,45 @@ void dequantize_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t
     throw ArgumentError(fmt::format("dequantize_rows: rows [{}, {}) outside tensor '{}' of {} rows", row0, row0 + rows,
                                     t.name, n_rows));
   const uint64_t row_len = t.row_length();
-  float* out = nullptr;
+  const std::byte* src = t.data + row0 * t.row_bytes();
+  uint64_t bad = std::numeric_limits<uint64_t>::max();
+  float bad_value = 0;
   switch (dtype) {
-    case DType::F32: out = static_cast<float*>(dst); break;
+    case DType::F32: {
+      auto* out = static_cast<float*>(dst);
+      bad = dequantize(t.type, src, out, rows * row_len, opts.threads, opts.check_finite);
+      if (bad != std::numeric_limits<uint64_t>::max()) bad_value = out[bad];
+      break;
+    }
+    case DType::BF16: {
+      // Whole blocks per chunk through an F32 buffer in cache, then rounded.
+      const auto tc = lookup(t.type);
+      const uint64_t bs = tc.first->block_size, ts = tc.first->type_size;
+      const uint64_t per_chunk = std::max<uint64_t>(1, kChunkElements / bs);
+      auto* out = static_cast<uint16_t*>(dst);
+      const uint64_t n_blocks = tensor_bytes(t.type, rows * row_len) / ts;
+      bad = for_chunks(n_blocks, per_chunk, opts.threads, [&](uint64_t b0, uint64_t nb) -> uint64_t {
+        thread_local std::vector<float> buf;
+        buf.resize(per_chunk * bs);
+        const uint64_t n = nb * bs;
+        tc.second->dequantize(src + b0 * ts, buf.data(), static_cast<int64_t>(nb));
+        uint16_t* y = out + b0 * bs;
+        backend::to_bf16(buf.data(), y, n);
+        if (!opts.check_finite) return std::numeric_limits<uint64_t>::max();
+        uint32_t any = 0;
+#pragma omp simd reduction(| : any)
+        for (uint64_t i = 0; i < n; ++i) any |= static_cast<uint32_t>((~y[i] & 0x7f80u) == 0);
+        if (any == 0) return std::numeric_limits<uint64_t>::max();
+        uint64_t i = 0;
+        while ((~y[i] & 0x7f80u) != 0) ++i;
+        return b0 * bs + i;
+      });
+      if (bad != std::numeric_limits<uint64_t>::max()) bad_value = backend::bf16_to_f32(out[bad]);
+      break;
+    }
   }
-  const uint64_t bad = dequantize(t.type, t.data + row0 * t.row_bytes(), out, rows * row_len, opts.threads,
-                                  opts.check_finite);
   if (bad == std::numeric_limits<uint64_t>::max()) return;
-  const float v = out[bad];
+  const float v = bad_value;
   const uint64_t element = row0 * row_len + bad;
   throw FormatError(fmt::format("{}: tensor '{}' holds {} at element {} (row {}, column {}); the weights of a model "
                                 "must be finite (corrupt or badly converted file)",

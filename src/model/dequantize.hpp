@@ -10,10 +10,10 @@
 
 namespace kveval {
 
-/// Element type of weights in memory. Only F32 for now; the conversion takes
-/// it as a parameter so that a bf16 compute dtype can be added.
-enum class DType { F32 };
-/// "F32".
+/// Element type of weights in memory: F32, or BF16 (bfloat16 bits, the upper
+/// half of an IEEE-754 binary32, rounded to nearest even; NaN stays NaN).
+enum class DType { F32, BF16 };
+/// "F32" / "BF16".
 const char* dtype_name(DType d);
 /// Bytes per element of `d`.
 size_t dtype_size(DType d);
@@ -28,12 +28,15 @@ struct ConvertOptions {
 
 /// Converts rows [row0, row0 + rows) of tensor `t` of `file` (rows of
 /// t.row_length() elements, in GGUF order) to `dtype`, writing
-/// rows * t.row_length() elements to `dst`. Values are those of gguf-py's
-/// numpy dequantizers bit for bit (F32 products and sums in its order).
+/// rows * t.row_length() elements to `dst` (float for F32, uint16_t bf16 bits
+/// for BF16). F32 values are those of gguf-py's numpy dequantizers bit for bit
+/// (F32 products and sums in its order); BF16 values are those F32 values
+/// rounded to nearest even (a BF16 tensor is copied exactly).
 /// Throws ArgumentError if the rows fall outside the tensor; FormatError
 /// "<file>: tensor 'T' holds NaN at element I (row R, column C): ..." when
 /// check_finite and a converted value is not finite (I is the flat index in
-/// the tensor of the first such element).
+/// the tensor of the first such element; for BF16 also a finite F32 value
+/// beyond the bf16 range, which rounds to ±Inf).
 void dequantize_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t row0, uint64_t rows, DType dtype,
                      void* dst, const ConvertOptions& opts = {});
 

@@ -33,6 +33,27 @@ const char* to_string(Batching b) { return b == Batching::Static ? "static" : "d
 
 const char* to_string(CachePolicy p) { return p == CachePolicy::Release ? "release" : "reuse"; }
 
+const char* to_string(ComputeDtype d) {
+  switch (d) {
+    case ComputeDtype::F32: return "f32";
+    case ComputeDtype::BF16: return "bf16";
+    case ComputeDtype::Auto: return "auto";
+  }
+  return "?";
+}
+
+ComputeDtype parse_compute_dtype(const std::string& s, const std::string& what) {
+  if (s == "f32") return ComputeDtype::F32;
+  if (s == "bf16") return ComputeDtype::BF16;
+  if (s == "auto") return ComputeDtype::Auto;
+  throw ArgumentError(fmt::format("{} '{}': expected 'f32', 'bf16' or 'auto'", what, s));
+}
+
+ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32) {
+  if (requested != ComputeDtype::Auto) return requested;
+  return cpu_bf16 && !file_f32 ? ComputeDtype::BF16 : ComputeDtype::F32;
+}
+
 CachePolicy parse_cache_policy(const std::string& s) {
   if (s == "release") return CachePolicy::Release;
   if (s == "reuse") return CachePolicy::Reuse;
@@ -65,6 +86,9 @@ size_t Model::activation_bytes_for(int rows, int seq, bool all_logits, int64_t t
 }
 const ModelStats& Model::stats() const { return impl_->stats; }
 uint64_t Model::primitives_created() const { return impl_->engine->primitives_created(); }
+uint64_t Model::backend_allocations() const { return impl_->engine->buffer_allocations(); }
+ComputeDtype Model::dtype() const { return impl_->dtype; }
+const std::string& Model::dtype_note() const { return impl_->dtype_note; }
 
 // ---- KV cache ---------------------------------------------------------------
 

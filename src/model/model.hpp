@@ -53,6 +53,19 @@ struct HParams {
   int n_embd_q() const { return n_head * head_dim(); }
 };
 
+/// Compute dtype of weights and matmuls. F32: exact. BF16: weights stored in
+/// bfloat16, matmuls in oneDNN bf16 kernels with f32 accumulation and output
+/// (norms, softmax, RoPE, residuals, log-softmax stay f32). Auto: see resolve_dtype.
+enum class ComputeDtype { F32, BF16, Auto };
+/// "f32" / "bf16" / "auto".
+const char* to_string(ComputeDtype d);
+/// Parses "f32", "bf16" or "auto"; throws ArgumentError naming `what` otherwise.
+ComputeDtype parse_compute_dtype(const std::string& s, const std::string& what = "--dtype");
+/// Resolves a request: Auto -> BF16 when `cpu_bf16` (oneDNN's effective ISA
+/// >= avx512_core_bf16) and the file is not F32 (`file_f32`: every matrix F32),
+/// else F32; F32 and BF16 are kept as asked.
+ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32);
+
 /// Bytes the weights of `f` will take once loaded as `dtype` (dtype_size
 /// bytes per element of every tensor, whatever its type in the file, plus the
 /// transposed copy of token_embd when the output is tied). Model::load checks
@@ -67,9 +80,10 @@ inline constexpr int kMaxThreads = 4096;
 /// Options for loading a model.
 struct ModelOptions {
   int threads = 0;  ///< compute threads; 0 = all cores; at most kMaxThreads
-  /// Element type of the weights in memory (every supported tensor type is
-  /// dequantized to it at load).
-  DType weight_dtype = DType::F32;
+  /// Compute dtype (Auto resolved at load by resolve_dtype). The weight
+  /// matrices are converted to it at load (dequantize_rows' target DType:
+  /// F32 or BF16); token embeddings and norm weights stay F32.
+  ComputeDtype dtype = ComputeDtype::F32;
   /// Refuse weights holding NaN or Inf (FormatError naming the tensor and the
   /// first bad element); checked while converting, in the same pass.
   bool check_finite = true;
@@ -102,7 +116,8 @@ class Model {
  public:
   /// Loads a GGUF model of a supported architecture (arch::all()),
   /// dequantizing every tensor (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
-  /// Q2_K..Q6_K) to opts.weight_dtype. Throws FormatError naming the file and
+  /// Q2_K..Q6_K) to the compute dtype (opts.dtype resolved:
+  /// F32 or BF16). Throws FormatError naming the file and
   /// the key/tensor at fault: an unsupported architecture, rope scaling type,
   /// tensor type or mixture of experts is refused by name, so is a tensor the
   /// architecture does not use; non-finite weights are refused naming the
@@ -124,10 +139,15 @@ class Model {
   const std::string& path() const;
   /// Compute threads in use (ModelOptions::threads resolved; 0 became all cores).
   int threads() const;
-  /// Bytes of weights held in memory (F32 after load), the tied output's copy of token_embd not counted.
+  /// Bytes of weights held in memory (matrices in the compute dtype, embeddings
+  /// and norms F32), the tied output's copy of token_embd not counted.
   size_t weight_bytes() const;
   /// What the load found and produced (the `load:` line of run/generate/bench).
   const LoadSummary& load_summary() const;
+  /// Resolved compute dtype (F32 or BF16, never Auto).
+  ComputeDtype dtype() const;
+  /// How the dtype was chosen, e.g. "auto -> f32: file is F32 (oneDNN ISA avx512_core_bf16)".
+  const std::string& dtype_note() const;
   /// SHA-256 (64 hex digits) of the file bytes this model was loaded from,
   /// computed at load from the same mapping the weights were copied from;
   /// "" when ModelOptions::hash was false.
@@ -202,6 +222,8 @@ class Model {
   const ModelStats& stats() const;
   /// Backend counters: oneDNN primitives created so far.
   uint64_t primitives_created() const;
+  /// Backend counters: engine buffer (re)allocations so far (scratchpad, padding, bf16 activations).
+  uint64_t backend_allocations() const;
 
  private:
   Model();

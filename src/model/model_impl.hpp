@@ -44,6 +44,8 @@ struct Model::Impl {
   backend::RopeParams rope;         // points into rope_factors
   size_t weight_bytes = 0;
   LoadSummary summary;
+  ComputeDtype dtype = ComputeDtype::F32;  ///< resolved compute dtype (never Auto)
+  std::string dtype_note;                   ///< how it was chosen (Model::dtype_note)
   std::string sha256;  // of the file bytes loaded ("" when not requested)
 
   // ---- KV cache: K and V [n_layer][batch][n_kv_head][cap][head_dim] ----

@@ -168,8 +168,22 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   if (im.tok->n_vocab() != hp.n_vocab)
     throw FormatError(fmt::format("{}: tokenizer has {} tokens but {} has {} rows", path, im.tok->n_vocab(),
                                   arch::kTokenEmbd, hp.n_vocab));
+  bool file_f32 = true;
+  for (const auto& t : f.tensors())
+    if (t.dims.size() >= 2 && t.type != gguf::TensorType::F32) file_f32 = false;
+  const bool cpu_bf16 = be::cpu_has_bf16();
+  im.dtype = resolve_dtype(opts.dtype, cpu_bf16, file_f32);
+  im.dtype_note = fmt::format("{} -> {} (file {}, oneDNN ISA {}{})", to_string(opts.dtype), to_string(im.dtype),
+                              file_f32 ? "F32" : "not F32", be::cpu_isa_name(), cpu_bf16 ? ", bf16" : ", no bf16");
+  if (im.dtype == ComputeDtype::BF16 && !be::bf16_matmul_available())
+    throw ArgumentError(fmt::format("{}: dtype bf16: oneDNN has no bf16 matmul on this CPU (ISA {}); use f32 or auto",
+                                    path, be::cpu_isa_name()));
+  const be::Dtype wdt = im.dtype == ComputeDtype::BF16 ? be::Dtype::BF16 : be::Dtype::F32;
+  const DType mat_dtype = im.dtype == ComputeDtype::BF16 ? DType::BF16 : DType::F32;  // matrices in memory
   if (opts.check_memory) {
-    const MemoryPart weights{"weights", estimate_weight_bytes(f, opts.weight_dtype)};
+    // token_embd stays F32 whatever the matrix dtype
+    const uint64_t embd_extra = (dtype_size(DType::F32) - dtype_size(mat_dtype)) * te.n_elements;
+    const MemoryPart weights{"weights", estimate_weight_bytes(f, mat_dtype) + embd_extra};
     check_memory_plan(fmt::format("the model {}", path), std::span(&weights, 1), memory_budget(),
                       "use a smaller model or raise the memory limit");
   }
@@ -188,8 +202,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   const uint64_t D = hp.n_embd, F = hp.n_ff, V = hp.n_vocab, KV = static_cast<uint64_t>(im.kv_dim()),
                  Q = static_cast<uint64_t>(im.q_dim()), HD = static_cast<uint64_t>(hp.head_dim());
   std::unordered_set<std::string> used;  // every tensor of the file must be used
-  // Converts tensor `name` (ggml dims {n_in, n_out}, any supported type) into dst ([n_out, n_in]).
-  auto fill = [&](float* dst, const std::string& name, uint64_t n_in, uint64_t n_out) {
+  // Converts tensor `name` (ggml dims {n_in, n_out}, any supported type) into dst ([n_out, n_in]) as `dt`.
+  auto fill = [&](void* dst, const std::string& name, uint64_t n_in, uint64_t n_out, DType dt = DType::F32) {
     const gguf::TensorInfo& t = f.tensor(name);
     const bool ok = n_out == 0 ? (t.dims.size() == 1 && t.dims[0] == n_in)
                                : (t.dims.size() == 2 && t.dims[0] == n_in && t.dims[1] == n_out);
@@ -198,24 +212,31 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
                                     n_out == 0 ? fmt::format("{}", n_in) : fmt::format("{}, {}", n_in, n_out)));
     // a file truncated under the mapping faults (SIGBUS) in whichever thread reads it: that becomes an error
     const bool read_ok = read_catching_sigbus(t.data, t.n_bytes, [&] {
-      dequantize_rows(f, t, 0, t.n_rows(), opts.weight_dtype, dst, {opts.check_finite, opts.threads});
+      dequantize_rows(f, t, 0, t.n_rows(), dt, dst, {opts.check_finite, opts.threads});
     });
     if (!read_ok) changed_while_loading(path, fmt::format("truncated while reading tensor '{}'", name));
-    im.weight_bytes += t.n_elements * dtype_size(opts.weight_dtype);
+    im.weight_bytes += t.n_elements * dtype_size(dt);
     used.insert(name);
   };
   // One weight from several tensors stacked along n_out (fused projections),
-  // each transposed once into the matmul layout.
-  std::vector<float> rows;
+  // each converted to the matrix dtype and transposed once into the matmul layout.
+  std::vector<float> rows;       // F32 matrices
+  std::vector<uint16_t> rows16;  // BF16 matrices
   auto stacked = [&](std::initializer_list<std::pair<std::string, uint64_t>> parts, uint64_t n_in) {
     uint64_t n_out = 0;
     for (const auto& p : parts) n_out += p.second;
-    be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in));
+    be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in), wdt);
     int64_t row0 = 0;
     for (const auto& [name, n] : parts) {
-      rows.resize(n * n_in);
-      fill(rows.data(), name, n_in, n);
-      w.set_rows(row0, rows.data(), static_cast<int64_t>(n));
+      if (mat_dtype == DType::BF16) {
+        rows16.resize(n * n_in);
+        fill(rows16.data(), name, n_in, n, mat_dtype);
+        w.set_rows_bf16(row0, rows16.data(), static_cast<int64_t>(n));
+      } else {
+        rows.resize(n * n_in);
+        fill(rows.data(), name, n_in, n, mat_dtype);
+        w.set_rows(row0, rows.data(), static_cast<int64_t>(n));
+      }
       row0 += static_cast<int64_t>(n);
     }
     return w;
@@ -248,7 +269,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   im.output_norm = vec(std::string(arch::kOutputNorm), D);
   hp.tied_output = f.find_tensor(arch::kOutput) == nullptr;
   if (hp.tied_output) {
-    im.output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D));
+    im.output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D), wdt);
     im.output.set_rows(0, im.tok_embd.data(), static_cast<int64_t>(V));
   } else {
     im.output = mat(std::string(arch::kOutput), D, V);
@@ -296,8 +317,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   check_unchanged(path, *at_open, file_bytes.size());  // and after: the copy saw one version of the file
   im.engine = std::make_unique<be::Engine>(opts.threads);
   im.summary = summarize_gguf(f);
-  im.summary.weight_dtype = dtype_name(opts.weight_dtype);
-  im.summary.resident_bytes = im.weight_bytes + (hp.tied_output ? V * D * dtype_size(opts.weight_dtype) : 0);
+  // weight_bytes: matrices in mat_dtype, token_embd and norms F32; a tied output adds its copy.
+  im.summary.weight_dtype = dtype_name(mat_dtype);
+  im.summary.resident_bytes = im.weight_bytes + (hp.tied_output ? V * D * dtype_size(mat_dtype) : 0);
   im.summary.load_seconds = load_time.seconds();
   return m;
 }

@@ -69,8 +69,11 @@ TEST_SUITE("cli.bench_cost") {
   TEST_CASE("streamed weight bytes drop token_embd only when the output is untied") {
     HParams hp = s15m();
     CHECK(streamed_weight_bytes(hp, 1e9) == doctest::Approx(1e9 - 32000.0 * 288 * 4));
+    CHECK(streamed_weight_bytes(hp, 1e9, 2) == doctest::Approx(1e9 - 32000.0 * 288 * 4));
     hp.tied_output = true;
     CHECK(streamed_weight_bytes(hp, 1e9) == doctest::Approx(1e9));
+    // bf16: the tied output's copy is streamed in bf16, token_embd (F32) is not
+    CHECK(streamed_weight_bytes(hp, 1e9, 2) == doctest::Approx(1e9 - 32000.0 * 288 * 2));
   }
 
   TEST_CASE("gemm shapes of one forward add up to the FLOP counts") {

@@ -1,0 +1,47 @@
+// `kveval bench --tests fidelity`: see bench_fidelity.hpp.
+#include "cli/bench_fidelity.hpp"
+
+#include <fmt/format.h>
+
+#include "eval/fidelity.hpp"
+#include "eval/spec.hpp"
+#include "util/error.hpp"
+
+namespace kveval::bench {
+
+void run_fidelity(const Options& o, int threads, Report& rep, const std::function<void(const std::string&)>& say) {
+  if (o.spec.empty()) throw ArgumentError("--tests fidelity: needs --spec SPEC.json (the tasks to score in f32 and bf16)");
+  eval::EvalSpec spec = eval::load_spec(o.spec, o.model_path);
+  spec.threads = threads;
+  if (say) say(fmt::format("[t={}] fidelity: {} in f32 and bf16", threads, o.spec));
+  const eval::FidelityReport f = eval::compare_dtypes(spec, ComputeDtype::F32, ComputeDtype::BF16);
+  auto row = [&](const std::string& name, const std::string& unit, double v) {
+    Row r;
+    r.test = "fidelity";
+    r.name = name;
+    r.threads = threads;
+    r.dtype = f.dtype_b;
+    r.batch = spec.batch_size;
+    r.unit = unit;
+    r.value = exact(v);
+    return r;
+  };
+  const auto& t = f.tokens;
+  rep.rows.push_back(row("max abs dlogprob", "nats", t.max_abs)
+                         .with("tokens", static_cast<double>(t.tokens))
+                         .with("requests", static_cast<double>(t.requests)));
+  rep.rows.push_back(row("mean abs dlogprob", "nats", t.mean_abs)
+                         .with("tokens", static_cast<double>(t.tokens))
+                         .with("requests", static_cast<double>(t.requests)));
+  for (const auto& m : f.flips)
+    rep.rows.push_back(row(fmt::format("flips {} {}", m.task, m.metric), "docs", static_cast<double>(m.flipped))
+                           .with("docs", static_cast<double>(m.compared)));
+  const std::string note = fmt::format(
+      "fidelity: {} scored with --dtype {} and {} (one load each); abs dlogprob = |log p(f32) - log p(bf16)| over every scored token of the "
+      "loglikelihood and rolling requests (nats), flips = documents whose acc/acc_norm/acc_bytes/exact_match value "
+      "or generated text (greedy_text) differs between the two runs.",
+      o.spec, f.dtype_a, f.dtype_b);
+  if (std::find(rep.notes.begin(), rep.notes.end(), note) == rep.notes.end()) rep.notes.push_back(note);
+}
+
+}  // namespace kveval::bench

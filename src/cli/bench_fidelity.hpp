@@ -1,0 +1,21 @@
+#pragma once
+// `kveval bench --tests fidelity --spec SPEC`: the evaluation SPEC scored in
+// f32 and in bf16 (eval/fidelity.hpp), reported as bench rows. Opt-in.
+#include <functional>
+#include <string>
+
+#include "cli/bench_report.hpp"
+#include "cli/bench_run.hpp"
+
+namespace kveval::bench {
+
+/// fidelity: loads o.spec (its tasks; the model is o.model_path, `threads`
+/// threads), runs it with --dtype f32 and bf16 and adds rows of test
+/// "fidelity": "max abs dlogprob" and "mean abs dlogprob" (nats per token, fields
+/// tokens and requests) and one "flips <task> <metric>" row per task and 0/1
+/// metric or greedy text (documents whose value differs; field "docs"
+/// compared). Throws ArgumentError when o.spec is empty, SpecError for a bad
+/// spec, what Model::load and run_eval throw.
+void run_fidelity(const Options& o, int threads, Report& rep, const std::function<void(const std::string&)>& say);
+
+}  // namespace kveval::bench

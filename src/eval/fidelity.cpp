@@ -1,0 +1,109 @@
+// Fidelity of a compute dtype: see fidelity.hpp.
+#include "eval/fidelity.hpp"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "eval/metrics.hpp"
+#include "util/error.hpp"
+
+namespace kveval::eval {
+
+TokenDeltas token_deltas(std::span<const std::vector<double>> a, std::span<const std::vector<double>> b) {
+  if (a.size() != b.size())
+    throw ArgumentError(fmt::format("token_deltas: {} requests against {}", a.size(), b.size()));
+  TokenDeltas d;
+  double sum = 0;
+  for (size_t r = 0; r < a.size(); ++r) {
+    if (a[r].size() != b[r].size())
+      throw ArgumentError(fmt::format("token_deltas: request {} has {} tokens against {}", r, a[r].size(), b[r].size()));
+    for (size_t i = 0; i < a[r].size(); ++i) {
+      const double x = std::fabs(a[r][i] - b[r][i]);
+      d.max_abs = std::max(d.max_abs, x);
+      sum += x;
+    }
+    d.tokens += static_cast<int64_t>(a[r].size());
+  }
+  d.requests = static_cast<int64_t>(a.size());
+  d.mean_abs = d.tokens ? sum / static_cast<double>(d.tokens) : 0.0;
+  return d;
+}
+
+std::vector<MetricFlips> metric_flips(const EvalSpec& spec, const RunResult& a, const RunResult& b) {
+  if (a.docs.size() != spec.tasks.size() || b.docs.size() != spec.tasks.size())
+    throw ArgumentError(fmt::format("metric_flips: runs of {} and {} tasks for a spec of {}", a.docs.size(),
+                                    b.docs.size(), spec.tasks.size()));
+  std::vector<MetricFlips> out;
+  for (size_t t = 0; t < spec.tasks.size(); ++t) {
+    const TaskSpec& task = spec.tasks[t];
+    if (a.docs[t].size() != task.docs.size() || b.docs[t].size() != task.docs.size())
+      throw ArgumentError(fmt::format("metric_flips: task '{}' has {} documents, the runs {} and {}", task.name,
+                                      task.docs.size(), a.docs[t].size(), b.docs[t].size()));
+    std::vector<MetricFlips> mine;
+    auto entry = [&](const std::string& metric) -> MetricFlips& {
+      for (auto& m : mine)
+        if (m.metric == metric) return m;
+      mine.push_back({task.name, metric, 0, 0});
+      return mine.back();
+    };
+    const bool generation = task.output_type == OutputType::GenerateUntil;
+    for (size_t d = 0; d < task.docs.size(); ++d) {
+      const DocOutcome& oa = a.docs[t][d];
+      const DocOutcome& ob = b.docs[t][d];
+      if (!oa.ok || !ob.ok) continue;
+      const auto va = doc_metric_values(task, task.docs[d], oa), vb = doc_metric_values(task, task.docs[d], ob);
+      for (size_t k = 0; k < va.size() && k < vb.size(); ++k) {
+        const std::string& name = va[k].first;
+        if (name != "acc" && name != "acc_norm" && name != "acc_bytes" && name != "exact_match") continue;
+        if (!va[k].second.is_number() || !vb[k].second.is_number()) continue;
+        MetricFlips& m = entry(name);
+        ++m.compared;
+        if (va[k].second.get<double>() != vb[k].second.get<double>()) ++m.flipped;
+      }
+      if (generation) {
+        MetricFlips& m = entry("greedy_text");
+        ++m.compared;
+        if (oa.output != ob.output) ++m.flipped;
+      }
+    }
+    out.insert(out.end(), mine.begin(), mine.end());
+  }
+  return out;
+}
+
+namespace {
+
+/// The scoring requests of a plan that ran, and their per-token log-probs under `model`.
+std::vector<std::vector<double>> per_token(Model& model, const RunResult& plan, int batch_size) {
+  std::vector<ScoreRequest> reqs;
+  for (size_t i = 0; i < plan.requests.size(); ++i) {
+    const Request& r = plan.requests[i];
+    if (r.kind == RequestKind::Generate || !r.error.empty() || !plan.outcomes[i].ran) continue;
+    reqs.push_back(r.score);
+  }
+  std::vector<std::vector<double>> lp;
+  for (auto& s : score(model, reqs, batch_size)) lp.push_back(std::move(s.logprobs));
+  return lp;
+}
+
+}  // namespace
+
+FidelityReport compare_dtypes(const EvalSpec& spec, ComputeDtype a, ComputeDtype b) {
+  FidelityReport rep;
+  std::vector<std::vector<double>> tok[2];
+  RunResult res[2];
+  const ComputeDtype dts[2] = {a, b};
+  for (int k = 0; k < 2; ++k) {
+    auto model = Model::load(spec.model, {.threads = spec.threads, .dtype = dts[k]});
+    res[k] = run_eval(spec, *model);
+    // the same requests (plan of the first run) through both models
+    tok[k] = per_token(*model, res[0], spec.batch_size);
+    (k == 0 ? rep.dtype_a : rep.dtype_b) = to_string(model->dtype());
+  }
+  rep.tokens = token_deltas(tok[0], tok[1]);
+  rep.flips = metric_flips(spec, res[0], res[1]);
+  return rep;
+}
+
+}  // namespace kveval::eval

@@ -1,0 +1,54 @@
+#pragma once
+// Fidelity of a reduced-precision compute dtype (issue 9, item 2): the same
+// evaluation scored in f32 and in bf16, compared request by request: per-token
+// |Δ log-prob| of every scored token, and per-document flips of the
+// 0/1 metrics (acc, acc_norm, acc_bytes, exact_match) and of the greedy text.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "eval/runner.hpp"
+
+namespace kveval::eval {
+
+/// |a_i - b_i| over every token of every request (a[r], b[r] are the per-token
+/// log-probs of request r, nats). Throws ArgumentError when the shapes differ.
+struct TokenDeltas {
+  int64_t requests = 0;
+  int64_t tokens = 0;
+  double max_abs = 0;   ///< largest |Δ| (nats), 0 when no token
+  double mean_abs = 0;  ///< mean |Δ| per token (nats), 0 when no token
+};
+TokenDeltas token_deltas(std::span<const std::vector<double>> a, std::span<const std::vector<double>> b);
+
+/// Documents whose value of one metric differs between two runs.
+struct MetricFlips {
+  std::string task;
+  std::string metric;    ///< "acc", "acc_norm", "acc_bytes", "exact_match", or "greedy_text" (generated text differs)
+  int64_t compared = 0;  ///< documents that ran in both runs
+  int64_t flipped = 0;
+};
+
+/// Per task, the 0/1 per-document metrics (doc_metric_values: acc, acc_norm,
+/// acc_bytes, exact_match) whose value differs between `a` and `b`, and for
+/// generate_until tasks the documents whose generated text differs
+/// ("greedy_text"). `a` and `b` are runs of the same spec (same tasks and
+/// documents); throws ArgumentError otherwise. Tasks without such a metric give no entry.
+std::vector<MetricFlips> metric_flips(const EvalSpec& spec, const RunResult& a, const RunResult& b);
+
+/// Everything `kveval bench --tests fidelity` reports.
+struct FidelityReport {
+  TokenDeltas tokens;              ///< over every scored token (loglikelihood and rolling requests)
+  std::vector<MetricFlips> flips;  ///< per task and metric
+  std::string dtype_a, dtype_b;    ///< resolved dtypes ("f32", "bf16")
+};
+
+/// Runs `spec` (its model, threads and batch size) with compute dtype `a`,
+/// then `b` (one model load each, run_eval with the default options), scores
+/// every loglikelihood/rolling request of the plan again with each model
+/// (kveval::score, per-token log-probs) and compares. Throws what run_eval and
+/// Model::load throw.
+FidelityReport compare_dtypes(const EvalSpec& spec, ComputeDtype a, ComputeDtype b);
+
+}  // namespace kveval::eval

@@ -1,0 +1,113 @@
+// bf16 weights: rounding of the conversion (hand-computed cases) and the bf16
+// matmul against a naive double-precision reference.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/backend.hpp"
+
+using namespace kveval::backend;
+
+namespace {
+
+std::vector<float> randv(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(g);
+  return v;
+}
+
+}  // namespace
+
+TEST_SUITE("backend.bf16") {
+  TEST_CASE("float -> bf16 rounds to nearest even") {
+    CHECK(f32_to_bf16(1.0f) == 0x3f80);
+    CHECK(f32_to_bf16(-2.0f) == 0xc000);
+    CHECK(f32_to_bf16(1.0f + 1.0f / 256) == 0x3f80);  // halfway, even below: down
+    CHECK(f32_to_bf16(1.0f + 3.0f / 256) == 0x3f82);  // halfway, odd below: up
+    CHECK(f32_to_bf16(1.0f + 1.0f / 256 + 1.0f / 65536) == 0x3f81);  // above halfway: up
+    CHECK(bf16_to_f32(0x3f81) == 1.0f + 1.0f / 128);
+    CHECK(std::isnan(bf16_to_f32(f32_to_bf16(std::nanf("")))));
+    std::vector<float> x = {1.0f, 1.0f + 3.0f / 256, -0.0f, 65504.0f};
+    std::vector<uint16_t> y(x.size());
+    to_bf16(x.data(), y.data(), x.size());
+    for (size_t i = 0; i < x.size(); ++i) CHECK(y[i] == f32_to_bf16(x[i]));
+  }
+
+  TEST_CASE("bf16 matmul matches a naive double reference") {
+    if (!kveval::backend::bf16_matmul_available()) {
+      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << kveval::backend::cpu_isa_name() << ")");
+      return;
+    }
+    Engine eng(2);
+    struct Shape { int64_t m, n, k; };
+    for (Shape s : {Shape{1, 64, 64}, Shape{7, 172, 64}, Shape{33, 64, 172}, Shape{200, 512, 96}, Shape{5, 13, 17},
+                    Shape{1, 2048, 768}, Shape{16, 2048, 64}}) {
+      CAPTURE(s.m); CAPTURE(s.n); CAPTURE(s.k);
+      auto x = randv(static_cast<size_t>(s.m * s.k), 1);
+      auto w = randv(static_cast<size_t>(s.n * s.k), 2);
+      Weight W(w, s.n, s.k, Dtype::BF16);
+      CHECK(W.bytes() == static_cast<size_t>(s.n * s.k) * 2);
+      for (bool acc : {false, true})
+        for (bool inv : {false, true}) {
+          CAPTURE(acc); CAPTURE(inv);
+          std::vector<float> y = randv(static_cast<size_t>(s.m * s.n), 3);
+          // exact: on the bf16-rounded inputs; full: on the original f32 inputs
+          std::vector<double> exact(y.size()), full(y.size()), mag(y.size());
+          for (int64_t i = 0; i < s.m; ++i)
+            for (int64_t j = 0; j < s.n; ++j) {
+              const double y0 = acc ? y[size_t(i * s.n + j)] : 0.0;
+              double e = y0, f = y0, a = std::abs(y0);
+              for (int64_t kk = 0; kk < s.k; ++kk) {
+                const float xv = x[size_t(i * s.k + kk)], wv = w[size_t(j * s.k + kk)];
+                e += double(bf16_to_f32(f32_to_bf16(xv))) * bf16_to_f32(f32_to_bf16(wv));
+                f += double(xv) * wv;
+                a += std::abs(double(xv) * wv);
+              }
+              exact[size_t(i * s.n + j)] = e;
+              full[size_t(i * s.n + j)] = f;
+              mag[size_t(i * s.n + j)] = a;
+            }
+          matmul(eng, x.data(), s.m, W, y.data(), acc, inv);
+          double worst_exact = 0, worst_full = 0;
+          for (size_t i = 0; i < y.size(); ++i) {
+            worst_exact = std::max(worst_exact, std::abs(y[i] - exact[i]) / mag[i]);
+            worst_full = std::max(worst_full, std::abs(y[i] - full[i]) / mag[i]);
+          }
+          // Products of bf16 values are exact in f32; only f32 accumulation rounds.
+          CHECK(worst_exact <= 1e-5);
+          // Against the unrounded inputs: two roundings of at most 2^-9 relative each.
+          CHECK(worst_full <= 2.0 * std::ldexp(1.0, -9) + 1e-5);
+          CHECK(worst_full > 0);  // the bf16 path really rounds
+        }
+    }
+  }
+
+  TEST_CASE("warm bf16 and f32 matmuls create no primitive and allocate nothing") {
+    if (!kveval::backend::bf16_matmul_available()) {
+      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << kveval::backend::cpu_isa_name() << ")");
+      return;
+    }
+    for (Dtype dt : {Dtype::F32, Dtype::BF16}) {
+      CAPTURE(to_string(dt));
+      Engine eng(2);
+      auto w = randv(256 * 96, 4);
+      Weight W(w, 256, 96, dt);
+      std::vector<float> x(64 * 96, 0.25f), y(64 * 256);
+      for (int64_t m : {64, 1, 4}) matmul(eng, x.data(), m, W, y.data(), true);
+      const auto p0 = eng.primitives_created(), a0 = eng.buffer_allocations();
+      CHECK(p0 == 3);
+      for (int step = 0; step < 20; ++step) matmul(eng, x.data(), 1 + step % 4 == 1 ? 1 : 4, W, y.data(), true);
+      CHECK(eng.primitives_created() == p0);
+      CHECK(eng.buffer_allocations() == a0);
+    }
+  }
+
+  TEST_CASE("the CPU's bf16 capability agrees with the ISA name") {
+    const std::string isa = cpu_isa_name();
+    CHECK(cpu_has_bf16() == (isa == "avx512_core_bf16" || isa == "avx512_core_amx"));
+  }
+}
