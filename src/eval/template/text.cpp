@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <iterator>
 #include <memory>
 
 #include <fmt/format.h>
@@ -238,15 +239,21 @@ std::string py_float_repr(double x) {
   int exp = std::stoi(sci.substr(e + 1));
   int decpt = exp + 1;  // value = 0.d1d2... * 10^decpt
   int n = static_cast<int>(digits.size());
+  // Built by appending in place (no temporary strings joined with operator+).
   std::string out = neg ? "-" : "";
   if (exp >= -4 && exp < 16) {
-    if (decpt <= 0) out += "0." + std::string(static_cast<size_t>(-decpt), '0') + digits;
-    else if (decpt >= n) out += digits + std::string(static_cast<size_t>(decpt - n), '0') + ".0";
-    else out += digits.substr(0, static_cast<size_t>(decpt)) + "." + digits.substr(static_cast<size_t>(decpt));
+    if (decpt <= 0) {
+      out.append("0.").append(static_cast<size_t>(-decpt), '0').append(digits);
+    } else if (decpt >= n) {
+      out.append(digits).append(static_cast<size_t>(decpt - n), '0').append(".0");
+    } else {
+      const auto d = static_cast<size_t>(decpt);
+      out.append(digits, 0, d).append(1, '.').append(digits, d);
+    }
   } else {
-    out += digits.substr(0, 1);
-    if (n > 1) out += "." + digits.substr(1);
-    out += fmt::format("e{}{:02d}", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+    out.append(digits, 0, 1);
+    if (n > 1) out.append(1, '.').append(digits, 1);
+    fmt::format_to(std::back_inserter(out), "e{}{:02d}", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
   }
   return out;
 }

@@ -144,6 +144,12 @@ TEST_CASE("template: Python float repr") {
   CHECK(tmpl::py_float_repr(-2.5e-300) == "-2.5e-300");
   CHECK(tmpl::py_float_repr(1.7976931348623157e308) == "1.7976931348623157e+308");
   CHECK(tmpl::py_float_repr(100.0) == "100.0");
+  // the digits split by the point, and negative values (Python 3 repr)
+  CHECK(tmpl::py_float_repr(12.5) == "12.5");
+  CHECK(tmpl::py_float_repr(-123.456) == "-123.456");
+  CHECK(tmpl::py_float_repr(-0.5) == "-0.5");
+  CHECK(tmpl::py_float_repr(1.5e16) == "1.5e+16");
+  CHECK(tmpl::py_float_repr(5e-324) == "5e-324");
 }
 
 TEST_CASE("template: Python whitespace, split, strip and case mapping") {
