@@ -98,7 +98,7 @@ uint64_t random_model_parameters(const RandomModelSpec& spec);
 /// [-0.5, 0.5). Matrices are stored as `type` (F32, F16, BF16 or a quantized
 /// type, kveval's quantizers); every 1-D tensor (norms, biases, Q/K norms,
 /// rope_freqs) as F32, so the file follows llama.cpp's conventions and loads
-/// there (tests/model/test_gguf_conventions.cpp lists the rules). Tensor data
+/// there (tests/model/gguf_conventions.hpp lists the rules). Tensor data
 /// is streamed, never held whole in memory. Returns bytes written. Throws
 /// ArgumentError for an invalid spec or a type whose block size does not
 /// divide n_embd or n_ff, FormatError for a bad vocab file, kveval::Error on
