@@ -35,9 +35,10 @@ inline std::string quote(const std::string& s) {
   return q + "'";
 }
 
-/// Runs `<prefix>kveval <args>` through /bin/sh (prefix: e.g. "ulimit -f 1; "
-/// or "NAME=value ", may be empty) with stdout and stderr in files of `dir`.
-inline Run run_kveval(const TempDir& dir, const std::string& args, const std::string& prefix = "") {
+/// Runs `<prefix>kveval <args>` through /bin/sh (args already shell-safe;
+/// prefix: e.g. "ulimit -f 1; " or "NAME=value ", may be empty) with stdout and
+/// stderr in files of `dir` (stdout.txt, stderr.txt, overwritten by each run).
+inline Run run_kveval(const ScratchDir& dir, const std::string& args, const std::string& prefix = "") {
   const char* bin = std::getenv("KVEVAL_BIN");
   REQUIRE_MESSAGE(bin != nullptr, "KVEVAL_BIN is not set (run through ctest)");
   const std::string out = dir.file("stdout.txt"), err = dir.file("stderr.txt");

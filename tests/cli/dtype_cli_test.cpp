@@ -4,47 +4,24 @@
 // bad dtype is one line naming the option or the spec key.
 #include <doctest/doctest.h>
 
-#include <array>
-#include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
-
-#include <sys/wait.h>
 
 #include <nlohmann/json.hpp>
 
 #include "../eval/eval_test_util.hpp"
 #include "backend/backend.hpp"
+#include "cli_run.hpp"
 #include "test_support.hpp"
 
+using kveval::test::Run;
+using kveval::test::run_kveval;
+using kveval::test::slurp;
 using kveval::test::TempDir;
 using nlohmann::json;
 
 namespace {
-
-struct Out {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-/// Runs `kveval <args>` (args already shell-safe) with stdout/stderr in files of `dir`.
-Out run_cli(const TempDir& dir, const std::string& args) {
-  const char* bin = std::getenv("KVEVAL_BIN");
-  REQUIRE_MESSAGE(bin != nullptr, "KVEVAL_BIN is not set (run through ctest)");
-  const std::string out = dir.file("stdout.txt"), err = dir.file("stderr.txt");
-  const int st = std::system((std::string(bin) + " " + args + " >" + out + " 2>" + err).c_str());
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(out), slurp(err)};
-}
 
 size_t lines(const std::string& s) {
   size_t n = 0;
@@ -62,7 +39,7 @@ TEST_SUITE("cli.dtype") {
     }
     TempDir d;
     const std::string spec = kveval::test::source_dir() + "/tasks/demo.json", model = kveval::test::model_path();
-    Out r = run_cli(d, "run " + spec + " --model " + model + " --limit 2 --dtype bf16 -o " + d.file("bf16.json"));
+    Run r = run_kveval(d, "run " + spec + " --model " + model + " --limit 2 --dtype bf16 -o " + d.file("bf16.json"));
     INFO(r.err);
     REQUIRE(r.code == 0);
     CHECK(r.err.find("weights BF16 in memory") != std::string::npos);
@@ -75,7 +52,7 @@ TEST_SUITE("cli.dtype") {
     // F32 in memory: token_embd 512*64 + norms 64 + 5*2*64 = 33472 elements * 4 = 133888 bytes;
     // bf16 matrices: output 512*64 + 5*(2*64*64 + 2*32*64 + 3*64*172) = 259328 elements * 2 = 518656.
     CHECK(b["kveval"]["model"]["resident_weight_bytes"] == 133888 + 518656);
-    Out f = run_cli(d, "run " + spec + " --model " + model + " --limit 2 --dtype f32 -o " + d.file("f32.json"));
+    Run f = run_kveval(d, "run " + spec + " --model " + model + " --limit 2 --dtype f32 -o " + d.file("f32.json"));
     REQUIRE(f.code == 0);
     json j = json::parse(slurp(d.file("f32.json")));
     CHECK(j["config"]["model_dtype"] == "float32");
@@ -89,7 +66,7 @@ TEST_SUITE("cli.dtype") {
       return;
     }
     TempDir d;
-    Out r = run_cli(d, "bench -m " + kveval::test::model_path() + " -t 1 --dtype f32,bf16 --tests pp -p 16 -r 1 -o json");
+    Run r = run_kveval(d, "bench -m " + kveval::test::model_path() + " -t 1 --dtype f32,bf16 --tests pp -p 16 -r 1 -o json");
     INFO(r.err);
     REQUIRE(r.code == 0);
     json j = json::parse(r.out);
@@ -107,7 +84,7 @@ TEST_SUITE("cli.dtype") {
   TEST_CASE("a bad dtype is one line naming --dtype or the spec key, exit non-zero") {
     TempDir d;
     const std::string junk = d.write("junk.gguf", "not a model");  // the dtype is refused before the file is read
-    Out r = run_cli(d, "generate -m " + junk + " -p hi --dtype fp16");
+    Run r = run_kveval(d, "generate -m " + junk + " -p hi --dtype fp16");
     CHECK(r.code != 0);
     CHECK(lines(r.err) == 1);
     CHECK(r.err.find("--dtype") != std::string::npos);
@@ -116,7 +93,7 @@ TEST_SUITE("cli.dtype") {
       std::ofstream s(d.file("spec.json"));
       s << R"({"model": "/nonexistent.gguf", "dtype": "fp16", "tasks": []})";
     }
-    Out s = run_cli(d, "run " + d.file("spec.json"));
+    Run s = run_kveval(d, "run " + d.file("spec.json"));
     CHECK(s.code != 0);
     CHECK(lines(s.err) == 1);
     CHECK(s.err.find("dtype") != std::string::npos);
@@ -128,24 +105,18 @@ TEST_SUITE("cli.dtype") {
     TempDir d;
     const std::string model = kveval::test::model_path(), env = "DNNL_MAX_CPU_ISA=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 ";
     const std::string spec = kveval::test::source_dir() + "/tasks/demo.json";
-    const char* bin = std::getenv("KVEVAL_BIN");
-    REQUIRE(bin != nullptr);
-    auto sh = [&](const std::string& args) {
-      const std::string out = d.file("o.txt"), err = d.file("e.txt");
-      const int st = std::system((env + bin + " " + args + " >" + out + " 2>" + err).c_str());
-      return Out{WIFEXITED(st) ? WEXITSTATUS(st) : -1, slurp(out), slurp(err)};
-    };
+    auto sh = [&](const std::string& args) { return run_kveval(d, args, env); };
     // An F16 file (the shared fixture, same tokenizer as the demo) is where auto would pick bf16 on a bf16 CPU.
     const std::string f16 = kveval::test::shared_dir() + "/quant/model-F16.gguf";
     const bool have_f16 = !kveval::test::shared_dir().empty() && std::ifstream(f16).good();
-    Out a = sh("run " + spec + " --model " + (have_f16 ? f16 : model) + " --limit 1 --dtype auto -o " + d.file("r.json"));
+    Run a = sh("run " + spec + " --model " + (have_f16 ? f16 : model) + " --limit 1 --dtype auto -o " + d.file("r.json"));
     INFO(a.err);
     REQUIRE(a.code == 0);
     CHECK(a.err.find("compute dtype auto -> f32") != std::string::npos);
     CHECK(a.err.find("oneDNN ISA avx2, no bf16") != std::string::npos);
     if (have_f16) CHECK(a.err.find("file not F32") != std::string::npos);
     CHECK(json::parse(slurp(d.file("r.json")))["config"]["model_dtype"] == "float32");
-    Out b = sh("generate -m " + model + " -p hi -n 2 --dtype bf16");
+    Run b = sh("generate -m " + model + " -p hi -n 2 --dtype bf16");
     CHECK(b.code != 0);
     CHECK(lines(b.err) == 1);
     CHECK(b.err.find("oneDNN has no bf16 matmul on this CPU (ISA avx2)") != std::string::npos);
@@ -164,7 +135,7 @@ TEST_SUITE("cli.dtype") {
        "doc_to_text": "q", "doc_to_choice": "c", "doc_to_target": "g"},
       {"name": "gen", "output_type": "generate_until", "docs": [{"p": "Once upon a time", "a": ", there"}],
        "doc_to_text": "p", "doc_to_target": "a", "generation_kwargs": {"until": ["."], "max_gen_toks": 8}}]})");
-    Out r = run_cli(d, "bench -m " + kveval::test::model_path() + " -t 1 --tests fidelity --spec " + spec + " -o json");
+    Run r = run_kveval(d, "bench -m " + kveval::test::model_path() + " -t 1 --tests fidelity --spec " + spec + " -o json");
     INFO(r.err);
     REQUIRE(r.code == 0);
     json j = json::parse(r.out);
@@ -185,7 +156,7 @@ TEST_SUITE("cli.dtype") {
     CHECK(rows["flips gen greedy_text"]["docs"] == 1);
     CHECK(rows["flips gen exact_match"]["docs"] == 1);
     // without --spec: one line naming the option
-    Out e = run_cli(d, "bench -m " + kveval::test::model_path() + " -t 1 --tests fidelity");
+    Run e = run_kveval(d, "bench -m " + kveval::test::model_path() + " -t 1 --tests fidelity");
     CHECK(e.code != 0);
     CHECK(e.err.find("needs --spec") != std::string::npos);
   }
