@@ -156,7 +156,7 @@ void run_switch(Ctx& c) {
     r.batch = b;
     r.n_prompt = p;
     r.n_gen = g;
-    r.unit = "%";
+    r.unit = '%';  // a char, not "%": GCC 12 warns (false -Wrestrict, bug 105329) on the 1-char literal
     r.value = summarize(share);
     r.with("enter_us", median(enter))
         .with("leave_us", median(exit_))
