@@ -141,8 +141,9 @@ class Weight {
 /// y[M, n_out] = x[M, n_in] · Wᵀ (+ y if accumulate), x and y float32; a BF16
 /// weight converts x to bf16 first (into an engine buffer, grown at warm-up only)
 /// and runs a bf16 x bf16 -> f32 primitive. oneDNN matmul primitives,
-/// created once and cached: for M <= 16 (decode steps) one per (M, n_in, n_out,
-/// accumulate) with fixed dims (oneDNN picks its brgemm kernel); otherwise one
+/// created once and cached: for 2 <= M <= 16 (decode steps) one per (M, n_in, n_out,
+/// accumulate) with fixed dims (oneDNN picks its brgemm kernel); otherwise, M = 1
+/// included (its jit gemv reads the weights faster), one
 /// per (n_in, n_out, accumulate) with runtime M (jit sgemm). Products under
 /// 2^20 multiply-adds run on one thread. With `batch_invariant`, each row's result
 /// is bit-identical whatever M is: oneDNN's sgemm uses another kernel (another

@@ -24,8 +24,8 @@ namespace kveval::backend {
 struct MatmulEntry {
   dnnl::matmul prim;
   dnnl::memory::desc src_md, wei_md, dst_md, scratch_md;
-  // Fixed-M entries keep their memory objects and only swap data handles, so a
-  // decode step allocates nothing.
+  // Fixed-M entries (and runtime-M entries for one-row products) keep their
+  // memory objects and only swap data handles, so a decode step allocates nothing.
   dnnl::memory src, wei, dst, scratch;
 };
 
