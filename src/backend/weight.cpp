@@ -11,36 +11,20 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "util/bf16.hpp"
 #include "util/error.hpp"
 
 namespace kveval::backend {
 
 const char* to_string(Dtype d) { return d == Dtype::BF16 ? "bf16" : "f32"; }
 
-uint16_t f32_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
+uint16_t f32_to_bf16(float f) { return util::f32_to_bf16(f); }
 
-float bf16_to_f32(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+float bf16_to_f32(uint16_t h) { return util::bf16_to_f32(h); }
 
 void to_bf16(const float* x, uint16_t* y, size_t n) {
-  const auto* xu = reinterpret_cast<const uint32_t*>(x);
 #pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t u = xu[i];
-    const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
-    u += 0x7fffu + ((u >> 16) & 1u);
-    y[i] = nan ? static_cast<uint16_t>((xu[i] >> 16) | 0x40) : static_cast<uint16_t>(u >> 16);
-  }
+  for (size_t i = 0; i < n; ++i) y[i] = util::f32_to_bf16(x[i]);
 }
 
 const char* cpu_isa_name() {

@@ -14,6 +14,7 @@
 
 #include "backend/roofline.hpp"
 #include "cli/bench_cost.hpp"
+#include "cli/bench_ctx.hpp"
 #include "cli/bench_fidelity.hpp"
 #include "cli/bench_gen.hpp"
 #include "cli/bench_load.hpp"
@@ -22,6 +23,8 @@
 #include "util/timer.hpp"
 
 namespace kveval::bench {
+
+using namespace detail;  // Ctx, repeat, run_cache, run_switch (bench_ctx.hpp)
 
 const std::vector<std::string>& test_names() {
   static const std::vector<std::string> names = {"roofline", "pp",  "tg",   "tg-nocache", "cache",
@@ -51,71 +54,6 @@ void require_list(const std::vector<int>& v, const char* opt, int max) {
 bool selected(const Options& o, const std::string& t) {
   if (o.tests.empty()) return !opt_in(t);
   return std::find(o.tests.begin(), o.tests.end(), t) != o.tests.end();
-}
-
-/// One warm-up call of `f`, then `reps` timed calls; `f` returns its sample.
-template <class F>
-std::vector<double> repeat(int reps, F&& f) {
-  f();
-  std::vector<double> out;
-  out.reserve(static_cast<size_t>(reps));
-  for (int i = 0; i < reps; ++i) out.push_back(f());
-  return out;
-}
-
-std::vector<double> map_samples(const std::vector<double>& x, const std::function<double(double)>& f) {
-  std::vector<double> y;
-  for (double v : x) y.push_back(f(v));
-  return y;
-}
-
-double us(double seconds) { return seconds * 1e6; }
-
-/// Per-thread-count state shared by the tests.
-struct Ctx {
-  const Options& o;
-  Model& model;
-  const HParams& hp;
-  int threads;
-  Report& rep;
-  const std::function<void(const std::string&)>& progress;
-  std::optional<backend::StreamResult> stream;
-  std::map<int64_t, backend::SgemmResult> sgemm;  // by M (rows through the layer matrices)
-  /// e2e seconds (prefill + decode) of cached generation by (batch, prompt, gen).
-  std::map<std::array<int, 3>, std::vector<double>> cached_e2e;
-
-  void say(const std::string& s) const {
-    if (progress) progress(fmt::format("[t={}] {}", threads, s));
-  }
-  Row row(const std::string& test, const std::string& name) const {
-    Row r;
-    r.test = test;
-    r.name = name;
-    r.threads = threads;
-    r.dtype = to_string(model.dtype());
-    return r;
-  }
-  void note(const std::string& n) {
-    if (std::find(rep.notes.begin(), rep.notes.end(), n) == rep.notes.end()) rep.notes.push_back(n);
-  }
-  /// sgemm rate at the model's shapes with M rows (measured once per M, also reported as a roofline row).
-  const backend::SgemmResult& sgemm_at(int64_t m) {
-    auto it = sgemm.find(m);
-    if (it != sgemm.end()) return it->second;
-    say(fmt::format("roofline: sgemm at the model's shapes, M = {}", m));
-    backend::SgemmResult r =
-        backend::sgemm_throughput(threads, weight_gemm_shapes(hp, m, m), std::max(3, o.repetitions));
-    Row row = this->row("roofline", fmt::format("sgemm m={}", m));
-    row.unit = "GFLOP/s";
-    row.value = exact(r.gflops);
-    row.with("gflop_per_pass", r.flops_per_pass / 1e9).with("ms_per_pass", r.seconds_per_pass * 1e3);
-    rep.rows.push_back(row);
-    return sgemm.emplace(m, r).first->second;
-  }
-};
-
-void drop_caches(Model& m) {
-  if (m.caches_are_setup()) m.delete_caches();
 }
 
 // ---- roofline -------------------------------------------------------------
@@ -294,169 +232,6 @@ void run_tg_nocache(Ctx& c) {
   c.note("tg-nocache: tok/s = batch*n_gen / (prefill + decode) where every step re-runs the whole sequence; speedup = "
          "uncached / cached end-to-end time (medians); ideal_ratio = ratio of the two paths' weight-matmul FLOPs "
          "(cached: layers*(P+G-1) + output*G; uncached: layers*(G*P + G(G-1)/2) + output*G; attention not counted).");
-}
-
-// ---- cache lifecycle ------------------------------------------------------------
-
-void run_cache(Ctx& c) {
-  drop_caches(c.model);
-  const int64_t V = c.hp.n_vocab;
-  for (const auto& shape : c.o.cache_shapes) {
-    const int b = shape[0];
-    int pos = shape[1];
-    if (pos > c.hp.n_ctx_train) {
-      c.note(fmt::format("cache: {} positions capped at the model's context length {}", pos, c.hp.n_ctx_train));
-      pos = c.hp.n_ctx_train;
-    }
-    c.say(fmt::format("cache lifecycle batch {} positions {}", b, pos));
-    const auto prompts = synthetic_prompts(c.model, b, 2, c.o.seed);
-    std::vector<int32_t> tokens;
-    for (const auto& p : prompts) tokens.push_back(p[1]);
-    std::vector<int> n_tokens(static_cast<size_t>(b), 1);
-    std::vector<float> logits(static_cast<size_t>(b * V));
-    std::vector<double> setup, first, steady, reset, del, bytes;
-    constexpr int kResets = 1000;
-    repeat(c.o.repetitions, [&] {
-      drop_caches(c.model);
-      Stopwatch sw;
-      c.model.setup_caches(b, pos);
-      setup.push_back(sw.seconds());
-      bytes.push_back(static_cast<double>(c.model.bytes()));
-      sw.reset();
-      c.model.forward(tokens, b, 1, n_tokens, Model::Logits::Last, logits);
-      first.push_back(sw.seconds());
-      c.model.reset_caches();
-      sw.reset();
-      c.model.forward(tokens, b, 1, n_tokens, Model::Logits::Last, logits);
-      steady.push_back(sw.seconds());
-      sw.reset();
-      for (int i = 0; i < kResets; ++i) c.model.reset_caches();
-      reset.push_back(sw.seconds() / kResets);
-      sw.reset();
-      c.model.delete_caches();
-      del.push_back(sw.seconds());
-      return 0.0;
-    });
-    for (auto* v : {&setup, &first, &steady, &reset, &del, &bytes}) v->erase(v->begin());  // warm-up
-    std::vector<double> sd;
-    for (size_t i = 0; i < setup.size(); ++i) sd.push_back(setup[i] + del[i]);
-    auto add = [&](const std::string& name, const std::vector<double>& secs) {
-      Row r = c.row("cache", name);
-      r.batch = b;
-      r.positions = pos;
-      r.unit = "us";
-      r.value = summarize(map_samples(secs, us));
-      r.with("cache_MiB", bytes.back() / 1048576.0);
-      c.rep.rows.push_back(r);
-    };
-    add("setup_caches", setup);
-    add("first write", first);
-    add("steady write", steady);
-    add("reset_caches", reset);
-    add("delete_caches", del);
-    add("setup+delete", sd);
-
-    // KvCacheScope enter + leave, both policies.
-    std::vector<double> rel = repeat(c.o.repetitions, [&] {
-      Stopwatch sw;
-      { KvCacheScope s(c.model, b, pos, CachePolicy::Release); }
-      return sw.seconds();
-    });
-    c.model.setup_caches(b, pos);  // the allocation Reuse keeps
-    c.model.set_caches_enabled(false);
-    std::vector<double> reu = repeat(c.o.repetitions, [&] {
-      Stopwatch sw;
-      { KvCacheScope s(c.model, b, pos, CachePolicy::Reuse); }
-      return sw.seconds();
-    });
-    drop_caches(c.model);
-    add("scope enter+leave (release)", rel);
-    add("scope enter+leave (reuse)", reu);
-  }
-  c.note("cache: setup_caches allocates without zero-fill; 'first write' is a one-token forward of every row right "
-         "after setup (its pages are touched then), 'steady write' the same forward after reset_caches; "
-         "reset_caches is the mean of 1000 calls; scope rows time constructing and destroying a KvCacheScope.");
-}
-
-// ---- switch -----------------------------------------------------------------
-
-void run_switch(Ctx& c) {
-  const int b = c.o.switch_batch;
-  const int p = std::min(c.o.switch_prompt, c.hp.n_ctx_train - 1);
-  const int g = std::min(c.o.switch_gen, c.hp.n_ctx_train - p);
-  const auto prompts = synthetic_prompts(c.model, b, p, c.o.seed);
-  GenerateOptions gopts;
-  gopts.max_gen_toks = {g};
-  gopts.stop_at_eos = false;
-  for (CachePolicy policy : {CachePolicy::Release, CachePolicy::Reuse}) {
-    c.say(fmt::format("switch: {} rounds, policy {}", c.o.switch_rounds, to_string(policy)));
-    drop_caches(c.model);
-    struct Round {
-      double enter, generate, exit, score;
-    };
-    auto round = [&] {
-      Round r{};
-      Stopwatch sw;
-      std::optional<KvCacheScope> scope;
-      scope.emplace(c.model, b, p + g, policy);
-      r.enter = sw.seconds();
-      sw.reset();
-      auto gens = generate_greedy(c.model, prompts, gopts);
-      r.generate = sw.seconds();
-      sw.reset();
-      scope.reset();
-      r.exit = sw.seconds();
-      sw.reset();
-      std::vector<ScoreRequest> reqs(static_cast<size_t>(b));
-      for (int i = 0; i < b; ++i) {
-        reqs[static_cast<size_t>(i)].tokens = prompts[static_cast<size_t>(i)];
-        const auto& ids = gens[static_cast<size_t>(i)].ids;
-        reqs[static_cast<size_t>(i)].tokens.insert(reqs[static_cast<size_t>(i)].tokens.end(), ids.begin(), ids.end());
-        reqs[static_cast<size_t>(i)].score_from = p;
-      }
-      score(c.model, reqs, b);
-      r.score = sw.seconds();
-      return r;
-    };
-    round();  // warm-up: first allocations and primitives
-    round();
-    const uint64_t prims0 = c.model.primitives_created();
-    const ModelStats s0 = c.model.stats();
-    std::vector<Round> rounds;
-    for (int k = 0; k < c.o.switch_rounds; ++k) rounds.push_back(round());
-    const ModelStats s1 = c.model.stats();
-    const uint64_t prims1 = c.model.primitives_created();
-    drop_caches(c.model);
-    std::vector<double> share, enter, exit_, gen, sc, total;
-    for (const auto& r : rounds) {
-      const double t = r.enter + r.generate + r.exit + r.score;
-      share.push_back(100.0 * (r.enter + r.exit) / t);
-      enter.push_back(us(r.enter));
-      exit_.push_back(us(r.exit));
-      gen.push_back(r.generate * 1e3);
-      sc.push_back(r.score * 1e3);
-      total.push_back(t * 1e3);
-    }
-    Row r = c.row("switch", to_string(policy));
-    r.batch = b;
-    r.n_prompt = p;
-    r.n_gen = g;
-    r.unit = "%";
-    r.value = summarize(share);
-    r.with("enter_us", median(enter))
-        .with("leave_us", median(exit_))
-        .with("generate_ms", median(gen))
-        .with("score_ms", median(sc))
-        .with("round_ms", median(total))
-        .with("new_primitives", static_cast<double>(prims1 - prims0))
-        .with("cache_allocations", static_cast<double>(s1.cache_allocations - s0.cache_allocations))
-        .with("buffer_allocations", static_cast<double>(s1.buffer_allocations - s0.buffer_allocations));
-    c.rep.rows.push_back(r);
-  }
-  c.note("switch: each round enters a KvCacheScope(batch, P+G), generates G tokens per row, leaves the scope, then "
-         "scores the same rows cache-free; value = share of the round spent entering+leaving the scope (median over "
-         "rounds); counters are new oneDNN primitives and allocations over the timed rounds after two warm-up rounds "
-         "(release allocates once per round by design; reuse should allocate nothing).");
 }
 
 // ---- ll -----------------------------------------------------------------------

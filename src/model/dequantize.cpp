@@ -14,8 +14,8 @@
 
 #include <fmt/format.h>
 
-#include "backend/backend.hpp"  // to_bf16, bf16_to_f32
 #include "model/quant/quant.hpp"
+#include "util/bf16.hpp"
 #include "util/error.hpp"
 
 namespace kveval {
@@ -172,7 +172,7 @@ void dequantize_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t
         const uint64_t n = nb * bs;
         tc.second->dequantize(src + b0 * ts, buf.data(), static_cast<int64_t>(nb));
         uint16_t* y = out + b0 * bs;
-        backend::to_bf16(buf.data(), y, n);
+        util::f32_to_bf16_n(buf.data(), y, n);
         if (!opts.check_finite) return std::numeric_limits<uint64_t>::max();
         uint32_t any = 0;
 #pragma omp simd reduction(| : any)
@@ -182,7 +182,7 @@ void dequantize_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t
         while ((~y[i] & 0x7f80u) != 0) ++i;
         return b0 * bs + i;
       });
-      if (bad != std::numeric_limits<uint64_t>::max()) bad_value = backend::bf16_to_f32(out[bad]);
+      if (bad != std::numeric_limits<uint64_t>::max()) bad_value = util::bf16_to_f32(out[bad]);
       break;
     }
   }

@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "model/dequantize.hpp"
+#include "util/bf16.hpp"
 #include "util/error.hpp"
 #include "util/sigbus_guard.hpp"
 
@@ -589,12 +590,8 @@ uint16_t f32_to_f16(float f) {
 
 namespace kveval::gguf {
 
-float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+float bf16_to_f32(uint16_t h) { return util::bf16_to_f32(h); }
 
-uint16_t f32_to_bf16(float f) {
-  uint32_t x = std::bit_cast<uint32_t>(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 64u);  // NaN: force quiet
-  return static_cast<uint16_t>((x + (0x7fffu + ((x >> 16) & 1u))) >> 16);           // round to nearest even
-}
+uint16_t f32_to_bf16(float f) { return util::f32_to_bf16(f); }
 
 }  // namespace kveval::gguf

@@ -18,48 +18,6 @@ namespace kveval {
 
 namespace be = kveval::backend;
 
-const char* to_string(StopReason r) {
-  switch (r) {
-    case StopReason::Eos: return "eos";
-    case StopReason::MaxTokens: return "max_gen_toks";
-    case StopReason::ContextFull: return "context full";
-    case StopReason::StopString: return "until";
-    case StopReason::NonFinite: return "non-finite logits";
-  }
-  return "?";
-}
-
-const char* to_string(Batching b) { return b == Batching::Static ? "static" : "dynamic"; }
-
-const char* to_string(CachePolicy p) { return p == CachePolicy::Release ? "release" : "reuse"; }
-
-const char* to_string(ComputeDtype d) {
-  switch (d) {
-    case ComputeDtype::F32: return "f32";
-    case ComputeDtype::BF16: return "bf16";
-    case ComputeDtype::Auto: return "auto";
-  }
-  return "?";
-}
-
-ComputeDtype parse_compute_dtype(const std::string& s, const std::string& what) {
-  if (s == "f32") return ComputeDtype::F32;
-  if (s == "bf16") return ComputeDtype::BF16;
-  if (s == "auto") return ComputeDtype::Auto;
-  throw ArgumentError(fmt::format("{} '{}': expected 'f32', 'bf16' or 'auto'", what, s));
-}
-
-ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32) {
-  if (requested != ComputeDtype::Auto) return requested;
-  return cpu_bf16 && !file_f32 ? ComputeDtype::BF16 : ComputeDtype::F32;
-}
-
-CachePolicy parse_cache_policy(const std::string& s) {
-  if (s == "release") return CachePolicy::Release;
-  if (s == "reuse") return CachePolicy::Reuse;
-  throw ArgumentError(fmt::format("cache policy '{}': expected 'release' or 'reuse'", s));
-}
-
 Model::Model() : impl_(std::make_unique<Impl>()) {}
 Model::~Model() = default;
 

@@ -1,0 +1,90 @@
+#pragma once
+// Internal to `kveval bench` (bench_run.cpp and the test files it calls):
+// repetition helpers and the per-thread-count context of the tests.
+#include <array>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backend/roofline.hpp"
+#include "cli/bench_cost.hpp"
+#include "cli/bench_report.hpp"
+#include "cli/bench_run.hpp"
+
+namespace kveval::bench::detail {
+
+/// One warm-up call of `f`, then `reps` timed calls; `f` returns its sample.
+template <class F>
+std::vector<double> repeat(int reps, F&& f) {
+  f();
+  std::vector<double> out;
+  out.reserve(static_cast<size_t>(reps));
+  for (int i = 0; i < reps; ++i) out.push_back(f());
+  return out;
+}
+
+inline std::vector<double> map_samples(const std::vector<double>& x, const std::function<double(double)>& f) {
+  std::vector<double> y;
+  for (double v : x) y.push_back(f(v));
+  return y;
+}
+
+inline double us(double seconds) { return seconds * 1e6; }
+
+/// Per-thread-count state shared by the tests.
+struct Ctx {
+  const Options& o;
+  Model& model;
+  const HParams& hp;
+  int threads;
+  Report& rep;
+  const std::function<void(const std::string&)>& progress;
+  std::optional<backend::StreamResult> stream;
+  std::map<int64_t, backend::SgemmResult> sgemm;  // by M (rows through the layer matrices)
+  /// e2e seconds (prefill + decode) of cached generation by (batch, prompt, gen).
+  std::map<std::array<int, 3>, std::vector<double>> cached_e2e;
+
+  void say(const std::string& s) const {
+    if (progress) progress(fmt::format("[t={}] {}", threads, s));
+  }
+  Row row(const std::string& test, const std::string& name) const {
+    Row r;
+    r.test = test;
+    r.name = name;
+    r.threads = threads;
+    r.dtype = to_string(model.dtype());
+    return r;
+  }
+  void note(const std::string& n) {
+    if (std::find(rep.notes.begin(), rep.notes.end(), n) == rep.notes.end()) rep.notes.push_back(n);
+  }
+  /// sgemm rate at the model's shapes with M rows (measured once per M, also reported as a roofline row).
+  const backend::SgemmResult& sgemm_at(int64_t m) {
+    auto it = sgemm.find(m);
+    if (it != sgemm.end()) return it->second;
+    say(fmt::format("roofline: sgemm at the model's shapes, M = {}", m));
+    backend::SgemmResult r =
+        backend::sgemm_throughput(threads, weight_gemm_shapes(hp, m, m), std::max(3, o.repetitions));
+    Row row = this->row("roofline", fmt::format("sgemm m={}", m));
+    row.unit = "GFLOP/s";
+    row.value = exact(r.gflops);
+    row.with("gflop_per_pass", r.flops_per_pass / 1e9).with("ms_per_pass", r.seconds_per_pass * 1e3);
+    rep.rows.push_back(row);
+    return sgemm.emplace(m, r).first->second;
+  }
+};
+
+inline void drop_caches(Model& m) {
+  if (m.caches_are_setup()) m.delete_caches();
+}
+
+/// Test "cache": KV-cache set-up, reset and teardown cost per shape (bench_cache.cpp).
+void run_cache(Ctx& c);
+/// Test "switch": generate/score alternation under both cache policies (bench_cache.cpp).
+void run_switch(Ctx& c);
+
+}  // namespace kveval::bench::detail
