@@ -9,6 +9,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/engine_impl.hpp"
+#include "backend/simd_exp.hpp"
 
 namespace kveval::backend {
 
@@ -66,9 +67,11 @@ void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_hea
         mx = std::max(mx, sc);
       }
       float sum = 0.0f;
+      float* sp = scores.data();
+#pragma omp simd reduction(+ : sum)
       for (int64_t p = 0; p < len; ++p) {
-        const float e = std::exp(scores[static_cast<size_t>(p)] - mx);
-        scores[static_cast<size_t>(p)] = e;
+        const float e = detail::simd_exp(sp[p] - mx);
+        sp[p] = e;
         sum += e;
       }
       const float inv = 1.0f / sum;
@@ -128,8 +131,9 @@ void attention(Engine& engine, const float* q, const KvView& kv, float* out, int
         float mx = -INFINITY;
         for (int64_t p = 0; p < len; ++p) mx = std::max(mx, row[p] * scale);
         float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
         for (int64_t p = 0; p < len; ++p) {
-          const float e = std::exp(row[p] * scale - mx);
+          const float e = detail::simd_exp(row[p] * scale - mx);
           row[p] = e;
           sum += e;
         }

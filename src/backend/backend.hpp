@@ -180,6 +180,24 @@ struct RopeParams {
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos, const RopeParams& p,
           int64_t token_stride = 0);
 
+/// The cos/sin of `rope`'s angles for a block of tokens, [n_tokens, n_rot/2]
+/// each: computed once per forward pass and shared by every layer's calls.
+struct RopeTable {
+  std::vector<float> cs, sn;
+  int64_t n_tokens = 0, half = 0;
+  bool neox = false;
+};
+
+/// Fills `t` for positions pos[0, n_tokens) with rope's arithmetic (double
+/// precision angles); the vectors only grow (no allocation once warm).
+/// Throws ArgumentError for an odd or out-of-range n_rot.
+void rope_table(const int32_t* pos, int64_t n_tokens, const RopeParams& p, RopeTable& t);
+
+/// rope with the angles of `t`: bit-identical to rope(x, t.n_tokens, n_heads,
+/// head_dim, pos, p, token_stride) for the table's pos and p. Throws
+/// ArgumentError if n_rot > head_dim.
+void rope(float* x, int64_t n_heads, int64_t head_dim, const RopeTable& t, int64_t token_stride = 0);
+
 /// The NORM layout without scaling: rope(x, ..., RopeParams{n_rot, freq_base}, token_stride).
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t n_rot,
           const int32_t* pos, float freq_base, int64_t token_stride = 0);

@@ -217,6 +217,35 @@ TEST_SUITE("backend.ops") {
     CHECK(x[5] == 6.0f);
   }
 
+  TEST_CASE("rope from a RopeTable is bit-identical to rope, NORM and NEOX, with frequency factors and strides") {
+    const int64_t T = 5, H = 3, HD = 8, stride = H * HD + 4;
+    const std::vector<int32_t> pos = {0, 7, 3, 1000, 12};
+    const std::vector<float> factors = {1.0f, 2.5f, 8.0f};
+    for (bool neox : {false, true}) {
+      RopeParams p;
+      p.n_rot = 6;
+      p.freq_base = 500000.0f;
+      p.freq_scale = 0.25f;
+      p.freq_factors = factors.data();
+      p.neox = neox;
+      auto a = randv(static_cast<size_t>(T * stride), 11), b = a;
+      rope(a.data(), T, H, HD, pos.data(), p, stride);
+      RopeTable t;
+      rope_table(pos.data(), T, p, t);
+      rope(b.data(), H, HD, t, stride);
+      for (size_t i = 0; i < a.size(); ++i) REQUIRE(a[i] == b[i]);
+      // the rotation did something: token 1 (position 7) changed
+      auto c = randv(static_cast<size_t>(T * stride), 11);
+      CHECK(c[static_cast<size_t>(stride)] != a[static_cast<size_t>(stride)]);
+    }
+    RopeTable t;
+    RopeParams p;
+    p.n_rot = 10;
+    rope_table(pos.data(), T, p, t);
+    std::vector<float> x(static_cast<size_t>(T * H * HD));
+    CHECK_THROWS_AS(rope(x.data(), H, HD, t), ArgumentError);  // n_rot 10 > head_dim 8
+  }
+
   TEST_CASE("swiglu_fused matches silu(g) * u on [gate | up] rows") {
     // rows: [g0 g1 | u0 u1]
     std::vector<float> gu = {-3.0f, 0.0f, 2.0f, 5.0f, 1.0f, 2.5f, -1.0f, 0.5f}, out(4);
