@@ -141,8 +141,9 @@ class Weight {
 /// y[M, n_out] = x[M, n_in] · Wᵀ (+ y if accumulate), x and y float32; a BF16
 /// weight converts x to bf16 first (into an engine buffer, grown at warm-up only)
 /// and runs a bf16 x bf16 -> f32 primitive. oneDNN matmul primitives,
-/// created once and cached: for M <= 16 (decode steps) one per (M, n_in, n_out,
-/// accumulate) with fixed dims (oneDNN picks its brgemm kernel); otherwise one
+/// created once and cached: for 2 <= M <= 16 (decode steps) one per (M, n_in, n_out,
+/// accumulate) with fixed dims (oneDNN picks its brgemm kernel); otherwise, M = 1
+/// included (its jit gemv reads the weights faster), one
 /// per (n_in, n_out, accumulate) with runtime M (jit sgemm). Products under
 /// 2^20 multiply-adds run on one thread. With `batch_invariant`, each row's result
 /// is bit-identical whatever M is: oneDNN's sgemm uses another kernel (another
@@ -178,6 +179,24 @@ struct RopeParams {
 /// token t's position. cos/sin are computed in double per token.
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos, const RopeParams& p,
           int64_t token_stride = 0);
+
+/// The cos/sin of `rope`'s angles for a block of tokens, [n_tokens, n_rot/2]
+/// each: computed once per forward pass and shared by every layer's calls.
+struct RopeTable {
+  std::vector<float> cs, sn;
+  int64_t n_tokens = 0, half = 0;
+  bool neox = false;
+};
+
+/// Fills `t` for positions pos[0, n_tokens) with rope's arithmetic (double
+/// precision angles); the vectors only grow (no allocation once warm).
+/// Throws ArgumentError for an odd or out-of-range n_rot.
+void rope_table(const int32_t* pos, int64_t n_tokens, const RopeParams& p, RopeTable& t);
+
+/// rope with the angles of `t`: bit-identical to rope(x, t.n_tokens, n_heads,
+/// head_dim, pos, p, token_stride) for the table's pos and p. Throws
+/// ArgumentError if n_rot > head_dim.
+void rope(float* x, int64_t n_heads, int64_t head_dim, const RopeTable& t, int64_t token_stride = 0);
 
 /// The NORM layout without scaling: rope(x, ..., RopeParams{n_rot, freq_base}, token_stride).
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t n_rot,

@@ -109,11 +109,28 @@ void run_pp(Ctx& c) {
         r.with("sgemm_GFLOP_per_s", g.gflops).with("frac_of_sgemm", gflops / g.gflops);
       }
       c.rep.rows.push_back(r);
+      // The same prompts with logits at the last position only: what llama-bench's
+      // pp measures (llama_batch_get_one leaves batch.logits null, so llama_decode
+      // outputs only the last token), the prefill before generation.
+      const auto secs_last = repeat(c.o.repetitions, [&] {
+        Stopwatch sw;
+        c.model.forward(tokens, b, p, n_tokens, Model::Logits::Last, logits);
+        return sw.seconds();
+      });
+      Row rl = c.row("pp", fmt::format("pp{} last", p));
+      rl.batch = b;
+      rl.n_prompt = p;
+      rl.unit = "tok/s";
+      rl.value = summarize(map_samples(secs_last, [&](double s) { return tok / s; }));
+      const double flops_last = flops - static_cast<double>(b) * (p - 1) * output_matmul_flops_per_token(c.hp);
+      rl.with("GFLOP_per_s", flops_last / median(secs_last) / 1e9);
+      c.rep.rows.push_back(rl);
     }
   }
-  c.note("pp: GFLOP/s counts 2*M*N*K per weight matrix (7 per layer and the output layer at every position) plus "
+  c.note("pp: logits at every position (scoring); 'ppP last': logits at the last position only, as llama-bench's "
+         "pp (prefill). GFLOP/s counts 2*M*N*K per weight matrix (7 per layer and the output layer at every position) plus "
          "causal attention 2*2*(P^2/2)*n_embd per layer and row (QK^T and PV over the lower triangle; softmax, "
-         "norms and RoPE not counted); frac_of_sgemm divides by oneDNN sgemm at the same shapes and M = batch*P "
+         "norms and RoPE not counted; the output layer only at the last position for 'last'); frac_of_sgemm divides by oneDNN sgemm at the same shapes and M = batch*P "
          "(weight matmuls only).");
 }
 

@@ -198,6 +198,7 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
   // Cache-free passes score log-likelihoods: make every row's result independent
   // of how requests were batched (bit-identical for batch_size 1 vs 8).
   const bool inv = !cached;
+  be::rope_table(im.pos.data(), Ti, im.rope, im.rope_tab);  // angles once, not once per layer
   for (int l = 0; l < hp.n_layer; ++l) {
     const detail::Layer& L = im.layers[static_cast<size_t>(l)];
     be::rmsnorm(x, L.attn_norm.data(), im.xb.data(), Ti, D, hp.rms_eps);
@@ -212,8 +213,8 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
       be::rmsnorm_heads(q, L.q_norm.data(), Ti, hp.n_head, HD, QS, hp.rms_eps);
       be::rmsnorm_heads(k, L.k_norm.data(), Ti, hp.n_head_kv, HD, QS, hp.rms_eps);
     }
-    be::rope(q, Ti, hp.n_head, HD, im.pos.data(), im.rope, QS);
-    be::rope(k, Ti, hp.n_head_kv, HD, im.pos.data(), im.rope, QS);
+    be::rope(q, hp.n_head, HD, im.rope_tab, QS);
+    be::rope(k, hp.n_head_kv, HD, im.rope_tab, QS);
     im.short_att.clear();
     for (size_t s = 0; s < n_seq; ++s) {
       const int r = im.seq_row[s];

@@ -42,6 +42,7 @@ struct Model::Impl {
   std::vector<detail::Layer> layers;
   std::vector<float> rope_factors;  // [n_rot/2] rope_freqs.weight, or empty
   backend::RopeParams rope;         // points into rope_factors
+  backend::RopeTable rope_tab;      // the current forward's RoPE angles, shared by all layers
   size_t weight_bytes = 0;
   LoadSummary summary;
   ComputeDtype dtype = ComputeDtype::F32;  ///< resolved compute dtype (never Auto)

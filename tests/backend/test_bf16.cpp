@@ -99,7 +99,7 @@ TEST_SUITE("backend.bf16") {
       std::vector<float> x(64 * 96, 0.25f), y(64 * 256);
       for (int64_t m : {64, 1, 4}) matmul(eng, x.data(), m, W, y.data(), true);
       const auto p0 = eng.primitives_created(), a0 = eng.buffer_allocations();
-      CHECK(p0 == 3);
+      CHECK(p0 == 2);  // runtime M for 64 and 1, fixed M = 4
       for (int step = 0; step < 20; ++step) matmul(eng, x.data(), 1 + step % 4 == 1 ? 1 : 4, W, y.data(), true);
       CHECK(eng.primitives_created() == p0);
       CHECK(eng.buffer_allocations() == a0);

@@ -137,8 +137,9 @@ TEST_SUITE("cli.cmd_bench") {
       for (const char* k : {"name", "unit"}) CHECK(r[k].is_string());
       for (const char* k : {"threads", "batch", "median", "stddev", "mean", "min", "max", "n"}) CHECK(r[k].is_number());
       const std::string t = r["test"];
+      const bool last = r["name"].get<std::string>().ends_with(" last");
+      if (t == "pp" && !last) CHECK(r["frac_of_sgemm"].is_number());
       if (t == "pp") {
-        CHECK(r["frac_of_sgemm"].is_number());
         CHECK(r["GFLOP_per_s"].is_number());
         CHECK(r["n"] == 2);
       }
@@ -164,13 +165,16 @@ TEST_SUITE("cli.cmd_bench") {
       }
     }
     CHECK(tests == std::set<std::string>{"roofline", "pp", "tg", "tg-nocache", "speedup", "cache", "switch", "ll"});
-    // pp 8 and 32 at batch 1 and 2; tg/tg-nocache/speedup at G = 4, 8 and batch 1, 2.
-    int pp = 0, speedup = 0;
+    // pp 8 and 32 at batch 1 and 2, each with all logits and last-position logits
+    // ("pp8 last"); tg/tg-nocache/speedup at G = 4, 8 and batch 1, 2.
+    int pp = 0, pp_last = 0, speedup = 0;
     for (const auto& r : j["results"]) {
       pp += r["test"] == "pp";
+      pp_last += r["test"] == "pp" && r["name"].get<std::string>().ends_with(" last");
       speedup += r["test"] == "speedup";
     }
-    CHECK(pp == 4);
+    CHECK(pp == 8);
+    CHECK(pp_last == 4);
     CHECK(speedup == 4);
 
     // The plot script turns this JSON into an SVG. scripts/setup.sh installs

@@ -1,0 +1,103 @@
+#pragma once
+// Internal to src/backend: the oneDNN state behind Engine (primitive caches,
+// scratchpad, engine-owned buffers), shared by matmul.cpp and attention.cpp.
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "backend/backend.hpp"
+#include "util/error.hpp"
+
+namespace kveval::backend {
+
+/// Throws BackendError naming `what` and oneDNN's status.
+[[noreturn]] inline void rethrow_dnnl(const dnnl::error& e, const char* what) {
+  throw BackendError(fmt::format("oneDNN {} failed: {} (status {})", what, e.what(), static_cast<int>(e.status)));
+}
+
+struct MatmulEntry {
+  dnnl::matmul prim;
+  dnnl::memory::desc src_md, wei_md, dst_md, scratch_md;
+  // Fixed-M entries (and runtime-M entries for one-row products) keep their
+  // memory objects and only swap data handles, so a decode step allocates nothing.
+  dnnl::memory src, wei, dst, scratch;
+};
+
+struct Engine::Impl {
+  dnnl::engine eng;
+  dnnl::stream strm;
+  int threads = 1;
+  uint64_t created = 0;
+  uint64_t allocations = 0;
+  // key: (M or 0 for runtime M, n_in, n_out, ld, accumulate, dtype)
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, Dtype>, MatmulEntry> matmuls;
+  std::vector<uint8_t> scratch;  // user scratchpad shared by all primitives (grow at creation only)
+  Buffer pad_x, pad_y;           // row padding for batch-invariant matmuls
+  Buffer x_bf16;                 // activations converted to bf16 for BF16 weights
+  void grow_scratch(size_t need) {
+    if (need > scratch.size()) {
+      scratch.resize(need);
+      ++allocations;
+    }
+  }
+
+  // Attention matmuls with runtime dims/strides: 0 = S = Q·Kᵀ, 1 = O = S·V.
+  std::map<std::pair<int, int64_t>, MatmulEntry> attn;
+  MatmulEntry& get_attn(int which, int64_t G) {
+    auto it = attn.find({which, G});
+    if (it != attn.end()) return it->second;
+    using dt = dnnl::memory::data_type;
+    const auto rt = DNNL_RUNTIME_DIM_VAL;
+    // 3D [batch, rows, cols]; weights broadcast over the batch (GQA group).
+    dnnl::memory::desc src_md({G, rt, rt}, dt::f32, {rt, rt, 1});
+    dnnl::memory::desc wei_md({1, rt, rt}, dt::f32, which == 0 ? dnnl::memory::dims{rt, 1, rt} : dnnl::memory::dims{rt, rt, 1});
+    dnnl::memory::desc dst_md({G, rt, rt}, dt::f32, {rt, rt, 1});
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    try {
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, wei_md, dst_md), attr, eng);
+      grow_scratch(pd.scratchpad_desc().get_size());
+      ++created;
+      return attn.emplace(std::make_pair(which, G), MatmulEntry{dnnl::matmul(pd), src_md, wei_md, dst_md, pd.scratchpad_desc(), {}, {}, {}, {}}).first->second;
+    } catch (const dnnl::error& e) {
+      rethrow_dnnl(e, "attention matmul primitive creation");
+    }
+  }
+
+  MatmulEntry& get(int64_t m, int64_t k, int64_t n, int64_t ld, bool acc, Dtype wdt) {
+    auto key = std::make_tuple(m, k, n, ld, acc, wdt);
+    auto it = matmuls.find(key);
+    if (it != matmuls.end()) return it->second;
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    const auto mm = m > 0 ? m : DNNL_RUNTIME_DIM_VAL;
+    const dt in_dt = wdt == Dtype::BF16 ? dt::bf16 : dt::f32;
+    dnnl::memory::desc src_md({mm, k}, in_dt, tag::ab);
+    dnnl::memory::desc wei_md({k, n}, in_dt, dnnl::memory::dims{ld, 1});  // Wᵀ [k, n], row stride ld
+    dnnl::memory::desc dst_md({mm, n}, dt::f32, tag::ab);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (acc) {
+      dnnl::post_ops po;
+      po.append_sum(1.0f);
+      attr.set_post_ops(po);
+    }
+    try {
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, wei_md, dst_md), attr, eng);
+      grow_scratch(pd.scratchpad_desc().get_size());
+      ++created;
+      auto [pos, ok] = matmuls.emplace(key, MatmulEntry{dnnl::matmul(pd), src_md, wei_md, dst_md, pd.scratchpad_desc(), {}, {}, {}, {}});
+      return pos->second;
+    } catch (const dnnl::error& e) {
+      rethrow_dnnl(e, fmt::format("matmul primitive creation [{}x{}]", k, n).c_str());
+    }
+  }
+};
+
+}  // namespace kveval::backend
