@@ -7,28 +7,19 @@
 
 #include "eval/lm_eval_format.hpp"
 #include "eval/runner.hpp"
+#include "eval_test_util.hpp"
 #include "test_support.hpp"
 
 using namespace kveval;
 using namespace kveval::eval;
 using nlohmann::json;
+using kveval::test::gen_task;
 
 namespace {
 
 Model& model() {
   static std::unique_ptr<Model> m = Model::load(kveval::test::model_path(), ModelOptions{2});
   return *m;
-}
-
-json gen_task(const std::string& name, const std::vector<std::string>& prompts, int max_gen_toks,
-              const std::vector<std::string>& until) {
-  json docs = json::array();
-  for (const auto& p : prompts) docs.push_back({{"p", p}});
-  return {{"name", name},
-          {"output_type", "generate_until"},
-          {"docs", docs},
-          {"doc_to_text", "p"},
-          {"generation_kwargs", {{"until", until}, {"max_gen_toks", max_gen_toks}}}};
 }
 
 /// 11 generation requests in three tasks: stops at ".", at "\n" or at "Lily", lengths 1..96.

@@ -6,12 +6,14 @@
 
 #include "eval/report.hpp"
 #include "eval/runner.hpp"
+#include "eval_test_util.hpp"
 #include "test_support.hpp"
 #include "util/error.hpp"
 
 using namespace kveval;
 using namespace kveval::eval;
 using nlohmann::json;
+using kveval::test::gen_task;
 
 namespace {
 
@@ -26,17 +28,6 @@ Model& model() {
 EvalSpec spec_of(json j) {
   j["model"] = kveval::test::model_path();
   return parse_spec(j, "test.json", ".");
-}
-
-json gen_task(const std::string& name, const std::vector<std::string>& prompts, int max_gen_toks,
-              const std::vector<std::string>& until = {}) {
-  json docs = json::array();
-  for (const auto& p : prompts) docs.push_back({{"p", p}});
-  return {{"name", name},
-          {"output_type", "generate_until"},
-          {"docs", docs},
-          {"doc_to_text", "p"},
-          {"generation_kwargs", {{"until", until}, {"max_gen_toks", max_gen_toks}}}};
 }
 
 json reference_spec(int batch_size) {
