@@ -10,18 +10,23 @@
 
 namespace kveval::backend {
 
+namespace {
+
+/// y[i] = x[i] / sqrt(mean(x²) + eps) * weight[i] for one vector of `dim` floats (y may be x).
+inline void rmsnorm_vector(const float* x, const float* weight, float* y, int64_t dim, float eps) {
+  float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+  for (int64_t i = 0; i < dim; ++i) ss += x[i] * x[i];
+  const float scale = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+#pragma omp simd
+  for (int64_t i = 0; i < dim; ++i) y[i] = x[i] * scale * weight[i];
+}
+
+}  // namespace
+
 void rmsnorm(const float* x, const float* weight, float* y, int64_t rows, int64_t dim, float eps) {
 #pragma omp parallel for schedule(static) if (rows * dim > 16384)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    float* yr = y + r * dim;
-    float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-    for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
-    const float scale = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
-#pragma omp simd
-    for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * scale * weight[i];
-  }
+  for (int64_t r = 0; r < rows; ++r) rmsnorm_vector(x + r * dim, weight, y + r * dim, dim, eps);
 }
 
 namespace {
@@ -126,12 +131,7 @@ void rmsnorm_heads(float* x, const float* weight, int64_t n_tokens, int64_t n_he
   for (int64_t t = 0; t < n_tokens; ++t)
     for (int64_t h = 0; h < n_heads; ++h) {
       float* v = x + t * token_stride + h * head_dim;
-      float ss = 0.0f;
-#pragma omp simd reduction(+ : ss)
-      for (int64_t i = 0; i < head_dim; ++i) ss += v[i] * v[i];
-      const float scale = 1.0f / std::sqrt(ss / static_cast<float>(head_dim) + eps);
-#pragma omp simd
-      for (int64_t i = 0; i < head_dim; ++i) v[i] = v[i] * scale * weight[i];
+      rmsnorm_vector(v, weight, v, head_dim, eps);
     }
 }
 
