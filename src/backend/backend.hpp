@@ -19,8 +19,13 @@ class Buffer;
 /// Storage and compute type of weight matrices. F32: exact sgemm. BF16: weights
 /// stored as bfloat16 (round to nearest even), activations converted to bf16
 /// just before each matmul, f32 accumulation and f32 output (oneDNN bf16 matmul).
-enum class Dtype { F32, BF16 };
-/// "f32" / "bf16".
+/// Q8_0: ggml's Q8_0 blocks kept as they are (32 int8 quants and one scale per
+/// block along n_in; value = scale * quant), multiplied in f32 without
+/// widening the matrix (see matmul).
+enum class Dtype { F32, BF16, Q8_0 };
+/// Elements per Q8_0 block (ggml-common.h QK8_0).
+inline constexpr int64_t kQ8Block = 32;
+/// "f32" / "bf16" / "q8_0".
 const char* to_string(Dtype d);
 
 /// float -> bfloat16 bits, round to nearest even (NaN stays NaN). Source: the
@@ -106,7 +111,8 @@ class Weight {
   /// Copies `data` ([n_out, n_in] row-major), transposing it (and rounding to
   /// bf16 for Dtype::BF16). Throws ArgumentError on size mismatch.
   Weight(std::span<const float> data, int64_t n_out, int64_t n_in, Dtype dtype = Dtype::F32);
-  /// Uninitialised matrix, to be filled with set_rows().
+  /// Uninitialised matrix, to be filled with set_rows() (set_rows_q8_0() for
+  /// Dtype::Q8_0, which needs n_in % kQ8Block == 0). Throws ArgumentError.
   Weight(int64_t n_out, int64_t n_in, Dtype dtype = Dtype::F32);
   /// Writes rows [row0, row0 + rows) of W from `src` ([rows, n_in] row-major,
   /// i.e. the GGUF/PyTorch layout); used to stack Q/K/V or gate/up in one matrix.
@@ -115,6 +121,10 @@ class Weight {
   /// As set_rows, from bf16 bits (already rounded, e.g. by the loader); a
   /// Dtype::F32 matrix widens them exactly. Throws ArgumentError as set_rows.
   void set_rows_bf16(int64_t row0, const uint16_t* src, int64_t rows);
+  /// As set_rows, for Dtype::Q8_0 only: `quants` [rows, n_in] int8 and `scales`
+  /// [rows, n_in / kQ8Block] (one per block, as ggml's f16 d widened to f32).
+  /// Throws ArgumentError on another dtype or rows outside [0, n_out).
+  void set_rows_q8_0(int64_t row0, const int8_t* quants, const float* scales, int64_t rows);
   int64_t n_out() const { return n_out_; }
   int64_t n_in() const { return n_in_; }
   Dtype dtype() const { return dtype_; }
@@ -122,20 +132,30 @@ class Weight {
   const float* data() const { return data_.get(); }
   /// Wᵀ as bf16 bits (Dtype::BF16 only): element (k, n) at bf16()[k * ld() + n].
   const uint16_t* bf16() const { return reinterpret_cast<const uint16_t*>(data_.get()); }
-  /// Storage of Wᵀ whatever the dtype.
+  /// Storage of Wᵀ (F32, BF16) or of the Q8_0 quants.
   const void* raw() const { return data_.get(); }
+  /// Q8_0 only: W's quants, NOT transposed: element (n, k) at q8()[n * n_in() + k].
+  const int8_t* q8() const { return reinterpret_cast<const int8_t*>(data_.get()); }
+  /// Q8_0 only: scales [n_out, n_in / kQ8Block]: block b of row n at q8_scales()[n * (n_in / 32) + b].
+  const float* q8_scales() const { return scales_; }
   /// Row stride of Wᵀ in elements: n_out, plus 64 bytes when a row's bytes are a
   /// multiple of 4 KiB (a power-of-two stride maps every row to the same cache
   /// sets: measured 7.7 GB/s instead of ~25 GB/s for a 768 x 4096 decode step).
+  /// Q8_0: n_in (the quants' row stride).
   int64_t ld() const { return ld_; }
-  /// Bytes of the matrix elements (4 or 2 per element).
-  size_t bytes() const { return static_cast<size_t>(n_out_ * n_in_) * (dtype_ == Dtype::BF16 ? 2 : 4); }
+  /// Bytes of the matrix elements (4 or 2 per element; Q8_0: 1 per element plus a
+  /// 4-byte scale per 32).
+  size_t bytes() const {
+    const auto n = static_cast<size_t>(n_out_ * n_in_);
+    return dtype_ == Dtype::Q8_0 ? n + n / kQ8Block * 4 : n * (dtype_ == Dtype::BF16 ? 2 : 4);
+  }
 
  private:
   struct Free { void operator()(float* p) const; };
   std::unique_ptr<float, Free> data_;
   int64_t n_out_ = 0, n_in_ = 0, ld_ = 0;
   Dtype dtype_ = Dtype::F32;
+  float* scales_ = nullptr;  // Q8_0: inside data_, after the quants
 };
 
 /// y[M, n_out] = x[M, n_in] · Wᵀ (+ y if accumulate), x and y float32; a BF16

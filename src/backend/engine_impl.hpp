@@ -35,11 +35,12 @@ struct Engine::Impl {
   int threads = 1;
   uint64_t created = 0;
   uint64_t allocations = 0;
-  // key: (M or 0 for runtime M, n_in, n_out, ld, accumulate, dtype)
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, Dtype>, MatmulEntry> matmuls;
+  // key: (M or 0 for runtime M, n_in, n_out, ld, ldy, accumulate, dtype)
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, Dtype>, MatmulEntry> matmuls;
   std::vector<uint8_t> scratch;  // user scratchpad shared by all primitives (grow at creation only)
   Buffer pad_x, pad_y;           // row padding for batch-invariant matmuls
   Buffer x_bf16;                 // activations converted to bf16 for BF16 weights
+  Buffer widened;                // a chunk of a Q8_0 weight widened to f32 (matmul_q8_0_widened)
   void grow_scratch(size_t need) {
     if (need > scratch.size()) {
       scratch.resize(need);
@@ -70,8 +71,8 @@ struct Engine::Impl {
     }
   }
 
-  MatmulEntry& get(int64_t m, int64_t k, int64_t n, int64_t ld, bool acc, Dtype wdt) {
-    auto key = std::make_tuple(m, k, n, ld, acc, wdt);
+  MatmulEntry& get(int64_t m, int64_t k, int64_t n, int64_t ld, int64_t ldy, bool acc, Dtype wdt) {
+    auto key = std::make_tuple(m, k, n, ld, ldy, acc, wdt);
     auto it = matmuls.find(key);
     if (it != matmuls.end()) return it->second;
     using dt = dnnl::memory::data_type;
@@ -80,7 +81,7 @@ struct Engine::Impl {
     const dt in_dt = wdt == Dtype::BF16 ? dt::bf16 : dt::f32;
     dnnl::memory::desc src_md({mm, k}, in_dt, tag::ab);
     dnnl::memory::desc wei_md({k, n}, in_dt, dnnl::memory::dims{ld, 1});  // Wᵀ [k, n], row stride ld
-    dnnl::memory::desc dst_md({mm, n}, dt::f32, tag::ab);
+    dnnl::memory::desc dst_md({mm, n}, dt::f32, dnnl::memory::dims{ldy, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (acc) {

@@ -7,6 +7,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/engine_impl.hpp"
+#include "backend/q8_0.hpp"
 
 namespace kveval::backend {
 
@@ -28,27 +29,99 @@ uint64_t Engine::buffer_allocations() const { return impl_->allocations; }
 Engine::Impl& Engine::impl() { return *impl_; }
 
 namespace {
+
 void run_matmul(Engine& engine, const float* x, int64_t m, int64_t k, const void* wt, Dtype wdt, int64_t n, int64_t ld,
-                float* y, bool accumulate, bool batch_invariant = false);
+                float* y, int64_t ldy, bool accumulate, bool batch_invariant);
+
+/// True when oneDNN's sgemm runs on AVX2 or older (no AVX-512): its kernels
+/// there are not row-invariant across M (see matmul's batch_invariant).
+bool sgemm_needs_row_blocks() {
+  static const bool v = dnnl::get_effective_cpu_isa() < dnnl::cpu_isa::avx512_core;
+  return v;
+}
+
+/// Rows of the next batch-invariant block for `left` rows on AVX2: the largest of
+/// 192, 96, 48, 24, 16 that fits, else all of them (under 16: padded to 16).
+int64_t invariant_block(int64_t left) {
+  for (int64_t s : {192, 96, 48, 24, 16})
+    if (s <= left) return s;
+  return left;
+}
+
+/// y[m, n] (row stride ldy) (+)= x[m, k] · wt[k, n] with each row's bits the same
+/// for every m: under 16 rows through a zero-padded 16-row product (oneDNN's sgemm
+/// takes another kernel below 16 rows; measured on oneDNN 2.6: rows agree bit for
+/// bit for every M >= 16 on AVX-512). oneDNN 2.7's AVX2 sgemm computes rows in
+/// tiles of 24 and runs the tail rows of M (e.g. rows 18-19 of M = 20, rows 30-31
+/// of M = 32) and, from M = 384 on, other blockings with another summation order:
+/// there rows go in blocks of 192, 96, 48, 24 or 16 (tests/backend/test_invariance.cpp).
+void run_invariant(Engine& engine, const float* x, int64_t m, int64_t k, const void* wt, Dtype wdt, int64_t n,
+                   int64_t ld, float* y, int64_t ldy, bool accumulate) {
+  auto& im = engine.impl();
+  if (m > kInvariantMinRows && sgemm_needs_row_blocks() && invariant_block(m) < m) {
+    for (int64_t r = 0; r < m;) {
+      const int64_t b = invariant_block(m - r);
+      run_invariant(engine, x + r * k, b, k, wt, wdt, n, ld, y + r * ldy, ldy, accumulate);
+      r += b;
+    }
+    return;
+  }
+  if (m >= kInvariantMinRows) {
+    run_matmul(engine, x, m, k, wt, wdt, n, ld, y, ldy, accumulate, true);
+    return;
+  }
+  const int64_t M = kInvariantMinRows;
+  if (im.pad_x.reserve(static_cast<size_t>(M * k))) ++im.allocations;
+  if (im.pad_y.reserve(static_cast<size_t>(M * n))) ++im.allocations;
+  std::memcpy(im.pad_x.data(), x, sizeof(float) * static_cast<size_t>(m * k));
+  std::fill(im.pad_x.data() + m * k, im.pad_x.data() + M * k, 0.0f);
+  if (accumulate)
+    for (int64_t r = 0; r < m; ++r) std::memcpy(im.pad_y.data() + r * n, y + r * ldy, sizeof(float) * static_cast<size_t>(n));
+  std::fill(im.pad_y.data() + m * n, im.pad_y.data() + M * n, 0.0f);
+  run_matmul(engine, im.pad_x.data(), M, k, wt, wdt, n, ld, im.pad_y.data(), n, accumulate, true);
+  for (int64_t r = 0; r < m; ++r) std::memcpy(y + r * ldy, im.pad_y.data() + r * n, sizeof(float) * static_cast<size_t>(n));
+}
+
+/// Q8_0 weights for more than 16 rows or batch-invariant passes: columns of Wᵀ
+/// are widened to f32 a chunk (~4 MiB) at a time into an engine buffer and
+/// multiplied by oneDNN's sgemm into the matching columns of y; the chunks are
+/// the same for every m, so batch invariance holds as for F32 weights.
+void matmul_q8_0_widened(Engine& engine, const float* x, int64_t m, const Weight& w, float* y, bool accumulate,
+                         bool batch_invariant) {
+  auto& im = engine.impl();
+  const int64_t K = w.n_in(), N = w.n_out();
+  const int64_t chunk = std::min(N, std::max<int64_t>(64, (int64_t(1) << 20) / K / 64 * 64));  // columns
+  const int64_t ldc = (chunk * 4) % 4096 == 0 ? chunk + 16 : chunk;  // off 4 KiB strides (see Weight::ld)
+  if (im.widened.reserve(static_cast<size_t>(K * ldc))) ++im.allocations;
+  omp_set_num_threads(im.threads);
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+    const int64_t nc = std::min(chunk, N - n0);
+    q8_0_dequantize_transposed(w, n0, nc, im.widened.data(), ldc);
+    if (batch_invariant)
+      run_invariant(engine, x, m, K, im.widened.data(), Dtype::F32, nc, ldc, y + n0, N, accumulate);
+    else
+      run_matmul(engine, x, m, K, im.widened.data(), Dtype::F32, nc, ldc, y + n0, N, accumulate, false);
+  }
+}
+
 }  // namespace
 
 void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y, bool accumulate,
             bool batch_invariant) {
   if (m <= 0) return;
   auto& im = engine.impl();
-  if (batch_invariant && m < kInvariantMinRows) {
-    const int64_t K = w.n_in(), N = w.n_out(), M = kInvariantMinRows;
-    if (im.pad_x.reserve(static_cast<size_t>(M * K))) ++im.allocations;
-    if (im.pad_y.reserve(static_cast<size_t>(M * N))) ++im.allocations;
-    std::memcpy(im.pad_x.data(), x, sizeof(float) * static_cast<size_t>(m * K));
-    std::fill(im.pad_x.data() + m * K, im.pad_x.data() + M * K, 0.0f);
-    if (accumulate) std::memcpy(im.pad_y.data(), y, sizeof(float) * static_cast<size_t>(m * N));
-    std::fill(im.pad_y.data() + m * N, im.pad_y.data() + M * N, 0.0f);
-    matmul(engine, im.pad_x.data(), M, w, im.pad_y.data(), accumulate, true);  // M = 16: runtime-M kernel
-    std::memcpy(y, im.pad_y.data(), sizeof(float) * static_cast<size_t>(m * N));
+  if (w.dtype() == Dtype::Q8_0) {
+    if (!batch_invariant && m <= kInvariantMinRows)
+      q8_0_matmul(x, m, w, y, accumulate, im.threads);
+    else
+      matmul_q8_0_widened(engine, x, m, w, y, accumulate, batch_invariant);
     return;
   }
-  if (!batch_invariant && m >= 2 && m <= kInvariantMinRows && w.ld() != w.n_out()) {
+  if (batch_invariant) {
+    run_invariant(engine, x, m, w.n_in(), w.raw(), w.dtype(), w.n_out(), w.ld(), y, w.n_out(), accumulate);
+    return;
+  }
+  if (m >= 2 && m <= kInvariantMinRows && w.ld() != w.n_out()) {
     // Decode steps of 2..16 rows on a padded weight (ld > n_out, e.g. the fused
     // [gate; up] of 2 x 2048 rows): oneDNN 2.6 runs its brgemm kernel only when
     // the weights' row stride equals their width, else jit sgemm, measured 17.6
@@ -60,18 +133,19 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
     float* t = im.pad_y.data();
     if (accumulate)
       for (int64_t r = 0; r < m; ++r) std::memcpy(t + r * LD, y + r * N, sizeof(float) * static_cast<size_t>(N));
-    run_matmul(engine, x, m, w.n_in(), w.raw(), w.dtype(), LD, LD, t, accumulate);
+    run_matmul(engine, x, m, w.n_in(), w.raw(), w.dtype(), LD, LD, t, LD, accumulate, false);
     for (int64_t r = 0; r < m; ++r) std::memcpy(y + r * N, t + r * LD, sizeof(float) * static_cast<size_t>(N));
     return;
   }
-  run_matmul(engine, x, m, w.n_in(), w.raw(), w.dtype(), w.n_out(), w.ld(), y, accumulate, batch_invariant);
+  run_matmul(engine, x, m, w.n_in(), w.raw(), w.dtype(), w.n_out(), w.ld(), y, w.n_out(), accumulate, false);
 }
 
 namespace {
 
-// y[m, n] (+)= x[m, k] · wt[k, n] (row stride ld, f32 or bf16 elements: wdt) with a cached oneDNN primitive.
+// y[m, n] (row stride ldy) (+)= x[m, k] · wt[k, n] (row stride ld, f32 or bf16
+// elements: wdt) with a cached oneDNN primitive.
 void run_matmul(Engine& engine, const float* x, int64_t m, int64_t k, const void* wt, Dtype wdt, int64_t n, int64_t ld,
-                float* y, bool accumulate, bool batch_invariant) {
+                float* y, int64_t ldy, bool accumulate, bool batch_invariant) {
   auto& im = engine.impl();
   // Below ~1M multiply-adds (tens of microseconds on one core) a fork/join of
   // the thread team costs more than it saves, and far more on a busy machine.
@@ -88,7 +162,7 @@ void run_matmul(Engine& engine, const float* x, int64_t m, int64_t k, const void
   // M = 1 one; at M = 2 they tie, at M = 8 the fixed-M one is 1.2x faster.
   const bool one_row = m == 1 && !batch_invariant;
   const int64_t key_m = (!batch_invariant && m <= kInvariantMinRows && !one_row) ? m : 0;
-  auto& e = im.get(key_m, k, n, ld, accumulate, wdt);
+  auto& e = im.get(key_m, k, n, ld, ldy, accumulate, wdt);
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   void* src_ptr = const_cast<float*>(x);
@@ -104,7 +178,7 @@ void run_matmul(Engine& engine, const float* x, int64_t m, int64_t k, const void
       if (!e.src) {  // the runtime-M entry's one-row objects get concrete dims
         e.src = dnnl::memory(one_row ? dnnl::memory::desc({1, k}, in_dt, tag::ab) : e.src_md, im.eng, DNNL_MEMORY_NONE);
         e.wei = dnnl::memory(e.wei_md, im.eng, DNNL_MEMORY_NONE);
-        e.dst = dnnl::memory(one_row ? dnnl::memory::desc({1, n}, dt::f32, tag::ab) : e.dst_md, im.eng, DNNL_MEMORY_NONE);
+        e.dst = dnnl::memory(one_row ? dnnl::memory::desc({1, n}, dt::f32, dnnl::memory::dims{ldy, 1}) : e.dst_md, im.eng, DNNL_MEMORY_NONE);
         e.scratch = dnnl::memory(e.scratch_md, im.eng, DNNL_MEMORY_NONE);
       }
       e.src.set_data_handle(src_ptr);
@@ -116,7 +190,7 @@ void run_matmul(Engine& engine, const float* x, int64_t m, int64_t k, const void
     } else {
       dnnl::memory src({{m, k}, in_dt, tag::ab}, im.eng, src_ptr);
       dnnl::memory wei(e.wei_md, im.eng, const_cast<void*>(wt));
-      dnnl::memory dst({{m, n}, dt::f32, tag::ab}, im.eng, y);
+      dnnl::memory dst({{m, n}, dt::f32, dnnl::memory::dims{ldy, 1}}, im.eng, y);
       dnnl::memory scratch(e.scratch_md, im.eng, im.scratch.data());
       e.prim.execute(im.strm, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratch}});
     }

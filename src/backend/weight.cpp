@@ -16,7 +16,13 @@
 
 namespace kveval::backend {
 
-const char* to_string(Dtype d) { return d == Dtype::BF16 ? "bf16" : "f32"; }
+const char* to_string(Dtype d) {
+  switch (d) {
+    case Dtype::BF16: return "bf16";
+    case Dtype::Q8_0: return "q8_0";
+    default: return "f32";
+  }
+}
 
 uint16_t f32_to_bf16(float f) { return util::f32_to_bf16(f); }
 
@@ -124,6 +130,15 @@ Weight::Weight(std::span<const float> data, int64_t n_out, int64_t n_in, Dtype d
 
 Weight::Weight(int64_t n_out, int64_t n_in, Dtype dtype) : n_out_(n_out), n_in_(n_in), dtype_(dtype) {
   if (n_out <= 0 || n_in <= 0) throw ArgumentError(fmt::format("Weight: bad shape [{}, {}]", n_out, n_in));
+  if (dtype == Dtype::Q8_0) {
+    if (n_in % kQ8Block != 0)
+      throw ArgumentError(fmt::format("Weight: Q8_0 needs n_in divisible by {} (shape [{}, {}])", kQ8Block, n_out, n_in));
+    ld_ = n_in;
+    const size_t qbytes = (static_cast<size_t>(n_out * n_in) + 63) / 64 * 64;  // scales 64-byte aligned
+    data_.reset(alloc_floats((qbytes + static_cast<size_t>(n_out * (n_in / kQ8Block)) * 4) / 4));
+    scales_ = data_.get() + qbytes / 4;
+    return;
+  }
   const int64_t esize = dtype == Dtype::BF16 ? 2 : 4;
   ld_ = (n_out * esize) % 4096 == 0 ? n_out + 64 / esize : n_out;
   data_.reset(alloc_floats(static_cast<size_t>((ld_ * n_in * esize + 3) / 4)));
@@ -134,7 +149,17 @@ Weight::Weight(int64_t n_out, int64_t n_in, Dtype dtype) : n_out_(n_out), n_in_(
   }
 }
 
+void Weight::set_rows_q8_0(int64_t row0, const int8_t* quants, const float* scales, int64_t rows) {
+  if (dtype_ != Dtype::Q8_0) throw ArgumentError(fmt::format("Weight::set_rows_q8_0 on a {} matrix", to_string(dtype_)));
+  if (row0 < 0 || rows < 0 || row0 + rows > n_out_)
+    throw ArgumentError(fmt::format("Weight::set_rows_q8_0: rows [{}, {}) outside [0, {})", row0, row0 + rows, n_out_));
+  const int64_t nb = n_in_ / kQ8Block;
+  std::memcpy(reinterpret_cast<int8_t*>(data_.get()) + row0 * n_in_, quants, static_cast<size_t>(rows * n_in_));
+  std::memcpy(scales_ + row0 * nb, scales, sizeof(float) * static_cast<size_t>(rows * nb));
+}
+
 void Weight::set_rows(int64_t row0, const float* src, int64_t rows) {
+  if (dtype_ == Dtype::Q8_0) throw ArgumentError("Weight::set_rows on a q8_0 matrix (use set_rows_q8_0)");
   if (row0 < 0 || rows < 0 || row0 + rows > n_out_)
     throw ArgumentError(fmt::format("Weight::set_rows: rows [{}, {}) outside [0, {})", row0, row0 + rows, n_out_));
   // Blocked transpose: src [rows, n_in] -> data [n_in, n_out] columns [row0, row0 + rows).
@@ -159,6 +184,7 @@ void Weight::set_rows(int64_t row0, const float* src, int64_t rows) {
 }
 
 void Weight::set_rows_bf16(int64_t row0, const uint16_t* src, int64_t rows) {
+  if (dtype_ == Dtype::Q8_0) throw ArgumentError("Weight::set_rows_bf16 on a q8_0 matrix (use set_rows_q8_0)");
   if (row0 < 0 || rows < 0 || row0 + rows > n_out_)
     throw ArgumentError(fmt::format("Weight::set_rows_bf16: rows [{}, {}) outside [0, {})", row0, row0 + rows, n_out_));
   constexpr int64_t B = 64;  // blocked transpose as set_rows
