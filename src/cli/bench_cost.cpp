@@ -44,9 +44,9 @@ double generate_matmul_flops(const HParams& hp, int64_t n_prompt, int64_t n_gen,
   return layer_matmul_flops_per_token(hp) * tokens + output_matmul_flops_per_token(hp) * g;
 }
 
-double streamed_weight_bytes(const HParams& hp, double weight_bytes, double matrix_elem_bytes) {
+double streamed_weight_bytes(const HParams& hp, double resident_bytes) {
   const double embd = static_cast<double>(hp.n_vocab) * hp.n_embd;
-  return weight_bytes - embd * sizeof(float) + (hp.tied_output ? embd * matrix_elem_bytes : 0.0);
+  return resident_bytes - embd * sizeof(float);
 }
 
 std::vector<backend::GemmShape> weight_gemm_shapes(const HParams& hp, int64_t m_layers, int64_t m_output) {

@@ -5,16 +5,27 @@
 
 #include "eval/fidelity.hpp"
 #include "eval/spec.hpp"
+#include "model/model.hpp"
 #include "util/error.hpp"
 
 namespace kveval::bench {
 
 void run_fidelity(const Options& o, int threads, Report& rep, const std::function<void(const std::string&)>& say) {
-  if (o.spec.empty()) throw ArgumentError("--tests fidelity: needs --spec SPEC.json (the tasks to score in f32 and bf16)");
+  if (o.spec.empty())
+    throw ArgumentError("--tests fidelity: needs --spec SPEC.json (the tasks to score in f32 and a reduced dtype)");
   eval::EvalSpec spec = eval::load_spec(o.spec, o.model_path);
   spec.threads = threads;
-  if (say) say(fmt::format("[t={}] fidelity: {} in f32 and bf16", threads, o.spec));
-  const eval::FidelityReport f = eval::compare_dtypes(spec, ComputeDtype::F32, ComputeDtype::BF16);
+  // f32 against the first reduced dtype of --dtype (bf16 when none is named).
+  ComputeDtype reduced = ComputeDtype::BF16;
+  for (const auto& d : o.dtypes) {
+    const ComputeDtype c = parse_compute_dtype(d, "--dtype");
+    if (c != ComputeDtype::F32 && c != ComputeDtype::Auto) {
+      reduced = c;
+      break;
+    }
+  }
+  if (say) say(fmt::format("[t={}] fidelity: {} in f32 and {}", threads, o.spec, to_string(reduced)));
+  const eval::FidelityReport f = eval::compare_dtypes(spec, ComputeDtype::F32, reduced);
   auto row = [&](const std::string& name, const std::string& unit, double v) {
     Row r;
     r.test = "fidelity";
@@ -37,10 +48,10 @@ void run_fidelity(const Options& o, int threads, Report& rep, const std::functio
     rep.rows.push_back(row(fmt::format("flips {} {}", m.task, m.metric), "docs", static_cast<double>(m.flipped))
                            .with("docs", static_cast<double>(m.compared)));
   const std::string note = fmt::format(
-      "fidelity: {} scored with --dtype {} and {} (one load each); abs dlogprob = |log p(f32) - log p(bf16)| over every scored token of the "
+      "fidelity: {} scored with --dtype {} and {} (one load each); abs dlogprob = |log p({}) - log p({})| over every scored token of the "
       "loglikelihood and rolling requests (nats), flips = documents whose acc/acc_norm/acc_bytes/exact_match value "
       "or generated text (greedy_text) differs between the two runs.",
-      o.spec, f.dtype_a, f.dtype_b);
+      o.spec, f.dtype_a, f.dtype_b, f.dtype_a, f.dtype_b);
   if (std::find(rep.notes.begin(), rep.notes.end(), note) == rep.notes.end()) rep.notes.push_back(note);
 }
 

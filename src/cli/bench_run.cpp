@@ -152,8 +152,7 @@ std::vector<int> fitting_gens(Ctx& c, int p) {
 }
 
 void run_tg(Ctx& c) {
-  const double wbytes = streamed_weight_bytes(c.hp, static_cast<double>(c.model.weight_bytes()),
-                                              c.model.dtype() == ComputeDtype::BF16 ? 2.0 : 4.0);
+  const double wbytes = streamed_weight_bytes(c.hp, static_cast<double>(c.model.load_summary().resident_bytes));
   for (int b : c.o.batches) {
     for (int p : c.o.tg_prompt) {
       for (int g : fitting_gens(c, p)) {
@@ -419,6 +418,7 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
       rep.meta["dtypes"][dname] = {{"weight_dtype", ls.weight_dtype},
                                    {"resident_weight_bytes", ls.resident_bytes},
                                    {"weight_bytes", model->weight_bytes()},
+                                   {"streamed_weight_bytes", streamed_weight_bytes(hp, static_cast<double>(ls.resident_bytes))},
                                    {"note", model->dtype_note()}};
     }
     if (!rep.meta.contains("model")) {
@@ -427,7 +427,7 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
       rep.meta["model"] = {{"path", o.model_path},
                            {"n_params", n_params(hp)},
                            {"weight_bytes", model->weight_bytes()},
-                           {"streamed_weight_bytes", streamed_weight_bytes(hp, static_cast<double>(model->weight_bytes()))},
+                           {"streamed_weight_bytes", streamed_weight_bytes(hp, static_cast<double>(ls.resident_bytes))},
                            {"n_vocab", hp.n_vocab},
                            {"n_embd", hp.n_embd},
                            {"n_layer", hp.n_layer},

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -142,6 +143,17 @@ uint64_t dequantize(gguf::TensorType type, const std::byte* src, float* dst, uin
                     });
 }
 
+namespace {
+/// Throws the FormatError of a weight `v` (NaN or ±Inf) at flat `element` of tensor `t`.
+[[noreturn]] void not_finite(const gguf::File& file, const gguf::TensorInfo& t, uint64_t element, float v) {
+  const uint64_t row_len = t.row_length();
+  throw FormatError(fmt::format("{}: tensor '{}' holds {} at element {} (row {}, column {}); the weights of a model "
+                                "must be finite (corrupt or badly converted file)",
+                                file.path(), t.name, std::isnan(v) ? "NaN" : (v > 0 ? "+Inf" : "-Inf"), element,
+                                element / row_len, element % row_len));
+}
+}  // namespace
+
 void dequantize_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t row0, uint64_t rows, DType dtype,
                      void* dst, const ConvertOptions& opts) {
   const uint64_t n_rows = t.n_rows();
@@ -187,12 +199,29 @@ void dequantize_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t
     }
   }
   if (bad == std::numeric_limits<uint64_t>::max()) return;
-  const float v = bad_value;
-  const uint64_t element = row0 * row_len + bad;
-  throw FormatError(fmt::format("{}: tensor '{}' holds {} at element {} (row {}, column {}); the weights of a model "
-                                "must be finite (corrupt or badly converted file)",
-                                file.path(), t.name, std::isnan(v) ? "NaN" : (v > 0 ? "+Inf" : "-Inf"), element,
-                                element / row_len, element % row_len));
+  not_finite(file, t, row0 * row_len + bad, bad_value);
+}
+
+void split_q8_0_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t row0, uint64_t rows, int8_t* quants,
+                     float* scales, bool check_finite) {
+  if (t.type != gguf::TensorType::Q8_0)
+    throw ArgumentError(fmt::format("split_q8_0_rows: tensor '{}' is not Q8_0", t.name));
+  const uint64_t n_rows = t.n_rows();
+  if (row0 > n_rows || rows > n_rows - row0)
+    throw ArgumentError(fmt::format("split_q8_0_rows: rows [{}, {}) outside tensor '{}' of {} rows", row0, row0 + rows,
+                                    t.name, n_rows));
+  constexpr uint64_t kBlockBytes = 34;  // ggml-common.h block_q8_0: ggml_half d; int8_t qs[32]
+  const uint64_t row_len = t.row_length(), n_blocks = rows * row_len / 32;
+  const std::byte* src = t.data + row0 * t.row_bytes();
+  for (uint64_t b = 0; b < n_blocks; ++b) {
+    const std::byte* blk = src + b * kBlockBytes;
+    uint16_t h;
+    std::memcpy(&h, blk, 2);
+    const float d = gguf::f16_to_f32(h);
+    if (check_finite && !std::isfinite(d)) not_finite(file, t, row0 * row_len + b * 32, d);
+    scales[b] = d;
+    std::memcpy(quants + b * 32, blk + 2, 32);
+  }
 }
 
 void quantize(gguf::TensorType type, const float* src, std::byte* dst, uint64_t n_elements, int threads) {

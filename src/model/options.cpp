@@ -30,6 +30,7 @@ const char* to_string(ComputeDtype d) {
     case ComputeDtype::F32: return "f32";
     case ComputeDtype::BF16: return "bf16";
     case ComputeDtype::Auto: return "auto";
+    case ComputeDtype::Q8_0: return "q8_0";
   }
   return "?";
 }
@@ -38,11 +39,13 @@ ComputeDtype parse_compute_dtype(const std::string& s, const std::string& what) 
   if (s == "f32") return ComputeDtype::F32;
   if (s == "bf16") return ComputeDtype::BF16;
   if (s == "auto") return ComputeDtype::Auto;
-  throw ArgumentError(fmt::format("{} '{}': expected 'f32', 'bf16' or 'auto'", what, s));
+  if (s == "q8_0") return ComputeDtype::Q8_0;
+  throw ArgumentError(fmt::format("{} '{}': expected 'f32', 'bf16', 'q8_0' or 'auto'", what, s));
 }
 
-ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32) {
+ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32, bool file_q8_0) {
   if (requested != ComputeDtype::Auto) return requested;
+  if (file_q8_0 && !cpu_bf16) return ComputeDtype::Q8_0;
   return cpu_bf16 && !file_f32 ? ComputeDtype::BF16 : ComputeDtype::F32;
 }
 

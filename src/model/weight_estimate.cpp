@@ -7,13 +7,19 @@
 
 namespace kveval {
 
-uint64_t estimate_weight_bytes(const gguf::File& f, DType dtype) {
-  uint64_t elements = 0;
-  for (const gguf::TensorInfo& t : f.tensors()) elements += t.n_elements;
-  // A tied output projection is a second, transposed copy of token_embd.
+uint64_t estimate_weight_bytes(const gguf::File& f, DType dtype, bool keep_q8_0) {
+  auto q8_bytes = [](uint64_t n) { return n + n / 32 * 4; };
+  uint64_t bytes = 0;
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    const bool q8 = keep_q8_0 && t.type == gguf::TensorType::Q8_0 && t.dims.size() == 2 && t.name != arch::kTokenEmbd;
+    bytes += q8 ? q8_bytes(t.n_elements) : t.n_elements * dtype_size(dtype);
+  }
+  // A tied output projection is a second copy of token_embd (Q8_0 blocks or the matrix dtype).
   if (f.find_tensor(arch::kOutput) == nullptr)
-    if (const gguf::TensorInfo* te = f.find_tensor(arch::kTokenEmbd)) elements += te->n_elements;
-  return elements * dtype_size(dtype);
+    if (const gguf::TensorInfo* te = f.find_tensor(arch::kTokenEmbd))
+      bytes += keep_q8_0 && te->type == gguf::TensorType::Q8_0 ? q8_bytes(te->n_elements)
+                                                                : te->n_elements * dtype_size(dtype);
+  return bytes;
 }
 
 }  // namespace kveval
