@@ -35,8 +35,8 @@ struct Engine::Impl {
   int threads = 1;
   uint64_t created = 0;
   uint64_t allocations = 0;
-  // key: (M or 0 for runtime M, n_in, n_out, ld, ldy, accumulate, dtype)
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, bool, Dtype>, MatmulEntry> matmuls;
+  // key: (M or 0 for runtime M, n_in, n_out, ld, W given as rows, ldy, accumulate, dtype)
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, int64_t, bool, Dtype>, MatmulEntry> matmuls;
   std::vector<uint8_t> scratch;  // user scratchpad shared by all primitives (grow at creation only)
   Buffer pad_x, pad_y;           // row padding for batch-invariant matmuls
   Buffer x_bf16;                 // activations converted to bf16 for BF16 weights
@@ -71,8 +71,8 @@ struct Engine::Impl {
     }
   }
 
-  MatmulEntry& get(int64_t m, int64_t k, int64_t n, int64_t ld, int64_t ldy, bool acc, Dtype wdt) {
-    auto key = std::make_tuple(m, k, n, ld, ldy, acc, wdt);
+  MatmulEntry& get(int64_t m, int64_t k, int64_t n, int64_t ld, bool w_rows, int64_t ldy, bool acc, Dtype wdt) {
+    auto key = std::make_tuple(m, k, n, ld, w_rows, ldy, acc, wdt);
     auto it = matmuls.find(key);
     if (it != matmuls.end()) return it->second;
     using dt = dnnl::memory::data_type;
@@ -80,7 +80,8 @@ struct Engine::Impl {
     const auto mm = m > 0 ? m : DNNL_RUNTIME_DIM_VAL;
     const dt in_dt = wdt == Dtype::BF16 ? dt::bf16 : dt::f32;
     dnnl::memory::desc src_md({mm, k}, in_dt, tag::ab);
-    dnnl::memory::desc wei_md({k, n}, in_dt, dnnl::memory::dims{ld, 1});  // Wᵀ [k, n], row stride ld
+    // Wᵀ [k, n] with row stride ld, or (w_rows) W [n, k] with row stride ld ("ba")
+    dnnl::memory::desc wei_md({k, n}, in_dt, w_rows ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1});
     dnnl::memory::desc dst_md({mm, n}, dt::f32, dnnl::memory::dims{ldy, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);

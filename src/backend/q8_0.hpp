@@ -7,25 +7,26 @@
 namespace kveval::backend {
 
 /// y[m, n_out] (+)= x[m, n_in] · Wᵀ for a Q8_0 weight, in f32 without widening
-/// W: each output is sum over blocks b of d_b * (Σ_j q_bj x_bj), the 32 products
-/// of a block in 8 lanes (4 fused multiply-adds per lane, in order), blocks
-/// alternating between two 8-lane accumulators, lanes summed pairwise at the
-/// end. AVX2+FMA when the CPU has them, else q8_0_dot_scalar; both give the same
-/// bits. Each output's arithmetic depends only on its x row and W row, so the
-/// result is the same for every m and thread count. Rows of W are split among
-/// `threads` OpenMP threads (one thread below 2^20 multiply-adds).
+/// W: each output is Σ_b d_b * p_b over the n_in / 32 blocks, with the 32
+/// products of a block in 16 lanes (lane l: fma(q[16+l] x[16+l], q[l] x[l])),
+/// blocks alternating between two 16-lane accumulators, lanes summed as a tree
+/// at the end (q8_0_dot_scalar). AVX-512, else AVX2+FMA, else the scalar twin:
+/// all give the same bits. Each output's arithmetic depends only on its x row
+/// and W row, so the result is the same for every m and thread count. Groups of
+/// 4 rows of W are split among `threads` OpenMP threads (one thread below 2^20
+/// multiply-adds).
 void q8_0_matmul(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads);
 
 /// One output of q8_0_matmul in portable C++ (std::fma), bit-identical to the
-/// vector kernel: Σ_b d[b] * (Σ_j q[32b + j] x[32b + j]) over n_in / 32 blocks.
+/// vector kernels.
 float q8_0_dot_scalar(const int8_t* q, const float* d, const float* x, int64_t n_in);
 
-/// Widens columns [n0, n0 + nc) of Wᵀ for a Q8_0 weight into dst [n_in, nc]
-/// (row stride ld >= nc): dst[k * ld + j] = d * q of W's row n0 + j, element k
-/// (the same f32 values dequantize_rows gives).
-void q8_0_dequantize_transposed(const Weight& w, int64_t n0, int64_t nc, float* dst, int64_t ld);
+/// Widens rows [n0, n0 + nc) of a Q8_0 weight into dst [nc, n_in] (row stride
+/// ld >= n_in): dst[j * ld + k] = d * q of W's element (n0 + j, k), the same f32
+/// values dequantize_rows gives; rows split among `threads` OpenMP threads.
+void q8_0_widen_rows(const Weight& w, int64_t n0, int64_t nc, float* dst, int64_t ld, int threads);
 
-/// True when q8_0_matmul runs its AVX2+FMA kernel on this CPU.
-bool q8_0_has_simd();
+/// The path q8_0_matmul takes on this CPU: "avx512", "avx2" or "scalar".
+const char* q8_0_kernel_name();
 
 }  // namespace kveval::backend

@@ -60,7 +60,7 @@ struct Q8 {
 
 TEST_SUITE("backend.q8_0") {
   TEST_CASE("the Q8_0 kernel gives the scalar twin's bits and the double reference within f32 rounding") {
-    MESSAGE("Q8_0 kernel: " << std::string(q8_0_has_simd() ? "AVX2+FMA" : "scalar"));
+    MESSAGE("Q8_0 kernel: " << std::string(q8_0_kernel_name()));
     for (int64_t n_in : {32, 64, 288, 768}) {
       const int64_t n_out = 67;
       const Q8 mat(n_out, n_in, static_cast<uint32_t>(n_in));
@@ -70,7 +70,7 @@ TEST_SUITE("backend.q8_0") {
       const auto y0 = randv(static_cast<size_t>(16 * n_out), 6);
       for (int threads : {1, 2})
         for (bool acc : {false, true})
-          for (int64_t m : {1, 3, 16}) {
+          for (int64_t m : {1, 2, 3, 5, 8, 16}) {
             std::vector<float> y(y0);
             q8_0_matmul(x.data(), m, w, y.data(), acc, threads);
             int64_t differ = 0;
@@ -107,13 +107,13 @@ TEST_SUITE("backend.q8_0") {
     matmul(eng, x.data(), 1, w, &y, false, true);  // the widened, batch-invariant path
     CHECK(y == 25.0f);
     std::vector<float> t(64);
-    q8_0_dequantize_transposed(w, 0, 1, t.data(), 1);
+    q8_0_widen_rows(w, 0, 1, t.data(), 64, 1);
     CHECK(t[0] == 1.0f);
     CHECK(t[63] == -0.25f);
   }
 
   TEST_CASE("long and batch-invariant Q8_0 products: widened chunks match the reference, rows alone match rows in a batch") {
-    // n_out 3000 > one chunk of widened columns for n_in 512 (2048 columns), so two chunks.
+    // n_out 3000 > one chunk of widened rows for n_in 512 (2048 rows), so two chunks.
     const Q8 mat(3000, 512, 9);
     const Weight w = mat.weight();
     const int64_t M = 40;
