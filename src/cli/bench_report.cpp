@@ -94,8 +94,9 @@ std::string to_markdown(const Report& rep) {
     out += fmt::format("kveval {} ({})", m.value("kveval_version", ""), m.value("git_hash", ""));
   if (m.contains("model")) {
     const auto& mo = m["model"];
-    out += fmt::format(", model {} ({:.1f} MiB of F32 weights, {:.2f} M parameters)", mo.value("path", ""),
-                       mo.value("weight_bytes", 0.0) / 1048576.0, mo.value("n_params", 0.0) / 1e6);
+    out += fmt::format(", model {} ({:.1f} MiB of {} weights, {:.2f} M parameters)", mo.value("path", ""),
+                       mo.value("weight_bytes", 0.0) / 1048576.0, mo.value("weight_dtype", "F32"),
+                       mo.value("n_params", 0.0) / 1e6);
   }
   if (m.contains("machine")) {
     out += fmt::format(", machine threads {}", m["machine"].value("threads", 0));

@@ -427,6 +427,7 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
       rep.meta["model"] = {{"path", o.model_path},
                            {"n_params", n_params(hp)},
                            {"weight_bytes", model->weight_bytes()},
+                           {"weight_dtype", ls.weight_dtype},
                            {"streamed_weight_bytes", streamed_weight_bytes(hp, static_cast<double>(ls.resident_bytes))},
                            {"n_vocab", hp.n_vocab},
                            {"n_embd", hp.n_embd},
