@@ -5,7 +5,7 @@
 // is shared. Long attention blocks are oneDNN batched matmuls; element-wise
 // ops (RMSNorm, RoPE, SwiGLU, short attention) are OpenMP loops.
 // Activations are float32, row-major, contiguous unless strides are given;
-// weight matrices are float32 or bfloat16 (Dtype), with f32 accumulation.
+// weight matrices are float32, bfloat16 or Q8_0 blocks (Dtype), with f32 accumulation.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -168,7 +168,11 @@ class Weight {
 /// 2^20 multiply-adds run on one thread. With `batch_invariant`, each row's result
 /// is bit-identical whatever M is: oneDNN's sgemm uses another kernel (another
 /// summation order) below 16 rows, so fewer rows are padded to 16 (measured on
-/// oneDNN 2.6: rows agree bit for bit for every M >= 16). Throws BackendError.
+/// oneDNN 2.6: rows agree bit for bit for every M >= 16 on AVX-512; on AVX2 rows
+/// go in blocks of 192/96/48/24/16, see matmul.cpp). A Q8_0 weight runs decode
+/// steps (M <= 16, not batch-invariant) in kveval's Q8_0 kernel and longer or
+/// batch-invariant products through sgemm on rows widened to f32 a chunk at a
+/// time (engine buffer). Throws BackendError.
 void matmul(Engine& eng, const float* x, int64_t m, const Weight& w, float* y, bool accumulate = false,
             bool batch_invariant = false);
 

@@ -13,18 +13,13 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/random_values.hpp"
 
 using namespace kveval::backend;
 
 namespace {
 
-std::vector<float> randv(size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(g);
-  return v;
-}
+using kveval::test::randv;
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/random_values.hpp"
 #include "util/error.hpp"
 
 using namespace kveval;
@@ -13,13 +14,7 @@ using namespace kveval::backend;
 
 namespace {
 
-std::vector<float> randv(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(g);
-  return v;
-}
+using kveval::test::randv;
 
 // |a - b| <= tol * max(1, |b|)
 void check_close(const std::vector<float>& a, const std::vector<double>& b, double tol) {

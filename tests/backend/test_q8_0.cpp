@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/random_values.hpp"
 #include "backend/q8_0.hpp"
 #include "util/error.hpp"
 
@@ -19,13 +20,7 @@ using namespace kveval::backend;
 
 namespace {
 
-std::vector<float> randv(size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(g);
-  return v;
-}
+using kveval::test::randv;
 
 /// A random Q8_0 matrix [n_out, n_in]: quants in [-127, 127], scales in (0, 0.01].
 struct Q8 {

@@ -15,6 +15,7 @@
 #include "model/gguf_writer.hpp"
 #include "model/model.hpp"
 #include "backend/backend.hpp"
+#include "model/warm_decode.hpp"
 #include "test_support.hpp"
 #include "util/error.hpp"
 
@@ -107,19 +108,7 @@ TEST_SUITE("model.dtype") {
       CAPTURE(to_string(dt));
       auto m = Model::load(test::model_path(), {.threads = 2, .dtype = dt});
       KvCacheScope scope(*m, 2, 128);
-      std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 14}, {1, 20, 30}};
-      GenerateOptions go;
-      go.max_gen_toks = {3};
-      go.stop_at_eos = false;
-      generate_greedy(*m, prompts, go);  // warm-up: prefill and decode shapes
-      const auto p0 = m->primitives_created(), a0 = m->backend_allocations(), b0 = m->stats().buffer_allocations;
-      const auto steps0 = m->stats().forward_calls;
-      go.max_gen_toks = {40};
-      generate_greedy(*m, prompts, go);
-      CHECK(m->stats().forward_calls - steps0 >= 40);
-      CHECK(m->primitives_created() == p0);
-      CHECK(m->backend_allocations() == a0);
-      CHECK(m->stats().buffer_allocations == b0);
+      test::check_warm_decode(*m, {{1, 5, 9, 14}, {1, 20, 30}});
     }
   }
 }

@@ -14,6 +14,7 @@
 #include "backend/backend.hpp"
 #include "model/gguf.hpp"
 #include "model/model.hpp"
+#include "model/warm_decode.hpp"
 #include "test_support.hpp"
 
 using namespace kveval;
@@ -126,14 +127,6 @@ TEST_SUITE("model.dtype_q8_0") {
     }
     MESSAGE("q8_0 vs f32 greedy step log-probs: max |Δ| " << worst);
     CHECK(worst < 1e-4);
-    go.logprobs = false;
-    const auto p0 = q->primitives_created(), a0 = q->backend_allocations(), b0 = q->stats().buffer_allocations;
-    const auto steps0 = q->stats().forward_calls;
-    go.max_gen_toks = {40};
-    generate_greedy(*q, prompts, go);
-    CHECK(q->stats().forward_calls - steps0 >= 40);
-    CHECK(q->primitives_created() == p0);
-    CHECK(q->backend_allocations() == a0);
-    CHECK(q->stats().buffer_allocations == b0);
+    test::check_warm_decode(*q, prompts);
   }
 }
