@@ -1,5 +1,5 @@
 // Q8_0 weights kept as blocks: the f32 kernel for decode-sized products and the
-// column-chunk widening for large ones (ggml's Q8_0: ggml-common.h block_q8_0).
+// row-chunk widening for long ones (ggml's Q8_0: ggml-common.h block_q8_0).
 #include "backend/q8_0.hpp"
 
 #include <immintrin.h>
