@@ -228,7 +228,7 @@ void add_run_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* cmd = app.add_subcommand("run", "Evaluate a model on the tasks of a JSON spec");
   cmd->add_option("spec", args->spec, "evaluation spec (JSON); see README")->required();
-  cmd->add_option("--model", args->model, "GGUF model path (overrides the spec's 'model')");
+  cmd->add_option("-m,--model", args->model, "GGUF model path (overrides the spec's 'model')");
   cmd->add_option("--output,-o", args->output, "write results as JSON in lm-eval's shape ('-' = stdout)");
   cmd->add_option("--log-samples", args->log_samples, "write lm-eval samples, one JSON line per document ('-' = stdout)");
   cmd->add_option("--baseline", args->baseline, "results JSON of an earlier run; exit 3 if a metric got worse");

@@ -25,7 +25,7 @@ std::string rate(double x) {
 std::string progress_line(std::string_view phase, size_t done, size_t total, int64_t tokens, double elapsed) {
   const double pct = total > 0 ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0;
   std::string s = fmt::format("{}: {}/{} ({:.0f}%)", phase, done, total, std::floor(pct));
-  if (elapsed > 0 && done > 0) {
+  if (elapsed >= kMinRateSeconds && done > 0) {
     s += fmt::format(" | {} req/s, {} tok/s", rate(static_cast<double>(done) / elapsed),
                      rate(static_cast<double>(tokens) / elapsed));
     if (done < total)

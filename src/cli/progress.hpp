@@ -20,8 +20,13 @@ namespace kveval::cli {
 /// "1:02:03" or "2:03" (hours only when needed); "?" for a negative or non-finite value.
 std::string format_eta(double seconds);
 
+/// Shortest elapsed time (seconds) from which progress lines show rates and an ETA.
+inline constexpr double kMinRateSeconds = 0.05;
+
 /// One progress line: "loglikelihood: 64/300 (21%) | 12.3 req/s, 4.5k tok/s | ETA 0:19 | 5.2 s".
-/// `elapsed` in seconds since the phase started; rates and ETA only once elapsed > 0 and done > 0.
+/// `elapsed` in seconds since the phase started; rates and ETA only once elapsed >=
+/// kMinRateSeconds and done > 0 (a rate over microseconds, e.g. "6.4M req/s" for
+/// a first request that ran before the phase's clock started, means nothing).
 std::string progress_line(std::string_view phase, size_t done, size_t total, int64_t tokens, double elapsed);
 
 class ProgressMeter {

@@ -369,6 +369,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
         ++all;
       }
     im.summary.weight_dtype = q8 == all ? "Q8_0" : (q8 == 0 ? "F32" : "Q8_0+F32");
+    if (q8 == 0) im.dtype_note += "; no Q8_0 matrix in the file: every matrix widened to F32";
+    else if (q8 < all) im.dtype_note += fmt::format("; {} of {} matrices Q8_0, the others widened to F32", q8, all);
   }
   im.summary.resident_bytes = im.weight_bytes + (hp.tied_output ? im.output.bytes() : 0);
   im.summary.load_seconds = load_time.seconds();

@@ -23,5 +23,9 @@ TEST_SUITE("cli.progress") {
     // finished: no ETA
     CHECK(progress_line("generation", 8, 8, 80, 2.0) == "generation: 8/8 (100%) | 4.0 req/s, 40.0 tok/s | 2.0 s");
     CHECK(progress_line("x", 0, 0, 0, 0) == "x: 0/0 (100%) | 0.0 s");
+    // under 0.05 s a rate means nothing (1 request in 1.25e-7 s would print "8.0M req/s"): none shown
+    CHECK(progress_line("generation", 1, 8, 8, 1.25e-7) == "generation: 1/8 (12%) | 0.0 s");
+    CHECK(progress_line("generation", 1, 8, 8, 0.05) ==
+          "generation: 1/8 (12%) | 20.0 req/s, 160.0 tok/s | ETA 0:00 | 0.1 s");
   }
 }

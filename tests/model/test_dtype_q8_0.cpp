@@ -98,6 +98,7 @@ TEST_SUITE("model.dtype_q8_0") {
     if (k.empty()) return;
     auto mk = Model::load(k, {.threads = 1, .dtype = ComputeDtype::Q8_0});
     CHECK(mk->load_summary().weight_dtype == "F32");
+    CHECK(mk->dtype_note().find("no Q8_0 matrix in the file: every matrix widened to F32") != std::string::npos);
     CHECK(mk->load_summary().resident_bytes == (f32_elems + mat_elems) * 4);
   }
 
