@@ -25,6 +25,9 @@ class Buffer;
 enum class Dtype { F32, BF16, Q8_0 };
 /// Elements per Q8_0 block (ggml-common.h QK8_0).
 inline constexpr int64_t kQ8Block = 32;
+/// Bytes of `n_elements` held as Dtype::Q8_0 (a multiple of kQ8Block): one int8
+/// quant per element and one f32 scale per block (1.125 bytes per element).
+inline constexpr uint64_t q8_0_bytes(uint64_t n_elements) { return n_elements + n_elements / kQ8Block * 4; }
 /// "f32" / "bf16" / "q8_0".
 const char* to_string(Dtype d);
 
@@ -147,7 +150,7 @@ class Weight {
   /// 4-byte scale per 32).
   size_t bytes() const {
     const auto n = static_cast<size_t>(n_out_ * n_in_);
-    return dtype_ == Dtype::Q8_0 ? n + n / kQ8Block * 4 : n * (dtype_ == Dtype::BF16 ? 2 : 4);
+    return dtype_ == Dtype::Q8_0 ? q8_0_bytes(n) : n * (dtype_ == Dtype::BF16 ? 2 : 4);
   }
 
  private:

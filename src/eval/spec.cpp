@@ -389,9 +389,11 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
   if (s.model.empty()) w.fail("missing required key 'model' (or pass --model)");
   if (j.contains("dtype")) {
     const std::string d = expect_string(j["dtype"], w.key("dtype"));
-    if (d != "f32" && d != "bf16" && d != "q8_0" && d != "auto")
+    try {
+      s.dtype = parse_compute_dtype(d);
+    } catch (const ArgumentError&) {
       w.key("dtype").fail(fmt::format("\"{}\": expected \"f32\", \"bf16\", \"q8_0\" or \"auto\"", d));
-    s.dtype = parse_compute_dtype(d);
+    }
   }
   if (j.contains("threads")) s.threads = static_cast<int>(expect_int(j["threads"], w.key("threads"), 0, 4096));
   if (j.contains("batch_size")) s.batch_size = static_cast<int>(expect_int(j["batch_size"], w.key("batch_size"), 1, 4096));

@@ -210,17 +210,15 @@ void split_q8_0_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t
   if (row0 > n_rows || rows > n_rows - row0)
     throw ArgumentError(fmt::format("split_q8_0_rows: rows [{}, {}) outside tensor '{}' of {} rows", row0, row0 + rows,
                                     t.name, n_rows));
-  constexpr uint64_t kBlockBytes = 34;  // ggml-common.h block_q8_0: ggml_half d; int8_t qs[32]
-  const uint64_t row_len = t.row_length(), n_blocks = rows * row_len / 32;
+  constexpr uint64_t kBlockBytes = 2 + quant::QK8_0;  // ggml-common.h block_q8_0: ggml_half d; int8_t qs[32]
+  const uint64_t row_len = t.row_length(), n_blocks = rows * row_len / quant::QK8_0;
   const std::byte* src = t.data + row0 * t.row_bytes();
   for (uint64_t b = 0; b < n_blocks; ++b) {
     const std::byte* blk = src + b * kBlockBytes;
-    uint16_t h;
-    std::memcpy(&h, blk, 2);
-    const float d = gguf::f16_to_f32(h);
-    if (check_finite && !std::isfinite(d)) not_finite(file, t, row0 * row_len + b * 32, d);
+    const float d = quant::load_f16(blk);
+    if (check_finite && !std::isfinite(d)) not_finite(file, t, row0 * row_len + b * quant::QK8_0, d);
     scales[b] = d;
-    std::memcpy(quants + b * 32, blk + 2, 32);
+    std::memcpy(quants + b * quant::QK8_0, blk + 2, quant::QK8_0);
   }
 }
 
