@@ -180,7 +180,7 @@ void run_tg(Ctx& c) {
         r.unit = "tok/s";
         r.value = summarize(map_samples(decode, [&](double s) { return b * steps / s; }));
         const double gbps = wbytes * steps / median(decode) / 1e9;
-        r.with("weights_GB_per_s", gbps);
+        r.with("weights_MB", wbytes / 1e6).with("weights_GB_per_s", gbps);
         if (c.stream) r.with("frac_of_stream", gbps / c.stream->best_gb_per_s);
         r.with("prefill_tok_s", b * p / median(prefill)).with("e2e_tok_s", b * g / median(e2e));
         c.rep.rows.push_back(r);
@@ -188,12 +188,11 @@ void run_tg(Ctx& c) {
     }
   }
   drop_caches(c.model);
-  c.note(fmt::format(
+  c.note(
       "tg: tok/s = batch*(n_gen-1) / decode time (the first token comes from the prefill; decode time includes argmax "
-      "and log-prob of each token); weights_GB_per_s = {:.1f} MB of weights streamed per decode step (matrices in "
-      "the compute dtype {}, token_embd not streamed) * steps / decode time; frac_of_stream divides by 'stream "
-      "read'. e2e_tok_s = batch*n_gen / (prefill + decode).",
-      wbytes / 1e6, to_string(c.model.dtype())));
+      "and log-prob of each token); weights_MB = bytes of weights streamed per decode step (matrices in the compute "
+      "dtype, token_embd not streamed) / 1e6; weights_GB_per_s = weights_MB * steps / decode time / 1e3; "
+      "frac_of_stream divides by 'stream read'. e2e_tok_s = batch*n_gen / (prefill + decode).");
 }
 
 void run_tg_nocache(Ctx& c) {

@@ -146,6 +146,7 @@ TEST_SUITE("cli.cmd_bench") {
       if (t == "tg") {
         CHECK(r["frac_of_stream"].is_number());
         CHECK(r["weights_GB_per_s"].is_number());
+        CHECK(r["weights_MB"].get<double>() > 0);
       }
       if (t == "speedup") {
         CHECK(r["ideal_ratio"].get<double>() > 1.0);
