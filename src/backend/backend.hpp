@@ -5,7 +5,7 @@
 // is shared. Long attention blocks are oneDNN batched matmuls; element-wise
 // ops (RMSNorm, RoPE, SwiGLU, short attention) are OpenMP loops.
 // Activations are float32, row-major, contiguous unless strides are given;
-// weight matrices are float32, bfloat16 or Q8_0 blocks (Dtype), with f32 accumulation.
+// weight matrices are float32, bfloat16, Q8_0 or Q4_0 blocks (Dtype), with f32 accumulation.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -21,14 +21,28 @@ class Buffer;
 /// just before each matmul, f32 accumulation and f32 output (oneDNN bf16 matmul).
 /// Q8_0: ggml's Q8_0 blocks kept as they are (32 int8 quants and one scale per
 /// block along n_in; value = scale * quant), multiplied in f32 without
-/// widening the matrix (see matmul).
-enum class Dtype { F32, BF16, Q8_0 };
-/// Elements per Q8_0 block (ggml-common.h QK8_0).
-inline constexpr int64_t kQ8Block = 32;
-/// Bytes of `n_elements` held as Dtype::Q8_0 (a multiple of kQ8Block): one int8
-/// quant per element and one f32 scale per block (1.125 bytes per element).
-inline constexpr uint64_t q8_0_bytes(uint64_t n_elements) { return n_elements + n_elements / kQ8Block * 4; }
-/// "f32" / "bf16" / "q8_0".
+/// widening the matrix (see matmul). Q4_0: ggml's Q4_0 blocks kept likewise
+/// (32 4-bit quants, two per byte, and one scale per block; value = scale *
+/// (quant - 8)). Q8_0 and Q4_0 are the block dtypes (is_blocks).
+enum class Dtype { F32, BF16, Q8_0, Q4_0 };
+/// Elements per block of Dtype::Q8_0 and Dtype::Q4_0 (ggml-common.h QK8_0 = QK4_0 = 32).
+inline constexpr int64_t kQBlock = 32;
+/// True for the block dtypes (Q8_0, Q4_0): quants and f32 scales, not transposed.
+inline constexpr bool is_blocks(Dtype d) { return d == Dtype::Q8_0 || d == Dtype::Q4_0; }
+/// Bytes of the quants of one block of a block dtype: 32 for Q8_0 (int8 each),
+/// 16 for Q4_0 (element j < 16 in the low nibble of byte j, j + 16 in its high
+/// nibble: ggml-common.h block_q4_0).
+inline constexpr int64_t block_quant_bytes(Dtype d) { return d == Dtype::Q4_0 ? kQBlock / 2 : kQBlock; }
+/// Bytes of `n_elements` (a multiple of kQBlock) held as block dtype `d`: the
+/// quants and one f32 scale per block.
+inline constexpr uint64_t blocks_bytes(Dtype d, uint64_t n_elements) {
+  return n_elements / kQBlock * static_cast<uint64_t>(block_quant_bytes(d) + 4);
+}
+/// Bytes of `n_elements` as Dtype::Q8_0: 1.125 per element.
+inline constexpr uint64_t q8_0_bytes(uint64_t n_elements) { return blocks_bytes(Dtype::Q8_0, n_elements); }
+/// Bytes of `n_elements` as Dtype::Q4_0: n/2 + n/32 * 4, 0.625 per element.
+inline constexpr uint64_t q4_0_bytes(uint64_t n_elements) { return blocks_bytes(Dtype::Q4_0, n_elements); }
+/// "f32" / "bf16" / "q8_0" / "q4_0".
 const char* to_string(Dtype d);
 
 /// float -> bfloat16 bits, round to nearest even (NaN stays NaN). Source: the
@@ -115,7 +129,8 @@ class Weight {
   /// bf16 for Dtype::BF16). Throws ArgumentError on size mismatch.
   Weight(std::span<const float> data, int64_t n_out, int64_t n_in, Dtype dtype = Dtype::F32);
   /// Uninitialised matrix, to be filled with set_rows() (set_rows_q8_0() for
-  /// Dtype::Q8_0, which needs n_in % kQ8Block == 0). Throws ArgumentError.
+  /// Dtype::Q8_0, set_rows_q4_0() for Dtype::Q4_0; both need n_in % kQBlock == 0).
+  /// Throws ArgumentError.
   Weight(int64_t n_out, int64_t n_in, Dtype dtype = Dtype::F32);
   /// Writes rows [row0, row0 + rows) of W from `src` ([rows, n_in] row-major,
   /// i.e. the GGUF/PyTorch layout); used to stack Q/K/V or gate/up in one matrix.
@@ -125,9 +140,14 @@ class Weight {
   /// Dtype::F32 matrix widens them exactly. Throws ArgumentError as set_rows.
   void set_rows_bf16(int64_t row0, const uint16_t* src, int64_t rows);
   /// As set_rows, for Dtype::Q8_0 only: `quants` [rows, n_in] int8 and `scales`
-  /// [rows, n_in / kQ8Block] (one per block, as ggml's f16 d widened to f32).
+  /// [rows, n_in / kQBlock] (one per block, as ggml's f16 d widened to f32).
   /// Throws ArgumentError on another dtype or rows outside [0, n_out).
   void set_rows_q8_0(int64_t row0, const int8_t* quants, const float* scales, int64_t rows);
+  /// As set_rows_q8_0, for Dtype::Q4_0 only: `packed` [rows, n_in / 2] bytes,
+  /// each block's 16 bytes as ggml's block_q4_0 qs (element j < 16 of the block
+  /// in the low nibble of byte j, element j + 16 in its high nibble), and
+  /// `scales` [rows, n_in / kQBlock]. Throws ArgumentError as set_rows_q8_0.
+  void set_rows_q4_0(int64_t row0, const uint8_t* packed, const float* scales, int64_t rows);
   int64_t n_out() const { return n_out_; }
   int64_t n_in() const { return n_in_; }
   Dtype dtype() const { return dtype_; }
@@ -135,22 +155,24 @@ class Weight {
   const float* data() const { return data_.get(); }
   /// Wᵀ as bf16 bits (Dtype::BF16 only): element (k, n) at bf16()[k * ld() + n].
   const uint16_t* bf16() const { return reinterpret_cast<const uint16_t*>(data_.get()); }
-  /// Storage of Wᵀ (F32, BF16) or of the Q8_0 quants.
+  /// Storage of Wᵀ (F32, BF16) or of the quants (Q8_0, Q4_0; row n at n * ld() bytes).
   const void* raw() const { return data_.get(); }
   /// Q8_0 only: W's quants, NOT transposed: element (n, k) at q8()[n * n_in() + k].
   const int8_t* q8() const { return reinterpret_cast<const int8_t*>(data_.get()); }
-  /// Q8_0 only: scales [n_out, n_in / kQ8Block]: block b of row n at q8_scales()[n * (n_in / 32) + b].
-  const float* q8_scales() const { return scales_; }
+  /// Q4_0 only: W's packed quants, NOT transposed: row n at q4()[n * n_in() / 2],
+  /// block b of it at 16 bytes from b * 16 (layout as set_rows_q4_0).
+  const uint8_t* q4() const { return reinterpret_cast<const uint8_t*>(data_.get()); }
+  /// Q8_0, Q4_0: scales [n_out, n_in / kQBlock]: block b of row n at scales()[n * (n_in / 32) + b].
+  const float* scales() const { return scales_; }
   /// Row stride of Wᵀ in elements: n_out, plus 64 bytes when a row's bytes are a
   /// multiple of 4 KiB (a power-of-two stride maps every row to the same cache
   /// sets: measured 7.7 GB/s instead of ~25 GB/s for a 768 x 4096 decode step).
-  /// Q8_0: n_in (the quants' row stride).
+  /// Q8_0, Q4_0: the quants' row stride in bytes (n_in, n_in / 2).
   int64_t ld() const { return ld_; }
-  /// Bytes of the matrix elements (4 or 2 per element; Q8_0: 1 per element plus a
-  /// 4-byte scale per 32).
+  /// Bytes of the matrix elements (4 or 2 per element; Q8_0, Q4_0: blocks_bytes).
   size_t bytes() const {
     const auto n = static_cast<size_t>(n_out_ * n_in_);
-    return dtype_ == Dtype::Q8_0 ? q8_0_bytes(n) : n * (dtype_ == Dtype::BF16 ? 2 : 4);
+    return is_blocks(dtype_) ? blocks_bytes(dtype_, n) : n * (dtype_ == Dtype::BF16 ? 2 : 4);
   }
 
  private:
@@ -158,7 +180,8 @@ class Weight {
   std::unique_ptr<float, Free> data_;
   int64_t n_out_ = 0, n_in_ = 0, ld_ = 0;
   Dtype dtype_ = Dtype::F32;
-  float* scales_ = nullptr;  // Q8_0: inside data_, after the quants
+  float* scales_ = nullptr;  // Q8_0, Q4_0: inside data_, after the quants
+  void set_block_rows(Dtype d, int64_t row0, const void* quants, const float* scales, int64_t rows);
 };
 
 /// y[M, n_out] = x[M, n_in] · Wᵀ (+ y if accumulate), x and y float32; a BF16
@@ -172,8 +195,8 @@ class Weight {
 /// is bit-identical whatever M is: oneDNN's sgemm uses another kernel (another
 /// summation order) below 16 rows, so fewer rows are padded to 16 (measured on
 /// oneDNN 2.6: rows agree bit for bit for every M >= 16 on AVX-512; on AVX2 rows
-/// go in blocks of 192/96/48/24/16, see matmul.cpp). A Q8_0 weight runs decode
-/// steps (M <= 16, not batch-invariant) in kveval's Q8_0 kernel and longer or
+/// go in blocks of 192/96/48/24/16, see matmul.cpp). A Q8_0 or Q4_0 weight runs decode
+/// steps (M <= 16, not batch-invariant) in kveval's block kernel and longer or
 /// batch-invariant products through sgemm on rows widened to f32 a chunk at a
 /// time (engine buffer). Throws BackendError.
 void matmul(Engine& eng, const float* x, int64_t m, const Weight& w, float* y, bool accumulate = false,

@@ -40,7 +40,7 @@ struct Engine::Impl {
   std::vector<uint8_t> scratch;  // user scratchpad shared by all primitives (grow at creation only)
   Buffer pad_x, pad_y;           // row padding for batch-invariant matmuls
   Buffer x_bf16;                 // activations converted to bf16 for BF16 weights
-  Buffer widened;                // a chunk of a Q8_0 weight widened to f32 (matmul_q8_0_widened)
+  Buffer widened;                // a chunk of a Q8_0/Q4_0 weight widened to f32 (matmul_widened)
   void grow_scratch(size_t need) {
     if (need > scratch.size()) {
       scratch.resize(need);

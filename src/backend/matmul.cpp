@@ -7,7 +7,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/engine_impl.hpp"
-#include "backend/q8_0.hpp"
+#include "backend/qblocks.hpp"
 
 namespace kveval::backend {
 
@@ -82,13 +82,13 @@ void run_invariant(Engine& engine, const float* x, int64_t m, int64_t k, const v
   for (int64_t r = 0; r < m; ++r) std::memcpy(y + r * ldy, im.pad_y.data() + r * n, sizeof(float) * static_cast<size_t>(n));
 }
 
-/// Q8_0 weights for longer products or batch-invariant passes: rows of W are
+/// Q8_0 and Q4_0 weights for longer products or batch-invariant passes: rows of W are
 /// widened to f32 a chunk (~4 MiB) at a time into an engine buffer, row-major
 /// [rows, n_in] (oneDNN reads it as Wᵀ in "ba" layout, measured on oneDNN 2.7
 /// as fast as "ab" from M = 64 up), and multiplied by oneDNN's sgemm into the
 /// matching columns of y; the chunks are the same for every m, so batch
 /// invariance holds as for F32 weights.
-void matmul_q8_0_widened(Engine& engine, const float* x, int64_t m, const Weight& w, float* y, bool accumulate,
+void matmul_widened(Engine& engine, const float* x, int64_t m, const Weight& w, float* y, bool accumulate,
                          bool batch_invariant) {
   auto& im = engine.impl();
   const int64_t K = w.n_in(), N = w.n_out();
@@ -97,7 +97,7 @@ void matmul_q8_0_widened(Engine& engine, const float* x, int64_t m, const Weight
   if (im.widened.reserve(static_cast<size_t>(chunk * ldc))) ++im.allocations;
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t nc = std::min(chunk, N - n0);
-    q8_0_widen_rows(w, n0, nc, im.widened.data(), ldc, im.threads);
+    widen_rows(w, n0, nc, im.widened.data(), ldc, im.threads);
     if (batch_invariant)
       run_invariant(engine, x, m, K, im.widened.data(), Dtype::F32, nc, ldc, true, y + n0, N, accumulate);
     else
@@ -111,14 +111,16 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
             bool batch_invariant) {
   if (m <= 0) return;
   auto& im = engine.impl();
-  if (w.dtype() == Dtype::Q8_0) {
-    // Decode steps (up to 16 rows): the Q8_0 kernel (s110m, 1 thread, Sapphire
+  if (is_blocks(w.dtype())) {
+    // Decode steps (up to 16 rows): the block kernel (s110m, 1 thread, Sapphire
     // Rapids, tg32 tok/s q8_0 vs f32: batch 1 79-100 vs 37, 4: 232 vs 85,
     // 8: 239 vs 137, 16: 186 vs 187); longer and batch-invariant products widen.
-    if (!batch_invariant && m <= kInvariantMinRows)
-      q8_0_matmul(x, m, w, y, accumulate, im.threads);
+    if (batch_invariant || m > kInvariantMinRows)
+      matmul_widened(engine, x, m, w, y, accumulate, batch_invariant);
+    else if (w.dtype() == Dtype::Q4_0)
+      q4_0_matmul(x, m, w, y, accumulate, im.threads);
     else
-      matmul_q8_0_widened(engine, x, m, w, y, accumulate, batch_invariant);
+      q8_0_matmul(x, m, w, y, accumulate, im.threads);
     return;
   }
   if (batch_invariant) {

@@ -20,6 +20,7 @@ const char* to_string(Dtype d) {
   switch (d) {
     case Dtype::BF16: return "bf16";
     case Dtype::Q8_0: return "q8_0";
+    case Dtype::Q4_0: return "q4_0";
     default: return "f32";
   }
 }
@@ -130,12 +131,13 @@ Weight::Weight(std::span<const float> data, int64_t n_out, int64_t n_in, Dtype d
 
 Weight::Weight(int64_t n_out, int64_t n_in, Dtype dtype) : n_out_(n_out), n_in_(n_in), dtype_(dtype) {
   if (n_out <= 0 || n_in <= 0) throw ArgumentError(fmt::format("Weight: bad shape [{}, {}]", n_out, n_in));
-  if (dtype == Dtype::Q8_0) {
-    if (n_in % kQ8Block != 0)
-      throw ArgumentError(fmt::format("Weight: Q8_0 needs n_in divisible by {} (shape [{}, {}])", kQ8Block, n_out, n_in));
-    ld_ = n_in;
-    const size_t qbytes = (static_cast<size_t>(n_out * n_in) + 63) / 64 * 64;  // scales 64-byte aligned
-    data_.reset(alloc_floats((qbytes + static_cast<size_t>(n_out * (n_in / kQ8Block)) * 4) / 4));
+  if (is_blocks(dtype)) {
+    if (n_in % kQBlock != 0)
+      throw ArgumentError(fmt::format("Weight: {} needs n_in divisible by {} (shape [{}, {}])", to_string(dtype), kQBlock,
+                                      n_out, n_in));
+    ld_ = n_in / kQBlock * block_quant_bytes(dtype);
+    const size_t qbytes = (static_cast<size_t>(n_out * ld_) + 63) / 64 * 64;  // scales 64-byte aligned
+    data_.reset(alloc_floats((qbytes + static_cast<size_t>(n_out * (n_in / kQBlock)) * 4) / 4));
     scales_ = data_.get() + qbytes / 4;
     return;
   }
@@ -149,17 +151,27 @@ Weight::Weight(int64_t n_out, int64_t n_in, Dtype dtype) : n_out_(n_out), n_in_(
   }
 }
 
-void Weight::set_rows_q8_0(int64_t row0, const int8_t* quants, const float* scales, int64_t rows) {
-  if (dtype_ != Dtype::Q8_0) throw ArgumentError(fmt::format("Weight::set_rows_q8_0 on a {} matrix", to_string(dtype_)));
+void Weight::set_block_rows(Dtype d, int64_t row0, const void* quants, const float* scales, int64_t rows) {
+  const char* name = d == Dtype::Q4_0 ? "set_rows_q4_0" : "set_rows_q8_0";
+  if (dtype_ != d) throw ArgumentError(fmt::format("Weight::{} on a {} matrix", name, to_string(dtype_)));
   if (row0 < 0 || rows < 0 || row0 + rows > n_out_)
-    throw ArgumentError(fmt::format("Weight::set_rows_q8_0: rows [{}, {}) outside [0, {})", row0, row0 + rows, n_out_));
-  const int64_t nb = n_in_ / kQ8Block;
-  std::memcpy(reinterpret_cast<int8_t*>(data_.get()) + row0 * n_in_, quants, static_cast<size_t>(rows * n_in_));
+    throw ArgumentError(fmt::format("Weight::{}: rows [{}, {}) outside [0, {})", name, row0, row0 + rows, n_out_));
+  const int64_t nb = n_in_ / kQBlock;
+  std::memcpy(reinterpret_cast<std::byte*>(data_.get()) + row0 * ld_, quants, static_cast<size_t>(rows * ld_));
   std::memcpy(scales_ + row0 * nb, scales, sizeof(float) * static_cast<size_t>(rows * nb));
 }
 
+void Weight::set_rows_q8_0(int64_t row0, const int8_t* quants, const float* scales, int64_t rows) {
+  set_block_rows(Dtype::Q8_0, row0, quants, scales, rows);
+}
+
+void Weight::set_rows_q4_0(int64_t row0, const uint8_t* packed, const float* scales, int64_t rows) {
+  set_block_rows(Dtype::Q4_0, row0, packed, scales, rows);
+}
+
 void Weight::set_rows(int64_t row0, const float* src, int64_t rows) {
-  if (dtype_ == Dtype::Q8_0) throw ArgumentError("Weight::set_rows on a q8_0 matrix (use set_rows_q8_0)");
+  if (is_blocks(dtype_))
+    throw ArgumentError(fmt::format("Weight::set_rows on a {0} matrix (use set_rows_{0})", to_string(dtype_)));
   if (row0 < 0 || rows < 0 || row0 + rows > n_out_)
     throw ArgumentError(fmt::format("Weight::set_rows: rows [{}, {}) outside [0, {})", row0, row0 + rows, n_out_));
   // Blocked transpose: src [rows, n_in] -> data [n_in, n_out] columns [row0, row0 + rows).
@@ -184,7 +196,8 @@ void Weight::set_rows(int64_t row0, const float* src, int64_t rows) {
 }
 
 void Weight::set_rows_bf16(int64_t row0, const uint16_t* src, int64_t rows) {
-  if (dtype_ == Dtype::Q8_0) throw ArgumentError("Weight::set_rows_bf16 on a q8_0 matrix (use set_rows_q8_0)");
+  if (is_blocks(dtype_))
+    throw ArgumentError(fmt::format("Weight::set_rows_bf16 on a {0} matrix (use set_rows_{0})", to_string(dtype_)));
   if (row0 < 0 || rows < 0 || row0 + rows > n_out_)
     throw ArgumentError(fmt::format("Weight::set_rows_bf16: rows [{}, {}) outside [0, {})", row0, row0 + rows, n_out_));
   constexpr int64_t B = 64;  // blocked transpose as set_rows

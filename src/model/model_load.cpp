@@ -238,7 +238,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   auto put_q8_0 = [&](be::Weight& w, int64_t row0, const std::string& name, uint64_t n_in, uint64_t n) {
     const gguf::TensorInfo& t = shaped(name, n_in, n);
     quants.resize(n * n_in);
-    scales.resize(n * n_in / be::kQ8Block);
+    scales.resize(n * n_in / be::kQBlock);
     if (!read_catching_sigbus(t.data, t.n_bytes, [&] {
           split_q8_0_rows(f, t, 0, n, quants.data(), scales.data(), opts.check_finite);
         }))
@@ -247,7 +247,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   };
   auto stacked = [&](std::initializer_list<std::pair<std::string, uint64_t>> parts, uint64_t n_in) {
     uint64_t n_out = 0;
-    bool q8 = keep_q8_0 && n_in % be::kQ8Block == 0;  // every part Q8_0: one Q8_0 weight
+    bool q8 = keep_q8_0 && n_in % be::kQBlock == 0;  // every part Q8_0: one Q8_0 weight
     for (const auto& p : parts) {
       n_out += p.second;
       const gguf::TensorInfo* t = f.find_tensor(p.first);

@@ -1,0 +1,244 @@
+// Q8_0 and Q4_0 weights kept as blocks (Dtype::Q8_0, Dtype::Q4_0): the vector
+// kernel against its scalar twin (same bits) and a naive double-precision
+// reference, the widened path for long products, batch invariance, and a warm
+// engine that creates and allocates nothing; every case for both formats.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "backend/random_values.hpp"
+#include "backend/qblocks.hpp"
+#include "util/error.hpp"
+
+using namespace kveval::backend;
+
+namespace {
+
+using kveval::test::randv;
+
+constexpr Dtype kFormats[] = {Dtype::Q8_0, Dtype::Q4_0};
+
+/// A random Q8_0 or Q4_0 matrix [n_out, n_in] as the weight stores it: Q8_0
+/// quants any int8 but -128 (ggml never writes it), Q4_0 bytes any (nibbles
+/// 0..15, quants -8..7); scales in (0, 0.01].
+struct Blocks {
+  Dtype dt;
+  int64_t n_out, n_in, rs;  // rs: bytes of quants per row
+  std::vector<uint8_t> q;
+  std::vector<float> d;
+  Blocks(Dtype t, int64_t no, int64_t ni, uint32_t seed)
+      : dt(t), n_out(no), n_in(ni), rs(ni / 32 * block_quant_bytes(t)), q(static_cast<size_t>(no * rs)),
+        d(static_cast<size_t>(no * ni / 32)) {
+    std::mt19937 g(seed);
+    std::uniform_int_distribution<int> qi(t == Dtype::Q8_0 ? -127 : 0, t == Dtype::Q8_0 ? 127 : 255);
+    std::uniform_real_distribution<float> di(1e-4f, 1e-2f);
+    for (auto& v : q) v = static_cast<uint8_t>(qi(g));
+    for (auto& v : d) v = di(g);
+  }
+  Weight weight() const {
+    Weight w(n_out, n_in, dt);
+    if (dt == Dtype::Q4_0)
+      w.set_rows_q4_0(0, q.data(), d.data(), n_out);
+    else
+      w.set_rows_q8_0(0, reinterpret_cast<const int8_t*>(q.data()), d.data(), n_out);
+    return w;
+  }
+  /// The quant of element (n, k), read straight from ggml's block layouts.
+  int quant(int64_t n, int64_t k) const {
+    const uint8_t* row = q.data() + n * rs;
+    if (dt == Dtype::Q8_0) return static_cast<int8_t>(row[k]);
+    const int j = static_cast<int>(k % 32);
+    const uint8_t byte = row[k / 32 * 16 + j % 16];
+    return (j < 16 ? byte & 15 : byte >> 4) - 8;
+  }
+  float scale(int64_t n, int64_t k) const { return d[static_cast<size_t>((n * n_in + k) / 32)]; }
+  /// The scalar twin of the kernel for row n of W and x.
+  float dot(int64_t n, const float* x) const {
+    const float* dn = d.data() + n * n_in / 32;
+    return dt == Dtype::Q4_0 ? q4_0_dot_scalar(q.data() + n * rs, dn, x, n_in)
+                             : q8_0_dot_scalar(reinterpret_cast<const int8_t*>(q.data() + n * rs), dn, x, n_in);
+  }
+  /// Σ_k d * q * x in double, and Σ |d q x| (the scale of the rounding error).
+  std::pair<double, double> ref(int64_t n, const float* x) const {
+    double s = 0, a = 0;
+    for (int64_t k = 0; k < n_in; ++k) {
+      const double t = double(scale(n, k)) * quant(n, k) * x[k];
+      s += t;
+      a += std::fabs(t);
+    }
+    return {s, a};
+  }
+};
+
+/// The block kernel for w's dtype.
+void kernel(const float* x, int64_t m, const Weight& w, float* y, bool acc, int threads) {
+  if (w.dtype() == Dtype::Q4_0)
+    q4_0_matmul(x, m, w, y, acc, threads);
+  else
+    q8_0_matmul(x, m, w, y, acc, threads);
+}
+
+}  // namespace
+
+TEST_SUITE("backend.qblocks") {
+  TEST_CASE("the Q8_0 and Q4_0 kernels give the scalar twin's bits and the double reference within f32 rounding") {
+    MESSAGE("Q8_0/Q4_0 kernel: " << std::string(qblock_kernel_name()));
+    for (Dtype dt : kFormats)
+      for (int64_t n_in : {32, 64, 288, 768, 4096}) {
+        const int64_t n_out = 67;
+        const Blocks mat(dt, n_out, n_in, static_cast<uint32_t>(n_in));
+        const Weight w = mat.weight();
+        const auto elems = static_cast<size_t>(n_out * n_in);
+        CHECK(w.bytes() == (dt == Dtype::Q4_0 ? elems / 2 : elems) + elems / 32 * 4);
+        const auto x = randv(static_cast<size_t>(16 * n_in), 5);
+        const auto y0 = randv(static_cast<size_t>(16 * n_out), 6);
+        for (int threads : {1, 2})
+          for (bool acc : {false, true})
+            for (int64_t m : {1, 2, 3, 4, 5, 7, 8, 16}) {
+              std::vector<float> y(y0);
+              kernel(x.data(), m, w, y.data(), acc, threads);
+              int64_t differ = 0;
+              double worst = 0;
+              for (int64_t r = 0; r < m; ++r)
+                for (int64_t n = 0; n < n_out; ++n) {
+                  const float s = mat.dot(n, x.data() + r * n_in);
+                  const float want = acc ? y0[static_cast<size_t>(r * n_out + n)] + s : s;
+                  if (std::memcmp(&want, &y[static_cast<size_t>(r * n_out + n)], sizeof(float)) != 0) ++differ;
+                  const auto [e, a] = mat.ref(n, x.data() + r * n_in);
+                  worst = std::max(worst, std::fabs(double(s) - e) / (a + 1e-30));
+                }
+              INFO(to_string(dt) << " n_in=" << n_in << " threads=" << threads << " acc=" << acc << " m=" << m);
+              CHECK(differ == 0);
+              CHECK(worst < 1e-6);  // n_in / 32 + 4 roundings of relative 2^-24 each
+            }
+      }
+  }
+
+  TEST_CASE("hand-computed Q8_0 and Q4_0 products") {
+    // One row, two blocks: block 0 all quants 2 with d = 0.5, block 1 quants -1 with d = 0.25.
+    std::vector<int8_t> q(64, 2);
+    std::fill(q.begin() + 32, q.end(), int8_t{-1});
+    const std::vector<float> d = {0.5f, 0.25f};
+    Weight w(1, 64, Dtype::Q8_0);
+    w.set_rows_q8_0(0, q.data(), d.data(), 1);
+    std::vector<float> x(64, 1.0f);
+    x[0] = 3.0f;   // block 0: 0.5 * 2 * (31 + 3) = 34
+    x[40] = 5.0f;  // block 1: 0.25 * -1 * (31 + 5) = -9
+    float y = 100.0f;
+    Engine eng(1);
+    matmul(eng, x.data(), 1, w, &y, true);
+    CHECK(y == 125.0f);
+    matmul(eng, x.data(), 1, w, &y, false, true);  // the widened, batch-invariant path
+    CHECK(y == 25.0f);
+    std::vector<float> t(64);
+    widen_rows(w, 0, 1, t.data(), 64, 1);
+    CHECK(t[0] == 1.0f);
+    CHECK(t[63] == -0.25f);
+    // The same values in Q4_0: quant 2 is nibble 10 (0xAA: both halves of a
+    // byte), quant -1 nibble 7 (0x77); then block 1 element 20 (a high nibble) -> quant 7 (nibble 15).
+    std::vector<uint8_t> p(32, 0xAA);
+    std::fill(p.begin() + 16, p.end(), uint8_t{0x77});
+    p[16 + 4] = 0xF7;  // block 1, element 4 (low) stays -1, element 20 (high) becomes 7
+    Weight w4(1, 64, Dtype::Q4_0);
+    w4.set_rows_q4_0(0, p.data(), d.data(), 1);
+    CHECK(w4.bytes() == 32 + 8);
+    x[52] = 2.0f;  // block 1 element 20: 0.25 * (7 * 2 - (-1) * 1) more: -9 + 3.75 = -5.25
+    y = 100.0f;
+    matmul(eng, x.data(), 1, w4, &y, true);
+    CHECK(y == 128.75f);
+    matmul(eng, x.data(), 1, w4, &y, false, true);
+    CHECK(y == 28.75f);
+    widen_rows(w4, 0, 1, t.data(), 64, 1);
+    CHECK(t[0] == 1.0f);
+    CHECK(t[36] == -0.25f);
+    CHECK(t[52] == 1.75f);
+  }
+
+  TEST_CASE("long and batch-invariant Q8_0/Q4_0 products: widened chunks match the reference, rows alone match rows in a batch") {
+    // n_out 3000 > one chunk of widened rows for n_in 512 (2048 rows), so two chunks.
+    for (Dtype dt : kFormats) {
+      INFO(to_string(dt));
+      const Blocks mat(dt, 3000, 512, 9);
+      const Weight w = mat.weight();
+      const int64_t M = 40;
+      const auto x = randv(static_cast<size_t>(M * 512), 10);
+      for (int threads : {1, 2}) {
+        Engine eng(threads);
+        std::vector<float> y(static_cast<size_t>(M * 3000));
+        matmul(eng, x.data(), M, w, y.data());
+        double worst = 0;
+        for (int64_t r = 0; r < M; r += 7)
+          for (int64_t n = 0; n < 3000; n += 13) {
+            const auto [e, a] = mat.ref(n, x.data() + r * 512);
+            worst = std::max(worst, std::fabs(double(y[static_cast<size_t>(r * 3000 + n)]) - e) / (a + 1e-30));
+          }
+        CHECK(worst < 1e-6);
+        std::vector<float> batch(y.size()), alone(y.size());
+        matmul(eng, x.data(), M, w, batch.data(), false, true);
+        for (int64_t r = 0; r < M; ++r) matmul(eng, x.data() + r * 512, 1, w, alone.data() + r * 3000, false, true);
+        CHECK(std::memcmp(batch.data(), alone.data(), sizeof(float) * batch.size()) == 0);
+    }
+    }
+  }
+
+  TEST_CASE("widen_rows gives d * quant read from ggml's layout for every element") {
+    for (Dtype dt : kFormats) {
+      const Blocks mat(dt, 5, 96, 11);
+      const Weight w = mat.weight();
+      std::vector<float> t(static_cast<size_t>(3 * 100), -1.0f);
+      widen_rows(w, 2, 3, t.data(), 100, 2);  // rows 2..4, row stride 100
+      int64_t differ = 0;
+      for (int64_t j = 0; j < 3; ++j)
+        for (int64_t k = 0; k < 96; ++k)
+          differ += t[static_cast<size_t>(j * 100 + k)] != mat.scale(2 + j, k) * static_cast<float>(mat.quant(2 + j, k));
+      INFO(to_string(dt));
+      CHECK(differ == 0);
+      CHECK(t[96] == -1.0f);  // the row padding is not written
+    }
+  }
+
+  TEST_CASE("warm Q8_0/Q4_0 products create no primitive and allocate nothing") {
+    for (Dtype dt : kFormats) {
+      const Blocks mat(dt, 1024, 256, 3);
+      const Weight w = mat.weight();
+      const auto x = randv(static_cast<size_t>(64 * 256), 4);
+      std::vector<float> y(static_cast<size_t>(64 * 1024));
+      Engine eng(2);
+      for (int64_t m : {64, 1, 4}) matmul(eng, x.data(), m, w, y.data(), true);
+      matmul(eng, x.data(), 3, w, y.data(), false, true);
+      const auto p0 = eng.primitives_created(), a0 = eng.buffer_allocations();
+      for (int step = 0; step < 20; ++step) matmul(eng, x.data(), step % 2 ? 1 : 4, w, y.data(), true);
+      matmul(eng, x.data(), 64, w, y.data(), true);
+      matmul(eng, x.data(), 3, w, y.data(), false, true);
+      CHECK(eng.primitives_created() == p0);
+      CHECK(eng.buffer_allocations() == a0);
+    }
+  }
+
+  TEST_CASE("Q8_0 and Q4_0 weights refuse bad shapes and the other setters") {
+    CHECK_THROWS_AS(Weight(4, 48, Dtype::Q8_0), kveval::ArgumentError);
+    CHECK_THROWS_AS(Weight(4, 48, Dtype::Q4_0), kveval::ArgumentError);
+    Weight w4(4, 64, Dtype::Q4_0);
+    std::vector<uint8_t> p(5 * 32);
+    std::vector<float> d4(10), x(64), y(4);
+    CHECK_THROWS_AS(w4.set_rows_q4_0(0, p.data(), d4.data(), 5), kveval::ArgumentError);
+    CHECK_THROWS_AS(w4.set_rows_q8_0(0, reinterpret_cast<const int8_t*>(p.data()), d4.data(), 4), kveval::ArgumentError);
+    CHECK_THROWS_AS(w4.set_rows(0, x.data(), 1), kveval::ArgumentError);
+    CHECK_THROWS_AS(q8_0_matmul(x.data(), 1, w4, y.data(), false, 1), kveval::ArgumentError);
+    CHECK(std::string(to_string(Dtype::Q4_0)) == "q4_0");
+    CHECK(q4_0_bytes(64) == 40);
+    Weight w(4, 64, Dtype::Q8_0);
+    std::vector<float> f(256);
+    CHECK_THROWS_AS(w.set_rows(0, f.data(), 4), kveval::ArgumentError);
+    std::vector<int8_t> q(5 * 64);
+    std::vector<float> d(10);
+    CHECK_THROWS_AS(w.set_rows_q8_0(0, q.data(), d.data(), 5), kveval::ArgumentError);
+    CHECK(std::string(to_string(Dtype::Q8_0)) == "q8_0");
+  }
+}
