@@ -37,7 +37,7 @@ double prompt_flops(const HParams& hp, int64_t n_prompt, int64_t batch);
 double generate_matmul_flops(const HParams& hp, int64_t n_prompt, int64_t n_gen, bool cached);
 /// Bytes of weights one decode step streams from memory: `resident_bytes`
 /// (LoadSummary::resident_bytes: token_embd F32, matrices in the compute dtype
-/// or Q8_0 blocks, a tied output's copy included) minus the F32
+/// or Q8_0/Q4_0 blocks, a tied output's copy included) minus the F32
 /// token-embedding table (only one row per token is read).
 double streamed_weight_bytes(const HParams& hp, double resident_bytes);
 /// The weight matmuls of one forward as oneDNN shapes: layer matrices at

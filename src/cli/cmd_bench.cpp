@@ -51,8 +51,8 @@ void add_bench_command(CLI::App& app, Action& action) {
   sub->add_option("-t,--threads", st->o.threads, "thread counts, comma-separated (default and 0: all cores)")
       ->delimiter(',')
       ->check(int_in(0, kMaxThreads));
-  sub->add_option("--dtype", st->o.dtypes, "compute dtypes, comma-separated: f32, bf16, q8_0, auto (default auto); "
-                  "fidelity compares f32 with the first of bf16/q8_0 named (default bf16)")
+  sub->add_option("--dtype", st->o.dtypes, "compute dtypes, comma-separated: f32, bf16, q8_0, q4_0, auto (default auto); "
+                  "fidelity compares f32 with the first of bf16/q8_0/q4_0 named (default bf16)")
       ->delimiter(',')->capture_default_str();
   sub->add_option("-b,--batch-size", st->o.batches, "rows per forward, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("-p,--n-prompt", st->o.n_prompt, "pp: prompt tokens, comma-separated")->delimiter(',')->capture_default_str();

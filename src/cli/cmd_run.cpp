@@ -238,7 +238,7 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("--threads", args->threads, "compute threads (overrides the spec; 0 = all cores)")
       ->check(int_in(0, kMaxThreads));
   cmd->add_option("--dtype", args->dtype,
-                  "compute dtype: f32, bf16, q8_0 or auto (overrides the spec; default auto: bf16 on a bf16 CPU for a "
+                  "compute dtype: f32, bf16, q8_0, q4_0 or auto (overrides the spec; default auto: bf16 on a bf16 CPU for a "
                   "non-F32 file, q8_0 for a Q8_0 file without bf16)");
   cmd->add_option("--batch-size", args->batch_size, "rows per batch (overrides the spec)")->check(at_least(1, true));
   cmd->add_option("--limit", args->limit, "documents per task at most (overrides the spec)")->check(at_least(0, true));

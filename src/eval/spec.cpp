@@ -392,7 +392,7 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
     try {
       s.dtype = parse_compute_dtype(d);
     } catch (const ArgumentError&) {
-      w.key("dtype").fail(fmt::format("\"{}\": expected \"f32\", \"bf16\", \"q8_0\" or \"auto\"", d));
+      w.key("dtype").fail(fmt::format("\"{}\": expected \"f32\", \"bf16\", \"q8_0\", \"q4_0\" or \"auto\"", d));
     }
   }
   if (j.contains("threads")) s.threads = static_cast<int>(expect_int(j["threads"], w.key("threads"), 0, 4096));

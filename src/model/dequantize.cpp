@@ -202,23 +202,25 @@ void dequantize_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t
   not_finite(file, t, row0 * row_len + bad, bad_value);
 }
 
-void split_q8_0_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t row0, uint64_t rows, int8_t* quants,
-                     float* scales, bool check_finite) {
-  if (t.type != gguf::TensorType::Q8_0)
-    throw ArgumentError(fmt::format("split_q8_0_rows: tensor '{}' is not Q8_0", t.name));
+void split_block_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t row0, uint64_t rows, uint8_t* quants,
+                      float* scales, bool check_finite) {
+  if (t.type != gguf::TensorType::Q8_0 && t.type != gguf::TensorType::Q4_0)
+    throw ArgumentError(fmt::format("split_block_rows: tensor '{}' is {}, not Q8_0 or Q4_0", t.name, gguf::type_name(t.type)));
   const uint64_t n_rows = t.n_rows();
   if (row0 > n_rows || rows > n_rows - row0)
-    throw ArgumentError(fmt::format("split_q8_0_rows: rows [{}, {}) outside tensor '{}' of {} rows", row0, row0 + rows,
+    throw ArgumentError(fmt::format("split_block_rows: rows [{}, {}) outside tensor '{}' of {} rows", row0, row0 + rows,
                                     t.name, n_rows));
-  constexpr uint64_t kBlockBytes = 2 + quant::QK8_0;  // ggml-common.h block_q8_0: ggml_half d; int8_t qs[32]
-  const uint64_t row_len = t.row_length(), n_blocks = rows * row_len / quant::QK8_0;
+  // ggml-common.h block_q8_0 / block_q4_0: ggml_half d, then the quant bytes (32 / 16); 32 elements either way
+  const gguf::TypeInfo& ti = gguf::type_info(t.type);
+  const uint64_t bs = ti.block_size, block_bytes = ti.type_size, qbytes = block_bytes - 2;
+  const uint64_t row_len = t.row_length(), n_blocks = rows * row_len / bs;
   const std::byte* src = t.data + row0 * t.row_bytes();
   for (uint64_t b = 0; b < n_blocks; ++b) {
-    const std::byte* blk = src + b * kBlockBytes;
+    const std::byte* blk = src + b * block_bytes;
     const float d = quant::load_f16(blk);
-    if (check_finite && !std::isfinite(d)) not_finite(file, t, row0 * row_len + b * quant::QK8_0, d);
+    if (check_finite && !std::isfinite(d)) not_finite(file, t, row0 * row_len + b * bs, d);
     scales[b] = d;
-    std::memcpy(quants + b * quant::QK8_0, blk + 2, quant::QK8_0);
+    std::memcpy(quants + b * qbytes, blk + 2, qbytes);
   }
 }
 

@@ -40,14 +40,16 @@ struct ConvertOptions {
 void dequantize_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t row0, uint64_t rows, DType dtype,
                      void* dst, const ConvertOptions& opts = {});
 
-/// Splits rows [row0, row0 + rows) of a Q8_0 tensor `t` (ggml block_q8_0:
-/// f16 d, then 32 int8 quants) into `quants` [rows, row_length] and `scales`
-/// [rows, row_length / 32] (d widened to f32 exactly), for Q8_0 weights kept
-/// as blocks. Throws ArgumentError if `t` is not Q8_0 or the rows fall outside
-/// it; with `check_finite`, FormatError as dequantize_rows for a scale that is
-/// NaN or ±Inf (naming the first element of its block).
-void split_q8_0_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t row0, uint64_t rows, int8_t* quants,
-                     float* scales, bool check_finite = true);
+/// Splits rows [row0, row0 + rows) of a Q8_0 or Q4_0 tensor `t` (ggml-common.h
+/// block_q8_0: f16 d, then 32 int8 quants; block_q4_0: f16 d, then 16 bytes of
+/// nibbles) into `quants`, each block's quant bytes as in the file ([rows,
+/// row_length] int8 for Q8_0, [rows, row_length / 2] packed bytes for Q4_0), and
+/// `scales` [rows, row_length / 32] (d widened to f32 exactly), for weights
+/// kept as blocks. Throws ArgumentError if `t` is of another type or the rows
+/// fall outside it; with `check_finite`, FormatError as dequantize_rows for a
+/// scale that is NaN or ±Inf (naming the first element of its block).
+void split_block_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t row0, uint64_t rows, uint8_t* quants,
+                      float* scales, bool check_finite = true);
 
 /// Dequantizes `n_elements` (a multiple of the block size) of type `type` from
 /// `src` to float32 at `dst`, in parallel (`threads`, 0 = OpenMP's default).

@@ -59,17 +59,20 @@ struct HParams {
 /// Q8_0 matrices stay as blocks (1.0625 bytes per weight) and are multiplied in
 /// f32 (decode: backend's Q8_0 kernel; longer products: f32 sgemm on widened
 /// chunks), other matrices load as F32; exact to f32 rounding against the
-/// file's dequantized values. Auto: see resolve_dtype.
-enum class ComputeDtype { F32, BF16, Auto, Q8_0 };
-/// "f32" / "bf16" / "auto" / "q8_0".
+/// file's dequantized values. Q4_0: the same for the file's Q4_0 matrices
+/// (ggml-common.h block_q4_0: 0.625 bytes per weight held, 4-bit quants and an
+/// f32 scale per 32). Auto: see resolve_dtype.
+enum class ComputeDtype { F32, BF16, Auto, Q8_0, Q4_0 };
+/// "f32" / "bf16" / "auto" / "q8_0" / "q4_0".
 const char* to_string(ComputeDtype d);
-/// Parses "f32", "bf16", "q8_0" or "auto"; throws ArgumentError naming `what` otherwise.
+/// Parses "f32", "bf16", "q8_0", "q4_0" or "auto"; throws ArgumentError naming `what` otherwise.
 ComputeDtype parse_compute_dtype(const std::string& s, const std::string& what = "--dtype");
 /// Resolves a request: Auto -> Q8_0 when every matrix but token_embd is Q8_0
 /// (`file_q8_0`) and the CPU has no bf16 (on AVX2 the alternative is f32 at 4x
 /// the bytes), else BF16 when `cpu_bf16` (oneDNN's effective ISA
 /// >= avx512_core_bf16) and the file is not F32 (`file_f32`: every matrix
-/// F32), else F32; explicit dtypes are kept as asked.
+/// F32), else F32; explicit dtypes are kept as asked. Auto never picks Q4_0
+/// (a Q4_0 file loads as bf16 or f32 unless q4_0 is asked for).
 ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32, bool file_q8_0 = false);
 
 /// Bytes the weights of `f` will take once loaded as `dtype` (dtype_size
@@ -78,10 +81,11 @@ ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32,
 /// it against the memory budget before converting anything. Within a few
 /// percent of the resident bytes (matrices whose rows are 4 KiB multiples get
 /// 16 elements of padding per row).
-/// With `keep_q8_0` (compute dtype q8_0), Q8_0 matrices other than token_embd
-/// count 1.125 bytes per element (int8 quants and an f32 scale per 32), a tied
-/// output from a Q8_0 token_embd too.
-uint64_t estimate_weight_bytes(const gguf::File& f, DType dtype = DType::F32, bool keep_q8_0 = false);
+/// With `kept` q8_0 or q4_0 (the compute dtype), that type's matrices other
+/// than token_embd count as blocks (backend::blocks_bytes: 1.125 or 0.625 bytes
+/// per element, quants and an f32 scale per 32), a tied output from such a
+/// token_embd too; any other `kept` keeps nothing.
+uint64_t estimate_weight_bytes(const gguf::File& f, DType dtype = DType::F32, ComputeDtype kept = ComputeDtype::F32);
 
 /// Most compute threads a command accepts (the spec's `threads` bound).
 inline constexpr int kMaxThreads = 4096;
@@ -153,7 +157,7 @@ class Model {
   size_t weight_bytes() const;
   /// What the load found and produced (the `load:` line of run/generate/bench).
   const LoadSummary& load_summary() const;
-  /// Resolved compute dtype (F32, BF16 or Q8_0, never Auto).
+  /// Resolved compute dtype (F32, BF16, Q8_0 or Q4_0, never Auto).
   ComputeDtype dtype() const;
   /// How the dtype was chosen, e.g. "auto -> f32: file is F32 (oneDNN ISA avx512_core_bf16)".
   const std::string& dtype_note() const;

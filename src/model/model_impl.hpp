@@ -7,6 +7,7 @@
 
 #include "backend/backend.hpp"
 #include "model/arch/arch.hpp"
+#include "model/gguf.hpp"
 #include "model/model.hpp"
 
 namespace kveval {
@@ -27,6 +28,20 @@ struct Layer {
   backend::Weight w_down;     // [n_embd, n_ff]
   std::vector<float> b_down;  // [n_embd] or empty
 };
+
+/// What compute dtype `d` keeps as blocks: the file's matrices (token_embd
+/// aside) of GGUF type `type`, held as backend `dtype`; `keeps` is false for
+/// F32, BF16 and Auto, which keep none.
+struct KeptBlocks {
+  bool keeps = false;
+  gguf::TensorType type = gguf::TensorType::F32;
+  backend::Dtype dtype = backend::Dtype::F32;
+};
+inline KeptBlocks kept_blocks(ComputeDtype d) {
+  if (d == ComputeDtype::Q8_0) return {true, gguf::TensorType::Q8_0, backend::Dtype::Q8_0};
+  if (d == ComputeDtype::Q4_0) return {true, gguf::TensorType::Q4_0, backend::Dtype::Q4_0};
+  return {};
+}
 
 }  // namespace detail
 

@@ -168,18 +168,21 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   if (im.tok->n_vocab() != hp.n_vocab)
     throw FormatError(fmt::format("{}: tokenizer has {} tokens but {} has {} rows", path, im.tok->n_vocab(),
                                   arch::kTokenEmbd, hp.n_vocab));
-  bool file_f32 = true, file_q8_0 = true;  // every matrix F32; every matrix but token_embd Q8_0
+  // every matrix F32; every matrix but token_embd Q8_0; every one but token_embd Q4_0
+  bool file_f32 = true, file_q8_0 = true, file_q4_0 = true;
   for (const auto& t : f.tensors())
     if (t.dims.size() >= 2) {
       if (t.type != gguf::TensorType::F32) file_f32 = false;
       if (t.type != gguf::TensorType::Q8_0 && t.name != arch::kTokenEmbd) file_q8_0 = false;
+      if (t.type != gguf::TensorType::Q4_0 && t.name != arch::kTokenEmbd) file_q4_0 = false;
     }
   const bool cpu_bf16 = be::cpu_has_bf16();
   im.dtype = resolve_dtype(opts.dtype, cpu_bf16, file_f32, file_q8_0);
   im.dtype_note = fmt::format("{} -> {} (file {}, oneDNN ISA {}{})", to_string(opts.dtype), to_string(im.dtype),
-                              file_f32 ? "F32" : (file_q8_0 ? "Q8_0" : "not F32"), be::cpu_isa_name(),
-                              cpu_bf16 ? ", bf16" : ", no bf16");
-  const bool keep_q8_0 = im.dtype == ComputeDtype::Q8_0;  // Q8_0 matrices stay as blocks
+                              file_f32 ? "F32" : (file_q8_0 ? "Q8_0" : (file_q4_0 ? "Q4_0" : "not F32")),
+                              be::cpu_isa_name(), cpu_bf16 ? ", bf16" : ", no bf16");
+  // q8_0, q4_0: the file's matrices of that type stay as blocks
+  const detail::KeptBlocks keep = detail::kept_blocks(im.dtype);
   if (im.dtype == ComputeDtype::BF16 && !be::bf16_matmul_available())
     throw ArgumentError(fmt::format("{}: dtype bf16: oneDNN has no bf16 matmul on this CPU (ISA {}); use f32 or auto",
                                     path, be::cpu_isa_name()));
@@ -188,7 +191,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   if (opts.check_memory) {
     // token_embd stays F32 whatever the matrix dtype
     const uint64_t embd_extra = (dtype_size(DType::F32) - dtype_size(mat_dtype)) * te.n_elements;
-    const MemoryPart weights{"weights", estimate_weight_bytes(f, mat_dtype, keep_q8_0) + embd_extra};
+    const MemoryPart weights{"weights", estimate_weight_bytes(f, mat_dtype, im.dtype) + embd_extra};
     check_memory_plan(fmt::format("the model {}", path), std::span(&weights, 1), memory_budget(),
                       "use a smaller model or raise the memory limit");
   }
@@ -232,32 +235,35 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   // each converted to the matrix dtype and transposed once into the matmul layout.
   std::vector<float> rows;       // F32 matrices
   std::vector<uint16_t> rows16;  // BF16 matrices
-  std::vector<int8_t> quants;    // Q8_0 matrices kept as blocks
+  std::vector<uint8_t> quants;   // Q8_0/Q4_0 matrices kept as blocks
   std::vector<float> scales;
-  // Rows [row0, row0 + n) of Q8_0 weight w from tensor `name` (ggml dims {n_in, n}).
-  auto put_q8_0 = [&](be::Weight& w, int64_t row0, const std::string& name, uint64_t n_in, uint64_t n) {
+  // Rows [row0, row0 + n) of block weight w (keep.dtype) from tensor `name` (ggml dims {n_in, n}, keep.type).
+  auto put_blocks = [&](be::Weight& w, int64_t row0, const std::string& name, uint64_t n_in, uint64_t n) {
     const gguf::TensorInfo& t = shaped(name, n_in, n);
-    quants.resize(n * n_in);
+    quants.resize(n * n_in / be::kQBlock * static_cast<uint64_t>(be::block_quant_bytes(keep.dtype)));
     scales.resize(n * n_in / be::kQBlock);
     if (!read_catching_sigbus(t.data, t.n_bytes, [&] {
-          split_q8_0_rows(f, t, 0, n, quants.data(), scales.data(), opts.check_finite);
+          split_block_rows(f, t, 0, n, quants.data(), scales.data(), opts.check_finite);
         }))
       changed_while_loading(path, fmt::format("truncated while reading tensor '{}'", name));
-    w.set_rows_q8_0(row0, quants.data(), scales.data(), static_cast<int64_t>(n));
+    if (keep.dtype == be::Dtype::Q4_0)
+      w.set_rows_q4_0(row0, quants.data(), scales.data(), static_cast<int64_t>(n));
+    else
+      w.set_rows_q8_0(row0, reinterpret_cast<const int8_t*>(quants.data()), scales.data(), static_cast<int64_t>(n));
   };
   auto stacked = [&](std::initializer_list<std::pair<std::string, uint64_t>> parts, uint64_t n_in) {
     uint64_t n_out = 0;
-    bool q8 = keep_q8_0 && n_in % be::kQBlock == 0;  // every part Q8_0: one Q8_0 weight
+    bool blocks = keep.keeps && n_in % be::kQBlock == 0;  // every part of the kept type: one block weight
     for (const auto& p : parts) {
       n_out += p.second;
       const gguf::TensorInfo* t = f.find_tensor(p.first);
-      q8 = q8 && t && t->type == gguf::TensorType::Q8_0;
+      blocks = blocks && t && t->type == keep.type;
     }
-    if (q8) {
-      be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in), be::Dtype::Q8_0);
+    if (blocks) {
+      be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in), keep.dtype);
       int64_t row0 = 0;
       for (const auto& [name, n] : parts) {
-        put_q8_0(w, row0, name, n_in, n);
+        put_blocks(w, row0, name, n_in, n);
         used.insert(name);
         row0 += static_cast<int64_t>(n);
       }
@@ -307,9 +313,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   fill(im.tok_embd.data(), std::string(arch::kTokenEmbd), D, V);
   im.output_norm = vec(std::string(arch::kOutputNorm), D);
   hp.tied_output = f.find_tensor(arch::kOutput) == nullptr;
-  if (hp.tied_output && keep_q8_0 && te.type == gguf::TensorType::Q8_0) {  // the output keeps token_embd's blocks
-    im.output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D), be::Dtype::Q8_0);
-    put_q8_0(im.output, 0, std::string(arch::kTokenEmbd), D, V);
+  if (hp.tied_output && keep.keeps && te.type == keep.type) {  // the output keeps token_embd's blocks
+    im.output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D), keep.dtype);
+    put_blocks(im.output, 0, std::string(arch::kTokenEmbd), D, V);
   } else if (hp.tied_output) {
     im.output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D), wdt);
     im.output.set_rows(0, im.tok_embd.data(), static_cast<int64_t>(V));
@@ -359,18 +365,19 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   check_unchanged(path, *at_open, file_bytes.size());  // and after: the copy saw one version of the file
   im.engine = std::make_unique<be::Engine>(opts.threads);
   im.summary = summarize_gguf(f);
-  // weight_bytes: matrices in mat_dtype (or Q8_0 blocks), token_embd and norms F32; a tied output adds its copy.
+  // weight_bytes: matrices in mat_dtype (or kept blocks), token_embd and norms F32; a tied output adds its copy.
   im.summary.weight_dtype = dtype_name(mat_dtype);
-  if (keep_q8_0) {
-    size_t q8 = im.output.dtype() == be::Dtype::Q8_0, all = 1;
+  if (keep.keeps) {
+    const std::string type = gguf::type_name(keep.type);  // "Q8_0", "Q4_0"
+    size_t kept = im.output.dtype() == keep.dtype, all = 1;
     for (const auto& L : im.layers)
       for (const be::Weight* w : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down}) {
-        q8 += w->dtype() == be::Dtype::Q8_0;
+        kept += w->dtype() == keep.dtype;
         ++all;
       }
-    im.summary.weight_dtype = q8 == all ? "Q8_0" : (q8 == 0 ? "F32" : "Q8_0+F32");
-    if (q8 == 0) im.dtype_note += "; no Q8_0 matrix in the file: every matrix widened to F32";
-    else if (q8 < all) im.dtype_note += fmt::format("; {} of {} matrices Q8_0, the others widened to F32", q8, all);
+    im.summary.weight_dtype = kept == all ? type : (kept == 0 ? "F32" : type + "+F32");
+    if (kept == 0) im.dtype_note += fmt::format("; no {} matrix in the file: every matrix widened to F32", type);
+    else if (kept < all) im.dtype_note += fmt::format("; {} of {} matrices {}, the others widened to F32", kept, all, type);
   }
   im.summary.resident_bytes = im.weight_bytes + (hp.tied_output ? im.output.bytes() : 0);
   im.summary.load_seconds = load_time.seconds();

@@ -31,6 +31,7 @@ const char* to_string(ComputeDtype d) {
     case ComputeDtype::BF16: return "bf16";
     case ComputeDtype::Auto: return "auto";
     case ComputeDtype::Q8_0: return "q8_0";
+    case ComputeDtype::Q4_0: return "q4_0";
   }
   return "?";
 }
@@ -40,7 +41,8 @@ ComputeDtype parse_compute_dtype(const std::string& s, const std::string& what) 
   if (s == "bf16") return ComputeDtype::BF16;
   if (s == "auto") return ComputeDtype::Auto;
   if (s == "q8_0") return ComputeDtype::Q8_0;
-  throw ArgumentError(fmt::format("{} '{}': expected 'f32', 'bf16', 'q8_0' or 'auto'", what, s));
+  if (s == "q4_0") return ComputeDtype::Q4_0;
+  throw ArgumentError(fmt::format("{} '{}': expected 'f32', 'bf16', 'q8_0', 'q4_0' or 'auto'", what, s));
 }
 
 ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32, bool file_q8_0) {
