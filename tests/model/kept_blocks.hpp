@@ -30,6 +30,16 @@ inline std::string quant_file(const std::string& name) {
   return file.string();
 }
 
+/// Elements of every quant fixture (2 layers, n_embd 256, 2 KV heads of 64
+/// (kv dim 128), n_ff 768, untied output, 512 tokens): those loaded as F32
+/// whatever the dtype (token_embd and norms), and those of the matrices
+/// (output and the layers), which a kept-block dtype holds as blocks.
+struct FixtureElements {
+  static constexpr uint64_t D = 256, F = 768, KV = 128, V = 512, L = 2;
+  static constexpr uint64_t f32 = V * D + D + L * 2 * D;
+  static constexpr uint64_t matrices = V * D + L * (2 * D * D + 2 * KV * D + 3 * D * F);
+};
+
 /// Per-token log-probs of `ids` scored as one rolling request.
 inline std::vector<double> rolling(Model& m, const std::vector<int32_t>& ids) {
   ScoreRequest r{ids, 1};

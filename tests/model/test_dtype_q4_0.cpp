@@ -78,24 +78,21 @@ TEST_SUITE("model.dtype_q4_0") {
     const std::string file = quant_file("model-Q4_0.gguf");
     if (file.empty()) return;
     auto m = Model::load(file, {.threads = 1, .dtype = ComputeDtype::Q4_0});
-    // fixture: 2 layers, n_embd 256, 2 KV heads of 64 (kv dim 128), n_ff 768, untied output, 512 tokens
     REQUIRE(!m->hparams().tied_output);
-    const uint64_t D = 256, F = 768, KV = 128, V = 512, L = 2;
-    const uint64_t f32_elems = V * D + D + L * 2 * D;                             // token_embd and norms
-    const uint64_t mat_elems = V * D + L * (2 * D * D + 2 * KV * D + 3 * D * F);  // output and the layers
-    CHECK(m->load_summary().resident_bytes == f32_elems * 4 + mat_elems / 2 + mat_elems / 32 * 4);
-    CHECK(m->weight_bytes() == m->load_summary().resident_bytes);
+    const uint64_t all_f32 = (test::FixtureElements::f32 + test::FixtureElements::matrices) * 4;
+    const uint64_t kept = test::FixtureElements::f32 * 4 + test::FixtureElements::matrices * 5 / 8;  // n/2 + n/32 * 4
+    CHECK(m->load_summary().resident_bytes == kept);
+    CHECK(m->weight_bytes() == kept);
     CHECK(m->dtype_note().find("file Q4_0") != std::string::npos);
-    const gguf::File g(file);
-    CHECK(estimate_weight_bytes(g, DType::F32, ComputeDtype::Q4_0) == m->load_summary().resident_bytes);
+    CHECK(estimate_weight_bytes(gguf::File(file), DType::F32, ComputeDtype::Q4_0) == kept);
     // A Q8_0 file: q4_0 asked, nothing to keep, the matrices load as F32.
     const std::string k = quant_file("model-Q8_0.gguf");
     if (k.empty()) return;
     auto mk = Model::load(k, {.threads = 1, .dtype = ComputeDtype::Q4_0});
     CHECK(mk->load_summary().weight_dtype == "F32");
     CHECK(mk->dtype_note().find("no Q4_0 matrix in the file: every matrix widened to F32") != std::string::npos);
-    CHECK(mk->load_summary().resident_bytes == (f32_elems + mat_elems) * 4);
-    CHECK(estimate_weight_bytes(gguf::File(k), DType::F32, ComputeDtype::Q4_0) == (f32_elems + mat_elems) * 4);
+    CHECK(mk->load_summary().resident_bytes == all_f32);
+    CHECK(estimate_weight_bytes(gguf::File(k), DType::F32, ComputeDtype::Q4_0) == all_f32);
   }
 
   TEST_CASE("q4_0 decode steps: logits within 1e-4 of f32's, greedy tokens equal; a warm step creates and allocates nothing") {

@@ -40,11 +40,8 @@ TEST_SUITE("model.dtype_q8_0") {
     const std::string file = quant_file("model-Q8_0.gguf");
     if (file.empty()) return;
     auto m = Model::load(file, {.threads = 1, .dtype = ComputeDtype::Q8_0});
-    // fixture: 2 layers, n_embd 256, 2 KV heads of 64 (kv dim 128), n_ff 768, untied output, 512 tokens
     REQUIRE(!m->hparams().tied_output);
-    const uint64_t D = 256, F = 768, KV = 128, V = 512, L = 2;
-    const uint64_t f32_elems = V * D + D + L * 2 * D;                             // token_embd and norms
-    const uint64_t mat_elems = V * D + L * (2 * D * D + 2 * KV * D + 3 * D * F);  // output and the layers
+    const uint64_t f32_elems = test::FixtureElements::f32, mat_elems = test::FixtureElements::matrices;
     CHECK(m->load_summary().resident_bytes == f32_elems * 4 + mat_elems + mat_elems / 32 * 4);
     CHECK(m->weight_bytes() == f32_elems * 4 + mat_elems + mat_elems / 32 * 4);
     const gguf::File g(file);
