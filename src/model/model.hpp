@@ -84,7 +84,9 @@ ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32,
 /// With `kept` q8_0 or q4_0 (the compute dtype), that type's matrices other
 /// than token_embd count as blocks (backend::blocks_bytes: 1.125 or 0.625 bytes
 /// per element, quants and an f32 scale per 32), a tied output from such a
-/// token_embd too; any other `kept` keeps nothing.
+/// token_embd too, and a part of a fused projection (attn_q/k/v, ffn_gate/up)
+/// only when every part is of that type (the loader widens the whole fused
+/// matrix otherwise); any other `kept` keeps nothing.
 uint64_t estimate_weight_bytes(const gguf::File& f, DType dtype = DType::F32, ComputeDtype kept = ComputeDtype::F32);
 
 /// Most compute threads a command accepts (the spec's `threads` bound).

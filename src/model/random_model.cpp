@@ -315,7 +315,8 @@ uint64_t write_random_model(const std::string& path, const RandomModelSpec& spec
             out[static_cast<size_t>(j)] = offset == 0.0f ? x : x + offset;
           }
         },
-        t.fill == Fill::Matrix ? type : gguf::TensorType::F32);
+        t.fill != Fill::Matrix ? gguf::TensorType::F32
+                               : (spec.matrix_types.contains(t.name) ? spec.matrix_types.at(t.name) : type));
   }
   return w.write(path);
 }

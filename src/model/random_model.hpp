@@ -4,6 +4,7 @@
 // convert script writes, weights drawn deterministically from a seed
 // (identical bytes on every machine).
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,9 @@ struct RandomModelSpec {
   /// vocab-only ggml-vocab-*.gguf); n_vocab must equal its token count
   /// (random_model_vocab_size). Empty: the synthetic SentencePiece vocabulary.
   std::string vocab;
+  /// Per-matrix type overrides by tensor name (e.g. {"blk.0.attn_k.weight",
+  /// F32}) for files that mix types; other matrices take write_random_model's `type`.
+  std::map<std::string, gguf::TensorType> matrix_types;
   int head_dim() const { return n_embd_head > 0 ? n_embd_head : n_embd / n_head; }
 };
 

@@ -1,6 +1,10 @@
 // estimate_weight_bytes (declared in model.hpp): resident weight bytes of a
 // GGUF model before loading it, for the memory plan. The hyper-parameters
 // themselves are read and range-checked in model_load.cpp.
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "backend/backend.hpp"
 #include "model/arch/arch.hpp"
 #include "model/gguf.hpp"
@@ -9,12 +13,42 @@
 
 namespace kveval {
 
+namespace {
+
+/// The loader fuses attn_q/k/v and ffn_gate/up of a block into one matrix and
+/// keeps it as blocks only when every part is of the kept type: the names of
+/// the parts fused with tensor `name` ("blk.3.attn_k.weight" -> blk.3.attn_q/k/v),
+/// or `name` alone.
+std::vector<std::string> fused_parts(const std::string& name) {
+  static const std::vector<std::vector<std::string>> groups = {{"attn_q", "attn_k", "attn_v"}, {"ffn_gate", "ffn_up"}};
+  const size_t a = name.find('.'), b = a == std::string::npos ? a : name.find('.', a + 1),
+               c = b == std::string::npos ? b : name.find('.', b + 1);
+  if (name.rfind("blk.", 0) != 0 || c == std::string::npos || name.substr(c) != ".weight") return {name};
+  const std::string prefix = name.substr(0, b + 1), base = name.substr(b + 1, c - b - 1);
+  for (const auto& g : groups)
+    if (std::find(g.begin(), g.end(), base) != g.end()) {
+      std::vector<std::string> parts;
+      for (const auto& p : g) parts.push_back(prefix + p + ".weight");
+      return parts;
+    }
+  return {name};
+}
+
+}  // namespace
+
 uint64_t estimate_weight_bytes(const gguf::File& f, DType dtype, ComputeDtype kept) {
   const detail::KeptBlocks keep = detail::kept_blocks(kept);
   auto kept_type = [&](const gguf::TensorInfo& t) { return keep.keeps && t.type == keep.type; };
+  auto all_parts_kept = [&](const gguf::TensorInfo& t) {
+    for (const std::string& p : fused_parts(t.name)) {
+      const gguf::TensorInfo* pt = f.find_tensor(p);
+      if (pt == nullptr || !kept_type(*pt)) return false;
+    }
+    return true;
+  };
   uint64_t bytes = 0;
   for (const gguf::TensorInfo& t : f.tensors()) {
-    const bool blocks = kept_type(t) && t.dims.size() == 2 && t.name != arch::kTokenEmbd;
+    const bool blocks = kept_type(t) && t.dims.size() == 2 && t.name != arch::kTokenEmbd && all_parts_kept(t);
     bytes += blocks ? backend::blocks_bytes(keep.dtype, t.n_elements) : t.n_elements * dtype_size(dtype);
   }
   // A tied output projection is a second copy of token_embd (kept blocks or the matrix dtype).

@@ -11,6 +11,8 @@
 #include "model/model.hpp"
 #include "model/warm_decode.hpp"
 #include "model/kept_blocks.hpp"
+#include "model/random_model.hpp"
+#include "test_support.hpp"
 
 using namespace kveval;
 using test::quant_file;
@@ -53,6 +55,24 @@ TEST_SUITE("model.dtype_q8_0") {
     CHECK(mk->load_summary().weight_dtype == "F32");
     CHECK(mk->dtype_note().find("no Q8_0 matrix in the file: every matrix widened to F32") != std::string::npos);
     CHECK(mk->load_summary().resident_bytes == (f32_elems + mat_elems) * 4);
+  }
+
+  TEST_CASE("a fused projection with one part not Q8_0 loads as F32, and the memory estimate agrees") {
+    // tiny: n_embd 64, 2 layers, n_head 4, n_head_kv 2, n_ff 96; every matrix Q8_0
+    // but blk.0.attn_k (F32): blk.0's fused QKV is F32, the rest stays Q8_0.
+    static const test::ScratchDir dir("dtype_q8_0_mixed");
+    RandomModelSpec spec = random_model_preset("tiny");
+    spec.matrix_types["blk.0.attn_k.weight"] = gguf::TensorType::F32;
+    const std::string p = (dir.path / "mixed.gguf").string();
+    write_random_model(p, spec, 5, gguf::TensorType::Q8_0);
+    auto m = Model::load(p, {.threads = 1, .dtype = ComputeDtype::Q8_0});
+    CHECK(m->load_summary().weight_dtype == "Q8_0+F32");
+    // Hand count: QKV of blk.0 [64 + 32 + 32, 64] F32 (8192 elements, 4 bytes); every other matrix
+    // 1.125 bytes per element; token_embd [300, 64] and the norms F32.
+    const uint64_t D = 64, F = 96, V = 300, qkv = (64 + 32 + 32) * D, layer = qkv + D * D + 3 * D * F;
+    const uint64_t expect = qkv * 4 + (2 * layer - qkv + V * D) * 9 / 8 + (V * D + D + 2 * 2 * D) * 4;
+    CHECK(m->load_summary().resident_bytes == expect);
+    CHECK(estimate_weight_bytes(gguf::File(p), DType::F32, ComputeDtype::Q8_0) == expect);
   }
 
   TEST_CASE("q8_0 greedy decoding gives f32's tokens; a warm step creates no primitive and allocates nothing") {
