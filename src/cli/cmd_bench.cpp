@@ -91,6 +91,7 @@ void add_bench_command(CLI::App& app, Action& action) {
       for (const auto& s : st->shapes) o.cache_shapes.push_back(parse_shape(s));
       if (st->stream_mib < 0) throw ArgumentError(fmt::format("--stream-mib: must be >= 0, got {}", st->stream_mib));
       o.stream_bytes = static_cast<size_t>(st->stream_mib) << 20;
+      require_model_file(o.model_path, "--model");
       std::function<void(const std::string&)> progress;
       if (st->progress) progress = [](const std::string& s) { fmt::print(stderr, "kveval bench: {}\n", s); };
       const bench::Report rep =

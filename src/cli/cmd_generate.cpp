@@ -23,7 +23,7 @@ void add_generate_command(CLI::App& app, Action& action) {
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("generate", "Greedy generation from a prompt (KV cache on by default)");
-  cmd->add_option("-m,--model", o->model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
   cmd->add_option("-p,--prompt", o->prompt, "prompt text (BOS is prepended)");
   cmd->add_option("-n,--max-gen-toks", o->max_gen_toks, "tokens to generate at most (default 128)");
   cmd->add_option("-t,--threads", o->threads, "compute threads (0 = all cores)")->check(int_in(0, kMaxThreads));
@@ -42,6 +42,7 @@ void add_generate_command(CLI::App& app, Action& action) {
         throw ArgumentError(fmt::format("--prompt: invalid UTF-8 at byte {} (0x{:02x}); prompts must be UTF-8 text",
                                         bad, static_cast<unsigned char>(o->prompt[bad])));
       if (o->max_length < 0) throw ArgumentError(fmt::format("--max-length: must be >= 0, got {}", o->max_length));
+      require_model_file(o->model, "--model");
       Stopwatch sw;
       auto model = Model::load(o->model, {.threads = o->threads,
                                           .dtype = parse_compute_dtype(o->dtype, "--dtype"),

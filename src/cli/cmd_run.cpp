@@ -154,8 +154,7 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
     if (!baseline.is_object() || !baseline.contains("results"))
       throw SpecError(fmt::format("{}: not a kveval results file (no \"results\" object)", a.baseline));
   }
-  std::ifstream probe(spec.model, std::ios::binary);
-  if (!probe) throw ArgumentError(fmt::format("{}: model file not found (spec 'model' or --model)", spec.model));
+  require_model_file(spec.model, "spec 'model' or --model");
 }
 
 int run(const RunArgs& a) {

@@ -54,9 +54,7 @@ void add_tokenize_command(CLI::App& app, Action& action) {
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("tokenize", "Token ids of a text (works on vocab-only GGUF files)");
-  cmd->add_option("-m,--model", o->model, "GGUF file (its tokenizer.ggml.* keys; tensors are not read)")
-      ->required()
-      ->check(CLI::ExistingFile);
+  cmd->add_option("-m,--model", o->model, "GGUF file (its tokenizer.ggml.* keys; tensors are not read)")->required();
   auto* text = cmd->add_option("text", o->text, "the text");
   auto* file = cmd->add_option("-f,--file", o->file, "read the text from FILE (all bytes, as is)")
                    ->check(CLI::ExistingFile);
@@ -68,6 +66,7 @@ void add_tokenize_command(CLI::App& app, Action& action) {
   cmd->callback([o, text, file, &action] {
     action = [o, text, file] {
       if (text->count() == 0 && file->count() == 0) throw ArgumentError("tokenize: give a TEXT or -f FILE");
+      require_model_file(o->model, "--model");
       std::string input = o->text;
       if (file->count()) {
         std::ifstream in(o->file, std::ios::binary);

@@ -5,11 +5,14 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <string>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+
+#include "util/error.hpp"
 
 namespace kveval::cli {
 
@@ -24,6 +27,14 @@ enum Exit : int {
   kRegression = 3,    ///< `run --check`: a metric fell outside its bound
   kRequestErrors = 4, ///< `run`: some requests failed (counted in the report)
 };
+
+/// Throws ArgumentError "<path>: model file not found (<where>)" when `path`
+/// cannot be opened for reading: the one line run, generate, bench and
+/// tokenize give for a missing model file (exit 2).
+inline void require_model_file(const std::string& path, const std::string& where) {
+  std::ifstream probe(path, std::ios::binary);
+  if (!probe) throw ArgumentError(fmt::format("{}: model file not found ({})", path, where));
+}
 
 /// Validator for an integer option in [lo, hi], worded like the spec's
 /// checks: "--threads: expected an integer in [0, 4096], got 65536" (CLI11

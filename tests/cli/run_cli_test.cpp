@@ -133,6 +133,15 @@ TEST_SUITE("cli.run") {
     Run r = run_kveval(d, "run " + quote(spec));
     CHECK(r.code == 2);
     CHECK(r.err.find("nowhere.gguf: model file not found") != std::string::npos);
+    // the same line and exit code from every command that takes -m
+    for (const std::string cmd : {"generate -m nowhere.gguf -n 1", "bench -m nowhere.gguf --tests tg -n 2 -r 1",
+                                  "tokenize -m nowhere.gguf hello"}) {
+      CAPTURE(cmd);
+      Run c = run_kveval(d, cmd);
+      CHECK(c.code == 2);
+      CHECK(count_lines(c.err) == 1);
+      CHECK(c.err.find("kveval: error: nowhere.gguf: model file not found (--model)") != std::string::npos);
+    }
   }
 
   TEST_CASE("per-request errors (empty continuation, empty rolling document) are counted: exit 4, no NaN" * kveval::test::needs_model()) {

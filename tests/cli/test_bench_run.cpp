@@ -207,6 +207,7 @@ TEST_SUITE("cli.cmd_bench") {
     CHECK(err.find("--tests: unknown test 'warp'") != std::string::npos);
     CHECK(run(kveval_bin() + " bench -m " + test::model_path() + " --cache-shapes 8by4096", out, err) == 2);
     CHECK(err.find("--cache-shapes") != std::string::npos);
-    CHECK(run(kveval_bin() + " bench -m /nonexistent.gguf --tests pp", out, err) == 1);
+    CHECK(run(kveval_bin() + " bench -m /nonexistent.gguf --tests pp", out, err) == 2);  // as run, generate, tokenize
+    CHECK(err.find("/nonexistent.gguf: model file not found (--model)") != std::string::npos);
   }
 }
