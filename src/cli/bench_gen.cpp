@@ -115,7 +115,8 @@ void run_gen_mixed(const Options& o, Model& model, int threads, Report& rep,
       "gen-mixed: {} prompts of 4-32 tokens, max_gen_toks uniform in [1, {}] (seed {}, unsorted), EOS ignored, no log-probs (as kveval run); "
       "tok/s = generated tokens / wall time of generate_greedy (prefill included) in a cache of `batch` rows; static: "
       "groups of `batch` prompts decode until their longest row ends; dynamic: a finished row is rewound and refilled "
-      "with the next prompt in the pass where the others decode; speedup = static / dynamic median seconds.",
+      "with the next prompt in the pass where the others decode; speedup = static / dynamic median seconds; '@N': "
+      "the cache's positions per row (the longest prompt plus the largest max_gen_toks).",
       w.prompts.size(), o.gen_mixed_max_gen, o.seed));
 }
 
