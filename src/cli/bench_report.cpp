@@ -94,9 +94,15 @@ std::string to_markdown(const Report& rep) {
     out += fmt::format("kveval {} ({})", m.value("kveval_version", ""), m.value("git_hash", ""));
   if (m.contains("model")) {
     const auto& mo = m["model"];
-    out += fmt::format(", model {} ({:.1f} MiB of {} weights, {:.2f} M parameters)", mo.value("path", ""),
-                       mo.value("weight_bytes", 0.0) / 1048576.0, mo.value("weight_dtype", "F32"),
-                       mo.value("n_params", 0.0) / 1e6);
+    std::string weights = fmt::format("{:.1f} MiB of {} weights", mo.value("weight_bytes", 0.0) / 1048576.0,
+                                      mo.value("weight_dtype", "F32"));
+    if (m.contains("dtypes") && m["dtypes"].size() > 1) {  // one figure per compute dtype compared
+      weights.clear();
+      for (const auto& [name, d] : m["dtypes"].items())
+        weights += fmt::format("{}{}: {:.1f} MiB of {} weights", weights.empty() ? "" : ", ", name,
+                               d.value("weight_bytes", 0.0) / 1048576.0, d.value("weight_dtype", "F32"));
+    }
+    out += fmt::format(", model {} ({}, {:.2f} M parameters)", mo.value("path", ""), weights, mo.value("n_params", 0.0) / 1e6);
   }
   if (m.contains("machine")) {
     out += fmt::format(", machine threads {}", m["machine"].value("threads", 0));

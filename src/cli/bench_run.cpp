@@ -188,11 +188,12 @@ void run_tg(Ctx& c) {
     }
   }
   drop_caches(c.model);
-  c.note(
+  c.note(fmt::format(
       "tg: tok/s = batch*(n_gen-1) / decode time (the first token comes from the prefill; decode time includes argmax "
       "and log-prob of each token); weights_MB = bytes of weights streamed per decode step (matrices in the compute "
-      "dtype, token_embd not streamed) / 1e6; weights_GB_per_s = weights_MB * steps / decode time / 1e3; "
-      "frac_of_stream divides by 'stream read'. e2e_tok_s = batch*n_gen / (prefill + decode).");
+      "dtype, token_embd not streamed) / 1e6; weights_GB_per_s = weights_MB * steps / decode time / 1e3{}. "
+      "e2e_tok_s = batch*n_gen / (prefill + decode).",
+      c.stream ? "; frac_of_stream divides by 'stream read'" : ""));
 }
 
 void run_tg_nocache(Ctx& c) {

@@ -104,6 +104,16 @@ TEST_SUITE("cli.bench_report") {
     CHECK(md.find("- a note, with a comma") != std::string::npos);
   }
 
+  TEST_CASE("the markdown header names the weights of each compute dtype compared") {
+    Report one = sample();
+    CHECK(format_report(one, "md").find("model models/s15m.gguf (60.0 MiB of F32 weights, 15.00 M parameters)") !=
+          std::string::npos);
+    one.meta["dtypes"]["f32"] = {{"weight_bytes", 1048576.0 * 60}, {"weight_dtype", "F32"}};
+    one.meta["dtypes"]["q4_0"] = {{"weight_bytes", 1048576.0 * 9.5}, {"weight_dtype", "Q4_0"}};
+    CHECK(format_report(one, "md").find("(f32: 60.0 MiB of F32 weights, q4_0: 9.5 MiB of Q4_0 weights, 15.00 M "
+                                        "parameters)") != std::string::npos);
+  }
+
   TEST_CASE("unknown format and missing field are errors") {
     CHECK_THROWS_AS(format_report(sample(), "xml"), ArgumentError);
     CHECK_THROWS_AS(sample().rows[0].field("nope"), ArgumentError);
