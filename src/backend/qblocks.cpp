@@ -118,11 +118,19 @@ float dot_scalar(const uint8_t* q, const float* d, const float* x, int64_t n_in)
 // against 12.3 without. The next group's scales (a separate array) likewise, one
 // line per 16 blocks: on Zen 5, s110m q8_0 tg128 at 1 thread, faster in 6 of 7
 // alternating pairs (median ratio 1.09); q4_0, s15m and 2 threads within noise.
+/// For block b of a row (quants at qb, its scale at db): the same place in the
+/// next group of R rows, once per 64-byte line of quants and of scales.
+template <class F, int R>
+inline void prefetch_next(const uint8_t* qb, const float* db, int64_t b, int64_t rs, int64_t nb) {
+  constexpr int64_t kLine = 64 / F::kBytes;  // blocks per cache line of quants
+  if (b % kLine == 0) _mm_prefetch(reinterpret_cast<const char*>(qb) + R * rs, _MM_HINT_T0);
+  if (b % 16 == 0) _mm_prefetch(reinterpret_cast<const char*>(db + R * nb), _MM_HINT_T0);
+}
+
 template <class F, int R, int MR>
 __attribute__((target("avx2,fma"))) void tile_avx2(const uint8_t* q, const float* d, int64_t rs, int64_t K,
                                                    const float* x, float (*out)[4]) {
   const int64_t nb = K / kQBlock;
-  constexpr int64_t kLine = 64 / F::kBytes;  // blocks per cache line
   __m256 lo[MR][R][2], hi[MR][R][2];  // lanes 0-7 and 8-15 of the two accumulators
   for (int r = 0; r < MR; ++r)
     for (int i = 0; i < R; ++i) lo[r][i][0] = lo[r][i][1] = hi[r][i][0] = hi[r][i][1] = _mm256_setzero_ps();
@@ -130,8 +138,7 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const uint8_t* q, const float
     const int a = static_cast<int>(b & 1);
     for (int i = 0; i < R; ++i) {
       const uint8_t* qb = q + i * rs + b * F::kBytes;
-      if (b % kLine == 0) _mm_prefetch(reinterpret_cast<const char*>(qb) + R * rs, _MM_HINT_T0);
-      if (b % 16 == 0) _mm_prefetch(reinterpret_cast<const char*>(d + i * nb + b + R * nb), _MM_HINT_T0);
+      prefetch_next<F, R>(qb, d + i * nb + b, b, rs, nb);
       const __m256 db = _mm256_broadcast_ss(d + i * nb + b);
       __m256 qv[4];
       F::load8(qb, qv);
@@ -153,7 +160,6 @@ template <class F, int R, int MR>
 __attribute__((target("avx512f,avx512dq,avx2,fma"))) void tile_avx512(const uint8_t* q, const float* d, int64_t rs,
                                                                       int64_t K, const float* x, float (*out)[4]) {
   const int64_t nb = K / kQBlock;
-  constexpr int64_t kLine = 64 / F::kBytes;
   __m512 acc[MR][R][2];
   for (int r = 0; r < MR; ++r)
     for (int i = 0; i < R; ++i) acc[r][i][0] = acc[r][i][1] = _mm512_setzero_ps();
@@ -161,8 +167,7 @@ __attribute__((target("avx512f,avx512dq,avx2,fma"))) void tile_avx512(const uint
     const int a = static_cast<int>(b & 1);
     for (int i = 0; i < R; ++i) {
       const uint8_t* qb = q + i * rs + b * F::kBytes;
-      if (b % kLine == 0) _mm_prefetch(reinterpret_cast<const char*>(qb) + R * rs, _MM_HINT_T0);
-      if (b % 16 == 0) _mm_prefetch(reinterpret_cast<const char*>(d + i * nb + b + R * nb), _MM_HINT_T0);
+      prefetch_next<F, R>(qb, d + i * nb + b, b, rs, nb);
       __m512 q0, q1;
       F::load16(qb, q0, q1);
       const __m512 db = _mm512_set1_ps(d[i * nb + b]);
