@@ -116,8 +116,10 @@ float dot_scalar(const uint8_t* q, const float* d, const float* x, int64_t n_in)
 // the next group of R rows is prefetched while this group is read: measured on
 // Sapphire Rapids (1 thread, 6 MiB of Q8_0 rows, median of 7) 17.1 G weights/s
 // against 12.3 without. The next group's scales (a separate array) likewise, one
-// line per 16 blocks: on Zen 5, s110m q8_0 tg128 at 1 thread, faster in 6 of 7
-// alternating pairs (median ratio 1.09); q4_0, s15m and 2 threads within noise.
+// line per 16 blocks: on a Zen 5 VM, s110m q8_0 tg128 at 1 thread was faster in 6
+// of 7 alternating pairs (median ratio 1.09), but that VM flips between ~95 and
+// ~135 tok/s states run to run, so the gain is suggestive only; q4_0, s15m and 2
+// threads within noise. Kept because the scales were the one unprefetched stream.
 /// For block b of a row (quants at qb, its scale at db): the same place in the
 /// next group of R rows, once per 64-byte line of quants and of scales.
 template <class F, int R>
