@@ -117,10 +117,8 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
     // 8: 239 vs 137, 16: 186 vs 187); longer and batch-invariant products widen.
     if (batch_invariant || m > kInvariantMinRows)
       matmul_widened(engine, x, m, w, y, accumulate, batch_invariant);
-    else if (w.dtype() == Dtype::Q4_0)
-      q4_0_matmul(x, m, w, y, accumulate, im.threads);
     else
-      q8_0_matmul(x, m, w, y, accumulate, im.threads);
+      blocks_matmul(x, m, w, y, accumulate, im.threads);
     return;
   }
   if (batch_invariant) {

@@ -309,6 +309,11 @@ void q4_0_matmul(const float* x, int64_t m, const Weight& w, float* y, bool accu
   matmul_blocks<Q4>(x, m, w, y, accumulate, threads);
 }
 
+void blocks_matmul(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads) {
+  if (w.dtype() == Dtype::Q4_0) return q4_0_matmul(x, m, w, y, accumulate, threads);
+  q8_0_matmul(x, m, w, y, accumulate, threads);  // throws for another dtype
+}
+
 void widen_rows(const Weight& w, int64_t n0, int64_t nc, float* dst, int64_t ld, int threads) {
   if (w.dtype() == Dtype::Q4_0) return widen<Q4>(w, n0, nc, dst, ld, threads);
   require(w, Dtype::Q8_0, "widen_rows");

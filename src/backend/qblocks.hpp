@@ -23,6 +23,10 @@ void q8_0_matmul(const float* x, int64_t m, const Weight& w, float* y, bool accu
 /// 16 + l), the same bits on every path (q4_0_dot_scalar), the same threading.
 void q4_0_matmul(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads);
 
+/// q8_0_matmul or q4_0_matmul, by w's dtype (as widen_rows); throws
+/// ArgumentError for a weight of another dtype.
+void blocks_matmul(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads);
+
 /// One output of q8_0_matmul in portable C++ (std::fma), bit-identical to the
 /// vector kernels: q [n_in] quants, d [n_in / 32] scales, x [n_in].
 float q8_0_dot_scalar(const int8_t* q, const float* d, const float* x, int64_t n_in);

@@ -78,10 +78,7 @@ struct Blocks {
 
 /// The block kernel for w's dtype.
 void kernel(const float* x, int64_t m, const Weight& w, float* y, bool acc, int threads) {
-  if (w.dtype() == Dtype::Q4_0)
-    q4_0_matmul(x, m, w, y, acc, threads);
-  else
-    q8_0_matmul(x, m, w, y, acc, threads);
+  blocks_matmul(x, m, w, y, acc, threads);
 }
 
 }  // namespace
