@@ -27,6 +27,8 @@ class Buffer;
 enum class Dtype { F32, BF16, Q8_0, Q4_0 };
 /// Elements per block of Dtype::Q8_0 and Dtype::Q4_0 (ggml-common.h QK8_0 = QK4_0 = 32).
 inline constexpr int64_t kQBlock = 32;
+/// Rows of a block-dtype weight interleaved block by block (see Weight::raw).
+inline constexpr int64_t kQGroup = 4;
 /// True for the block dtypes (Q8_0, Q4_0): quants and f32 scales, not transposed.
 inline constexpr bool is_blocks(Dtype d) { return d == Dtype::Q8_0 || d == Dtype::Q4_0; }
 /// Bytes of the quants of one block of a block dtype: 32 for Q8_0 (int8 each),
@@ -155,19 +157,21 @@ class Weight {
   const float* data() const { return data_.get(); }
   /// Wᵀ as bf16 bits (Dtype::BF16 only): element (k, n) at bf16()[k * ld() + n].
   const uint16_t* bf16() const { return reinterpret_cast<const uint16_t*>(data_.get()); }
-  /// Storage of Wᵀ (F32, BF16) or of the quants (Q8_0, Q4_0; row n at n * ld() bytes).
+  /// Storage of Wᵀ (F32, BF16) or of the quants (Q8_0, Q4_0). Block dtypes keep
+  /// W's rows in groups of kQGroup, interleaved block by block so that a decode
+  /// step reads one sequential stream: block b of row n is the block_quant_bytes
+  /// bytes at raw() + block_index(n, b) * block_quant_bytes(dtype()). The last
+  /// group is padded with zero rows (quants and scales 0).
   const void* raw() const { return data_.get(); }
-  /// Q8_0 only: W's quants, NOT transposed: element (n, k) at q8()[n * n_in() + k].
-  const int8_t* q8() const { return reinterpret_cast<const int8_t*>(data_.get()); }
-  /// Q4_0 only: W's packed quants, NOT transposed: row n at q4()[n * n_in() / 2],
-  /// block b of it at 16 bytes from b * 16 (layout as set_rows_q4_0).
-  const uint8_t* q4() const { return reinterpret_cast<const uint8_t*>(data_.get()); }
-  /// Q8_0, Q4_0: scales [n_out, n_in / kQBlock]: block b of row n at scales()[n * (n_in / 32) + b].
+  /// Block dtypes: index of block b of row n in raw() and scales():
+  /// ((n / kQGroup) * (n_in / kQBlock) + b) * kQGroup + n % kQGroup.
+  int64_t block_index(int64_t n, int64_t b) const { return ((n / kQGroup) * (n_in_ / kQBlock) + b) * kQGroup + n % kQGroup; }
+  /// Q8_0, Q4_0: the scales, one f32 per block: block b of row n at scales()[block_index(n, b)].
   const float* scales() const { return scales_; }
   /// Row stride of Wᵀ in elements: n_out, plus 64 bytes when a row's bytes are a
   /// multiple of 4 KiB (a power-of-two stride maps every row to the same cache
   /// sets: measured 7.7 GB/s instead of ~25 GB/s for a 768 x 4096 decode step).
-  /// Q8_0, Q4_0: the quants' row stride in bytes (n_in, n_in / 2).
+  /// Q8_0, Q4_0: bytes of one row's quants (n_in, n_in / 2; rows are interleaved, see raw()).
   int64_t ld() const { return ld_; }
   /// Bytes of the matrix elements (4 or 2 per element; Q8_0, Q4_0: blocks_bytes).
   size_t bytes() const {

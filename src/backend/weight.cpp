@@ -136,9 +136,15 @@ Weight::Weight(int64_t n_out, int64_t n_in, Dtype dtype) : n_out_(n_out), n_in_(
       throw ArgumentError(fmt::format("Weight: {} needs n_in divisible by {} (shape [{}, {}])", to_string(dtype), kQBlock,
                                       n_out, n_in));
     ld_ = n_in / kQBlock * block_quant_bytes(dtype);
-    const size_t qbytes = (static_cast<size_t>(n_out * ld_) + 63) / 64 * 64;  // scales 64-byte aligned
-    data_.reset(alloc_floats((qbytes + static_cast<size_t>(n_out * (n_in / kQBlock)) * 4) / 4));
+    const int64_t rows = (n_out + kQGroup - 1) / kQGroup * kQGroup, nb = n_in / kQBlock;
+    const size_t qbytes = (static_cast<size_t>(rows * ld_) + 63) / 64 * 64;  // scales 64-byte aligned
+    data_.reset(alloc_floats((qbytes + static_cast<size_t>(rows * nb) * 4) / 4));
     scales_ = data_.get() + qbytes / 4;
+    if (rows != n_out) {  // the last group's padding rows: zero quants and scales
+      const int64_t g0 = rows - kQGroup;
+      std::memset(reinterpret_cast<std::byte*>(data_.get()) + g0 * ld_, 0, static_cast<size_t>(kQGroup * ld_));
+      std::memset(scales_ + g0 * nb, 0, sizeof(float) * static_cast<size_t>(kQGroup * nb));
+    }
     return;
   }
   const int64_t esize = dtype == Dtype::BF16 ? 2 : 4;
@@ -156,9 +162,15 @@ void Weight::set_block_rows(Dtype d, int64_t row0, const void* quants, const flo
   if (dtype_ != d) throw ArgumentError(fmt::format("Weight::{} on a {} matrix", name, to_string(dtype_)));
   if (row0 < 0 || rows < 0 || row0 + rows > n_out_)
     throw ArgumentError(fmt::format("Weight::{}: rows [{}, {}) outside [0, {})", name, row0, row0 + rows, n_out_));
-  const int64_t nb = n_in_ / kQBlock;
-  std::memcpy(reinterpret_cast<std::byte*>(data_.get()) + row0 * ld_, quants, static_cast<size_t>(rows * ld_));
-  std::memcpy(scales_ + row0 * nb, scales, sizeof(float) * static_cast<size_t>(rows * nb));
+  const int64_t nb = n_in_ / kQBlock, bb = block_quant_bytes(d);
+  auto* dst = reinterpret_cast<std::byte*>(data_.get());
+  const auto* src = static_cast<const std::byte*>(quants);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t i = block_index(row0 + r, b);
+      std::memcpy(dst + i * bb, src + r * ld_ + b * bb, static_cast<size_t>(bb));
+      scales_[i] = scales[r * nb + b];
+    }
 }
 
 void Weight::set_rows_q8_0(int64_t row0, const int8_t* quants, const float* scales, int64_t rows) {
