@@ -75,11 +75,14 @@ struct Q4 {
     q[2] = cvt8(hi);
     q[3] = cvt8(_mm_srli_si128(hi, 8));
   }
+  /// Each byte widened to a 32-bit lane; vpermps picks table[lane & 15] =
+  /// nibble - 8 as a float, so no integer-to-float conversion is needed
+  /// (measured on Zen 4: see the Benchmarks section of the README).
   __attribute__((target("avx512f,avx512dq,avx2,fma"))) static void load16(const uint8_t* p, __m512& a, __m512& b) {
-    __m128i lo, hi;
-    split(p, lo, hi);
-    a = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo));
-    b = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi));
+    const __m512 table = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    a = _mm512_permutexvar_ps(v, table);                         // low nibbles (the index's bits 0-3)
+    b = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);  // high nibbles
   }
   static void decode(const uint8_t* p, float* v) {
     for (int j = 0; j < 16; ++j) {
