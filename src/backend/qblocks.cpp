@@ -237,12 +237,16 @@ void tile(const uint8_t* q, const float* d, int64_t K, const float* x, float (*o
 }
 
 /// The kQGroup rows of one group of W (quants q, scales d) against rows
-/// [r0, r0 + mr) of x (mr <= 4): out[r][i]. One x row takes the whole group in
-/// one pass; more take it in two passes of 2 rows (registers for the accumulators).
+/// [r0, r0 + mr) of x (mr <= 4): out[r][i]. The whole group in one pass while
+/// the accumulators fit in registers (2 * mr * 4 of them: AVX-512's 32 zmm up
+/// to 3 rows of x, AVX2's 16 ymm hold lanes 0-7 and 8-15 apart, 1 row), else
+/// in two passes of 2 rows of W.
 template <class F>
 void group_tile(const uint8_t* q, const float* d, int64_t K, const float* x, int64_t mr, float (*out)[4]) {
   static_assert(kQGroup == 4);
   if (mr == 1) return tile<F, 4, 1>(q, d, K, x, out);
+  if (isa() == Isa::Avx512 && mr == 2) return tile<F, 4, 2>(q, d, K, x, out);
+  if (isa() == Isa::Avx512 && mr == 3) return tile<F, 4, 3>(q, d, K, x, out);
   for (int i = 0; i < 4; i += 2) {
     const uint8_t* qi = q + i * F::kBytes;
     const float* di = d + i;
