@@ -14,7 +14,7 @@ namespace kveval::backend {
 /// at the end (q8_0_dot_scalar). AVX-512, else AVX2+FMA, else the scalar twin:
 /// all give the same bits. Each output's arithmetic depends only on its x row
 /// and W row, so the result is the same for every m and thread count. Groups of
-/// 4 rows of W are split among `threads` OpenMP threads (one thread below 2^20
+/// 4 rows of W are split among `threads` OpenMP threads (one thread below 2^16
 /// multiply-adds).
 void q8_0_matmul(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads);
 
