@@ -192,10 +192,12 @@ class Weight {
 /// weight converts x to bf16 first (into an engine buffer, grown at warm-up only)
 /// and runs a bf16 x bf16 -> f32 primitive. oneDNN matmul primitives,
 /// created once and cached: for 2 <= M <= 16 (decode steps) one per (M, n_in, n_out,
-/// accumulate) with fixed dims (oneDNN picks its brgemm kernel); otherwise, M = 1
-/// included (its jit gemv reads the weights faster), one
-/// per (n_in, n_out, accumulate) with runtime M (jit sgemm). Products under
-/// 2^20 multiply-adds run on one thread. With `batch_invariant`, each row's result
+/// accumulate) with fixed dims (oneDNN picks its brgemm kernel); otherwise, a
+/// BF16 M = 1 included (its jit gemv reads the weights faster), one
+/// per (n_in, n_out, accumulate) with runtime M (jit sgemm). An F32 decode step
+/// of one row (M = 1, not batch-invariant) runs kveval's gemv (gemv.hpp: Wᵀ read
+/// front to back, 1.3-1.5x oneDNN's one-row product on Zen 4). Products under
+/// 2^20 multiply-adds (2^16 for decode steps) run on one thread. With `batch_invariant`, each row's result
 /// is bit-identical whatever M is: oneDNN's sgemm uses another kernel (another
 /// summation order) below 16 rows, so fewer rows are padded to 16 (measured on
 /// oneDNN 2.6: rows agree bit for bit for every M >= 16 on AVX-512; on AVX2 rows

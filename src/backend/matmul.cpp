@@ -7,6 +7,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/engine_impl.hpp"
+#include "backend/gemv.hpp"
 #include "backend/qblocks.hpp"
 
 namespace kveval::backend {
@@ -119,6 +120,10 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
       matmul_widened(engine, x, m, w, y, accumulate, batch_invariant);
     else
       blocks_matmul(x, m, w, y, accumulate, im.threads);
+    return;
+  }
+  if (m == 1 && !batch_invariant && w.dtype() == Dtype::F32) {  // one-row f32 decode steps (gemv.cpp)
+    gemv(x, w, y, accumulate, im.threads);
     return;
   }
   if (batch_invariant) {

@@ -12,8 +12,7 @@
 
 #include <fmt/format.h>
 
-#include <oneapi/dnnl/dnnl.hpp>
-
+#include "backend/kernel_isa.hpp"
 #include "util/error.hpp"
 
 // GCC 12's AVX-512 conversion intrinsics warn about their own undefined
@@ -209,19 +208,8 @@ __attribute__((target("avx512f,avx512dq,avx2,fma"))) void tile_avx512(const uint
     }
 }
 
-enum class Isa { Scalar, Avx2, Avx512 };
-/// The widest path this CPU has, capped like oneDNN's own kernels (its
-/// effective ISA follows DNNL_MAX_CPU_ISA, so the AVX2 test run covers AVX2 here too).
-Isa isa() {
-  static const Isa v = [] {
-    const auto cap = dnnl::get_effective_cpu_isa();
-    if (cap >= dnnl::cpu_isa::avx512_core && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq"))
-      return Isa::Avx512;
-    if (cap >= dnnl::cpu_isa::avx2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
-    return Isa::Scalar;
-  }();
-  return v;
-}
+using Isa = KernelIsa;
+inline Isa isa() { return kernel_isa(); }
 
 /// A tile of R rows of a group of W and MR rows of x on this CPU's best path (out[r][i]).
 template <class F, int R, int MR>
@@ -312,8 +300,7 @@ void widen(const Weight& w, int64_t n0, int64_t nc, float* dst, int64_t ld, int 
 }  // namespace
 
 const char* qblock_kernel_name() {
-  const Isa i = isa();
-  return i == Isa::Avx512 ? "avx512" : (i == Isa::Avx2 ? "avx2" : "scalar");
+  return kernel_isa_name(kernel_isa());
 }
 
 float q8_0_dot_scalar(const int8_t* q, const float* d, const float* x, int64_t n_in) {

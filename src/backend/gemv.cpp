@@ -1,0 +1,122 @@
+// One-row products with F32 weights (decode steps): Wᵀ read front to back, 16
+// rows at a time, into the output row y kept in cache.
+//
+// Why not oneDNN here: measured on a Zen 4 VM (1 thread, a decode step's
+// matrices of the s110m shape in sequence, out of cache, median of 9), oneDNN's
+// runtime-M gemv streamed 15.4 GB/s against a 22.7 GB/s `stream read`; this
+// loop 20.5-21.4 GB/s with 16 rows per pass (8: 19-20.5, 32: 10.6-11.6). The
+// same loop on BF16 weights (widened with a shift) measured 14.8-17.8 GB/s
+// alone but tied with oneDNN at 1 thread and lost at 2 inside the model
+// (s110m tg128 68.8-74.3 vs 72.2-77.5 and 94.7-97.5 vs 111.7-121.5 tok/s), so
+// BF16 stays on oneDNN.
+#include "backend/gemv.hpp"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "backend/kernel_isa.hpp"
+#include "util/error.hpp"
+
+// GCC 12's AVX-512 intrinsics warn about their own undefined pass-through operand.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace kveval::backend {
+
+namespace {
+
+constexpr int kRows = 16;  // rows of Wᵀ per pass over y
+
+/// Output n over rows [0, K) of Wᵀ, starting from acc: the spec the vector passes match.
+float col_scalar(const float* wt, int64_t ld, int64_t K, const float* x, int64_t n, float acc) {
+  for (int64_t k = 0; k < K; ++k) acc = std::fma(x[k], wt[k * ld + n], acc);
+  return acc;
+}
+
+/// Rows [k, k + KU) of Wᵀ into columns [n0, n1) of y (lanes past n1 masked).
+template <int KU>
+__attribute__((target("avx512f,avx2,fma"))) void pass_avx512(const float* wt, int64_t ld, int64_t k, const float* x,
+                                                             int64_t n0, int64_t n1, float* y) {
+  __m512 xs[KU];
+  for (int u = 0; u < KU; ++u) xs[u] = _mm512_set1_ps(x[k + u]);
+  for (int64_t n = n0; n < n1; n += 16) {
+    const __mmask16 m = n + 16 <= n1 ? __mmask16(0xFFFF) : __mmask16((1u << (n1 - n)) - 1);
+    __m512 a = _mm512_maskz_loadu_ps(m, y + n);
+    for (int u = 0; u < KU; ++u) a = _mm512_fmadd_ps(xs[u], _mm512_maskz_loadu_ps(m, wt + (k + u) * ld + n), a);
+    _mm512_mask_storeu_ps(y + n, m, a);
+  }
+}
+
+/// Rows [k, k + KU) of Wᵀ into columns [n0, n1) of y, n1 - n0 a multiple of 8.
+template <int KU>
+__attribute__((target("avx2,fma"))) void pass_avx2(const float* wt, int64_t ld, int64_t k, const float* x, int64_t n0,
+                                                   int64_t n1, float* y) {
+  __m256 xs[KU];
+  for (int u = 0; u < KU; ++u) xs[u] = _mm256_set1_ps(x[k + u]);
+  for (int64_t n = n0; n < n1; n += 8) {
+    __m256 a = _mm256_loadu_ps(y + n);
+    for (int u = 0; u < KU; ++u) a = _mm256_fmadd_ps(xs[u], _mm256_loadu_ps(wt + (k + u) * ld + n), a);
+    _mm256_storeu_ps(y + n, a);
+  }
+}
+
+/// Columns [n0, n1) of y (holding the starting values) over all of Wᵀ.
+void cols(const float* wt, int64_t ld, int64_t K, const float* x, int64_t n0, int64_t n1, float* y) {
+  const KernelIsa isa = kernel_isa();
+  const bool wide = isa == KernelIsa::Avx512;
+  // AVX2 takes columns in vectors of 8 and the rest one by one; scalar takes all one by one.
+  const int64_t nv = isa == KernelIsa::Scalar ? n0 : (wide ? n1 : n0 + (n1 - n0) / 8 * 8);
+  if (nv > n0) {
+    const int64_t kmain = K / kRows * kRows;
+    for (int64_t k = 0; k < kmain; k += kRows) {
+      if (wide)
+        pass_avx512<kRows>(wt, ld, k, x, n0, nv, y);
+      else
+        pass_avx2<kRows>(wt, ld, k, x, n0, nv, y);
+    }
+    for (int64_t k = kmain; k < K; ++k) {  // the last K % kRows rows, one per pass
+      if (wide)
+        pass_avx512<1>(wt, ld, k, x, n0, nv, y);
+      else
+        pass_avx2<1>(wt, ld, k, x, n0, nv, y);
+    }
+  }
+  for (int64_t n = nv; n < n1; ++n) y[n] = col_scalar(wt, ld, K, x, n, y[n]);
+}
+
+void require_f32(const Weight& w, const char* who) {
+  if (w.dtype() != Dtype::F32) throw ArgumentError(fmt::format("{}: a {} weight (F32 only)", who, to_string(w.dtype())));
+}
+
+}  // namespace
+
+void gemv(const float* x, const Weight& w, float* y, bool accumulate, int threads) {
+  require_f32(w, "gemv");
+  const int64_t N = w.n_out(), K = w.n_in(), ld = w.ld();
+  const int t = N * K < (int64_t(1) << 16) ? 1 : std::max(1, threads);
+  const int64_t per = (N / 16 + t - 1) / t * 16;  // columns per thread, a multiple of 16
+#pragma omp parallel num_threads(t)
+  {
+    const int i = omp_get_thread_num();
+    const int64_t n0 = std::min(N, i * per), n1 = i == t - 1 ? N : std::min(N, n0 + per);
+    if (n0 < n1) {
+      if (!accumulate) std::memset(y + n0, 0, sizeof(float) * static_cast<size_t>(n1 - n0));
+      cols(w.data(), ld, K, x, n0, n1, y);
+    }
+  }
+}
+
+float gemv_scalar(const float* x, const Weight& w, int64_t n, float y0) {
+  require_f32(w, "gemv_scalar");
+  return col_scalar(w.data(), w.ld(), w.n_in(), x, n, y0);
+}
+
+const char* gemv_kernel_name() { return kernel_isa_name(kernel_isa()); }
+
+}  // namespace kveval::backend

@@ -1,0 +1,95 @@
+// One-row products with F32 weights (gemv.cpp): the vector kernel
+// against its scalar twin (same bits, every thread count) and a naive
+// double-precision reference; a hand-computed case; matmul routing one-row
+// decode steps to it.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "backend/gemv.hpp"
+#include "backend/random_values.hpp"
+#include "util/error.hpp"
+
+using namespace kveval::backend;
+using kveval::test::randv;
+
+TEST_SUITE("backend.gemv") {
+  TEST_CASE("gemv gives the scalar twin's bits for every thread count and the double reference within f32 rounding") {
+    MESSAGE("gemv kernel: " << std::string(gemv_kernel_name()));
+    // Shapes: tails of 16-column vectors and of 8/16-row passes, 4 KiB rows
+    // (the padded row stride of Weight::ld), more columns than one thread takes.
+    const int64_t shapes[][2] = {{1, 1}, {17, 33}, {100, 7}, {768, 64}, {1024, 48}, {2048, 40}, {4100, 19}};
+    for (const auto& s : shapes) {
+      const int64_t n_out = s[0], n_in = s[1];
+      const auto wv = randv(static_cast<size_t>(n_out * n_in), static_cast<uint32_t>(n_out + n_in));
+      const Weight w(wv, n_out, n_in);
+      const auto x = randv(static_cast<size_t>(n_in), 7);
+      const auto y0 = randv(static_cast<size_t>(n_out), 8);
+      for (bool acc : {false, true})
+        for (int threads : {1, 2}) {
+          std::vector<float> y(y0);
+          gemv(x.data(), w, y.data(), acc, threads);
+          int64_t differ = 0;
+          double worst = 0;
+          for (int64_t n = 0; n < n_out; ++n) {
+            const float start = acc ? y0[static_cast<size_t>(n)] : 0.0f;
+            const float want = gemv_scalar(x.data(), w, n, start);
+            if (std::memcmp(&want, &y[static_cast<size_t>(n)], sizeof(float)) != 0) ++differ;
+            double e = start, a = std::fabs(start);
+            for (int64_t k = 0; k < n_in; ++k) {
+              const double t = double(x[static_cast<size_t>(k)]) * wv[static_cast<size_t>(n * n_in + k)];
+              e += t;
+              a += std::fabs(t);
+            }
+            worst = std::max(worst, std::fabs(double(want) - e) / (a + 1e-30));
+          }
+          INFO("[" << n_out << ", " << n_in << "] acc=" << acc << " threads=" << threads);
+          CHECK(differ == 0);
+          CHECK(worst < double(n_in + 1) * 6e-8);  // one rounding of relative 2^-24 per fma
+        }
+    }
+  }
+
+  TEST_CASE("hand-computed one-row product") {
+    // W = [[1, 2, 3], [-1, 0.5, 4]], x = [2, -1, 0.25]: y = [2 - 2 + 0.75, -2 - 0.5 + 1] = [0.75, -1.5].
+    const Weight w(std::vector<float>{1, 2, 3, -1, 0.5f, 4}, 2, 3);
+    const std::vector<float> x = {2, -1, 0.25f};
+    std::vector<float> y = {10, 20};
+    gemv(x.data(), w, y.data(), false, 1);
+    CHECK(y[0] == 0.75f);
+    CHECK(y[1] == -1.5f);
+    gemv(x.data(), w, y.data(), true, 2);
+    CHECK(y[0] == 1.5f);
+    CHECK(y[1] == -3.0f);
+  }
+
+  TEST_CASE("gemv refuses weights that are not F32") {
+    const Weight q(4, 32, Dtype::Q8_0), b(std::vector<float>(128, 1.0f), 4, 32, Dtype::BF16);
+    std::vector<float> x(32, 1.0f), y(4);
+    CHECK_THROWS_AS(gemv(x.data(), q, y.data(), false, 1), kveval::ArgumentError);
+    CHECK_THROWS_AS(gemv(x.data(), b, y.data(), false, 1), kveval::ArgumentError);
+  }
+
+  TEST_CASE("matmul runs one-row f32 decode steps through gemv and scoring rows through oneDNN") {
+    Engine eng(2);
+    const int64_t n_out = 300, n_in = 70;
+    const Weight w(randv(static_cast<size_t>(n_out * n_in), 3), n_out, n_in);
+    const auto x = randv(static_cast<size_t>(n_in), 4);
+    std::vector<float> y(static_cast<size_t>(n_out)), yi(static_cast<size_t>(n_out));
+    matmul(eng, x.data(), 1, w, y.data(), false, false);
+    CHECK(eng.primitives_created() == 0);                  // the decode step did not go through oneDNN
+    matmul(eng, x.data(), 1, w, yi.data(), false, true);  // batch-invariant: oneDNN's sgemm
+    CHECK(eng.primitives_created() == 1);
+    double worst = 0;
+    for (int64_t n = 0; n < n_out; ++n) {
+      const float want = gemv_scalar(x.data(), w, n, 0.0f);
+      CHECK(std::memcmp(&want, &y[static_cast<size_t>(n)], sizeof(float)) == 0);
+      worst = std::max(worst, double(std::fabs(yi[static_cast<size_t>(n)] - want)));
+    }
+    CHECK(worst < 1e-4);  // the two summation orders agree to f32 rounding (|y| ~ 5)
+  }
+}
