@@ -33,9 +33,9 @@ namespace {
 
 constexpr int kRows = 16;  // rows of Wᵀ per pass over y
 
-/// Output n over rows [0, K) of Wᵀ, starting from acc: the spec the vector passes match.
-float col_scalar(const float* wt, int64_t ld, int64_t K, const float* x, int64_t n, float acc) {
-  for (int64_t k = 0; k < K; ++k) acc = std::fma(x[k], wt[k * ld + n], acc);
+/// Output n over rows [k0, k1) of Wᵀ, starting from acc: the spec the vector passes match.
+float col_scalar(const float* wt, int64_t ld, int64_t k0, int64_t k1, const float* x, int64_t n, float acc) {
+  for (int64_t k = k0; k < k1; ++k) acc = std::fma(x[k], wt[k * ld + n], acc);
   return acc;
 }
 
@@ -66,28 +66,28 @@ __attribute__((target("avx2,fma"))) void pass_avx2(const float* wt, int64_t ld, 
   }
 }
 
-/// Columns [n0, n1) of y (holding the starting values) over all of Wᵀ.
-void cols(const float* wt, int64_t ld, int64_t K, const float* x, int64_t n0, int64_t n1, float* y) {
+/// Columns [n0, n1) of y (holding the starting values) over rows [k0, k1) of Wᵀ.
+void cols(const float* wt, int64_t ld, int64_t k0, int64_t k1, const float* x, int64_t n0, int64_t n1, float* y) {
   const KernelIsa isa = kernel_isa();
   const bool wide = isa == KernelIsa::Avx512;
   // AVX2 takes columns in vectors of 8 and the rest one by one; scalar takes all one by one.
   const int64_t nv = isa == KernelIsa::Scalar ? n0 : (wide ? n1 : n0 + (n1 - n0) / 8 * 8);
   if (nv > n0) {
-    const int64_t kmain = K / kRows * kRows;
-    for (int64_t k = 0; k < kmain; k += kRows) {
+    const int64_t kmain = k0 + (k1 - k0) / kRows * kRows;
+    for (int64_t k = k0; k < kmain; k += kRows) {
       if (wide)
         pass_avx512<kRows>(wt, ld, k, x, n0, nv, y);
       else
         pass_avx2<kRows>(wt, ld, k, x, n0, nv, y);
     }
-    for (int64_t k = kmain; k < K; ++k) {  // the last K % kRows rows, one per pass
+    for (int64_t k = kmain; k < k1; ++k) {  // the last (k1 - k0) % kRows rows, one per pass
       if (wide)
         pass_avx512<1>(wt, ld, k, x, n0, nv, y);
       else
         pass_avx2<1>(wt, ld, k, x, n0, nv, y);
     }
   }
-  for (int64_t n = nv; n < n1; ++n) y[n] = col_scalar(wt, ld, K, x, n, y[n]);
+  for (int64_t n = nv; n < n1; ++n) y[n] = col_scalar(wt, ld, k0, k1, x, n, y[n]);
 }
 
 void require_f32(const Weight& w, const char* who) {
@@ -96,25 +96,46 @@ void require_f32(const Weight& w, const char* who) {
 
 }  // namespace
 
-void gemv(const float* x, const Weight& w, float* y, bool accumulate, int threads) {
+int64_t gemv_split(int64_t n_out, int64_t n_in) {
+  return n_out * n_in < (int64_t(1) << 16) ? 0 : n_in / 2 / kRows * kRows;
+}
+
+void gemv(const float* x, const Weight& w, float* y, bool accumulate, int threads, float* part) {
   require_f32(w, "gemv");
-  const int64_t N = w.n_out(), K = w.n_in(), ld = w.ld();
-  const int t = N * K < (int64_t(1) << 16) ? 1 : std::max(1, threads);
-  const int64_t per = (N / 16 + t - 1) / t * 16;  // columns per thread, a multiple of 16
+  const int64_t N = w.n_out(), K = w.n_in(), ld = w.ld(), split = gemv_split(N, K);
+  if (split > 0 && part == nullptr) throw ArgumentError("gemv: no scratch row for the second half of Wᵀ");
+  float* p = part;
+  const int t = split == 0 ? 1 : std::max(1, threads);
+  // Tasks: the two halves of Wᵀ's rows (one if not split), each over `groups`
+  // column groups of a multiple of 16; each thread streams a contiguous part of Wᵀ.
+  const int64_t halves = split > 0 ? 2 : 1, groups = std::max(1, t / 2);
+  const int64_t per = (N / 16 + groups - 1) / groups * 16;
 #pragma omp parallel num_threads(t)
   {
-    const int i = omp_get_thread_num();
-    const int64_t n0 = std::min(N, i * per), n1 = i == t - 1 ? N : std::min(N, n0 + per);
-    if (n0 < n1) {
-      if (!accumulate) std::memset(y + n0, 0, sizeof(float) * static_cast<size_t>(n1 - n0));
-      cols(w.data(), ld, K, x, n0, n1, y);
+#pragma omp for schedule(static)
+    for (int64_t task = 0; task < halves * groups; ++task) {
+      const int64_t h = task / groups, g = task % groups;
+      const int64_t n0 = std::min(N, g * per), n1 = g == groups - 1 ? N : std::min(N, n0 + per);
+      if (n0 >= n1) continue;
+      float* dst = h == 0 ? y : p;
+      if (h == 1 || !accumulate) std::memset(dst + n0, 0, sizeof(float) * static_cast<size_t>(n1 - n0));
+      if (split == 0)
+        cols(w.data(), ld, 0, K, x, n0, n1, dst);
+      else
+        cols(w.data(), ld, h == 0 ? 0 : split, h == 0 ? split : K, x, n0, n1, dst);
+    }
+    if (split > 0) {
+#pragma omp for schedule(static)
+      for (int64_t n = 0; n < N; ++n) y[n] += p[n];
     }
   }
 }
 
 float gemv_scalar(const float* x, const Weight& w, int64_t n, float y0) {
   require_f32(w, "gemv_scalar");
-  return col_scalar(w.data(), w.ld(), w.n_in(), x, n, y0);
+  const int64_t K = w.n_in(), split = gemv_split(w.n_out(), K);
+  if (split == 0) return col_scalar(w.data(), w.ld(), 0, K, x, n, y0);
+  return col_scalar(w.data(), w.ld(), 0, split, x, n, y0) + col_scalar(w.data(), w.ld(), split, K, x, n, 0.0f);
 }
 
 const char* gemv_kernel_name() { return kernel_isa_name(kernel_isa()); }

@@ -123,7 +123,8 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
     return;
   }
   if (m == 1 && !batch_invariant && w.dtype() == Dtype::F32) {  // one-row f32 decode steps (gemv.cpp)
-    gemv(x, w, y, accumulate, im.threads);
+    if (gemv_split(w.n_out(), w.n_in()) > 0 && im.gemv_part.reserve(static_cast<size_t>(w.n_out()))) ++im.allocations;
+    gemv(x, w, y, accumulate, im.threads, im.gemv_part.data());
     return;
   }
   if (batch_invariant) {

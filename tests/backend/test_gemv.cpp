@@ -20,19 +20,22 @@ using kveval::test::randv;
 TEST_SUITE("backend.gemv") {
   TEST_CASE("gemv gives the scalar twin's bits for every thread count and the double reference within f32 rounding") {
     MESSAGE("gemv kernel: " << std::string(gemv_kernel_name()));
-    // Shapes: tails of 16-column vectors and of 8/16-row passes, 4 KiB rows
-    // (the padded row stride of Weight::ld), more columns than one thread takes.
-    const int64_t shapes[][2] = {{1, 1}, {17, 33}, {100, 7}, {768, 64}, {1024, 48}, {2048, 40}, {4100, 19}};
+    // Shapes: tails of 16-column vectors and of 16-row passes, 4 KiB rows (the
+    // padded row stride of Weight::ld), one chain (under 2^16 multiply-adds or
+    // n_in < 32) and two halves (gemv_split > 0) with odd half lengths.
+    const int64_t shapes[][2] = {{1, 1},     {17, 33},    {100, 7},    {768, 64},  {1024, 48},
+                                 {2048, 40}, {4100, 19},  {300, 300},  {17, 5000}, {1000, 97}};
     for (const auto& s : shapes) {
       const int64_t n_out = s[0], n_in = s[1];
       const auto wv = randv(static_cast<size_t>(n_out * n_in), static_cast<uint32_t>(n_out + n_in));
       const Weight w(wv, n_out, n_in);
       const auto x = randv(static_cast<size_t>(n_in), 7);
       const auto y0 = randv(static_cast<size_t>(n_out), 8);
+      std::vector<float> part(static_cast<size_t>(n_out));
       for (bool acc : {false, true})
-        for (int threads : {1, 2}) {
+        for (int threads : {1, 2, 3, 4}) {
           std::vector<float> y(y0);
-          gemv(x.data(), w, y.data(), acc, threads);
+          gemv(x.data(), w, y.data(), acc, threads, part.data());
           int64_t differ = 0;
           double worst = 0;
           for (int64_t n = 0; n < n_out; ++n) {
@@ -49,7 +52,7 @@ TEST_SUITE("backend.gemv") {
           }
           INFO("[" << n_out << ", " << n_in << "] acc=" << acc << " threads=" << threads);
           CHECK(differ == 0);
-          CHECK(worst < double(n_in + 1) * 6e-8);  // one rounding of relative 2^-24 per fma
+          CHECK(worst < double(n_in + 2) * 6e-8);  // one rounding of relative 2^-24 per fma and add
         }
     }
   }
@@ -59,19 +62,23 @@ TEST_SUITE("backend.gemv") {
     const Weight w(std::vector<float>{1, 2, 3, -1, 0.5f, 4}, 2, 3);
     const std::vector<float> x = {2, -1, 0.25f};
     std::vector<float> y = {10, 20};
-    gemv(x.data(), w, y.data(), false, 1);
+    gemv(x.data(), w, y.data(), false, 1, nullptr);
     CHECK(y[0] == 0.75f);
     CHECK(y[1] == -1.5f);
-    gemv(x.data(), w, y.data(), true, 2);
+    gemv(x.data(), w, y.data(), true, 2, nullptr);
     CHECK(y[0] == 1.5f);
     CHECK(y[1] == -3.0f);
   }
 
-  TEST_CASE("gemv refuses weights that are not F32") {
+  TEST_CASE("gemv refuses weights that are not F32 and a missing scratch row") {
     const Weight q(4, 32, Dtype::Q8_0), b(std::vector<float>(128, 1.0f), 4, 32, Dtype::BF16);
     std::vector<float> x(32, 1.0f), y(4);
-    CHECK_THROWS_AS(gemv(x.data(), q, y.data(), false, 1), kveval::ArgumentError);
-    CHECK_THROWS_AS(gemv(x.data(), b, y.data(), false, 1), kveval::ArgumentError);
+    CHECK_THROWS_AS(gemv(x.data(), q, y.data(), false, 1, nullptr), kveval::ArgumentError);
+    CHECK_THROWS_AS(gemv(x.data(), b, y.data(), false, 1, nullptr), kveval::ArgumentError);
+    const Weight big(randv(300 * 300, 9), 300, 300);  // split in two halves: needs the scratch row
+    REQUIRE(gemv_split(300, 300) == 144);
+    std::vector<float> xb(300, 1.0f), yb(300);
+    CHECK_THROWS_AS(gemv(xb.data(), big, yb.data(), false, 1, nullptr), kveval::ArgumentError);
   }
 
   TEST_CASE("matmul runs one-row f32 decode steps through gemv and scoring rows through oneDNN") {
