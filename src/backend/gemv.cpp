@@ -98,14 +98,13 @@ void require_f32(const Weight& w, const char* who) {
 }  // namespace
 
 int64_t gemv_split(int64_t n_out, int64_t n_in) {
-  return n_out * n_in < (int64_t(1) << 16) ? 0 : n_in / 2 / kRows * kRows;
+  return n_out * n_in < kDecodeParallelMacs ? 0 : n_in / 2 / kRows * kRows;
 }
 
 void gemv(const float* x, const Weight& w, float* y, bool accumulate, int threads, float* part) {
   require_f32(w, "gemv");
   const int64_t N = w.n_out(), K = w.n_in(), ld = w.ld(), split = gemv_split(N, K);
   if (split > 0 && part == nullptr) throw ArgumentError("gemv: no scratch row for the second half of Wᵀ");
-  float* p = part;
   const int t = split == 0 ? 1 : std::max(1, threads);
   // Tasks: the two halves of Wᵀ's rows (one if not split), each over `groups`
   // column groups of a multiple of 16; each thread streams a contiguous part of Wᵀ.
@@ -118,16 +117,13 @@ void gemv(const float* x, const Weight& w, float* y, bool accumulate, int thread
       const int64_t h = task / groups, g = task % groups;
       const int64_t n0 = std::min(N, g * per), n1 = g == groups - 1 ? N : std::min(N, n0 + per);
       if (n0 >= n1) continue;
-      float* dst = h == 0 ? y : p;
+      float* dst = h == 0 ? y : part;
       if (h == 1 || !accumulate) std::memset(dst + n0, 0, sizeof(float) * static_cast<size_t>(n1 - n0));
-      if (split == 0)
-        cols(w.data(), ld, 0, K, x, n0, n1, dst);
-      else
-        cols(w.data(), ld, h == 0 ? 0 : split, h == 0 ? split : K, x, n0, n1, dst);
+      cols(w.data(), ld, h == 0 ? 0 : split, h == 0 && split > 0 ? split : K, x, n0, n1, dst);
     }
     if (split > 0) {
 #pragma omp for schedule(static)
-      for (int64_t n = 0; n < N; ++n) y[n] += p[n];
+      for (int64_t n = 0; n < N; ++n) y[n] += part[n];
     }
   }
 }
@@ -138,7 +134,5 @@ float gemv_scalar(const float* x, const Weight& w, int64_t n, float y0) {
   if (split == 0) return col_scalar(w.data(), w.ld(), 0, K, x, n, y0);
   return col_scalar(w.data(), w.ld(), 0, split, x, n, y0) + col_scalar(w.data(), w.ld(), split, K, x, n, 0.0f);
 }
-
-const char* gemv_kernel_name() { return kernel_isa_name(kernel_isa()); }
 
 }  // namespace kveval::backend

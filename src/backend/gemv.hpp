@@ -8,7 +8,8 @@
 namespace kveval::backend {
 
 /// Where gemv splits Wᵀ's rows: 0 (one chain over all n_in rows) for products
-/// under 2^16 multiply-adds, else n_in / 2 rounded down to a multiple of 16.
+/// under kDecodeParallelMacs multiply-adds (kernel_isa.hpp), else n_in / 2
+/// rounded down to a multiple of 16. The path taken: kernel_isa().
 int64_t gemv_split(int64_t n_out, int64_t n_in);
 
 /// y[n_out] (+)= x[n_in] · Wᵀ for one row x and an F32 weight (layout Wᵀ
@@ -26,8 +27,5 @@ void gemv(const float* x, const Weight& w, float* y, bool accumulate, int thread
 
 /// Output n of gemv in portable C++ (std::fma), starting from y0. Throws as gemv.
 float gemv_scalar(const float* x, const Weight& w, int64_t n, float y0);
-
-/// The path gemv takes on this CPU: "avx512", "avx2" or "scalar".
-const char* gemv_kernel_name();
 
 }  // namespace kveval::backend

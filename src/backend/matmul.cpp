@@ -8,6 +8,7 @@
 #include "backend/backend.hpp"
 #include "backend/engine_impl.hpp"
 #include "backend/gemv.hpp"
+#include "backend/kernel_isa.hpp"
 #include "backend/qblocks.hpp"
 
 namespace kveval::backend {
@@ -160,12 +161,11 @@ void run_matmul(Engine& engine, const float* x, int64_t m, int64_t k, const void
   auto& im = engine.impl();
   // Below ~1M multiply-adds (tens of microseconds on one core) a fork/join of
   // the thread team costs more than it saves, and far more on a busy machine;
-  // but decode steps of small models gain from splitting from 2^16: s15m tg128
-  // at 2 threads (Zen 4, medians of 3, three alternating rounds) f32 401-464 ->
-  // 488-573 tok/s, bf16 783-853 -> 1021-1073. Batch-invariant passes keep 2^20:
-  // oneDNN's AVX2 sgemm blocks rows by thread count, so moving the boundary
-  // changes which row counts agree bit for bit (tests model.avx2, eval.avx2).
-  const bool small = m * n * k < (int64_t(1) << (batch_invariant ? 20 : 16));
+  // decode steps split from kDecodeParallelMacs (kernel_isa.hpp, measured).
+  // Batch-invariant passes keep 2^20: oneDNN's AVX2 sgemm blocks rows by thread
+  // count, so moving the boundary changes which row counts agree bit for bit
+  // (tests model.avx2, eval.avx2).
+  const bool small = m * n * k < (batch_invariant ? int64_t(1) << 20 : kDecodeParallelMacs);
   omp_set_num_threads(small ? 1 : im.threads);
   struct Restore {
     int n;

@@ -208,15 +208,12 @@ __attribute__((target("avx512f,avx512dq,avx2,fma"))) void tile_avx512(const uint
     }
 }
 
-using Isa = KernelIsa;
-inline Isa isa() { return kernel_isa(); }
-
 /// A tile of R rows of a group of W and MR rows of x on this CPU's best path (out[r][i]).
 template <class F, int R, int MR>
 void tile(const uint8_t* q, const float* d, int64_t K, const float* x, float (*out)[4]) {
-  switch (isa()) {
-    case Isa::Avx512: tile_avx512<F, R, MR>(q, d, K, x, out); break;
-    case Isa::Avx2: tile_avx2<F, R, MR>(q, d, K, x, out); break;
+  switch (kernel_isa()) {
+    case KernelIsa::Avx512: tile_avx512<F, R, MR>(q, d, K, x, out); break;
+    case KernelIsa::Avx2: tile_avx2<F, R, MR>(q, d, K, x, out); break;
     default:
       for (int r = 0; r < MR; ++r)
         for (int i = 0; i < R; ++i)
@@ -233,8 +230,9 @@ template <class F>
 void group_tile(const uint8_t* q, const float* d, int64_t K, const float* x, int64_t mr, float (*out)[4]) {
   static_assert(kQGroup == 4);
   if (mr == 1) return tile<F, 4, 1>(q, d, K, x, out);
-  if (isa() == Isa::Avx512 && mr == 2) return tile<F, 4, 2>(q, d, K, x, out);
-  if (isa() == Isa::Avx512 && mr == 3) return tile<F, 4, 3>(q, d, K, x, out);
+  const bool wide = kernel_isa() == KernelIsa::Avx512;
+  if (wide && mr == 2) return tile<F, 4, 2>(q, d, K, x, out);
+  if (wide && mr == 3) return tile<F, 4, 3>(q, d, K, x, out);
   for (int i = 0; i < 4; i += 2) {
     const uint8_t* qi = q + i * F::kBytes;
     const float* di = d + i;
@@ -260,10 +258,7 @@ void matmul_blocks(const float* x, int64_t m, const Weight& w, float* y, bool ac
   const int64_t N = w.n_out(), K = w.n_in(), nb = K / kQBlock, groups = (N + kQGroup - 1) / kQGroup;
   const auto* q = static_cast<const uint8_t*>(w.raw());
   const float* d = w.scales();
-  // One thread below 2^16 multiply-adds: s15m q4_0 tg128 at 2 threads (Zen 4, medians of 3, three
-  // alternating rounds) 1106-1313 tok/s with 2^20 (its 288 x 288 and 288 x 768 products ran on one
-  // thread) against 1365-1533 with 2^16; 2^14 measured the same as 2^16.
-  const int t = m * N * K < (int64_t(1) << 16) ? 1 : std::max(1, threads);
+  const int t = m * N * K < kDecodeParallelMacs ? 1 : std::max(1, threads);
 #pragma omp parallel for schedule(static) num_threads(t)
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t n = g * kQGroup, rows = std::min(kQGroup, N - n);
@@ -298,10 +293,6 @@ void widen(const Weight& w, int64_t n0, int64_t nc, float* dst, int64_t ld, int 
 }
 
 }  // namespace
-
-const char* qblock_kernel_name() {
-  return kernel_isa_name(kernel_isa());
-}
 
 float q8_0_dot_scalar(const int8_t* q, const float* d, const float* x, int64_t n_in) {
   return dot_scalar<Q8>(reinterpret_cast<const uint8_t*>(q), Q8::kBytes, d, 1, x, n_in);

@@ -14,8 +14,8 @@ namespace kveval::backend {
 /// at the end (q8_0_dot_scalar). AVX-512, else AVX2+FMA, else the scalar twin:
 /// all give the same bits. Each output's arithmetic depends only on its x row
 /// and W row, so the result is the same for every m and thread count. Groups of
-/// 4 rows of W are split among `threads` OpenMP threads (one thread below 2^16
-/// multiply-adds).
+/// 4 rows of W are split among `threads` OpenMP threads (one thread below
+/// kDecodeParallelMacs multiply-adds, kernel_isa.hpp; the path: kernel_isa()).
 void q8_0_matmul(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads);
 
 /// q8_0_matmul for a Q4_0 weight: the same arithmetic with q = nibble - 8 (lane
@@ -41,8 +41,5 @@ float q4_0_dot_scalar(const uint8_t* q, const float* d, const float* x, int64_t 
 /// dequantize_rows; rows split among `threads` OpenMP threads. Throws
 /// ArgumentError for another dtype.
 void widen_rows(const Weight& w, int64_t n0, int64_t nc, float* dst, int64_t ld, int threads);
-
-/// The path q8_0_matmul and q4_0_matmul take on this CPU: "avx512", "avx2" or "scalar".
-const char* qblock_kernel_name();
 
 }  // namespace kveval::backend

@@ -11,6 +11,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/gemv.hpp"
+#include "backend/kernel_isa.hpp"
 #include "backend/random_values.hpp"
 #include "util/error.hpp"
 
@@ -19,7 +20,7 @@ using kveval::test::randv;
 
 TEST_SUITE("backend.gemv") {
   TEST_CASE("gemv gives the scalar twin's bits for every thread count and the double reference within f32 rounding") {
-    MESSAGE("gemv kernel: " << std::string(gemv_kernel_name()));
+    MESSAGE("gemv kernel: " << std::string(kernel_isa_name(kernel_isa())));
     // Shapes: tails of 16-column vectors and of 16-row passes, 4 KiB rows (the
     // padded row stride of Weight::ld), one chain (under 2^16 multiply-adds or
     // n_in < 32) and two halves (gemv_split > 0) with odd half lengths.

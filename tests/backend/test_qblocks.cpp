@@ -13,6 +13,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/random_values.hpp"
+#include "backend/kernel_isa.hpp"
 #include "backend/qblocks.hpp"
 #include "util/error.hpp"
 
@@ -85,7 +86,7 @@ void kernel(const float* x, int64_t m, const Weight& w, float* y, bool acc, int 
 
 TEST_SUITE("backend.qblocks") {
   TEST_CASE("the Q8_0 and Q4_0 kernels give the scalar twin's bits and the double reference within f32 rounding") {
-    MESSAGE("Q8_0/Q4_0 kernel: " << std::string(qblock_kernel_name()));
+    MESSAGE("Q8_0/Q4_0 kernel: " << std::string(kernel_isa_name(kernel_isa())));
     for (Dtype dt : kFormats)
       for (int64_t n_in : {32, 64, 288, 768, 4096}) {
         const int64_t n_out = 67;
