@@ -302,11 +302,12 @@ struct AttentionSeq {
 };
 
 /// The loop `attention` above for several sequences in one parallel loop over
-/// (sequence, query, head) items: each item runs the same arithmetic in the
-/// same order, so every output is bit-identical to one `attention` call per
-/// sequence, with one fork/join instead of one per sequence and all items
-/// shared by the threads (a decode step of 8 rows: 8 x n_head items, not
-/// n_head). All sequences share n_head, n_head_kv, head_dim and q_stride (0 =
+/// (sequence, query, chunk of kv heads) items, each reading its positions front
+/// to back (at each position the K, then V, rows of its heads); chunks are cut
+/// so that every thread has an item. Each head runs the same arithmetic in the
+/// same order whatever the chunking, so every output is bit-identical to one
+/// `attention` call per sequence and the same for any thread count, with one
+/// fork/join instead of one per sequence. All sequences share n_head, n_head_kv, head_dim and q_stride (0 =
 /// n_head * head_dim).
 void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                int64_t q_stride = 0);
