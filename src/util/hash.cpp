@@ -9,6 +9,7 @@
 #include <openssl/evp.h>
 
 #include "util/error.hpp"
+#include "git_hash.inc"  // KVEVAL_GIT_HASH (build dir, scripts/git_hash.cmake)
 
 namespace kveval {
 
