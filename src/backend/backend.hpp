@@ -201,10 +201,11 @@ class Weight {
 /// is bit-identical whatever M is: oneDNN's sgemm uses another kernel (another
 /// summation order) below 16 rows, so fewer rows are padded to 16 (measured on
 /// oneDNN 2.6: rows agree bit for bit for every M >= 16 on AVX-512; on AVX2 rows
-/// go in blocks of 192/96/48/24/16, see matmul.cpp). A Q8_0 or Q4_0 weight runs decode
-/// steps (M <= 16, not batch-invariant) in kveval's block kernel and longer or
-/// batch-invariant products through sgemm on rows widened to f32 a chunk at a
-/// time (engine buffer). Throws BackendError.
+/// go in blocks of 192/96/48/24/16, see matmul.cpp). A Q8_0 or Q4_0 weight runs products that are
+/// not batch-invariant of up to 20 rows (1 thread) or 32 rows (2+ threads:
+/// decode steps, short prompts prefilled during dynamic batching) in kveval's
+/// block kernel, and longer or batch-invariant products through sgemm on rows
+/// widened to f32 a chunk at a time (engine buffer). Throws BackendError.
 void matmul(Engine& eng, const float* x, int64_t m, const Weight& w, float* y, bool accumulate = false,
             bool batch_invariant = false);
 

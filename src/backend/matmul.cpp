@@ -114,10 +114,18 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
   if (m <= 0) return;
   auto& im = engine.impl();
   if (is_blocks(w.dtype())) {
-    // Decode steps (up to 16 rows): the block kernel (s110m, 1 thread, Sapphire
-    // Rapids, tg32 tok/s q8_0 vs f32: batch 1 79-100 vs 37, 4: 232 vs 85,
-    // 8: 239 vs 137, 16: 186 vs 187); longer and batch-invariant products widen.
-    if (batch_invariant || m > kInvariantMinRows)
+    // Decode steps and short cached passes: the block kernel (s110m, 1 thread,
+    // Sapphire Rapids, tg32 tok/s q8_0 vs f32: batch 1 79-100 vs 37, 4: 232 vs
+    // 85, 8: 239 vs 137, 16: 186 vs 187); longer and batch-invariant products
+    // widen. The widening costs a fixed ~17 ms per pass over s110m's weights at
+    // 2 threads (dequantizing them), the block kernel ~1.6 ms per row; measured
+    // on Zen 4 over s110m's Q8_0 matrices (ms per pass, blocks vs widen): 1
+    // thread m = 17: 60 vs 71, 20: 69 vs 72, 24: 81 vs 75; 2 threads m = 24: 41
+    // vs 54, 32: 53 vs 60, 36: 58 vs 61, 40: 64 vs 63. So up to 20 rows on one
+    // thread, 32 on more: a dynamic-batching pass that prefills a short prompt
+    // while the other rows decode stays on the blocks.
+    const int64_t block_rows = im.threads == 1 ? 20 : 32;
+    if (batch_invariant || m > block_rows)
       matmul_widened(engine, x, m, w, y, accumulate, batch_invariant);
     else
       blocks_matmul(x, m, w, y, accumulate, im.threads);
