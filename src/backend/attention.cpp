@@ -85,19 +85,18 @@ void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_hea
       const int64_t len = sq.past + i + 1;  // causal: positions [0, past + i]
       float* sc = scores.data();
       for (int64_t hl = 0; hl < nh; ++hl) mx[static_cast<size_t>(hl)] = -INFINITY;
-      const int64_t head_bytes = head_dim * static_cast<int64_t>(sizeof(float)), span_bytes = (hk1 - hk0) * head_bytes;
-      for (int64_t p = 0; p < len; ++p) {
-        if (p + kAhead < len) {
-          if (kv.head_stride == head_dim) {
-            const char* ahead = reinterpret_cast<const char*>(kv.k + hk0 * head_dim + (p + kAhead) * kv.pos_stride);
-            for (int64_t b = 0; b < span_bytes; b += 64) __builtin_prefetch(ahead + b);
-          } else {
-            for (int64_t hk = hk0; hk < hk1; ++hk) {
-              const char* ahead = reinterpret_cast<const char*>(kv.k + hk * kv.head_stride + (p + kAhead) * kv.pos_stride);
-              for (int64_t b = 0; b < head_bytes; b += 64) __builtin_prefetch(ahead + b);
-            }
-          }
+      // Rows of kv heads [hk0, hk1) at position p of K or V, one cache line at a time.
+      const int64_t head_bytes = head_dim * static_cast<int64_t>(sizeof(float));
+      auto prefetch_rows = [&](const float* base, int64_t p) {
+        const bool side_by_side = kv.head_stride == head_dim;  // one span for all heads
+        for (int64_t hk = hk0; hk < (side_by_side ? hk0 + 1 : hk1); ++hk) {
+          const char* row = reinterpret_cast<const char*>(base + hk * kv.head_stride + p * kv.pos_stride);
+          const int64_t bytes = side_by_side ? (hk1 - hk0) * head_bytes : head_bytes;
+          for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b);
         }
+      };
+      for (int64_t p = 0; p < len; ++p) {
+        if (p + kAhead < len) prefetch_rows(kv.k, p + kAhead);
         for (int64_t hl = 0; hl < nh; ++hl) {
           const int64_t h = h0 + hl;
           const float* qv = qi + h * head_dim;
@@ -125,17 +124,7 @@ void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_hea
       float* oi = sq.out + (i * n_head + h0) * head_dim;
       std::fill(oi, oi + nh * head_dim, 0.0f);
       for (int64_t p = 0; p < len; ++p) {
-        if (p + kAhead < len) {
-          if (kv.head_stride == head_dim) {
-            const char* ahead = reinterpret_cast<const char*>(kv.v + hk0 * head_dim + (p + kAhead) * kv.pos_stride);
-            for (int64_t b = 0; b < span_bytes; b += 64) __builtin_prefetch(ahead + b);
-          } else {
-            for (int64_t hk = hk0; hk < hk1; ++hk) {
-              const char* ahead = reinterpret_cast<const char*>(kv.v + hk * kv.head_stride + (p + kAhead) * kv.pos_stride);
-              for (int64_t b = 0; b < head_bytes; b += 64) __builtin_prefetch(ahead + b);
-            }
-          }
-        }
+        if (p + kAhead < len) prefetch_rows(kv.v, p + kAhead);
         for (int64_t hl = 0; hl < nh; ++hl) {
           const float a = sc[hl * max_ctx + p] * inv[static_cast<size_t>(hl)];
           const float* vp = kv.v + ((h0 + hl) / group) * kv.head_stride + p * kv.pos_stride;

@@ -118,7 +118,7 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
     // Sapphire Rapids, tg32 tok/s q8_0 vs f32: batch 1 79-100 vs 37, 4: 232 vs
     // 85, 8: 239 vs 137, 16: 186 vs 187); longer and batch-invariant products
     // widen. The widening costs a fixed ~17 ms per pass over s110m's weights at
-    // 2 threads (dequantizing them), the block kernel ~1.6 ms per row; measured
+    // 2 threads (dequantizing them), the block kernel ~1.6-1.8 ms per row; measured
     // on Zen 4 over s110m's Q8_0 matrices (ms per pass, blocks vs widen): 1
     // thread m = 17: 60 vs 71, 20: 69 vs 72, 24: 81 vs 75; 2 threads m = 24: 41
     // vs 54, 32: 53 vs 60, 36: 58 vs 61, 40: 64 vs 63. So up to 20 rows on one

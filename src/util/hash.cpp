@@ -9,7 +9,9 @@
 #include <openssl/evp.h>
 
 #include "util/error.hpp"
+#ifndef KVEVAL_GIT_HASH  // the fuzz build (tests/fuzz) defines it
 #include "git_hash.inc"  // KVEVAL_GIT_HASH (build dir, scripts/git_hash.cmake)
+#endif
 
 namespace kveval {
 
