@@ -191,10 +191,12 @@ class Weight {
 /// y[M, n_out] = x[M, n_in] · Wᵀ (+ y if accumulate), x and y float32; a BF16
 /// weight converts x to bf16 first (into an engine buffer, grown at warm-up only)
 /// and runs a bf16 x bf16 -> f32 primitive. oneDNN matmul primitives,
-/// created once and cached: for 2 <= M <= 16 (decode steps) one per (M, n_in, n_out,
-/// accumulate) with fixed dims (oneDNN picks its brgemm kernel); otherwise, a
-/// BF16 M = 1 included (its jit gemv reads the weights faster), one
-/// per (n_in, n_out, accumulate) with runtime M (jit sgemm). An F32 decode step
+/// created once and cached: for 2 <= M <= 16 (decode steps) with F32 weights,
+/// or BF16 on AMX, one per (M, n_in, n_out, accumulate) with fixed dims (oneDNN
+/// picks its brgemm kernel); otherwise, a BF16 M = 1 included (its jit gemv
+/// reads the weights faster) and BF16 decode steps without AMX (1.2-1.5x faster
+/// than brgemm there, matmul.cpp), one per (n_in, n_out, accumulate) with
+/// runtime M (jit sgemm). An F32 decode step
 /// of one row (M = 1, not batch-invariant) runs kveval's gemv (gemv.hpp: Wᵀ read
 /// front to back, 1.3-1.5x oneDNN's one-row product on Zen 4). Products under
 /// 2^20 multiply-adds (2^16 for decode steps) run on one thread. With `batch_invariant`, each row's result

@@ -42,6 +42,20 @@ bool sgemm_needs_row_blocks() {
   return v;
 }
 
+/// True when decode steps of 2..16 rows on `wdt` weights run a fixed-M
+/// primitive (brgemm), false for the runtime-M one. BF16 without AMX takes the
+/// runtime-M primitive: measured on a Zen 5 VM (oneDNN ISA avx512_core_bf16,
+/// s110m's 49 matrices per pass, medians of 9, two rounds), fixed vs runtime M,
+/// ms per pass: 2 threads M = 2 11.3 vs 7.6-9.0, M = 4 11.5-11.9 vs 7.6-8.1,
+/// M = 8 12.7 vs 9.0-10.4, M = 16 15.4 vs 11.3-12.9; 1 thread M = 2 16.7-17.3
+/// vs 13.4, M = 8 19.3-19.5 vs 15.7-15.9, M = 16 23.7-24.2 vs 20.2-20.4. F32
+/// keeps brgemm (2 threads M = 2-4: 7.4-7.7 vs 8.3-10.0), and so does BF16 on
+/// AMX, whose brgemm tiles were not measured against it here.
+bool fixed_m_decode(Dtype wdt) {
+  static const bool amx = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
+  return wdt != Dtype::BF16 || amx;
+}
+
 /// Rows of the next batch-invariant block for `left` rows on AVX2: the largest of
 /// 192, 96, 48, 24, 16 that fits, else all of them (under 16: padded to 16).
 int64_t invariant_block(int64_t left) {
@@ -140,7 +154,7 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
     run_invariant(engine, x, m, w.n_in(), w.raw(), w.dtype(), w.n_out(), w.ld(), false, y, w.n_out(), accumulate);
     return;
   }
-  if (m >= 2 && m <= kInvariantMinRows && w.ld() != w.n_out()) {
+  if (m >= 2 && m <= kInvariantMinRows && w.ld() != w.n_out() && fixed_m_decode(w.dtype())) {
     // Decode steps of 2..16 rows on a padded weight (ld > n_out, e.g. the fused
     // [gate; up] of 2 x 2048 rows): oneDNN 2.6 runs its brgemm kernel only when
     // the weights' row stride equals their width, else jit sgemm, measured 17.6
@@ -183,9 +197,10 @@ void run_matmul(Engine& engine, const float* x, int64_t m, int64_t k, const void
   // batch-invariant passes: runtime M (jit sgemm, whose M = 1 kernel is a gemv).
   // Measured on AMD Zen 4 (oneDNN 2.6, s110m, 1 thread, tg64): the runtime-M
   // primitive decodes one row 1.3x (f32) and 1.6x (bf16) faster than the fixed
-  // M = 1 one; at M = 2 they tie, at M = 8 the fixed-M one is 1.2x faster.
+  // M = 1 one; at M = 2 they tie, at M = 8 the fixed-M one is 1.2x faster
+  // (f32; BF16 without AMX keeps runtime M for 2..16 rows too: fixed_m_decode).
   const bool one_row = m == 1 && !batch_invariant;
-  const int64_t key_m = (!batch_invariant && m <= kInvariantMinRows && !one_row) ? m : 0;
+  const int64_t key_m = (!batch_invariant && m <= kInvariantMinRows && !one_row && fixed_m_decode(wdt)) ? m : 0;
   auto& e = im.get(key_m, k, n, ld, w_rows, ldy, accumulate, wdt);
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
