@@ -197,8 +197,9 @@ class Weight {
 /// reads the weights faster) and BF16 decode steps without AMX (1.2-1.5x faster
 /// than brgemm there, matmul.cpp), one per (n_in, n_out, accumulate) with
 /// runtime M (jit sgemm). An F32 decode step
-/// of one row (M = 1, not batch-invariant) runs kveval's gemv (gemv.hpp: Wᵀ read
-/// front to back, 1.3-1.5x oneDNN's one-row product on Zen 4). Products under
+/// of one row (M = 1, not batch-invariant), and a BF16 one on AVX-512, runs
+/// kveval's gemv (gemv.hpp: Wᵀ read front to back; f32 1.3-1.5x oneDNN's one-row
+/// product on Zen 4, bf16 1.1-1.4x on Zen 5). Products under
 /// 2^20 multiply-adds (2^16 for decode steps) run on one thread. With `batch_invariant`, each row's result
 /// is bit-identical whatever M is: oneDNN's sgemm uses another kernel (another
 /// summation order) below 16 rows, so fewer rows are padded to 16 (measured on

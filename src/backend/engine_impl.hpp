@@ -41,7 +41,7 @@ struct Engine::Impl {
   Buffer pad_x, pad_y;           // row padding for batch-invariant matmuls
   Buffer x_bf16;                 // activations converted to bf16 for BF16 weights
   Buffer widened;                // a chunk of a Q8_0/Q4_0 weight widened to f32 (matmul_widened)
-  Buffer gemv_part;              // the second half's chain of a one-row f32 product (gemv)
+  Buffer gemv_part;              // gemv's scratch: the second half's chain (f32), both chains and x (bf16)
   void grow_scratch(size_t need) {
     if (need > scratch.size()) {
       scratch.resize(need);

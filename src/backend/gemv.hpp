@@ -1,6 +1,6 @@
 #pragma once
-// Internal to src/backend: one-row products (decode steps) with F32 weights,
-// read as one sequential stream of Wᵀ.
+// Internal to src/backend: one-row products (decode steps) with F32 or BF16
+// weights, read as one sequential stream of Wᵀ.
 #include <cstdint>
 
 #include "backend/backend.hpp"
@@ -21,11 +21,23 @@ int64_t gemv_split(int64_t n_out, int64_t n_in);
 /// third and fourth thread split the columns in multiples of 16), so the result
 /// is the same for every thread count. The vector paths (AVX-512, AVX2) read 16
 /// consecutive rows of Wᵀ per pass over the output, front to back, and give the
-/// bits of gemv_scalar. `part`: scratch of n_out floats for c1 (may be null when
-/// s = 0). Throws ArgumentError for a weight that is not F32 or a missing `part`.
+/// bits of gemv_scalar. `part`: scratch of gemv_scratch(w) floats (may be null
+/// when that is 0).
+///
+/// A BF16 weight (layout as F32, bf16 elements): x is rounded to bf16 first (as
+/// oneDNN's bf16 matmul reads it); c0 and c1 are chains of fma over the same
+/// halves, both starting from 0, and output n is base + (c0 + c1) (base + c0
+/// when s = 0), base = y[n] (accumulate) or 0. On AVX-512 columns are read 32 at
+/// a time (gemv.cpp); other paths run the scalar chains. Throws ArgumentError
+/// for a weight that is neither F32 nor BF16, or a missing `part`.
 void gemv(const float* x, const Weight& w, float* y, bool accumulate, int threads, float* part);
 
-/// Output n of gemv in portable C++ (std::fma), starting from y0. Throws as gemv.
+/// Floats of scratch gemv needs for `w`: n_out when an F32 product splits (0
+/// otherwise), 2 n_out + n_in for BF16 (both halves' chains and x rounded).
+int64_t gemv_scratch(const Weight& w);
+
+/// Output n of gemv in portable C++ (std::fma), from y0 (y0 = 0 without
+/// accumulate). Throws as gemv.
 float gemv_scalar(const float* x, const Weight& w, int64_t n, float y0);
 
 }  // namespace kveval::backend

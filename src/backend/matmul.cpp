@@ -145,8 +145,11 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
       blocks_matmul(x, m, w, y, accumulate, im.threads);
     return;
   }
-  if (m == 1 && !batch_invariant && w.dtype() == Dtype::F32) {  // one-row f32 decode steps (gemv.cpp)
-    if (gemv_split(w.n_out(), w.n_in()) > 0 && im.gemv_part.reserve(static_cast<size_t>(w.n_out()))) ++im.allocations;
+  // One-row decode steps: f32 weights, and bf16 ones on AVX-512 (gemv.cpp, measured there).
+  if (m == 1 && !batch_invariant &&
+      (w.dtype() == Dtype::F32 || (w.dtype() == Dtype::BF16 && kernel_isa() == KernelIsa::Avx512))) {
+    const int64_t need = gemv_scratch(w);
+    if (need > 0 && im.gemv_part.reserve(static_cast<size_t>(need))) ++im.allocations;
     gemv(x, w, y, accumulate, im.threads, im.gemv_part.data());
     return;
   }

@@ -1,7 +1,7 @@
-// One-row products with F32 weights (gemv.cpp): the vector kernel
-// against its scalar twin (same bits, every thread count) and a naive
-// double-precision reference; a hand-computed case; matmul routing one-row
-// decode steps to it.
+// One-row products with F32 and BF16 weights (gemv.cpp): the vector kernels
+// against their scalar twins (same bits, every thread count) and a naive
+// double-precision reference; hand-computed cases; matmul routing one-row
+// decode steps to them.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -71,7 +71,7 @@ TEST_SUITE("backend.gemv") {
     CHECK(y[1] == -3.0f);
   }
 
-  TEST_CASE("gemv refuses weights that are not F32 and a missing scratch row") {
+  TEST_CASE("gemv refuses weights that are neither F32 nor BF16 and a missing scratch") {
     const Weight q(4, 32, Dtype::Q8_0), b(std::vector<float>(128, 1.0f), 4, 32, Dtype::BF16);
     std::vector<float> x(32, 1.0f), y(4);
     CHECK_THROWS_AS(gemv(x.data(), q, y.data(), false, 1, nullptr), kveval::ArgumentError);
@@ -99,5 +99,84 @@ TEST_SUITE("backend.gemv") {
       worst = std::max(worst, double(std::fabs(yi[static_cast<size_t>(n)] - want)));
     }
     CHECK(worst < 1e-4);  // the two summation orders agree to f32 rounding (|y| ~ 5)
+  }
+
+  TEST_CASE("bf16 gemv gives the scalar twin's bits for every thread count and the double reference within f32 rounding") {
+    MESSAGE("gemv kernel: " << std::string(kernel_isa_name(kernel_isa())));
+    // Shapes: whole and partial 32-column chunks (the permuted vector path and
+    // the in-order tail), tails of 16-row passes, one chain and two halves.
+    const int64_t shapes[][2] = {{1, 1},     {31, 17},   {32, 33},    {64, 7},    {100, 70},
+                                 {768, 64},  {2048, 40}, {4100, 19},  {17, 5000}, {1000, 97}};
+    for (const auto& s : shapes) {
+      const int64_t n_out = s[0], n_in = s[1];
+      const auto wv = randv(static_cast<size_t>(n_out * n_in), static_cast<uint32_t>(3 * n_out + n_in));
+      const Weight w(wv, n_out, n_in, Dtype::BF16);
+      const auto x = randv(static_cast<size_t>(n_in), 17);
+      const auto y0 = randv(static_cast<size_t>(n_out), 18);
+      std::vector<float> scratch(static_cast<size_t>(gemv_scratch(w)));
+      REQUIRE(scratch.size() == static_cast<size_t>(2 * n_out + n_in));
+      for (bool acc : {false, true})
+        for (int threads : {1, 2, 3, 4}) {
+          std::vector<float> y(y0);
+          gemv(x.data(), w, y.data(), acc, threads, scratch.data());
+          int64_t differ = 0;
+          double worst = 0;
+          for (int64_t n = 0; n < n_out; ++n) {
+            const float start = acc ? y0[static_cast<size_t>(n)] : 0.0f;
+            const float want = gemv_scalar(x.data(), w, n, start);
+            if (std::memcmp(&want, &y[static_cast<size_t>(n)], sizeof(float)) != 0) ++differ;
+            // Reference: both operands rounded to bf16 (what a bf16 product multiplies), summed in double.
+            double e = start, a = std::fabs(start);
+            for (int64_t k = 0; k < n_in; ++k) {
+              const double t = double(bf16_to_f32(f32_to_bf16(x[static_cast<size_t>(k)]))) *
+                               double(bf16_to_f32(f32_to_bf16(wv[static_cast<size_t>(n * n_in + k)])));
+              e += t;
+              a += std::fabs(t);
+            }
+            worst = std::max(worst, std::fabs(double(want) - e) / (a + 1e-30));
+          }
+          INFO("bf16 [" << n_out << ", " << n_in << "] acc=" << acc << " threads=" << threads);
+          CHECK(differ == 0);
+          CHECK(worst < double(n_in + 3) * 6e-8);
+        }
+    }
+  }
+
+  TEST_CASE("hand-computed bf16 one-row product over 64 columns (checks the column order)") {
+    // W(n, k) = (k + 1) * (n - 32), x = [2, -1, 0.25]: y_n = (2 - 2 + 0.75) * (n - 32), exact in bf16 and f32.
+    const int64_t n_out = 64, n_in = 3;
+    std::vector<float> wv(static_cast<size_t>(n_out * n_in));
+    for (int64_t n = 0; n < n_out; ++n)
+      for (int64_t k = 0; k < n_in; ++k) wv[static_cast<size_t>(n * n_in + k)] = float((k + 1) * (n - 32));
+    const Weight w(wv, n_out, n_in, Dtype::BF16);
+    const std::vector<float> x = {2, -1, 0.25f};
+    std::vector<float> y(static_cast<size_t>(n_out), 1.0f), scratch(static_cast<size_t>(gemv_scratch(w)));
+    gemv(x.data(), w, y.data(), false, 1, scratch.data());
+    for (int64_t n = 0; n < n_out; ++n) CHECK(y[static_cast<size_t>(n)] == 0.75f * float(n - 32));
+    gemv(x.data(), w, y.data(), true, 2, scratch.data());
+    for (int64_t n = 0; n < n_out; ++n) CHECK(y[static_cast<size_t>(n)] == 1.5f * float(n - 32));
+  }
+
+  TEST_CASE("matmul runs one-row bf16 decode steps through gemv on AVX-512, within f32 rounding of oneDNN's bf16 product") {
+    if (!bf16_matmul_available() || kernel_isa() != KernelIsa::Avx512) {
+      MESSAGE("SKIPPED: bf16 one-row products stay on oneDNN here (" << cpu_isa_name() << ")");
+      return;
+    }
+    Engine eng(2);
+    const int64_t n_out = 300, n_in = 70;
+    const Weight w(randv(static_cast<size_t>(n_out * n_in), 5), n_out, n_in, Dtype::BF16);
+    const auto x = randv(static_cast<size_t>(n_in), 6);
+    std::vector<float> y(static_cast<size_t>(n_out)), yi(static_cast<size_t>(n_out));
+    matmul(eng, x.data(), 1, w, y.data(), false, false);
+    CHECK(eng.primitives_created() == 0);
+    matmul(eng, x.data(), 1, w, yi.data(), false, true);  // batch-invariant: oneDNN
+    CHECK(eng.primitives_created() == 1);
+    double worst = 0;
+    for (int64_t n = 0; n < n_out; ++n) {
+      const float want = gemv_scalar(x.data(), w, n, 0.0f);
+      CHECK(std::memcmp(&want, &y[static_cast<size_t>(n)], sizeof(float)) == 0);
+      worst = std::max(worst, double(std::fabs(yi[static_cast<size_t>(n)] - want)));
+    }
+    CHECK(worst < 1e-4);
   }
 }
