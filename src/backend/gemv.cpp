@@ -18,7 +18,8 @@
 // order once at the end. Measured on a Zen 5 VM (s110m's 49 matrices per pass,
 // out of cache, medians of 9, three rounds): 28.5-29.5 GB/s at 1 thread against
 // 20.5-27.4 for oneDNN's one-row bf16 product, 60.7-61.1 against 47.7-54.9 at 2
-// (the f32 loop: 27.9-30.7 and 59.4-61.4).
+// (the f32 loop: 27.9-30.7 and 59.4-61.4). Up to 8 rows of x share each load of
+// Wᵀ (gemv_rows: 2 fmas per row and load; matmul.cpp gives the measured range).
 #include "backend/gemv.hpp"
 
 #include <immintrin.h>
@@ -111,41 +112,73 @@ float col_bf16_scalar(const uint16_t* wt, int64_t ld, int64_t k0, int64_t k1, co
   return acc;
 }
 
-/// Rows [k, k + KU) of bf16 Wᵀ into the permuted chains yp of columns [n0, n1)
-/// (n1 - n0 a multiple of 32; per 32 columns, yp holds the 16 even ones, then the 16 odd ones).
-template <int KU>
+/// Rows [k, k + KU) of bf16 Wᵀ into the permuted chains of MR rows: row r's
+/// at yp + r * N, its x (rounded) at xr + r * K; columns [n0, n1), n1 - n0 a
+/// multiple of 32 (per 32 columns, the 16 even ones, then the 16 odd ones).
+/// Each row's chains take the same fmas in the same order whatever MR is.
+template <int MR, int KU>
 __attribute__((target("avx512f,avx2,fma"))) void pass_bf16_avx512(const uint16_t* wt, int64_t ld, int64_t k,
-                                                                  const float* xr, int64_t n0, int64_t n1, float* yp) {
-  __m512 xs[KU];
-  for (int u = 0; u < KU; ++u) xs[u] = _mm512_set1_ps(xr[k + u]);
+                                                                  const float* xr, int64_t K, int64_t n0, int64_t n1,
+                                                                  float* yp, int64_t N) {
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   for (int64_t n = n0; n < n1; n += 32) {
-    __m512 even = _mm512_loadu_ps(yp + n), odd = _mm512_loadu_ps(yp + n + 16);
+    __m512 even[MR], odd[MR];
+    for (int r = 0; r < MR; ++r) {
+      even[r] = _mm512_loadu_ps(yp + r * N + n);
+      odd[r] = _mm512_loadu_ps(yp + r * N + n + 16);
+    }
+#pragma GCC unroll 16
     for (int u = 0; u < KU; ++u) {
       const __m512i v = _mm512_loadu_si512(wt + (k + u) * ld + n);
-      even = _mm512_fmadd_ps(xs[u], _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), even);
-      odd = _mm512_fmadd_ps(xs[u], _mm512_castsi512_ps(_mm512_and_si512(v, high)), odd);
+      const __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+      const __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        const __m512 xb = _mm512_set1_ps(xr[r * K + k + u]);
+        even[r] = _mm512_fmadd_ps(xb, we, even[r]);
+        odd[r] = _mm512_fmadd_ps(xb, wo, odd[r]);
+      }
     }
-    _mm512_storeu_ps(yp + n, even);
-    _mm512_storeu_ps(yp + n + 16, odd);
+    for (int r = 0; r < MR; ++r) {
+      _mm512_storeu_ps(yp + r * N + n, even[r]);
+      _mm512_storeu_ps(yp + r * N + n + 16, odd[r]);
+    }
   }
 }
 
-/// Chains of columns [n0, n1) over rows [k0, k1) of bf16 Wᵀ into yp (zeroed
-/// here): columns below `nv` permuted per 32 (vector path), the rest in order.
-void cols_bf16(const uint16_t* wt, int64_t ld, int64_t k0, int64_t k1, const float* xr, int64_t n0, int64_t n1,
-               int64_t nv, float* yp) {
-  std::memset(yp + n0, 0, sizeof(float) * static_cast<size_t>(n1 - n0));
+/// Chains of MR rows, columns [n0, n1), over rows [k0, k1) of bf16 Wᵀ into yp
+/// (zeroed here): columns below `nv` permuted per 32 (vector path), the rest in order.
+template <int MR>
+void cols_bf16(const uint16_t* wt, int64_t ld, int64_t k0, int64_t k1, const float* xr, int64_t K, int64_t n0,
+               int64_t n1, int64_t nv, float* yp, int64_t N) {
+  for (int r = 0; r < MR; ++r) std::memset(yp + r * N + n0, 0, sizeof(float) * static_cast<size_t>(n1 - n0));
   const int64_t v1 = std::clamp(nv, n0, n1);
   if (v1 > n0) {
     const int64_t kmain = k0 + (k1 - k0) / kRows * kRows;
-    for (int64_t k = k0; k < kmain; k += kRows) pass_bf16_avx512<kRows>(wt, ld, k, xr, n0, v1, yp);
-    for (int64_t k = kmain; k < k1; ++k) pass_bf16_avx512<1>(wt, ld, k, xr, n0, v1, yp);
+    for (int64_t k = k0; k < kmain; k += kRows) pass_bf16_avx512<MR, kRows>(wt, ld, k, xr, K, n0, v1, yp, N);
+    for (int64_t k = kmain; k < k1; ++k) pass_bf16_avx512<MR, 1>(wt, ld, k, xr, K, n0, v1, yp, N);
   }
-  for (int64_t n = v1; n < n1; ++n) yp[n] = col_bf16_scalar(wt, ld, k0, k1, xr, n);
+  for (int r = 0; r < MR; ++r)
+    for (int64_t n = v1; n < n1; ++n) yp[r * N + n] = col_bf16_scalar(wt, ld, k0, k1, xr + r * K, n);
 }
 
-/// y[n0..n0+32) = base + (c0 + c1) for one permuted chunk of 32 chains.
+/// cols_bf16 for mr (1 .. kGemvMaxRows) rows.
+void cols_bf16_rows(int64_t mr, const uint16_t* wt, int64_t ld, int64_t k0, int64_t k1, const float* xr, int64_t K,
+                    int64_t n0, int64_t n1, int64_t nv, float* yp, int64_t N) {
+  static_assert(kGemvMaxRows == 8);
+  switch (mr) {
+    case 1: return cols_bf16<1>(wt, ld, k0, k1, xr, K, n0, n1, nv, yp, N);
+    case 2: return cols_bf16<2>(wt, ld, k0, k1, xr, K, n0, n1, nv, yp, N);
+    case 3: return cols_bf16<3>(wt, ld, k0, k1, xr, K, n0, n1, nv, yp, N);
+    case 4: return cols_bf16<4>(wt, ld, k0, k1, xr, K, n0, n1, nv, yp, N);
+    case 5: return cols_bf16<5>(wt, ld, k0, k1, xr, K, n0, n1, nv, yp, N);
+    case 6: return cols_bf16<6>(wt, ld, k0, k1, xr, K, n0, n1, nv, yp, N);
+    case 7: return cols_bf16<7>(wt, ld, k0, k1, xr, K, n0, n1, nv, yp, N);
+    default: return cols_bf16<8>(wt, ld, k0, k1, xr, K, n0, n1, nv, yp, N);
+  }
+}
+
+/// y[0..32) = base + (c0 + c1) for one permuted chunk of 32 chains.
 __attribute__((target("avx512f,avx2,fma"))) void unpermute32(const float* c0, const float* c1, float* y,
                                                             bool accumulate) {
   const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
@@ -161,17 +194,17 @@ __attribute__((target("avx512f,avx2,fma"))) void unpermute32(const float* c0, co
   _mm512_storeu_ps(y + 16, _mm512_add_ps(b1, _mm512_permutex2var_ps(e, hi, o)));
 }
 
-/// gemv for a BF16 weight (see gemv.hpp).
-void gemv_bf16(const float* x, const Weight& w, float* y, bool accumulate, int threads, float* scratch) {
+/// gemv_rows for a BF16 weight (see gemv.hpp); m <= kGemvMaxRows.
+void gemv_bf16(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads, float* scratch) {
   const int64_t N = w.n_out(), K = w.n_in(), ld = w.ld(), split = gemv_split(N, K);
   const int64_t nv = kernel_isa() == KernelIsa::Avx512 ? N / 32 * 32 : 0;  // permuted columns
   float* c0 = scratch;
-  float* c1 = split > 0 ? scratch + N : nullptr;
-  float* xr = scratch + 2 * N;
-  for (int64_t k = 0; k < K; ++k) xr[k] = round_bf16(x[k]);
+  float* c1 = split > 0 ? scratch + m * N : nullptr;
+  float* xr = scratch + 2 * m * N;
+  for (int64_t i = 0; i < m * K; ++i) xr[i] = round_bf16(x[i]);
   const int t = split == 0 ? 1 : std::max(1, threads);
   const int64_t halves = split > 0 ? 2 : 1, groups = std::max(1, t / 2);
-  const int64_t per = (N / 32 + groups - 1) / groups * 32;
+  const int64_t per = (N / 32 + groups - 1) / groups * 32, chunks = nv / 32;
 #pragma omp parallel num_threads(t)
   {
 #pragma omp for schedule(static)
@@ -179,12 +212,18 @@ void gemv_bf16(const float* x, const Weight& w, float* y, bool accumulate, int t
       const int64_t h = task / groups, g = task % groups;
       const int64_t n0 = std::min(N, g * per), n1 = g == groups - 1 ? N : std::min(N, n0 + per);
       if (n0 >= n1) continue;
-      cols_bf16(w.bf16(), ld, h == 0 ? 0 : split, h == 0 && split > 0 ? split : K, xr, n0, n1, nv, h == 0 ? c0 : c1);
+      cols_bf16_rows(m, w.bf16(), ld, h == 0 ? 0 : split, h == 0 && split > 0 ? split : K, xr, K, n0, n1, nv,
+                     h == 0 ? c0 : c1, N);
     }
 #pragma omp for schedule(static)
-    for (int64_t n = 0; n < nv; n += 32) unpermute32(c0 + n, c1 == nullptr ? nullptr : c1 + n, y + n, accumulate);
+    for (int64_t i = 0; i < m * chunks; ++i) {
+      const int64_t o = (i / chunks) * N + (i % chunks) * 32;
+      unpermute32(c0 + o, c1 == nullptr ? nullptr : c1 + o, y + o, accumulate);
+    }
   }
-  for (int64_t n = nv; n < N; ++n) y[n] = (accumulate ? y[n] : 0.0f) + (c1 == nullptr ? c0[n] : c0[n] + c1[n]);
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t n = r * N + nv; n < (r + 1) * N; ++n)
+      y[n] = (accumulate ? y[n] : 0.0f) + (c1 == nullptr ? c0[n] : c0[n] + c1[n]);
 }
 
 void require_f32(const Weight& w, const char* who) {
@@ -197,16 +236,21 @@ int64_t gemv_split(int64_t n_out, int64_t n_in) {
   return n_out * n_in < kDecodeParallelMacs ? 0 : n_in / 2 / kRows * kRows;
 }
 
-int64_t gemv_scratch(const Weight& w) {
-  if (w.dtype() == Dtype::BF16) return 2 * w.n_out() + w.n_in();
+int64_t gemv_scratch(const Weight& w, int64_t m) {
+  if (w.dtype() == Dtype::BF16) return m * (2 * w.n_out() + w.n_in());
   return gemv_split(w.n_out(), w.n_in()) > 0 ? w.n_out() : 0;
 }
 
+void gemv_rows(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads, float* scratch) {
+  if (w.dtype() != Dtype::BF16)
+    throw ArgumentError(fmt::format("gemv_rows: a {} weight (BF16 only)", to_string(w.dtype())));
+  if (m < 1 || m > kGemvMaxRows) throw ArgumentError(fmt::format("gemv_rows: {} rows (1 to {})", m, kGemvMaxRows));
+  if (scratch == nullptr) throw ArgumentError("gemv_rows: no scratch for a bf16 weight");
+  gemv_bf16(x, m, w, y, accumulate, threads, scratch);
+}
+
 void gemv(const float* x, const Weight& w, float* y, bool accumulate, int threads, float* part) {
-  if (w.dtype() == Dtype::BF16) {
-    if (part == nullptr) throw ArgumentError("gemv: no scratch for a bf16 weight");
-    return gemv_bf16(x, w, y, accumulate, threads, part);
-  }
+  if (w.dtype() == Dtype::BF16) return gemv_rows(x, 1, w, y, accumulate, threads, part);
   require_f32(w, "gemv");
   const int64_t N = w.n_out(), K = w.n_in(), ld = w.ld(), split = gemv_split(N, K);
   if (split > 0 && part == nullptr) throw ArgumentError("gemv: no scratch row for the second half of Wᵀ");

@@ -32,9 +32,20 @@ int64_t gemv_split(int64_t n_out, int64_t n_in);
 /// for a weight that is neither F32 nor BF16, or a missing `part`.
 void gemv(const float* x, const Weight& w, float* y, bool accumulate, int threads, float* part);
 
-/// Floats of scratch gemv needs for `w`: n_out when an F32 product splits (0
-/// otherwise), 2 n_out + n_in for BF16 (both halves' chains and x rounded).
-int64_t gemv_scratch(const Weight& w);
+/// Rows gemv_rows takes at most.
+inline constexpr int64_t kGemvMaxRows = 8;
+
+/// y[m, n_out] (+)= x[m, n_in] · Wᵀ for a BF16 weight and 1 <= m <= kGemvMaxRows
+/// rows (decode steps of a few sequences): each row as gemv computes it alone,
+/// bit for bit, whatever m is; on AVX-512 one pass over Wᵀ serves all rows
+/// (one load of 32 columns feeds 2 m fmas). `scratch`: gemv_scratch(w, m) floats.
+/// Throws ArgumentError for another dtype, m out of range or a null scratch.
+void gemv_rows(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads, float* scratch);
+
+/// Floats of scratch gemv (m = 1) or gemv_rows needs for `w`: n_out when an
+/// F32 product splits (0 otherwise), m (2 n_out + n_in) for BF16 (both halves'
+/// chains and x rounded, per row).
+int64_t gemv_scratch(const Weight& w, int64_t m = 1);
 
 /// Output n of gemv in portable C++ (std::fma), from y0 (y0 = 0 without
 /// accumulate). Throws as gemv.

@@ -145,12 +145,23 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
       blocks_matmul(x, m, w, y, accumulate, im.threads);
     return;
   }
-  // One-row decode steps: f32 weights, and bf16 ones on AVX-512 (gemv.cpp, measured there).
-  if (m == 1 && !batch_invariant &&
-      (w.dtype() == Dtype::F32 || (w.dtype() == Dtype::BF16 && kernel_isa() == KernelIsa::Avx512))) {
+  if (m == 1 && !batch_invariant && w.dtype() == Dtype::F32) {  // one-row f32 decode steps (gemv.cpp)
     const int64_t need = gemv_scratch(w);
     if (need > 0 && im.gemv_part.reserve(static_cast<size_t>(need))) ++im.allocations;
     gemv(x, w, y, accumulate, im.threads, im.gemv_part.data());
+    return;
+  }
+  // BF16 decode steps on AVX-512: kveval's kernel for up to kGemvMaxRows rows
+  // (one row on AMX, whose brgemm was not measured against it). Measured on a
+  // Zen 5 VM through matmul (s110m's 49 matrices per pass, medians of 9, two
+  // alternating rounds), oneDNN's runtime-M product -> gemv_rows, ms per pass:
+  // 2 threads M = 2 7.5-9.0 -> 4.4-5.3, 4 8.0-9.4 -> 5.9-6.6, 6 8.9-9.3 ->
+  // 7.7-8.1, 8 9.5-11.5 -> 9.7-9.9; 1 thread M = 2 14.2 -> 9.5, 4 18.9 -> 9.6,
+  // 8 16.0 -> 16.0; at M = 16 the kernel lost (13.6 vs 21.9 ms, 2 threads).
+  if (!batch_invariant && w.dtype() == Dtype::BF16 && kernel_isa() == KernelIsa::Avx512 &&
+      (m == 1 || (m <= kGemvMaxRows && !fixed_m_decode(Dtype::BF16)))) {
+    if (im.gemv_part.reserve(static_cast<size_t>(gemv_scratch(w, m)))) ++im.allocations;
+    gemv_rows(x, m, w, y, accumulate, im.threads, im.gemv_part.data());
     return;
   }
   if (batch_invariant) {

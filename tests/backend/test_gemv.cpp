@@ -101,7 +101,7 @@ TEST_SUITE("backend.gemv") {
     CHECK(worst < 1e-4);  // the two summation orders agree to f32 rounding (|y| ~ 5)
   }
 
-  TEST_CASE("bf16 gemv gives the scalar twin's bits for every thread count and the double reference within f32 rounding") {
+  TEST_CASE("bf16 gemv and gemv_rows give the scalar twin's bits for every row count and thread count, and the double reference within f32 rounding") {
     MESSAGE("gemv kernel: " << std::string(kernel_isa_name(kernel_isa())));
     // Shapes: whole and partial 32-column chunks (the permuted vector path and
     // the in-order tail), tails of 16-row passes, one chain and two halves.
@@ -111,35 +111,55 @@ TEST_SUITE("backend.gemv") {
       const int64_t n_out = s[0], n_in = s[1];
       const auto wv = randv(static_cast<size_t>(n_out * n_in), static_cast<uint32_t>(3 * n_out + n_in));
       const Weight w(wv, n_out, n_in, Dtype::BF16);
-      const auto x = randv(static_cast<size_t>(n_in), 17);
-      const auto y0 = randv(static_cast<size_t>(n_out), 18);
-      std::vector<float> scratch(static_cast<size_t>(gemv_scratch(w)));
-      REQUIRE(scratch.size() == static_cast<size_t>(2 * n_out + n_in));
-      for (bool acc : {false, true})
-        for (int threads : {1, 2, 3, 4}) {
-          std::vector<float> y(y0);
-          gemv(x.data(), w, y.data(), acc, threads, scratch.data());
-          int64_t differ = 0;
-          double worst = 0;
-          for (int64_t n = 0; n < n_out; ++n) {
-            const float start = acc ? y0[static_cast<size_t>(n)] : 0.0f;
-            const float want = gemv_scalar(x.data(), w, n, start);
-            if (std::memcmp(&want, &y[static_cast<size_t>(n)], sizeof(float)) != 0) ++differ;
-            // Reference: both operands rounded to bf16 (what a bf16 product multiplies), summed in double.
-            double e = start, a = std::fabs(start);
-            for (int64_t k = 0; k < n_in; ++k) {
-              const double t = double(bf16_to_f32(f32_to_bf16(x[static_cast<size_t>(k)]))) *
-                               double(bf16_to_f32(f32_to_bf16(wv[static_cast<size_t>(n * n_in + k)])));
-              e += t;
-              a += std::fabs(t);
-            }
-            worst = std::max(worst, std::fabs(double(want) - e) / (a + 1e-30));
+      const auto x = randv(static_cast<size_t>(kGemvMaxRows * n_in), 17);
+      const auto y0 = randv(static_cast<size_t>(kGemvMaxRows * n_out), 18);
+      for (int64_t m : {1, 3, 8}) {
+        std::vector<float> scratch(static_cast<size_t>(gemv_scratch(w, m)));
+        REQUIRE(scratch.size() == static_cast<size_t>(m * (2 * n_out + n_in)));
+        for (bool acc : {false, true})
+          for (int threads : {1, 2, 3, 4}) {
+            std::vector<float> y(y0);
+            if (m == 1)
+              gemv(x.data(), w, y.data(), acc, threads, scratch.data());
+            else
+              gemv_rows(x.data(), m, w, y.data(), acc, threads, scratch.data());
+            int64_t differ = 0;
+            double worst = 0;
+            for (int64_t r = 0; r < m; ++r)
+              for (int64_t n = 0; n < n_out; ++n) {
+                const size_t i = static_cast<size_t>(r * n_out + n);
+                const float start = acc ? y0[i] : 0.0f;
+                const float* xr = x.data() + r * n_in;
+                const float want = gemv_scalar(xr, w, n, start);  // the row alone
+                if (std::memcmp(&want, &y[i], sizeof(float)) != 0) ++differ;
+                // Reference: both operands rounded to bf16 (what a bf16 product multiplies), summed in double.
+                double e = start, a = std::fabs(start);
+                for (int64_t k = 0; k < n_in; ++k) {
+                  const double t = double(bf16_to_f32(f32_to_bf16(xr[k]))) *
+                                   double(bf16_to_f32(f32_to_bf16(wv[static_cast<size_t>(n * n_in + k)])));
+                  e += t;
+                  a += std::fabs(t);
+                }
+                worst = std::max(worst, std::fabs(double(want) - e) / (a + 1e-30));
+              }
+            INFO("bf16 [" << n_out << ", " << n_in << "] m=" << m << " acc=" << acc << " threads=" << threads);
+            CHECK(differ == 0);
+            CHECK(worst < double(n_in + 3) * 6e-8);
           }
-          INFO("bf16 [" << n_out << ", " << n_in << "] acc=" << acc << " threads=" << threads);
-          CHECK(differ == 0);
-          CHECK(worst < double(n_in + 3) * 6e-8);
-        }
+      }
     }
+  }
+
+  TEST_CASE("gemv_rows refuses other dtypes, row counts outside 1..kGemvMaxRows and a missing scratch") {
+    const Weight f(std::vector<float>(128, 1.0f), 4, 32), b(std::vector<float>(128, 1.0f), 4, 32, Dtype::BF16);
+    std::vector<float> x(32 * (kGemvMaxRows + 1), 1.0f), y(4 * (kGemvMaxRows + 1)), scratch(1000);
+    CHECK_THROWS_AS(gemv_rows(x.data(), 2, f, y.data(), false, 1, scratch.data()), kveval::ArgumentError);
+    CHECK_THROWS_AS(gemv_rows(x.data(), 0, b, y.data(), false, 1, scratch.data()), kveval::ArgumentError);
+    CHECK_THROWS_AS(gemv_rows(x.data(), kGemvMaxRows + 1, b, y.data(), false, 1, scratch.data()), kveval::ArgumentError);
+    CHECK_THROWS_AS(gemv_rows(x.data(), 2, b, y.data(), false, 1, nullptr), kveval::ArgumentError);
+    gemv_rows(x.data(), 2, b, y.data(), false, 1, scratch.data());
+    CHECK(y[0] == 32.0f);
+    CHECK(y[7] == 32.0f);
   }
 
   TEST_CASE("hand-computed bf16 one-row product over 64 columns (checks the column order)") {
@@ -157,7 +177,7 @@ TEST_SUITE("backend.gemv") {
     for (int64_t n = 0; n < n_out; ++n) CHECK(y[static_cast<size_t>(n)] == 1.5f * float(n - 32));
   }
 
-  TEST_CASE("matmul runs one-row bf16 decode steps through gemv on AVX-512, within f32 rounding of oneDNN's bf16 product") {
+  TEST_CASE("matmul runs bf16 decode steps through gemv on AVX-512, within f32 rounding of oneDNN's bf16 product") {
     if (!bf16_matmul_available() || kernel_isa() != KernelIsa::Avx512) {
       MESSAGE("SKIPPED: bf16 one-row products stay on oneDNN here (" << cpu_isa_name() << ")");
       return;
@@ -169,6 +189,17 @@ TEST_SUITE("backend.gemv") {
     std::vector<float> y(static_cast<size_t>(n_out)), yi(static_cast<size_t>(n_out));
     matmul(eng, x.data(), 1, w, y.data(), false, false);
     CHECK(eng.primitives_created() == 0);
+    if (std::string(cpu_isa_name()) != "avx512_core_amx") {  // decode steps of 2..8 rows too (not on AMX)
+      const auto x5 = randv(static_cast<size_t>(5 * n_in), 7);
+      std::vector<float> y5(static_cast<size_t>(5 * n_out));
+      matmul(eng, x5.data(), 5, w, y5.data(), false, false);
+      CHECK(eng.primitives_created() == 0);
+      for (int64_t r = 0; r < 5; ++r)
+        for (int64_t n = 0; n < n_out; ++n) {
+          const float want = gemv_scalar(x5.data() + r * n_in, w, n, 0.0f);
+          CHECK(std::memcmp(&want, &y5[static_cast<size_t>(r * n_out + n)], sizeof(float)) == 0);
+        }
+    }
     matmul(eng, x.data(), 1, w, yi.data(), false, true);  // batch-invariant: oneDNN
     CHECK(eng.primitives_created() == 1);
     double worst = 0;
