@@ -102,6 +102,28 @@ void cols(const float* wt, int64_t ld, int64_t k0, int64_t k1, const float* x, i
   for (int64_t n = nv; n < n1; ++n) y[n] = col_scalar(wt, ld, k0, k1, x, n, y[n]);
 }
 
+/// The tasks of a one-pass product: the two halves of Wᵀ's rows (one when
+/// split is 0), each over `groups` column groups of a multiple of `align`
+/// columns (a third and fourth thread split the columns); each thread streams a
+/// contiguous part of Wᵀ.
+struct Tasks {
+  int threads;
+  int64_t halves, groups, per;
+  Tasks(int64_t n_out, int64_t split, int threads_wanted, int64_t align)
+      : threads(split == 0 ? 1 : std::max(1, threads_wanted)),
+        halves(split > 0 ? 2 : 1),
+        groups(std::max(1, threads / 2)),
+        per((n_out / align + groups - 1) / groups * align) {}
+  int64_t count() const { return halves * groups; }
+  /// Half h (0, 1) and columns [n0, n1) of task i; n0 >= n1 when it has none.
+  void range(int64_t i, int64_t n_out, int64_t& h, int64_t& n0, int64_t& n1) const {
+    const int64_t g = i % groups;
+    h = i / groups;
+    n0 = std::min(n_out, g * per);
+    n1 = g == groups - 1 ? n_out : std::min(n_out, n0 + per);
+  }
+};
+
 /// x_k as a bf16 product reads it (rounded to bf16, as oneDNN's bf16 matmul).
 inline float round_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
 
@@ -202,15 +224,14 @@ void gemv_bf16(const float* x, int64_t m, const Weight& w, float* y, bool accumu
   float* c1 = split > 0 ? scratch + m * N : nullptr;
   float* xr = scratch + 2 * m * N;
   for (int64_t i = 0; i < m * K; ++i) xr[i] = round_bf16(x[i]);
-  const int t = split == 0 ? 1 : std::max(1, threads);
-  const int64_t halves = split > 0 ? 2 : 1, groups = std::max(1, t / 2);
-  const int64_t per = (N / 32 + groups - 1) / groups * 32, chunks = nv / 32;
-#pragma omp parallel num_threads(t)
+  const Tasks tasks(N, split, threads, 32);
+  const int64_t chunks = nv / 32;
+#pragma omp parallel num_threads(tasks.threads)
   {
 #pragma omp for schedule(static)
-    for (int64_t task = 0; task < halves * groups; ++task) {
-      const int64_t h = task / groups, g = task % groups;
-      const int64_t n0 = std::min(N, g * per), n1 = g == groups - 1 ? N : std::min(N, n0 + per);
+    for (int64_t task = 0; task < tasks.count(); ++task) {
+      int64_t h, n0, n1;
+      tasks.range(task, N, h, n0, n1);
       if (n0 >= n1) continue;
       cols_bf16_rows(m, w.bf16(), ld, h == 0 ? 0 : split, h == 0 && split > 0 ? split : K, xr, K, n0, n1, nv,
                      h == 0 ? c0 : c1, N);
@@ -254,17 +275,13 @@ void gemv(const float* x, const Weight& w, float* y, bool accumulate, int thread
   require_f32(w, "gemv");
   const int64_t N = w.n_out(), K = w.n_in(), ld = w.ld(), split = gemv_split(N, K);
   if (split > 0 && part == nullptr) throw ArgumentError("gemv: no scratch row for the second half of Wᵀ");
-  const int t = split == 0 ? 1 : std::max(1, threads);
-  // Tasks: the two halves of Wᵀ's rows (one if not split), each over `groups`
-  // column groups of a multiple of 16; each thread streams a contiguous part of Wᵀ.
-  const int64_t halves = split > 0 ? 2 : 1, groups = std::max(1, t / 2);
-  const int64_t per = (N / 16 + groups - 1) / groups * 16;
-#pragma omp parallel num_threads(t)
+  const Tasks tasks(N, split, threads, 16);
+#pragma omp parallel num_threads(tasks.threads)
   {
 #pragma omp for schedule(static)
-    for (int64_t task = 0; task < halves * groups; ++task) {
-      const int64_t h = task / groups, g = task % groups;
-      const int64_t n0 = std::min(N, g * per), n1 = g == groups - 1 ? N : std::min(N, n0 + per);
+    for (int64_t task = 0; task < tasks.count(); ++task) {
+      int64_t h, n0, n1;
+      tasks.range(task, N, h, n0, n1);
       if (n0 >= n1) continue;
       float* dst = h == 0 ? y : part;
       if (h == 1 || !accumulate) std::memset(dst + n0, 0, sizeof(float) * static_cast<size_t>(n1 - n0));
