@@ -1,15 +1,16 @@
-// One-row products with F32 weights (decode steps): Wᵀ read front to back, 16
-// rows at a time, into the output row y kept in cache.
+// Decode-step products: one row with F32 weights, up to 8 rows with BF16 ones;
+// Wᵀ read front to back, 16 rows at a time, into output rows kept in cache.
 //
 // Why not oneDNN here: measured on a Zen 4 VM (1 thread, a decode step's
 // matrices of the s110m shape in sequence, out of cache, median of 9), oneDNN's
 // runtime-M gemv streamed 15.4 GB/s against a 22.7 GB/s `stream read`; this
 // loop 20.5-21.4 GB/s with 16 rows per pass (8: 19-20.5, 32: 10.6-11.6). The
-// same loop on BF16 weights (widened with a shift) measured 14.8-17.8 GB/s
-// alone but tied with oneDNN at 1 thread and lost at 2 inside the model
-// (s110m tg128 68.8-74.3 vs 72.2-77.5 and 94.7-97.5 vs 111.7-121.5 tok/s), so
-// BF16 stays on oneDNN. Two threads each stream one half of Wᵀ's rows: 45-47
-// GB/s on the same sequence against 31-34 GB/s with the columns split.
+// same loop on BF16 weights (16 columns widened with a shift) measured
+// 14.8-17.8 GB/s alone but tied with oneDNN at 1 thread and lost at 2 inside
+// the model on Zen 4 (s110m tg128 68.8-74.3 vs 72.2-77.5 and 94.7-97.5 vs
+// 111.7-121.5 tok/s); the 32-column loop below wins on Zen 5. Two threads each
+// stream one half of Wᵀ's rows: 45-47 GB/s on the same sequence against 31-34
+// GB/s with the columns split.
 //
 // BF16 weights (AVX-512 only): each 64-byte load of 32 columns of a row of Wᵀ
 // becomes two vectors without a shuffle, the even columns (bits shifted up 16)
