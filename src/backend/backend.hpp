@@ -194,13 +194,13 @@ class Weight {
 /// created once and cached: for 2 <= M <= 16 (decode steps) with F32 weights,
 /// or BF16 on AMX, one per (M, n_in, n_out, accumulate) with fixed dims (oneDNN
 /// picks its brgemm kernel); otherwise, a BF16 M = 1 included (its jit gemv
-/// reads the weights faster) and BF16 decode steps without AMX (1.2-1.5x faster
+/// reads the weights faster) and BF16 decode steps without AMX (1.16-1.57x faster
 /// than brgemm there, matmul.cpp), one per (n_in, n_out, accumulate) with
 /// runtime M (jit sgemm). An F32 decode step
 /// of one row (M = 1, not batch-invariant) runs kveval's gemv, and a BF16 one of
 /// up to 8 rows on AVX-512 (one row on AMX) gemv_rows (gemv.hpp: Wᵀ read front to
-/// back; f32 1.3-1.5x oneDNN's one-row product on Zen 4, bf16 1.1-1.4x at one
-/// row and up to 2x at 2-4 rows on Zen 5; each row's bits independent of M). Products under
+/// back; f32 1.3-1.5x oneDNN's one-row product on Zen 4, bf16 1.04-1.44x at one
+/// row and 1.2-2.0x at 2-4 rows on Zen 5; each row's bits independent of M). Products under
 /// 2^20 multiply-adds (2^16 for decode steps) run on one thread. With `batch_invariant`, each row's result
 /// is bit-identical whatever M is: oneDNN's sgemm uses another kernel (another
 /// summation order) below 16 rows, so fewer rows are padded to 16 (measured on

@@ -108,20 +108,27 @@ void cols(const float* wt, int64_t ld, int64_t k0, int64_t k1, const float* x, i
 /// columns (a third and fourth thread split the columns); each thread streams a
 /// contiguous part of Wᵀ.
 struct Tasks {
+  /// One task: half h (0, 1) of Wᵀ's rows, rows [k0, k1), columns [n0, n1) (none when n0 >= n1).
+  struct Task {
+    int64_t h, k0, k1, n0, n1;
+  };
+  int64_t n_out, n_in, split;
   int threads;
   int64_t halves, groups, per;
-  Tasks(int64_t n_out, int64_t split, int threads_wanted, int64_t align)
-      : threads(split == 0 ? 1 : std::max(1, threads_wanted)),
+  /// For a product of n_out x n_in split at `split` (gemv_split), columns in multiples of `align`.
+  Tasks(int64_t n_out_, int64_t n_in_, int64_t split_, int threads_wanted, int64_t align)
+      : n_out(n_out_),
+        n_in(n_in_),
+        split(split_),
+        threads(split == 0 ? 1 : std::max(1, threads_wanted)),
         halves(split > 0 ? 2 : 1),
         groups(std::max(1, threads / 2)),
         per((n_out / align + groups - 1) / groups * align) {}
   int64_t count() const { return halves * groups; }
-  /// Half h (0, 1) and columns [n0, n1) of task i; n0 >= n1 when it has none.
-  void range(int64_t i, int64_t n_out, int64_t& h, int64_t& n0, int64_t& n1) const {
-    const int64_t g = i % groups;
-    h = i / groups;
-    n0 = std::min(n_out, g * per);
-    n1 = g == groups - 1 ? n_out : std::min(n_out, n0 + per);
+  Task operator[](int64_t i) const {
+    const int64_t g = i % groups, h = i / groups, n0 = std::min(n_out, g * per);
+    return {h, h == 0 ? 0 : split, h == 0 && split > 0 ? split : n_in, n0,
+            g == groups - 1 ? n_out : std::min(n_out, n0 + per)};
   }
 };
 
@@ -225,17 +232,14 @@ void gemv_bf16(const float* x, int64_t m, const Weight& w, float* y, bool accumu
   float* c1 = split > 0 ? scratch + m * N : nullptr;
   float* xr = scratch + 2 * m * N;
   for (int64_t i = 0; i < m * K; ++i) xr[i] = round_bf16(x[i]);
-  const Tasks tasks(N, split, threads, 32);
+  const Tasks tasks(N, K, split, threads, 32);
   const int64_t chunks = nv / 32;
 #pragma omp parallel num_threads(tasks.threads)
   {
 #pragma omp for schedule(static)
-    for (int64_t task = 0; task < tasks.count(); ++task) {
-      int64_t h, n0, n1;
-      tasks.range(task, N, h, n0, n1);
-      if (n0 >= n1) continue;
-      cols_bf16_rows(m, w.bf16(), ld, h == 0 ? 0 : split, h == 0 && split > 0 ? split : K, xr, K, n0, n1, nv,
-                     h == 0 ? c0 : c1, N);
+    for (int64_t i = 0; i < tasks.count(); ++i) {
+      const auto t = tasks[i];
+      if (t.n0 < t.n1) cols_bf16_rows(m, w.bf16(), ld, t.k0, t.k1, xr, K, t.n0, t.n1, nv, t.h == 0 ? c0 : c1, N);
     }
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < m * chunks; ++i) {
@@ -276,17 +280,16 @@ void gemv(const float* x, const Weight& w, float* y, bool accumulate, int thread
   require_f32(w, "gemv");
   const int64_t N = w.n_out(), K = w.n_in(), ld = w.ld(), split = gemv_split(N, K);
   if (split > 0 && part == nullptr) throw ArgumentError("gemv: no scratch row for the second half of Wᵀ");
-  const Tasks tasks(N, split, threads, 16);
+  const Tasks tasks(N, K, split, threads, 16);
 #pragma omp parallel num_threads(tasks.threads)
   {
 #pragma omp for schedule(static)
-    for (int64_t task = 0; task < tasks.count(); ++task) {
-      int64_t h, n0, n1;
-      tasks.range(task, N, h, n0, n1);
-      if (n0 >= n1) continue;
-      float* dst = h == 0 ? y : part;
-      if (h == 1 || !accumulate) std::memset(dst + n0, 0, sizeof(float) * static_cast<size_t>(n1 - n0));
-      cols(w.data(), ld, h == 0 ? 0 : split, h == 0 && split > 0 ? split : K, x, n0, n1, dst);
+    for (int64_t i = 0; i < tasks.count(); ++i) {
+      const auto t = tasks[i];
+      if (t.n0 >= t.n1) continue;
+      float* dst = t.h == 0 ? y : part;
+      if (t.h == 1 || !accumulate) std::memset(dst + t.n0, 0, sizeof(float) * static_cast<size_t>(t.n1 - t.n0));
+      cols(w.data(), ld, t.k0, t.k1, x, t.n0, t.n1, dst);
     }
     if (split > 0) {
 #pragma omp for schedule(static)

@@ -42,6 +42,12 @@ bool sgemm_needs_row_blocks() {
   return v;
 }
 
+/// True when oneDNN's effective ISA has AMX tiles.
+bool has_amx() {
+  static const bool v = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
+  return v;
+}
+
 /// True when decode steps of 2..16 rows on `wdt` weights run a fixed-M
 /// primitive (brgemm), false for the runtime-M one. BF16 without AMX takes the
 /// runtime-M primitive: measured on a Zen 5 VM (oneDNN ISA avx512_core_bf16,
@@ -51,10 +57,7 @@ bool sgemm_needs_row_blocks() {
 /// vs 13.4, M = 8 19.3-19.5 vs 15.7-15.9, M = 16 23.7-24.2 vs 20.2-20.4. F32
 /// keeps brgemm (2 threads M = 2-4: 7.4-7.7 vs 8.3-10.0), and so does BF16 on
 /// AMX, whose brgemm tiles were not measured against it here.
-bool fixed_m_decode(Dtype wdt) {
-  static const bool amx = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
-  return wdt != Dtype::BF16 || amx;
-}
+bool fixed_m_decode(Dtype wdt) { return wdt != Dtype::BF16 || has_amx(); }
 
 /// Rows of the next batch-invariant block for `left` rows on AVX2: the largest of
 /// 192, 96, 48, 24, 16 that fits, else all of them (under 16: padded to 16).
@@ -159,7 +162,7 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
   // 7.7-8.1, 8 9.5-11.5 -> 9.7-9.9; 1 thread M = 2 14.2 -> 9.5, 4 18.9 -> 9.6,
   // 8 16.0 -> 16.0; at M = 16 the kernel lost (13.6 vs 21.9 ms, 2 threads).
   if (!batch_invariant && w.dtype() == Dtype::BF16 && kernel_isa() == KernelIsa::Avx512 &&
-      (m == 1 || (m <= kGemvMaxRows && !fixed_m_decode(Dtype::BF16)))) {
+      (m == 1 || (m <= kGemvMaxRows && !has_amx()))) {
     if (im.gemv_part.reserve(static_cast<size_t>(gemv_scratch(w, m)))) ++im.allocations;
     gemv_rows(x, m, w, y, accumulate, im.threads, im.gemv_part.data());
     return;

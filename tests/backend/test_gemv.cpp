@@ -18,6 +18,24 @@
 using namespace kveval::backend;
 using kveval::test::randv;
 
+namespace {
+
+/// |got - e| / (|start| + sum |x_k w_k|) for e = start + sum x_k w_k in double
+/// (the naive reference); with `bf16`, x_k and w_k rounded to bf16 first (what a
+/// bf16 product multiplies). w: the output's weight row [n_in].
+double relative_error(float got, float start, const float* x, const float* w, int64_t n_in, bool bf16) {
+  const auto operand = [bf16](float v) { return double(bf16 ? bf16_to_f32(f32_to_bf16(v)) : v); };
+  double e = start, a = std::fabs(start);
+  for (int64_t k = 0; k < n_in; ++k) {
+    const double t = operand(x[k]) * operand(w[k]);
+    e += t;
+    a += std::fabs(t);
+  }
+  return std::fabs(double(got) - e) / (a + 1e-30);
+}
+
+}  // namespace
+
 TEST_SUITE("backend.gemv") {
   TEST_CASE("gemv gives the scalar twin's bits for every thread count and the double reference within f32 rounding") {
     MESSAGE("gemv kernel: " << std::string(kernel_isa_name(kernel_isa())));
@@ -43,13 +61,7 @@ TEST_SUITE("backend.gemv") {
             const float start = acc ? y0[static_cast<size_t>(n)] : 0.0f;
             const float want = gemv_scalar(x.data(), w, n, start);
             if (std::memcmp(&want, &y[static_cast<size_t>(n)], sizeof(float)) != 0) ++differ;
-            double e = start, a = std::fabs(start);
-            for (int64_t k = 0; k < n_in; ++k) {
-              const double t = double(x[static_cast<size_t>(k)]) * wv[static_cast<size_t>(n * n_in + k)];
-              e += t;
-              a += std::fabs(t);
-            }
-            worst = std::max(worst, std::fabs(double(want) - e) / (a + 1e-30));
+            worst = std::max(worst, relative_error(want, start, x.data(), wv.data() + n * n_in, n_in, false));
           }
           INFO("[" << n_out << ", " << n_in << "] acc=" << acc << " threads=" << threads);
           CHECK(differ == 0);
@@ -132,15 +144,7 @@ TEST_SUITE("backend.gemv") {
                 const float* xr = x.data() + r * n_in;
                 const float want = gemv_scalar(xr, w, n, start);  // the row alone
                 if (std::memcmp(&want, &y[i], sizeof(float)) != 0) ++differ;
-                // Reference: both operands rounded to bf16 (what a bf16 product multiplies), summed in double.
-                double e = start, a = std::fabs(start);
-                for (int64_t k = 0; k < n_in; ++k) {
-                  const double t = double(bf16_to_f32(f32_to_bf16(xr[k]))) *
-                                   double(bf16_to_f32(f32_to_bf16(wv[static_cast<size_t>(n * n_in + k)])));
-                  e += t;
-                  a += std::fabs(t);
-                }
-                worst = std::max(worst, std::fabs(double(want) - e) / (a + 1e-30));
+                worst = std::max(worst, relative_error(want, start, xr, wv.data() + n * n_in, n_in, true));
               }
             INFO("bf16 [" << n_out << ", " << n_in << "] m=" << m << " acc=" << acc << " threads=" << threads);
             CHECK(differ == 0);
