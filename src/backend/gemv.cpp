@@ -12,15 +12,19 @@
 // stream one half of Wᵀ's rows: 45-47 GB/s on the same sequence against 31-34
 // GB/s with the columns split.
 //
-// BF16 weights (AVX-512 only): each 64-byte load of 32 columns of a row of Wᵀ
-// becomes two vectors without a shuffle, the even columns (bits shifted up 16)
-// and the odd ones (the low 16 bits cleared), so the two halves' chains are kept
-// in a scratch permuted per 32 columns (16 even, then 16 odd) and put back in
-// order once at the end. Measured on a Zen 5 VM (s110m's 49 matrices per pass,
-// out of cache, medians of 9, three rounds): 28.5-29.5 GB/s at 1 thread against
-// 20.5-27.4 for oneDNN's one-row bf16 product, 60.7-61.1 against 47.7-54.9 at 2
-// (the f32 loop: 27.9-30.7 and 59.4-61.4). Up to 8 rows of x share each load of
-// Wᵀ (gemv_rows: 2 fmas per row and load; matmul.cpp gives the measured range).
+// BF16 weights (AVX-512 with AVX512-BF16): rows k and k + 1 of Wᵀ, 32 columns
+// each, are interleaved into bf16 pairs by two 16-bit unpacks and multiplied
+// by vdpbf16ps against the broadcast pair (x_k, x_k+1), so one instruction
+// takes two rows of Wᵀ for 16 columns and each row of x; the chains are kept
+// permuted per 32 columns and put back in order once at the end. Measured on a
+// Zen 5 VM through matmul (s110m's 49 matrices per pass, out of cache, medians
+// of 9, three alternating rounds), the earlier kernel (two fmas per 64-byte load
+// and row, the weights widened by a shift and a mask) -> this one, ms per pass:
+// 1 thread M = 1 8.0-8.7 -> 7.2-7.5, M = 8 15.8-18.0 -> 10.0-13.0; 2 threads
+// M = 1 4.5-4.7 -> 4.3-4.6, M = 8 10.0-10.2 -> 7.2-7.7 (M = 2 and 4 within
+// noise of each other). Up to 8 rows of x share each load of Wᵀ (gemv_rows);
+// at 12 or 16 the accumulators no longer fit in registers (a prototype: 1.6-2.3x
+// slower than oneDNN).
 #include "backend/gemv.hpp"
 
 #include <immintrin.h>
@@ -132,46 +136,73 @@ struct Tasks {
   }
 };
 
-/// x_k as a bf16 product reads it (rounded to bf16, as oneDNN's bf16 matmul).
-inline float round_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
+/// A bf16 value of x_k or W as vdpbf16ps reads it: subnormals as zero (DAZ).
+inline float daz(float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; }
 
-/// Chain over rows [k0, k1) of bf16 Wᵀ for output n, from 0 (xr: x rounded to bf16).
-float col_bf16_scalar(const uint16_t* wt, int64_t ld, int64_t k0, int64_t k1, const float* xr, int64_t n) {
+/// x_k (k < K) from the packed pairs of one row: pair j holds bf16(x_2j) in its low
+/// 16 bits and bf16(x_2j+1) in its high 16 (x_K = 0 when K is odd).
+inline float x_of(const uint32_t* xp, int64_t k) {
+  return bf16_to_f32(static_cast<uint16_t>(xp[k / 2] >> (16 * (k & 1))));
+}
+
+/// One step of the bf16 chain over the pair (k, k + 1), as Intel's SDM defines
+/// vdpbf16ps (and measured bit for bit on a Zen 5 CPU): the odd product is
+/// added first, then the even one, each sum rounded to nearest even and
+/// flushed to zero when subnormal (FTZ); inputs read with DAZ; the products of
+/// two bf16 values are exact.
+inline float dp_step(float acc, float w0, float x0, float w1, float x1) {
+  acc = daz(std::fma(daz(w1), daz(x1), daz(acc)));
+  return daz(std::fma(daz(w0), daz(x0), acc));
+}
+
+/// Chain over rows [k0, k1) of bf16 Wᵀ for output n, from 0, in steps over the
+/// pairs (k0, k0 + 1), (k0 + 2, k0 + 3), ... (k0 even; a last row alone is
+/// paired with a zero row). xp: the row's packed x (x_of).
+float col_bf16_scalar(const uint16_t* wt, int64_t ld, int64_t k0, int64_t k1, const uint32_t* xp, int64_t n) {
   float acc = 0.0f;
-  for (int64_t k = k0; k < k1; ++k) acc = std::fma(xr[k], bf16_to_f32(wt[k * ld + n]), acc);
+  for (int64_t k = k0; k < k1; k += 2) {
+    const bool pair = k + 1 < k1;
+    acc = dp_step(acc, bf16_to_f32(wt[k * ld + n]), x_of(xp, k), pair ? bf16_to_f32(wt[(k + 1) * ld + n]) : 0.0f,
+                  pair ? x_of(xp, k + 1) : 0.0f);
+  }
   return acc;
 }
 
-/// Rows [k, k + KU) of bf16 Wᵀ into the permuted chains of MR rows: row r's
-/// at yp + r * N, its x (rounded) at xr + r * K; columns [n0, n1), n1 - n0 a
-/// multiple of 32 (per 32 columns, the 16 even ones, then the 16 odd ones).
-/// Each row's chains take the same fmas in the same order whatever MR is.
-template <int MR, int KU>
-__attribute__((target("avx512f,avx2,fma"))) void pass_bf16_avx512(const uint16_t* wt, int64_t ld, int64_t k,
-                                                                  const float* xr, int64_t K, int64_t n0, int64_t n1,
-                                                                  float* yp, int64_t N) {
-  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+/// Rows [k, k + 2 KP) of bf16 Wᵀ (KP pairs; with `alone`, KP = 1 and row k
+/// only, paired with zeros) into the chains of MR rows: row r's at yp + r * N,
+/// its packed x at xp + r * K2; columns [n0, n1), n1 - n0 a multiple of 32.
+/// Rows k and k + 1 are interleaved by 16-bit unpacks (no second copy of the
+/// weight), so per 32 columns the chains are kept permuted: the first 16 hold
+/// columns 0-3, 8-11, 16-19, 24-27, the next 16 columns 4-7, 12-15, 20-23,
+/// 28-31. Each row's chains take the same instructions in the same order
+/// whatever MR is.
+template <int MR, int KP>
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void pass_bf16_avx512(const uint16_t* wt, int64_t ld, int64_t k,
+                                                                             bool alone, const uint32_t* xp, int64_t K2,
+                                                                             int64_t n0, int64_t n1, float* yp,
+                                                                             int64_t N) {
   for (int64_t n = n0; n < n1; n += 32) {
-    __m512 even[MR], odd[MR];
+    __m512 a0[MR], a1[MR];
     for (int r = 0; r < MR; ++r) {
-      even[r] = _mm512_loadu_ps(yp + r * N + n);
-      odd[r] = _mm512_loadu_ps(yp + r * N + n + 16);
+      a0[r] = _mm512_loadu_ps(yp + r * N + n);
+      a1[r] = _mm512_loadu_ps(yp + r * N + n + 16);
     }
-#pragma GCC unroll 16
-    for (int u = 0; u < KU; ++u) {
-      const __m512i v = _mm512_loadu_si512(wt + (k + u) * ld + n);
-      const __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-      const __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+#pragma GCC unroll 8
+    for (int p = 0; p < KP; ++p) {
+      const __m512i lo_row = _mm512_loadu_si512(wt + (k + 2 * p) * ld + n);
+      const __m512i hi_row = alone ? _mm512_setzero_si512() : _mm512_loadu_si512(wt + (k + 2 * p + 1) * ld + n);
+      const __m512bh w0 = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi16(lo_row, hi_row));
+      const __m512bh w1 = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi16(lo_row, hi_row));
 #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
-        const __m512 xb = _mm512_set1_ps(xr[r * K + k + u]);
-        even[r] = _mm512_fmadd_ps(xb, we, even[r]);
-        odd[r] = _mm512_fmadd_ps(xb, wo, odd[r]);
+        const __m512bh xb = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(xp[r * K2 + (k / 2) + p])));
+        a0[r] = _mm512_dpbf16_ps(a0[r], w0, xb);
+        a1[r] = _mm512_dpbf16_ps(a1[r], w1, xb);
       }
     }
     for (int r = 0; r < MR; ++r) {
-      _mm512_storeu_ps(yp + r * N + n, even[r]);
-      _mm512_storeu_ps(yp + r * N + n + 16, odd[r]);
+      _mm512_storeu_ps(yp + r * N + n, a0[r]);
+      _mm512_storeu_ps(yp + r * N + n + 16, a1[r]);
     }
   }
 }
@@ -179,40 +210,42 @@ __attribute__((target("avx512f,avx2,fma"))) void pass_bf16_avx512(const uint16_t
 /// Chains of MR rows, columns [n0, n1), over rows [k0, k1) of bf16 Wᵀ into yp
 /// (zeroed here): columns below `nv` permuted per 32 (vector path), the rest in order.
 template <int MR>
-void cols_bf16(const uint16_t* wt, int64_t ld, int64_t k0, int64_t k1, const float* xr, int64_t K, int64_t n0,
+void cols_bf16(const uint16_t* wt, int64_t ld, int64_t k0, int64_t k1, const uint32_t* xp, int64_t K2, int64_t n0,
                int64_t n1, int64_t nv, float* yp, int64_t N) {
   for (int r = 0; r < MR; ++r) std::memset(yp + r * N + n0, 0, sizeof(float) * static_cast<size_t>(n1 - n0));
   const int64_t v1 = std::clamp(nv, n0, n1);
   if (v1 > n0) {
     const int64_t kmain = k0 + (k1 - k0) / kRows * kRows;
-    for (int64_t k = k0; k < kmain; k += kRows) pass_bf16_avx512<MR, kRows>(wt, ld, k, xr, K, n0, v1, yp, N);
-    for (int64_t k = kmain; k < k1; ++k) pass_bf16_avx512<MR, 1>(wt, ld, k, xr, K, n0, v1, yp, N);
+    int64_t k = k0;
+    for (; k < kmain; k += kRows) pass_bf16_avx512<MR, kRows / 2>(wt, ld, k, false, xp, K2, n0, v1, yp, N);
+    for (; k + 1 < k1; k += 2) pass_bf16_avx512<MR, 1>(wt, ld, k, false, xp, K2, n0, v1, yp, N);
+    if (k < k1) pass_bf16_avx512<MR, 1>(wt, ld, k, true, xp, K2, n0, v1, yp, N);
   }
   for (int r = 0; r < MR; ++r)
-    for (int64_t n = v1; n < n1; ++n) yp[r * N + n] = col_bf16_scalar(wt, ld, k0, k1, xr + r * K, n);
+    for (int64_t n = v1; n < n1; ++n) yp[r * N + n] = col_bf16_scalar(wt, ld, k0, k1, xp + r * K2, n);
 }
 
 /// cols_bf16 for mr (1 .. kGemvMaxRows) rows.
-void cols_bf16_rows(int64_t mr, const uint16_t* wt, int64_t ld, int64_t k0, int64_t k1, const float* xr, int64_t K,
-                    int64_t n0, int64_t n1, int64_t nv, float* yp, int64_t N) {
+void cols_bf16_rows(int64_t mr, const uint16_t* wt, int64_t ld, int64_t k0, int64_t k1, const uint32_t* xp,
+                    int64_t K2, int64_t n0, int64_t n1, int64_t nv, float* yp, int64_t N) {
   static_assert(kGemvMaxRows == 8);
   switch (mr) {
-    case 1: return cols_bf16<1>(wt, ld, k0, k1, xr, K, n0, n1, nv, yp, N);
-    case 2: return cols_bf16<2>(wt, ld, k0, k1, xr, K, n0, n1, nv, yp, N);
-    case 3: return cols_bf16<3>(wt, ld, k0, k1, xr, K, n0, n1, nv, yp, N);
-    case 4: return cols_bf16<4>(wt, ld, k0, k1, xr, K, n0, n1, nv, yp, N);
-    case 5: return cols_bf16<5>(wt, ld, k0, k1, xr, K, n0, n1, nv, yp, N);
-    case 6: return cols_bf16<6>(wt, ld, k0, k1, xr, K, n0, n1, nv, yp, N);
-    case 7: return cols_bf16<7>(wt, ld, k0, k1, xr, K, n0, n1, nv, yp, N);
-    default: return cols_bf16<8>(wt, ld, k0, k1, xr, K, n0, n1, nv, yp, N);
+    case 1: return cols_bf16<1>(wt, ld, k0, k1, xp, K2, n0, n1, nv, yp, N);
+    case 2: return cols_bf16<2>(wt, ld, k0, k1, xp, K2, n0, n1, nv, yp, N);
+    case 3: return cols_bf16<3>(wt, ld, k0, k1, xp, K2, n0, n1, nv, yp, N);
+    case 4: return cols_bf16<4>(wt, ld, k0, k1, xp, K2, n0, n1, nv, yp, N);
+    case 5: return cols_bf16<5>(wt, ld, k0, k1, xp, K2, n0, n1, nv, yp, N);
+    case 6: return cols_bf16<6>(wt, ld, k0, k1, xp, K2, n0, n1, nv, yp, N);
+    case 7: return cols_bf16<7>(wt, ld, k0, k1, xp, K2, n0, n1, nv, yp, N);
+    default: return cols_bf16<8>(wt, ld, k0, k1, xp, K2, n0, n1, nv, yp, N);
   }
 }
 
-/// y[0..32) = base + (c0 + c1) for one permuted chunk of 32 chains.
+/// y[0..32) = base + (c0 + c1) for one permuted chunk of 32 chains (pass_bf16_avx512's order).
 __attribute__((target("avx512f,avx2,fma"))) void unpermute32(const float* c0, const float* c1, float* y,
                                                             bool accumulate) {
-  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i hi = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
   __m512 e = _mm512_loadu_ps(c0), o = _mm512_loadu_ps(c0 + 16);
   if (c1 != nullptr) {
     e = _mm512_add_ps(e, _mm512_loadu_ps(c1));
@@ -224,14 +257,22 @@ __attribute__((target("avx512f,avx2,fma"))) void unpermute32(const float* c0, co
   _mm512_storeu_ps(y + 16, _mm512_add_ps(b1, _mm512_permutex2var_ps(e, hi, o)));
 }
 
+/// Row r of x packed into bf16 pairs for the kernel (x_of reads them back).
+void pack_x(const float* x, int64_t K, uint32_t* xp) {
+  for (int64_t j = 0; j < (K + 1) / 2; ++j) {
+    const uint32_t lo = f32_to_bf16(x[2 * j]), hi = 2 * j + 1 < K ? f32_to_bf16(x[2 * j + 1]) : 0u;
+    xp[j] = lo | (hi << 16);
+  }
+}
+
 /// gemv_rows for a BF16 weight (see gemv.hpp); m <= kGemvMaxRows.
 void gemv_bf16(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads, float* scratch) {
-  const int64_t N = w.n_out(), K = w.n_in(), ld = w.ld(), split = gemv_split(N, K);
-  const int64_t nv = kernel_isa() == KernelIsa::Avx512 ? N / 32 * 32 : 0;  // permuted columns
+  const int64_t N = w.n_out(), K = w.n_in(), K2 = (K + 1) / 2, ld = w.ld(), split = gemv_split(N, K);
+  const int64_t nv = kernel_has_bf16_dot() ? N / 32 * 32 : 0;  // permuted columns
   float* c0 = scratch;
   float* c1 = split > 0 ? scratch + m * N : nullptr;
-  float* xr = scratch + 2 * m * N;
-  for (int64_t i = 0; i < m * K; ++i) xr[i] = round_bf16(x[i]);
+  auto* xp = reinterpret_cast<uint32_t*>(scratch + 2 * m * N);
+  for (int64_t r = 0; r < m; ++r) pack_x(x + r * K, K, xp + r * K2);
   const Tasks tasks(N, K, split, threads, 32);
   const int64_t chunks = nv / 32;
 #pragma omp parallel num_threads(tasks.threads)
@@ -239,7 +280,7 @@ void gemv_bf16(const float* x, int64_t m, const Weight& w, float* y, bool accumu
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < tasks.count(); ++i) {
       const auto t = tasks[i];
-      if (t.n0 < t.n1) cols_bf16_rows(m, w.bf16(), ld, t.k0, t.k1, xr, K, t.n0, t.n1, nv, t.h == 0 ? c0 : c1, N);
+      if (t.n0 < t.n1) cols_bf16_rows(m, w.bf16(), ld, t.k0, t.k1, xp, K2, t.n0, t.n1, nv, t.h == 0 ? c0 : c1, N);
     }
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < m * chunks; ++i) {
@@ -301,10 +342,10 @@ void gemv(const float* x, const Weight& w, float* y, bool accumulate, int thread
 float gemv_scalar(const float* x, const Weight& w, int64_t n, float y0) {
   if (w.dtype() == Dtype::BF16) {
     const int64_t K = w.n_in(), split = gemv_split(w.n_out(), K);
-    std::vector<float> xr(static_cast<size_t>(K));
-    for (int64_t k = 0; k < K; ++k) xr[static_cast<size_t>(k)] = round_bf16(x[k]);
-    const float c0 = col_bf16_scalar(w.bf16(), w.ld(), 0, split > 0 ? split : K, xr.data(), n);
-    return y0 + (split > 0 ? c0 + col_bf16_scalar(w.bf16(), w.ld(), split, K, xr.data(), n) : c0);
+    std::vector<uint32_t> xp(static_cast<size_t>((K + 1) / 2));
+    pack_x(x, K, xp.data());
+    const float c0 = col_bf16_scalar(w.bf16(), w.ld(), 0, split > 0 ? split : K, xp.data(), n);
+    return y0 + (split > 0 ? c0 + col_bf16_scalar(w.bf16(), w.ld(), split, K, xp.data(), n) : c0);
   }
   require_f32(w, "gemv_scalar");
   const int64_t K = w.n_in(), split = gemv_split(w.n_out(), K);

@@ -25,11 +25,16 @@ int64_t gemv_split(int64_t n_out, int64_t n_in);
 /// when that is 0).
 ///
 /// A BF16 weight (layout as F32, bf16 elements): x is rounded to bf16 first (as
-/// oneDNN's bf16 matmul reads it); c0 and c1 are chains of fma over the same
-/// halves, both starting from 0, and output n is base + (c0 + c1) (base + c0
-/// when s = 0), base = y[n] (accumulate) or 0. On AVX-512 columns are read 32 at
-/// a time (gemv.cpp); other paths run the scalar chains. Throws ArgumentError
-/// for a weight that is neither F32 nor BF16, or a missing `part`.
+/// oneDNN's bf16 matmul reads it); c0 and c1 are chains over the same halves,
+/// both starting from 0, in steps over the pairs of rows (k, k + 1) as the
+/// AVX512-BF16 instruction vdpbf16ps computes them (Intel SDM): acc + x_k+1 w_k+1
+/// first, then + x_k w_k, each sum rounded to nearest even and flushed to zero
+/// when subnormal, subnormal inputs read as zero (a last row alone pairs with
+/// zero); output n is base + (c0 + c1) (base + c0 when s = 0), base = y[n]
+/// (accumulate) or 0. With kernel_has_bf16_dot() columns are read 32 at a time
+/// (gemv.cpp); otherwise the scalar chains run (matmul then routes bf16 decode
+/// steps to oneDNN instead). Throws ArgumentError for a weight that is neither
+/// F32 nor BF16, or a missing `part`.
 void gemv(const float* x, const Weight& w, float* y, bool accumulate, int threads, float* part);
 
 /// Rows gemv_rows takes at most.
@@ -37,14 +42,14 @@ inline constexpr int64_t kGemvMaxRows = 8;
 
 /// y[m, n_out] (+)= x[m, n_in] · Wᵀ for a BF16 weight and 1 <= m <= kGemvMaxRows
 /// rows (decode steps of a few sequences): each row as gemv computes it alone,
-/// bit for bit, whatever m is; on AVX-512 one pass over Wᵀ serves all rows
-/// (one load of 32 columns feeds 2 m fmas). `scratch`: gemv_scratch(w, m) floats.
+/// bit for bit, whatever m is; with AVX512-BF16 one pass over Wᵀ serves all rows
+/// (two loads of 32 columns of two rows of Wᵀ feed 2 m vdpbf16ps). `scratch`: gemv_scratch(w, m) floats.
 /// Throws ArgumentError for another dtype, m out of range or a null scratch.
 void gemv_rows(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads, float* scratch);
 
 /// Floats of scratch gemv (m = 1) or gemv_rows needs for `w`: n_out when an
 /// F32 product splits (0 otherwise), m (2 n_out + n_in) for BF16 (both halves'
-/// chains and x rounded, per row).
+/// chains and x packed into bf16 pairs, per row).
 int64_t gemv_scratch(const Weight& w, int64_t m = 1);
 
 /// Output n of gemv in portable C++ (std::fma), from y0 (y0 = 0 without

@@ -21,6 +21,11 @@ enum class KernelIsa { Scalar, Avx2, Avx512 };
 /// Computed once.
 KernelIsa kernel_isa();
 
+/// Whether kveval's bf16 decode kernel (gemv.cpp) can run: the Avx512 path and
+/// AVX512-BF16 (vdpbf16ps), with oneDNN's effective ISA at avx512_core_bf16 or
+/// above (so DNNL_MAX_CPU_ISA turns it off too). Computed once.
+bool kernel_has_bf16_dot();
+
 /// "avx512", "avx2" or "scalar".
 const char* kernel_isa_name(KernelIsa i);
 

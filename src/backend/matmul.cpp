@@ -70,7 +70,7 @@ int64_t invariant_block(int64_t left) {
 /// y[m, n] (row stride ldy) (+)= x[m, k] · wt[k, n] with each row's bits the same
 /// for every m: under 16 rows through a zero-padded 16-row product (oneDNN's sgemm
 /// takes another kernel below 16 rows; measured on oneDNN 2.6: rows agree bit for
-/// bit for every M >= 16 on AVX-512). oneDNN 2.7's AVX2 sgemm computes rows in
+/// bit for every M >= 16 on AVX-512). oneDNN 2.6's AVX2 sgemm computes rows in
 /// tiles of 24 and runs the tail rows of M (e.g. rows 18-19 of M = 20, rows 30-31
 /// of M = 32) and, from M = 384 on, other blockings with another summation order:
 /// there rows go in blocks of 192, 96, 48, 24 or 16 (tests/backend/test_invariance.cpp).
@@ -103,7 +103,7 @@ void run_invariant(Engine& engine, const float* x, int64_t m, int64_t k, const v
 
 /// Q8_0 and Q4_0 weights for longer products or batch-invariant passes: rows of W are
 /// widened to f32 a chunk (~4 MiB) at a time into an engine buffer, row-major
-/// [rows, n_in] (oneDNN reads it as Wᵀ in "ba" layout, measured on oneDNN 2.7
+/// [rows, n_in] (oneDNN reads it as Wᵀ in "ba" layout, measured on oneDNN 2.6
 /// as fast as "ab" from M = 64 up), and multiplied by oneDNN's sgemm into the
 /// matching columns of y; the chunks are the same for every m, so batch
 /// invariance holds as for F32 weights.
@@ -154,14 +154,15 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
     gemv(x, w, y, accumulate, im.threads, im.gemv_part.data());
     return;
   }
-  // BF16 decode steps on AVX-512: kveval's kernel for up to kGemvMaxRows rows
-  // (one row on AMX, whose brgemm was not measured against it). Measured on a
-  // Zen 5 VM through matmul (s110m's 49 matrices per pass, medians of 9, two
-  // alternating rounds), oneDNN's runtime-M product -> gemv_rows, ms per pass:
-  // 2 threads M = 2 7.5-9.0 -> 4.4-5.3, 4 8.0-9.4 -> 5.9-6.6, 6 8.9-9.3 ->
-  // 7.7-8.1, 8 9.5-11.5 -> 9.7-9.9; 1 thread M = 2 14.2 -> 9.5, 4 18.9 -> 9.6,
-  // 8 16.0 -> 16.0; at M = 16 the kernel lost (13.6 vs 21.9 ms, 2 threads).
-  if (!batch_invariant && w.dtype() == Dtype::BF16 && kernel_isa() == KernelIsa::Avx512 &&
+  // BF16 decode steps with AVX512-BF16: kveval's kernel for up to kGemvMaxRows
+  // rows (one row on AMX, whose brgemm was not measured against it). Measured on
+  // a Zen 5 VM through matmul (s110m's 49 matrices per pass, medians of 9, two
+  // alternating rounds), oneDNN's runtime-M product -> gemv_rows (its first,
+  // fma form; gemv.cpp gives the vdpbf16ps form's gain), ms per pass: 2 threads
+  // M = 2 7.5-9.0 -> 4.4-5.3, 4 8.0-9.4 -> 5.9-6.6, 6 8.9-9.3 -> 7.7-8.1, 8
+  // 9.5-11.5 -> 9.7-9.9; 1 thread M = 2 14.2 -> 9.5, 4 18.9 -> 9.6, 8 16.0 ->
+  // 16.0; at M = 16 the kernel lost (13.6 vs 21.9 ms, 2 threads).
+  if (!batch_invariant && w.dtype() == Dtype::BF16 && kernel_has_bf16_dot() &&
       (m == 1 || (m <= kGemvMaxRows && !has_amx()))) {
     if (im.gemv_part.reserve(static_cast<size_t>(gemv_scratch(w, m)))) ++im.allocations;
     gemv_rows(x, m, w, y, accumulate, im.threads, im.gemv_part.data());

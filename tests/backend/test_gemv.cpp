@@ -181,8 +181,36 @@ TEST_SUITE("backend.gemv") {
     for (int64_t n = 0; n < n_out; ++n) CHECK(y[static_cast<size_t>(n)] == 1.5f * float(n - 32));
   }
 
+  TEST_CASE("hand-computed bf16 chains: the odd product of a pair first, subnormal inputs read as zero, subnormal sums flushed") {
+    // Column 5 of 32 (the permuted vector path), the other columns zero; one chain (no split).
+    // Pair order: w = [1, 0, 2^-12, -1], x = [1, 1, 2^-12, 1]: products 1, 0, 2^-24, -1. vdpbf16ps
+    // adds the odd product of each pair first: (0 + 0) + 1 = 1, then (1 - 1) + 2^-24 = 2^-24; the
+    // even one first would give (1 + 2^-24) - 1 = 0 (1 + 2^-24 rounds to 1).
+    // DAZ: x = [2^-130 (a bf16 subnormal), 0, 0, 0] with w = [1, 0, 0, 0] gives 0, not 2^-130.
+    // FTZ: x = [2^-70, 0, 0, 0], w = [2^-70, 0, 0, 0]: the product 2^-140 is exact but the sum is
+    // subnormal, so 0.
+    const int64_t n_out = 32, n_in = 4, col = 5;
+    const auto run = [&](std::vector<float> wcol, const std::vector<float>& x, int64_t m) {
+      std::vector<float> wv(static_cast<size_t>(n_out * n_in), 0.0f);
+      for (int64_t k = 0; k < n_in; ++k) wv[static_cast<size_t>(col * n_in + k)] = wcol[static_cast<size_t>(k)];
+      const Weight w(wv, n_out, n_in, Dtype::BF16);
+      std::vector<float> xs, y(static_cast<size_t>(m * n_out), 7.0f), scratch(static_cast<size_t>(gemv_scratch(w, m)));
+      for (int64_t r = 0; r < m; ++r) xs.insert(xs.end(), x.begin(), x.end());
+      gemv_rows(xs.data(), m, w, y.data(), false, 1, scratch.data());
+      CHECK(gemv_scalar(x.data(), w, col, 0.0f) == y[static_cast<size_t>(col)]);
+      for (int64_t r = 1; r < m; ++r) CHECK(y[static_cast<size_t>(r * n_out + col)] == y[static_cast<size_t>(col)]);
+      return y[static_cast<size_t>(col)];
+    };
+    for (int64_t m : {1, 4}) {
+      CHECK(run({1, 0, std::ldexp(1.0f, -12), -1}, {1, 1, std::ldexp(1.0f, -12), 1}, m) == std::ldexp(1.0f, -24));
+      CHECK(run({1, 0, 0, 0}, {std::ldexp(1.0f, -130), 0, 0, 0}, m) == 0.0f);
+      CHECK(run({std::ldexp(1.0f, -70), 0, 0, 0}, {std::ldexp(1.0f, -70), 0, 0, 0}, m) == 0.0f);
+      CHECK(run({1, 0, 0, 0}, {std::ldexp(1.0f, -120), 0, 0, 0}, m) == std::ldexp(1.0f, -120));  // normal: kept
+    }
+  }
+
   TEST_CASE("matmul runs bf16 decode steps through gemv on AVX-512, within f32 rounding of oneDNN's bf16 product") {
-    if (!bf16_matmul_available() || kernel_isa() != KernelIsa::Avx512) {
+    if (!bf16_matmul_available() || !kernel_has_bf16_dot()) {
       MESSAGE("SKIPPED: bf16 one-row products stay on oneDNN here (" << cpu_isa_name() << ")");
       return;
     }
