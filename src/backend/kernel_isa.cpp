@@ -4,23 +4,17 @@
 
 namespace kveval::backend {
 
-namespace {
-
-/// Whether oneDNN's effective ISA includes `want` (the cpu_isa values are bit
-/// sets: avx2_vnni = 0x407 is numerically above avx512_core but excludes it).
-bool onednn_allows(dnnl::cpu_isa want) {
+bool onednn_isa_includes(dnnl::cpu_isa want) {
   const auto cap = static_cast<unsigned>(dnnl::get_effective_cpu_isa()), w = static_cast<unsigned>(want);
   return (cap & w) == w;
 }
 
-}  // namespace
-
 KernelIsa kernel_isa() {
   static const KernelIsa v = [] {
-    if (onednn_allows(dnnl::cpu_isa::avx512_core) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+    if (onednn_isa_includes(dnnl::cpu_isa::avx512_core) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
       return KernelIsa::Avx512;
-    if (onednn_allows(dnnl::cpu_isa::avx2) && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    if (onednn_isa_includes(dnnl::cpu_isa::avx2) && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
       return KernelIsa::Avx2;
     return KernelIsa::Scalar;
   }();
@@ -29,7 +23,7 @@ KernelIsa kernel_isa() {
 
 bool kernel_has_bf16_dot() {
   static const bool v = kernel_isa() == KernelIsa::Avx512 && __builtin_cpu_supports("avx512bf16") &&
-                        onednn_allows(dnnl::cpu_isa::avx512_core_bf16);
+                        onednn_isa_includes(dnnl::cpu_isa::avx512_core_bf16);
   return v;
 }
 

@@ -3,6 +3,8 @@
 // gemv) take on this CPU, and from what size decode products use every thread.
 #include <cstdint>
 
+#include <oneapi/dnnl/dnnl.hpp>
+
 namespace kveval::backend {
 
 /// Multiply-adds from which a decode product (blocks, gemv, cached oneDNN
@@ -12,6 +14,11 @@ namespace kveval::backend {
 /// -> 488-573, bf16 783-853 -> 1021-1073 (the 288 x 288 and 288 x 768 products
 /// had run on one thread); 2^14 measured the same as 2^16.
 inline constexpr int64_t kDecodeParallelMacs = int64_t(1) << 16;
+
+/// Whether oneDNN's effective ISA (DNNL_MAX_CPU_ISA applied) includes `want`.
+/// The cpu_isa values are bit sets, so this is not `>=`: avx2_vnni (0x407) is
+/// numerically above avx512_core (0x27) and avx512_core_amx (0x3e7) but has neither.
+bool onednn_isa_includes(dnnl::cpu_isa want);
 
 enum class KernelIsa { Scalar, Avx2, Avx512 };
 

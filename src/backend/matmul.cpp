@@ -38,13 +38,13 @@ void run_matmul(Engine& engine, const float* x, int64_t m, int64_t k, const void
 /// True when oneDNN's sgemm runs on AVX2 or older (no AVX-512): its kernels
 /// there are not row-invariant across M (see matmul's batch_invariant).
 bool sgemm_needs_row_blocks() {
-  static const bool v = dnnl::get_effective_cpu_isa() < dnnl::cpu_isa::avx512_core;
+  static const bool v = !onednn_isa_includes(dnnl::cpu_isa::avx512_core);  // also AVX2-VNNI CPUs
   return v;
 }
 
 /// True when oneDNN's effective ISA has AMX tiles.
 bool has_amx() {
-  static const bool v = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
+  static const bool v = onednn_isa_includes(dnnl::cpu_isa::avx512_core_amx);
   return v;
 }
 
