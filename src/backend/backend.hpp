@@ -198,9 +198,9 @@ class Weight {
 /// than brgemm there, matmul.cpp), one per (n_in, n_out, accumulate) with
 /// runtime M (jit sgemm). An F32 decode step
 /// of one row (M = 1, not batch-invariant) runs kveval's gemv, and a BF16 one of
-/// up to 8 rows on AVX-512 (one row on AMX) gemv_rows (gemv.hpp: Wᵀ read front to
-/// back; f32 1.3-1.5x oneDNN's one-row product on Zen 4, bf16 1.04-1.44x at one
-/// row and 1.2-2.0x at 2-4 rows on Zen 5; each row's bits independent of M). Products under
+/// up to 8 rows with AVX512-BF16 (one row on AMX) gemv_rows (gemv.hpp: Wᵀ read
+/// front to back; f32 1.3-1.5x oneDNN's one-row product on Zen 4; bf16 on Zen 5
+/// README "bf16 decode on vdpbf16ps"; each row's bits independent of M). Products under
 /// 2^20 multiply-adds (2^16 for decode steps) run on one thread. With `batch_invariant`, each row's result
 /// is bit-identical whatever M is: oneDNN's sgemm uses another kernel (another
 /// summation order) below 16 rows, so fewer rows are padded to 16 (measured on
@@ -212,6 +212,13 @@ class Weight {
 /// widened to f32 a chunk at a time (engine buffer). Throws BackendError.
 void matmul(Engine& eng, const float* x, int64_t m, const Weight& w, float* y, bool accumulate = false,
             bool batch_invariant = false);
+
+/// Rows up to which matmul's products that are not batch-invariant (decode
+/// steps) give each row of a `wdt` weight the bits it gets alone: kGemvMaxRows
+/// (8) for BF16 on kveval's kernel (AVX512-BF16 without AMX), else 0 (F32 and
+/// the block kernels sum in another order for 1, 2-16 and 17+ rows). Model::forward
+/// uses it to keep a cached pass's prompts apart, on the batch-invariant path.
+int64_t decode_invariant_rows(Dtype wdt);
 
 /// Rows below which oneDNN's sgemm switches kernel (see matmul's batch_invariant).
 inline constexpr int64_t kInvariantMinRows = 16;

@@ -126,6 +126,10 @@ void matmul_widened(Engine& engine, const float* x, int64_t m, const Weight& w, 
 
 }  // namespace
 
+int64_t decode_invariant_rows(Dtype wdt) {
+  return wdt == Dtype::BF16 && kernel_has_bf16_dot() && !has_amx() ? kGemvMaxRows : 0;
+}
+
 void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y, bool accumulate,
             bool batch_invariant) {
   if (m <= 0) return;

@@ -141,20 +141,31 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
   im.seq_row.clear();
   im.seq_start.clear();
   im.seq_len.clear();
+  // When decode steps of a few rows are row-invariant (bf16 on kveval's kernel),
+  // a cached pass packs its one-token sequences first and its prompts after: the
+  // first go through the decode path, the others through the batch-invariant
+  // one, so a sequence's bits do not depend on what else shares the pass
+  // (static or dynamic batching, any batch of up to decode_invariant_rows rows).
+  const bool split = cached && be::decode_invariant_rows(im.layers.front().wqkv.dtype()) > 0;
   size_t T = 0;
   for (int r = 0; r < batch; ++r) {
     const int n = n_tokens[static_cast<size_t>(r)];
     if (n < 0 || n > seq) throw ArgumentError(fmt::format("forward: n_tokens[{}] = {} outside [0, {}]", r, n, seq));
-    if (n == 0) continue;
     if (cached && im.n_past[static_cast<size_t>(r)] + n > im.cache_cap)
       throw CacheError(fmt::format("KV cache full: row {} holds {} of {} positions and {} more were written; "
                                    "set up caches with max_seq_len >= {}",
                                    r, im.n_past[static_cast<size_t>(r)], im.cache_cap, n, im.n_past[static_cast<size_t>(r)] + n));
-    im.seq_row.push_back(r);
-    im.seq_start.push_back(static_cast<int>(T));
-    im.seq_len.push_back(n);
-    T += static_cast<size_t>(n);
   }
+  for (int group = 0; group < (split ? 2 : 1); ++group)
+    for (int r = 0; r < batch; ++r) {
+      const int n = n_tokens[static_cast<size_t>(r)];
+      if (n == 0 || (split && (n == 1) != (group == 0))) continue;
+      im.seq_row.push_back(r);
+      im.seq_start.push_back(static_cast<int>(T));
+      im.seq_len.push_back(n);
+      T += static_cast<size_t>(n);
+    }
+  const bool row_order = std::is_sorted(im.seq_row.begin(), im.seq_row.end());
   // Zero only what no matmul writes: padding positions and rows without tokens.
   auto zero = [&](size_t from, size_t count) {
     std::fill(logits_out.begin() + static_cast<std::ptrdiff_t>(from * V),
@@ -198,6 +209,14 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
   // Cache-free passes score log-likelihoods: make every row's result independent
   // of how requests were batched (bit-identical for batch_size 1 vs 8).
   const bool inv = !cached;
+  int64_t Td = 0;  // split: tokens of the one-token sequences, packed first
+  for (size_t s = 0; split && s < im.seq_len.size() && im.seq_len[s] == 1; ++s) ++Td;
+  // y[T, n_out] (+)= in[T, n_in] · Wᵀ for the pass's packed tokens.
+  auto mm = [&](const float* in, const be::Weight& W, float* y, bool accumulate) {
+    if (!split) return be::matmul(eng, in, Ti, W, y, accumulate, inv);
+    if (Td > 0) be::matmul(eng, in, Td, W, y, accumulate, false);
+    if (Ti > Td) be::matmul(eng, in + Td * W.n_in(), Ti - Td, W, y + Td * W.n_out(), accumulate, true);
+  };
   be::rope_table(im.pos.data(), Ti, im.rope, im.rope_tab);  // angles once, not once per layer
   for (int l = 0; l < hp.n_layer; ++l) {
     const detail::Layer& L = im.layers[static_cast<size_t>(l)];
@@ -207,7 +226,7 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
     float* q = im.qkv.data();
     float* k = q + NQ;
     float* v = k + KV;
-    be::matmul(eng, im.xb.data(), Ti, L.wqkv, q, false, inv);
+    mm(im.xb.data(), L.wqkv, q, false);
     if (!L.bqkv.empty()) be::add_bias(q, L.bqkv.data(), Ti, QS);
     if (!L.q_norm.empty()) {  // per-head RMSNorm before RoPE (qwen3)
       be::rmsnorm_heads(q, L.q_norm.data(), Ti, hp.n_head, HD, QS, hp.rms_eps);
@@ -246,13 +265,13 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
     }
     be::attention(im.short_att, hp.n_head, hp.n_head_kv, HD, QS);
     im.short_att.clear();
-    be::matmul(eng, im.att.data(), Ti, L.wo, x, /*accumulate=*/true, inv);
+    mm(im.att.data(), L.wo, x, /*accumulate=*/true);
     if (!L.bo.empty()) be::add_bias(x, L.bo.data(), Ti, D);
     be::rmsnorm(x, L.ffn_norm.data(), im.xb.data(), Ti, D, hp.rms_eps);
-    be::matmul(eng, im.xb.data(), Ti, L.w_gate_up, im.gu.data(), false, inv);
+    mm(im.xb.data(), L.w_gate_up, im.gu.data(), false);
     if (!L.b_gate_up.empty()) be::add_bias(im.gu.data(), L.b_gate_up.data(), Ti, 2 * F);
     be::swiglu_fused(im.gu.data(), im.hb.data(), Ti, F);
-    be::matmul(eng, im.hb.data(), Ti, L.w_down, x, /*accumulate=*/true, inv);
+    mm(im.hb.data(), L.w_down, x, /*accumulate=*/true);
     if (!L.b_down.empty()) be::add_bias(x, L.b_down.data(), Ti, D);
   }
   if (cached)
@@ -263,7 +282,7 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
     for (size_t s = 0; s < n_seq; ++s)
       std::memcpy(last + s * D, x + static_cast<size_t>(im.seq_start[s] + im.seq_len[s] - 1) * D, sizeof(float) * D);
     be::rmsnorm(last, im.output_norm.data(), last, static_cast<int64_t>(n_seq), D, hp.rms_eps);
-    if (n_seq == static_cast<size_t>(batch)) {
+    if (n_seq == static_cast<size_t>(batch) && row_order) {
       be::matmul(eng, last, static_cast<int64_t>(n_seq), im.out_weight(), logits_out.data(), false, inv);
     } else {
       if (im.logits.reserve(n_seq * V)) ++im.stats.buffer_allocations;
@@ -274,7 +293,7 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
     return;
   }
   be::rmsnorm(x, im.output_norm.data(), im.xb.data(), Ti, D, hp.rms_eps);
-  if (T == static_cast<size_t>(batch) * seq) {  // no padding: write in place
+  if (T == static_cast<size_t>(batch) * seq && row_order) {  // no padding: write in place
     be::matmul(eng, im.xb.data(), Ti, im.out_weight(), logits_out.data(), false, inv);
   } else {
     for (size_t s = 0; s < n_seq; ++s)

@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 
+#include "backend/backend.hpp"
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
 #include "model/model.hpp"
@@ -186,6 +187,42 @@ TEST_SUITE("model.dynamic_batching") {
       }
       if (rows == 1) CHECK(td.forward_passes == ts.forward_passes);  // one row: the schedules coincide
       else CHECK(td.forward_passes < ts.forward_passes);               // refilled rows: fewer passes
+    }
+  }
+
+  TEST_CASE("bf16 with row-invariant decode steps: dynamic = static = batch size 1 bit for bit (ids and log-probs)") {
+    // Decode steps of up to 8 rows run kveval's bf16 kernel (each row's bits as
+    // alone); a pass that also prefills a prompt keeps the prompt on the
+    // batch-invariant path and the one-token rows on the kernel. Before, such a
+    // pass (over 8 rows) ran every row through oneDNN and the log-probs of the
+    // rows decoding beside a refill differed in their last bits.
+    if (kveval::backend::decode_invariant_rows(kveval::backend::Dtype::BF16) == 0) {
+      MESSAGE("SKIPPED: bf16 decode steps are not row-invariant on this CPU (" << kveval::backend::cpu_isa_name() << ")");
+      return;
+    }
+    // 128 wide with n_ff 512: kveval's kernel splits the [128 -> 1024] gate/up
+    // product's k in halves, oneDNN does not (a 64-wide model sums alike in both).
+    RandomModelSpec spec = random_model_preset("tiny");
+    spec.name = "wide";
+    spec.n_embd = 128;
+    spec.n_ff = 512;
+    const std::string path = scratch().file("wide.gguf");
+    write_random_llama(path, spec, 6);
+    auto m = Model::load(path, {.threads = 2, .dtype = ComputeDtype::BF16});
+    const Workload w = tiny_workload();
+    const int positions = 64;
+    const auto ref = alone(*m, w.prompts, w.opts, positions);
+    for (int rows : {3, 4, 8}) {
+      CAPTURE(rows);
+      for (Batching b : {Batching::Dynamic, Batching::Static}) {
+        const auto got = batched(*m, w.prompts, w.opts, rows, positions, b);
+        REQUIRE(got.size() == ref.size());
+        for (size_t i = 0; i < ref.size(); ++i) {
+          CAPTURE(i);
+          CHECK(got[i].ids == ref[i].ids);
+          CHECK(got[i].logprobs == ref[i].logprobs);  // exact
+        }
+      }
     }
   }
 
