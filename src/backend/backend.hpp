@@ -191,13 +191,14 @@ class Weight {
 /// y[M, n_out] = x[M, n_in] · Wᵀ (+ y if accumulate), x and y float32; a BF16
 /// weight converts x to bf16 first (into an engine buffer, grown at warm-up only)
 /// and runs a bf16 x bf16 -> f32 primitive. oneDNN matmul primitives,
-/// created once and cached: for 2 <= M <= 16 (decode steps) with F32 weights,
-/// or BF16 on AMX, one per (M, n_in, n_out, accumulate) with fixed dims (oneDNN
+/// created once and cached: for 2 <= M <= 16 (decode steps) with F32 weights
+/// (9 <= M <= 16 on AVX-512), or BF16 on AMX, one per (M, n_in, n_out,
+/// accumulate) with fixed dims (oneDNN
 /// picks its brgemm kernel); otherwise, a BF16 M = 1 included (its jit gemv
 /// reads the weights faster) and BF16 decode steps without AMX (1.16-1.57x faster
 /// than brgemm there, matmul.cpp), one per (n_in, n_out, accumulate) with
-/// runtime M (jit sgemm). An F32 decode step
-/// of one row (M = 1, not batch-invariant) runs kveval's gemv, and a BF16 one of
+/// runtime M (jit sgemm). An F32 decode step (not batch-invariant) of one row,
+/// or of up to 8 on AVX-512, runs kveval's gemv (gemv_rows), and a BF16 one of
 /// up to 8 rows with AVX512-BF16 (one row on AMX) gemv_rows (gemv.hpp: Wᵀ read
 /// front to back; f32 1.3-1.5x oneDNN's one-row product on Zen 4; bf16 on Zen 5
 /// README "bf16 decode on vdpbf16ps"; each row's bits independent of M). Products under
@@ -215,8 +216,9 @@ void matmul(Engine& eng, const float* x, int64_t m, const Weight& w, float* y, b
 
 /// Rows up to which matmul's products that are not batch-invariant (decode
 /// steps) give each row of a `wdt` weight the bits it gets alone: kGemvMaxRows
-/// (8) for BF16 on kveval's kernel (AVX512-BF16 without AMX), else 0 (F32 and
-/// the block kernels sum in another order for 1, 2-16 and 17+ rows). Model::forward
+/// (8) for F32 on AVX-512 and BF16 with AVX512-BF16 without AMX (kveval's
+/// kernels), else 0 (oneDNN and the block kernels sum in another order for
+/// other row counts). Model::forward
 /// uses it to keep a cached pass's prompts apart, on the batch-invariant path.
 int64_t decode_invariant_rows(Dtype wdt);
 

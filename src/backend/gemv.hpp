@@ -37,17 +37,20 @@ int64_t gemv_split(int64_t n_out, int64_t n_in);
 /// F32 nor BF16, or a missing `part`.
 void gemv(const float* x, const Weight& w, float* y, bool accumulate, int threads, float* part);
 
-/// Rows gemv_rows takes at most.
+/// Rows gemv_rows takes at most (decode steps of up to 8 sequences).
 inline constexpr int64_t kGemvMaxRows = 8;
 
-/// y[m, n_out] (+)= x[m, n_in] · Wᵀ for a BF16 weight and 1 <= m <= kGemvMaxRows
-/// rows (decode steps of a few sequences): each row as gemv computes it alone,
-/// bit for bit, whatever m is; with AVX512-BF16 one pass over Wᵀ serves all rows
-/// (two loads of 32 columns of two rows of Wᵀ feed 2 m vdpbf16ps). `scratch`: gemv_scratch(w, m) floats.
-/// Throws ArgumentError for another dtype, m out of range or a null scratch.
+/// y[m, n_out] (+)= x[m, n_in] · Wᵀ for an F32 or BF16 weight and 1 <= m <=
+/// kGemvMaxRows rows (decode steps of a few sequences): each row as gemv
+/// computes it alone, bit for bit, whatever m is. One pass over Wᵀ serves all
+/// rows: F32 on AVX-512 (a load of 32 columns feeds 2 m fmas; other paths run
+/// gemv row by row), BF16 with AVX512-BF16 (two loads of 32 columns of two rows
+/// of Wᵀ feed 2 m vdpbf16ps). `scratch`: gemv_scratch(w, m) floats (may be null
+/// when that is 0). Throws ArgumentError for another dtype, m out of range or a
+/// missing scratch.
 void gemv_rows(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads, float* scratch);
 
-/// Floats of scratch gemv (m = 1) or gemv_rows needs for `w`: n_out when an
+/// Floats of scratch gemv (m = 1) or gemv_rows needs for `w`: m n_out when an
 /// F32 product splits (0 otherwise), m (2 n_out + n_in) for BF16 (both halves'
 /// chains and x packed into bf16 pairs, per row).
 int64_t gemv_scratch(const Weight& w, int64_t m = 1);

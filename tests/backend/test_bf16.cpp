@@ -95,11 +95,13 @@ TEST_SUITE("backend.bf16") {
       std::vector<float> x(64 * 96, 0.25f), y(64 * 256);
       for (int64_t m : {64, 1, 4}) matmul(eng, x.data(), m, W, y.data(), true);
       const auto p0 = eng.primitives_created(), a0 = eng.buffer_allocations();
-      // Runtime M for 64; fixed M = 4, except bf16 without AMX, whose decode
-      // steps of up to 8 rows run kveval's gemv_rows on AVX-512 (the one-row
-      // products of both dtypes run kveval's gemv: no primitive).
-      const bool bf16_no_amx = dt == Dtype::BF16 && std::string(cpu_isa_name()) != "avx512_core_amx";
-      CHECK(p0 == (bf16_no_amx ? 1u : 2u));
+      // Runtime M for 64; fixed M = 4 only for f32 without AVX-512 and bf16 on
+      // AMX: f32 on AVX-512 and bf16 with AVX512-BF16 run decode steps of up to
+      // 8 rows in kveval's gemv_rows (decode_invariant_rows), other bf16 on the
+      // runtime-M primitive; one-row products run kveval's gemv.
+      const bool amx = std::string(cpu_isa_name()) == "avx512_core_amx";
+      const bool fixed_m4 = dt == Dtype::F32 ? decode_invariant_rows(dt) < 4 : amx;
+      CHECK(p0 == (fixed_m4 ? 2u : 1u));
       for (int step = 0; step < 20; ++step) matmul(eng, x.data(), 1 + step % 4 == 1 ? 1 : 4, W, y.data(), true);
       CHECK(eng.primitives_created() == p0);
       CHECK(eng.buffer_allocations() == a0);

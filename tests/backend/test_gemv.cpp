@@ -34,40 +34,55 @@ double relative_error(float got, float start, const float* x, const float* w, in
   return std::fabs(double(got) - e) / (a + 1e-30);
 }
 
+/// gemv (m = 1) and gemv_rows (m = 3, 8) on a random [n_out, n_in] weight of
+/// `dt`, with and without accumulation, 1-4 threads: every row bit-identical to
+/// gemv_scalar of the row alone, and within f32 rounding of the double reference.
+void check_rows_against_twin(Dtype dt, int64_t n_out, int64_t n_in) {
+  const bool bf16 = dt == Dtype::BF16;
+  const auto wv = randv(static_cast<size_t>(n_out * n_in), static_cast<uint32_t>((bf16 ? 3 : 1) * n_out + n_in));
+  const Weight w(wv, n_out, n_in, dt);
+  const auto x = randv(static_cast<size_t>(kGemvMaxRows * n_in), 17);
+  const auto y0 = randv(static_cast<size_t>(kGemvMaxRows * n_out), 18);
+  for (int64_t m : {1, 3, 8}) {
+    std::vector<float> scratch(static_cast<size_t>(gemv_scratch(w, m)));
+    const int64_t want_scratch = bf16 ? m * (2 * n_out + n_in) : (gemv_split(n_out, n_in) > 0 ? m * n_out : 0);
+    REQUIRE(scratch.size() == static_cast<size_t>(want_scratch));
+    for (bool acc : {false, true})
+      for (int threads : {1, 2, 3, 4}) {
+        std::vector<float> y(y0);
+        if (m == 1)
+          gemv(x.data(), w, y.data(), acc, threads, scratch.data());
+        else
+          gemv_rows(x.data(), m, w, y.data(), acc, threads, scratch.data());
+        int64_t differ = 0;
+        double worst = 0;
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t n = 0; n < n_out; ++n) {
+            const size_t i = static_cast<size_t>(r * n_out + n);
+            const float start = acc ? y0[i] : 0.0f;
+            const float* xr = x.data() + r * n_in;
+            const float want = gemv_scalar(xr, w, n, start);  // the row alone
+            if (std::memcmp(&want, &y[i], sizeof(float)) != 0) ++differ;
+            worst = std::max(worst, relative_error(want, start, xr, wv.data() + n * n_in, n_in, bf16));
+          }
+        INFO(to_string(dt) << " [" << n_out << ", " << n_in << "] m=" << m << " acc=" << acc << " threads=" << threads);
+        CHECK(differ == 0);
+        CHECK(worst < double(n_in + 3) * 6e-8);  // one rounding of relative 2^-24 per fma and add
+      }
+  }
+}
+
 }  // namespace
 
 TEST_SUITE("backend.gemv") {
-  TEST_CASE("gemv gives the scalar twin's bits for every thread count and the double reference within f32 rounding") {
+  TEST_CASE("f32 gemv and gemv_rows give the scalar twin's bits for every row count and thread count, and the double reference within f32 rounding") {
     MESSAGE("gemv kernel: " << std::string(kernel_isa_name(kernel_isa())));
     // Shapes: tails of 16-column vectors and of 16-row passes, 4 KiB rows (the
     // padded row stride of Weight::ld), one chain (under 2^16 multiply-adds or
     // n_in < 32) and two halves (gemv_split > 0) with odd half lengths.
     const int64_t shapes[][2] = {{1, 1},     {17, 33},    {100, 7},    {768, 64},  {1024, 48},
                                  {2048, 40}, {4100, 19},  {300, 300},  {17, 5000}, {1000, 97}};
-    for (const auto& s : shapes) {
-      const int64_t n_out = s[0], n_in = s[1];
-      const auto wv = randv(static_cast<size_t>(n_out * n_in), static_cast<uint32_t>(n_out + n_in));
-      const Weight w(wv, n_out, n_in);
-      const auto x = randv(static_cast<size_t>(n_in), 7);
-      const auto y0 = randv(static_cast<size_t>(n_out), 8);
-      std::vector<float> part(static_cast<size_t>(n_out));
-      for (bool acc : {false, true})
-        for (int threads : {1, 2, 3, 4}) {
-          std::vector<float> y(y0);
-          gemv(x.data(), w, y.data(), acc, threads, part.data());
-          int64_t differ = 0;
-          double worst = 0;
-          for (int64_t n = 0; n < n_out; ++n) {
-            const float start = acc ? y0[static_cast<size_t>(n)] : 0.0f;
-            const float want = gemv_scalar(x.data(), w, n, start);
-            if (std::memcmp(&want, &y[static_cast<size_t>(n)], sizeof(float)) != 0) ++differ;
-            worst = std::max(worst, relative_error(want, start, x.data(), wv.data() + n * n_in, n_in, false));
-          }
-          INFO("[" << n_out << ", " << n_in << "] acc=" << acc << " threads=" << threads);
-          CHECK(differ == 0);
-          CHECK(worst < double(n_in + 2) * 6e-8);  // one rounding of relative 2^-24 per fma and add
-        }
-    }
+    for (const auto& s : shapes) check_rows_against_twin(Dtype::F32, s[0], s[1]);
   }
 
   TEST_CASE("hand-computed one-row product") {
@@ -116,48 +131,16 @@ TEST_SUITE("backend.gemv") {
   TEST_CASE("bf16 gemv and gemv_rows give the scalar twin's bits for every row count and thread count, and the double reference within f32 rounding") {
     MESSAGE("gemv kernel: " << std::string(kernel_isa_name(kernel_isa())));
     // Shapes: whole and partial 32-column chunks (the permuted vector path and
-    // the in-order tail), tails of 16-row passes, one chain and two halves.
+    // the in-order tail), tails of 16-row passes, odd rows of Wᵀ, one chain and two halves.
     const int64_t shapes[][2] = {{1, 1},     {31, 17},   {32, 33},    {64, 7},    {100, 70},
                                  {768, 64},  {2048, 40}, {4100, 19},  {17, 5000}, {1000, 97}};
-    for (const auto& s : shapes) {
-      const int64_t n_out = s[0], n_in = s[1];
-      const auto wv = randv(static_cast<size_t>(n_out * n_in), static_cast<uint32_t>(3 * n_out + n_in));
-      const Weight w(wv, n_out, n_in, Dtype::BF16);
-      const auto x = randv(static_cast<size_t>(kGemvMaxRows * n_in), 17);
-      const auto y0 = randv(static_cast<size_t>(kGemvMaxRows * n_out), 18);
-      for (int64_t m : {1, 3, 8}) {
-        std::vector<float> scratch(static_cast<size_t>(gemv_scratch(w, m)));
-        REQUIRE(scratch.size() == static_cast<size_t>(m * (2 * n_out + n_in)));
-        for (bool acc : {false, true})
-          for (int threads : {1, 2, 3, 4}) {
-            std::vector<float> y(y0);
-            if (m == 1)
-              gemv(x.data(), w, y.data(), acc, threads, scratch.data());
-            else
-              gemv_rows(x.data(), m, w, y.data(), acc, threads, scratch.data());
-            int64_t differ = 0;
-            double worst = 0;
-            for (int64_t r = 0; r < m; ++r)
-              for (int64_t n = 0; n < n_out; ++n) {
-                const size_t i = static_cast<size_t>(r * n_out + n);
-                const float start = acc ? y0[i] : 0.0f;
-                const float* xr = x.data() + r * n_in;
-                const float want = gemv_scalar(xr, w, n, start);  // the row alone
-                if (std::memcmp(&want, &y[i], sizeof(float)) != 0) ++differ;
-                worst = std::max(worst, relative_error(want, start, xr, wv.data() + n * n_in, n_in, true));
-              }
-            INFO("bf16 [" << n_out << ", " << n_in << "] m=" << m << " acc=" << acc << " threads=" << threads);
-            CHECK(differ == 0);
-            CHECK(worst < double(n_in + 3) * 6e-8);
-          }
-      }
-    }
+    for (const auto& s : shapes) check_rows_against_twin(Dtype::BF16, s[0], s[1]);
   }
 
-  TEST_CASE("gemv_rows refuses other dtypes, row counts outside 1..kGemvMaxRows and a missing scratch") {
-    const Weight f(std::vector<float>(128, 1.0f), 4, 32), b(std::vector<float>(128, 1.0f), 4, 32, Dtype::BF16);
+  TEST_CASE("gemv_rows refuses block dtypes, row counts outside 1..kGemvMaxRows and a missing scratch") {
+    const Weight q(4, 32, Dtype::Q8_0), b(std::vector<float>(128, 1.0f), 4, 32, Dtype::BF16);
     std::vector<float> x(32 * (kGemvMaxRows + 1), 1.0f), y(4 * (kGemvMaxRows + 1)), scratch(1000);
-    CHECK_THROWS_AS(gemv_rows(x.data(), 2, f, y.data(), false, 1, scratch.data()), kveval::ArgumentError);
+    CHECK_THROWS_AS(gemv_rows(x.data(), 2, q, y.data(), false, 1, scratch.data()), kveval::ArgumentError);
     CHECK_THROWS_AS(gemv_rows(x.data(), 0, b, y.data(), false, 1, scratch.data()), kveval::ArgumentError);
     CHECK_THROWS_AS(gemv_rows(x.data(), kGemvMaxRows + 1, b, y.data(), false, 1, scratch.data()), kveval::ArgumentError);
     CHECK_THROWS_AS(gemv_rows(x.data(), 2, b, y.data(), false, 1, nullptr), kveval::ArgumentError);

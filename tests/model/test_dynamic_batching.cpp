@@ -190,17 +190,14 @@ TEST_SUITE("model.dynamic_batching") {
     }
   }
 
-  TEST_CASE("bf16 with row-invariant decode steps: dynamic = static = batch size 1 bit for bit (ids and log-probs)") {
-    // Decode steps of up to 8 rows run kveval's bf16 kernel (each row's bits as
-    // alone); a pass that also prefills a prompt keeps the prompt on the
-    // batch-invariant path and the one-token rows on the kernel. Before, such a
-    // pass (over 8 rows) ran every row through oneDNN and the log-probs of the
-    // rows decoding beside a refill differed in their last bits.
-    if (kveval::backend::decode_invariant_rows(kveval::backend::Dtype::BF16) == 0) {
-      MESSAGE("SKIPPED: bf16 decode steps are not row-invariant on this CPU (" << kveval::backend::cpu_isa_name() << ")");
-      return;
-    }
-    // 128 wide with n_ff 512: kveval's kernel splits the [128 -> 1024] gate/up
+  TEST_CASE("f32 and bf16 with row-invariant decode steps: dynamic = static = batch size 1 bit for bit (ids and log-probs)") {
+    // Decode steps of up to 8 rows run kveval's kernels (f32 on AVX-512, bf16
+    // with AVX512-BF16 and no AMX), each row's bits as alone; a pass that also
+    // prefills a prompt keeps the prompt on the batch-invariant path and the
+    // one-token rows on the kernel. Before, f32 steps of 2-16 rows ran oneDNN's
+    // brgemm and bf16 passes over 8 rows oneDNN, so log-probs differed in their
+    // last bits between batch sizes.
+    // 128 wide with n_ff 512: the bf16 kernel splits the [128 -> 1024] gate/up
     // product's k in halves, oneDNN does not (a 64-wide model sums alike in both).
     RandomModelSpec spec = random_model_preset("tiny");
     spec.name = "wide";
@@ -208,19 +205,29 @@ TEST_SUITE("model.dynamic_batching") {
     spec.n_ff = 512;
     const std::string path = scratch().file("wide.gguf");
     write_random_llama(path, spec, 6);
-    auto m = Model::load(path, {.threads = 2, .dtype = ComputeDtype::BF16});
-    const Workload w = tiny_workload();
-    const int positions = 64;
-    const auto ref = alone(*m, w.prompts, w.opts, positions);
-    for (int rows : {3, 4, 8}) {
-      CAPTURE(rows);
-      for (Batching b : {Batching::Dynamic, Batching::Static}) {
-        const auto got = batched(*m, w.prompts, w.opts, rows, positions, b);
-        REQUIRE(got.size() == ref.size());
-        for (size_t i = 0; i < ref.size(); ++i) {
-          CAPTURE(i);
-          CHECK(got[i].ids == ref[i].ids);
-          CHECK(got[i].logprobs == ref[i].logprobs);  // exact
+    for (auto [dtype, bdt] : {std::pair{ComputeDtype::F32, kveval::backend::Dtype::F32},
+                              std::pair{ComputeDtype::BF16, kveval::backend::Dtype::BF16}}) {
+      const std::string dt_name = kveval::backend::to_string(bdt);
+      CAPTURE(dt_name);
+      if (kveval::backend::decode_invariant_rows(bdt) < 8) {
+        MESSAGE("SKIPPED: " << kveval::backend::to_string(bdt) << " decode steps are not row-invariant on this CPU ("
+                            << kveval::backend::cpu_isa_name() << ")");
+        continue;
+      }
+      auto m = Model::load(path, {.threads = 2, .dtype = dtype});
+      const Workload w = tiny_workload();
+      const int positions = 64;
+      const auto ref = alone(*m, w.prompts, w.opts, positions);
+      for (int rows : {3, 4, 8}) {
+        CAPTURE(rows);
+        for (Batching b : {Batching::Dynamic, Batching::Static}) {
+          const auto got = batched(*m, w.prompts, w.opts, rows, positions, b);
+          REQUIRE(got.size() == ref.size());
+          for (size_t i = 0; i < ref.size(); ++i) {
+            CAPTURE(i);
+            CHECK(got[i].ids == ref[i].ids);
+            CHECK(got[i].logprobs == ref[i].logprobs);  // exact
+          }
         }
       }
     }
