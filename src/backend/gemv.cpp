@@ -24,7 +24,7 @@
 // 1 thread M = 1 8.0-8.7 -> 7.2-7.5, M = 8 15.8-18.0 -> 10.0-13.0; 2 threads
 // M = 1 4.5-4.7 -> 4.3-4.6, M = 8 10.0-10.2 -> 7.2-7.7 (M = 2 and 4 within
 // noise of each other). Up to 8 rows of x share each load of Wᵀ (gemv_rows);
-// at 12 or 16 the accumulators no longer fit in registers (a prototype: 1.6-2.3x
+// at 12 or 16 the accumulators no longer fit in registers (a prototype: 1.4-2.3x
 // slower than oneDNN).
 #include "backend/gemv.hpp"
 

@@ -141,11 +141,13 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
   im.seq_row.clear();
   im.seq_start.clear();
   im.seq_len.clear();
-  // When decode steps of a few rows are row-invariant (bf16 on kveval's kernel),
-  // a cached pass packs its one-token sequences first and its prompts after: the
-  // first go through the decode path, the others through the batch-invariant
-  // one, so a sequence's bits do not depend on what else shares the pass
-  // (static or dynamic batching, any batch of up to decode_invariant_rows rows).
+  // When decode steps of a few rows are row-invariant (kveval's kernels: f32 on
+  // AVX-512, bf16 with AVX512-BF16; be::decode_invariant_rows), a cached pass
+  // packs its one-token sequences first and its prompts after: the first go
+  // through the decode path, the others through the batch-invariant one, so a
+  // sequence's bits do not depend on what else shares the pass (static or
+  // dynamic batching, any batch of up to decode_invariant_rows rows). The price:
+  // a pass with both reads the weights twice.
   const bool split = cached && be::decode_invariant_rows(im.layers.front().wqkv.dtype()) > 0;
   size_t T = 0;
   for (int r = 0; r < batch; ++r) {
