@@ -194,10 +194,10 @@ class Weight {
 /// created once and cached: for 2 <= M <= 16 (decode steps) with F32 weights
 /// (9 <= M <= 16 on AVX-512), or BF16 on AMX, one per (M, n_in, n_out,
 /// accumulate) with fixed dims (oneDNN
-/// picks its brgemm kernel); otherwise, a BF16 M = 1 included (its jit gemv
-/// reads the weights faster) and BF16 decode steps without AMX (1.16-1.57x faster
-/// than brgemm there, matmul.cpp), one per (n_in, n_out, accumulate) with
-/// runtime M (jit sgemm). An F32 decode step (not batch-invariant) of one row,
+/// picks its brgemm kernel); otherwise (BF16 decode steps that kveval's kernel
+/// does not take, e.g. 9-16 rows without AMX: 1.16-1.57x faster than brgemm
+/// there, matmul.cpp), one per (n_in, n_out, accumulate) with runtime M (jit
+/// sgemm; its M = 1 kernel is a gemv). An F32 decode step (not batch-invariant) of one row,
 /// or of up to 8 on AVX-512, runs kveval's gemv (gemv_rows), and a BF16 one of
 /// up to 8 rows with AVX512-BF16 (one row on AMX) gemv_rows (gemv.hpp: Wᵀ read
 /// front to back; f32 1.3-1.5x oneDNN's one-row product on Zen 4; bf16 on Zen 5

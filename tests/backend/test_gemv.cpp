@@ -109,14 +109,25 @@ TEST_SUITE("backend.gemv") {
     CHECK_THROWS_AS(gemv(xb.data(), big, yb.data(), false, 1, nullptr), kveval::ArgumentError);
   }
 
-  TEST_CASE("matmul runs one-row f32 decode steps through gemv and scoring rows through oneDNN") {
+  TEST_CASE("matmul runs f32 decode steps through gemv (1 row; 1-8 on AVX-512) and scoring rows through oneDNN") {
     Engine eng(2);
     const int64_t n_out = 300, n_in = 70;
     const Weight w(randv(static_cast<size_t>(n_out * n_in), 3), n_out, n_in);
     const auto x = randv(static_cast<size_t>(n_in), 4);
     std::vector<float> y(static_cast<size_t>(n_out)), yi(static_cast<size_t>(n_out));
     matmul(eng, x.data(), 1, w, y.data(), false, false);
-    CHECK(eng.primitives_created() == 0);                  // the decode step did not go through oneDNN
+    CHECK(eng.primitives_created() == 0);  // the decode step did not go through oneDNN
+    if (decode_invariant_rows(Dtype::F32) >= 5) {  // AVX-512: decode steps of 2..8 rows too
+      const auto x5 = randv(static_cast<size_t>(5 * n_in), 9);
+      std::vector<float> y5(static_cast<size_t>(5 * n_out));
+      matmul(eng, x5.data(), 5, w, y5.data(), false, false);
+      CHECK(eng.primitives_created() == 0);
+      for (int64_t r = 0; r < 5; ++r)
+        for (int64_t n = 0; n < n_out; ++n) {
+          const float want = gemv_scalar(x5.data() + r * n_in, w, n, 0.0f);
+          CHECK(std::memcmp(&want, &y5[static_cast<size_t>(r * n_out + n)], sizeof(float)) == 0);
+        }
+    }
     matmul(eng, x.data(), 1, w, yi.data(), false, true);  // batch-invariant: oneDNN's sgemm
     CHECK(eng.primitives_created() == 1);
     double worst = 0;
