@@ -217,8 +217,9 @@ void matmul(Engine& eng, const float* x, int64_t m, const Weight& w, float* y, b
 /// Rows up to which matmul's products that are not batch-invariant (decode
 /// steps) give each row of a `wdt` weight the bits it gets alone: kGemvMaxRows
 /// (8) for F32 on AVX-512 and BF16 with AVX512-BF16 without AMX (kveval's
-/// kernels), else 0 (oneDNN and the block kernels sum in another order for
-/// other row counts). Model::forward
+/// kernels), else 0: oneDNN sums in another order for other row counts, and
+/// the Q8_0/Q4_0 block kernel, row-invariant up to 20 rows (1 thread) or 32,
+/// shares its batch-invariant path (widened rows) with no bits, so it is not claimed. Model::forward
 /// uses it to keep a cached pass's prompts apart, on the batch-invariant path.
 int64_t decode_invariant_rows(Dtype wdt);
 

@@ -1,6 +1,6 @@
 #pragma once
-// Internal to src/backend: one-row products (decode steps) with F32 or BF16
-// weights, read as one sequential stream of Wᵀ.
+// Internal to src/backend: products of 1-8 rows (decode steps) with F32 or BF16
+// weights, Wᵀ read as one sequential stream per pass.
 #include <cstdint>
 
 #include "backend/backend.hpp"

@@ -29,8 +29,9 @@ enum class KernelIsa { Scalar, Avx2, Avx512 };
 KernelIsa kernel_isa();
 
 /// Whether kveval's bf16 decode kernel (gemv.cpp) can run: the Avx512 path and
-/// AVX512-BF16 (vdpbf16ps), with oneDNN's effective ISA at avx512_core_bf16 or
-/// above (so DNNL_MAX_CPU_ISA turns it off too). Computed once.
+/// AVX512-BF16 (vdpbf16ps), with oneDNN's effective ISA including
+/// avx512_core_bf16 (onednn_isa_includes; so DNNL_MAX_CPU_ISA turns it off too).
+/// Computed once.
 bool kernel_has_bf16_dot();
 
 /// "avx512", "avx2" or "scalar".

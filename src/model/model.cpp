@@ -148,7 +148,10 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
   // sequence's bits do not depend on what else shares the pass (static or
   // dynamic batching, any batch of up to decode_invariant_rows rows). The price:
   // a pass with both reads the weights twice.
-  const bool split = cached && be::decode_invariant_rows(im.layers.front().wqkv.dtype()) > 0;
+  // Decided by the compute dtype, not by one matrix (a Q8_0 model may hold an F32 one).
+  const bool split = cached &&
+                     ((im.dtype == ComputeDtype::F32 && be::decode_invariant_rows(be::Dtype::F32) > 0) ||
+                      (im.dtype == ComputeDtype::BF16 && be::decode_invariant_rows(be::Dtype::BF16) > 0));
   size_t T = 0;
   for (int r = 0; r < batch; ++r) {
     const int n = n_tokens[static_cast<size_t>(r)];
