@@ -72,6 +72,35 @@ void check_rows_against_twin(Dtype dt, int64_t n_out, int64_t n_in) {
   }
 }
 
+/// matmul on a [300, 70] weight of `dt`: a one-row decode step (and, with
+/// `five_rows`, a 5-row one) runs kveval's kernel (no oneDNN primitive, each row
+/// gemv_scalar's bits); the batch-invariant one-row product runs oneDNN (one
+/// primitive), within 1e-4 of the kernel (|y| ~ 5).
+void check_matmul_routing(Dtype dt, bool five_rows) {
+  Engine eng(2);
+  const int64_t n_out = 300, n_in = 70;
+  const Weight w(randv(static_cast<size_t>(n_out * n_in), 3), n_out, n_in, dt);
+  const auto x = randv(static_cast<size_t>(5 * n_in), 4);
+  const int64_t m = five_rows ? 5 : 1;
+  std::vector<float> y(static_cast<size_t>(n_out)), y5(static_cast<size_t>(5 * n_out)), yi(static_cast<size_t>(n_out));
+  matmul(eng, x.data(), 1, w, y.data(), false, false);
+  if (five_rows) matmul(eng, x.data(), 5, w, y5.data(), false, false);
+  CHECK(eng.primitives_created() == 0);  // the decode steps did not go through oneDNN
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t n = 0; n < n_out; ++n) {
+      const float want = gemv_scalar(x.data() + r * n_in, w, n, 0.0f);
+      const float got = r == 0 ? y[static_cast<size_t>(n)] : y5[static_cast<size_t>(r * n_out + n)];
+      CHECK(std::memcmp(&want, &got, sizeof(float)) == 0);
+      if (five_rows && r == 0) CHECK(std::memcmp(&want, &y5[static_cast<size_t>(n)], sizeof(float)) == 0);
+    }
+  matmul(eng, x.data(), 1, w, yi.data(), false, true);  // batch-invariant: oneDNN
+  CHECK(eng.primitives_created() == 1);
+  double worst = 0;
+  for (int64_t n = 0; n < n_out; ++n)
+    worst = std::max(worst, double(std::fabs(yi[static_cast<size_t>(n)] - y[static_cast<size_t>(n)])));
+  CHECK(worst < 1e-4);
+}
+
 }  // namespace
 
 TEST_SUITE("backend.gemv") {
@@ -110,33 +139,7 @@ TEST_SUITE("backend.gemv") {
   }
 
   TEST_CASE("matmul runs f32 decode steps through gemv (1 row; 1-8 on AVX-512) and scoring rows through oneDNN") {
-    Engine eng(2);
-    const int64_t n_out = 300, n_in = 70;
-    const Weight w(randv(static_cast<size_t>(n_out * n_in), 3), n_out, n_in);
-    const auto x = randv(static_cast<size_t>(n_in), 4);
-    std::vector<float> y(static_cast<size_t>(n_out)), yi(static_cast<size_t>(n_out));
-    matmul(eng, x.data(), 1, w, y.data(), false, false);
-    CHECK(eng.primitives_created() == 0);  // the decode step did not go through oneDNN
-    if (decode_invariant_rows(Dtype::F32) >= 5) {  // AVX-512: decode steps of 2..8 rows too
-      const auto x5 = randv(static_cast<size_t>(5 * n_in), 9);
-      std::vector<float> y5(static_cast<size_t>(5 * n_out));
-      matmul(eng, x5.data(), 5, w, y5.data(), false, false);
-      CHECK(eng.primitives_created() == 0);
-      for (int64_t r = 0; r < 5; ++r)
-        for (int64_t n = 0; n < n_out; ++n) {
-          const float want = gemv_scalar(x5.data() + r * n_in, w, n, 0.0f);
-          CHECK(std::memcmp(&want, &y5[static_cast<size_t>(r * n_out + n)], sizeof(float)) == 0);
-        }
-    }
-    matmul(eng, x.data(), 1, w, yi.data(), false, true);  // batch-invariant: oneDNN's sgemm
-    CHECK(eng.primitives_created() == 1);
-    double worst = 0;
-    for (int64_t n = 0; n < n_out; ++n) {
-      const float want = gemv_scalar(x.data(), w, n, 0.0f);
-      CHECK(std::memcmp(&want, &y[static_cast<size_t>(n)], sizeof(float)) == 0);
-      worst = std::max(worst, double(std::fabs(yi[static_cast<size_t>(n)] - want)));
-    }
-    CHECK(worst < 1e-4);  // the two summation orders agree to f32 rounding (|y| ~ 5)
+    check_matmul_routing(Dtype::F32, decode_invariant_rows(Dtype::F32) >= 5);
   }
 
   TEST_CASE("bf16 gemv and gemv_rows give the scalar twin's bits for every row count and thread count, and the double reference within f32 rounding") {
@@ -203,37 +206,11 @@ TEST_SUITE("backend.gemv") {
     }
   }
 
-  TEST_CASE("matmul runs bf16 decode steps through gemv on AVX-512, within f32 rounding of oneDNN's bf16 product") {
+  TEST_CASE("matmul runs bf16 decode steps through gemv with AVX512-BF16, within f32 rounding of oneDNN's bf16 product") {
     if (!bf16_matmul_available() || !kernel_has_bf16_dot()) {
       MESSAGE("SKIPPED: bf16 one-row products stay on oneDNN here (" << cpu_isa_name() << ")");
       return;
     }
-    Engine eng(2);
-    const int64_t n_out = 300, n_in = 70;
-    const Weight w(randv(static_cast<size_t>(n_out * n_in), 5), n_out, n_in, Dtype::BF16);
-    const auto x = randv(static_cast<size_t>(n_in), 6);
-    std::vector<float> y(static_cast<size_t>(n_out)), yi(static_cast<size_t>(n_out));
-    matmul(eng, x.data(), 1, w, y.data(), false, false);
-    CHECK(eng.primitives_created() == 0);
-    if (std::string(cpu_isa_name()) != "avx512_core_amx") {  // decode steps of 2..8 rows too (not on AMX)
-      const auto x5 = randv(static_cast<size_t>(5 * n_in), 7);
-      std::vector<float> y5(static_cast<size_t>(5 * n_out));
-      matmul(eng, x5.data(), 5, w, y5.data(), false, false);
-      CHECK(eng.primitives_created() == 0);
-      for (int64_t r = 0; r < 5; ++r)
-        for (int64_t n = 0; n < n_out; ++n) {
-          const float want = gemv_scalar(x5.data() + r * n_in, w, n, 0.0f);
-          CHECK(std::memcmp(&want, &y5[static_cast<size_t>(r * n_out + n)], sizeof(float)) == 0);
-        }
-    }
-    matmul(eng, x.data(), 1, w, yi.data(), false, true);  // batch-invariant: oneDNN
-    CHECK(eng.primitives_created() == 1);
-    double worst = 0;
-    for (int64_t n = 0; n < n_out; ++n) {
-      const float want = gemv_scalar(x.data(), w, n, 0.0f);
-      CHECK(std::memcmp(&want, &y[static_cast<size_t>(n)], sizeof(float)) == 0);
-      worst = std::max(worst, double(std::fabs(yi[static_cast<size_t>(n)] - want)));
-    }
-    CHECK(worst < 1e-4);
+    check_matmul_routing(Dtype::BF16, decode_invariant_rows(Dtype::BF16) >= 5);  // 2..8 rows too, not on AMX
   }
 }
