@@ -405,7 +405,6 @@ void gemv_f32(const float* x, int64_t m, const Weight& w, float* y, bool accumul
   }
 }
 
-
 }  // namespace
 
 int64_t gemv_split(int64_t n_out, int64_t n_in) {

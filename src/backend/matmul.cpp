@@ -153,30 +153,23 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
       blocks_matmul(x, m, w, y, accumulate, im.threads);
     return;
   }
-  // F32 decode steps: kveval's gemv for one row, and on AVX-512 for up to
-  // kGemvMaxRows rows (each row's bits as alone). Measured on a Zen 5 VM through
-  // matmul (s110m's 49 matrices per pass, medians of 9, two rounds), oneDNN's
-  // fixed-M brgemm vs the kernel, ms per pass: 1 thread M = 2 14.6-15.8 vs
-  // 14.0-15.9, 4 16.8-19.6 vs 16.8-20.0, 8 20.1-22.5 vs 22.0-22.9; 2 threads
-  // M = 2 9.4-9.7 vs 8.5-8.6, 4 10.2-10.3 vs 10.5-10.8, 8 13.1-13.8 vs 13.1-14.0.
-  if (!batch_invariant && w.dtype() == Dtype::F32 &&
-      (m == 1 || (m <= kGemvMaxRows && kernel_isa() == KernelIsa::Avx512))) {
+  // Decode steps in kveval's kernels (gemv.cpp): one row of F32 always and of
+  // BF16 with AVX512-BF16, and up to decode_invariant_rows rows (each row's
+  // bits as alone). Measured on a Zen 5 VM through matmul (s110m's 49 matrices
+  // per pass, medians of 9, two rounds), ms per pass:
+  // - F32, oneDNN's fixed-M brgemm vs the kernel: 1 thread M = 2 14.6-15.8 vs
+  //   14.0-15.9, 4 16.8-19.6 vs 16.8-20.0, 8 20.1-22.5 vs 22.0-22.9; 2 threads
+  //   M = 2 9.4-9.7 vs 8.5-8.6, 4 10.2-10.3 vs 10.5-10.8, 8 13.1-13.8 vs 13.1-14.0.
+  // - BF16 (one row only on AMX, whose brgemm was not measured against it),
+  //   oneDNN's runtime-M product -> the kernel's first, fma form (gemv.cpp gives
+  //   the vdpbf16ps form's gain): 2 threads M = 2 7.5-9.0 -> 4.4-5.3, 4 8.0-9.4
+  //   -> 5.9-6.6, 6 8.9-9.3 -> 7.7-8.1, 8 9.5-11.5 -> 9.7-9.9; 1 thread M = 2
+  //   14.2 -> 9.5, 4 18.9 -> 9.6, 8 16.0 -> 16.0; at M = 16 the kernel lost
+  //   (13.6 vs 21.9 ms, 2 threads).
+  const bool one_row_kernel = w.dtype() == Dtype::F32 || (w.dtype() == Dtype::BF16 && kernel_has_bf16_dot());
+  if (!batch_invariant && one_row_kernel && (m == 1 || m <= decode_invariant_rows(w.dtype()))) {
     const int64_t need = gemv_scratch(w, m);
     if (need > 0 && im.gemv_part.reserve(static_cast<size_t>(need))) ++im.allocations;
-    gemv_rows(x, m, w, y, accumulate, im.threads, im.gemv_part.data());
-    return;
-  }
-  // BF16 decode steps with AVX512-BF16: kveval's kernel for up to kGemvMaxRows
-  // rows (one row on AMX, whose brgemm was not measured against it). Measured on
-  // a Zen 5 VM through matmul (s110m's 49 matrices per pass, medians of 9, two
-  // alternating rounds), oneDNN's runtime-M product -> gemv_rows (its first,
-  // fma form; gemv.cpp gives the vdpbf16ps form's gain), ms per pass: 2 threads
-  // M = 2 7.5-9.0 -> 4.4-5.3, 4 8.0-9.4 -> 5.9-6.6, 6 8.9-9.3 -> 7.7-8.1, 8
-  // 9.5-11.5 -> 9.7-9.9; 1 thread M = 2 14.2 -> 9.5, 4 18.9 -> 9.6, 8 16.0 ->
-  // 16.0; at M = 16 the kernel lost (13.6 vs 21.9 ms, 2 threads).
-  if (!batch_invariant && w.dtype() == Dtype::BF16 && kernel_has_bf16_dot() &&
-      (m == 1 || (m <= kGemvMaxRows && !has_amx()))) {
-    if (im.gemv_part.reserve(static_cast<size_t>(gemv_scratch(w, m)))) ++im.allocations;
     gemv_rows(x, m, w, y, accumulate, im.threads, im.gemv_part.data());
     return;
   }

@@ -149,10 +149,10 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
   // dynamic batching, any batch of up to decode_invariant_rows rows). The price:
   // a pass with both reads the weights twice.
   // Decided by the compute dtype, not by one matrix (a Q8_0 model may hold an F32 one).
-  const bool split = cached &&
-                     ((im.dtype == ComputeDtype::F32 && be::decode_invariant_rows(be::Dtype::F32) > 0) ||
-                      (im.dtype == ComputeDtype::BF16 && be::decode_invariant_rows(be::Dtype::BF16) > 0));
+  const bool split = cached && (im.dtype == ComputeDtype::F32 || im.dtype == ComputeDtype::BF16) &&
+                     be::decode_invariant_rows(im.dtype == ComputeDtype::BF16 ? be::Dtype::BF16 : be::Dtype::F32) > 0;
   size_t T = 0;
+  int64_t Td = 0;  // split: tokens of the one-token sequences, packed first
   for (int r = 0; r < batch; ++r) {
     const int n = n_tokens[static_cast<size_t>(r)];
     if (n < 0 || n > seq) throw ArgumentError(fmt::format("forward: n_tokens[{}] = {} outside [0, {}]", r, n, seq));
@@ -169,6 +169,7 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
       im.seq_start.push_back(static_cast<int>(T));
       im.seq_len.push_back(n);
       T += static_cast<size_t>(n);
+      if (split && group == 0) ++Td;
     }
   const bool row_order = std::is_sorted(im.seq_row.begin(), im.seq_row.end());
   // Zero only what no matmul writes: padding positions and rows without tokens.
@@ -214,8 +215,6 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
   // Cache-free passes score log-likelihoods: make every row's result independent
   // of how requests were batched (bit-identical for batch_size 1 vs 8).
   const bool inv = !cached;
-  int64_t Td = 0;  // split: tokens of the one-token sequences, packed first
-  for (size_t s = 0; split && s < im.seq_len.size() && im.seq_len[s] == 1; ++s) ++Td;
   // y[T, n_out] (+)= in[T, n_in] · Wᵀ for the pass's packed tokens.
   auto mm = [&](const float* in, const be::Weight& W, float* y, bool accumulate) {
     if (!split) return be::matmul(eng, in, Ti, W, y, accumulate, inv);
