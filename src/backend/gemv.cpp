@@ -50,25 +50,14 @@ namespace kveval::backend {
 namespace {
 
 constexpr int kRows = 16;  // rows of Wᵀ per pass over y
+/// Floats of a row of Wᵀ the F32 pass prefetches ahead of its loads (256 bytes;
+/// 128, 192, 384, 512 bytes and the T1/T2/NTA hints measured no better).
+constexpr int64_t kPrefetchAhead = 64;
 
 /// Output n over rows [k0, k1) of Wᵀ, starting from acc: the spec the vector passes match.
 float col_scalar(const float* wt, int64_t ld, int64_t k0, int64_t k1, const float* x, int64_t n, float acc) {
   for (int64_t k = k0; k < k1; ++k) acc = std::fma(x[k], wt[k * ld + n], acc);
   return acc;
-}
-
-/// Rows [k, k + KU) of Wᵀ into columns [n0, n1) of y (lanes past n1 masked).
-template <int KU>
-__attribute__((target("avx512f,avx2,fma"))) void pass_avx512(const float* wt, int64_t ld, int64_t k, const float* x,
-                                                             int64_t n0, int64_t n1, float* y) {
-  __m512 xs[KU];
-  for (int u = 0; u < KU; ++u) xs[u] = _mm512_set1_ps(x[k + u]);
-  for (int64_t n = n0; n < n1; n += 16) {
-    const __mmask16 m = n + 16 <= n1 ? __mmask16(0xFFFF) : __mmask16((1u << (n1 - n)) - 1);
-    __m512 a = _mm512_maskz_loadu_ps(m, y + n);
-    for (int u = 0; u < KU; ++u) a = _mm512_fmadd_ps(xs[u], _mm512_maskz_loadu_ps(m, wt + (k + u) * ld + n), a);
-    _mm512_mask_storeu_ps(y + n, m, a);
-  }
 }
 
 /// Rows [k, k + KU) of Wᵀ into columns [n0, n1) of y, n1 - n0 a multiple of 8.
@@ -82,30 +71,6 @@ __attribute__((target("avx2,fma"))) void pass_avx2(const float* wt, int64_t ld, 
     for (int u = 0; u < KU; ++u) a = _mm256_fmadd_ps(xs[u], _mm256_loadu_ps(wt + (k + u) * ld + n), a);
     _mm256_storeu_ps(y + n, a);
   }
-}
-
-/// Columns [n0, n1) of y (holding the starting values) over rows [k0, k1) of Wᵀ.
-void cols(const float* wt, int64_t ld, int64_t k0, int64_t k1, const float* x, int64_t n0, int64_t n1, float* y) {
-  const KernelIsa isa = kernel_isa();
-  const bool wide = isa == KernelIsa::Avx512;
-  // AVX2 takes columns in vectors of 8 and the rest one by one; scalar takes all one by one.
-  const int64_t nv = isa == KernelIsa::Scalar ? n0 : (wide ? n1 : n0 + (n1 - n0) / 8 * 8);
-  if (nv > n0) {
-    const int64_t kmain = k0 + (k1 - k0) / kRows * kRows;
-    for (int64_t k = k0; k < kmain; k += kRows) {
-      if (wide)
-        pass_avx512<kRows>(wt, ld, k, x, n0, nv, y);
-      else
-        pass_avx2<kRows>(wt, ld, k, x, n0, nv, y);
-    }
-    for (int64_t k = kmain; k < k1; ++k) {  // the last (k1 - k0) % kRows rows, one per pass
-      if (wide)
-        pass_avx512<1>(wt, ld, k, x, n0, nv, y);
-      else
-        pass_avx2<1>(wt, ld, k, x, n0, nv, y);
-    }
-  }
-  for (int64_t n = nv; n < n1; ++n) y[n] = col_scalar(wt, ld, k0, k1, x, n, y[n]);
 }
 
 /// a[r] = y[r N + n .. + 16), b[r] = y[r N + n + 16 .. + 32) for MR rows.
@@ -128,11 +93,14 @@ __attribute__((target("avx512f"), always_inline)) inline void store_rows32(float
   }
 }
 
-/// pass_avx512 for MR rows of x (row r at x + r * K) into MR rows of y (at
-/// y + r * N): one load of 32 columns of Wᵀ (16 in the masked tail) feeds 2 MR
-/// fmas, and each output takes the same fmas in the same order as pass_avx512
-/// gives it alone. (16 columns per step measured 0.6-0.9x oneDNN's brgemm over
-/// M = 2-8; 32 columns 0.9-1.14x, matmul.cpp.)
+/// Rows [k, k + KU) of Wᵀ into columns [n0, n1) of MR rows of y (row r at
+/// y + r * N, its x at x + r * K): one load of 32 columns of Wᵀ (16 in the
+/// masked tail) feeds 2 MR fmas, each output's fmas in k order whatever MR is,
+/// and each row of Wᵀ is prefetched kPrefetchAhead floats ahead. (16 columns per
+/// step measured 0.6-0.9x oneDNN's brgemm over M = 2-8; 32 columns 0.9-1.14x,
+/// matmul.cpp. For one row, 32 columns and the prefetch streamed s110m's decode
+/// matrices at 31-34 GB/s against 25-28 for 16 columns without it, Zen 5, 1
+/// thread, a 35-38 GB/s stream read.)
 template <int MR, int KU>
 __attribute__((target("avx512f,avx2,fma"))) void pass_rows_avx512(const float* wt, int64_t ld, int64_t k,
                                                                   const float* x, int64_t K, int64_t n0, int64_t n1,
@@ -143,7 +111,10 @@ __attribute__((target("avx512f,avx2,fma"))) void pass_rows_avx512(const float* w
     load_rows32<MR>(y, N, n, a, b);
 #pragma GCC unroll 16
     for (int u = 0; u < KU; ++u) {
-      const __m512 w0 = _mm512_loadu_ps(wt + (k + u) * ld + n), w1 = _mm512_loadu_ps(wt + (k + u) * ld + n + 16);
+      const float* row = wt + (k + u) * ld + n;
+      _mm_prefetch(reinterpret_cast<const char*>(row + kPrefetchAhead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(row + kPrefetchAhead + 16), _MM_HINT_T0);
+      const __m512 w0 = _mm512_loadu_ps(row), w1 = _mm512_loadu_ps(row + 16);
 #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
         const __m512 xb = _mm512_set1_ps(x[r * K + k + u]);
@@ -165,6 +136,25 @@ __attribute__((target("avx512f,avx2,fma"))) void pass_rows_avx512(const float* w
     }
     for (int r = 0; r < MR; ++r) _mm512_mask_storeu_ps(y + r * N + n, m, a[r]);
   }
+}
+
+/// Columns [n0, n1) of y (holding the starting values) over rows [k0, k1) of Wᵀ.
+void cols(const float* wt, int64_t ld, int64_t k0, int64_t k1, const float* x, int64_t n0, int64_t n1, float* y) {
+  const KernelIsa isa = kernel_isa();
+  if (isa == KernelIsa::Avx512) {  // the one-row case of pass_rows_avx512 (the same fmas in the same order)
+    const int64_t kmain = k0 + (k1 - k0) / kRows * kRows;
+    for (int64_t k = k0; k < kmain; k += kRows) pass_rows_avx512<1, kRows>(wt, ld, k, x, 0, n0, n1, y, 0);
+    for (int64_t k = kmain; k < k1; ++k) pass_rows_avx512<1, 1>(wt, ld, k, x, 0, n0, n1, y, 0);
+    return;
+  }
+  // AVX2 takes columns in vectors of 8 and the rest one by one; scalar takes all one by one.
+  const int64_t nv = isa == KernelIsa::Scalar ? n0 : n0 + (n1 - n0) / 8 * 8;
+  if (nv > n0) {
+    const int64_t kmain = k0 + (k1 - k0) / kRows * kRows;
+    for (int64_t k = k0; k < kmain; k += kRows) pass_avx2<kRows>(wt, ld, k, x, n0, nv, y);
+    for (int64_t k = kmain; k < k1; ++k) pass_avx2<1>(wt, ld, k, x, n0, nv, y);  // the last (k1 - k0) % kRows rows
+  }
+  for (int64_t n = nv; n < n1; ++n) y[n] = col_scalar(wt, ld, k0, k1, x, n, y[n]);
 }
 
 /// cols for MR rows (x row r at x + r * K, y row r at y + r * N): on AVX-512 one
