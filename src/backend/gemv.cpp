@@ -51,7 +51,8 @@ namespace {
 
 constexpr int kRows = 16;  // rows of Wᵀ per pass over y
 /// Floats of a row of Wᵀ the F32 pass prefetches ahead of its loads (256 bytes;
-/// 128, 192, 384, 512 bytes and the T1/T2/NTA hints measured no better).
+/// 128, 192, 384, 512 bytes and the T1/T2/NTA hints measured no better in a
+/// throwaway loop over the same matrices).
 constexpr int64_t kPrefetchAhead = 64;
 
 /// Output n over rows [k0, k1) of Wᵀ, starting from acc: the spec the vector passes match.
@@ -98,9 +99,10 @@ __attribute__((target("avx512f"), always_inline)) inline void store_rows32(float
 /// masked tail) feeds 2 MR fmas, each output's fmas in k order whatever MR is,
 /// and each row of Wᵀ is prefetched kPrefetchAhead floats ahead. (16 columns per
 /// step measured 0.6-0.9x oneDNN's brgemm over M = 2-8; 32 columns 0.9-1.14x,
-/// matmul.cpp. For one row, 32 columns and the prefetch streamed s110m's decode
-/// matrices at 31-34 GB/s against 25-28 for 16 columns without it, Zen 5, 1
-/// thread, a 35-38 GB/s stream read.)
+/// matmul.cpp. On a Zen 5 VM, s110m's 49 decode matrices out of cache, 1
+/// thread, ms per pass: one row 11.6-13.3 against 14.0-16.7 for the earlier
+/// masked 16-column pass; 8 rows 17.5-19.1 with the prefetch, 21.2-21.9
+/// without it.)
 template <int MR, int KU>
 __attribute__((target("avx512f,avx2,fma"))) void pass_rows_avx512(const float* wt, int64_t ld, int64_t k,
                                                                   const float* x, int64_t K, int64_t n0, int64_t n1,
