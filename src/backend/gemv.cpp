@@ -140,17 +140,11 @@ __attribute__((target("avx512f,avx2,fma"))) void pass_rows_avx512(const float* w
   }
 }
 
-/// Columns [n0, n1) of y (holding the starting values) over rows [k0, k1) of Wᵀ.
+/// Columns [n0, n1) of y (holding the starting values) over rows [k0, k1) of
+/// Wᵀ without AVX-512: AVX2 takes columns in vectors of 8 and the rest one by
+/// one; scalar takes all one by one.
 void cols(const float* wt, int64_t ld, int64_t k0, int64_t k1, const float* x, int64_t n0, int64_t n1, float* y) {
-  const KernelIsa isa = kernel_isa();
-  if (isa == KernelIsa::Avx512) {  // the one-row case of pass_rows_avx512 (the same fmas in the same order)
-    const int64_t kmain = k0 + (k1 - k0) / kRows * kRows;
-    for (int64_t k = k0; k < kmain; k += kRows) pass_rows_avx512<1, kRows>(wt, ld, k, x, 0, n0, n1, y, 0);
-    for (int64_t k = kmain; k < k1; ++k) pass_rows_avx512<1, 1>(wt, ld, k, x, 0, n0, n1, y, 0);
-    return;
-  }
-  // AVX2 takes columns in vectors of 8 and the rest one by one; scalar takes all one by one.
-  const int64_t nv = isa == KernelIsa::Scalar ? n0 : n0 + (n1 - n0) / 8 * 8;
+  const int64_t nv = kernel_isa() == KernelIsa::Scalar ? n0 : n0 + (n1 - n0) / 8 * 8;
   if (nv > n0) {
     const int64_t kmain = k0 + (k1 - k0) / kRows * kRows;
     for (int64_t k = k0; k < kmain; k += kRows) pass_avx2<kRows>(wt, ld, k, x, n0, nv, y);
@@ -159,7 +153,8 @@ void cols(const float* wt, int64_t ld, int64_t k0, int64_t k1, const float* x, i
   for (int64_t n = nv; n < n1; ++n) y[n] = col_scalar(wt, ld, k0, k1, x, n, y[n]);
 }
 
-/// cols for MR rows (x row r at x + r * K, y row r at y + r * N): on AVX-512 one
+/// Columns [n0, n1) of MR rows of y (holding the starting values; x row r at
+/// x + r * K, y row r at y + r * N) over rows [k0, k1) of Wᵀ: on AVX-512 one
 /// pass over Wᵀ for all rows, elsewhere cols row by row (the same bits either way).
 template <int MR>
 void cols_rows(const float* wt, int64_t ld, int64_t k0, int64_t k1, const float* x, int64_t K, int64_t n0, int64_t n1,
@@ -173,12 +168,12 @@ void cols_rows(const float* wt, int64_t ld, int64_t k0, int64_t k1, const float*
   for (int64_t k = kmain; k < k1; ++k) pass_rows_avx512<MR, 1>(wt, ld, k, x, K, n0, n1, y, N);
 }
 
-/// cols_rows for m (1 .. kGemvMaxRows) rows (cols itself for one).
+/// cols_rows for m (1 .. kGemvMaxRows) rows.
 void cols_m(int64_t m, const float* wt, int64_t ld, int64_t k0, int64_t k1, const float* x, int64_t K, int64_t n0,
             int64_t n1, float* y, int64_t N) {
   static_assert(kGemvMaxRows == 8);
   switch (m) {
-    case 1: return cols(wt, ld, k0, k1, x, n0, n1, y);
+    case 1: return cols_rows<1>(wt, ld, k0, k1, x, K, n0, n1, y, N);
     case 2: return cols_rows<2>(wt, ld, k0, k1, x, K, n0, n1, y, N);
     case 3: return cols_rows<3>(wt, ld, k0, k1, x, K, n0, n1, y, N);
     case 4: return cols_rows<4>(wt, ld, k0, k1, x, K, n0, n1, y, N);
