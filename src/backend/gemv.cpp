@@ -55,6 +55,14 @@ constexpr int kRows = 16;  // rows of Wᵀ per pass over y
 /// throwaway loop over the same matrices).
 constexpr int64_t kPrefetchAhead = 64;
 
+/// Prefetches the line holding p[ahead] into L1. The address is computed as an
+/// integer: near the end of Wᵀ it lies past the allocation, where forming the
+/// pointer p + ahead would be undefined (a prefetch never faults).
+inline void prefetch_at(const float* p, int64_t ahead) {
+  const auto a = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(ahead) * sizeof(float);
+  _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
+}
+
 /// Output n over rows [k0, k1) of Wᵀ, starting from acc: the spec the vector passes match.
 float col_scalar(const float* wt, int64_t ld, int64_t k0, int64_t k1, const float* x, int64_t n, float acc) {
   for (int64_t k = k0; k < k1; ++k) acc = std::fma(x[k], wt[k * ld + n], acc);
@@ -95,9 +103,10 @@ __attribute__((target("avx512f"), always_inline)) inline void store_rows32(float
 }
 
 /// Rows [k, k + KU) of Wᵀ into columns [n0, n1) of MR rows of y (row r at
-/// y + r * N, its x at x + r * K): one load of 32 columns of Wᵀ (16 in the
-/// masked tail) feeds 2 MR fmas, each output's fmas in k order whatever MR is,
-/// and each row of Wᵀ is prefetched kPrefetchAhead floats ahead. (16 columns per
+/// y + r * N, its x at x + r * K): one load of 32 columns of Wᵀ feeds 2 MR fmas
+/// (in the tail, one masked load of up to 16 feeds MR), each output's fmas in k
+/// order whatever MR is; in the 32-column loop each row of Wᵀ is prefetched
+/// kPrefetchAhead floats ahead (prefetch_at). (16 columns per
 /// step measured 0.6-0.9x oneDNN's brgemm over M = 2-8; 32 columns 0.9-1.14x,
 /// matmul.cpp. On a Zen 5 VM, s110m's 49 decode matrices out of cache, 1
 /// thread, ms per pass: one row 11.6-13.3 against 14.0-16.7 for the earlier
@@ -114,8 +123,8 @@ __attribute__((target("avx512f,avx2,fma"))) void pass_rows_avx512(const float* w
 #pragma GCC unroll 16
     for (int u = 0; u < KU; ++u) {
       const float* row = wt + (k + u) * ld + n;
-      _mm_prefetch(reinterpret_cast<const char*>(row + kPrefetchAhead), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(row + kPrefetchAhead + 16), _MM_HINT_T0);
+      prefetch_at(row, kPrefetchAhead);
+      prefetch_at(row, kPrefetchAhead + 16);
       const __m512 w0 = _mm512_loadu_ps(row), w1 = _mm512_loadu_ps(row + 16);
 #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
