@@ -59,9 +59,7 @@ struct Ctx {
     r.dtype = to_string(model.dtype());
     return r;
   }
-  void note(const std::string& n) {
-    if (std::find(rep.notes.begin(), rep.notes.end(), n) == rep.notes.end()) rep.notes.push_back(n);
-  }
+  void note(const std::string& n) { rep.add_note(n); }
   /// sgemm rate at the model's shapes with M rows (measured once per M, also reported as a roofline row).
   const backend::SgemmResult& sgemm_at(int64_t m) {
     auto it = sgemm.find(m);

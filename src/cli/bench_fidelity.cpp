@@ -52,7 +52,7 @@ void run_fidelity(const Options& o, int threads, Report& rep, const std::functio
       "loglikelihood and rolling requests (nats), flips = documents whose acc/acc_norm/acc_bytes/exact_match value "
       "or generated text (greedy_text) differs between the two runs.",
       o.spec, f.dtype_a, f.dtype_b, f.dtype_a, f.dtype_b);
-  if (std::find(rep.notes.begin(), rep.notes.end(), note) == rep.notes.end()) rep.notes.push_back(note);
+  rep.add_note(note);
 }
 
 }  // namespace kveval::bench

@@ -85,6 +85,7 @@ void run_gen_mixed(const Options& o, Model& model, int threads, Report& rep,
     for (int k = 0; k < 2; ++k) {
       Row r;
       r.test = "gen-mixed";
+      r.dtype = to_string(model.dtype());
       r.name = k == 0 ? "static" : "dynamic";
       r.threads = threads;
       r.batch = rows;
@@ -101,6 +102,7 @@ void run_gen_mixed(const Options& o, Model& model, int threads, Report& rep,
     }
     Row s;
     s.test = "gen-mixed";
+    s.dtype = to_string(model.dtype());
     s.name = "speedup";
     s.threads = threads;
     s.batch = rows;
@@ -111,7 +113,7 @@ void run_gen_mixed(const Options& o, Model& model, int threads, Report& rep,
     s.with("prompts_with_different_ids", static_cast<double>(differ));
     rep.rows.push_back(s);
   }
-  rep.notes.push_back(fmt::format(
+  rep.add_note(fmt::format(
       "gen-mixed: {} prompts of 4-32 tokens, max_gen_toks uniform in [1, {}] (seed {}, unsorted), EOS ignored, no log-probs (as kveval run); "
       "tok/s = generated tokens / wall time of generate_greedy (prefill included) in a cache of `batch` rows; static: "
       "groups of `batch` prompts decode until their longest row ends; dynamic: a finished row is rewound and refilled "

@@ -28,12 +28,15 @@ Row make_row(const std::string& test, const std::string& name, int threads, cons
 
 }  // namespace
 
-void run_load(const Options& o, int threads, Report& rep, const std::function<void(const std::string&)>& say) {
+void run_load(const Options& o, int threads, ComputeDtype dtype, Report& rep,
+              const std::function<void(const std::string&)>& say) {
   if (say) say(fmt::format("[t={}] load: {} x {} with and without the finite scan", threads, o.repetitions, o.model_path));
+  std::string dname;
   auto load = [&](bool check) {
     Stopwatch sw;
-    auto m = Model::load(o.model_path, {.threads = threads, .check_finite = check});
+    auto m = Model::load(o.model_path, {.threads = threads, .dtype = dtype, .check_finite = check});
     const double s = sw.seconds();
+    dname = to_string(m->dtype());
     return std::make_pair(s, m->load_summary());
   };
   const LoadSummary summary = load(true).second;  // warm-up: file in the page cache
@@ -49,16 +52,19 @@ void run_load(const Options& o, int threads, Report& rep, const std::function<vo
   r.with("resident_MiB", static_cast<double>(summary.resident_bytes) / mib)
       .with("file_tensor_MiB", static_cast<double>(summary.file_tensor_bytes) / mib)
       .with("params_M", static_cast<double>(summary.parameters) / 1e6);
-  rep.rows.push_back(r);
-  rep.rows.push_back(make_row("load", "load (no finite scan)", threads, "s", without));
+  Row n = make_row("load", "load (no finite scan)", threads, "s", without);
   const double diff = median(with) - median(without);
   Row d = make_row("load", "finite scan", threads, "s", {diff});
   d.with("frac_of_load", median(with) > 0 ? diff / median(with) : 0.0);
-  rep.rows.push_back(d);
-  rep.notes.push_back(fmt::format(
-      "load: Model::load wall time with the file in the page cache (tensor types {}; weights {} in memory); "
-      "'finite scan' is the difference of the medians with and without the NaN/Inf check, timed interleaved.",
-      types, summary.weight_dtype));
+  for (Row* x : {&r, &n, &d}) {
+    x->dtype = dname;
+    rep.rows.push_back(*x);
+  }
+  rep.add_note(fmt::format(
+      "load: Model::load wall time with the file in the page cache (tensor types {}), conversion to the row's "
+      "compute dtype included; 'finite scan' is the difference of the medians with and without the NaN/Inf "
+      "check, timed interleaved.",
+      types));
 }
 
 void run_dequant(const Options& o, int threads, Report& rep, const std::function<void(const std::string&)>& say) {
@@ -96,7 +102,7 @@ void run_dequant(const Options& o, int threads, Report& rep, const std::function
         .with("bits_per_weight", in_bytes * 8 / static_cast<double>(n));
     rep.rows.push_back(r);
   }
-  rep.notes.push_back(
+  rep.add_note(
       "dequant: 16 Mi N(0, 0.02) weights per type (kveval's quantizers), decoded to float32 with the NaN/Inf scan; "
       "GB/s = float32 bytes written per second (in_GB_per_s: block bytes read); no_scan_GB_per_s without the scan.");
 }

@@ -10,12 +10,15 @@
 
 namespace kveval::bench {
 
-/// load: Model::load(o.model_path) with `threads` threads, one warm-up then
-/// o.repetitions timed loads with the finite-weight scan and as many without,
-/// interleaved; the file is in the page cache after the warm-up. Rows "load"
-/// (seconds, with resident and file MiB) and "load (no finite scan)", and a
-/// "finite scan" row with the difference of the medians. Throws what Model::load throws.
-void run_load(const Options& o, int threads, Report& rep, const std::function<void(const std::string&)>& say);
+/// load: Model::load(o.model_path) with `threads` threads and compute dtype
+/// `dtype` (conversion included), one warm-up then o.repetitions timed loads
+/// with the finite-weight scan and as many without, interleaved; the file is in
+/// the page cache after the warm-up. Rows "load" (seconds, with resident and
+/// file MiB) and "load (no finite scan)", and a "finite scan" row with the
+/// difference of the medians, each tagged with the resolved dtype. Throws what
+/// Model::load throws.
+void run_load(const Options& o, int threads, ComputeDtype dtype, Report& rep,
+              const std::function<void(const std::string&)>& say);
 
 /// dequant: for every supported type, 64 MiB of float32 output (16 Mi
 /// elements, N(0, 0.02) weights quantized once by kveval's quantizers) decoded

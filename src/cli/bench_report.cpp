@@ -11,6 +11,10 @@
 
 namespace kveval::bench {
 
+void Report::add_note(const std::string& note) {
+  if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
+}
+
 Row& Row::with(std::string key, double v) {
   fields.emplace_back(std::move(key), v);
   return *this;
@@ -158,7 +162,7 @@ std::string to_csv(const Report& rep) {
   std::vector<const Row*> rows;
   for (const auto& r : rep.rows) rows.push_back(&r);
   const auto keys = field_union(rows);
-  std::string out = "test,name,threads,batch,n_prompt,n_gen,positions,unit,median,stddev,mean,min,max,n";
+  std::string out = "test,name,threads,batch,n_prompt,n_gen,positions,unit,median,stddev,mean,min,max,n,dtype";
   for (const auto& k : keys) {
     out += ',';
     out += csv_escape(k);
@@ -166,9 +170,10 @@ std::string to_csv(const Report& rep) {
   out += "\n";
   auto num = [](double v) { return std::isfinite(v) ? fmt::format("{}", v) : std::string(); };
   for (const Row* r : rows) {
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{}", csv_escape(r->test), csv_escape(r->name), r->threads,
-                       r->batch, r->n_prompt, r->n_gen, r->positions, csv_escape(r->unit), num(r->value.median),
-                       num(r->value.stddev), num(r->value.mean), num(r->value.min), num(r->value.max), r->value.n);
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}", csv_escape(r->test), csv_escape(r->name),
+                       r->threads, r->batch, r->n_prompt, r->n_gen, r->positions, csv_escape(r->unit),
+                       num(r->value.median), num(r->value.stddev), num(r->value.mean), num(r->value.min),
+                       num(r->value.max), r->value.n, csv_escape(r->dtype));
     for (const auto& k : keys) {
       out += ',';
       if (r->has_field(k)) out += num(r->field(k));

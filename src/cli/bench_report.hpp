@@ -41,6 +41,10 @@ struct Report {
   std::vector<Row> rows;
   /// Free-text notes printed under the tables (how FLOPs and bytes are counted, caps applied).
   std::vector<std::string> notes;
+
+  /// Appends `note` unless the report already has it (a test run once per
+  /// thread count and dtype explains itself once).
+  void add_note(const std::string& note);
 };
 
 /// One JSON object per row: test, name, threads, batch, n_prompt, n_gen,
@@ -51,8 +55,10 @@ nlohmann::json to_json(const Report& rep);
 /// Markdown: a header line, one table per test in order of first appearance
 /// (columns: threads, batch, test, value ± stddev, then the test's fields), the notes.
 std::string to_markdown(const Report& rep);
-/// CSV with a header; fixed columns then the union of all field names;
-/// strings quoted when they contain a comma or quote.
+/// CSV with a header; fixed columns (test, name, threads, batch, n_prompt,
+/// n_gen, positions, unit, median, stddev, mean, min, max, n, dtype; dtype
+/// empty for rows without one) then the union of all field names; strings
+/// quoted when they contain a comma or quote.
 std::string to_csv(const Report& rep);
 /// One line per row: the row's JSON merged with kveval_version, git_hash, model path, machine threads.
 std::string to_jsonl(const Report& rep);

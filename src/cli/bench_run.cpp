@@ -450,8 +450,9 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
     if (selected(o, "cache")) run_cache(c);
     if (selected(o, "switch")) run_switch(c);
     if (selected(o, "ll")) run_ll(c);
-    if (selected(o, "load")) run_load(o, c.threads, rep, progress);
-    if (selected(o, "dequant")) run_dequant(o, c.threads, rep, progress);
+    if (selected(o, "load")) run_load(o, c.threads, dt, rep, progress);
+    // Dequantization does not depend on the compute dtype: once per thread count.
+    if (selected(o, "dequant") && dt == dtypes.front()) run_dequant(o, c.threads, rep, progress);
     if (selected(o, "gen-mixed")) run_gen_mixed(o, *model, c.threads, rep, progress);
   }
   if (selected(o, "fidelity")) run_fidelity(o, o.threads.front(), rep, progress);

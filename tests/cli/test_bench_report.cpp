@@ -23,6 +23,7 @@ Report sample() {
   tg.test = "tg";
   tg.name = "tg64";
   tg.threads = 2;
+  tg.dtype = "bf16";
   tg.batch = 8;
   tg.n_prompt = 16;
   tg.n_gen = 64;
@@ -61,6 +62,8 @@ TEST_SUITE("cli.bench_report") {
     REQUIRE(j["results"].size() == 2);
     const auto& r = j["results"][0];
     CHECK(r["test"] == "tg");
+    CHECK(r["dtype"] == "bf16");
+    CHECK_FALSE(j["results"][1].contains("dtype"));
     CHECK(r["batch"] == 8);
     CHECK(r["n_gen"] == 64);
     CHECK(r["median"].get<double>() == 100.0);
@@ -76,10 +79,19 @@ TEST_SUITE("cli.bench_report") {
     const auto ls = lines(format_report(sample(), "csv"));
     REQUIRE(ls.size() == 3);
     CHECK(ls[0] ==
-          "test,name,threads,batch,n_prompt,n_gen,positions,unit,median,stddev,mean,min,max,n,weights_GB_per_s,"
+          "test,name,threads,batch,n_prompt,n_gen,positions,unit,median,stddev,mean,min,max,n,dtype,weights_GB_per_s,"
           "frac_of_stream,cache_MiB");
-    CHECK(ls[1] == "tg,tg64,2,8,16,64,0,tok/s,100,10,100,90,110,3,12.5,0.5,");
-    CHECK(ls[2] == "cache,reset_caches,1,4,0,0,2048,us,0.004,0,0.004,0.004,0.004,1,,,10");
+    CHECK(ls[1] == "tg,tg64,2,8,16,64,0,tok/s,100,10,100,90,110,3,bf16,12.5,0.5,");
+    CHECK(ls[2] == "cache,reset_caches,1,4,0,0,2048,us,0.004,0,0.004,0.004,0.004,1,,,,10");
+  }
+
+  TEST_CASE("add_note keeps the first of equal notes, in order") {
+    Report rep = sample();
+    rep.add_note("b");
+    rep.add_note("a note, with a comma");
+    rep.add_note("b");
+    rep.add_note("c");
+    CHECK(rep.notes == std::vector<std::string>{"a note, with a comma", "b", "c"});
   }
 
   TEST_CASE("jsonl is one parseable object per row with the version") {

@@ -2,17 +2,22 @@
 // (nothing here is timed: only token ids, fields and counters are asserted).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "backend/backend.hpp"
+#include "cli/bench_gen.hpp"
 #include "cli/bench_run.hpp"
+#include "model/gguf.hpp"
 #include "model/model.hpp"
 #include "model/random_model.hpp"
 #include "test_support.hpp"
@@ -63,6 +68,27 @@ void check_same_ids(Model& model, int batch, int n_prompt, int n_gen) {
   CHECK(tc.decode_tokens == static_cast<int64_t>(batch) * n_gen);
   CHECK(tu.decode_tokens == static_cast<int64_t>(batch) * n_gen);
   CHECK_FALSE(model.caches_are_enabled());
+}
+
+/// Forward passes of generating `gen[i]` tokens for prompt i over `rows` cache
+/// rows, each pass giving every busy row one token (a prompt's first pass is its
+/// prefill): static runs groups of `rows` prompts in order until the group's
+/// longest ends; dynamic gives a free row the next prompt at once (lowest row
+/// first), so the count is when the busiest row ends.
+int64_t scheduled_passes(const std::vector<int>& gen, int rows, bool dynamic) {
+  int64_t passes = 0;
+  if (!dynamic) {
+    for (size_t g = 0; g < gen.size(); g += static_cast<size_t>(rows))
+      passes += *std::max_element(gen.begin() + static_cast<std::ptrdiff_t>(g),
+                                  gen.begin() + static_cast<std::ptrdiff_t>(std::min(gen.size(), g + static_cast<size_t>(rows))));
+    return passes;
+  }
+  std::vector<int64_t> free_at(static_cast<size_t>(rows), 0);
+  for (int g : gen) {
+    auto row = std::min_element(free_at.begin(), free_at.end());  // first of the earliest free
+    *row += g;
+  }
+  return *std::max_element(free_at.begin(), free_at.end());
 }
 
 }  // namespace
@@ -194,11 +220,59 @@ TEST_SUITE("cli.cmd_bench") {
     std::string out, err;
     const std::string base = kveval_bin() + " bench -m " + test::model_path() + " -t 1 -p 8 -n 4 --tg-prompt 4 -r 1 --tests pp,tg";
     REQUIRE(run(base + " --output csv", out, err) == 0);
-    CHECK(out.rfind("test,name,threads,batch,n_prompt,n_gen,positions,unit,median", 0) == 0);
+    CHECK(out.rfind("test,name,threads,batch,n_prompt,n_gen,positions,unit,median,stddev,mean,min,max,n,dtype,", 0) == 0);
     CHECK(out.find("\npp,pp8,1,1,8,0,0,tok/s,") != std::string::npos);
+    CHECK(out.find(",1,f32,") != std::string::npos);  // n = 1 repetition, then the compute dtype
     REQUIRE(run(base, out, err) == 0);
     CHECK(out.find("### pp") != std::string::npos);
     CHECK(out.find("| 1 | 1 | tg4 (p4) |") != std::string::npos);
+  }
+
+  TEST_CASE("gen-mixed, load and dequant with two dtypes: rows carry their dtype, passes follow the schedule, each note once" *
+            kveval::test::needs_model()) {
+    // The second dtype: bf16 where oneDNN has a bf16 matmul, else q8_0 (also
+    // available on AVX2-only CPUs).
+    const std::string other = kveval::backend::bf16_matmul_available() ? "bf16" : "q8_0";
+    std::string out, err;
+    const std::string cmd = kveval_bin() + " bench -m " + test::model_path() + " -t 1 --dtype f32," + other +
+                            " --tests gen-mixed,load,dequant --gen-mixed-prompts 7"
+                            " --gen-mixed-max-gen 9 --gen-mixed-rows 3 --seed 5 -r 1 --output json";
+    REQUIRE_MESSAGE(run(cmd, out, err) == 0, err);
+    const auto j = nlohmann::json::parse(out);
+    const auto model = Model::load(test::model_path(), {.threads = 1, .hash = false});
+    const GenMixedWorkload w = gen_mixed_workload(*model, 7, 9, 5);
+    const int64_t want_static = scheduled_passes(w.max_gen_toks, 3, false);
+    const int64_t want_dynamic = scheduled_passes(w.max_gen_toks, 3, true);
+    REQUIRE(want_dynamic < want_static);  // the workload separates the two schedules
+    std::map<std::string, int> rows_of;   // "test dtype" -> rows
+    for (const auto& r : j["results"]) {
+      const std::string t = r["test"], dtype = r.value("dtype", "");
+      rows_of[t + " " + dtype] += 1;
+      if (t == "gen-mixed" && r["name"] != "speedup") {
+        INFO(dtype << " " << r["name"]);
+        CHECK(r["forward_passes"].get<int64_t>() == (r["name"] == "static" ? want_static : want_dynamic));
+        CHECK(r["prompts"] == 7);
+      }
+      if (t == "gen-mixed" && r["name"] == "speedup") CHECK(r["prompts_with_different_ids"] == 0);
+      if (t == "load" && r["name"] == "load") CHECK(r["resident_MiB"].get<double>() > 0);
+    }
+    // Three gen-mixed and three load rows per dtype; dequant (independent of
+    // the dtype) once, untagged, one row per supported type.
+    CHECK(rows_of["gen-mixed f32"] == 3);
+    CHECK(rows_of["gen-mixed " + other] == 3);
+    CHECK(rows_of["load f32"] == 3);
+    CHECK(rows_of["load " + other] == 3);
+    CHECK(rows_of["dequant "] == static_cast<int>(gguf::supported_types().size()));
+    CHECK(rows_of.size() == 5);
+    const auto notes = j["notes"].get<std::vector<std::string>>();
+    CHECK(std::set<std::string>(notes.begin(), notes.end()).size() == notes.size());
+    CHECK(notes.size() == 3);  // gen-mixed, load, dequant
+    // Markdown names the dtype when the report compares dtypes.
+    REQUIRE(run(kveval_bin() + " bench -m " + test::model_path() +
+                    " -t 1 --dtype f32," + other + " --tests gen-mixed --gen-mixed-prompts 4 --gen-mixed-max-gen 3 -r 1",
+                out, err) == 0);
+    CHECK(out.find("| static " + other + " @") != std::string::npos);
+    CHECK(out.find("| dynamic f32 @") != std::string::npos);
   }
 
   TEST_CASE("bad bench arguments are one-line usage errors" * kveval::test::needs_model()) {
