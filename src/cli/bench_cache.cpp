@@ -20,7 +20,7 @@ void run_cache(Ctx& c) {
     const int b = shape[0];
     int pos = shape[1];
     if (pos > c.hp.n_ctx_train) {
-      c.note(fmt::format("cache: {} positions capped at the model's context length {}", pos, c.hp.n_ctx_train));
+      c.warn(fmt::format("cache: {} positions capped at the model's context length {}", pos, c.hp.n_ctx_train));
       pos = c.hp.n_ctx_train;
     }
     c.say(fmt::format("cache lifecycle batch {} positions {}", b, pos));
@@ -99,6 +99,9 @@ void run_switch(Ctx& c) {
   const int b = c.o.switch_batch;
   const int p = std::min(c.o.switch_prompt, c.hp.n_ctx_train - 1);
   const int g = std::min(c.o.switch_gen, c.hp.n_ctx_train - p);
+  if (p != c.o.switch_prompt || g != c.o.switch_gen)
+    c.warn(fmt::format("switch: --switch-prompt {} and --switch-gen {} capped to {} and {} (context length {})",
+                       c.o.switch_prompt, c.o.switch_gen, p, g, c.hp.n_ctx_train));
   const auto prompts = synthetic_prompts(c.model, b, p, c.o.seed);
   GenerateOptions gopts;
   gopts.max_gen_toks = {g};

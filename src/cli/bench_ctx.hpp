@@ -60,6 +60,8 @@ struct Ctx {
     return r;
   }
   void note(const std::string& n) { rep.add_note(n); }
+  /// A note that a requested size was skipped or capped (Report::add_warning).
+  void warn(const std::string& n) { rep.add_warning(n); }
   /// sgemm rate at the model's shapes with M rows (measured once per M, also reported as a roofline row).
   const backend::SgemmResult& sgemm_at(int64_t m) {
     auto it = sgemm.find(m);

@@ -28,7 +28,8 @@ GenMixedWorkload gen_mixed_workload(const Model& model, int n, int max_gen, uint
   GenMixedWorkload w;
   for (int i = 0; i < n; ++i) {
     const int p = plen(rng);
-    const int g = std::min(glen(rng), n_ctx - p);
+    const int drawn = glen(rng), g = std::min(drawn, n_ctx - p);
+    w.capped += g < drawn;
     w.prompts.push_back(synthetic_prompts(model, 1, p, seed + 1 + static_cast<uint64_t>(i))[0]);
     w.max_gen_toks.push_back(g);
     w.positions = std::max(w.positions, p + g);
@@ -44,6 +45,10 @@ void run_gen_mixed(const Options& o, Model& model, int threads, Report& rep,
     if (b >= 2) row_counts.push_back(b);
   if (row_counts.empty()) row_counts.push_back(o.gen_mixed_rows);
   const int64_t gen = w.gen_tokens();
+  if (w.capped > 0)
+    rep.add_warning(fmt::format("gen-mixed: max_gen_toks of {} of {} prompts capped so that prompt + generation fits "
+                                "the context length {} (--gen-mixed-max-gen {})",
+                                w.capped, w.prompts.size(), model.hparams().n_ctx_train, o.gen_mixed_max_gen));
   for (int rows : row_counts) {
     rows = std::min(rows, static_cast<int>(w.prompts.size()));
     if (say)

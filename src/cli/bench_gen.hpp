@@ -24,6 +24,7 @@ struct GenMixedWorkload {
   std::vector<std::vector<int32_t>> prompts;
   std::vector<int> max_gen_toks;
   int positions = 0;  ///< cache positions per row: the longest prompt + max_gen_toks
+  int capped = 0;     ///< prompts whose drawn max_gen_toks was capped to fit n_ctx
   int64_t gen_tokens() const;
 };
 GenMixedWorkload gen_mixed_workload(const Model& model, int n, int max_gen, uint64_t seed);

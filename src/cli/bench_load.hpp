@@ -15,7 +15,8 @@ namespace kveval::bench {
 /// with the finite-weight scan and as many without, interleaved; the file is in
 /// the page cache after the warm-up. Rows "load" (seconds, with resident and
 /// file MiB) and "load (no finite scan)", and a "finite scan" row with the
-/// difference of the medians, each tagged with the resolved dtype. Throws what
+/// difference of the medians (0 when that is negative: the scan costs less
+/// than the noise), each tagged with the resolved dtype. Throws what
 /// Model::load throws.
 void run_load(const Options& o, int threads, ComputeDtype dtype, Report& rep,
               const std::function<void(const std::string&)>& say);

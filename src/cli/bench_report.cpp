@@ -15,6 +15,11 @@ void Report::add_note(const std::string& note) {
   if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
 }
 
+void Report::add_warning(const std::string& note) {
+  add_note(note);
+  if (std::find(warnings.begin(), warnings.end(), note) == warnings.end()) warnings.push_back(note);
+}
+
 Row& Row::with(std::string key, double v) {
   fields.emplace_back(std::move(key), v);
   return *this;

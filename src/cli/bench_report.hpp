@@ -42,9 +42,15 @@ struct Report {
   /// Free-text notes printed under the tables (how FLOPs and bytes are counted, caps applied).
   std::vector<std::string> notes;
 
+  /// The notes that say a requested figure was skipped or changed (a size
+  /// capped at the context length): also printed on stderr, whatever the format.
+  std::vector<std::string> warnings;
+
   /// Appends `note` unless the report already has it (a test run once per
   /// thread count and dtype explains itself once).
   void add_note(const std::string& note);
+  /// add_note, and records `note` in `warnings` (once).
+  void add_warning(const std::string& note);
 };
 
 /// One JSON object per row: test, name, threads, batch, n_prompt, n_gen,

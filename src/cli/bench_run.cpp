@@ -81,7 +81,7 @@ void run_pp(Ctx& c) {
   for (int b : c.o.batches) {
     for (int p : c.o.n_prompt) {
       if (p > c.hp.n_ctx_train) {
-        c.note(fmt::format("pp{} skipped: longer than the context length {}", p, c.hp.n_ctx_train));
+        c.warn(fmt::format("pp{} skipped: longer than the context length {}", p, c.hp.n_ctx_train));
         continue;
       }
       c.say(fmt::format("pp{} batch {}", p, b));
@@ -136,15 +136,25 @@ void run_pp(Ctx& c) {
 
 // ---- tg / tg-nocache ------------------------------------------------------------
 
-/// Generation lengths that fit after `p` prompt tokens (capped at n_ctx - p, noted).
-std::vector<int> fitting_gens(Ctx& c, int p) {
+/// Generation lengths (-n) of `test` that fit after `p` prompt tokens: capped at
+/// n_ctx - p, skipped below 2 tokens; each cap or skip is a warning (Report::add_warning).
+std::vector<int> fitting_gens(Ctx& c, const char* test, int p) {
   std::vector<int> out;
+  const int ctx = c.hp.n_ctx_train;
   for (int g : c.o.n_gen) {
     int gg = g;
-    if (p + g > c.hp.n_ctx_train) {
-      gg = c.hp.n_ctx_train - p;
-      c.note(fmt::format("tg: n_gen {} after a {}-token prompt exceeds the context length {}; capped to {}", g, p,
-                         c.hp.n_ctx_train, gg));
+    if (p + g > ctx) {
+      gg = ctx - p;
+      if (gg >= 2)
+        c.warn(fmt::format("{}: -n {} after a {}-token prompt exceeds the context length {}; capped to {}", test, g, p,
+                           ctx, gg));
+      else
+        c.warn(fmt::format("{}: -n {} after a {}-token prompt (--tg-prompt) leaves fewer than 2 of the context's {} "
+                           "positions; skipped",
+                           test, g, p, ctx));
+    } else if (g < 2) {
+      c.warn(fmt::format("{}: -n {} skipped: tg times the decode steps after the prefill's token, so n_gen must be >= 2",
+                         test, g));
     }
     if (gg >= 2 && std::find(out.begin(), out.end(), gg) == out.end()) out.push_back(gg);
   }
@@ -155,7 +165,7 @@ void run_tg(Ctx& c) {
   const double wbytes = streamed_weight_bytes(c.hp, static_cast<double>(c.model.load_summary().resident_bytes));
   for (int b : c.o.batches) {
     for (int p : c.o.tg_prompt) {
-      for (int g : fitting_gens(c, p)) {
+      for (int g : fitting_gens(c, "tg", p)) {
         c.say(fmt::format("tg{} after p{} batch {}", g, p, b));
         const auto prompts = synthetic_prompts(c.model, b, p, c.o.seed);
         std::vector<double> decode, e2e, prefill;
@@ -200,7 +210,7 @@ void run_tg_nocache(Ctx& c) {
   drop_caches(c.model);
   for (int b : c.o.batches) {
     for (int p : c.o.tg_prompt) {
-      for (int g : fitting_gens(c, p)) {
+      for (int g : fitting_gens(c, "tg-nocache", p)) {
         c.say(fmt::format("tg-nocache{} after p{} batch {}", g, p, b));
         const auto prompts = synthetic_prompts(c.model, b, p, c.o.seed);
         const auto secs = repeat(c.o.repetitions, [&] {
@@ -394,66 +404,74 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
                          {"switch_prompt", o.switch_prompt}, {"switch_gen", o.switch_gen},
                          {"ll_requests", o.ll_requests}, {"seed", o.seed},
                          {"gen_mixed_prompts", o.gen_mixed_prompts}, {"gen_mixed_max_gen", o.gen_mixed_max_gen},
-                         {"gen_mixed_rows", o.gen_mixed_rows}};
+                         {"gen_mixed_rows", o.gen_mixed_rows}, {"dtypes", o.dtypes}};
   opts["cache_shapes"] = nlohmann::json::array();
   for (const auto& s : o.cache_shapes) opts["cache_shapes"].push_back({s[0], s[1]});
   rep.meta["options"] = opts;
   std::vector<ComputeDtype> dtypes;
   for (const auto& d : o.dtypes) dtypes.push_back(parse_compute_dtype(d, "--dtype"));
   if (dtypes.empty()) dtypes.push_back(ComputeDtype::Auto);
-  for (int t : o.threads)
-  for (ComputeDtype dt : dtypes) {
-    ModelOptions mo;
-    mo.hash = false;
-    mo.threads = t;
-    mo.dtype = dt;
-    auto model = Model::load(o.model_path, mo);
-    if (progress) progress(fmt::format("[t={}] dtype {}", t, model->dtype_note()));
-    const HParams& hp = model->hparams();
-    const LoadSummary& ls = model->load_summary();
-    const std::string dname = to_string(model->dtype());
-    if (!rep.meta.contains("dtypes") || !rep.meta["dtypes"].contains(dname)) {
-      // one load line and one entry per compute dtype: weight dtype and resident bytes differ
-      if (info) info(format_load_summary(ls));
-      rep.meta["dtypes"][dname] = {{"weight_dtype", ls.weight_dtype},
-                                   {"resident_weight_bytes", ls.resident_bytes},
-                                   {"weight_bytes", model->weight_bytes()},
-                                   {"streamed_weight_bytes", streamed_weight_bytes(hp, static_cast<double>(ls.resident_bytes))},
-                                   {"note", model->dtype_note()}};
+  for (int t : o.threads) {
+    std::vector<std::string> measured;  // resolved dtypes at this thread count
+    for (ComputeDtype dt : dtypes) {
+      ModelOptions mo;
+      mo.hash = false;
+      mo.threads = t;
+      mo.dtype = dt;
+      auto model = Model::load(o.model_path, mo);
+      if (progress) progress(fmt::format("[t={}] dtype {}", t, model->dtype_note()));
+      const HParams& hp = model->hparams();
+      const LoadSummary& ls = model->load_summary();
+      const std::string dname = to_string(model->dtype());
+      if (std::find(measured.begin(), measured.end(), dname) != measured.end()) {  // auto became a listed dtype
+        rep.add_warning(fmt::format("--dtype {} resolves to {} for this model, which is listed already: measured once",
+                                    to_string(dt), dname));
+        continue;
+      }
+      measured.push_back(dname);
+      if (!rep.meta.contains("dtypes") || !rep.meta["dtypes"].contains(dname)) {
+        // one load line and one entry per compute dtype: weight dtype and resident bytes differ
+        if (info) info(format_load_summary(ls));
+        rep.meta["dtypes"][dname] = {{"weight_dtype", ls.weight_dtype},
+                                     {"resident_weight_bytes", ls.resident_bytes},
+                                     {"weight_bytes", model->weight_bytes()},
+                                     {"streamed_weight_bytes", streamed_weight_bytes(hp, static_cast<double>(ls.resident_bytes))},
+                                     {"note", model->dtype_note()}};
+      }
+      if (!rep.meta.contains("model")) {
+        nlohmann::json types = nlohmann::json::object();
+        for (const auto& [name, n] : ls.tensor_types) types[name] = n;
+        rep.meta["model"] = {{"path", o.model_path},
+                             {"n_params", n_params(hp)},
+                             {"weight_bytes", model->weight_bytes()},
+                             {"weight_dtype", ls.weight_dtype},
+                             {"streamed_weight_bytes", streamed_weight_bytes(hp, static_cast<double>(ls.resident_bytes))},
+                             {"n_vocab", hp.n_vocab},
+                             {"n_embd", hp.n_embd},
+                             {"n_layer", hp.n_layer},
+                             {"n_head", hp.n_head},
+                             {"n_head_kv", hp.n_head_kv},
+                             {"n_ff", hp.n_ff},
+                             {"n_ctx_train", hp.n_ctx_train},
+                             {"tied_output", hp.tied_output},
+                             {"tensor_types", types},
+                             {"weight_dtype", ls.weight_dtype},
+                             {"resident_weight_bytes", ls.resident_bytes},
+                             {"load_seconds", ls.load_seconds}};
+      }
+      Ctx c{o, *model, hp, model->threads(), rep, progress, {}, {}, {}};
+      if (selected(o, "roofline")) run_roofline(c);
+      if (selected(o, "pp")) run_pp(c);
+      if (selected(o, "tg")) run_tg(c);
+      if (selected(o, "tg-nocache")) run_tg_nocache(c);
+      if (selected(o, "cache")) run_cache(c);
+      if (selected(o, "switch")) run_switch(c);
+      if (selected(o, "ll")) run_ll(c);
+      if (selected(o, "load")) run_load(o, c.threads, dt, rep, progress);
+      // Dequantization does not depend on the compute dtype: once per thread count.
+      if (selected(o, "dequant") && dt == dtypes.front()) run_dequant(o, c.threads, rep, progress);
+      if (selected(o, "gen-mixed")) run_gen_mixed(o, *model, c.threads, rep, progress);
     }
-    if (!rep.meta.contains("model")) {
-      nlohmann::json types = nlohmann::json::object();
-      for (const auto& [name, n] : ls.tensor_types) types[name] = n;
-      rep.meta["model"] = {{"path", o.model_path},
-                           {"n_params", n_params(hp)},
-                           {"weight_bytes", model->weight_bytes()},
-                           {"weight_dtype", ls.weight_dtype},
-                           {"streamed_weight_bytes", streamed_weight_bytes(hp, static_cast<double>(ls.resident_bytes))},
-                           {"n_vocab", hp.n_vocab},
-                           {"n_embd", hp.n_embd},
-                           {"n_layer", hp.n_layer},
-                           {"n_head", hp.n_head},
-                           {"n_head_kv", hp.n_head_kv},
-                           {"n_ff", hp.n_ff},
-                           {"n_ctx_train", hp.n_ctx_train},
-                           {"tied_output", hp.tied_output},
-                           {"tensor_types", types},
-                           {"weight_dtype", ls.weight_dtype},
-                           {"resident_weight_bytes", ls.resident_bytes},
-                           {"load_seconds", ls.load_seconds}};
-    }
-    Ctx c{o, *model, hp, model->threads(), rep, progress, {}, {}, {}};
-    if (selected(o, "roofline")) run_roofline(c);
-    if (selected(o, "pp")) run_pp(c);
-    if (selected(o, "tg")) run_tg(c);
-    if (selected(o, "tg-nocache")) run_tg_nocache(c);
-    if (selected(o, "cache")) run_cache(c);
-    if (selected(o, "switch")) run_switch(c);
-    if (selected(o, "ll")) run_ll(c);
-    if (selected(o, "load")) run_load(o, c.threads, dt, rep, progress);
-    // Dequantization does not depend on the compute dtype: once per thread count.
-    if (selected(o, "dequant") && dt == dtypes.front()) run_dequant(o, c.threads, rep, progress);
-    if (selected(o, "gen-mixed")) run_gen_mixed(o, *model, c.threads, rep, progress);
   }
   if (selected(o, "fidelity")) run_fidelity(o, o.threads.front(), rep, progress);
   rep.meta["machine"]["loadavg_end"] = load_average();

@@ -1,9 +1,12 @@
 // `kveval bench`: cached vs uncached throughput, KV-cache lifecycle cost and
 // a roofline report (llama-bench style; see cli/bench_run.hpp).
+#include <algorithm>
+#include <array>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -30,6 +33,16 @@ std::array<int, 2> parse_shape(const std::string& s) {
   } catch (const std::exception&) {
     throw ArgumentError(fmt::format("--cache-shapes: '{}' is not BATCHxPOSITIONS (e.g. 8x4096)", s));
   }
+}
+
+/// Drops repeated values, keeping the first of each in order (-t 1,1, --dtype
+/// f32,f32 and -p 8,8 measure once).
+template <class T>
+void drop_repeats(std::vector<T>& v) {
+  std::vector<T> out;
+  for (const T& x : v)
+    if (std::find(out.begin(), out.end(), x) == out.end()) out.push_back(x);
+  v = std::move(out);
 }
 
 }  // namespace
@@ -89,23 +102,35 @@ void add_bench_command(CLI::App& app, Action& action) {
         if (t == 0) t = all_cores;
       o.cache_shapes.clear();
       for (const auto& s : st->shapes) o.cache_shapes.push_back(parse_shape(s));
+      drop_repeats(o.threads);  // after 0 became the core count: -t 0,2 on 2 cores is -t 2
+      drop_repeats(o.batches);
+      drop_repeats(o.n_prompt);
+      drop_repeats(o.n_gen);
+      drop_repeats(o.tg_prompt);
+      drop_repeats(o.tests);
+      drop_repeats(o.dtypes);
+      drop_repeats(o.cache_shapes);
       if (st->stream_mib < 0) throw ArgumentError(fmt::format("--stream-mib: must be >= 0, got {}", st->stream_mib));
       o.stream_bytes = static_cast<size_t>(st->stream_mib) << 20;
       require_model_file(o.model_path, "--model");
+      if (!st->json_out.empty()) check_writable("--json-out", st->json_out);  // before measuring anything
       std::function<void(const std::string&)> progress;
       if (st->progress) progress = [](const std::string& s) { fmt::print(stderr, "kveval bench: {}\n", s); };
       const bench::Report rep =
           bench::run_bench(o, progress, [](const std::string& s) { fmt::print(stderr, "kveval: {}\n", s); });
-      const std::string text = bench::format_report(rep, st->output);
-      if (!st->json_out.empty()) {
-        util::write_file_atomic(st->json_out, bench::format_report(rep, "json"));
-      }
-      std::fwrite(text.data(), 1, text.size(), stdout);
-      std::fflush(stdout);
-      if (rep.rows.empty()) {
-        fmt::print(stderr, "kveval: error: bench measured nothing (every selected test was skipped; see the notes)\n");
+      // Skipped or capped sizes go to stderr in every format (csv and jsonl
+      // have no place for notes; md and json also keep them with the notes).
+      for (const auto& w : rep.warnings) fmt::print(stderr, "kveval bench: warning: {}\n", w);
+      if (rep.rows.empty()) {  // nothing measured: no empty report, no --json-out file
+        fmt::print(stderr, "kveval: error: bench measured nothing (every selected test was skipped{})\n",
+                   rep.warnings.empty() ? "" : "; the warnings above say why");
         return kUsage;
       }
+      const std::string text = bench::format_report(rep, st->output);
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+      // The report is out before the file is written: a failing write loses nothing measured.
+      if (!st->json_out.empty()) util::write_file_atomic(st->json_out, bench::format_report(rep, "json"));
       return kOk;
     };
   });

@@ -255,6 +255,7 @@ TEST_SUITE("cli.cmd_bench") {
       }
       if (t == "gen-mixed" && r["name"] == "speedup") CHECK(r["prompts_with_different_ids"] == 0);
       if (t == "load" && r["name"] == "load") CHECK(r["resident_MiB"].get<double>() > 0);
+      if (t == "load" && r["name"] == "finite scan") CHECK(r["median"].get<double>() >= 0);  // never a negative time
     }
     // Three gen-mixed and three load rows per dtype; dequant (independent of
     // the dtype) once, untagged, one row per supported type.
@@ -283,5 +284,49 @@ TEST_SUITE("cli.cmd_bench") {
     CHECK(err.find("--cache-shapes") != std::string::npos);
     CHECK(run(kveval_bin() + " bench -m /nonexistent.gguf --tests pp", out, err) == 2);  // as run, generate, tokenize
     CHECK(err.find("/nonexistent.gguf: model file not found (--model)") != std::string::npos);
+    // An unwritable --json-out is refused before anything is measured.
+    CHECK(run(kveval_bin() + " bench -m " + test::model_path() + " --tests pp -p 8 -r 1 --json-out /nonexistent/dir/x.json",
+              out, err) == 2);
+    CHECK(err.find("--json-out /nonexistent/dir/x.json: directory /nonexistent/dir does not exist") != std::string::npos);
+    CHECK(out.empty());
+    CHECK(err.find("kveval: load:") == std::string::npos);  // refused before the model was loaded
+  }
+
+  TEST_CASE("skipped and capped sizes are warnings on stderr; nothing measured writes nothing" *
+            kveval::test::needs_model()) {
+    std::string out, err;
+    // stories260K's context is 2048: a 5000-token prompt leaves no room for tg.
+    const fs::path json = temp_dir() / "nothing.json";
+    CHECK(run(kveval_bin() + " bench -m " + test::model_path() + " --tests tg,tg-nocache -n 4 --tg-prompt 5000 -r 1 -o csv" +
+                  " --json-out " + json.string(),
+              out, err) == 2);
+    CHECK(out.empty());
+    CHECK_FALSE(fs::exists(json));
+    CHECK(err.find("warning: tg: -n 4 after a 5000-token prompt (--tg-prompt) leaves fewer than 2") != std::string::npos);
+    CHECK(err.find("warning: tg-nocache: -n 4 after a 5000-token prompt") != std::string::npos);
+    CHECK(err.find("bench measured nothing (every selected test was skipped; the warnings above say why)") !=
+          std::string::npos);
+    CHECK(run(kveval_bin() + " bench -m " + test::model_path() + " --tests tg -n 1 -r 1", out, err) == 2);
+    CHECK(err.find("warning: tg: -n 1 skipped") != std::string::npos);
+    // A cap in csv: the rows are there and the cap is on stderr.
+    REQUIRE(run(kveval_bin() + " bench -m " + test::model_path() + " --tests pp,tg -p 5000,8 -n 3000 -r 1 -o csv", out,
+                err) == 0);
+    CHECK(out.find("\ntg,tg2032,") != std::string::npos);
+    CHECK(err.find("warning: pp5000 skipped: longer than the context length 2048") != std::string::npos);
+    CHECK(err.find("warning: tg: -n 3000 after a 16-token prompt exceeds the context length 2048; capped to 2032") !=
+          std::string::npos);
+  }
+
+  TEST_CASE("repeated list values and an auto that resolves to a listed dtype are measured once" *
+            kveval::test::needs_model()) {
+    std::string out, err;
+    REQUIRE(run(kveval_bin() + " bench -m " + test::model_path() + " -t 1,1 --dtype f32,auto,f32 -p 8,8 -b 1,1" +
+                    " --tests pp,pp -r 1 -o json",
+                out, err) == 0);
+    const auto j = nlohmann::json::parse(out);
+    CHECK(j["results"].size() == 2);  // pp8 and pp8 last, f32, one thread, batch 1
+    CHECK(j["meta"]["options"]["dtypes"] == nlohmann::json::array({"f32", "auto"}));
+    CHECK(err.find("warning: --dtype auto resolves to f32 for this model, which is listed already: measured once") !=
+          std::string::npos);
   }
 }
