@@ -290,6 +290,11 @@ TEST_SUITE("cli.cmd_bench") {
     CHECK(err.find("--json-out /nonexistent/dir/x.json: directory /nonexistent/dir does not exist") != std::string::npos);
     CHECK(out.empty());
     CHECK(err.find("kveval: load:") == std::string::npos);  // refused before the model was loaded
+    // fidelity's spec is read before the other tests run, and named.
+    CHECK(run(kveval_bin() + " bench -m " + test::model_path() + " --tests pp,fidelity --spec /nonexistent.json", out,
+              err) == 2);
+    CHECK(err.find("--spec /nonexistent.json: not found or not readable") != std::string::npos);
+    CHECK(err.find("kveval: load:") == std::string::npos);
   }
 
   TEST_CASE("skipped and capped sizes are warnings on stderr; nothing measured writes nothing" *
