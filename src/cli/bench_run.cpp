@@ -70,7 +70,9 @@ void run_roofline(Ctx& c) {
   c.sgemm_at(1);
   c.note("roofline: 'stream read' is the best of the passes summing a float buffer larger than the last-level cache "
          "(1e9 bytes/s); 'sgemm m=M' is oneDNN f32 matmul over the model's weight shapes (7 per layer + output) "
-         "with M rows, weights pre-reordered, median pass.");
+         "with M rows, weights pre-reordered, median pass; both are measured again for each --dtype, just before "
+         "its tests (the dtype in a roofline row names those tests; their frac_of_stream and frac_of_sgemm divide by "
+         "it), and sgemm is f32 whatever the dtype.");
 }
 
 // ---- pp ---------------------------------------------------------------------
