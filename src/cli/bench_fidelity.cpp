@@ -1,6 +1,8 @@
 // `kveval bench --tests fidelity`: see bench_fidelity.hpp.
 #include "cli/bench_fidelity.hpp"
 
+#include <fstream>
+
 #include <fmt/format.h>
 
 #include "eval/fidelity.hpp"
@@ -10,10 +12,15 @@
 
 namespace kveval::bench {
 
-void run_fidelity(const Options& o, int threads, Report& rep, const std::function<void(const std::string&)>& say) {
+eval::EvalSpec load_fidelity_spec(const Options& o) {
   if (o.spec.empty())
     throw ArgumentError("--tests fidelity: needs --spec SPEC.json (the tasks to score in f32 and a reduced dtype)");
-  eval::EvalSpec spec = eval::load_spec(o.spec, o.model_path);
+  if (!std::ifstream(o.spec)) throw ArgumentError(fmt::format("--spec {}: not found or not readable", o.spec));
+  return eval::load_spec(o.spec, o.model_path);
+}
+
+void run_fidelity(const Options& o, eval::EvalSpec spec, int threads, Report& rep,
+                  const std::function<void(const std::string&)>& say) {
   spec.threads = threads;
   // f32 against the first reduced dtype of --dtype (bf16 when none is named).
   ComputeDtype reduced = ComputeDtype::BF16;

@@ -6,16 +6,22 @@
 
 #include "cli/bench_report.hpp"
 #include "cli/bench_run.hpp"
+#include "eval/spec.hpp"
 
 namespace kveval::bench {
 
-/// fidelity: loads o.spec (its tasks; the model is o.model_path, `threads`
-/// threads), runs it with --dtype f32 and bf16 and adds rows of test
+/// The spec fidelity scores: o.spec with the model o.model_path, read before
+/// any test runs. Throws ArgumentError when o.spec is empty or cannot be read
+/// (naming --spec), SpecError for a bad spec.
+eval::EvalSpec load_fidelity_spec(const Options& o);
+
+/// fidelity: runs `spec` (load_fidelity_spec; `threads` threads) with --dtype
+/// f32 and bf16 and adds rows of test
 /// "fidelity": "max abs dlogprob" and "mean abs dlogprob" (nats per token, fields
 /// tokens and requests) and one "flips <task> <metric>" row per task and 0/1
 /// metric or greedy text (documents whose value differs; field "docs"
-/// compared). Throws ArgumentError when o.spec is empty, SpecError for a bad
-/// spec, what Model::load and run_eval throw.
-void run_fidelity(const Options& o, int threads, Report& rep, const std::function<void(const std::string&)>& say);
+/// compared). Throws what Model::load and run_eval throw.
+void run_fidelity(const Options& o, eval::EvalSpec spec, int threads, Report& rep,
+                  const std::function<void(const std::string&)>& say);
 
 }  // namespace kveval::bench

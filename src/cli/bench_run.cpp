@@ -390,6 +390,8 @@ std::vector<std::vector<int32_t>> bench_generate(Model& model, const std::vector
 Report run_bench(const Options& o, const std::function<void(const std::string&)>& progress,
                  const std::function<void(const std::string&)>& info) {
   validate(o);
+  std::optional<eval::EvalSpec> fidelity_spec;  // read before any test runs
+  if (selected(o, "fidelity")) fidelity_spec = load_fidelity_spec(o);
   Report rep;
   rep.meta["kveval_version"] = version();
   rep.meta["git_hash"] = git_hash();
@@ -475,7 +477,7 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
       if (selected(o, "gen-mixed")) run_gen_mixed(o, *model, c.threads, rep, progress);
     }
   }
-  if (selected(o, "fidelity")) run_fidelity(o, o.threads.front(), rep, progress);
+  if (fidelity_spec) run_fidelity(o, std::move(*fidelity_spec), o.threads.front(), rep, progress);
   rep.meta["machine"]["loadavg_end"] = load_average();
   return rep;
 }

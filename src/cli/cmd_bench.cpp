@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -13,7 +12,6 @@
 
 #include "cli/bench_run.hpp"
 #include "cli/commands.hpp"
-#include "eval/spec.hpp"
 #include "util/atomic_file.hpp"
 #include "model/model.hpp"
 #include "util/error.hpp"
@@ -116,13 +114,7 @@ void add_bench_command(CLI::App& app, Action& action) {
       o.stream_bytes = static_cast<size_t>(st->stream_mib) << 20;
       require_model_file(o.model_path, "--model");
       if (!st->json_out.empty()) check_writable("--json-out", st->json_out);  // before measuring anything
-      if (std::find(o.tests.begin(), o.tests.end(), "fidelity") != o.tests.end()) {
-        // The spec is read now, not after the other tests have run.
-        if (o.spec.empty())
-          throw ArgumentError("--tests fidelity: needs --spec SPEC.json (the tasks to score in f32 and a reduced dtype)");
-        if (!std::ifstream(o.spec)) throw ArgumentError(fmt::format("--spec {}: not found or not readable", o.spec));
-        (void)eval::load_spec(o.spec, o.model_path);
-      } else if (!o.spec.empty()) {
+      if (std::find(o.tests.begin(), o.tests.end(), "fidelity") == o.tests.end() && !o.spec.empty()) {
         fmt::print(stderr, "kveval bench: warning: --spec is read only by --tests fidelity; ignored\n");
       }
       std::function<void(const std::string&)> progress;
