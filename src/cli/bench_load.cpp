@@ -31,19 +31,23 @@ Row make_row(const std::string& test, const std::string& name, int threads, cons
 void run_load(const Options& o, int threads, ComputeDtype dtype, Report& rep,
               const std::function<void(const std::string&)>& say) {
   if (say) say(fmt::format("[t={}] load: {} x {} with and without the finite scan", threads, o.repetitions, o.model_path));
-  std::string dname;
-  auto load = [&](bool check) {
+  // Seconds of one Model::load; the warm-up's model also gives the summary and the dtype `auto` resolved to.
+  auto seconds = [&](bool check) {
     Stopwatch sw;
-    auto m = Model::load(o.model_path, {.threads = threads, .dtype = dtype, .check_finite = check});
-    const double s = sw.seconds();
-    dname = to_string(m->dtype());
-    return std::make_pair(s, m->load_summary());
+    Model::load(o.model_path, {.threads = threads, .dtype = dtype, .check_finite = check});
+    return sw.seconds();
   };
-  const LoadSummary summary = load(true).second;  // warm-up: file in the page cache
+  LoadSummary summary;
+  std::string dname;
+  {  // warm-up: the file in the page cache; released before the timed loads
+    const auto warm = Model::load(o.model_path, {.threads = threads, .dtype = dtype, .check_finite = true});
+    summary = warm->load_summary();
+    dname = to_string(warm->dtype());
+  }
   std::vector<double> with, without;
   for (int i = 0; i < o.repetitions; ++i) {
-    with.push_back(load(true).first);
-    without.push_back(load(false).first);
+    with.push_back(seconds(true));
+    without.push_back(seconds(false));
   }
   const double mib = 1024.0 * 1024.0;
   Row r = make_row("load", "load", threads, "s", with);

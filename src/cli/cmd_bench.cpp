@@ -113,7 +113,7 @@ void add_bench_command(CLI::App& app, Action& action) {
       if (st->stream_mib < 0) throw ArgumentError(fmt::format("--stream-mib: must be >= 0, got {}", st->stream_mib));
       o.stream_bytes = static_cast<size_t>(st->stream_mib) << 20;
       require_model_file(o.model_path, "--model");
-      if (!st->json_out.empty()) check_writable("--json-out", st->json_out);  // before measuring anything
+      if (!st->json_out.empty()) util::check_writable("--json-out", st->json_out);  // before measuring anything
       if (std::find(o.tests.begin(), o.tests.end(), "fidelity") == o.tests.end() && !o.spec.empty()) {
         fmt::print(stderr, "kveval bench: warning: --spec is read only by --tests fidelity; ignored\n");
       }

@@ -31,30 +31,6 @@
 
 namespace kveval::cli {
 
-// check_writable (commands.hpp): a regular file (or a new one) needs a writable
-// directory for AtomicFile's temporary file; an existing device or FIFO
-// (/dev/stdout) is written in place and needs write permission itself.
-void check_writable(const std::string& option, const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) throw ArgumentError(fmt::format("{} {}: is a directory", option, path));
-  const bool exists = fs::exists(path, ec);
-  if (exists && !fs::is_regular_file(path, ec)) {
-    if (::access(path.c_str(), W_OK) != 0) throw ArgumentError(fmt::format("{} {}: not writable", option, path));
-    return;
-  }
-  fs::path target = exists ? fs::canonical(path, ec) : fs::path(path);
-  if (ec) target = path;
-  fs::path parent = target.parent_path();
-  if (parent.empty()) parent = ".";
-  if (!fs::is_directory(parent, ec))
-    throw ArgumentError(fmt::format("{} {}: directory {} does not exist", option, path, parent.string()));
-  if (::access(parent.c_str(), W_OK | X_OK) != 0)
-    throw ArgumentError(fmt::format("{} {}: directory {} is not writable (the file is replaced through a temporary file there)",
-                                    option, path, parent.string()));
-  if (exists && ::access(path.c_str(), W_OK) != 0) throw ArgumentError(fmt::format("{} {}: not writable", option, path));
-}
-
 namespace {
 
 struct RunArgs {
@@ -122,8 +98,8 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
   if (a.tolerance_given && a.baseline.empty()) throw ArgumentError("--tolerance needs --baseline");
   if (a.output == "-" && a.log_samples == "-")
     throw ArgumentError("--output - and --log-samples -: only one of them can go to stdout");
-  if (dist.rank() == 0 && !a.output.empty() && a.output != "-") check_writable("--output", a.output);
-  if (dist.rank() == 0 && !a.log_samples.empty() && a.log_samples != "-") check_writable("--log-samples", a.log_samples);
+  if (dist.rank() == 0 && !a.output.empty() && a.output != "-") util::check_writable("--output", a.output);
+  if (dist.rank() == 0 && !a.log_samples.empty() && a.log_samples != "-") util::check_writable("--log-samples", a.log_samples);
   if (!a.output.empty() && !a.log_samples.empty() && a.output != "-" && a.log_samples != "-") {
     std::error_code e1, e2;
     if (fs::weakly_canonical(fs::absolute(a.output), e1) == fs::weakly_canonical(fs::absolute(a.log_samples), e2))

@@ -36,12 +36,6 @@ inline void require_model_file(const std::string& path, const std::string& where
   if (!probe) throw ArgumentError(fmt::format("{}: model file not found ({})", path, where));
 }
 
-/// Refuses an output path that cannot be written (missing directory, a
-/// directory, no permission) before anything runs, naming `option`:
-/// "--output out/x.json: directory out does not exist". Outputs go through
-/// util::AtomicFile. Throws ArgumentError (exit 2). Defined in cmd_run.cpp.
-void check_writable(const std::string& option, const std::string& path);
-
 /// Validator for an integer option in [lo, hi], worded like the spec's
 /// checks: "--threads: expected an integer in [0, 4096], got 65536" (CLI11
 /// prefixes the option name).

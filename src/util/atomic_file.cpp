@@ -159,4 +159,27 @@ void write_all(int fd, std::string_view content, const std::string& name) {
   }
 }
 
+// check_writable: a regular file (or a new one) needs a writable directory
+// for AtomicFile's temporary file; an existing device or FIFO (/dev/stdout) is
+// written in place and needs write permission itself.
+void check_writable(const std::string& option, const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw ArgumentError(fmt::format("{} {}: is a directory", option, path));
+  const bool exists = fs::exists(path, ec);
+  if (exists && !fs::is_regular_file(path, ec)) {
+    if (::access(path.c_str(), W_OK) != 0) throw ArgumentError(fmt::format("{} {}: not writable", option, path));
+    return;
+  }
+  fs::path target = exists ? fs::canonical(path, ec) : fs::path(path);
+  if (ec) target = path;
+  fs::path parent = target.parent_path();
+  if (parent.empty()) parent = ".";
+  if (!fs::is_directory(parent, ec))
+    throw ArgumentError(fmt::format("{} {}: directory {} does not exist", option, path, parent.string()));
+  if (::access(parent.c_str(), W_OK | X_OK) != 0)
+    throw ArgumentError(fmt::format("{} {}: directory {} is not writable (the file is replaced through a temporary file there)",
+                                    option, path, parent.string()));
+  if (exists && ::access(path.c_str(), W_OK) != 0) throw ArgumentError(fmt::format("{} {}: not writable", option, path));
+}
+
 }  // namespace kveval::util

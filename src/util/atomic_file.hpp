@@ -64,4 +64,10 @@ void write_file_atomic(const std::string& path, std::string_view content);
 /// N bytes: reason". Flush any stdio buffer on the same descriptor first.
 void write_all(int fd, std::string_view content, const std::string& name);
 
+/// Refuses an output path that cannot be written (missing directory, a
+/// directory, no permission) before anything runs, naming `option`:
+/// "--output out/x.json: directory out does not exist". Throws ArgumentError
+/// (exit 2); the write itself goes through AtomicFile later.
+void check_writable(const std::string& option, const std::string& path);
+
 }  // namespace kveval::util
