@@ -64,8 +64,18 @@ json resolve_plain(const std::string& s) {
   return s;
 }
 
-json to_json(const YAML::Node& n, const std::string& file, const std::string& key, int depth = 0) {
+/// Values one file may expand to: an alias (*a) repeats the whole value it
+/// names, so a few hundred bytes of nested aliases can stand for billions of
+/// values ("billion laughs"); PyYAML shares them, kveval copies them into JSON.
+constexpr size_t kMaxYamlValues = 1000000;
+
+/// The value of node `n` as JSON; `values` counts the values converted so far
+/// in this file (kMaxYamlValues). Throws SpecError naming file:line and key.
+json to_json(const YAML::Node& n, const std::string& file, const std::string& key, size_t& values, int depth = 0) {
   if (depth > 64) throw SpecError(fmt::format("{}: {}: nested deeper than 64 levels", at(file, n.Mark()), key));
+  if (++values > kMaxYamlValues)
+    throw SpecError(fmt::format("{}: {}: the file expands to more than {} values (YAML aliases repeat what they name; "
+                                "kveval's limit)", at(file, n.Mark()), key, kMaxYamlValues));
   const std::string& tag = n.Tag();
   if (tag == "!function")
     throw SpecError(fmt::format("{}: {}: '!function' (Python code) is not supported by kveval",
@@ -84,7 +94,7 @@ json to_json(const YAML::Node& n, const std::string& file, const std::string& ke
     }
     case YAML::NodeType::Sequence: {
       json a = json::array();
-      for (size_t i = 0; i < n.size(); ++i) a.push_back(to_json(n[i], file, fmt::format("{}[{}]", key, i), depth + 1));
+      for (size_t i = 0; i < n.size(); ++i) a.push_back(to_json(n[i], file, fmt::format("{}[{}]", key, i), values, depth + 1));
       return a;
     }
     case YAML::NodeType::Map: {
@@ -93,7 +103,7 @@ json to_json(const YAML::Node& n, const std::string& file, const std::string& ke
         std::string k = it->first.Scalar();
         if (k == "<<") throw SpecError(fmt::format("{}: {}: YAML merge keys ('<<') are not supported", at(file, it->first.Mark()), key));
         if (o.contains(k)) throw SpecError(fmt::format("{}: {}: duplicate key '{}'", at(file, it->first.Mark()), key, k));
-        o[k] = to_json(it->second, file, key.empty() ? k : key + "." + k, depth + 1);
+        o[k] = to_json(it->second, file, key.empty() ? k : key + "." + k, values, depth + 1);
       }
       return o;
     }
@@ -122,6 +132,7 @@ Config load_config(const std::string& path, std::vector<std::string>& stack, con
   stack.push_back(canon);
   Config local, merged;
   YAML::Node include;
+  size_t values = 0;  // to_json's count for this file
   bool has_include = false;
   std::string include_at;
   for (auto it = root.begin(); it != root.end(); ++it) {
@@ -135,11 +146,11 @@ Config load_config(const std::string& path, std::vector<std::string>& stack, con
     }
     for (const auto& [lk, lv] : local)
       if (lk == k) throw SpecError(fmt::format("{}: duplicate key '{}'", w, k));
-    local.push_back({k, {to_json(it->second, path, k), w}});
+    local.push_back({k, {to_json(it->second, path, k, values), w}});
   }
   if (has_include) {
     std::vector<std::string> files;
-    json inc = to_json(include, path, "include");
+    json inc = to_json(include, path, "include", values);
     if (inc.is_string()) files.push_back(inc.get<std::string>());
     else if (inc.is_array())
       for (const auto& f : inc) {

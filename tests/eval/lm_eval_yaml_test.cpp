@@ -164,6 +164,14 @@ TEST_SUITE("eval.lm_eval_yaml") {
               .find("filter_list 'x': regex \"(\": missing closing parenthesis") != std::string::npos);
     CHECK(err("task: [unclosed\n").rfind(f + ":2:", 0) == 0);
     CHECK(err("include: t.yaml\ntask: t\n").find("include cycle") != std::string::npos);
+    // A "billion laughs" file: 9 levels of 10 aliases each stand for 10^9 values; refused after 10^6.
+    std::string bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
+    for (int i = 1; i < 9; ++i) {
+      bomb += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+      for (int k = 0; k < 10; ++k) bomb += (k ? ", *a" : "*a") + std::to_string(i - 1);
+      bomb += "]\n";
+    }
+    CHECK(err(bomb + "task: t\n").find("t.yaml:1: a5[7][8][8][8][9]: the file expands to more than 1000000 values") != std::string::npos);
     CHECK(err("include: nope.yaml\ntask: t\n") == f + ":1: include: file \"" + d.file("nope.yaml") + "\" not found");
     d.write("base.yaml", "output_type: loglikelihood\ndoc_to_text: q\ndoc_to_target: a\ndescription: base\n");
     CHECK(err("include: base.yaml\ntask: t\ndescription: \"D: \"\n") == "(no error)");

@@ -39,6 +39,7 @@ struct Expr {
   std::string name;               ///< Name; Getattr attribute; Filter/Test name; Binary operator
   std::vector<ExprPtr> kids;      ///< operands, in order; null entries for omitted slice parts / else
   std::vector<std::string> ops;   ///< Compare: operators of kids[1..]
+  int height = 1;                 ///< levels of the tree under and including this node (the parser's limit)
 };
 
 enum class StmtKind { Data, Output, If, For, Set, SetBlock };

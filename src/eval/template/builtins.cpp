@@ -1,6 +1,7 @@
 // Built-in methods (Python str/list), global functions (range), filters and
 // tests of the Jinja2 subset, with the semantics of CPython 3 and
 // jinja2/filters.py, jinja2/tests.py (Jinja 3.1).
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -12,6 +13,19 @@
 namespace kveval::eval::tmpl {
 
 namespace {
+
+/// py_replace, refused (check_size) before it builds a result over the limit.
+std::string checked_replace(std::string_view s, std::string_view old, std::string_view repl, int64_t count) {
+  size_t n = 0;  // replacements py_replace will make
+  if (old.empty()) {
+    n = utf8_length(s) + 1;
+  } else {
+    for (size_t pos = s.find(old); pos != std::string_view::npos; pos = s.find(old, pos + old.size())) ++n;
+  }
+  if (count >= 0) n = std::min(n, static_cast<size_t>(count));
+  if (repl.size() > old.size()) check_size(s.size() + n * (repl.size() - old.size()), "str.replace()'s result");
+  return py_replace(s, old, repl, count);
+}
 
 void arity(const std::string& what, const std::vector<Value>& args, size_t lo, size_t hi) {
   if (args.size() < lo || args.size() > hi) {
@@ -83,7 +97,7 @@ Value str_method(const std::string& s, const std::string& name, const std::vecto
   if (name == "replace") {
     arity(what, args, 2, 3);
     int64_t count = args.size() > 2 ? int_arg(what, args[2]) : -1;
-    return py_replace(s, str_arg(what, args[0]), str_arg(what, args[1]), count);
+    return checked_replace(s, str_arg(what, args[0]), str_arg(what, args[1]), count);
   }
   if (name == "index" || name == "find" || name == "count") {
     arity(what, args, 1, 3);
@@ -116,6 +130,7 @@ Value str_method(const std::string& s, const std::string& name, const std::vecto
       if (!e.is_string()) fail(fmt::format("str.join(): sequence item {}: expected str instance, {} found", k, py_type(e)));
       if (k++) out += s;
       out += e.get_ref<const std::string&>();
+      check_size(out.size(), "str.join()'s result");
     }
     return out;
   }
@@ -277,6 +292,7 @@ Value apply_filter(const std::string& name, const Value& v, const std::vector<Va
     for (const auto& e : iterate(v)) {
       if (k++) out += sep;
       out += py_str(e);
+      check_size(out.size(), "the join filter's result");
     }
     return out;
   }
@@ -323,7 +339,7 @@ Value apply_filter(const std::string& name, const Value& v, const std::vector<Va
   if (name == "replace") {
     arity(what, args, 2, 3);
     int64_t count = args.size() > 2 && !args[2].get().is_null() ? int_arg(what, args[2]) : -1;
-    return py_replace(py_str(j), py_str(args[0].get()), py_str(args[1].get()), count);
+    return checked_replace(py_str(j), py_str(args[0].get()), py_str(args[1].get()), count);
   }
   if (name == "first" || name == "last") {
     arity(what, args, 0, 0);

@@ -27,6 +27,10 @@ struct Evaluator {
   std::vector<Frame> frames;
   std::string out;
   int depth = 0;
+  int64_t iterations = 0;  ///< for-loop bodies run so far in this render (kMaxLoopIterations)
+
+  /// Loop bodies one render may run: 2^20, like range()'s items (nested loops multiply).
+  static constexpr int64_t kMaxLoopIterations = int64_t(1) << 20;
 
   [[noreturn]] void fail_at(const Expr& e, const std::string& msg) const { throw TemplateError(e.line, e.col, msg); }
 
@@ -136,7 +140,10 @@ struct Evaluator {
       }
       case ExprKind::Concat: {
         std::string s;
-        for (const auto& k : e.kids) s += text_of(eval(*k));
+        for (const auto& k : e.kids) {
+          s += text_of(eval(*k));
+          check_size(s.size(), "the '~' concatenation");
+        }
         return s;
       }
       case ExprKind::Compare: {
@@ -187,11 +194,19 @@ struct Evaluator {
 
   void stmt(const Stmt& s) {
     switch (s.kind) {
-      case StmtKind::Data: out += s.text; return;
+      case StmtKind::Data:
+        out += s.text;
+        try {
+          check_size(out.size(), "the rendered text");
+        } catch (const EvalFailure& f) {
+          throw TemplateError(s.line, s.col, f.message);
+        }
+        return;
       case StmtKind::Output: {
         Value v = eval(*s.expr);
         try {
           out += text_of(v);
+          check_size(out.size(), "the rendered text");
         } catch (const EvalFailure& f) {
           fail_at(*s.expr, f.message);
         }
@@ -222,6 +237,12 @@ struct Evaluator {
     }
   }
 
+  /// One more loop body (or `if` filter) of `for` statement s; throws past kMaxLoopIterations.
+  void count_iteration(const Stmt& s) {
+    if (++iterations > kMaxLoopIterations)
+      throw TemplateError(s.line, s.col, "more than 2^20 loop iterations in one rendering (kveval's limit; nested loops multiply)");
+  }
+
   void for_loop(const Stmt& s) {
     Value seq = eval(*s.expr);
     std::vector<json> items;
@@ -233,6 +254,7 @@ struct Evaluator {
     if (s.cond) {  // {% for x in xs if cond %}: filter first (loop.length counts what is left)
       std::vector<json> kept;
       for (auto& it : items) {
+        count_iteration(s);
         frames.emplace_back();
         assign(s.text, it);
         Value c = eval(*s.cond);
@@ -251,6 +273,7 @@ struct Evaluator {
     int64_t n = static_cast<int64_t>(items.size());
     ++depth;
     for (int64_t i = 0; i < n; ++i) {
+      count_iteration(s);
       frames.emplace_back();
       json loop = {{"index", i + 1}, {"index0", i}, {"revindex", n - i}, {"revindex0", n - i - 1},
                    {"first", i == 0}, {"last", i == n - 1}, {"length", n}, {"depth", depth}, {"depth0", depth - 1}};

@@ -31,9 +31,43 @@ std::string join_names(const std::vector<std::string>& v) {
 }
 bool has(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
+/// Parentheses, brackets, braces, call arguments, unary operators and blocks
+/// open at once; and levels of one expression tree (operator chains such as
+/// `1 + 1 + ...` add a level per operator). Parsing, evaluating and freeing
+/// recurse once per level, so a hostile template is refused here instead of
+/// overflowing the stack. Jinja itself stops at Python's recursion limit.
+constexpr int kMaxNesting = 100;
+constexpr int kMaxHeight = 1000;
+
 struct Parser {
   const std::vector<Token>& t;
   size_t i = 0;
+  int nesting = 0;  ///< open levels (kMaxNesting)
+
+  /// One more open level for the life of the object; throws TemplateError at `at` past kMaxNesting.
+  struct Nest {
+    Parser& p;
+    Nest(Parser& parser, const Token& at) : p(parser) {
+      if (p.nesting >= kMaxNesting)
+        p.fail(at, fmt::format("nested deeper than {} levels (kveval's limit for templates)", kMaxNesting));
+      ++p.nesting;
+    }
+    ~Nest() { --p.nesting; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+  };
+
+  /// Sets e's height from its kids; throws TemplateError past kMaxHeight.
+  static ExprPtr seal(std::shared_ptr<Expr> e) {
+    int h = 0;
+    for (const auto& k : e->kids)
+      if (k) h = std::max(h, k->height);
+    e->height = h + 1;
+    if (e->height > kMaxHeight)
+      throw TemplateError(e->line, e->col,
+                          fmt::format("expression nested deeper than {} levels (kveval's limit for templates)", kMaxHeight));
+    return e;
+  }
 
   const Token& cur() const { return t[i]; }
   const Token& peek(size_t k = 1) const { return t[std::min(i + k, t.size() - 1)]; }
@@ -96,6 +130,7 @@ struct Parser {
   /// Parses until `{% name %}` with name in `ends` (returned in *end, the tag
   /// name consumed, the block not), or the end of the template when `ends` is empty.
   Body subparse(const std::vector<std::string>& ends, std::string* end) {
+    Nest nest(*this, cur());
     Body body;
     while (true) {
       const Token& k = cur();
@@ -239,6 +274,7 @@ struct Parser {
   }
 
   ExprPtr condexpr() {
+    Nest nest(*this, cur());
     ExprPtr e = or_expr();
     while (is_name("if")) {
       auto c = node(ExprKind::CondExpr, cur());
@@ -247,7 +283,7 @@ struct Parser {
       ExprPtr other;
       if (skip_name("else")) other = condexpr();
       c->kids = {test, e, other};
-      e = c;
+      e = seal(c);
     }
     return e;
   }
@@ -257,7 +293,7 @@ struct Parser {
       auto n = node(ExprKind::Or, cur());
       ++i;
       n->kids = {l, and_expr()};
-      l = n;
+      l = seal(n);
     }
     return l;
   }
@@ -267,16 +303,17 @@ struct Parser {
       auto n = node(ExprKind::And, cur());
       ++i;
       n->kids = {l, not_expr()};
-      l = n;
+      l = seal(n);
     }
     return l;
   }
   ExprPtr not_expr() {
     if (is_name("not")) {
+      Nest nest(*this, cur());
       auto n = node(ExprKind::Not, cur());
       ++i;
       n->kids = {not_expr()};
-      return n;
+      return seal(n);
     }
     return compare();
   }
@@ -306,7 +343,7 @@ struct Parser {
       c->ops.push_back(op);
       c->kids.push_back(math1());
     }
-    return c ? ExprPtr(c) : e;
+    return c ? seal(c) : e;
   }
   ExprPtr binary_chain(ExprPtr (Parser::*next)(), std::initializer_list<const char*> ops) {
     ExprPtr l = (this->*next)();
@@ -319,7 +356,7 @@ struct Parser {
       n->name = hit;
       ++i;
       n->kids = {l, (this->*next)()};
-      l = n;
+      l = seal(n);
     }
   }
   ExprPtr math1() { return binary_chain(&Parser::concat, {"+", "-"}); }
@@ -330,7 +367,7 @@ struct Parser {
     auto c = node(ExprKind::Concat, start);
     c->kids.push_back(e);
     while (skip_op("~")) c->kids.push_back(math2());
-    return c;
+    return seal(c);
   }
   ExprPtr math2() { return binary_chain(&Parser::pow_expr, {"*", "/", "//", "%"}); }
   ExprPtr pow_expr() { return binary_chain(&Parser::unary_filtered, {"**"}); }
@@ -338,10 +375,11 @@ struct Parser {
   ExprPtr unary(bool with_filter) {
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
+      Nest nest(*this, cur());
       auto n = node(is_op("-") ? ExprKind::Neg : ExprKind::Pos, cur());
       ++i;
       n->kids = {unary(false)};
-      e = n;
+      e = seal(n);
     } else {
       e = primary();
     }
@@ -394,7 +432,7 @@ struct Parser {
         n->kids.push_back(condexpr());
       }
       ++i;
-      return n;
+      return seal(n);
     }
     if (k.kind == TokKind::Op && k.text == "{") {
       ++i;
@@ -409,7 +447,7 @@ struct Parser {
         n->kids.push_back(condexpr());
       }
       ++i;
-      return n;
+      return seal(n);
     }
     fail(k, fmt::format("unexpected {}", describe(k)));
   }
@@ -425,14 +463,14 @@ struct Parser {
           n->name = a.text;
           n->kids = {e};
           ++i;
-          e = n;
+          e = seal(n);
         } else if (a.kind == TokKind::Integer) {
           auto n = node(ExprKind::Getitem, dot);
           auto idx = node(ExprKind::Const, a);
           idx->value = a.ival;
           n->kids = {e, idx};
           ++i;
-          e = n;
+          e = seal(n);
         } else {
           fail(a, fmt::format("expected a name or number after '.', got {}", describe(a)));
         }
@@ -469,11 +507,11 @@ struct Parser {
     if (!slice) {
       auto n = node(ExprKind::Getitem, br);
       n->kids = {obj, parts[0]};
-      return n;
+      return seal(n);
     }
     auto n = node(ExprKind::Slice, br);
     n->kids = {obj, parts[0], parts[1], parts[2]};
-    return n;
+    return seal(n);
   }
 
   /// Call arguments; keyword arguments and *args / **kwargs are refused.
@@ -507,7 +545,7 @@ struct Parser {
     auto n = node(ExprKind::Call, cur());
     n->kids.push_back(callee);
     for (auto& a : call_args()) n->kids.push_back(a);
-    return n;
+    return seal(n);
   }
 
   ExprPtr filter_expr(ExprPtr e) {
@@ -523,7 +561,7 @@ struct Parser {
         n->kids.push_back(e);
         if (is_op("("))
           for (auto& a : call_args()) n->kids.push_back(a);
-        e = n;
+        e = seal(n);
       } else if (is_name("is")) {
         const Token& is = cur();
         ++i;
@@ -544,10 +582,10 @@ struct Parser {
         }
         if (negated) {
           auto nn = node(ExprKind::Not, is);
-          nn->kids = {n};
-          e = nn;
+          nn->kids = {seal(n)};
+          e = seal(nn);
         } else {
-          e = n;
+          e = seal(n);
         }
       } else if (is_op("(")) {
         e = call(e);

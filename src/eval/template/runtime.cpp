@@ -162,8 +162,20 @@ std::pair<double, double> float_divmod(double vx, double wx) {
   return {floordiv, mod};
 }
 
+}  // namespace
+
+void check_size(size_t size, const char* what) {
+  if (size > kMaxTemplateValueSize)
+    fail(fmt::format("{} would be longer than 16 MiB ({} {}; kveval's limit for a template value)", what, size,
+                     "bytes or items"));
+}
+
+namespace {
+
 json repeat(const json& seq, int64_t n) {
   if (n > (1 << 20)) fail(fmt::format("sequence repetition by {} is too large", n));
+  const size_t unit = seq.is_string() ? seq.get_ref<const std::string&>().size() : seq.size();
+  if (n > 0) check_size(unit * static_cast<size_t>(n), "the repeated sequence");
   if (seq.is_string()) {
     std::string out;
     for (int64_t k = 0; k < n; ++k) out += seq.get_ref<const std::string&>();
@@ -190,8 +202,12 @@ json py_binary(const std::string& op, const json& a, const json& b) {
       return checked(overflow, r, "+");
     }
     if (nums) return as_double(a) + as_double(b);
-    if (a.is_string() && b.is_string()) return a.get<std::string>() + b.get<std::string>();
+    if (a.is_string() && b.is_string()) {
+      check_size(a.get_ref<const std::string&>().size() + b.get_ref<const std::string&>().size(), "the sum of two strings");
+      return a.get<std::string>() + b.get<std::string>();
+    }
     if (a.is_array() && b.is_array()) {
+      check_size(a.size() + b.size(), "the sum of two lists");
       json r = a;
       for (const auto& e : b) r.push_back(e);
       return r;

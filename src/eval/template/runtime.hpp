@@ -20,6 +20,15 @@ struct EvalFailure {
 };
 [[noreturn]] void fail(std::string message);
 
+/// Largest string (bytes) or list (items) a template may build, and the
+/// largest rendered text: 16 Mi. Python has no such limit; kveval has one so
+/// that a hostile template (`('x' * 2**20) * 2**20`, `s.replace('', big)`) fails
+/// with a message instead of exhausting memory.
+inline constexpr size_t kMaxTemplateValueSize = size_t(1) << 24;
+/// Fails with "<what> would be longer than 16 MiB ..." when `size` (bytes of a
+/// string, items of a list) exceeds kMaxTemplateValueSize.
+void check_size(size_t size, const char* what);
+
 /// A value: JSON data, or Jinja's (strict) Undefined with the reason it is undefined.
 struct Value {
   json v;

@@ -45,7 +45,7 @@ struct ErrorCase {
   int line, column;     // expected position (0: not checked)
 };
 
-std::string error_of(const char* tmpl, const char* doc, int* line = nullptr, int* col = nullptr) {
+std::string error_of(const std::string& tmpl, const char* doc, int* line = nullptr, int* col = nullptr) {
   try {
     Template t = Template::parse(tmpl);
     t.render(json::parse(doc));
@@ -99,6 +99,12 @@ TEST_CASE("template: constructs outside the subset and runtime errors are named 
       {"{{ s.split('') }}", R"({"s": "a"})", "empty separator", 0, 0},
       {"{{ 5|length }}", "{}", "object of type 'int' has no len()", 0, 0},
       {"{{ '\\N{DASH}' }}", "{}", "\\N{...} escapes are not supported", 0, 0},
+      // Limits against hostile templates (every one of these crashed or hung before):
+      {"{{ ('x' * 1048576) * 1048576 }}", "{}", "the repeated sequence would be longer than 16 MiB (1099511627776", 0, 0},
+      {"{{ ('x' * 1048576).replace('', 'yyyyyyyyyyyyyyyyyyy') }}", "{}", "str.replace()'s result would be longer than 16 MiB", 0, 0},
+      {"{{ ([('x' * 1048576)] * 17)|join }}", "{}", "the join filter's result would be longer than 16 MiB", 0, 0},
+      {"{% for i in range(1048576) %}{% for j in range(2) %}{% endfor %}{% endfor %}", "{}",
+       "more than 2^20 loop iterations in one rendering", 1, 33},
   };
   for (const auto& c : cases) {
     std::string tmpl_src = c.tmpl;
@@ -170,4 +176,27 @@ TEST_CASE("template: Python whitespace, split, strip and case mapping") {
   CHECK(tmpl::py_capitalize("\xc3\x9f" "a") == "Ssa");                 // ß title-cases to Ss
   CHECK(tmpl::py_capitalize("'hello") == "'hello");                    // no adjustment to the first letter
   CHECK(tmpl::py_replace("aaa", "a", "b", 2) == "bba");
+}
+
+TEST_CASE("template: nesting and expression depth are limited (no stack overflow on hostile input)") {
+  auto repeat = [](const std::string& x, int n) {
+    std::string s;
+    for (int i = 0; i < n; ++i) s += x;
+    return s;
+  };
+  // 99 parentheses render; 100 (with the {{ }} level) are refused at the 101st '(' (column 3 + 100).
+  CHECK(Template::parse("{{ " + repeat("(", 98) + "7" + repeat(")", 98) + " }}").render(json::object()) == "7");
+  int line = 0, col = 0;
+  std::string msg = error_of("{{ " + repeat("(", 4000) + "1" + repeat(")", 4000) + " }}", "{}", &line, &col);
+  CHECK(msg.find("nested deeper than 100 levels") != std::string::npos);
+  CHECK(col == 3 + 100);
+  CHECK(error_of("{{ " + repeat("-", 50000) + "1 }}", "{}").find("nested deeper than 100 levels") != std::string::npos);
+  CHECK(error_of(repeat("{% if 1 %}", 10000) + "x" + repeat("{% endif %}", 10000), "{}").find("nested deeper than 100 levels") !=
+        std::string::npos);
+  // Operator chains build one level per operator: 999 additions render (1000 levels), 1000 do not.
+  CHECK(Template::parse("{{ 1" + repeat("+1", 999) + " }}").render(json::object()) == "1000");
+  CHECK(error_of("{{ 1" + repeat("+1", 50000) + " }}", "{}").find("expression nested deeper than 1000 levels") != std::string::npos);
+  CHECK(error_of("{{ c" + repeat("|lower", 50000) + " }}", R"({"c": "A"})").find("expression nested deeper than 1000 levels") !=
+        std::string::npos);
+  CHECK(error_of("{{ c" + repeat(".x", 50000) + " }}", "{}").find("expression nested deeper than 1000 levels") != std::string::npos);
 }
