@@ -91,7 +91,7 @@ void add_bench_command(CLI::App& app, Action& action) {
   sub->add_option("-o,--output", st->output, "md, csv, json or jsonl")
       ->check(CLI::IsMember({"md", "csv", "json", "jsonl"}))
       ->capture_default_str();
-  sub->add_option("--json-out", st->json_out, "also write the JSON report to this file");
+  sub->add_option("--json-out", st->json_out, "also write the JSON report to this file")->check(non_empty_path());
   sub->add_flag("--progress", st->progress, "print each measurement to stderr as it starts");
   sub->callback([st, &action] {
     action = [st]() -> int {

@@ -71,7 +71,7 @@ void add_make_model_command(CLI::App& app, Action& action) {
                   "q5_k, q6_k: every matrix in that type, norms in f32; K-quants need n_embd and n_ff multiples of 256)")
       ->check(CLI::IsMember(types))
       ->capture_default_str();
-  sub->add_option("-o,--output", args->out, "output .gguf path")->required();
+  sub->add_option("-o,--output", args->out, "output .gguf path")->required()->check(non_empty_path());
   sub->callback([args, &action] {
     action = [args]() -> int {
       std::error_code ec;

@@ -93,7 +93,6 @@ std::function<void(std::string_view)> fault_injector(int rank) {
 /// ArgumentError like a one-process run.
 void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nlohmann::json& baseline) {
   using namespace kveval::eval;
-  namespace fs = std::filesystem;
   // 0. the command line: output paths, before anything is read or run (rank 0 writes them)
   if (a.tolerance_given && a.baseline.empty()) throw ArgumentError("--tolerance needs --baseline");
   if (a.output == "-" && a.log_samples == "-")
@@ -101,8 +100,7 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
   if (dist.rank() == 0 && !a.output.empty() && a.output != "-") util::check_writable("--output", a.output);
   if (dist.rank() == 0 && !a.log_samples.empty() && a.log_samples != "-") util::check_writable("--log-samples", a.log_samples);
   if (!a.output.empty() && !a.log_samples.empty() && a.output != "-" && a.log_samples != "-") {
-    std::error_code e1, e2;
-    if (fs::weakly_canonical(fs::absolute(a.output), e1) == fs::weakly_canonical(fs::absolute(a.log_samples), e2))
+    if (util::resolve_links(a.output) == util::resolve_links(a.log_samples))
       throw ArgumentError(fmt::format("--output and --log-samples name the same file ({})", a.output));
   }
   // 1. the whole spec and every data file, before the model loads
@@ -202,9 +200,12 @@ void add_run_command(CLI::App& app, Action& action) {
   CLI::App* cmd = app.add_subcommand("run", "Evaluate a model on the tasks of a JSON spec");
   cmd->add_option("spec", args->spec, "evaluation spec (JSON); see README")->required();
   cmd->add_option("-m,--model", args->model, "GGUF model path (overrides the spec's 'model')");
-  cmd->add_option("--output,-o", args->output, "write results as JSON in lm-eval's shape ('-' = stdout)");
-  cmd->add_option("--log-samples", args->log_samples, "write lm-eval samples, one JSON line per document ('-' = stdout)");
-  cmd->add_option("--baseline", args->baseline, "results JSON of an earlier run; exit 3 if a metric got worse");
+  cmd->add_option("--output,-o", args->output, "write results as JSON in lm-eval's shape ('-' = stdout)")
+      ->check(non_empty_path());
+  cmd->add_option("--log-samples", args->log_samples, "write lm-eval samples, one JSON line per document ('-' = stdout)")
+      ->check(non_empty_path());
+  cmd->add_option("--baseline", args->baseline, "results JSON of an earlier run; exit 3 if a metric got worse")
+      ->check(non_empty_path());
   CLI::Option* tol = cmd->add_option("--tolerance", args->tolerance,
                                      "allowed absolute worsening against --baseline (default 0)")
                           ->check(at_least(0, false));

@@ -52,6 +52,12 @@ inline CLI::Validator int_in(int64_t lo, int64_t hi) {
       fmt::format("INT in [{}, {}]", lo, hi));
 }
 
+/// Validator for a file path option: refuses the empty string, which would
+/// otherwise read as "not given" (`-o ''`: "--output: empty path", exit 2).
+inline CLI::Validator non_empty_path() {
+  return CLI::Validator([](std::string& v) -> std::string { return v.empty() ? "empty path" : ""; }, "PATH");
+}
+
 void add_run_command(CLI::App& app, Action& action);
 void add_bench_command(CLI::App& app, Action& action);
 void add_make_model_command(CLI::App& app, Action& action);

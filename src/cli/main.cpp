@@ -1,5 +1,7 @@
 // kveval: evaluation of language models on the CPU (oneDNN).
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 
 #include <CLI/CLI.hpp>
@@ -77,6 +79,15 @@ int main(int argc, char** argv) {
     const bool many = d && d->size() > 1;
     code = report(std::current_exception(), many);
     if (many) d->abort(code);
+  }
+  // Output lost on the way to stdout (a full disk, `> /dev/full`) is an error,
+  // not a success: the tables, the report or the ids are gone.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    const int e = errno;
+    if (code == kOk) {
+      fmt::print(stderr, "kveval: error: stdout: write failed: {}\n", std::strerror(e != 0 ? e : EIO));
+      code = kFailure;
+    }
   }
   if (d) d->finalize();
   return code;

@@ -23,7 +23,6 @@ constexpr size_t kBufferBytes = size_t{1} << 20;
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   if (path_.empty()) throw IoError("output path is empty");
-  target_ = path_;
   struct stat st {};
   if (::stat(path_.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) throw IoError(fmt::format("{}: is a directory", path_));
@@ -37,10 +36,8 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
       buf_.reserve(kBufferBytes);
       return;
     }
-    std::error_code ec;
-    fs::path real = fs::canonical(path_, ec);  // follow a symlink: replace the file, keep the link
-    if (!ec) target_ = real.string();
   }
+  target_ = resolve_links(path_);  // follow a symlink, also one whose file does not exist yet: keep the link
   fs::path t(target_);
   fs::path dir = t.parent_path();
   std::string name = t.filename().string();
@@ -159,6 +156,18 @@ void write_all(int fd, std::string_view content, const std::string& name) {
   }
 }
 
+std::string resolve_links(const std::string& path) {
+  std::error_code ec;
+  fs::path p = path;
+  for (int hops = 0; hops < 40 && fs::is_symlink(p, ec); ++hops) {  // 40: Linux's limit (ELOOP)
+    fs::path to = fs::read_symlink(p, ec);
+    if (ec) break;
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+  fs::path c = fs::weakly_canonical(p, ec);
+  return ec ? p.string() : c.string();
+}
+
 // check_writable: a regular file (or a new one) needs a writable directory
 // for AtomicFile's temporary file; an existing device or FIFO (/dev/stdout) is
 // written in place and needs write permission itself.
@@ -170,8 +179,7 @@ void check_writable(const std::string& option, const std::string& path) {
     if (::access(path.c_str(), W_OK) != 0) throw ArgumentError(fmt::format("{} {}: not writable", option, path));
     return;
   }
-  fs::path target = exists ? fs::canonical(path, ec) : fs::path(path);
-  if (ec) target = path;
+  const fs::path target = resolve_links(path);
   fs::path parent = target.parent_path();
   if (parent.empty()) parent = ".";
   if (!fs::is_directory(parent, ec))

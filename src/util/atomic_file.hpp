@@ -8,7 +8,8 @@
 // `.<name>.tmp.XXXXXX` in the target's directory (the same file system, so
 // the final rename(2) is atomic); every write(2) is checked, the data are
 // fsync'ed, the file is closed (checked), then renamed over the target. A
-// symbolic link is followed: the file it points to is replaced, the link kept.
+// symbolic link is followed (also one whose file does not exist yet): the file
+// it points to is replaced or created, the link kept.
 // On any failure the temporary file is removed and an IoError names the path
 // and strerror(errno); an existing target is left as it was.
 // A target that exists and is not a regular file (/dev/stdout, /dev/full, a
@@ -63,6 +64,12 @@ void write_file_atomic(const std::string& path, std::string_view content);
 /// retrying partial writes and EINTR. Throws IoError "name: write failed after
 /// N bytes: reason". Flush any stdio buffer on the same descriptor first.
 void write_all(int fd, std::string_view content, const std::string& name);
+
+/// The file writing `path` replaces: symbolic links followed, also a link
+/// whose file does not exist yet (AtomicFile then creates that file and keeps
+/// the link), up to 40 links; made absolute and normal. Never throws (a path
+/// that cannot be resolved further is returned as far as it got).
+std::string resolve_links(const std::string& path);
 
 /// Refuses an output path that cannot be written (missing directory, a
 /// directory, no permission) before anything runs, naming `option`:

@@ -118,6 +118,17 @@ TEST_SUITE("cli.input") {
       CHECK(slurp(d.file("err.txt")).find("kveval: error: stdout: write failed after 0 bytes: No space left on device\n") !=
             std::string::npos);
     }
+    // stdout itself full: the tables of run, the ids of tokenize, the report of bench are lost, so exit 1
+    for (const std::string args : {"run " + quote(spec) + " -q", "tokenize -m " + quote(kveval::test::model_path()) + " --ids hello",
+                                   "bench -m " + quote(kveval::test::model_path()) + " --tests cache --cache-shapes 1x8 -r 1 -t 1 -o json"}) {
+      CAPTURE(args);
+      const std::string cmd = quote(std::getenv("KVEVAL_BIN")) + " " + args + " >/dev/full 2>" + quote(d.file("err.txt"));
+      const int st = std::system(cmd.c_str());
+      CHECK(WIFEXITED(st));
+      CHECK(WEXITSTATUS(st) == 1);
+      const std::string err = slurp(d.file("err.txt"));
+      CHECK(err.find("kveval: error: stdout: write failed: No space left on device\n") != std::string::npos);
+    }
     r = run_kveval(d, "make-model --preset tiny -o /dev/full");
     CHECK(r.code == 1);
     CHECK(r.err == full);

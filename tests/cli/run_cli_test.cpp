@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -262,6 +263,24 @@ TEST_SUITE("cli.run") {
       CHECK(r.err.find(c.expect) != std::string::npos);
     }
     CHECK(!std::ifstream(d.file("o.json")).good());
+    // a symbolic link to a file that does not exist yet names that file: refused too (it replaced the results with
+    // the samples before); alone, the link is followed and kept
+    std::filesystem::create_symlink("res.json", d.file("samples.jsonl"));
+    Run same = run_kveval(d, "run " + quote(spec) + " -q -o " + quote(d.file("res.json")) + " --log-samples " +
+                                 quote(d.file("samples.jsonl")));
+    CHECK(same.code == 2);
+    CHECK(same.err.find("--output and --log-samples name the same file") != std::string::npos);
+    Run link = run_kveval(d, "run " + quote(spec) + " -q --log-samples " + quote(d.file("samples.jsonl")));
+    CHECK(link.code == 0);
+    CHECK(std::filesystem::is_symlink(d.file("samples.jsonl")));
+    CHECK(std::filesystem::is_regular_file(d.file("res.json")));  // the samples, written through the link
+    CHECK(slurp(d.file("res.json")).rfind("{\"doc_id\":0,", 0) == 0);
+    // an empty path is refused, not read as "no output"
+    for (const char* opt : {"-o ''", "--log-samples ''", "--baseline ''"}) {
+      Run e = run_kveval(d, "run " + quote(spec) + " " + opt);
+      CHECK(e.code == 2);
+      CHECK(e.err.find(": empty path") != std::string::npos);
+    }
   }
 
   TEST_CASE("command-line messages: numeric ranges, unknown subcommand, spec is a directory or missing" * kveval::test::needs_model()) {
