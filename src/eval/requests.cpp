@@ -151,57 +151,61 @@ std::vector<Request> build_requests(const EvalSpec& spec, const Tokenizer& tok, 
         }
         out.push_back(std::move(r));
       };
-      switch (t.output_type) {
-        case OutputType::Loglikelihood:
-          loglik((t.loglikelihood_delimiter ? t.target_delimiter : std::string()) + d.target, -1);
-          break;
-        case OutputType::MultipleChoice:
-          for (size_t c = 0; c < d.choices.size(); ++c) loglik(t.target_delimiter + d.choices[c], static_cast<int>(c));
-          break;
-        case OutputType::LoglikelihoodRolling: {
-          std::vector<int32_t> seq = tok.encode(d.target, true);
-          auto wins = rolling_windows(seq, max_length);
-          if (wins.empty()) {
+      try {  // a text the tokenizer cannot encode is named by its document
+        switch (t.output_type) {
+          case OutputType::Loglikelihood:
+            loglik((t.loglikelihood_delimiter ? t.target_delimiter : std::string()) + d.target, -1);
+            break;
+          case OutputType::MultipleChoice:
+            for (size_t c = 0; c < d.choices.size(); ++c) loglik(t.target_delimiter + d.choices[c], static_cast<int>(c));
+            break;
+          case OutputType::LoglikelihoodRolling: {
+            std::vector<int32_t> seq = tok.encode(d.target, true);
+            auto wins = rolling_windows(seq, max_length);
+            if (wins.empty()) {
+              Request r;
+              r.task = static_cast<int>(ti);
+              r.doc = static_cast<int>(di);
+              r.index = 0;
+              r.kind = RequestKind::RollingWindow;
+              r.error = fmt::format("{}: empty document: no tokens to score", d.origin);
+              out.push_back(std::move(r));
+            }
+            for (size_t k = 0; k < wins.size(); ++k) {
+              Request r;
+              r.task = static_cast<int>(ti);
+              r.doc = static_cast<int>(di);
+              r.index = static_cast<int>(k);
+              r.kind = RequestKind::RollingWindow;
+              r.n_context_tokens = wins[k].score_from;
+              r.n_continuation_tokens = static_cast<int>(wins[k].tokens.size()) - wins[k].score_from;
+              r.score = std::move(wins[k]);
+              out.push_back(std::move(r));
+            }
+            break;
+          }
+          case OutputType::GenerateUntil: {
             Request r;
             r.task = static_cast<int>(ti);
             r.doc = static_cast<int>(di);
-            r.index = 0;
-            r.kind = RequestKind::RollingWindow;
-            r.error = fmt::format("{}: empty document: no tokens to score", d.origin);
+            r.kind = RequestKind::Generate;
+            r.max_gen_toks = t.generation_kwargs.max_gen_toks;
+            r.until = t.generation_kwargs.until;
+            r.prompt = tok.encode(d.context, true);
+            r.n_context_tokens = static_cast<int>(r.prompt.size());
+            size_t room = static_cast<size_t>(max_length - r.max_gen_toks);  // >= 1
+            if (r.prompt.size() > room) {
+              size_t drop = r.prompt.size() - room;
+              r.prompt.erase(r.prompt.begin() + 1, r.prompt.begin() + 1 + static_cast<long>(drop));  // keep BOS
+              r.truncated_tokens = static_cast<int>(drop);
+              ++n_truncated;
+            }
             out.push_back(std::move(r));
+            break;
           }
-          for (size_t k = 0; k < wins.size(); ++k) {
-            Request r;
-            r.task = static_cast<int>(ti);
-            r.doc = static_cast<int>(di);
-            r.index = static_cast<int>(k);
-            r.kind = RequestKind::RollingWindow;
-            r.n_context_tokens = wins[k].score_from;
-            r.n_continuation_tokens = static_cast<int>(wins[k].tokens.size()) - wins[k].score_from;
-            r.score = std::move(wins[k]);
-            out.push_back(std::move(r));
-          }
-          break;
         }
-        case OutputType::GenerateUntil: {
-          Request r;
-          r.task = static_cast<int>(ti);
-          r.doc = static_cast<int>(di);
-          r.kind = RequestKind::Generate;
-          r.max_gen_toks = t.generation_kwargs.max_gen_toks;
-          r.until = t.generation_kwargs.until;
-          r.prompt = tok.encode(d.context, true);
-          r.n_context_tokens = static_cast<int>(r.prompt.size());
-          size_t room = static_cast<size_t>(max_length - r.max_gen_toks);  // >= 1
-          if (r.prompt.size() > room) {
-            size_t drop = r.prompt.size() - room;
-            r.prompt.erase(r.prompt.begin() + 1, r.prompt.begin() + 1 + static_cast<long>(drop));  // keep BOS
-            r.truncated_tokens = static_cast<int>(drop);
-            ++n_truncated;
-          }
-          out.push_back(std::move(r));
-          break;
-        }
+      } catch (const FormatError& e) {
+        throw FormatError(fmt::format("{}: {}", d.origin, e.what()));
       }
     }
     if (t.output_type == OutputType::LoglikelihoodRolling && t.rolling_method == RollingMethod::LlamaCpp)

@@ -91,8 +91,9 @@ Tokenizer::Tokenizer(std::vector<std::string> tokens, std::vector<float> scores,
   if (bos_ < 0 || bos_ >= n) throw FormatError(fmt::format("tokenizer: BOS id {} outside [0, {})", bos_, n));
   if (eos_ < 0 || eos_ >= n) throw FormatError(fmt::format("tokenizer: EOS id {} outside [0, {})", eos_, n));
   if (unk_ < -1 || unk_ >= n) throw FormatError(fmt::format("tokenizer: unknown-token id {} outside [0, {})", unk_, n));
-  for (int b = 0; b < 256; ++b) {
+  for (int b = 0; b < 256; ++b) {  // llama.cpp's byte_to_token: <0xXX>, else the byte itself as a token
     auto it = index_.find(fmt::format("<0x{:02X}>", b));
+    if (it == index_.end()) it = index_.find(std::string(1, static_cast<char>(b)));
     byte_token_[b] = it == index_.end() ? -1 : it->second;
   }
   init_specials();

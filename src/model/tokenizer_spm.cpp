@@ -105,7 +105,8 @@ void Tokenizer::encode_spm(std::string_view raw, std::vector<int32_t>& out) cons
     }
     for (unsigned char c : piece) {
       if (byte_token_[c] < 0)
-        throw FormatError(fmt::format("tokenizer: no byte token <0x{:02X}> in the vocabulary for byte fallback", c));
+        throw FormatError(fmt::format("the model's tokenizer cannot encode byte 0x{:02X}: neither <0x{:02X}> nor the byte "
+                                      "itself is in its vocabulary (SentencePiece byte fallback)", c, c));
       out.push_back(byte_token_[c]);
     }
   };

@@ -138,12 +138,18 @@ TEST_SUITE("model.tokenizer") {
     CHECK(ids == std::vector<int32_t>{410, 3 + 0xE7, 3 + 0x8C, 3 + 0xAB});
   }
 
-  TEST_CASE("missing byte token is reported at encode time") {
-    std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", "a"};
-    Tokenizer t(tokens, {0, 0, 0, 0}, {2, 3, 3, 1}, 1, 2, 0, false);
+  TEST_CASE("missing byte token: the byte itself as a token (llama.cpp's byte_to_token), else an error at encode time") {
+    std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", "a", "c"};
+    Tokenizer t(tokens, {0, 0, 0, 0, 0}, {2, 3, 3, 1, 1}, 1, 2, 0, false);
     CHECK(t.encode("aa", false) == std::vector<int32_t>{3, 3});
-    CHECK_THROWS_WITH_AS(t.encode("b", false), "tokenizer: no byte token <0x62> in the vocabulary for byte fallback",
+    // "b" is no piece, and there is neither a <0x62> nor a "b" token
+    CHECK_THROWS_WITH_AS(t.encode("b", false),
+                         "the model's tokenizer cannot encode byte 0x62: neither <0x62> nor the byte itself is in its "
+                         "vocabulary (SentencePiece byte fallback)",
                          FormatError);
+    std::vector<std::string> with_byte = {"<unk>", "<s>", "</s>", "a", "\xC3", "\xA9"};
+    Tokenizer u(with_byte, {0, 0, 0, 0, 0, 0}, {2, 3, 3, 1, 1, 1}, 1, 2, 0, false);
+    CHECK(u.encode("a\xC3\xA9", false) == std::vector<int32_t>{3, 4, 5});
   }
 
   TEST_CASE("constructor and from_gguf validation") {
