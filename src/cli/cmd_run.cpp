@@ -123,7 +123,7 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
     std::stringstream ss;
     ss << f.rdbuf();
     baseline = parse_json_text(ss.str(), a.baseline);
-    if (!baseline.is_object() || !baseline.contains("results"))
+    if (!baseline.is_object() || !baseline.contains("results") || !baseline["results"].is_object())
       throw SpecError(fmt::format("{}: not a kveval results file (no \"results\" object)", a.baseline));
   }
   require_model_file(spec.model, "spec 'model' or --model");

@@ -41,9 +41,10 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& file) {
     const int32_t eos = id("tokenizer.ggml.eos_token_id", 2);
     const int32_t unk = id("tokenizer.ggml.unknown_token_id", 0);
     const bool prefix = file.get_bool_or("tokenizer.ggml.add_space_prefix", true);
+    const bool add_bos = file.get_bool_or("tokenizer.ggml.add_bos_token", true);  // names the file itself
     try {
       Tokenizer t(std::move(tokens), std::move(scores), std::move(types), bos, eos, unk, prefix);
-      t.add_bos_ = file.get_bool_or("tokenizer.ggml.add_bos_token", true);
+      t.add_bos_ = add_bos;
       if (eot >= 0) t.eot_ = eot;
       return t;
     } catch (const FormatError& e) {
