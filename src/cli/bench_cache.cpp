@@ -23,6 +23,9 @@ void run_cache(Ctx& c) {
       c.warn(fmt::format("cache: {} positions capped at the model's context length {}", pos, c.hp.n_ctx_train));
       pos = c.hp.n_ctx_train;
     }
+    if (!c.fits(fmt::format("cache {}x{}", b, pos),
+                {{"KV cache", c.model.cache_bytes_for(b, pos)}, {"activations", c.model.activation_bytes_for(b, 1, false)}}))
+      continue;
     c.say(fmt::format("cache lifecycle batch {} positions {}", b, pos));
     const auto prompts = synthetic_prompts(c.model, b, 2, c.o.seed);
     std::vector<int32_t> tokens;

@@ -14,6 +14,9 @@
 #include "cli/bench_cost.hpp"
 #include "cli/bench_report.hpp"
 #include "cli/bench_run.hpp"
+#include "model/model.hpp"
+#include "util/error.hpp"
+#include "util/memory.hpp"
 
 namespace kveval::bench::detail {
 
@@ -62,6 +65,19 @@ struct Ctx {
   void note(const std::string& n) { rep.add_note(n); }
   /// A note that a requested size was skipped or capped (Report::add_warning).
   void warn(const std::string& n) { rep.add_warning(n); }
+  /// Whether a measurement needing `parts` fits in what the process may still
+  /// allocate (check_memory_plan with memory_budget(); the resident weights are
+  /// already counted by the budget). When not: a warning "skipped, not enough memory for <what>: ..."
+  /// (the planned bytes and the bytes available) and false, never an OOM kill.
+  bool fits(const std::string& what, const std::vector<MemoryPart>& parts) {
+    try {
+      check_memory_plan(what, parts, memory_budget());
+      return true;
+    } catch (const MemoryError& e) {
+      warn(fmt::format("skipped, {}", e.what()));
+      return false;
+    }
+  }
   /// sgemm rate at the model's shapes with M rows (measured once per M, also reported as a roofline row).
   const backend::SgemmResult& sgemm_at(int64_t m) {
     auto it = sgemm.find(m);

@@ -86,6 +86,10 @@ void run_pp(Ctx& c) {
         c.warn(fmt::format("pp{} skipped: longer than the context length {}", p, c.hp.n_ctx_train));
         continue;
       }
+      const size_t tokens_bv = static_cast<size_t>(b) * static_cast<size_t>(p) * static_cast<size_t>(V);
+      if (!c.fits(fmt::format("pp{} batch {}", p, b),
+                  {{"logits", sizeof(float) * tokens_bv}, {"activations", c.model.activation_bytes_for(b, p, true)}}))
+        continue;
       c.say(fmt::format("pp{} batch {}", p, b));
       const auto prompts = synthetic_prompts(c.model, b, p, c.o.seed);
       std::vector<int32_t> tokens;
@@ -168,6 +172,9 @@ void run_tg(Ctx& c) {
   for (int b : c.o.batches) {
     for (int p : c.o.tg_prompt) {
       for (int g : fitting_gens(c, "tg", p)) {
+        if (!c.fits(fmt::format("tg{} after p{} batch {}", g, p, b),
+                    {{"KV cache", c.model.cache_bytes_for(b, p + g)}, {"activations", c.model.activation_bytes_for(b, p, false)}}))
+          continue;
         c.say(fmt::format("tg{} after p{} batch {}", g, p, b));
         const auto prompts = synthetic_prompts(c.model, b, p, c.o.seed);
         std::vector<double> decode, e2e, prefill;
@@ -213,6 +220,9 @@ void run_tg_nocache(Ctx& c) {
   for (int b : c.o.batches) {
     for (int p : c.o.tg_prompt) {
       for (int g : fitting_gens(c, "tg-nocache", p)) {
+        if (!c.fits(fmt::format("tg-nocache{} after p{} batch {}", g, p, b),
+                    {{"activations", c.model.activation_bytes_for(b, p + g, false)}}))
+          continue;
         c.say(fmt::format("tg-nocache{} after p{} batch {}", g, p, b));
         const auto prompts = synthetic_prompts(c.model, b, p, c.o.seed);
         const auto secs = repeat(c.o.repetitions, [&] {

@@ -212,6 +212,22 @@ TEST_SUITE("cli.runtime") {
     CHECK(cache.err.find("is available (KVEVAL_MEMORY_LIMIT_BYTES 2.0 GiB less") != std::string::npos);
     CHECK(cache.out.empty());
 
+    // bench: a size that does not fit is skipped with the planned bytes (a 10 GiB cache, 256 MiB of pp logits),
+    // the others are measured; nothing fits: exit 2 (was: the 10 GiB cache allocated, exit 0)
+    Run bench = run_kveval(d, "bench -m " + quote(model()) + " --tests cache,pp --cache-shapes 4096x2048,1x64 -p 2048,8 -b 4 -r 1 -t 1 -o csv",
+                           "KVEVAL_MEMORY_LIMIT_BYTES=2147483648 ");
+    INFO(bench.err);
+    CHECK(bench.code == 0);
+    CHECK(bench.err.find("kveval bench: warning: skipped, not enough memory for cache 4096x2048: planned 10.0 GiB") !=
+          std::string::npos);
+    CHECK(bench.out.find("cache,") != std::string::npos);  // 1x64 measured
+    CHECK(bench.out.find("pp8") != std::string::npos);
+    Run none = run_kveval(d, "bench -m " + quote(model()) + " --tests cache --cache-shapes 4096x2048 -r 1 -t 1",
+                          "KVEVAL_MEMORY_LIMIT_BYTES=2147483648 ");
+    CHECK(none.code == 2);
+    CHECK(none.out.empty());
+    CHECK(none.err.find("bench measured nothing") != std::string::npos);
+
     // generate: the weights are checked at load
     Run gen = run_kveval(d, "generate -m " + quote(model()) + " -p Hi -n 4", "KVEVAL_MEMORY_LIMIT_BYTES=1000 ");
     CHECK(gen.code == 1);
