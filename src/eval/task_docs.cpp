@@ -99,8 +99,8 @@ Doc render_doc(const TaskSpec& t, const Mappings& m, const RawDoc& rd) {
       } else if (!d.target.empty() && std::all_of(d.target.begin(), d.target.end(), ::isdigit) && d.target.size() < 10) {
         gold = std::stoll(d.target);
       } else {
-        throw SpecError(fmt::format("{}: doc_to_target: \"{}\" is neither a choice index nor one of the {} choices",
-                                    rd.origin, d.target, d.choices.size()));
+        throw SpecError(fmt::format("{}: doc_to_target: {} is neither a choice index nor one of the {} choices",
+                                    rd.origin, json_excerpt(d.target), d.choices.size()));
       }
     } else {
       throw SpecError(fmt::format("{}: doc_to_target: expected a choice index or a choice's text, got {}", rd.origin,

@@ -146,9 +146,13 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   check_unchanged(path, *at_open, file_bytes.size());
   const std::string arch_name = f.get_string_or("general.architecture", "");
   const arch::Description* desc = arch::find(arch_name);
-  if (!desc)
+  if (!desc) {
+    std::string shown;  // control bytes (a NUL would end the line on a terminal) as \xNN
+    for (unsigned char c : arch_name)
+      shown += c < 0x20 || c == 0x7f ? fmt::format("\\x{:02x}", c) : std::string(1, static_cast<char>(c));
     throw FormatError(fmt::format("{}: unsupported architecture '{}' (general.architecture); kveval supports {}", path,
-                                  arch_name, arch::names()));
+                                  shown, arch::names()));
+  }
   std::unique_ptr<Model> m(new Model());
   auto& im = *m->impl_;
   im.path = path;

@@ -566,6 +566,8 @@ TEST_SUITE("model.arch") {
             "tensor 'rope_freqs.weight' element 7 = 1000000 (frequency factors must be in [0.001, 1000])");
     refused(rewrite(q2, "phi.gguf", [](auto& kv) { set_key(kv, "general.architecture", str("phi3")); }),
             "unsupported architecture 'phi3' (general.architecture); kveval supports llama, qwen2, qwen3");
+    refused(rewrite(q2, "nul.gguf", [](auto& kv) { set_key(kv, "general.architecture", str(std::string("lla\0ma\n", 7))); }),
+            "unsupported architecture 'lla\\x00ma\\x0a' (general.architecture)");
   }
 
   TEST_CASE("rope scaling keys as llama.cpp reads them: type none ignores the factor, the old scale_linear key") {

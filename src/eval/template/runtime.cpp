@@ -245,7 +245,10 @@ json py_binary(const std::string& op, const json& a, const json& b) {
     if (ints) {
       int64_t x = *as_int(a), y = *as_int(b);
       if (y == 0) fail(op == "//" ? "integer division by zero" : "integer modulo by zero");
-      if (x == std::numeric_limits<int64_t>::min() && y == -1) fail("integer overflow in '//'");
+      if (x == std::numeric_limits<int64_t>::min() && y == -1) {  // -2^63 // -1 = 2^63 does not fit; the remainder is 0
+        if (op == "%") return int64_t{0};
+        fail("integer overflow in '//'");
+      }
       int64_t q = x / y, r = x % y;
       if (r != 0 && ((r < 0) != (y < 0))) --q, r += y;  // floor toward -inf, remainder with the divisor's sign
       return op == "//" ? q : r;

@@ -199,4 +199,7 @@ TEST_CASE("template: nesting and expression depth are limited (no stack overflow
   CHECK(error_of("{{ c" + repeat("|lower", 50000) + " }}", R"({"c": "A"})").find("expression nested deeper than 1000 levels") !=
         std::string::npos);
   CHECK(error_of("{{ c" + repeat(".x", 50000) + " }}", "{}").find("expression nested deeper than 1000 levels") != std::string::npos);
+  // Python: (-2**63) % -1 == 0, while (-2**63) // -1 == 2**63 does not fit 64 bits
+  CHECK(Template::parse("{{ (-9223372036854775807 - 1) % -1 }}").render(json::object()) == "0");
+  CHECK(error_of("{{ (-9223372036854775807 - 1) // -1 }}", "{}").find("integer overflow in '//'") != std::string::npos);
 }
