@@ -209,7 +209,7 @@ void add_run_command(CLI::App& app, Action& action) {
   CLI::Option* tol = cmd->add_option("--tolerance", args->tolerance,
                                      "allowed absolute worsening against --baseline (default 0)")
                           ->check(at_least(0, false));
-  cmd->add_option("--threads", args->threads, "compute threads (overrides the spec; 0 = all cores)")
+  cmd->add_option("-t,--threads", args->threads, "compute threads (overrides the spec; 0 = all cores)")
       ->check(int_in(0, kMaxThreads));
   cmd->add_option("--dtype", args->dtype,
                   "compute dtype: f32, bf16, q8_0, q4_0 or auto (overrides the spec; default auto: bf16 on a bf16 CPU for a "

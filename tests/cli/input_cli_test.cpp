@@ -119,7 +119,7 @@ TEST_SUITE("cli.input") {
             std::string::npos);
     }
     // stdout itself full: the tables of run, the ids of tokenize, the report of bench are lost, so exit 1
-    for (const std::string args : {"run " + quote(spec) + " -q", "tokenize -m " + quote(kveval::test::model_path()) + " --ids hello",
+    for (const std::string& args : {"run " + quote(spec) + " -q", "tokenize -m " + quote(kveval::test::model_path()) + " --ids hello",
                                    "bench -m " + quote(kveval::test::model_path()) + " --tests cache --cache-shapes 1x8 -r 1 -t 1 -o json"}) {
       CAPTURE(args);
       const std::string cmd = quote(std::getenv("KVEVAL_BIN")) + " " + args + " >/dev/full 2>" + quote(d.file("err.txt"));
