@@ -184,7 +184,8 @@ TEST_CASE("template: nesting and expression depth are limited (no stack overflow
     for (int i = 0; i < n; ++i) s += x;
     return s;
   };
-  // 99 parentheses render; 100 (with the {{ }} level) are refused at the 101st '(' (column 3 + 100).
+  // The template and the {{ }} expression are two of the 100 levels: 98 nested parentheses render; with more, the
+  // parser stops at the token after the 99th '(' (column 3 + 100).
   CHECK(Template::parse("{{ " + repeat("(", 98) + "7" + repeat(")", 98) + " }}").render(json::object()) == "7");
   int line = 0, col = 0;
   std::string msg = error_of("{{ " + repeat("(", 4000) + "1" + repeat(")", 4000) + " }}", "{}", &line, &col);
