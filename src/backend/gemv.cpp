@@ -25,7 +25,9 @@
 // M = 1 4.5-4.7 -> 4.3-4.6, M = 8 10.0-10.2 -> 7.2-7.7 (M = 2 and 4 within
 // noise of each other). Up to 8 rows of x share each load of Wᵀ (gemv_rows);
 // at 12 or 16 the accumulators no longer fit in registers (a prototype: 1.4-2.3x
-// slower than oneDNN).
+// slower than oneDNN). Since stop 28 each row of Wᵀ is prefetched 256 bytes
+// ahead, as in the F32 pass, and up to 4 rows of x take 64 columns per step:
+// s110m tg128 in bf16 at 1 thread 95-98 -> 110-118 tok/s (six alternating rounds).
 #include "backend/gemv.hpp"
 
 #include <immintrin.h>
@@ -54,6 +56,8 @@ constexpr int kRows = 16;  // rows of Wᵀ per pass over y
 /// 128, 192, 384, 512 bytes and the T1/T2/NTA hints measured no better in a
 /// throwaway loop over the same matrices).
 constexpr int64_t kPrefetchAhead = 64;
+/// The same distance in bytes for a BF16 row: 128 elements.
+constexpr int64_t kPrefetchAheadBf16 = 128;
 
 /// Prefetches the line holding p[ahead] into L1. The address is computed as an
 /// integer: near the end of Wᵀ it lies past the allocation, where forming the
@@ -254,37 +258,66 @@ float col_bf16_scalar(const uint16_t* wt, int64_t ld, int64_t k0, int64_t k1, co
   return acc;
 }
 
+/// Prefetches the line holding p[ahead] of a bf16 row into L1 (as prefetch_at).
+inline void prefetch_bf16_at(const uint16_t* p, int64_t ahead) {
+  const auto a = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(ahead) * sizeof(uint16_t);
+  _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
+}
+
 /// Rows [k, k + 2 KP) of bf16 Wᵀ (KP pairs; with `alone`, KP = 1 and row k
 /// only, paired with zeros) into the chains of MR rows: row r's at yp + r * N,
-/// its packed x at xp + r * K2; columns [n0, n1), n1 - n0 a multiple of 32.
+/// its packed x at xp + r * K2; columns [n0, n0 + 32 CB), CB blocks of 32.
 /// Rows k and k + 1 are interleaved by 16-bit unpacks (no second copy of the
 /// weight), so per 32 columns the chains are kept permuted: the first 16 hold
 /// columns 0-3, 8-11, 16-19, 24-27, the next 16 columns 4-7, 12-15, 20-23,
 /// 28-31. Each row's chains take the same instructions in the same order
-/// whatever MR is.
-template <int MR, int KP>
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) void pass_bf16_avx512(const uint16_t* wt, int64_t ld, int64_t k,
+/// whatever MR and CB are; each row of Wᵀ read is prefetched kPrefetchAheadBf16
+/// elements (256 bytes) ahead per block.
+template <int MR, int KP, int CB>
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void step_bf16_avx512(const uint16_t* wt, int64_t ld, int64_t k,
                                                                              bool alone, const uint32_t* xp, int64_t K2,
-                                                                             int64_t n0, int64_t n1, float* yp,
-                                                                             int64_t N) {
-  for (int64_t n = n0; n < n1; n += 32) {
-    __m512 a0[MR], a1[MR];
-    load_rows32<MR>(yp, N, n, a0, a1);
+                                                                             int64_t n, float* yp, int64_t N) {
+  __m512 a[MR][2 * CB];
+  for (int r = 0; r < MR; ++r)
+    for (int c = 0; c < 2 * CB; ++c) a[r][c] = _mm512_loadu_ps(yp + r * N + n + 16 * c);
 #pragma GCC unroll 8
-    for (int p = 0; p < KP; ++p) {
-      const __m512i lo_row = _mm512_loadu_si512(wt + (k + 2 * p) * ld + n);
-      const __m512i hi_row = alone ? _mm512_setzero_si512() : _mm512_loadu_si512(wt + (k + 2 * p + 1) * ld + n);
-      const __m512bh w0 = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi16(lo_row, hi_row));
-      const __m512bh w1 = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi16(lo_row, hi_row));
+  for (int p = 0; p < KP; ++p) {
+    const uint16_t* lo_row = wt + (k + 2 * p) * ld + n;
+    const uint16_t* hi_row = lo_row + ld;
+#pragma GCC unroll 2
+    for (int b = 0; b < CB; ++b) {
+      prefetch_bf16_at(lo_row, kPrefetchAheadBf16 + 32 * b);
+      if (!alone) prefetch_bf16_at(hi_row, kPrefetchAheadBf16 + 32 * b);
+      const __m512i lo = _mm512_loadu_si512(lo_row + 32 * b);
+      const __m512i hi = alone ? _mm512_setzero_si512() : _mm512_loadu_si512(hi_row + 32 * b);
+      const __m512bh w0 = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi16(lo, hi));
+      const __m512bh w1 = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi16(lo, hi));
 #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
         const __m512bh xb = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(xp[r * K2 + (k / 2) + p])));
-        a0[r] = _mm512_dpbf16_ps(a0[r], w0, xb);
-        a1[r] = _mm512_dpbf16_ps(a1[r], w1, xb);
+        a[r][2 * b] = _mm512_dpbf16_ps(a[r][2 * b], w0, xb);
+        a[r][2 * b + 1] = _mm512_dpbf16_ps(a[r][2 * b + 1], w1, xb);
       }
     }
-    store_rows32<MR>(yp, N, n, a0, a1);
   }
+  for (int r = 0; r < MR; ++r)
+    for (int c = 0; c < 2 * CB; ++c) _mm512_storeu_ps(yp + r * N + n + 16 * c, a[r][c]);
+}
+
+/// Rows [k, k + 2 KP) of bf16 Wᵀ over columns [n0, n1) (n1 - n0 a multiple of
+/// 32), as step_bf16_avx512: 64 columns per step for up to 4 rows of x (8 or
+/// 16 accumulators), 32 for more. (On a Zen 5 VM, s110m's 49 bf16 decode
+/// matrices out of cache, 1 thread, 15-25 repetitions interleaved, medians over
+/// three runs, ms per pass: one row 10.4-11.8 -> 7.9-9.3 with 64 columns and
+/// the prefetch, against 8.9-10.4 with 32 columns and the prefetch; 4 rows
+/// 9.1-11.4 -> 7.5-9.2; 8 rows 11.4-13.9 -> 10.3-12.4.)
+template <int MR, int KP>
+void pass_bf16_avx512(const uint16_t* wt, int64_t ld, int64_t k, bool alone, const uint32_t* xp, int64_t K2,
+                      int64_t n0, int64_t n1, float* yp, int64_t N) {
+  int64_t n = n0;
+  if constexpr (MR <= 4)
+    for (; n + 64 <= n1; n += 64) step_bf16_avx512<MR, KP, 2>(wt, ld, k, alone, xp, K2, n, yp, N);
+  for (; n < n1; n += 32) step_bf16_avx512<MR, KP, 1>(wt, ld, k, alone, xp, K2, n, yp, N);
 }
 
 /// Chains of MR rows, columns [n0, n1), over rows [k0, k1) of bf16 Wᵀ into yp

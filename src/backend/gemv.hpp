@@ -31,7 +31,7 @@ int64_t gemv_split(int64_t n_out, int64_t n_in);
 /// first, then + x_k w_k, each sum rounded to nearest even and flushed to zero
 /// when subnormal, subnormal inputs read as zero (a last row alone pairs with
 /// zero); output n is base + (c0 + c1) (base + c0 when s = 0), base = y[n]
-/// (accumulate) or 0. With kernel_has_bf16_dot() columns are read 32 at a time
+/// (accumulate) or 0. With kernel_has_bf16_dot() columns are read 32 or 64 at a time
 /// (gemv.cpp); otherwise the scalar chains run (matmul then routes bf16 decode
 /// steps to oneDNN instead). Throws ArgumentError for a weight that is neither
 /// F32 nor BF16, or a missing `part`.

@@ -163,9 +163,10 @@ TEST_SUITE("backend.gemv") {
     CHECK(y[7] == 32.0f);
   }
 
-  TEST_CASE("hand-computed bf16 one-row product over 64 columns (checks the column order)") {
-    // W(n, k) = (k + 1) * (n - 32), x = [2, -1, 0.25]: y_n = (2 - 2 + 0.75) * (n - 32), exact in bf16 and f32.
-    const int64_t n_out = 64, n_in = 3;
+  TEST_CASE("hand-computed bf16 one-row product over 96 columns (checks the column order of a 64- and a 32-column step)") {
+    // W(n, k) = (k + 1) * (n - 32), x = [2, -1, 0.25]: y_n = (2 - 2 + 0.75) * (n - 32), exact in bf16
+    // (integers up to 3 * 63 = 189 < 2^8) and f32.
+    const int64_t n_out = 96, n_in = 3;
     std::vector<float> wv(static_cast<size_t>(n_out * n_in));
     for (int64_t n = 0; n < n_out; ++n)
       for (int64_t k = 0; k < n_in; ++k) wv[static_cast<size_t>(n * n_in + k)] = float((k + 1) * (n - 32));
