@@ -59,11 +59,13 @@ constexpr int64_t kPrefetchAhead = 64;
 /// The same distance in bytes for a BF16 row: 128 elements.
 constexpr int64_t kPrefetchAheadBf16 = 128;
 
-/// Prefetches the line holding p[ahead] into L1. The address is computed as an
-/// integer: near the end of Wᵀ it lies past the allocation, where forming the
-/// pointer p + ahead would be undefined (a prefetch never faults).
-inline void prefetch_at(const float* p, int64_t ahead) {
-  const auto a = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(ahead) * sizeof(float);
+/// Prefetches the line holding p[ahead] (F32 or BF16 elements) into L1. The
+/// address is computed as an integer: near the end of Wᵀ it lies past the
+/// allocation, where forming the pointer p + ahead would be undefined (a
+/// prefetch never faults).
+template <class T>
+inline void prefetch_at(const T* p, int64_t ahead) {
+  const auto a = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(ahead) * sizeof(T);
   _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
 }
 
@@ -258,12 +260,6 @@ float col_bf16_scalar(const uint16_t* wt, int64_t ld, int64_t k0, int64_t k1, co
   return acc;
 }
 
-/// Prefetches the line holding p[ahead] of a bf16 row into L1 (as prefetch_at).
-inline void prefetch_bf16_at(const uint16_t* p, int64_t ahead) {
-  const auto a = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(ahead) * sizeof(uint16_t);
-  _mm_prefetch(reinterpret_cast<const char*>(a), _MM_HINT_T0);
-}
-
 /// Rows [k, k + 2 KP) of bf16 Wᵀ (KP pairs; with `alone`, KP = 1 and row k
 /// only, paired with zeros) into the chains of MR rows: row r's at yp + r * N,
 /// its packed x at xp + r * K2; columns [n0, n0 + 32 CB), CB blocks of 32.
@@ -286,8 +282,8 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void step_bf16_avx512(con
     const uint16_t* hi_row = lo_row + ld;
 #pragma GCC unroll 2
     for (int b = 0; b < CB; ++b) {
-      prefetch_bf16_at(lo_row, kPrefetchAheadBf16 + 32 * b);
-      if (!alone) prefetch_bf16_at(hi_row, kPrefetchAheadBf16 + 32 * b);
+      prefetch_at(lo_row, kPrefetchAheadBf16 + 32 * b);
+      if (!alone) prefetch_at(hi_row, kPrefetchAheadBf16 + 32 * b);
       const __m512i lo = _mm512_loadu_si512(lo_row + 32 * b);
       const __m512i hi = alone ? _mm512_setzero_si512() : _mm512_loadu_si512(hi_row + 32 * b);
       const __m512bh w0 = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi16(lo, hi));
