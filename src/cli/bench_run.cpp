@@ -337,17 +337,28 @@ void validate(const Options& o) {
   require_list(o.n_prompt, "--n-prompt", 1 << 20);
   require_list(o.n_gen, "--n-gen", 1 << 20);
   require_list(o.tg_prompt, "--tg-prompt", 1 << 20);
-  if (o.repetitions < 1) throw ArgumentError(fmt::format("--repetitions: must be >= 1, got {}", o.repetitions));
+  if (o.repetitions < 1 || o.repetitions > 100000)
+    throw ArgumentError(fmt::format("--repetitions: must be in [1, 100000], got {}", o.repetitions));
   for (const auto& t : o.tests)
     if (std::find(test_names().begin(), test_names().end(), t) == test_names().end())
       throw ArgumentError(fmt::format("--tests: unknown test '{}' (expected some of {})", t, fmt::join(test_names(), ",")));
   for (const auto& s : o.cache_shapes)
     if (s[0] < 1 || s[1] < 1) throw ArgumentError(fmt::format("--cache-shapes: {}x{} must be >= 1x1", s[0], s[1]));
-  for (auto [v, name] : {std::pair{o.switch_rounds, "--switch-rounds"}, {o.switch_batch, "--switch-batch"},
-                         {o.switch_prompt, "--switch-prompt"}, {o.switch_gen, "--switch-gen"},
-                         {o.ll_requests, "--ll-requests"}, {o.gen_mixed_prompts, "--gen-mixed-prompts"},
-                         {o.gen_mixed_max_gen, "--gen-mixed-max-gen"}, {o.gen_mixed_rows, "--gen-mixed-rows"}})
-    if (v < 1) throw ArgumentError(fmt::format("{}: must be >= 1, got {}", name, v));
+  // Upper bounds keep a typo from reserving gigabytes before the memory checks can
+  // name it: rows as --batch-size, token counts as --n-gen, counts of requests and
+  // rounds at 10^6.
+  struct Bound {
+    int v;
+    const char* name;
+    int hi;
+  };
+  for (const Bound& b : {Bound{o.switch_rounds, "--switch-rounds", 1000000}, Bound{o.switch_batch, "--switch-batch", 4096},
+                         Bound{o.switch_prompt, "--switch-prompt", 1 << 20}, Bound{o.switch_gen, "--switch-gen", 1 << 20},
+                         Bound{o.ll_requests, "--ll-requests", 1000000},
+                         Bound{o.gen_mixed_prompts, "--gen-mixed-prompts", 1000000},
+                         Bound{o.gen_mixed_max_gen, "--gen-mixed-max-gen", 1 << 20},
+                         Bound{o.gen_mixed_rows, "--gen-mixed-rows", 4096}})
+    if (b.v < 1 || b.v > b.hi) throw ArgumentError(fmt::format("{}: must be in [1, {}], got {}", b.name, b.hi, b.v));
   if (o.stream_bytes != 0 && o.stream_bytes < 4096)
     throw ArgumentError(fmt::format("--stream-mib: buffer of {} bytes is too small", o.stream_bytes));
   if (o.stream_bytes > (size_t(2) << 30))

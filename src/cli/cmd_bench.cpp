@@ -87,7 +87,7 @@ void add_bench_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   sub->add_option("--stream-mib", st->stream_mib, "roofline: read buffer in MiB (default: max(4 x LLC, 256 MiB), <= 2 GiB)");
   sub->add_option("--spec", st->o.spec, "fidelity: evaluation spec scored in f32 and in the first of bf16/q8_0/q4_0 --dtype names (its tasks; the model is --model)");
-  sub->add_option("--seed", st->o.seed, "seed of the synthetic token ids")->capture_default_str();
+  sub->add_option("--seed", st->o.seed, "seed of the synthetic token ids")->check(seed_validator())->capture_default_str();
   sub->add_option("-o,--output", st->output, "md, csv, json or jsonl")
       ->check(CLI::IsMember({"md", "csv", "json", "jsonl"}))
       ->capture_default_str();

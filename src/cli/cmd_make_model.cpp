@@ -30,20 +30,6 @@ std::string lower(std::string s) {
   for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   return s;
 }
-/// Validator of --seed: a non-negative integer that fits 64 bits, with a one-line message.
-CLI::Validator seed_validator() {
-  return CLI::Validator(
-      [](std::string& v) -> std::string {
-        if (!v.empty() && v[0] == '-') return fmt::format("must be >= 0, got {}", v);
-        errno = 0;
-        char* end = nullptr;
-        std::strtoull(v.c_str(), &end, 10);
-        if (v.empty() || *end != '\0' || errno == ERANGE)
-          return fmt::format("expected an integer in [0, 18446744073709551615], got '{}'", v);
-        return "";
-      },
-      "UINT64");
-}
 }  // namespace
 
 void add_make_model_command(CLI::App& app, Action& action) {

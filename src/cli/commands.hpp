@@ -52,10 +52,37 @@ inline CLI::Validator int_in(int64_t lo, int64_t hi) {
       fmt::format("INT in [{}, {}]", lo, hi));
 }
 
+/// Validator of a --seed: a non-negative integer that fits 64 bits, with a one-line
+/// message (CLI11 2.1 would wrap -1 to 2^64 - 1 and saturate larger values).
+inline CLI::Validator seed_validator() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        if (!v.empty() && v[0] == '-') return fmt::format("must be >= 0, got {}", v);
+        errno = 0;
+        char* end = nullptr;
+        std::strtoull(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0' || errno == ERANGE)
+          return fmt::format("expected an integer in [0, 18446744073709551615], got '{}'", v);
+        return "";
+      },
+      "UINT64");
+}
+
 /// Validator for a file path option: refuses the empty string, which would
 /// otherwise read as "not given" (`-o ''`: "--output: empty path", exit 2).
 inline CLI::Validator non_empty_path() {
   return CLI::Validator([](std::string& v) -> std::string { return v.empty() ? "empty path" : ""; }, "PATH");
+}
+
+/// Refuses an empty value ("--dtype ''": "--dtype: empty value", exit 2) for
+/// every option of every subcommand that takes one, but a prompt or a text, where
+/// "" is a value: CLI11 2.1 reads '' as 0 for a number and as "not given" for a
+/// string. Call after all subcommands are added.
+inline void refuse_empty_values(CLI::App& app) {
+  const CLI::Validator non_empty([](std::string& v) -> std::string { return v.empty() ? "empty value" : ""; }, "");
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    for (CLI::Option* o : sub->get_options())
+      if (o->get_type_size() != 0 && !o->check_lname("prompt") && !o->check_name("text")) o->check(non_empty);
 }
 
 void add_run_command(CLI::App& app, Action& action);

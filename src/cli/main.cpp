@@ -38,6 +38,7 @@ int run_main(int argc, char** argv) {
   cli::add_bench_command(app, action);
   cli::add_make_model_command(app, action);
   cli::add_tokenize_command(app, action);
+  cli::refuse_empty_values(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -314,6 +314,34 @@ TEST_SUITE("cli.run") {
     Run gone = run_kveval(d, "run " + quote(d.file("gone.json")));
     CHECK(gone.code == 2);
     CHECK(gone.err == "kveval: error: " + d.file("gone.json") + ": not found\n");
+    // an empty value is refused for every option that takes one (CLI11 read '' as 0 or as "not given");
+    // an empty prompt stays a prompt
+    const std::string m = quote(std::filesystem::absolute(kveval::test::model_file()).string());
+    for (const auto& [args, opt] : std::vector<std::pair<std::string, std::string>>{
+             {"run " + quote(spec) + " -m ''", "--model"},
+             {"run " + quote(spec) + " --dtype ''", "--dtype"},
+             {"generate -m " + m + " -n ''", "--max-gen-toks"},
+             {"generate -m " + m + " --max-length ''", "--max-length"},
+             {"bench -m " + m + " -n ''", "--n-gen"}}) {
+      CAPTURE(args);
+      Run e = run_kveval(d, args);
+      CHECK(e.code == 2);
+      CHECK(e.err.find(opt + ": empty value") != std::string::npos);
+      CHECK(count_lines(e.err) == 1);
+    }
+    CHECK(run_kveval(d, "generate -m " + m + " -p '' -n 1").code == 0);
+    // bench: a negative or too large seed is refused, not wrapped; counts have upper bounds
+    for (const auto& [args, msg] : std::vector<std::pair<std::string, std::string>>{
+             {"--seed=-1", "--seed: must be >= 0, got -1"},
+             {"--seed 18446744073709551616", "--seed: expected an integer in [0, 18446744073709551615]"},
+             {"-r 1000000000", "--repetitions: must be in [1, 100000], got 1000000000"},
+             {"--ll-requests 2000000000", "--ll-requests: must be in [1, 1000000], got 2000000000"},
+             {"--gen-mixed-prompts 2000000000", "--gen-mixed-prompts: must be in [1, 1000000], got 2000000000"}}) {
+      CAPTURE(args);
+      Run e = run_kveval(d, "bench -m " + m + " " + args);
+      CHECK(e.code == 2);
+      CHECK(e.err.find(msg) != std::string::npos);
+    }
   }
 }
 
