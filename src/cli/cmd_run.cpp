@@ -69,6 +69,16 @@ CLI::Validator at_least(double lo, bool integer) {
       integer ? fmt::format("INT>={}", lo) : fmt::format("NUMBER>={}", lo));
 }
 
+/// Whether writing output `out` would replace file `path` ("-" is stdout):
+/// the same file after following links (also a link to a file not yet
+/// created), or two names of one existing file (a hard link, /dev/stdout).
+bool same_output(const std::string& out, const std::string& path) {
+  const auto name = [](const std::string& p) { return p == "-" ? std::string("/dev/stdout") : p; };
+  if (util::resolve_links(name(out)) == util::resolve_links(name(path))) return true;
+  std::error_code ec;
+  return std::filesystem::equivalent(name(out), name(path), ec) && !ec;
+}
+
 /// Fault injection for the distributed tests (KVEVAL_FAULT_INJECT="RANK:PHASE:throw|kill"):
 /// rank RANK throws an Error, or kills itself with SIGKILL, when PHASE
 /// ("load", "loglikelihood" or "generation") starts. Unset: nothing.
@@ -99,12 +109,27 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
     throw ArgumentError("--output - and --log-samples -: only one of them can go to stdout");
   if (dist.rank() == 0 && !a.output.empty() && a.output != "-") util::check_writable("--output", a.output);
   if (dist.rank() == 0 && !a.log_samples.empty() && a.log_samples != "-") util::check_writable("--log-samples", a.log_samples);
-  if (!a.output.empty() && !a.log_samples.empty() && a.output != "-" && a.log_samples != "-") {
-    if (util::resolve_links(a.output) == util::resolve_links(a.log_samples))
-      throw ArgumentError(fmt::format("--output and --log-samples name the same file ({})", a.output));
-  }
+  if (!a.output.empty() && !a.log_samples.empty() && same_output(a.output, a.log_samples))
+    throw ArgumentError(a.output == "-" || a.log_samples == "-"
+                            ? std::string("--output and --log-samples both go to stdout: only one of them can")
+                            : fmt::format("--output and --log-samples name the same file ({})", a.output));
   // 1. the whole spec and every data file, before the model loads
   spec = load_spec(a.spec, a.model);
+  // an output that names an input would replace it (the spec, the model, a task's data)
+  for (const auto& [option, out] : {std::pair<const char*, const std::string&>{"--output", a.output}, {"--log-samples", a.log_samples}}) {
+    if (out.empty() || out == "-") continue;
+    std::vector<std::pair<std::string, std::string>> inputs = {{"the spec file", a.spec}, {"the model file", spec.model}};
+    for (size_t i = 0; i < spec.tasks.size(); ++i) {
+      const auto& t = spec.tasks[i];
+      for (const auto& [what, path] : {std::pair<const char*, const std::string&>{"dataset_path", t.dataset_path},
+                                       {"fewshot_split", t.fewshot_split}, {"task file", t.source}})
+        if (!path.empty()) inputs.emplace_back(fmt::format("{} of task '{}'", what, t.name), path);
+    }
+    for (const auto& [what, path] : inputs)
+      if (same_output(out, path))
+        throw ArgumentError(fmt::format("{} {} is {}{}: refusing to overwrite an input", option, out, what,
+                                        path == out ? "" : " (" + path + ")"));
+  }
   if (a.threads >= 0) spec.threads = a.threads;
   if (!a.dtype.empty()) spec.dtype = parse_compute_dtype(a.dtype, "--dtype");
   // several ranks on one host share its cores unless --threads or the spec says otherwise

@@ -275,6 +275,29 @@ TEST_SUITE("cli.run") {
     CHECK(std::filesystem::is_symlink(d.file("samples.jsonl")));
     CHECK(std::filesystem::is_regular_file(d.file("res.json")));  // the samples, written through the link
     CHECK(slurp(d.file("res.json")).rfind("{\"doc_id\":0,", 0) == 0);
+    // an output that names an input (however it is spelt) is refused before anything runs, the input kept whole
+    const std::string data = d.write("data.jsonl", "{\"q\": \"a\", \"a\": \"b\"}\n");
+    const std::string ds = d.write("ds.json", "{\"model\": " + nlohmann::json(kveval::test::model_file()).dump() +
+                                                  ", \"tasks\": [{\"name\": \"t\", \"output_type\": \"loglikelihood\", "
+                                                  "\"dataset_path\": \"data.jsonl\", \"doc_to_text\": \"{{q}}\", "
+                                                  "\"doc_to_target\": \"{{a}}\"}]}");
+    std::filesystem::create_hard_link(data, d.file("hard.jsonl"));
+    const std::string ds_text = slurp(ds), data_text = slurp(data);
+    const std::string model_abs = std::filesystem::absolute(kveval::test::model_file()).string();
+    for (const auto& [args, expect] : std::vector<std::pair<std::string, std::string>>{
+             {"-o " + quote(ds), "--output " + ds + " is the spec file: refusing to overwrite an input"},
+             {"-o " + quote(model_abs), "is the model file"},
+             {"--log-samples " + quote(d.path.string() + "/./data.jsonl"), "is dataset_path of task 't'"},
+             {"-o " + quote(d.file("hard.jsonl")), "is dataset_path of task 't'"},
+             {"-o - --log-samples /dev/stdout", "--output and --log-samples both go to stdout: only one of them can"}}) {
+      CAPTURE(args);
+      Run r = run_kveval(d, "run " + quote(ds) + " -q " + args);
+      CHECK(r.code == 2);
+      CHECK(count_lines(r.err) == 1);
+      CHECK(r.err.find(expect) != std::string::npos);
+    }
+    CHECK(slurp(ds) == ds_text);
+    CHECK(slurp(data) == data_text);
     // an empty path is refused, not read as "no output"
     for (const char* opt : {"-o ''", "--log-samples ''", "--baseline ''"}) {
       Run e = run_kveval(d, "run " + quote(spec) + " " + opt);
