@@ -243,7 +243,7 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("--limit", args->limit, "documents per task at most (overrides the spec)")->check(at_least(0, true));
   cmd->add_option("--bootstrap-iters", args->bootstrap_iters,
                   "bootstrap resamples for the stderr of perplexity (lm-eval's default 100000; 0 = no stderr)")
-      ->check(at_least(0, true));
+      ->check(int_in(0, 100000000));  // the spec's bootstrap_iters range
   cmd->add_flag("--quiet,-q", args->quiet, "no progress and no informational lines on stderr");
   cmd->add_option("--progress-interval", args->progress_interval,
                   "seconds between progress lines when stderr is not a terminal (default 30)")

@@ -144,25 +144,40 @@ std::vector<std::pair<std::string, nlohmann::json>> doc_metric_values(const Task
 std::optional<double> bootstrap_stderr_perplexity(std::span<const double> ll, int iters) {
   if (iters < 1 || ll.empty()) return std::nullopt;
   const int chunk = std::min(1000, iters);
-  std::vector<double> res;
-  res.reserve(static_cast<size_t>(iters / chunk) * static_cast<size_t>(chunk));
-  std::vector<double> draw(ll.size());
-  for (int i = 0; i < iters / chunk; ++i) {
-    PyRandom rnd(static_cast<uint64_t>(i));
-    for (int c = 0; c < chunk; ++c) {
-      double sum = 0;
-      for (size_t idx : rnd.choices(ll.size(), ll.size())) sum += ll[idx];
-      res.push_back(std::exp(-(sum / static_cast<double>(ll.size()))));
+  const size_t count = static_cast<size_t>(iters / chunk) * static_cast<size_t>(chunk);
+  if (count < 2) return std::nullopt;
+  const auto n = static_cast<double>(ll.size());
+  // The resamples in lm-eval's order; f(value) for each.
+  const auto for_each_resample = [&](auto&& f) {
+    for (int i = 0; i < iters / chunk; ++i) {
+      PyRandom rnd(static_cast<uint64_t>(i));
+      for (int c = 0; c < chunk; ++c) {
+        double sum = 0;
+        for (size_t idx : rnd.choices(ll.size(), ll.size())) sum += ll[idx];
+        f(std::exp(-(sum / n)));
+      }
     }
-  }
-  if (res.size() < 2) return std::nullopt;
-  // sample_stddev (n - 1), summed left to right as Python's sum()
+  };
+  // sample_stddev (n - 1), summed left to right as Python's sum(). Up to
+  // kStoredResamples the values are kept for the second pass; beyond, they are
+  // drawn again (the same values: the draws are seeded per chunk), so 10^8
+  // resamples need no 800 MB.
+  constexpr size_t kStoredResamples = 1000000;
+  const bool store = count <= kStoredResamples;
+  std::vector<double> res;
+  if (store) res.reserve(count);
   double mu = 0;
-  for (double x : res) mu += x;
-  mu /= static_cast<double>(res.size());
+  for_each_resample([&](double x) {
+    mu += x;
+    if (store) res.push_back(x);
+  });
+  mu /= static_cast<double>(count);
   double ss = 0;
-  for (double x : res) ss += (x - mu) * (x - mu);
-  return std::sqrt(ss / static_cast<double>(res.size() - 1));
+  if (store)
+    for (double x : res) ss += (x - mu) * (x - mu);
+  else
+    for_each_resample([&](double x) { ss += (x - mu) * (x - mu); });
+  return std::sqrt(ss / static_cast<double>(count - 1));
 }
 
 namespace {
@@ -279,7 +294,10 @@ std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const D
           m.value = p;
           // lm-eval: perplexity is a bootstrappable aggregation (lm_eval/api/metrics.py stderr_for_metric)
           m.stderr_ = bootstrap_stderr_perplexity(ll, bootstrap_iters);
-          if (!m.stderr_) m.note = bootstrap_iters < 1 ? "bootstrap_iters 0: no stderr" : "stderr needs n >= 2";
+          if (!m.stderr_)
+            m.note = bootstrap_iters < 1 ? "bootstrap_iters 0: no stderr"
+                     : bootstrap_iters < 2 ? "bootstrap_iters 1: a stderr needs 2 resamples"
+                                           : "stderr needs n >= 2";
           if (m.stderr_ && !std::isfinite(*m.stderr_)) {  // resamples beyond exp's range
             m.note = fmt::format("overflow: the bootstrap stderr of perplexity {:.6g} exceeds the double range", p);
             m.stderr_.reset();

@@ -115,7 +115,8 @@ std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const D
 /// single-process path, which the pool reproduces): iters // min(1000, iters)
 /// chunks; chunk i draws min(1000, iters) resamples with random.Random(i).choices,
 /// each giving exp(-mean); the result is their sample standard deviation.
-/// nullopt for iters < 1 or an empty list. Cost: iters x n draws.
+/// nullopt for fewer than 2 resamples (iters < 2) or an empty list. Cost:
+/// iters x n draws (twice beyond 10^6 resamples, which are not kept in memory).
 std::optional<double> bootstrap_stderr_perplexity(std::span<const double> ll, int iters);
 
 }  // namespace kveval::eval

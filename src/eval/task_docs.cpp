@@ -138,6 +138,7 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
   } else {
     const json& d = tj["docs"];
     if (!d.is_array()) w.key("docs").fail(fmt::format("expected a list of objects, got {}", json_excerpt(d)));
+    if (d.empty()) w.key("docs").fail("no documents (an empty list)");  // as a dataset_path file with none
     for (size_t i = 0; i < d.size(); ++i) {
       Where dw = w.key("docs").index(i);
       expect_object(d[i], dw);

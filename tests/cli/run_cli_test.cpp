@@ -316,6 +316,9 @@ TEST_SUITE("cli.run") {
     Run lim = run_kveval(d, "run " + quote(spec) + " --limit -3");
     CHECK(lim.code == 2);
     CHECK(lim.err.find("--limit: must be >= 0, got -3") != std::string::npos);
+    Run bi = run_kveval(d, "run " + quote(spec) + " --bootstrap-iters 1000000000");  // the spec's range: 10^8 at most
+    CHECK(bi.code == 2);
+    CHECK(bi.err.find("--bootstrap-iters: expected an integer in [0, 100000000], got 1000000000") != std::string::npos);
     Run tol = run_kveval(d, "run " + quote(spec) + " --baseline x.json --tolerance abc");
     CHECK(tol.code == 2);
     CHECK(tol.err.find("--tolerance: expected a number, got 'abc'") != std::string::npos);

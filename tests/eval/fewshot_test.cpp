@@ -67,6 +67,10 @@ TEST_SUITE("eval.lm_eval_metrics") {
     CHECK(*bootstrap_stderr_perplexity(xs, 1000) == 2.326463526139502);
     CHECK(*bootstrap_stderr_perplexity(xs, 2500) == 2.3159588745660904);
     CHECK(*bootstrap_stderr_perplexity(xs, 100000) == 2.2983589919012326);
+    // 10^6 resamples are kept for the second pass; 1001000 are drawn again instead (same values, no 8 MB)
+    CHECK(*bootstrap_stderr_perplexity(xs, 1000999) == 2.301864444987364);
+    CHECK(*bootstrap_stderr_perplexity(xs, 1001000) == 2.3019749246654766);
+    CHECK(!bootstrap_stderr_perplexity(xs, 1).has_value());  // one resample: no standard deviation
     CHECK(!bootstrap_stderr_perplexity(xs, 0).has_value());
     CHECK(!bootstrap_stderr_perplexity({}, 1000).has_value());
   }

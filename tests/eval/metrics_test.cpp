@@ -97,6 +97,10 @@ TEST_SUITE("eval.metrics") {
     CHECK(*find(ms, "perplexity").value == doctest::Approx(std::exp(2.0)));
     // lm-eval's bootstrap_stderr(perplexity, [-1, -2, -3], 100000), printed by CPython 3.11
     CHECK(*find(ms, "perplexity").stderr_ == 3.973436005477724);
+    // one resample has no standard deviation: the note names that, not the document count
+    auto one = compute_metrics(t, o, 1);
+    CHECK(!find(one, "perplexity").stderr_.has_value());
+    CHECK(find(one, "perplexity").note == "bootstrap_iters 1: a stderr needs 2 resamples");
   }
 
   TEST_CASE("rolling: lm-eval weighted perplexities and bits per byte") {

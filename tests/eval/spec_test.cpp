@@ -190,12 +190,12 @@ TEST_SUITE("eval.spec") {
   TEST_CASE("duplicate task names, both or neither data source, choices on a non-MC task") {
     auto err = [](const std::string& text) { return spec_error([&] { parse_spec(nlohmann::json::parse(text), "s.json", "."); }); };
     CHECK(err(R"({"model": "m", "tasks": [
-      {"name": "t", "output_type": "generate_until", "docs": [], "doc_to_text": "x"},
-      {"name": "t", "output_type": "generate_until", "docs": [], "doc_to_text": "x"}]})") ==
+      {"name": "t", "output_type": "generate_until", "docs": [{"x": "a"}], "doc_to_text": "x"},
+      {"name": "t", "output_type": "generate_until", "docs": [{"x": "a"}], "doc_to_text": "x"}]})") ==
           "s.json: tasks[1].name: duplicate task name \"t\"");
     CHECK(err(R"({"model": "m", "tasks": [{"name": "t", "output_type": "generate_until", "doc_to_text": "x"}]})")
               .find("give exactly one of 'dataset_path'") != std::string::npos);
-    CHECK(err(R"({"model": "m", "tasks": [{"name": "t", "output_type": "generate_until", "docs": [], "doc_to_text": "x", "doc_to_choice": "c"}]})") ==
+    CHECK(err(R"({"model": "m", "tasks": [{"name": "t", "output_type": "generate_until", "docs": [{"x": "a"}], "doc_to_text": "x", "doc_to_choice": "c"}]})") ==
           "s.json: tasks[0].doc_to_choice: only multiple_choice tasks take choices (this task is generate_until)");
     CHECK(err(R"({"model": "m", "tasks": [{"name": "t", "output_type": "loglikelihod", "docs": []}]})")
               .find("(did you mean 'loglikelihood'?)") != std::string::npos);
@@ -271,6 +271,10 @@ TEST_SUITE("eval.spec") {
     CHECK(spec_error([&] {
             load_spec(spec(R"({"name": "t", "output_type": "loglikelihood", "dataset_path": "blank.jsonl", "doc_to_text": "c", "doc_to_target": "x"})"));
           }) == blank + ": no documents (the file is empty or blank)");
+    // and an empty inline list
+    CHECK(spec_error([&] {
+            load_spec(spec(R"({"name": "t", "output_type": "loglikelihood", "docs": [], "doc_to_text": "c", "doc_to_target": "x"})"));
+          }).find("spec.json: tasks[0].docs: no documents (an empty list)") != std::string::npos);
     // the spec path itself: a directory, a missing file
     CHECK(spec_error([&] { load_spec(d.path.string()); }).find(d.path.string() + ": is a directory") == 0);
     CHECK(spec_error([&] { load_spec(d.file("missing.json")); }) == d.file("missing.json") + ": not found");
