@@ -105,6 +105,13 @@ void run_switch(Ctx& c) {
   if (p != c.o.switch_prompt || g != c.o.switch_gen)
     c.warn(fmt::format("switch: --switch-prompt {} and --switch-gen {} capped to {} and {} (context length {})",
                        c.o.switch_prompt, c.o.switch_gen, p, g, c.hp.n_ctx_train));
+  // The scope's cache, and the larger of the generation's prefill and the scoring of
+  // prompt + generation (all logits); under reuse the cache is still held while scoring.
+  drop_caches(c.model);
+  const size_t acts = std::max(c.model.activation_bytes_for(b, p, false), c.model.activation_bytes_for(b, p + g - 1, true));
+  if (!c.fits(fmt::format("switch batch {} x {} positions", b, p + g),
+              {{"KV cache", c.model.cache_bytes_for(b, p + g)}, {"activations", acts}}))
+    return;
   const auto prompts = synthetic_prompts(c.model, b, p, c.o.seed);
   GenerateOptions gopts;
   gopts.max_gen_toks = {g};

@@ -62,4 +62,13 @@ std::vector<backend::GemmShape> weight_gemm_shapes(const HParams& hp, int64_t m_
   return s;
 }
 
+uint64_t sgemm_bytes(const std::vector<backend::GemmShape>& shapes) {
+  uint64_t floats = 0;
+  for (const auto& g : shapes) {
+    const auto m = static_cast<uint64_t>(g.m), n = static_cast<uint64_t>(g.n), k = static_cast<uint64_t>(g.k);
+    floats += 2 * m * k + 2 * k * n + m * n;
+  }
+  return floats * sizeof(float);
+}
+
 }  // namespace kveval::bench

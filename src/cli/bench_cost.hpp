@@ -43,5 +43,9 @@ double streamed_weight_bytes(const HParams& hp, double resident_bytes);
 /// The weight matmuls of one forward as oneDNN shapes: layer matrices at
 /// M = m_layers rows (count n_layer), the output matrix at M = m_output rows.
 std::vector<backend::GemmShape> weight_gemm_shapes(const HParams& hp, int64_t m_layers, int64_t m_output);
+/// Bytes backend::sgemm_throughput allocates for `shapes` (float32): per shape
+/// A [m, k] twice (host copy and oneDNN memory), B [k, n] twice (host copy and
+/// the reordered weights) and C [m, n]; oneDNN's small scratchpad is not counted.
+uint64_t sgemm_bytes(const std::vector<backend::GemmShape>& shapes);
 
 }  // namespace kveval::bench

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,8 @@ struct Ctx {
   const std::function<void(const std::string&)>& progress;
   std::optional<backend::StreamResult> stream;
   std::map<int64_t, backend::SgemmResult> sgemm;  // by M (rows through the layer matrices)
+  std::set<int64_t> sgemm_skipped;                 // M whose matrices did not fit the memory budget
+  bool roofline = false;  ///< the roofline test ran at this dtype: pp compares with sgemm at its M
   /// e2e seconds (prefill + decode) of cached generation by (batch, prompt, gen).
   std::map<std::array<int, 3>, std::vector<double>> cached_e2e;
 
@@ -66,31 +69,39 @@ struct Ctx {
   /// A note that a requested size was skipped or capped (Report::add_warning).
   void warn(const std::string& n) { rep.add_warning(n); }
   /// Whether a measurement needing `parts` fits in what the process may still
-  /// allocate (check_memory_plan with memory_budget(); the resident weights are
+  /// allocate (check_memory_plan with `budget`, default memory_budget(); the resident weights are
   /// already counted by the budget). When not: a warning "skipped, not enough memory for <what>: ..."
-  /// (the planned bytes and the bytes available) and false, never an OOM kill.
-  bool fits(const std::string& what, const std::vector<MemoryPart>& parts) {
+  /// (the planned bytes and the bytes available, then `hint` if any) and false, never an OOM kill.
+  bool fits(const std::string& what, const std::vector<MemoryPart>& parts, const std::string& hint = {},
+            const std::optional<MemoryBudget>& budget = {}) {
     try {
-      check_memory_plan(what, parts, memory_budget());
+      check_memory_plan(what, parts, budget ? *budget : memory_budget(), hint);
       return true;
     } catch (const MemoryError& e) {
       warn(fmt::format("skipped, {}", e.what()));
       return false;
     }
   }
-  /// sgemm rate at the model's shapes with M rows (measured once per M, also reported as a roofline row).
-  const backend::SgemmResult& sgemm_at(int64_t m) {
+  /// sgemm rate at the model's shapes with M rows (measured once per M, also
+  /// reported as a roofline row); nullptr when its matrices (sgemm_bytes) do not
+  /// fit the memory budget (one "skipped" warning per M).
+  const backend::SgemmResult* sgemm_at(int64_t m) {
     auto it = sgemm.find(m);
-    if (it != sgemm.end()) return it->second;
+    if (it != sgemm.end()) return &it->second;
+    if (sgemm_skipped.count(m)) return nullptr;
+    const auto shapes = weight_gemm_shapes(hp, m, m);
+    if (!fits(fmt::format("roofline sgemm m={}", m), {{"sgemm matrices", sgemm_bytes(shapes)}})) {
+      sgemm_skipped.insert(m);
+      return nullptr;
+    }
     say(fmt::format("roofline: sgemm at the model's shapes, M = {}", m));
-    backend::SgemmResult r =
-        backend::sgemm_throughput(threads, weight_gemm_shapes(hp, m, m), std::max(3, o.repetitions));
+    backend::SgemmResult r = backend::sgemm_throughput(threads, shapes, std::max(3, o.repetitions));
     Row row = this->row("roofline", fmt::format("sgemm m={}", m));
     row.unit = "GFLOP/s";
     row.value = exact(r.gflops);
     row.with("gflop_per_pass", r.flops_per_pass / 1e9).with("ms_per_pass", r.seconds_per_pass * 1e3);
     rep.rows.push_back(row);
-    return sgemm.emplace(m, r).first->second;
+    return &sgemm.emplace(m, r).first->second;
   }
 };
 

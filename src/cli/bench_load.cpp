@@ -9,6 +9,8 @@
 #include "model/dequantize.hpp"
 #include "model/gguf.hpp"
 #include "model/model.hpp"
+#include "util/error.hpp"
+#include "util/memory.hpp"
 #include "util/timer.hpp"
 
 namespace kveval::bench {
@@ -74,6 +76,15 @@ void run_load(const Options& o, int threads, ComputeDtype dtype, Report& rep,
 
 void run_dequant(const Options& o, int threads, Report& rep, const std::function<void(const std::string&)>& say) {
   const uint64_t n = uint64_t{1} << 24;  // 16 Mi elements, 64 MiB of float32
+  uint64_t blocks = 0;  // the largest type's blocks (one type's buffer is alive at a time)
+  for (gguf::TensorType t : gguf::supported_types()) blocks = std::max(blocks, tensor_bytes(t, n));
+  try {  // never an OOM kill: skipped with the planned and available bytes
+    const MemoryPart parts[] = {{"float32 weights and output", 2 * n * sizeof(float)}, {"quantized blocks", blocks}};
+    check_memory_plan("dequant", parts, memory_budget());
+  } catch (const MemoryError& e) {
+    rep.add_warning(fmt::format("skipped, {}", e.what()));
+    return;
+  }
   std::vector<float> x(n);
   {
     std::mt19937_64 rng(o.seed);

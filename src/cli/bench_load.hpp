@@ -24,7 +24,9 @@ void run_load(const Options& o, int threads, ComputeDtype dtype, Report& rep,
 /// dequant: for every supported type, 64 MiB of float32 output (16 Mi
 /// elements, N(0, 0.02) weights quantized once by kveval's quantizers) decoded
 /// o.repetitions times after a warm-up, with the finite scan; GB/s of float32
-/// written (value), GB/s of blocks read, and GB/s without the scan.
+/// written (value), GB/s of blocks read, and GB/s without the scan. Skipped
+/// with a warning (Report::add_warning: planned and available bytes) when its
+/// buffers do not fit the memory budget.
 void run_dequant(const Options& o, int threads, Report& rep, const std::function<void(const std::string&)>& say);
 
 }  // namespace kveval::bench

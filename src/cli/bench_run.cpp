@@ -59,14 +59,31 @@ bool selected(const Options& o, const std::string& t) {
 // ---- roofline -------------------------------------------------------------
 
 void run_roofline(Ctx& c) {
-  const size_t bytes = c.o.stream_bytes ? c.o.stream_bytes : backend::stream_buffer_bytes();
-  c.say(fmt::format("roofline: stream read over {} MiB", bytes >> 20));
-  c.stream = backend::stream_read_bandwidth(c.threads, bytes, std::max(3, c.o.repetitions));
-  Row r = c.row("roofline", "stream read");
-  r.unit = "GB/s";
-  r.value = exact(c.stream->best_gb_per_s);
-  r.with("median_GB_per_s", c.stream->median_gb_per_s).with("buffer_MiB", static_cast<double>(c.stream->buffer_bytes >> 20));
-  c.rep.rows.push_back(r);
+  c.roofline = true;
+  const size_t wanted = c.o.stream_bytes ? c.o.stream_bytes : backend::stream_buffer_bytes();
+  const size_t llc = backend::last_level_cache_bytes(), mib = size_t{1} << 20;
+  const size_t least = llc ? 4 * llc : 256 * mib;  // stream_buffer_bytes' margin over the cache
+  const MemoryBudget budget = memory_budget();
+  const size_t bytes = fit_stream_buffer(wanted, budget.available, least);
+  if (bytes == 0) {
+    c.fits("roofline stream read", {{"stream buffer", wanted}},
+           fmt::format("a buffer that fits would be below {} MiB ({}), too small to measure memory rather than cache",
+                       least >> 20, llc ? "4 x the last-level cache" : "the default when the last-level cache is unknown"),
+           budget);
+  } else {
+    if (bytes < wanted)
+      c.warn(fmt::format("roofline: stream buffer shrunk from {} MiB to {} MiB to fit the {} available ({}); still at "
+                         "least {} MiB ({})",
+                         wanted >> 20, bytes >> 20, format_bytes(*budget.available), budget.source, least >> 20,
+                         llc ? "4 x the last-level cache" : "the default when the last-level cache is unknown"));
+    c.say(fmt::format("roofline: stream read over {} MiB", bytes >> 20));
+    c.stream = backend::stream_read_bandwidth(c.threads, bytes, std::max(3, c.o.repetitions));
+    Row r = c.row("roofline", "stream read");
+    r.unit = "GB/s";
+    r.value = exact(c.stream->best_gb_per_s);
+    r.with("median_GB_per_s", c.stream->median_gb_per_s).with("buffer_MiB", static_cast<double>(c.stream->buffer_bytes >> 20));
+    c.rep.rows.push_back(r);
+  }
   c.sgemm_at(1);
   c.note("roofline: 'stream read' is the best of the passes summing a float buffer larger than the last-level cache "
          "(1e9 bytes/s); 'sgemm m=M' is oneDNN f32 matmul over the model's weight shapes (7 per layer + output) "
@@ -110,9 +127,9 @@ void run_pp(Ctx& c) {
       const double flops = prompt_flops(c.hp, p, b);
       const double gflops = flops / median(secs) / 1e9;
       r.with("GFLOP_per_s", gflops);
-      if (c.stream) {  // roofline selected: compare with sgemm at the same M
-        const auto& g = c.sgemm_at(static_cast<int64_t>(b) * p);
-        r.with("sgemm_GFLOP_per_s", g.gflops).with("frac_of_sgemm", gflops / g.gflops);
+      if (c.roofline) {  // compare with sgemm at the same M (when its matrices fit)
+        if (const auto* g = c.sgemm_at(static_cast<int64_t>(b) * p))
+          r.with("sgemm_GFLOP_per_s", g->gflops).with("frac_of_sgemm", gflops / g->gflops);
       }
       c.rep.rows.push_back(r);
       // The same prompts with logits at the last position only: what llama-bench's
@@ -291,6 +308,10 @@ void run_ll(Ctx& c) {
     reqs.push_back(std::move(r));
   }
   for (int b : c.o.batches) {
+    // score() forwards rows of up to hi - 1 tokens with logits at every position
+    if (!c.fits(fmt::format("ll batch {}", b),
+                {{"activations", c.model.activation_bytes_for(std::min(b, c.o.ll_requests), hi - 1, true)}}))
+      continue;
     c.say(fmt::format("ll: {} requests, batch {}", reqs.size(), b));
     const auto secs = repeat(c.o.repetitions, [&] {
       Stopwatch sw;
@@ -363,6 +384,13 @@ void validate(const Options& o) {
     throw ArgumentError(fmt::format("--stream-mib: buffer of {} bytes is too small", o.stream_bytes));
   if (o.stream_bytes > (size_t(2) << 30))
     throw ArgumentError(fmt::format("--stream-mib: at most 2048 MiB, got {} MiB", o.stream_bytes >> 20));
+}
+
+size_t fit_stream_buffer(size_t wanted, std::optional<uint64_t> available, size_t least) {
+  if (!available || wanted <= *available) return wanted;
+  const size_t mib = size_t{1} << 20;
+  const size_t fits = static_cast<size_t>(*available / 8 * 7) / mib * mib;  // 1/8 left for the rest of the process
+  return fits >= least && fits >= mib ? fits : 0;
 }
 
 std::vector<std::vector<int32_t>> synthetic_prompts(const Model& model, int batch, int n_prompt, uint64_t seed) {
@@ -484,7 +512,7 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
                              {"resident_weight_bytes", ls.resident_bytes},
                              {"load_seconds", ls.load_seconds}};
       }
-      Ctx c{o, *model, hp, model->threads(), rep, progress, {}, {}, {}};
+      Ctx c{o, *model, hp, model->threads(), rep, progress, {}, {}, {}, false, {}};
       if (selected(o, "roofline")) run_roofline(c);
       if (selected(o, "pp")) run_pp(c);
       if (selected(o, "tg")) run_tg(c);

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,12 @@ void validate(const Options& o);
 /// ArgumentError for invalid options.
 Report run_bench(const Options& o, const std::function<void(const std::string&)>& progress = {},
                  const std::function<void(const std::string&)>& info = {});
+
+/// The roofline's stream buffer under a memory budget: `wanted` when it fits
+/// `available` (or the budget is unknown); else the largest whole MiB within
+/// 7/8 of `available` when that is still >= `least` (4 x the last-level cache:
+/// a smaller buffer would be read from cache); else 0 (skip the measurement).
+size_t fit_stream_buffer(size_t wanted, std::optional<uint64_t> available, size_t least);
 
 /// `batch` prompts of `n_prompt` tokens: BOS, then ids uniform in
 /// [3, n_vocab) excluding BOS/EOS, deterministic from `seed` (mt19937_64).

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "../eval/eval_test_util.hpp"
+#include "backend/roofline.hpp"
 #include "model_variant.hpp"
 #include "cli_run.hpp"
 #include "test_support.hpp"
@@ -236,5 +237,54 @@ TEST_SUITE("cli.runtime") {
     Run garbage = run_kveval(d, "generate -m " + quote(model()) + " -p Hi -n 4", "KVEVAL_MEMORY_LIMIT_BYTES=2G ");
     CHECK(garbage.code == 2);
     CHECK(garbage.err.find("KVEVAL_MEMORY_LIMIT_BYTES: expected a number of bytes, got '2G'") != std::string::npos);
+  }
+
+  TEST_CASE("memory: bench roofline, switch, ll and dequant plan their bytes and are skipped with a warning" * kveval::test::needs_model()) {
+    TempDir d;
+    // As above: what this build has resident at load; the limit leaves 40 MiB beyond it.
+    Run probe = run_kveval(d, "bench -m " + quote(model()) + " --tests ll -r 1", "KVEVAL_MEMORY_LIMIT_BYTES=1 ");
+    REQUIRE(probe.code == 1);
+    const size_t at = probe.err.find(" less ");
+    REQUIRE(at != std::string::npos);
+    const long limit_mib = static_cast<long>(std::stod(probe.err.substr(at + 6))) + 40;
+    const std::string limit = "KVEVAL_MEMORY_LIMIT_BYTES=" + std::to_string(limit_mib * 1048576) + " ";
+    // was: switch allocated 1024 rows (peak 149 MiB under a 48 MiB limit), the roofline its whole stream buffer and
+    // dequant 192 MiB, exit 0
+    Run r = run_kveval(d, "bench -m " + quote(model()) +
+                              " --tests roofline,switch,ll,dequant --stream-mib 1024 --switch-batch 1024 --switch-rounds 1"
+                              " --switch-gen 2 --ll-requests 1000 -b 1000 -r 1 -t 1 -o csv",
+                       limit);
+    INFO(r.err);
+    CHECK(r.code == 0);  // the roofline's sgemm at M = 1 fits
+    CHECK(r.out.find("\nroofline,sgemm m=1,") != std::string::npos);
+    for (const char* test : {"\nswitch,", "\nll,", "\ndequant,"}) CHECK(r.out.find(test) == std::string::npos);
+    const std::string skipped = "kveval bench: warning: skipped, not enough memory for ";
+    // 1024 rows x 18 positions: K+V = 2 x 5 layers x 1024 x 4 kv heads x 18 x 8 x 4 bytes; the scoring's
+    // activations with logits at 17 positions of each row
+    CHECK(r.err.find(skipped + "switch batch 1024 x 18 positions: planned 112.4 MiB (117860616 bytes) = KV cache 22.5 "
+                               "MiB (23592960 bytes) + activations 89.9 MiB (94267656 bytes), but ") != std::string::npos);
+    CHECK(r.err.find(skipped + "dequant: planned 192.0 MiB (201326592 bytes) = float32 weights and output 128.0 MiB "
+                               "(134217728 bytes) + quantized blocks 64.0 MiB (67108864 bytes), but ") != std::string::npos);
+    CHECK(r.err.find(skipped + "ll batch 1000: planned ") != std::string::npos);
+    CHECK(r.err.find("is available (KVEVAL_MEMORY_LIMIT_BYTES " + std::to_string(limit_mib) + ".0 MiB less ") !=
+          std::string::npos);
+    // The stream buffer shrinks to 7/8 of what is available (< 40 MiB) only if that is still 4 x the last-level cache.
+    const size_t llc = kveval::backend::last_level_cache_bytes();
+    if (llc == 0 || 4 * llc > (size_t{35} << 20)) {
+      CHECK(r.err.find(skipped + "roofline stream read: planned 1.0 GiB (1073741824 bytes) = stream buffer 1.0 GiB "
+                                 "(1073741824 bytes), but ") != std::string::npos);
+      CHECK(r.err.find("; a buffer that fits would be below ") != std::string::npos);
+      CHECK(r.out.find("stream read") == std::string::npos);
+    } else {
+      CHECK(r.err.find("kveval bench: warning: roofline: stream buffer shrunk from 1024 MiB to ") != std::string::npos);
+      CHECK(r.out.find("\nroofline,stream read,") != std::string::npos);
+    }
+    // The same limit fits 4 rows of switch.
+    Run fits = run_kveval(d, "bench -m " + quote(model()) + " --tests switch --switch-batch 4 --switch-rounds 1 -r 1 -t 1 -o csv",
+                          limit);
+    INFO(fits.err);
+    CHECK(fits.code == 0);
+    CHECK(fits.out.find("\nswitch,release,1,4,16,32,") != std::string::npos);
+    CHECK(fits.err.find("warning") == std::string::npos);
   }
 }
