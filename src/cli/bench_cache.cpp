@@ -100,6 +100,12 @@ void run_cache(Ctx& c) {
 
 void run_switch(Ctx& c) {
   const int b = c.o.switch_batch;
+  if (c.hp.n_ctx_train < 2) {
+    c.warn(fmt::format("switch skipped: a round needs 2 positions (a 1-token prompt and 1 generated token) but the "
+                       "model's context length is {}",
+                       c.hp.n_ctx_train));
+    return;
+  }
   const int p = std::min(c.o.switch_prompt, c.hp.n_ctx_train - 1);
   const int g = std::min(c.o.switch_gen, c.hp.n_ctx_train - p);
   if (p != c.o.switch_prompt || g != c.o.switch_gen)

@@ -40,6 +40,12 @@ GenMixedWorkload gen_mixed_workload(const Model& model, int n, int max_gen, uint
 
 void run_gen_mixed(const Options& o, Model& model, int threads, Report& rep,
                    const std::function<void(const std::string&)>& say) {
+  if (model.hparams().n_ctx_train < 33) {  // gen_mixed_workload's prompts: up to 32 tokens, then >= 1 generated
+    rep.add_warning(fmt::format("gen-mixed skipped: its prompts of up to 32 tokens and at least 1 generated token need "
+                                "a context length of at least 33, but the model's is {}",
+                                model.hparams().n_ctx_train));
+    return;
+  }
   const GenMixedWorkload w = gen_mixed_workload(model, o.gen_mixed_prompts, o.gen_mixed_max_gen, o.seed);
   std::vector<int> row_counts;
   for (int b : o.batches)

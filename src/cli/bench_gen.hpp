@@ -35,7 +35,10 @@ GenMixedWorkload gen_mixed_workload(const Model& model, int n, int max_gen, uint
 /// Dynamic interleaved, one warm-up each then o.repetitions timed runs. Rows
 /// "static" and "dynamic" (tok/s = generated tokens / wall seconds of the call,
 /// prefill included; fields: forward passes, identical outputs) and "speedup"
-/// (dynamic / static medians, x). Throws what generate_greedy throws.
+/// (dynamic / static medians, x). A model whose context length is below 33
+/// (the longest prompt and one token) or a cache that does not fit the memory
+/// budget is skipped with a warning (Report::add_warning). Throws what
+/// generate_greedy throws.
 void run_gen_mixed(const Options& o, Model& model, int threads, Report& rep,
                    const std::function<void(const std::string&)>& say);
 

@@ -293,6 +293,11 @@ void run_tg_nocache(Ctx& c) {
 
 void run_ll(Ctx& c) {
   drop_caches(c.model);
+  if (c.hp.n_ctx_train < 2) {
+    c.warn(fmt::format("ll skipped: a request needs at least 2 tokens (one scored) but the model's context length is {}",
+                       c.hp.n_ctx_train));
+    return;
+  }
   std::mt19937_64 rng(c.o.seed + 17);
   const int lo = std::min(32, c.hp.n_ctx_train), hi = std::min(160, c.hp.n_ctx_train);
   std::uniform_int_distribution<int> len(lo, hi);
