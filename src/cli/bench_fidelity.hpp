@@ -12,7 +12,7 @@ namespace kveval::bench {
 
 /// The spec fidelity scores: o.spec with the model o.model_path, read before
 /// any test runs. Throws ArgumentError when o.spec is empty or cannot be read
-/// (naming --spec), SpecError for a bad spec.
+/// or has no document (naming --spec), SpecError for a bad spec.
 eval::EvalSpec load_fidelity_spec(const Options& o);
 
 /// fidelity: runs `spec` (load_fidelity_spec; `threads` threads) with --dtype
@@ -20,7 +20,11 @@ eval::EvalSpec load_fidelity_spec(const Options& o);
 /// "fidelity": "max abs dlogprob" and "mean abs dlogprob" (nats per token, fields
 /// tokens and requests) and one "flips <task> <metric>" row per task and 0/1
 /// metric or greedy text (documents whose value differs; field "docs"
-/// compared). Throws what Model::load and run_eval throw.
+/// compared). Requests that failed in either run are left out, with a warning
+/// giving their count and the first error; a spec with no loglikelihood or rolling
+/// token compared gives no dlogprob rows (a warning). Throws ArgumentError
+/// naming --spec when nothing at all was compared, and what Model::load and
+/// run_eval throw.
 void run_fidelity(const Options& o, eval::EvalSpec spec, int threads, Report& rep,
                   const std::function<void(const std::string&)>& say);
 
