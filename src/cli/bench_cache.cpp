@@ -2,6 +2,8 @@
 // teardown per shape) and "switch" (RL-style alternation of generation and
 // scoring under both cache policies).
 #include <algorithm>
+#include <array>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -16,6 +18,7 @@ namespace kveval::bench::detail {
 void run_cache(Ctx& c) {
   drop_caches(c.model);
   const int64_t V = c.hp.n_vocab;
+  std::vector<std::array<int, 2>> done;  // shapes after capping: 2x200 and 2x128 at context 128 measure once
   for (const auto& shape : c.o.cache_shapes) {
     const int b = shape[0];
     int pos = shape[1];
@@ -23,6 +26,8 @@ void run_cache(Ctx& c) {
       c.warn(fmt::format("cache: {} positions capped at the model's context length {}", pos, c.hp.n_ctx_train));
       pos = c.hp.n_ctx_train;
     }
+    if (std::find(done.begin(), done.end(), std::array<int, 2>{b, pos}) != done.end()) continue;
+    done.push_back({b, pos});
     if (!c.fits(fmt::format("cache {}x{}", b, pos),
                 {{"KV cache", c.model.cache_bytes_for(b, pos)}, {"activations", c.model.activation_bytes_for(b, 1, false)}}))
       continue;

@@ -489,7 +489,10 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
       measured.push_back(dname);
       if (!rep.meta.contains("dtypes") || !rep.meta["dtypes"].contains(dname)) {
         // one load line and one entry per compute dtype: weight dtype and resident bytes differ
-        if (info) info(format_load_summary(ls));
+        if (info) {
+          info(format_load_summary(ls));
+          info(fmt::format("compute dtype {}", model->dtype_note()));  // as run and generate: says what was widened
+        }
         rep.meta["dtypes"][dname] = {{"weight_dtype", ls.weight_dtype},
                                      {"resident_weight_bytes", ls.resident_bytes},
                                      {"weight_bytes", model->weight_bytes()},
