@@ -60,9 +60,11 @@ void add_generate_command(CLI::App& app, Action& action) {
           {fmt::format("KV cache (1 row x {} positions)", ctx_plan), o->no_cache ? 0 : model->cache_bytes_for(1, std::max(ctx_plan, 1))},
           {"activations", model->activation_bytes_for(1, std::max(ctx_plan, 1), false)}};
       check_memory_plan("the generation", parts, memory_budget(), "lower --max-gen-toks or --max-length");
-      if (static_cast<int>(prompt.size()) >= max_length)
-        throw ArgumentError(fmt::format("--prompt has {} tokens (BOS included); the context holds {} (--max-length)",
-                                        prompt.size(), max_length));
+      if (static_cast<int64_t>(prompt.size()) > max_length ||
+          (static_cast<int64_t>(prompt.size()) == max_length && o->max_gen_toks > 0))
+        throw ArgumentError(fmt::format("--prompt has {} tokens (BOS included); the context holds {} (--max-length){}",
+                                        prompt.size(), max_length,
+                                        static_cast<int64_t>(prompt.size()) == max_length ? ", no room for a generated token" : ""));
       fmt::print(stderr, "kveval: {}\n", format_load_summary(model->load_summary()));
       fmt::print(stderr, "kveval: compute dtype {}\n", model->dtype_note());
       // The cache holds what this generation can use, never more than the context.

@@ -132,10 +132,13 @@ std::vector<Request> build_requests(const EvalSpec& spec, const Tokenizer& tok, 
         EncodedPair p = encode_pair(tok, d.context, cont);
         r.n_context_tokens = static_cast<int>(p.context.size());
         r.n_continuation_tokens = static_cast<int>(p.continuation.size());
+        // a multiple-choice document has one request per choice: name it
+        const std::string which = index >= 0 ? fmt::format(" choice {}:", index) : std::string();
         if (p.continuation.empty()) {
-          r.error = fmt::format("{}: continuation \"{}\" has zero tokens after the context/continuation split", d.origin, cont);
+          r.error = fmt::format("{}:{} continuation \"{}\" has zero tokens after the context/continuation split", d.origin,
+                                which, cont);
         } else if (p.continuation.size() > static_cast<size_t>(max_length - 1)) {
-          r.error = fmt::format("{}: continuation of {} tokens does not fit max_length {}", d.origin,
+          r.error = fmt::format("{}:{} continuation of {} tokens does not fit max_length {}", d.origin, which,
                                 p.continuation.size(), max_length);
         } else {
           std::vector<int32_t> all = std::move(p.context);

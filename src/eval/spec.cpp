@@ -300,9 +300,13 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
       t.generation_kwargs.max_gen_toks = static_cast<int>(expect_int(m, gw.key("max_gen_toks"), 0, hi));
     }
     given_until = g.contains("until");
-    if (g.contains("do_sample") && !(g["do_sample"].is_boolean() && !g["do_sample"].get<bool>()))
+    if (g.contains("do_sample") && !g["do_sample"].is_boolean())
+      gw.key("do_sample").fail(fmt::format("expected a boolean, got {}", json_excerpt(g["do_sample"])));
+    if (g.contains("do_sample") && g["do_sample"].get<bool>())
       gw.key("do_sample").fail("only greedy decoding is supported (do_sample must be false)");
-    if (g.contains("temperature") && !(g["temperature"].is_number() && g["temperature"].get<double>() == 0.0))
+    if (g.contains("temperature") && !g["temperature"].is_number())
+      gw.key("temperature").fail(fmt::format("expected a number, got {}", json_excerpt(g["temperature"])));
+    if (g.contains("temperature") && g["temperature"].get<double>() != 0.0)
       gw.key("temperature").fail("only greedy decoding is supported (temperature must be 0)");
   }
   // lm-eval (lm_eval/config/task.py): a generate_until task without `until` stops at its fewshot_delimiter

@@ -66,7 +66,7 @@ inline int64_t expect_int(const json& v, const Where& w, int64_t lo, int64_t hi)
   int64_t x = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
                   ? std::numeric_limits<int64_t>::max()
                   : v.get<int64_t>();
-  if (x < lo || x > hi) w.fail(fmt::format("expected an integer in [{}, {}], got {}", lo, hi, x));
+  if (x < lo || x > hi) w.fail(fmt::format("expected an integer in [{}, {}], got {}", lo, hi, v.dump()));  // as written
   return x;
 }
 

@@ -38,5 +38,15 @@ TEST_SUITE("cli.generate") {
       CHECK(e.rfind("kveval: error: ", 0) == 0);
       CHECK(std::count(e.begin(), e.end(), '\n') == 1);
     }
+    // "Once upon a time" is 5 tokens with BOS: a context of 5 holds it, but leaves no room for a generated token
+    const std::string p = "generate -m " + kveval::test::model_path() + " -p 'Once upon a time' --max-length 5";
+    auto full = run_kveval(dir, p + " -n 1");
+    CHECK(full.code == 2);
+    CHECK(full.err.find("--prompt has 5 tokens (BOS included); the context holds 5 (--max-length), no room for a "
+                        "generated token") != std::string::npos);
+    CHECK(run_kveval(dir, p + " -n 0").code == 0);
+    auto over = run_kveval(dir, "generate -m " + kveval::test::model_path() + " -p 'Once upon a time' --max-length 4 -n 0");
+    CHECK(over.code == 2);
+    CHECK(over.err.find("--prompt has 5 tokens (BOS included); the context holds 4 (--max-length)\n") != std::string::npos);
   }
 }

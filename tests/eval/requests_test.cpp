@@ -136,6 +136,19 @@ TEST_SUITE("eval.requests") {
     CHECK(gorder == std::vector<size_t>{0, 1});
   }
 
+  TEST_CASE("a continuation too long for max_length: a multiple-choice request names its choice") {
+    nlohmann::json j = nlohmann::json::parse(R"({"model": "m", "tasks": [
+      {"name": "mc", "output_type": "multiple_choice", "docs": [{"q": "a", "g": 1}], "doc_to_text": "q",
+       "doc_to_choice": ["a", "c b"], "doc_to_target": "g"},
+      {"name": "ll", "output_type": "loglikelihood", "docs": [{"q": "a", "t": "c b"}], "doc_to_text": "q", "doc_to_target": "t"}]})");
+    EvalSpec s = parse_spec(j, "s.json", ".");
+    auto reqs = build_requests(s, tiny(), 2, nullptr);  // room for 1 continuation token; " c b" has 2
+    REQUIRE(reqs.size() == 3);
+    CHECK(reqs[0].error.empty());
+    CHECK(reqs[1].error == "s.json: tasks[0].docs[0]: choice 1: continuation of 2 tokens does not fit max_length 2");
+    CHECK(reqs[2].error == "s.json: tasks[1].docs[0]: continuation of 2 tokens does not fit max_length 2");
+  }
+
   TEST_CASE("max_gen_toks must leave room for BOS") {
     nlohmann::json j = nlohmann::json::parse(R"({"model": "m", "tasks": [
       {"name": "g", "output_type": "generate_until", "docs": [{"p": "a"}], "doc_to_text": "p",

@@ -105,6 +105,23 @@ TEST_SUITE("eval.spec") {
     CHECK(spec_error([&] { load_spec(p); }) == p + ": tasks[0].generation_kwargs.until[0]: expected a string, got 3");
     std::string p2 = d.write("s2.json", std::string("{") + kModelLine + R"("batch_size": 0, "tasks": []})");
     CHECK(spec_error([&] { load_spec(p2); }) == p2 + ": batch_size: expected an integer in [1, 4096], got 0");
+    // a value past int64 is echoed as written, not clamped
+    std::string p2b = d.write("s2b.json", std::string("{") + kModelLine + R"("limit": 9223372036854775808, "tasks": []})");
+    CHECK(spec_error([&] { load_spec(p2b); }).find(": limit: expected an integer in [0, ") != std::string::npos);
+    CHECK(spec_error([&] { load_spec(p2b); }).find("got 9223372036854775808") != std::string::npos);
+    // greedy-only keys of the wrong type say so, before the value check
+    for (const auto& [kw, expect] : std::vector<std::pair<std::string, std::string>>{
+             {R"("do_sample": "false")", "generation_kwargs.do_sample: expected a boolean, got \"false\""},
+             {R"("do_sample": null)", "generation_kwargs.do_sample: expected a boolean, got null"},
+             {R"("temperature": "0")", "generation_kwargs.temperature: expected a number, got \"0\""},
+             {R"("do_sample": true)", "only greedy decoding is supported (do_sample must be false)"},
+             {R"("temperature": 0.7)", "only greedy decoding is supported (temperature must be 0)"}}) {
+      CAPTURE(kw);
+      std::string pk = d.write("sk.json", std::string("{") + kModelLine + R"("tasks": [
+        {"name": "g", "output_type": "generate_until", "docs": [{"x": "a"}], "doc_to_text": "x",
+         "generation_kwargs": {)" + kw + "}}]}");
+      CHECK(spec_error([&] { load_spec(pk); }).find(expect) != std::string::npos);
+    }
     std::string p3 = d.write("s3.json", std::string("{") + kModelLine + R"("max_length": 8, "tasks": [
       {"name": "g", "output_type": "generate_until", "docs": [{"x": "a"}], "doc_to_text": "x",
        "generation_kwargs": {"max_gen_toks": 9}}]})");
