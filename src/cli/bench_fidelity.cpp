@@ -26,52 +26,6 @@ eval::EvalSpec load_fidelity_spec(const Options& o) {
   return spec;
 }
 
-namespace {
-
-/// eval::compare_dtypes (the same steps), keeping both runs: their failed requests are reported.
-struct Compared {
-  eval::FidelityReport f;
-  int failed[2] = {0, 0};  ///< requests with a per-request error in the run of dtype a, b
-  size_t requests = 0;     ///< requests of the plan
-  int failed_either = 0;   ///< requests that failed in either run: left out of the comparison
-  std::string first_error; ///< of the first run with a failure
-};
-
-Compared compare(const eval::EvalSpec& spec, ComputeDtype a, ComputeDtype b) {
-  Compared out;
-  eval::RunResult res[2];
-  std::vector<std::vector<double>> tok[2];
-  const ComputeDtype dts[2] = {a, b};
-  for (int k = 0; k < 2; ++k) {
-    auto model = Model::load(spec.model, {.threads = spec.threads, .dtype = dts[k]});
-    res[k] = eval::run_eval(spec, *model);
-    // the scoring requests that ran in the first run, through both models
-    std::vector<ScoreRequest> reqs;
-    for (size_t i = 0; i < res[0].requests.size(); ++i) {
-      const eval::Request& r = res[0].requests[i];
-      if (r.kind == eval::RequestKind::Generate || !r.error.empty() || !res[0].outcomes[i].ran) continue;
-      reqs.push_back(r.score);
-    }
-    for (auto& sr : score(*model, reqs, spec.batch_size)) tok[k].push_back(std::move(sr.logprobs));
-    (k == 0 ? out.f.dtype_a : out.f.dtype_b) = to_string(model->dtype());
-    out.failed[k] = res[k].n_request_errors;
-    for (size_t i = 0; i < res[k].requests.size() && out.first_error.empty(); ++i)
-      out.first_error = !res[k].requests[i].error.empty() ? res[k].requests[i].error
-                        : i < res[k].outcomes.size()      ? res[k].outcomes[i].error
-                                                          : "";
-  }
-  out.requests = res[0].requests.size();
-  auto failed = [&](int k, size_t i) {
-    return !res[k].requests[i].error.empty() || (i < res[k].outcomes.size() && !res[k].outcomes[i].ran);
-  };
-  for (size_t i = 0; i < out.requests && i < res[1].requests.size(); ++i) out.failed_either += failed(0, i) || failed(1, i);
-  out.f.tokens = eval::token_deltas(tok[0], tok[1]);
-  out.f.flips = eval::metric_flips(spec, res[0], res[1]);
-  return out;
-}
-
-}  // namespace
-
 void run_fidelity(const Options& o, eval::EvalSpec spec, int threads, Report& rep,
                   const std::function<void(const std::string&)>& say) {
   spec.threads = threads;
@@ -85,15 +39,14 @@ void run_fidelity(const Options& o, eval::EvalSpec spec, int threads, Report& re
     }
   }
   if (say) say(fmt::format("[t={}] fidelity: {} in f32 and {}", threads, o.spec, to_string(reduced)));
-  const Compared cmp = compare(spec, ComputeDtype::F32, reduced);
-  const eval::FidelityReport& f = cmp.f;
+  const eval::FidelityReport f = eval::compare_dtypes(spec, ComputeDtype::F32, reduced);
   int64_t docs = 0;  // documents compared by some metric
   for (const auto& m : f.flips) docs = std::max(docs, m.compared);
   const std::string failed =
-      cmp.failed_either == 0
+      f.failed_either == 0
           ? ""
-          : fmt::format("{} of the {} requests failed ({} run: {}, {} run: {}; first: {})", cmp.failed_either,
-                        cmp.requests, f.dtype_a, cmp.failed[0], f.dtype_b, cmp.failed[1], cmp.first_error);
+          : fmt::format("{} of the {} requests failed ({} run: {}, {} run: {}; first: {})", f.failed_either,
+                        f.requests, f.dtype_a, f.failed[0], f.dtype_b, f.failed[1], f.first_error);
   if (f.tokens.tokens == 0 && docs == 0)
     throw ArgumentError(fmt::format("--spec {}: fidelity compared no token and no document{}", o.spec,
                                     failed.empty() ? "" : ": " + failed));
@@ -115,7 +68,7 @@ void run_fidelity(const Options& o, eval::EvalSpec spec, int threads, Report& re
       rep.rows.push_back(row(mx ? "max abs dlogprob" : "mean abs dlogprob", "nats", mx ? t.max_abs : t.mean_abs)
                              .with("tokens", static_cast<double>(t.tokens))
                              .with("requests", static_cast<double>(t.requests))
-                             .with("failed_requests", static_cast<double>(cmp.failed_either)));
+                             .with("failed_requests", static_cast<double>(f.failed_either)));
   } else {
     rep.add_warning(fmt::format("fidelity: no loglikelihood or rolling token of {} was scored in both runs: no dlogprob rows",
                                 o.spec));

@@ -100,7 +100,17 @@ FidelityReport compare_dtypes(const EvalSpec& spec, ComputeDtype a, ComputeDtype
     // the same requests (plan of the first run) through both models
     tok[k] = per_token(*model, res[0], spec.batch_size);
     (k == 0 ? rep.dtype_a : rep.dtype_b) = to_string(model->dtype());
+    rep.failed[k] = res[k].n_request_errors;
+    for (size_t i = 0; i < res[k].requests.size() && rep.first_error.empty(); ++i)
+      rep.first_error = !res[k].requests[i].error.empty() ? res[k].requests[i].error
+                        : i < res[k].outcomes.size()      ? res[k].outcomes[i].error
+                                                          : "";
   }
+  rep.requests = res[0].requests.size();
+  const auto failed = [&](int k, size_t i) {
+    return !res[k].requests[i].error.empty() || (i < res[k].outcomes.size() && !res[k].outcomes[i].ran);
+  };
+  for (size_t i = 0; i < rep.requests && i < res[1].requests.size(); ++i) rep.failed_either += failed(0, i) || failed(1, i);
   rep.tokens = token_deltas(tok[0], tok[1]);
   rep.flips = metric_flips(spec, res[0], res[1]);
   return rep;

@@ -42,13 +42,17 @@ struct FidelityReport {
   TokenDeltas tokens;              ///< over every scored token (loglikelihood and rolling requests)
   std::vector<MetricFlips> flips;  ///< per task and metric
   std::string dtype_a, dtype_b;    ///< resolved dtypes ("f32", "bf16")
+  size_t requests = 0;             ///< requests of the plan (the first run's)
+  int failed[2] = {0, 0};          ///< requests with a per-request error in the run of dtype a, of dtype b
+  int failed_either = 0;           ///< requests that failed in either run: left out of `tokens` and `flips`
+  std::string first_error;         ///< the first failed request's error (run a first), "" when none failed
 };
 
 /// Runs `spec` (its model, threads and batch size) with compute dtype `a`,
 /// then `b` (one model load each, run_eval with the default options), scores
-/// every loglikelihood/rolling request of the plan again with each model
-/// (kveval::score, per-token log-probs) and compares. Throws what run_eval and
-/// Model::load throw.
+/// every loglikelihood/rolling request of the plan that ran again with each
+/// model (kveval::score, per-token log-probs) and compares; counts the failed
+/// requests of both runs. Throws what run_eval and Model::load throw.
 FidelityReport compare_dtypes(const EvalSpec& spec, ComputeDtype a, ComputeDtype b);
 
 }  // namespace kveval::eval
