@@ -113,7 +113,13 @@ void add_bench_command(CLI::App& app, Action& action) {
       if (st->stream_mib < 0) throw ArgumentError(fmt::format("--stream-mib: must be >= 0, got {}", st->stream_mib));
       o.stream_bytes = static_cast<size_t>(st->stream_mib) << 20;
       require_model_file(o.model_path, "--model");
-      if (!st->json_out.empty()) util::check_writable("--json-out", st->json_out);  // before measuring anything
+      if (!st->json_out.empty()) {  // before measuring anything
+        util::check_writable("--json-out", st->json_out);
+        for (const auto& [what, path] : {std::pair<const char*, const std::string&>{"the model file", st->o.model_path},
+                                         {"the --spec file", st->o.spec}})
+          if (!path.empty() && util::same_output_file(st->json_out, path))
+            throw ArgumentError(fmt::format("--json-out {} is {}: refusing to overwrite an input", st->json_out, what));
+      }
       if (std::find(o.tests.begin(), o.tests.end(), "fidelity") == o.tests.end() && !o.spec.empty()) {
         fmt::print(stderr, "kveval bench: warning: --spec is read only by --tests fidelity; ignored\n");
       }

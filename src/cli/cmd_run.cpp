@@ -69,16 +69,6 @@ CLI::Validator at_least(double lo, bool integer) {
       integer ? fmt::format("INT>={}", lo) : fmt::format("NUMBER>={}", lo));
 }
 
-/// Whether writing output `out` would replace file `path` ("-" is stdout):
-/// the same file after following links (also a link to a file not yet
-/// created), or two names of one existing file (a hard link, /dev/stdout).
-bool same_output(const std::string& out, const std::string& path) {
-  const auto name = [](const std::string& p) { return p == "-" ? std::string("/dev/stdout") : p; };
-  if (util::resolve_links(name(out)) == util::resolve_links(name(path))) return true;
-  std::error_code ec;
-  return std::filesystem::equivalent(name(out), name(path), ec) && !ec;
-}
-
 /// Fault injection for the distributed tests (KVEVAL_FAULT_INJECT="RANK:PHASE:throw|kill"):
 /// rank RANK throws an Error, or kills itself with SIGKILL, when PHASE
 /// ("load", "loglikelihood" or "generation") starts. Unset: nothing.
@@ -109,7 +99,7 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
     throw ArgumentError("--output - and --log-samples -: only one of them can go to stdout");
   if (dist.rank() == 0 && !a.output.empty() && a.output != "-") util::check_writable("--output", a.output);
   if (dist.rank() == 0 && !a.log_samples.empty() && a.log_samples != "-") util::check_writable("--log-samples", a.log_samples);
-  if (!a.output.empty() && !a.log_samples.empty() && same_output(a.output, a.log_samples))
+  if (!a.output.empty() && !a.log_samples.empty() && util::same_output_file(a.output, a.log_samples))
     throw ArgumentError(a.output == "-" || a.log_samples == "-"
                             ? std::string("--output and --log-samples both go to stdout: only one of them can")
                             : fmt::format("--output and --log-samples name the same file ({})", a.output));
@@ -126,7 +116,7 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
         if (!path.empty()) inputs.emplace_back(fmt::format("{} of task '{}'", what, t.name), path);
     }
     for (const auto& [what, path] : inputs)
-      if (same_output(out, path))
+      if (util::same_output_file(out, path))
         throw ArgumentError(fmt::format("{} {} is {}{}: refusing to overwrite an input", option, out, what,
                                         path == out ? "" : " (" + path + ")"));
   }

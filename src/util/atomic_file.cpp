@@ -156,6 +156,13 @@ void write_all(int fd, std::string_view content, const std::string& name) {
   }
 }
 
+bool same_output_file(const std::string& out, const std::string& path) {
+  const auto name = [](const std::string& p) { return p == "-" ? std::string("/dev/stdout") : p; };
+  if (resolve_links(name(out)) == resolve_links(name(path))) return true;
+  std::error_code ec;
+  return fs::equivalent(name(out), name(path), ec) && !ec;
+}
+
 std::string resolve_links(const std::string& path) {
   std::error_code ec;
   fs::path p = path;

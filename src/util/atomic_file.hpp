@@ -71,6 +71,12 @@ void write_all(int fd, std::string_view content, const std::string& name);
 /// that cannot be resolved further is returned as far as it got).
 std::string resolve_links(const std::string& path);
 
+/// Whether writing output `out` would replace the file `path` ("-" in either
+/// is stdout): the same file after following links (resolve_links, also a link
+/// to a file not yet created), or two names of one existing file (a hard link,
+/// /dev/stdout and "-"). Never throws.
+bool same_output_file(const std::string& out, const std::string& path);
+
 /// Refuses an output path that cannot be written (missing directory, a
 /// directory, no permission) before anything runs, naming `option`:
 /// "--output out/x.json: directory out does not exist". Throws ArgumentError

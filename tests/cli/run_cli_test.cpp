@@ -356,6 +356,15 @@ TEST_SUITE("cli.run") {
       CHECK(count_lines(e.err) == 1);
     }
     CHECK(run_kveval(d, "generate -m " + m + " -p '' -n 1").code == 0);
+    // bench --json-out naming its model (a copy here) is refused before anything is measured, the model kept
+    std::filesystem::copy_file(kveval::test::model_file(), d.file("copy.gguf"));
+    const std::string model_bytes = slurp(d.file("copy.gguf"));
+    Run jo = run_kveval(d, "bench -m " + quote(d.file("copy.gguf")) + " --tests tg -n 2 -r 1 --json-out " +
+                               quote(d.file("copy.gguf")));
+    CHECK(jo.code == 2);
+    CHECK(jo.err.find("--json-out " + d.file("copy.gguf") + " is the model file: refusing to overwrite an input") !=
+          std::string::npos);
+    CHECK(slurp(d.file("copy.gguf")) == model_bytes);
     // bench: a negative or too large seed is refused, not wrapped; counts have upper bounds
     for (const auto& [args, msg] : std::vector<std::pair<std::string, std::string>>{
              {"--seed=-1", "--seed: must be >= 0, got -1"},

@@ -148,4 +148,22 @@ TEST_SUITE("util.atomic_file") {
     CHECK(slurp(p) == "old contents\n");
     CHECK(n_entries(d.path) == 1);
   }
+
+  TEST_CASE("same_output_file: one file however it is named; different files are not") {
+    ScratchDir d("same_output");
+    util::write_file_atomic(d.file("a.json"), "{}\n");
+    util::write_file_atomic(d.file("b.json"), "{}\n");
+    fs::create_symlink("a.json", d.file("link.json"));
+    fs::create_symlink("new.json", d.file("dangling.json"));
+    fs::create_hard_link(d.file("a.json"), d.file("hard.json"));
+    CHECK(util::same_output_file(d.file("a.json"), d.file("a.json")));
+    CHECK(util::same_output_file(d.file("./a.json"), d.path.string() + "/../" + d.path.filename().string() + "/a.json"));
+    CHECK(util::same_output_file(d.file("link.json"), d.file("a.json")));
+    CHECK(util::same_output_file(d.file("hard.json"), d.file("a.json")));
+    CHECK(util::same_output_file(d.file("dangling.json"), d.file("new.json")));  // the file the link would create
+    CHECK(util::same_output_file("-", "/dev/stdout"));
+    CHECK(!util::same_output_file(d.file("a.json"), d.file("b.json")));
+    CHECK(!util::same_output_file(d.file("new.json"), d.file("other.json")));  // neither exists
+    CHECK(!util::same_output_file("-", d.file("a.json")));
+  }
 }
