@@ -1,5 +1,7 @@
 #include "util/memory.hpp"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
@@ -191,6 +193,17 @@ MemoryBudget memory_budget(const MemoryFiles& files) {
     const uint64_t rss = read_keyed_value(files.proc_status, "VmRSS").value_or(0);
     consider(best, sub_sat(*limit, rss),
              fmt::format("KVEVAL_MEMORY_LIMIT_BYTES {} less {} resident", format_bytes(*limit), format_bytes(rss)));
+  }
+  uint64_t as_limit = UINT64_MAX;
+  if (files.address_space_limit) {
+    as_limit = *files.address_space_limit;
+  } else if (rlimit rl{}; ::getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    as_limit = static_cast<uint64_t>(rl.rlim_cur);
+  }
+  if (as_limit != UINT64_MAX) {  // every mapping counts against it, so the mapped size is what is used
+    const uint64_t mapped = read_keyed_value(files.proc_status, "VmSize").value_or(0);
+    consider(best, sub_sat(as_limit, mapped),
+             fmt::format("ulimit -v (RLIMIT_AS) {} less {} mapped", format_bytes(as_limit), format_bytes(mapped)));
   }
   MemoryBudget b;
   if (best) {

@@ -61,6 +61,9 @@ struct MemoryFiles {
   std::string proc_status = "/proc/self/status";
   /// The simulated limit (KVEVAL_MEMORY_LIMIT_BYTES); read from the environment when nullopt; "" = none.
   std::optional<std::string> env_limit;
+  /// The address-space limit (`ulimit -v`, RLIMIT_AS) in bytes, less the
+  /// process's VmSize; read with getrlimit when nullopt; UINT64_MAX = none.
+  std::optional<uint64_t> address_space_limit;
 };
 
 /// Reads every source above and returns the smallest. Throws ArgumentError

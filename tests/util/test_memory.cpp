@@ -32,6 +32,7 @@ MemoryFiles fake(const test::ScratchDir& d) {
   f.cgroup_root = (d.path / "sys").string();
   f.proc_status = (d.path / "status").string();
   f.env_limit = "";  // not the environment's
+  f.address_space_limit = UINT64_MAX;  // not the process's ulimit -v
   put(f.meminfo, kMeminfo);
   put(f.proc_status, "Name:\tkveval\nVmRSS:\t   10240 kB\n");
   return f;
@@ -154,6 +155,21 @@ TEST_SUITE("util.memory") {
                          ArgumentError);
   }
 
+  TEST_CASE("ulimit -v (RLIMIT_AS) less the mapped size, when it is the tightest") {
+    test::ScratchDir d("mem_as");
+    MemoryFiles f = fake(d);
+    put(f.proc_cgroup, "0::/\n");
+    put(f.proc_status, "Name:\tkveval\nVmSize:\t  204800 kB\nVmRSS:\t   10240 kB\n");
+    f.address_space_limit = uint64_t{256} << 20;  // 256 MiB, 200 MiB of it mapped
+    MemoryBudget b = memory_budget(f);
+    CHECK(*b.available == (uint64_t{256} << 20) - uint64_t{204800} * 1024);
+    CHECK(b.source == "ulimit -v (RLIMIT_AS) 256.0 MiB less 200.0 MiB mapped");
+    f.address_space_limit = uint64_t{1} << 50;  // looser than MemAvailable: MemAvailable wins
+    CHECK(*memory_budget(f).available == uint64_t{22016000} * 1024);
+    f.address_space_limit = uint64_t{100} << 20;  // less than mapped: nothing left
+    CHECK(*memory_budget(f).available == 0);
+  }
+
   TEST_CASE("nothing readable: no budget and no check") {
     test::ScratchDir d("mem_nothing");
     MemoryFiles f;
@@ -161,6 +177,7 @@ TEST_SUITE("util.memory") {
     f.proc_cgroup = (d.path / "y").string();
     f.cgroup_root = (d.path / "z").string();
     f.env_limit = "";
+    f.address_space_limit = UINT64_MAX;
     MemoryBudget b = memory_budget(f);
     CHECK_FALSE(b.available);
     MemoryPart p{"weights", uint64_t{1} << 60};
