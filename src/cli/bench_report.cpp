@@ -133,8 +133,8 @@ std::string to_markdown(const Report& rep) {
     for (const auto& r : rep.rows)
       if (r.test == t) rows.push_back(&r);
     const auto keys = field_union(rows);
-    out += fmt::format("\n### {}\n\n| threads | batch | test | value | ", t);
-    for (const auto& k : keys) out += k + " | ";
+    out += fmt::format("\n### {}\n\n| threads | batch | test | value |", t);
+    for (const auto& k : keys) out += " " + k + " |";
     out += "\n|---:|---:|:---|---:|";
     for (size_t i = 0; i < keys.size(); ++i) out += "---:|";
     out += "\n";
