@@ -68,19 +68,10 @@ struct Ctx {
   void note(const std::string& n) { rep.add_note(n); }
   /// A note that a requested size was skipped or capped (Report::add_warning).
   void warn(const std::string& n) { rep.add_warning(n); }
-  /// Whether a measurement needing `parts` fits in what the process may still
-  /// allocate (check_memory_plan with `budget`, default memory_budget(); the resident weights are
-  /// already counted by the budget). When not: a warning "skipped, not enough memory for <what>: ..."
-  /// (the planned bytes and the bytes available, then `hint` if any) and false, never an OOM kill.
+  /// fits_budget on this report (the resident weights are already counted by the budget).
   bool fits(const std::string& what, const std::vector<MemoryPart>& parts, const std::string& hint = {},
             const std::optional<MemoryBudget>& budget = {}) {
-    try {
-      check_memory_plan(what, parts, budget ? *budget : memory_budget(), hint);
-      return true;
-    } catch (const MemoryError& e) {
-      warn(fmt::format("skipped, {}", e.what()));
-      return false;
-    }
+    return fits_budget(rep, what, parts, hint, budget);
   }
   /// sgemm rate at the model's shapes with M rows (measured once per M, also
   /// reported as a roofline row); nullptr when its matrices (sgemm_bytes) do not

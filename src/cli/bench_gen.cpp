@@ -62,14 +62,9 @@ void run_gen_mixed(const Options& o, Model& model, int threads, Report& rep,
       say(fmt::format("[t={}] gen-mixed: {} prompts, {} tokens to generate, {} rows, static vs dynamic", threads,
                       w.prompts.size(), gen, rows));
     if (model.caches_are_setup()) model.delete_caches();
-    try {  // never an OOM kill: a cache that does not fit is skipped with the planned and available bytes
-      const MemoryPart parts[] = {{"KV cache", model.cache_bytes_for(rows, w.positions)},
-                                  {"activations", model.activation_bytes_for(rows, w.positions, false)}};
-      check_memory_plan(fmt::format("gen-mixed batch {}", rows), parts, memory_budget());
-    } catch (const MemoryError& e) {
-      rep.add_warning(fmt::format("skipped, {}", e.what()));
-      continue;
-    }
+    const MemoryPart parts[] = {{"KV cache", model.cache_bytes_for(rows, w.positions)},
+                                {"activations", model.activation_bytes_for(rows, w.positions, false)}};
+    if (!fits_budget(rep, fmt::format("gen-mixed batch {}", rows), parts)) continue;
     std::vector<double> secs[2];
     int64_t passes[2] = {0, 0};
     std::vector<std::vector<int32_t>> ids[2];

@@ -78,13 +78,8 @@ void run_dequant(const Options& o, int threads, Report& rep, const std::function
   const uint64_t n = uint64_t{1} << 24;  // 16 Mi elements, 64 MiB of float32
   uint64_t blocks = 0;  // the largest type's blocks (one type's buffer is alive at a time)
   for (gguf::TensorType t : gguf::supported_types()) blocks = std::max(blocks, tensor_bytes(t, n));
-  try {  // never an OOM kill: skipped with the planned and available bytes
-    const MemoryPart parts[] = {{"float32 weights and output", 2 * n * sizeof(float)}, {"quantized blocks", blocks}};
-    check_memory_plan("dequant", parts, memory_budget());
-  } catch (const MemoryError& e) {
-    rep.add_warning(fmt::format("skipped, {}", e.what()));
-    return;
-  }
+  const MemoryPart parts[] = {{"float32 weights and output", 2 * n * sizeof(float)}, {"quantized blocks", blocks}};
+  if (!fits_budget(rep, "dequant", parts)) return;
   std::vector<float> x(n);
   {
     std::mt19937_64 rng(o.seed);

@@ -20,6 +20,17 @@ void Report::add_warning(const std::string& note) {
   if (std::find(warnings.begin(), warnings.end(), note) == warnings.end()) warnings.push_back(note);
 }
 
+bool fits_budget(Report& rep, const std::string& what, std::span<const MemoryPart> parts, const std::string& hint,
+                 const std::optional<MemoryBudget>& budget) {
+  try {
+    check_memory_plan(what, parts, budget ? *budget : memory_budget(), hint);
+    return true;
+  } catch (const MemoryError& e) {
+    rep.add_warning(fmt::format("skipped, {}", e.what()));
+    return false;
+  }
+}
+
 Row& Row::with(std::string key, double v) {
   fields.emplace_back(std::move(key), v);
   return *this;

@@ -1,6 +1,8 @@
 #pragma once
 // Results of `kveval bench` and their printers: a markdown table per test
 // (default, like llama-bench), CSV, one JSON document, or JSON lines.
+#include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -8,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/bench_stats.hpp"
+#include "util/memory.hpp"
 
 namespace kveval::bench {
 
@@ -52,6 +55,13 @@ struct Report {
   /// add_note, and records `note` in `warnings` (once).
   void add_warning(const std::string& note);
 };
+
+/// Whether a measurement needing `parts` fits in what the process may still
+/// allocate (check_memory_plan with `budget`, default memory_budget()). When
+/// not: rep.add_warning("skipped, not enough memory for <what>: ..." with the
+/// planned and available bytes, then `hint` if any) and false, never an OOM kill.
+bool fits_budget(Report& rep, const std::string& what, std::span<const MemoryPart> parts, const std::string& hint = {},
+                 const std::optional<MemoryBudget>& budget = {});
 
 /// One JSON object per row: test, name, threads, batch, n_prompt, n_gen,
 /// positions, unit, median, stddev, mean, min, max, n, then the fields.
