@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include "eval/fidelity.hpp"
-#include "eval/runner.hpp"
 #include "eval/spec.hpp"
 #include "model/model.hpp"
 #include "util/error.hpp"
