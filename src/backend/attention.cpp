@@ -1,5 +1,6 @@
 // Causal grouped-query attention: an OpenMP loop for short blocks, oneDNN
 // batched matmuls for long ones.
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -9,13 +10,169 @@
 
 #include "backend/backend.hpp"
 #include "backend/engine_impl.hpp"
+#include "backend/kernel_isa.hpp"
 #include "backend/simd_exp.hpp"
+
+// GCC 12's AVX-512 intrinsics warn about their own undefined pass-through operand.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace kveval::backend {
 
 namespace {
 constexpr int64_t kAhead = 8;  // positions prefetched ahead in the loop attention (4 and 16 measured slower at 1 thread)
+
+/// One 16-float vector holding, in lane j, the sum of the 16 lanes of acc[j]:
+/// a transpose-and-add tree that pairs lanes i and i + 8, then i and i + 4,
+/// i + 2 and i + 1 (the order of GCC's _mm512_reduce_add_ps), so lane j does
+/// not depend on the other 15 vectors.
+__attribute__((target("avx512f"), always_inline)) inline __m512 sum_lanes16(const __m512* acc) {
+  __m512 w[8], x[4], z[2];
+  for (int j = 0; j < 8; ++j)  // 128-bit lanes [a.L0+a.L2, a.L1+a.L3, b.L0+b.L2, b.L1+b.L3], a = acc[j], b = acc[j + 8]
+    w[j] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[j], acc[j + 8], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(acc[j], acc[j + 8], _MM_SHUFFLE(3, 2, 3, 2)));
+  for (int j = 0; j < 4; ++j)  // 128-bit lanes: positions j, j + 8, j + 4, j + 12; 4 partial sums each
+    x[j] = _mm512_add_ps(_mm512_shuffle_f32x4(w[j], w[j + 4], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(w[j], w[j + 4], _MM_SHUFFLE(3, 1, 3, 1)));
+  for (int j = 0; j < 2; ++j)  // within each 128-bit lane: [x0+x2, x1+x3, y0+y2, y1+y3], y = x[j + 2]
+    z[j] = _mm512_add_ps(_mm512_shuffle_ps(x[j], x[j + 2], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(x[j], x[j + 2], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  // r holds position {0,2,1,3, 8,10,9,11, 4,6,5,7, 12,14,13,15}[lane]; the map is its own inverse.
+  const __m512i order = _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15);
+  return _mm512_permutexvar_ps(order, r);
 }
+
+/// Scaled scores of one query head against 16 positions from p0 (the first
+/// `m` of them real, the others 0): lane j = scale * q · k[p0 + j], each dot
+/// as NV 16-float products added in order, then sum_lanes16.
+template <int NV, bool Full>
+__attribute__((target("avx512f"), always_inline)) inline __m512 scores16(const __m512* qr, const float* k,
+                                                                        int64_t pos_stride, int64_t p0, int64_t m,
+                                                                        __m512 scale) {
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int j = 0; j < 16; ++j) {
+    if (!Full && j >= m) {
+      acc[j] = _mm512_setzero_ps();
+      continue;
+    }
+    const float* kp = k + (p0 + j) * pos_stride;
+    acc[j] = _mm512_mul_ps(qr[0], _mm512_loadu_ps(kp));
+#pragma GCC unroll 8
+    for (int c = 1; c < NV; ++c) acc[j] = _mm512_fmadd_ps(qr[c], _mm512_loadu_ps(kp + 16 * c), acc[j]);
+  }
+  return _mm512_mul_ps(sum_lanes16(acc), scale);
+}
+
+/// The `G` query heads sharing one kv head, head_dim = 16 NV (AVX-512): q and
+/// out [G, head_dim]; K and V rows of positions [0, len) `pos_stride` apart.
+/// Scores go to sc [G, sc_stride] (16-position blocks, each block of K rows read
+/// from memory once for all G heads), then softmax in float with max
+/// subtraction (1 / sum in inv[G]), then out = (sum_p e_p v_p) / sum_p e_p over
+/// blocks of kVBlock positions (V read once; the G heads' running sums wait in
+/// acc [G, 2, head_dim]). Each head's bits depend only on its own q, K, V and
+/// len, not on G.
+template <int NV>
+__attribute__((target("avx512f"))) void heads_avx512(const float* q, int64_t G, const float* k, const float* v,
+                                                    int64_t pos_stride, int64_t len, float scale, float* sc,
+                                                    int64_t sc_stride, float* inv, float* acc, float* out) {
+  constexpr int64_t HD = 16 * NV;
+  constexpr int64_t kVBlock = 32;  // even: the two accumulator sets see the same position pairs as one pass would
+  const __m512 sv = _mm512_set1_ps(scale);
+  int64_t p0 = 0;
+  for (; p0 + 16 <= len; p0 += 16)
+    for (int64_t g = 0; g < G; ++g) {
+      __m512 qr[NV];
+      for (int c = 0; c < NV; ++c) qr[c] = _mm512_loadu_ps(q + g * HD + 16 * c);
+      _mm512_storeu_ps(sc + g * sc_stride + p0, scores16<NV, true>(qr, k, pos_stride, p0, 16, sv));
+    }
+  if (p0 < len) {
+    const int64_t m = len - p0;
+    const __mmask16 mask = static_cast<__mmask16>((1u << m) - 1);
+    for (int64_t g = 0; g < G; ++g) {
+      __m512 qr[NV];
+      for (int c = 0; c < NV; ++c) qr[c] = _mm512_loadu_ps(q + g * HD + 16 * c);
+      _mm512_mask_storeu_ps(sc + g * sc_stride + p0, mask, scores16<NV, false>(qr, k, pos_stride, p0, m, sv));
+    }
+  }
+  for (int64_t g = 0; g < G; ++g) {
+    float* sp = sc + g * sc_stride;
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int64_t p = 0; p < len; ++p) mx = std::max(mx, sp[p]);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t p = 0; p < len; ++p) {
+      const float e = detail::simd_exp(sp[p] - mx);
+      sp[p] = e;
+      sum += e;
+    }
+    inv[g] = 1.0f / sum;
+  }
+  std::fill(acc, acc + G * 2 * HD, 0.0f);
+  for (int64_t pb = 0; pb < len; pb += kVBlock) {
+    const int64_t pe = std::min(len, pb + kVBlock);
+    for (int64_t g = 0; g < G; ++g) {
+      // Two interleaved sets of accumulators (even and odd positions) halve the fma chains' latency.
+      const float* sp = sc + g * sc_stride;
+      float* ag = acc + g * 2 * HD;
+      __m512 o0[NV], o1[NV];
+      for (int c = 0; c < NV; ++c) {
+        o0[c] = _mm512_loadu_ps(ag + 16 * c);
+        o1[c] = _mm512_loadu_ps(ag + HD + 16 * c);
+      }
+      int64_t p = pb;
+      for (; p + 2 <= pe; p += 2) {
+        const __m512 a0 = _mm512_set1_ps(sp[p]), a1 = _mm512_set1_ps(sp[p + 1]);
+        const float* v0 = v + p * pos_stride;
+        const float* v1 = v0 + pos_stride;
+#pragma GCC unroll 8
+        for (int c = 0; c < NV; ++c) {
+          o0[c] = _mm512_fmadd_ps(a0, _mm512_loadu_ps(v0 + 16 * c), o0[c]);
+          o1[c] = _mm512_fmadd_ps(a1, _mm512_loadu_ps(v1 + 16 * c), o1[c]);
+        }
+      }
+      if (p < pe) {  // the last position when len is odd
+        const __m512 a0 = _mm512_set1_ps(sp[p]);
+        for (int c = 0; c < NV; ++c) o0[c] = _mm512_fmadd_ps(a0, _mm512_loadu_ps(v + p * pos_stride + 16 * c), o0[c]);
+      }
+      for (int c = 0; c < NV; ++c) {
+        _mm512_storeu_ps(ag + 16 * c, o0[c]);
+        _mm512_storeu_ps(ag + HD + 16 * c, o1[c]);
+      }
+    }
+  }
+  for (int64_t g = 0; g < G; ++g) {
+    const __m512 iv = _mm512_set1_ps(inv[g]);
+    const float* ag = acc + g * 2 * HD;
+    for (int c = 0; c < NV; ++c)
+      _mm512_storeu_ps(out + g * HD + 16 * c,
+                       _mm512_mul_ps(_mm512_add_ps(_mm512_loadu_ps(ag + 16 * c), _mm512_loadu_ps(ag + HD + 16 * c)), iv));
+  }
+}
+
+using HeadKernel = void (*)(const float*, int64_t, const float*, const float*, int64_t, int64_t, float, float*, int64_t,
+                            float*, float*, float*);
+
+/// heads_avx512 for this head_dim, or nullptr (head_dim not 16-128 in steps of
+/// 16, or no AVX-512): the caller then takes the position-major loop.
+HeadKernel head_kernel(int64_t head_dim) {
+  if (kernel_isa() != KernelIsa::Avx512 || head_dim % 16 != 0) return nullptr;
+  switch (head_dim / 16) {
+    case 1: return heads_avx512<1>;
+    case 2: return heads_avx512<2>;
+    case 3: return heads_avx512<3>;
+    case 4: return heads_avx512<4>;
+    case 5: return heads_avx512<5>;
+    case 6: return heads_avx512<6>;
+    case 7: return heads_avx512<7>;
+    case 8: return heads_avx512<8>;
+    default: return nullptr;
+  }
+}
+}  // namespace
 
 void attention(const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past, int64_t n_head,
                int64_t n_head_kv, int64_t head_dim, int64_t q_stride) {
@@ -60,13 +217,15 @@ void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_hea
   const int64_t* firsts = first.data();
   const int64_t n_seqs = static_cast<int64_t>(seqs.size());
   const int64_t heads_per_chunk = per_chunk * group;
+  const HeadKernel fast = head_kernel(head_dim);
 #pragma omp parallel num_threads(threads)
   {
     // Per-thread scores [heads_per_chunk][max_ctx] and per-head max and 1/sum,
     // grown once: no allocation per call in the decode loop.
-    thread_local std::vector<float> scores, mx, inv;
+    thread_local std::vector<float> scores, mx, inv, vacc;
     const auto need = static_cast<size_t>(heads_per_chunk * max_ctx);
     if (scores.size() < need) scores.resize(need);
+    if (fast && vacc.size() < static_cast<size_t>(group * 2 * head_dim)) vacc.resize(static_cast<size_t>(group * 2 * head_dim));
     if (mx.size() < static_cast<size_t>(heads_per_chunk)) {
       mx.resize(static_cast<size_t>(heads_per_chunk));
       inv.resize(static_cast<size_t>(heads_per_chunk));
@@ -84,6 +243,14 @@ void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_hea
       const float* qi = sq.q + i * q_stride;
       const int64_t len = sq.past + i + 1;  // causal: positions [0, past + i]
       float* sc = scores.data();
+      if (fast) {  // kv head by kv head, each K and V row read once
+        for (int64_t hk = hk0; hk < hk1; ++hk) {
+          const int64_t off = hk * kv.head_stride;
+          fast(qi + hk * group * head_dim, group, kv.k + off, kv.v + off, kv.pos_stride, len, scale, sc, max_ctx,
+               inv.data(), vacc.data(), sq.out + (i * n_head + hk * group) * head_dim);
+        }
+        continue;
+      }
       for (int64_t hl = 0; hl < nh; ++hl) mx[static_cast<size_t>(hl)] = -INFINITY;
       // Rows of kv heads [hk0, hk1) at position p of K or V, one cache line at a time.
       const int64_t head_bytes = head_dim * static_cast<int64_t>(sizeof(float));

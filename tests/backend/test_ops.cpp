@@ -257,8 +257,15 @@ TEST_SUITE("backend.ops") {
   }
 
   TEST_CASE("attention: causal GQA with odd sizes matches naive, contiguous and strided K/V") {
-    for (auto [n_head, n_kv, hd, past, nq] : {std::tuple{8, 4, 8, 0, 7}, std::tuple{6, 2, 5, 3, 4},
-                                             std::tuple{4, 4, 16, 11, 1}, std::tuple{3, 1, 3, 0, 1}}) {
+    // head_dim 16-128 in steps of 16 take the AVX-512 head kernel where the CPU
+    // has it: 16-position score blocks (past + i + 1 = 1, 16, 17, 31, 48, 103
+    // positions: one partial block, full blocks, both), odd and even position
+    // counts for the two V accumulators; 144 falls back to the loop.
+    for (auto [n_head, n_kv, hd, past, nq] :
+         {std::tuple{8, 4, 8, 0, 7}, std::tuple{6, 2, 5, 3, 4}, std::tuple{4, 4, 16, 11, 1}, std::tuple{3, 1, 3, 0, 1},
+          std::tuple{4, 4, 64, 0, 1}, std::tuple{8, 2, 48, 15, 2}, std::tuple{4, 1, 128, 30, 1},
+          std::tuple{2, 2, 16, 47, 1}, std::tuple{3, 3, 112, 100, 3}, std::tuple{2, 1, 144, 5, 1},
+          std::tuple{4, 2, 32, 9, 13}}) {
       CAPTURE(n_head); CAPTURE(n_kv); CAPTURE(hd); CAPTURE(past); CAPTURE(nq);
       const int64_t n_ctx = past + nq;
       auto q = randv(size_t(nq * n_head * hd), 11, 2.0f);
