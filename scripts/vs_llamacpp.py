@@ -69,7 +69,8 @@ def kveval_bench(binary, path, threads, p, n, r):
 
 
 def fmt(v):
-    return f"{v:.0f}" if v >= 1000 else f"{v:.3g}"
+    """Tokens/s as the README's tables print them: whole numbers from 100, else 3 significant digits."""
+    return f"{v:.0f}" if v >= 100 else f"{v:.3g}"
 
 
 def main():
