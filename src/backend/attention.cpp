@@ -185,8 +185,14 @@ void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_hea
   if (q_stride == 0) q_stride = n_head * head_dim;
   const int64_t group = n_head / n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  // Items: (sequence, query i, chunk of kv heads); each reads positions front
-  // to back, and at each position the K (then V) rows of all its kv heads,
+  // Items: (sequence, query i, chunk of kv heads). With AVX-512 and head_dim
+  // 16-128 (heads_avx512) an item runs kv head by kv head: 16-position score
+  // blocks, then V in 32-position blocks, each block read once for the kv
+  // head's query heads (s110m's shape, one query, 1 thread, ms per token at
+  // 128/512/1024/2048 positions: cache layout 0.37/1.74/3.83/7.90 ->
+  // 0.27/1.12/2.59/5.22, [pos][head][d] 0.52/5.16/10.1/21.6 ->
+  // 0.27/1.57/3.03/6.20; README, stop 29). Otherwise each item reads positions
+  // front to back, and at each position the K (then V) rows of all its kv heads,
   // prefetched kAhead positions ahead (side by side in the [pos][kv_head][head_dim]
   // layout of cache-free passes; one stream per head in the cache's
   // [kv_head][pos][head_dim]). Chunks split the kv heads so that every thread

@@ -317,8 +317,11 @@ struct AttentionSeq {
 };
 
 /// The loop `attention` above for several sequences in one parallel loop over
-/// (sequence, query, chunk of kv heads) items, each reading its positions front
-/// to back (at each position the K, then V, rows of its heads); chunks are cut
+/// (sequence, query, chunk of kv heads) items: with AVX-512 and head_dim 16-128
+/// in steps of 16, kv head by kv head in blocks of 16 (scores) and 32 (V)
+/// positions, K and V read once for the heads sharing them; otherwise each
+/// item reads its positions front to back (at each position the K, then V,
+/// rows of its heads). Chunks are cut
 /// so that every thread has an item. Each head runs the same arithmetic in the
 /// same order whatever the chunking, so every output is bit-identical to one
 /// `attention` call per sequence and the same for any thread count, with one
