@@ -76,7 +76,8 @@ def fmt(v):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--llama-bench", required=True, help="llama.cpp's llama-bench binary")
-    ap.add_argument("--kveval", default=os.path.join(os.path.dirname(__file__), "..", "build", "kveval"))
+    ap.add_argument("--kveval", default=os.path.join(os.path.dirname(__file__), "..", "build", "kveval"),
+                    help="kveval binary (default: build/kveval beside this script)")
     ap.add_argument("-t", "--threads", default="1,2", help="thread counts, comma-separated")
     ap.add_argument("-p", type=int, default=512, help="prompt tokens (pp)")
     ap.add_argument("-n", type=int, default=128, help="generated tokens (tg)")
