@@ -180,6 +180,17 @@ HeadKernel head_kernel(int64_t head_dim) {
 }
 }  // namespace
 
+bool attention_uses_loop(int64_t n_q, int64_t past, int64_t head_dim) {
+  if (n_q < 16 || head_dim < 32) return true;
+  // Without a cached prefix the head kernel re-reads K and V per query from
+  // cache and still beats the two batched matmuls per kv head up to 64 queries
+  // (s110m's shape, 12 layers, medians of 15, loop / oneDNN time at 16, 32, 64,
+  // 128 queries: 1 thread 0.25, 0.52, 0.91, 1.60; 2 threads 0.11, 0.24, 0.39,
+  // 0.84); after 256 cached positions it is 0.83-3.8x slower (README, stop 29).
+  constexpr int64_t kLoopMaxQueries = 64;
+  return past == 0 && n_q <= kLoopMaxQueries && head_kernel(head_dim) != nullptr;
+}
+
 void attention(const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past, int64_t n_head,
                int64_t n_head_kv, int64_t head_dim, int64_t q_stride) {
   const AttentionSeq one{q, kv, out, n_q, past};
@@ -311,7 +322,7 @@ void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_hea
 void attention(Engine& engine, const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past,
                int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t q_stride, Buffer& scratch) {
   if (q_stride == 0) q_stride = n_head * head_dim;
-  if (attention_uses_loop(n_q, head_dim)) {  // short blocks or narrow heads: call overhead would dominate
+  if (attention_uses_loop(n_q, past, head_dim)) {  // short blocks or narrow heads: call overhead would dominate
     attention(q, kv, out, n_q, past, n_head, n_head_kv, head_dim, q_stride);
     return;
   }

@@ -333,14 +333,19 @@ void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_hea
 /// Same result as `attention` above, for long query blocks computed with two
 /// oneDNN batched matmuls per kv head (S = Q·Kᵀ over the `n_head/n_head_kv`
 /// query heads sharing it, masked softmax, O = S·V); primitives use runtime
-/// dims and strides, created once. Short blocks (n_q < 16, e.g. decode) and
-/// narrow heads (head_dim < 32) use the loop version. `scratch` holds the scores [group, n_q, past + n_q].
+/// dims and strides, created once. Blocks for which attention_uses_loop holds
+/// (short blocks such as decode steps, narrow heads, up to 64 queries without a
+/// cached prefix on AVX-512) use the loop version. `scratch` holds the scores
+/// [group, n_q, past + n_q].
 void attention(Engine& eng, const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past,
                int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t q_stride, Buffer& scratch);
 
 /// True when the oneDNN `attention` above runs the loop version for this block
-/// (n_q < 16 or head_dim < 32), so the caller may batch it with other sequences.
-inline bool attention_uses_loop(int64_t n_q, int64_t head_dim) { return n_q < 16 || head_dim < 32; }
+/// of n_q queries after `past` cached positions, so the caller may batch it with
+/// other sequences: n_q < 16 or head_dim < 32, and blocks of up to 64 queries
+/// without a cached prefix where the AVX-512 head kernel runs (head_dim 32-128
+/// in steps of 16).
+bool attention_uses_loop(int64_t n_q, int64_t past, int64_t head_dim);
 
 /// Float buffer aligned to 64 bytes, grow-only (no shrink, no zero-fill).
 class Buffer {

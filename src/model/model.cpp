@@ -261,7 +261,7 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
       } else {
         view = {k + t0 * QS, v + t0 * QS, QS, HD};
       }
-      if (be::attention_uses_loop(n, HD))  // short blocks (decode steps): one parallel loop for all of them below
+      if (be::attention_uses_loop(n, past, HD))  // short blocks (decode steps): one parallel loop for all of them below
         im.short_att.push_back({q + t0 * QS, view, im.att.data() + t0 * NQ, n, past});
       else
         be::attention(eng, q + t0 * QS, view, im.att.data() + t0 * NQ, n, past, hp.n_head, hp.n_head_kv, HD, QS,

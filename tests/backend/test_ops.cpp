@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/kernel_isa.hpp"
 #include "backend/random_values.hpp"
 #include "util/error.hpp"
 
@@ -329,13 +330,28 @@ TEST_SUITE("backend.ops") {
     attention(std::span<const AttentionSeq>{}, n_head, n_kv, hd, qs);  // no sequences: nothing to do
   }
 
+  TEST_CASE("attention_uses_loop: short blocks, narrow heads, and up to 64 queries without a cached prefix on AVX-512") {
+    CHECK(attention_uses_loop(15, 500, 64));  // decode steps and short chunks: always the loop
+    CHECK(attention_uses_loop(200, 0, 16));   // narrow heads: always the loop
+    CHECK_FALSE(attention_uses_loop(65, 0, 64));
+    CHECK_FALSE(attention_uses_loop(16, 1, 64));   // a cached prefix: the matmuls
+    CHECK_FALSE(attention_uses_loop(16, 0, 33));   // no head kernel for 33
+    CHECK_FALSE(attention_uses_loop(16, 0, 144));  // nor above 128
+    const bool avx512 = kernel_isa() == KernelIsa::Avx512;
+    CHECK(attention_uses_loop(16, 0, 64) == avx512);
+    CHECK(attention_uses_loop(64, 0, 128) == avx512);
+    CHECK(attention_uses_loop(40, 0, 48) == avx512);
+  }
+
   TEST_CASE("attention through oneDNN batched matmuls matches naive (long blocks, GQA, odd sizes, both layouts)") {
     Engine eng(2);
     Buffer scratch;
-    for (auto [n_head, n_kv, hd, past, nq] : {std::tuple{8, 4, 32, 0, 37}, std::tuple{6, 2, 33, 13, 16},
-                                             std::tuple{4, 4, 48, 0, 64}, std::tuple{32, 4, 64, 3, 20},
+    // Every block here takes the matmuls (attention_uses_loop false): over 64 queries, a cached prefix, or head_dim 33.
+    for (auto [n_head, n_kv, hd, past, nq] : {std::tuple{8, 4, 32, 0, 80}, std::tuple{6, 2, 33, 13, 16},
+                                             std::tuple{4, 4, 48, 1, 64}, std::tuple{32, 4, 64, 3, 20},
                                              std::tuple{4, 2, 32, 5, 300}}) {  // 300: causal blocks of 128
       CAPTURE(n_head); CAPTURE(n_kv); CAPTURE(hd); CAPTURE(past); CAPTURE(nq);
+      REQUIRE_FALSE(attention_uses_loop(nq, past, hd));
       const int64_t n_ctx = past + nq, cap = n_ctx + 5;
       const int64_t qs = n_head * hd + 3;  // strided queries, like rows of a fused qkv buffer
       auto q = randv(size_t(nq * qs), 31, 2.0f);
@@ -350,8 +366,8 @@ TEST_SUITE("backend.ops") {
       check_close(slow, ref, 1e-5);
     }
     const auto n = eng.primitives_created();
-    std::vector<float> q(64 * 8 * 32, 0.1f), kv(64 * 4 * 32, 0.2f), o(64 * 8 * 32);
-    attention(eng, q.data(), KvView{kv.data(), kv.data(), 128, 32}, o.data(), 64, 0, 8, 4, 32, 0, scratch);
+    std::vector<float> q(64 * 8 * 32, 0.1f), kv(65 * 4 * 32, 0.2f), o(64 * 8 * 32);
+    attention(eng, q.data(), KvView{kv.data(), kv.data(), 128, 32}, o.data(), 64, 1, 8, 4, 32, 0, scratch);
     CHECK(eng.primitives_created() == n);  // runtime dims: no new primitive for a new shape
   }
 

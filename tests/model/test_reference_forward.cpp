@@ -1,9 +1,11 @@
 // The whole Llama forward pass against a naive double-precision forward written
 // here from the formulas (RMSNorm, adjacent-pair RoPE at absolute positions,
 // causal GQA attention with scale 1/sqrt(head_dim), SwiGLU, residuals), on a
-// random model whose heads are 32 wide: every real model's attention goes
-// through the oneDNN batched-matmul path (blocks of >= 16 queries, head_dim >= 32),
-// which the real test model (head_dim 8) never reaches. Cache-free and cached
+// random model whose heads are 32 wide, like real models' (32-128): their
+// attention takes the AVX-512 head kernel (decode steps, and blocks of up to 64
+// queries without a cached prefix) and the oneDNN batched-matmul path (longer
+// blocks, or 16 or more queries after a cached prefix), neither of which the
+// real test model (head_dim 8) reaches. Cache-free and cached
 // passes, chunked prefill, greedy generation, and the K/V cache contents.
 #include <doctest/doctest.h>
 
