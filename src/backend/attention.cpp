@@ -186,7 +186,8 @@ bool attention_uses_loop(int64_t n_q, int64_t past, int64_t head_dim) {
   // cache and still beats the two batched matmuls per kv head up to 64 queries
   // (s110m's shape, 12 layers, medians of 15, loop / oneDNN time at 16, 32, 64,
   // 128 queries: 1 thread 0.25, 0.52, 0.91, 1.60; 2 threads 0.11, 0.24, 0.39,
-  // 0.84); after 256 cached positions it is 0.83-3.8x slower (README, stop 29).
+  // 0.84); after 256 cached positions its time is 0.83-3.8x the matmuls'
+  // (1.3-3.8x from 32 queries on; README, stop 29).
   constexpr int64_t kLoopMaxQueries = 64;
   return past == 0 && n_q <= kLoopMaxQueries && head_kernel(head_dim) != nullptr;
 }
