@@ -155,8 +155,21 @@ class Weight {
   Dtype dtype() const { return dtype_; }
   /// Wᵀ (Dtype::F32 only): element (k, n) at data()[k * ld() + n].
   const float* data() const { return data_.get(); }
-  /// Wᵀ as bf16 bits (Dtype::BF16 only): element (k, n) at bf16()[k * ld() + n].
+  /// Wᵀ as bf16 bits (Dtype::BF16 only): element (k, n) at bf16()[bf16_index(k, n)].
   const uint16_t* bf16() const { return reinterpret_cast<const uint16_t*>(data_.get()); }
+  /// Dtype::BF16: whether Wᵀ [n_in, n_out] is kept in oneDNN's BA16a64b2a
+  /// layout (panels of 64 columns; in each, the rows in pairs (k, k + 1), each
+  /// column's pair adjacent: [n_out / 64][n_in / 2][64][2], n_out padded to 64
+  /// and n_in to 32 with zeros; oneDNN's tag blocks n_in by 16 pairs, which
+  /// gives the same offsets). Chosen where kveval's bf16 decode kernel runs
+  /// (kernel_has_bf16_dot: AVX512-BF16 with oneDNN at avx512_core_bf16 or
+  /// above), since oneDNN's brgemm reads it without packing and the decode
+  /// kernel as one stream; otherwise row-major Wᵀ with row stride ld().
+  bool bf16_panels() const { return panels_; }
+  /// Dtype::BF16: index of element (k, n) of Wᵀ in bf16().
+  int64_t bf16_index(int64_t k, int64_t n) const {
+    return panels_ ? (n / 64) * ld_ + (k / 2) * 128 + (n % 64) * 2 + (k & 1) : k * ld_ + n;
+  }
   /// Storage of Wᵀ (F32, BF16) or of the quants (Q8_0, Q4_0). Block dtypes keep
   /// W's rows in groups of kQGroup, interleaved block by block so that a decode
   /// step reads one sequential stream: block b of row n is the block_quant_bytes
@@ -168,6 +181,8 @@ class Weight {
   int64_t block_index(int64_t n, int64_t b) const { return ((n / kQGroup) * (n_in_ / kQBlock) + b) * kQGroup + n % kQGroup; }
   /// Q8_0, Q4_0: the scales, one f32 per block: block b of row n at scales()[block_index(n, b)].
   const float* scales() const { return scales_; }
+  /// BF16 in panels (bf16_panels): elements per 64-column panel, n_in rounded
+  /// up to 32, times 64. Otherwise:
   /// Row stride of Wᵀ in elements: n_out, plus 64 bytes when a row's bytes are a
   /// multiple of 4 KiB (a power-of-two stride maps every row to the same cache
   /// sets: measured 7.7 GB/s instead of ~25 GB/s for a 768 x 4096 decode step).
@@ -184,6 +199,7 @@ class Weight {
   std::unique_ptr<float, Free> data_;
   int64_t n_out_ = 0, n_in_ = 0, ld_ = 0;
   Dtype dtype_ = Dtype::F32;
+  bool panels_ = false;  // BF16 in oneDNN's BA16a64b2a layout (bf16_panels)
   float* scales_ = nullptr;  // Q8_0, Q4_0: inside data_, after the quants
   void set_block_rows(Dtype d, int64_t row0, const void* quants, const float* scales, int64_t rows);
 };

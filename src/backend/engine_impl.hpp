@@ -3,6 +3,7 @@
 // scratchpad, engine-owned buffers), shared by matmul.cpp and attention.cpp.
 #include <cstdint>
 #include <map>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -35,8 +36,8 @@ struct Engine::Impl {
   int threads = 1;
   uint64_t created = 0;
   uint64_t allocations = 0;
-  // key: (M or 0 for runtime M, n_in, n_out, ld, W given as rows, ldy, accumulate, dtype)
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, int64_t, bool, Dtype>, MatmulEntry> matmuls;
+  // key: (M or 0 for runtime M, n_in, n_out, ld, W given as rows, ldy, accumulate, dtype, BF16 panels)
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, int64_t, bool, Dtype, bool>, MatmulEntry> matmuls;
   std::vector<uint8_t> scratch;  // user scratchpad shared by all primitives (grow at creation only)
   Buffer pad_x, pad_y;           // row padding for batch-invariant matmuls
   Buffer x_bf16;                 // activations converted to bf16 for BF16 weights
@@ -72,8 +73,15 @@ struct Engine::Impl {
     }
   }
 
-  MatmulEntry& get(int64_t m, int64_t k, int64_t n, int64_t ld, bool w_rows, int64_t ldy, bool acc, Dtype wdt) {
-    auto key = std::make_tuple(m, k, n, ld, w_rows, ldy, acc, wdt);
+  /// The matmul primitive for these dims (m = 0: runtime M), created once.
+  /// With `panels`, the weights are a BF16 Weight's Wᵀ in oneDNN's BA16a64b2a
+  /// layout (Weight::bf16_panels; ld and w_rows unused); m must be fixed, since
+  /// oneDNN 2.6 has only its reference kernel for blocked weights with runtime
+  /// M, and a reference kernel chosen anyway (on a CPU without avx512_core_bf16)
+  /// throws BackendError rather than run 1000x slower. Throws BackendError.
+  MatmulEntry& get(int64_t m, int64_t k, int64_t n, int64_t ld, bool w_rows, int64_t ldy, bool acc, Dtype wdt,
+                   bool panels = false) {
+    auto key = std::make_tuple(m, k, n, ld, w_rows, ldy, acc, wdt, panels);
     auto it = matmuls.find(key);
     if (it != matmuls.end()) return it->second;
     using dt = dnnl::memory::data_type;
@@ -82,7 +90,8 @@ struct Engine::Impl {
     const dt in_dt = wdt == Dtype::BF16 ? dt::bf16 : dt::f32;
     dnnl::memory::desc src_md({mm, k}, in_dt, tag::ab);
     // Wᵀ [k, n] with row stride ld, or (w_rows) W [n, k] with row stride ld ("ba")
-    dnnl::memory::desc wei_md({k, n}, in_dt, w_rows ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1});
+    dnnl::memory::desc wei_md = panels ? dnnl::memory::desc({k, n}, in_dt, tag::BA16a64b2a)
+                                       : dnnl::memory::desc({k, n}, in_dt, w_rows ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1});
     dnnl::memory::desc dst_md({mm, n}, dt::f32, dnnl::memory::dims{ldy, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -93,6 +102,10 @@ struct Engine::Impl {
     }
     try {
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, wei_md, dst_md), attr, eng);
+      if (panels && std::string_view(pd.impl_info_str()).starts_with("ref"))
+        throw BackendError(fmt::format("oneDNN has only its reference kernel ({}) for a bf16 [{}x{}] product on packed "
+                                       "weights on this CPU; use --dtype f32",
+                                       pd.impl_info_str(), k, n));
       grow_scratch(pd.scratchpad_desc().get_size());
       ++created;
       auto [pos, ok] = matmuls.emplace(key, MatmulEntry{dnnl::matmul(pd), src_md, wei_md, dst_md, pd.scratchpad_desc(), {}, {}, {}, {}});

@@ -56,8 +56,6 @@ constexpr int kRows = 16;  // rows of Wᵀ per pass over y
 /// 128, 192, 384, 512 bytes and the T1/T2/NTA hints measured no better in a
 /// throwaway loop over the same matrices).
 constexpr int64_t kPrefetchAhead = 64;
-/// The same distance in bytes for a BF16 row: 128 elements.
-constexpr int64_t kPrefetchAheadBf16 = 128;
 
 /// Prefetches the line holding p[ahead] (F32 or BF16 elements) into L1. The
 /// address is computed as an integer: near the end of Wᵀ it lies past the
@@ -250,120 +248,109 @@ inline float dp_step(float acc, float w0, float x0, float w1, float x1) {
 /// Chain over rows [k0, k1) of bf16 Wᵀ for output n, from 0, in steps over the
 /// pairs (k0, k0 + 1), (k0 + 2, k0 + 3), ... (k0 even; a last row alone is
 /// paired with a zero row). xp: the row's packed x (x_of).
-float col_bf16_scalar(const uint16_t* wt, int64_t ld, int64_t k0, int64_t k1, const uint32_t* xp, int64_t n) {
+float col_bf16_scalar(const Weight& w, int64_t k0, int64_t k1, const uint32_t* xp, int64_t n) {
+  const uint16_t* wt = w.bf16();
   float acc = 0.0f;
   for (int64_t k = k0; k < k1; k += 2) {
     const bool pair = k + 1 < k1;
-    acc = dp_step(acc, bf16_to_f32(wt[k * ld + n]), x_of(xp, k), pair ? bf16_to_f32(wt[(k + 1) * ld + n]) : 0.0f,
-                  pair ? x_of(xp, k + 1) : 0.0f);
+    acc = dp_step(acc, bf16_to_f32(wt[w.bf16_index(k, n)]), x_of(xp, k),
+                  pair ? bf16_to_f32(wt[w.bf16_index(k + 1, n)]) : 0.0f, pair ? x_of(xp, k + 1) : 0.0f);
   }
   return acc;
 }
 
-/// Rows [k, k + 2 KP) of bf16 Wᵀ (KP pairs; with `alone`, KP = 1 and row k
-/// only, paired with zeros) into the chains of MR rows: row r's at yp + r * N,
-/// its packed x at xp + r * K2; columns [n0, n0 + 32 CB), CB blocks of 32.
-/// Rows k and k + 1 are interleaved by 16-bit unpacks (no second copy of the
-/// weight), so per 32 columns the chains are kept permuted: the first 16 hold
-/// columns 0-3, 8-11, 16-19, 24-27, the next 16 columns 4-7, 12-15, 20-23,
-/// 28-31. Each row's chains take the same instructions in the same order
-/// whatever MR and CB are; each row of Wᵀ read is prefetched kPrefetchAheadBf16
-/// elements (256 bytes) ahead per block.
-template <int MR, int KP, int CB>
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) void step_bf16_avx512(const uint16_t* wt, int64_t ld, int64_t k,
-                                                                             bool alone, const uint32_t* xp, int64_t K2,
-                                                                             int64_t n, float* yp, int64_t N) {
-  __m512 a[MR][2 * CB];
+/// Pairs of rows per block when 5-8 rows of x share a panel (cols_bf16): 8 KiB.
+constexpr int64_t kPanelBlockPairs = 32;
+
+/// Pairs [j0, j1) of rows of one 64-column panel of Wᵀ (Weight::bf16_panels;
+/// `panel` its first element) into the chains of MR (1-4) rows, from 0 or
+/// (`resume`) from the values at yp: row r's 64 chains stored at yp + r * NP,
+/// its packed x at xp + r * K2. Each pair of rows is 16 columns per 64-byte
+/// load, already in vdpbf16ps's pair order: one instruction per load and row of
+/// x, the chains kept in registers over the whole range. Each chain takes the
+/// same instructions in the same order whatever MR is. A pair with only row k
+/// (odd n_in) meets the panel's zero padding, and x's zero high half. With
+/// `ahead` >= 0 every line read is prefetched that many bytes ahead.
+template <int MR>
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void panel_bf16_avx512(const uint16_t* panel, int64_t j0,
+                                                                              int64_t j1, bool resume,
+                                                                              const uint32_t* xp, int64_t K2,
+                                                                              float* yp, int64_t NP, int64_t ahead) {
+  __m512 a[MR][4];
   for (int r = 0; r < MR; ++r)
-    for (int c = 0; c < 2 * CB; ++c) a[r][c] = _mm512_loadu_ps(yp + r * N + n + 16 * c);
+    for (int c = 0; c < 4; ++c) a[r][c] = resume ? _mm512_loadu_ps(yp + r * NP + 16 * c) : _mm512_setzero_ps();
+#pragma GCC unroll 4
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint16_t* row = panel + j * 128;
+    __m512bh wv[4];
+    for (int c = 0; c < 4; ++c) {
+      if (ahead >= 0) prefetch_at(row, ahead / 2 + 32 * c);
+      wv[c] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(row + 32 * c));
+    }
 #pragma GCC unroll 8
-  for (int p = 0; p < KP; ++p) {
-    const uint16_t* lo_row = wt + (k + 2 * p) * ld + n;
-    const uint16_t* hi_row = lo_row + ld;
-#pragma GCC unroll 2
-    for (int b = 0; b < CB; ++b) {
-      prefetch_at(lo_row, kPrefetchAheadBf16 + 32 * b);
-      if (!alone) prefetch_at(hi_row, kPrefetchAheadBf16 + 32 * b);
-      const __m512i lo = _mm512_loadu_si512(lo_row + 32 * b);
-      const __m512i hi = alone ? _mm512_setzero_si512() : _mm512_loadu_si512(hi_row + 32 * b);
-      const __m512bh w0 = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi16(lo, hi));
-      const __m512bh w1 = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi16(lo, hi));
-#pragma GCC unroll 8
-      for (int r = 0; r < MR; ++r) {
-        const __m512bh xb = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(xp[r * K2 + (k / 2) + p])));
-        a[r][2 * b] = _mm512_dpbf16_ps(a[r][2 * b], w0, xb);
-        a[r][2 * b + 1] = _mm512_dpbf16_ps(a[r][2 * b + 1], w1, xb);
-      }
+    for (int r = 0; r < MR; ++r) {
+      const __m512bh xb = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(xp[r * K2 + j])));
+      for (int c = 0; c < 4; ++c) a[r][c] = _mm512_dpbf16_ps(a[r][c], wv[c], xb);
     }
   }
   for (int r = 0; r < MR; ++r)
-    for (int c = 0; c < 2 * CB; ++c) _mm512_storeu_ps(yp + r * N + n + 16 * c, a[r][c]);
+    for (int c = 0; c < 4; ++c) _mm512_storeu_ps(yp + r * NP + 16 * c, a[r][c]);
 }
 
-/// Rows [k, k + 2 KP) of bf16 Wᵀ over columns [n0, n1) (n1 - n0 a multiple of
-/// 32), as step_bf16_avx512: 64 columns per step for up to 4 rows of x (8 or
-/// 16 accumulators), 32 for more. (On a Zen 5 VM, s110m's 49 bf16 decode
-/// matrices out of cache, 1 thread, 15-25 repetitions interleaved, medians over
-/// three runs, ms per pass: one row 10.4-11.8 -> 7.9-9.3 with 64 columns and
-/// the prefetch, against 8.9-10.4 with 32 columns and the prefetch; 4 rows
-/// 9.1-11.4 -> 7.5-9.2; 8 rows 11.4-13.9 -> 10.3-12.4.)
-template <int MR, int KP>
-void pass_bf16_avx512(const uint16_t* wt, int64_t ld, int64_t k, bool alone, const uint32_t* xp, int64_t K2,
-                      int64_t n0, int64_t n1, float* yp, int64_t N) {
-  int64_t n = n0;
-  if constexpr (MR <= 4)
-    for (; n + 64 <= n1; n += 64) step_bf16_avx512<MR, KP, 2>(wt, ld, k, alone, xp, K2, n, yp, N);
-  for (; n < n1; n += 32) step_bf16_avx512<MR, KP, 1>(wt, ld, k, alone, xp, K2, n, yp, N);
-}
-
-/// Chains of MR rows, columns [n0, n1), over rows [k0, k1) of bf16 Wᵀ into yp
-/// (zeroed here): columns below `nv` permuted per 32 (vector path), the rest in order.
+/// Chains of MR rows for columns [n0, n1) (n0 a multiple of 64) into c0 and c1
+/// (rows of NP = n_out rounded up to 64 floats; the last panel's padding
+/// columns are written too): c0 over rows [0, split) of bf16 Wᵀ and c1 over
+/// [split, n_in), or c0 over all rows when split is 0. With panels and
+/// kernel_has_bf16_dot, panel by panel, both chains of a panel in turn (so one
+/// thread reads its panels front to back as one stream), a whole panel per pass
+/// for up to 4 rows of x (16 accumulators); for 5-8 rows, blocks of
+/// kPanelBlockPairs pairs for rows 0-3 and then (from L1) for the others, the
+/// chains stored and reloaded between blocks; otherwise the scalar chains.
 template <int MR>
-void cols_bf16(const uint16_t* wt, int64_t ld, int64_t k0, int64_t k1, const uint32_t* xp, int64_t K2, int64_t n0,
-               int64_t n1, int64_t nv, float* yp, int64_t N) {
-  for (int r = 0; r < MR; ++r) std::memset(yp + r * N + n0, 0, sizeof(float) * static_cast<size_t>(n1 - n0));
-  const int64_t v1 = std::clamp(nv, n0, n1);
-  if (v1 > n0) {
-    const int64_t kmain = k0 + (k1 - k0) / kRows * kRows;
-    int64_t k = k0;
-    for (; k < kmain; k += kRows) pass_bf16_avx512<MR, kRows / 2>(wt, ld, k, false, xp, K2, n0, v1, yp, N);
-    for (; k + 1 < k1; k += 2) pass_bf16_avx512<MR, 1>(wt, ld, k, false, xp, K2, n0, v1, yp, N);
-    if (k < k1) pass_bf16_avx512<MR, 1>(wt, ld, k, true, xp, K2, n0, v1, yp, N);
+void cols_bf16(const Weight& w, int64_t split, const uint32_t* xp, int64_t K2, int64_t n0, int64_t n1, float* c0,
+               float* c1, int64_t NP) {
+  const int64_t K = w.n_in();
+  if (!(w.bf16_panels() && kernel_has_bf16_dot())) {
+    for (int r = 0; r < MR; ++r)
+      for (int64_t n = n0; n < n1; ++n) {
+        c0[r * NP + n] = col_bf16_scalar(w, 0, split > 0 ? split : K, xp + r * K2, n);
+        if (split > 0) c1[r * NP + n] = col_bf16_scalar(w, split, K, xp + r * K2, n);
+      }
+    return;
   }
-  for (int r = 0; r < MR; ++r)
-    for (int64_t n = v1; n < n1; ++n) yp[r * N + n] = col_bf16_scalar(wt, ld, k0, k1, xp + r * K2, n);
+  const int64_t halves = split > 0 ? 2 : 1;
+  for (int64_t p = n0 / 64; p < (n1 + 63) / 64; ++p) {
+    const uint16_t* panel = w.bf16() + p * w.ld();
+    for (int64_t hv = 0; hv < halves; ++hv) {
+      const int64_t j0 = hv == 0 ? 0 : split / 2, j1 = hv == 0 && split > 0 ? split / 2 : K2;
+      float* yp = (hv == 0 ? c0 : c1) + 64 * p;
+      if constexpr (MR <= 4) {
+        panel_bf16_avx512<MR>(panel, j0, j1, false, xp, K2, yp, NP, -1);
+      } else {  // rows 0-3 prefetch the next block while rows 4.. reread this one
+        for (int64_t jb = j0; jb < j1; jb += kPanelBlockPairs) {
+          const int64_t je = std::min(j1, jb + kPanelBlockPairs);
+          panel_bf16_avx512<4>(panel, jb, je, jb > j0, xp, K2, yp, NP, kPanelBlockPairs * 256);
+          panel_bf16_avx512<MR - 4>(panel, jb, je, jb > j0, xp + 4 * K2, K2, yp + 4 * NP, NP, -1);
+        }
+      }
+    }
+  }
 }
 
 /// cols_bf16 for mr (1 .. kGemvMaxRows) rows.
-void cols_bf16_rows(int64_t mr, const uint16_t* wt, int64_t ld, int64_t k0, int64_t k1, const uint32_t* xp,
-                    int64_t K2, int64_t n0, int64_t n1, int64_t nv, float* yp, int64_t N) {
+void cols_bf16_rows(int64_t mr, const Weight& w, int64_t split, const uint32_t* xp, int64_t K2, int64_t n0, int64_t n1,
+                    float* c0, float* c1, int64_t NP) {
   static_assert(kGemvMaxRows == 8);
   switch (mr) {
-    case 1: return cols_bf16<1>(wt, ld, k0, k1, xp, K2, n0, n1, nv, yp, N);
-    case 2: return cols_bf16<2>(wt, ld, k0, k1, xp, K2, n0, n1, nv, yp, N);
-    case 3: return cols_bf16<3>(wt, ld, k0, k1, xp, K2, n0, n1, nv, yp, N);
-    case 4: return cols_bf16<4>(wt, ld, k0, k1, xp, K2, n0, n1, nv, yp, N);
-    case 5: return cols_bf16<5>(wt, ld, k0, k1, xp, K2, n0, n1, nv, yp, N);
-    case 6: return cols_bf16<6>(wt, ld, k0, k1, xp, K2, n0, n1, nv, yp, N);
-    case 7: return cols_bf16<7>(wt, ld, k0, k1, xp, K2, n0, n1, nv, yp, N);
-    default: return cols_bf16<8>(wt, ld, k0, k1, xp, K2, n0, n1, nv, yp, N);
+    case 1: return cols_bf16<1>(w, split, xp, K2, n0, n1, c0, c1, NP);
+    case 2: return cols_bf16<2>(w, split, xp, K2, n0, n1, c0, c1, NP);
+    case 3: return cols_bf16<3>(w, split, xp, K2, n0, n1, c0, c1, NP);
+    case 4: return cols_bf16<4>(w, split, xp, K2, n0, n1, c0, c1, NP);
+    case 5: return cols_bf16<5>(w, split, xp, K2, n0, n1, c0, c1, NP);
+    case 6: return cols_bf16<6>(w, split, xp, K2, n0, n1, c0, c1, NP);
+    case 7: return cols_bf16<7>(w, split, xp, K2, n0, n1, c0, c1, NP);
+    default: return cols_bf16<8>(w, split, xp, K2, n0, n1, c0, c1, NP);
   }
-}
-
-/// y[0..32) = base + (c0 + c1) for one permuted chunk of 32 chains (pass_bf16_avx512's order).
-__attribute__((target("avx512f,avx2,fma"))) void unpermute32(const float* c0, const float* c1, float* y,
-                                                            bool accumulate) {
-  const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-  const __m512i hi = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
-  __m512 e = _mm512_loadu_ps(c0), o = _mm512_loadu_ps(c0 + 16);
-  if (c1 != nullptr) {
-    e = _mm512_add_ps(e, _mm512_loadu_ps(c1));
-    o = _mm512_add_ps(o, _mm512_loadu_ps(c1 + 16));
-  }
-  const __m512 b0 = accumulate ? _mm512_loadu_ps(y) : _mm512_setzero_ps();
-  const __m512 b1 = accumulate ? _mm512_loadu_ps(y + 16) : _mm512_setzero_ps();
-  _mm512_storeu_ps(y, _mm512_add_ps(b0, _mm512_permutex2var_ps(e, lo, o)));
-  _mm512_storeu_ps(y + 16, _mm512_add_ps(b1, _mm512_permutex2var_ps(e, hi, o)));
 }
 
 /// Row r of x packed into bf16 pairs for the kernel (x_of reads them back).
@@ -374,32 +361,35 @@ void pack_x(const float* x, int64_t K, uint32_t* xp) {
   }
 }
 
+/// n_out rounded up to whole 64-column panels: the width of gemv_bf16's chain rows.
+int64_t panel_width(int64_t n_out) { return (n_out + 63) / 64 * 64; }
+
 /// gemv_rows for a BF16 weight (see gemv.hpp); m <= kGemvMaxRows.
 void gemv_bf16(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads, float* scratch) {
-  const int64_t N = w.n_out(), K = w.n_in(), K2 = (K + 1) / 2, ld = w.ld(), split = gemv_split(N, K);
-  const int64_t nv = kernel_has_bf16_dot() ? N / 32 * 32 : 0;  // permuted columns
+  const int64_t N = w.n_out(), K = w.n_in(), K2 = (K + 1) / 2, NP = panel_width(N), split = gemv_split(N, K);
   float* c0 = scratch;
-  float* c1 = split > 0 ? scratch + m * N : nullptr;
-  auto* xp = reinterpret_cast<uint32_t*>(scratch + 2 * m * N);
+  float* c1 = split > 0 ? scratch + m * NP : nullptr;
+  auto* xp = reinterpret_cast<uint32_t*>(scratch + 2 * m * NP);
   for (int64_t r = 0; r < m; ++r) pack_x(x + r * K, K, xp + r * K2);
-  const Tasks tasks(N, K, split, threads, 32);
-  const int64_t chunks = nv / 32;
-#pragma omp parallel num_threads(tasks.threads)
+  // Each thread takes a contiguous run of panels (both chains of each): one
+  // stream per thread. Products under kDecodeParallelMacs (split 0) run on one.
+  const int64_t panels = NP / 64;
+  const int nt = static_cast<int>(std::clamp<int64_t>(split > 0 ? threads : 1, 1, panels));
+#pragma omp parallel num_threads(nt)
   {
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < tasks.count(); ++i) {
-      const auto t = tasks[i];
-      if (t.n0 < t.n1) cols_bf16_rows(m, w.bf16(), ld, t.k0, t.k1, xp, K2, t.n0, t.n1, nv, t.h == 0 ? c0 : c1, N);
+    for (int64_t t = 0; t < nt; ++t) {
+      const int64_t p0 = panels * t / nt, p1 = panels * (t + 1) / nt;
+      if (p0 < p1) cols_bf16_rows(m, w, split, xp, K2, 64 * p0, std::min(N, 64 * p1), c0, c1, NP);
     }
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < m * chunks; ++i) {
-      const int64_t o = (i / chunks) * N + (i % chunks) * 32;
-      unpermute32(c0 + o, c1 == nullptr ? nullptr : c1 + o, y + o, accumulate);
+    for (int64_t r = 0; r < m; ++r) {
+      const float* a = c0 + r * NP;
+      const float* b = c1 == nullptr ? nullptr : c1 + r * NP;
+      float* yr = y + r * N;
+      for (int64_t n = 0; n < N; ++n) yr[n] = (accumulate ? yr[n] : 0.0f) + (b == nullptr ? a[n] : a[n] + b[n]);
     }
   }
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t n = r * N + nv; n < (r + 1) * N; ++n)
-      y[n] = (accumulate ? y[n] : 0.0f) + (c1 == nullptr ? c0[n] : c0[n] + c1[n]);
 }
 
 void require_f32(const Weight& w, const char* who) {
@@ -437,7 +427,7 @@ int64_t gemv_split(int64_t n_out, int64_t n_in) {
 }
 
 int64_t gemv_scratch(const Weight& w, int64_t m) {
-  if (w.dtype() == Dtype::BF16) return m * (2 * w.n_out() + w.n_in());
+  if (w.dtype() == Dtype::BF16) return m * (2 * panel_width(w.n_out()) + w.n_in());
   return gemv_split(w.n_out(), w.n_in()) > 0 ? m * w.n_out() : 0;
 }
 
@@ -462,8 +452,8 @@ float gemv_scalar(const float* x, const Weight& w, int64_t n, float y0) {
     const int64_t K = w.n_in(), split = gemv_split(w.n_out(), K);
     std::vector<uint32_t> xp(static_cast<size_t>((K + 1) / 2));
     pack_x(x, K, xp.data());
-    const float c0 = col_bf16_scalar(w.bf16(), w.ld(), 0, split > 0 ? split : K, xp.data(), n);
-    return y0 + (split > 0 ? c0 + col_bf16_scalar(w.bf16(), w.ld(), split, K, xp.data(), n) : c0);
+    const float c0 = col_bf16_scalar(w, 0, split > 0 ? split : K, xp.data(), n);
+    return y0 + (split > 0 ? c0 + col_bf16_scalar(w, split, K, xp.data(), n) : c0);
   }
   require_f32(w, "gemv_scalar");
   const int64_t K = w.n_in(), split = gemv_split(w.n_out(), K);

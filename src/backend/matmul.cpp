@@ -33,7 +33,7 @@ Engine::Impl& Engine::impl() { return *impl_; }
 namespace {
 
 void run_matmul(Engine& engine, const float* x, int64_t m, int64_t k, const void* wt, Dtype wdt, int64_t n, int64_t ld,
-                bool w_rows, float* y, int64_t ldy, bool accumulate, bool batch_invariant);
+                bool w_rows, float* y, int64_t ldy, bool accumulate, bool batch_invariant, bool panels = false);
 
 /// True when oneDNN's sgemm runs on AVX2 or older (no AVX-512): its kernels
 /// there are not row-invariant across M (see matmul's batch_invariant).
@@ -99,6 +99,37 @@ void run_invariant(Engine& engine, const float* x, int64_t m, int64_t k, const v
   std::fill(im.pad_y.data() + m * n, im.pad_y.data() + M * n, 0.0f);
   run_matmul(engine, im.pad_x.data(), M, k, wt, wdt, n, ld, w_rows, im.pad_y.data(), n, accumulate, true);
   for (int64_t r = 0; r < m; ++r) std::memcpy(y + r * ldy, im.pad_y.data() + r * n, sizeof(float) * static_cast<size_t>(n));
+}
+
+/// Rows of the next oneDNN product on a BF16 weight in panels for `left` rows:
+/// the largest of 512, 256, 128, 64, 32 and 16 that fits, else all of them.
+/// Each row count is its own fixed-M primitive (blocked weights have no fast
+/// runtime-M kernel in oneDNN 2.6), so a pass of any length needs at most 21
+/// per product shape.
+int64_t panel_block(int64_t left) {
+  for (int64_t s : {512, 256, 128, 64, 32, 16})
+    if (s <= left) return s;
+  return left;
+}
+
+/// y[m, n_out] (+)= x[m, n_in] · Wᵀ for a BF16 weight in panels
+/// (Weight::bf16_panels) through oneDNN's brgemm, in blocks of panel_block
+/// rows. Each row's bits are the same whatever the block size and thread count
+/// (oneDNN 2.6 on a Zen 5 VM, avx512_core_bf16: rows of M = 1-512 against M =
+/// 512 on 768x2048, 288x288, 768x288, 4096x768 and 4000x320, 1 and 2 threads:
+/// all bit-identical; tests/backend/test_invariance.cpp), so this is also the
+/// batch-invariant path. Measured there against the runtime-M product on
+/// row-major Wᵀ (gemm:jit) at M = 512, median of 11, ms: 768x2048 1 thread
+/// 4.16 (another run) vs 3.81, 2 threads 3.37 vs 2.09; 288x288 0.208 vs 0.197
+/// and 0.118 vs 0.105; 4096x768 8.23 vs 7.90 and 4.44 vs 4.23; and at M = 16 on
+/// 768x2048, 1 thread, 0.236 vs 0.136 (M = 4: 0.147 vs 0.049).
+void run_panels(Engine& engine, const float* x, int64_t m, const Weight& w, float* y, bool accumulate) {
+  const int64_t K = w.n_in(), N = w.n_out();
+  for (int64_t r = 0; r < m;) {
+    const int64_t b = panel_block(m - r);
+    run_matmul(engine, x + r * K, b, K, w.raw(), Dtype::BF16, N, w.ld(), false, y + r * N, N, accumulate, false, true);
+    r += b;
+  }
 }
 
 /// Q8_0 and Q4_0 weights for longer products or batch-invariant passes: rows of W are
@@ -173,6 +204,10 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
     gemv_rows(x, m, w, y, accumulate, im.threads, im.gemv_part.data());
     return;
   }
+  if (w.dtype() == Dtype::BF16 && w.bf16_panels()) {
+    run_panels(engine, x, m, w, y, accumulate);
+    return;
+  }
   if (batch_invariant) {
     run_invariant(engine, x, m, w.n_in(), w.raw(), w.dtype(), w.n_out(), w.ld(), false, y, w.n_out(), accumulate);
     return;
@@ -202,7 +237,7 @@ namespace {
 // elements: wdt; with w_rows, wt holds W [n, k] with row stride ld instead) with a
 // cached oneDNN primitive.
 void run_matmul(Engine& engine, const float* x, int64_t m, int64_t k, const void* wt, Dtype wdt, int64_t n, int64_t ld,
-                bool w_rows, float* y, int64_t ldy, bool accumulate, bool batch_invariant) {
+                bool w_rows, float* y, int64_t ldy, bool accumulate, bool batch_invariant, bool panels) {
   auto& im = engine.impl();
   // Below ~1M multiply-adds (tens of microseconds on one core) a fork/join of
   // the thread team costs more than it saves, and far more on a busy machine;
@@ -222,9 +257,11 @@ void run_matmul(Engine& engine, const float* x, int64_t m, int64_t k, const void
   // primitive decodes one row 1.3x (f32) and 1.6x (bf16) faster than the fixed
   // M = 1 one; at M = 2 they tie, at M = 8 the fixed-M one is 1.2x faster
   // (f32; BF16 without AMX keeps runtime M for 2..16 rows too: fixed_m_decode).
-  const bool one_row = m == 1 && !batch_invariant;
-  const int64_t key_m = (!batch_invariant && m <= kInvariantMinRows && !one_row && fixed_m_decode(wdt)) ? m : 0;
-  auto& e = im.get(key_m, k, n, ld, w_rows, ldy, accumulate, wdt);
+  // Weights in panels: always fixed M (run_panels).
+  const bool one_row = m == 1 && !batch_invariant && !panels;
+  const int64_t key_m =
+      panels || (!batch_invariant && m <= kInvariantMinRows && !one_row && fixed_m_decode(wdt)) ? m : 0;
+  auto& e = im.get(key_m, k, n, ld, w_rows, ldy, accumulate, wdt, panels);
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   void* src_ptr = const_cast<float*>(x);

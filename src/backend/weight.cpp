@@ -11,6 +11,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "backend/kernel_isa.hpp"
 #include "util/bf16.hpp"
 #include "util/error.hpp"
 
@@ -147,6 +148,14 @@ Weight::Weight(int64_t n_out, int64_t n_in, Dtype dtype) : n_out_(n_out), n_in_(
     }
     return;
   }
+  if (dtype == Dtype::BF16 && kernel_has_bf16_dot()) {  // oneDNN's BA16a64b2a (bf16_panels), padding zero
+    panels_ = true;
+    ld_ = (n_in + 31) / 32 * 32 * 64;
+    const size_t elems = static_cast<size_t>((n_out + 63) / 64 * ld_);
+    data_.reset(alloc_floats((elems + 1) / 2));
+    std::memset(data_.get(), 0, elems * 2);
+    return;
+  }
   const int64_t esize = dtype == Dtype::BF16 ? 2 : 4;
   ld_ = (n_out * esize) % 4096 == 0 ? n_out + 64 / esize : n_out;
   data_.reset(alloc_floats(static_cast<size_t>((ld_ * n_in * esize + 3) / 4)));
@@ -188,6 +197,12 @@ void Weight::set_rows(int64_t row0, const float* src, int64_t rows) {
     throw ArgumentError(fmt::format("Weight::set_rows: rows [{}, {}) outside [0, {})", row0, row0 + rows, n_out_));
   // Blocked transpose: src [rows, n_in] -> data [n_in, n_out] columns [row0, row0 + rows).
   constexpr int64_t B = 64;
+  if (panels_) {  // pairs of k are adjacent: a row of W is written in order, 128 elements apart per pair
+    auto* dst = reinterpret_cast<uint16_t*>(data_.get());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < n_in_; ++k) dst[bf16_index(k, row0 + r)] = f32_to_bf16(src[r * n_in_ + k]);
+    return;
+  }
   if (dtype_ == Dtype::BF16) {
     auto* dst = reinterpret_cast<uint16_t*>(data_.get());
     for (int64_t r0 = 0; r0 < rows; r0 += B)
@@ -212,6 +227,12 @@ void Weight::set_rows_bf16(int64_t row0, const uint16_t* src, int64_t rows) {
     throw ArgumentError(fmt::format("Weight::set_rows_bf16 on a {0} matrix (use set_rows_{0})", to_string(dtype_)));
   if (row0 < 0 || rows < 0 || row0 + rows > n_out_)
     throw ArgumentError(fmt::format("Weight::set_rows_bf16: rows [{}, {}) outside [0, {})", row0, row0 + rows, n_out_));
+  if (panels_) {
+    auto* dst = reinterpret_cast<uint16_t*>(data_.get());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < n_in_; ++k) dst[bf16_index(k, row0 + r)] = src[r * n_in_ + k];
+    return;
+  }
   constexpr int64_t B = 64;  // blocked transpose as set_rows
   for (int64_t r0 = 0; r0 < rows; r0 += B)
     for (int64_t k0 = 0; k0 < n_in_; k0 += B) {

@@ -1,11 +1,15 @@
-// bf16 weights: rounding of the conversion (hand-computed cases) and the bf16
-// matmul against a naive double-precision reference.
+// bf16 weights: rounding of the conversion (hand-computed cases), the packed
+// layout against oneDNN's own reorder, and the bf16 matmul against a naive
+// double-precision reference.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
 
 #include "backend/backend.hpp"
 #include "backend/random_values.hpp"
@@ -106,6 +110,66 @@ TEST_SUITE("backend.bf16") {
       CHECK(eng.primitives_created() == p0);
       CHECK(eng.buffer_allocations() == a0);
     }
+  }
+
+  TEST_CASE("BF16 weights in panels hold oneDNN's BA16a64b2a layout: its reorder of row-major Wᵀ, padding zeros included") {
+    if (!Weight(1, 1, Dtype::BF16).bf16_panels()) {
+      MESSAGE("SKIPPED: bf16 weights stay row-major here (" << cpu_isa_name() << ")");
+      return;
+    }
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+    dnnl::stream strm(eng);
+    struct Shape {
+      int64_t n_out, n_in;
+    };
+    for (Shape s : {Shape{300, 70}, Shape{64, 16}, Shape{128, 32}, Shape{1000, 200}, Shape{7, 1}, Shape{65, 33}}) {
+      CAPTURE(s.n_out);
+      CAPTURE(s.n_in);
+      const auto wv = randv(static_cast<size_t>(s.n_out * s.n_in), 9);
+      for (bool from_bits : {false, true}) {  // set_rows and set_rows_bf16
+        Weight w(s.n_out, s.n_in, Dtype::BF16);
+        std::vector<uint16_t> rows(wv.size()), ab(wv.size());  // W [n_out, n_in] and Wᵀ [n_in, n_out] as bf16
+        for (size_t i = 0; i < wv.size(); ++i) rows[i] = f32_to_bf16(wv[i]);
+        if (from_bits)
+          w.set_rows_bf16(0, rows.data(), s.n_out);
+        else
+          w.set_rows(0, wv.data(), s.n_out);
+        for (int64_t n = 0; n < s.n_out; ++n)
+          for (int64_t k = 0; k < s.n_in; ++k) ab[static_cast<size_t>(k * s.n_out + n)] = rows[static_cast<size_t>(n * s.n_in + k)];
+        const dnnl::memory::desc packed({s.n_in, s.n_out}, dt::bf16, tag::BA16a64b2a);
+        std::vector<uint16_t> want(packed.get_size() / 2, 0xFFFF);
+        dnnl::memory src({{s.n_in, s.n_out}, dt::bf16, tag::ab}, eng, ab.data()), dst(packed, eng, want.data());
+        dnnl::reorder(src, dst).execute(strm, src, dst);
+        strm.wait();
+        REQUIRE(want.size() == static_cast<size_t>((s.n_out + 63) / 64 * w.ld()));
+        int64_t differ = 0;
+        for (size_t i = 0; i < want.size(); ++i) differ += want[i] != w.bf16()[i];
+        CHECK(differ == 0);
+        CHECK(w.bf16()[w.bf16_index(s.n_in - 1, s.n_out - 1)] == rows.back());
+      }
+    }
+  }
+
+  TEST_CASE("bf16 products on panels run one fixed-M primitive per block of 512, 256, 128, 64, 32, 16 or fewer rows") {
+    if (!bf16_matmul_available() || !Weight(1, 1, Dtype::BF16).bf16_panels()) {
+      MESSAGE("SKIPPED: bf16 weights stay row-major here (" << cpu_isa_name() << ")");
+      return;
+    }
+    Engine eng(2);
+    const Weight W(randv(200 * 96, 5), 200, 96, Dtype::BF16);
+    std::vector<float> x(700 * 96, 0.5f), y(700 * 200);
+    matmul(eng, x.data(), 100, W, y.data(), false);  // 64 + 32 + 4
+    CHECK(eng.primitives_created() == 3);
+    matmul(eng, x.data(), 36, W, y.data(), false);  // 32 + 4
+    CHECK(eng.primitives_created() == 3);
+    matmul(eng, x.data(), 700, W, y.data(), false);  // 512 + 128 + 32 + 16 + 12: 4 new
+    CHECK(eng.primitives_created() == 7);
+    // every row of x is the same, so every row of y is too, whichever block computed it
+    int64_t differ = 0;
+    for (int64_t r = 1; r < 700; ++r) differ += std::memcmp(y.data(), y.data() + r * 200, 200 * sizeof(float)) != 0;
+    CHECK(differ == 0);
   }
 
   TEST_CASE("the CPU's bf16 capability agrees with the ISA name") {

@@ -45,7 +45,8 @@ void check_rows_against_twin(Dtype dt, int64_t n_out, int64_t n_in) {
   const auto y0 = randv(static_cast<size_t>(kGemvMaxRows * n_out), 18);
   for (int64_t m : {1, 3, 8}) {
     std::vector<float> scratch(static_cast<size_t>(gemv_scratch(w, m)));
-    const int64_t want_scratch = bf16 ? m * (2 * n_out + n_in) : (gemv_split(n_out, n_in) > 0 ? m * n_out : 0);
+    // bf16: both halves' chains over whole 64-column panels, and x in pairs
+    const int64_t want_scratch = bf16 ? m * (2 * ((n_out + 63) / 64 * 64) + n_in) : (gemv_split(n_out, n_in) > 0 ? m * n_out : 0);
     REQUIRE(scratch.size() == static_cast<size_t>(want_scratch));
     for (bool acc : {false, true})
       for (int threads : {1, 2, 3, 4}) {

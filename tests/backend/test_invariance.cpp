@@ -29,12 +29,15 @@ TEST_SUITE("backend.invariance") {
     struct Shape {
       int64_t k, n;
     };
+    std::vector<Dtype> dtypes{Dtype::F32};
+    if (bf16_matmul_available()) dtypes.push_back(Dtype::BF16);
+    for (Dtype dt : dtypes)
     for (Shape s : {Shape{288, 768}, Shape{200, 1000}}) {
       const int64_t max_m = 500;
       const auto w = randv(static_cast<size_t>(s.n * s.k), 7);
       const auto x = randv(static_cast<size_t>(max_m * s.k), 11);
       const auto y0 = randv(static_cast<size_t>(max_m * s.n), 13);
-      const Weight W(w, s.n, s.k);
+      const Weight W(w, s.n, s.k, dt);
       for (int threads : {1, 2}) {
         Engine eng(threads);
         for (bool acc : {false, true}) {
@@ -48,7 +51,7 @@ TEST_SUITE("backend.invariance") {
             for (int64_t r = 0; r < m; ++r)
               if (std::memcmp(y.data() + r * s.n, alone.data() + r * s.n, sizeof(float) * static_cast<size_t>(s.n)) != 0)
                 ++bad_rows;
-            INFO("k=" << s.k << " n=" << s.n << " threads=" << threads << " accumulate=" << acc << " M=" << m);
+            INFO(to_string(dt) << " k=" << s.k << " n=" << s.n << " threads=" << threads << " accumulate=" << acc << " M=" << m);
             CHECK(bad_rows == 0);
           }
         }
