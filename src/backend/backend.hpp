@@ -205,28 +205,32 @@ class Weight {
 };
 
 /// y[M, n_out] = x[M, n_in] · Wᵀ (+ y if accumulate), x and y float32; a BF16
-/// weight converts x to bf16 first (into an engine buffer, grown at warm-up only)
-/// and runs a bf16 x bf16 -> f32 primitive. oneDNN matmul primitives,
-/// created once and cached: for 2 <= M <= 16 (decode steps) with F32 weights
-/// (9 <= M <= 16 on AVX-512), or BF16 on AMX, one per (M, n_in, n_out,
-/// accumulate) with fixed dims (oneDNN
-/// picks its brgemm kernel); otherwise (BF16 decode steps that kveval's kernel
-/// does not take, e.g. 9-16 rows without AMX: 1.16-1.57x faster than brgemm
-/// there, matmul.cpp), one per (n_in, n_out, accumulate) with runtime M (jit
-/// sgemm; its M = 1 kernel is a gemv). An F32 decode step (not batch-invariant) of one row,
-/// or of up to 8 on AVX-512, runs kveval's gemv (gemv_rows), and a BF16 one of
-/// up to 8 rows with AVX512-BF16 (one row on AMX) gemv_rows (gemv.hpp: Wᵀ read
-/// front to back; f32 1.3-1.5x oneDNN's one-row product on Zen 4; bf16 on Zen 5
-/// README "bf16 decode on vdpbf16ps"; each row's bits independent of M). Products under
-/// 2^20 multiply-adds (2^16 for decode steps) run on one thread. With `batch_invariant`, each row's result
-/// is bit-identical whatever M is: oneDNN's sgemm uses another kernel (another
-/// summation order) below 16 rows, so fewer rows are padded to 16 (measured on
-/// oneDNN 2.6: rows agree bit for bit for every M >= 16 on AVX-512; on AVX2 rows
-/// go in blocks of 192/96/48/24/16, see matmul.cpp). A Q8_0 or Q4_0 weight runs products that are
-/// not batch-invariant of up to 20 rows (1 thread) or 32 rows (2+ threads:
-/// decode steps, short prompts prefilled during dynamic batching) in kveval's
-/// block kernel, and longer or batch-invariant products through sgemm on rows
-/// widened to f32 a chunk at a time (engine buffer). Throws BackendError.
+/// weight converts x to bf16 first (into an engine buffer, grown at warm-up
+/// only) and multiplies bf16 x bf16 -> f32. oneDNN matmul primitives are created
+/// once and cached. Which path a product takes:
+/// - Decode steps (not batch-invariant) of one row, or of up to 8 with F32 on
+///   AVX-512 or BF16 with AVX512-BF16 (one row on AMX): kveval's gemv_rows
+///   (gemv.hpp: the weight read front to back; each row's bits independent of M).
+/// - BF16 weights in panels (Weight::bf16_panels) otherwise: oneDNN's brgemm on
+///   the panels, one fixed-M primitive per block of 512, 256, 128, 64, 32, 16
+///   or fewer rows (matmul.cpp); each row's bits are independent of M and of
+///   the thread count, so this is the batch-invariant path too.
+/// - Other F32/BF16 products: for 2 <= M <= 16 (decode steps) with F32 weights
+///   (9 <= M <= 16 on AVX-512), or BF16 on AMX, one fixed-M primitive per (M,
+///   n_in, n_out, accumulate) (brgemm); otherwise one per (n_in, n_out,
+///   accumulate) with runtime M (jit sgemm; its M = 1 kernel is a gemv).
+/// - With `batch_invariant` (F32, BF16 row-major), each row's result is
+///   bit-identical whatever M is: oneDNN's sgemm uses another kernel (another
+///   summation order) below 16 rows, so fewer rows are padded to 16 (oneDNN
+///   2.6: rows agree bit for bit for every M >= 16 on AVX-512; on AVX2 rows go
+///   in blocks of 192/96/48/24/16, see matmul.cpp).
+/// - Q8_0 or Q4_0 weights: products that are not batch-invariant of up to 20
+///   rows (1 thread) or 32 rows (2+ threads: decode steps, short prompts
+///   prefilled during dynamic batching) in kveval's block kernel; longer or
+///   batch-invariant ones through sgemm on rows widened to f32 a chunk at a
+///   time (engine buffer).
+/// Products under 2^20 multiply-adds (2^16 for decode steps) run on one
+/// thread. Throws BackendError.
 void matmul(Engine& eng, const float* x, int64_t m, const Weight& w, float* y, bool accumulate = false,
             bool batch_invariant = false);
 

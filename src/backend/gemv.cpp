@@ -9,25 +9,27 @@
 // same loop on BF16 weights (16 columns widened with a shift) measured
 // 14.8-17.8 GB/s alone but tied with oneDNN at 1 thread and lost at 2 inside
 // the model on Zen 4 (s110m tg128 68.8-74.3 vs 72.2-77.5 and 94.7-97.5 vs
-// 111.7-121.5 tok/s); the 32-column loop below wins on Zen 5. Two threads each
+// 111.7-121.5 tok/s); the vdpbf16ps loops since then win on Zen 5. Two threads each
 // stream one half of Wᵀ's rows: 45-47 GB/s on the same sequence against 31-34
 // GB/s with the columns split.
 //
-// BF16 weights (AVX-512 with AVX512-BF16): rows k and k + 1 of Wᵀ, 32 columns
-// each, are interleaved into bf16 pairs by two 16-bit unpacks and multiplied
-// by vdpbf16ps against the broadcast pair (x_k, x_k+1), so one instruction
-// takes two rows of Wᵀ for 16 columns and each row of x; the chains are kept
-// permuted per 32 columns and put back in order once at the end. Measured on a
-// Zen 5 VM through matmul (s110m's 49 matrices per pass, out of cache, medians
-// of 9, three alternating rounds), the earlier kernel (two fmas per 64-byte load
-// and row, the weights widened by a shift and a mask) -> this one, ms per pass:
-// 1 thread M = 1 8.0-8.7 -> 7.2-7.5, M = 8 15.8-18.0 -> 10.0-13.0; 2 threads
-// M = 1 4.5-4.7 -> 4.3-4.6, M = 8 10.0-10.2 -> 7.2-7.7 (M = 2 and 4 within
-// noise of each other). Up to 8 rows of x share each load of Wᵀ (gemv_rows);
-// at 12 or 16 the accumulators no longer fit in registers (a prototype: 1.4-2.3x
-// slower than oneDNN). Since stop 28 each row of Wᵀ is prefetched 256 bytes
-// ahead, as in the F32 pass, and up to 4 rows of x take 64 columns per step:
-// s110m tg128 in bf16 at 1 thread 95-98 -> 110-118 tok/s (six alternating rounds).
+// BF16 weights (AVX-512 with AVX512-BF16) are kept in oneDNN's BA16a64b2a
+// panels (Weight::bf16_panels): per 64 columns, the rows of Wᵀ in pairs (k,
+// k + 1), each column's pair adjacent, which is the operand order of vdpbf16ps.
+// So a 64-byte load is 16 columns of a pair of rows, one instruction per load
+// and row of x, and each thread reads its run of panels front to back as one
+// stream; oneDNN's brgemm reads the same bytes for longer products. Until stop
+// 29 the weights were row-major and two 16-bit unpacks paired rows k and k + 1
+// on the fly (the chains then permuted per 32 columns); the chains' bits are
+// the same. Measured on a Zen 5 VM (s110m's 49 bf16 matrices, out of cache, a
+// throwaway driver, old and new processes alternating, medians of 25, ms per
+// pass): 1 thread 1 row 6.9-7.8 vs 7.6-8.9 (no software prefetch; 512 bytes
+// ahead measured no better), 4 rows 8.3-9.2 vs 8.5-11.3, 8 rows 8.9-10.2 vs
+// 11.0-11.2 (rows 0-3 prefetching the next block; without that prefetch
+// 12.1 vs 10.4, and half-panels of 32 columns for all 8 rows 13.0-15.4); 2
+// threads 1 row 3.9-4.3 vs 4.1-4.3. The first version, with the split of Wᵀ's
+// rows as two tasks each reading half of every panel, lost in the model (s110m
+// tg128 bf16 1 thread 90-97 vs 100-122 tok/s) although it won alone.
 #include "backend/gemv.hpp"
 
 #include <immintrin.h>

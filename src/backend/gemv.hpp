@@ -31,10 +31,12 @@ int64_t gemv_split(int64_t n_out, int64_t n_in);
 /// first, then + x_k w_k, each sum rounded to nearest even and flushed to zero
 /// when subnormal, subnormal inputs read as zero (a last row alone pairs with
 /// zero); output n is base + (c0 + c1) (base + c0 when s = 0), base = y[n]
-/// (accumulate) or 0. With kernel_has_bf16_dot() columns are read 32 or 64 at a time
-/// (gemv.cpp); otherwise the scalar chains run (matmul then routes bf16 decode
-/// steps to oneDNN instead). Throws ArgumentError for a weight that is neither
-/// F32 nor BF16, or a missing `part`.
+/// (accumulate) or 0. With kernel_has_bf16_dot() (the weight then in panels,
+/// Weight::bf16_panels) each thread reads a run of 64-column panels, both
+/// chains of each (gemv.cpp); otherwise the scalar chains run (matmul then
+/// routes bf16 decode steps to oneDNN instead). `part` for BF16: 2 NP + n_in
+/// floats per row, NP = n_out rounded up to 64. Throws ArgumentError for a
+/// weight that is neither F32 nor BF16, or a missing `part`.
 void gemv(const float* x, const Weight& w, float* y, bool accumulate, int threads, float* part);
 
 /// Rows gemv_rows takes at most (decode steps of up to 8 sequences).
@@ -44,15 +46,16 @@ inline constexpr int64_t kGemvMaxRows = 8;
 /// kGemvMaxRows rows (decode steps of a few sequences): each row as gemv
 /// computes it alone, bit for bit, whatever m is. One pass over Wᵀ serves all
 /// rows: F32 on AVX-512 (a load of 32 columns feeds 2 m fmas; other paths run
-/// gemv row by row), BF16 with AVX512-BF16 (two loads of 32 columns of two rows
-/// of Wᵀ feed 2 m vdpbf16ps). `scratch`: gemv_scratch(w, m) floats (may be null
+/// gemv row by row), BF16 with AVX512-BF16 (a load of 16 columns of a pair of
+/// rows of Wᵀ feeds m vdpbf16ps). `scratch`: gemv_scratch(w, m) floats (may be null
 /// when that is 0). Throws ArgumentError for another dtype, m out of range or a
 /// missing scratch.
 void gemv_rows(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads, float* scratch);
 
 /// Floats of scratch gemv (m = 1) or gemv_rows needs for `w`: m n_out when an
-/// F32 product splits (0 otherwise), m (2 n_out + n_in) for BF16 (both halves'
-/// chains and x packed into bf16 pairs, per row).
+/// F32 product splits (0 otherwise), m (2 NP + n_in) for BF16 (both halves'
+/// chains over whole 64-column panels, NP = n_out rounded up to 64, and x
+/// packed into bf16 pairs, per row).
 int64_t gemv_scratch(const Weight& w, int64_t m = 1);
 
 /// Output n of gemv in portable C++ (std::fma), from y0 (y0 = 0 without
