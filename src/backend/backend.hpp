@@ -188,7 +188,8 @@ class Weight {
   /// sets: measured 7.7 GB/s instead of ~25 GB/s for a 768 x 4096 decode step).
   /// Q8_0, Q4_0: bytes of one row's quants (n_in, n_in / 2; rows are interleaved, see raw()).
   int64_t ld() const { return ld_; }
-  /// Bytes of the matrix elements (4 or 2 per element; Q8_0, Q4_0: blocks_bytes).
+  /// Bytes of the matrix elements (4 or 2 per element; Q8_0, Q4_0: blocks_bytes),
+  /// without the zero padding of BF16 panels or padded rows.
   size_t bytes() const {
     const auto n = static_cast<size_t>(n_out_ * n_in_);
     return is_blocks(dtype_) ? blocks_bytes(dtype_, n) : n * (dtype_ == Dtype::BF16 ? 2 : 4);
@@ -208,15 +209,17 @@ class Weight {
 /// weight converts x to bf16 first (into an engine buffer, grown at warm-up
 /// only) and multiplies bf16 x bf16 -> f32. oneDNN matmul primitives are created
 /// once and cached. Which path a product takes:
-/// - Decode steps (not batch-invariant) of one row, or of up to 8 with F32 on
-///   AVX-512 or BF16 with AVX512-BF16 (one row on AMX): kveval's gemv_rows
-///   (gemv.hpp: the weight read front to back; each row's bits independent of M).
+/// - Decode steps (not batch-invariant) of one F32 row, or of up to 8 with F32
+///   on AVX-512, or of BF16 with AVX512-BF16 (up to 8 rows; one on AMX):
+///   kveval's gemv_rows (gemv.hpp: the weight read front to back; each row's
+///   bits independent of M).
 /// - BF16 weights in panels (Weight::bf16_panels) otherwise: oneDNN's brgemm on
 ///   the panels, one fixed-M primitive per block of 512, 256, 128, 64, 32, 16
 ///   or fewer rows (matmul.cpp); each row's bits are independent of M and of
 ///   the thread count, so this is the batch-invariant path too.
-/// - Other F32/BF16 products: for 2 <= M <= 16 (decode steps) with F32 weights
-///   (9 <= M <= 16 on AVX-512), or BF16 on AMX, one fixed-M primitive per (M,
+/// - Other F32 and row-major BF16 products (BF16 is row-major only without
+///   AVX512-BF16): for 2 <= M <= 16 (decode steps) with F32 weights (9 <= M <=
+///   16 on AVX-512), one fixed-M primitive per (M,
 ///   n_in, n_out, accumulate) (brgemm); otherwise one per (n_in, n_out,
 ///   accumulate) with runtime M (jit sgemm; its M = 1 kernel is a gemv).
 /// - With `batch_invariant` (F32, BF16 row-major), each row's result is

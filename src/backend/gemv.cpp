@@ -22,13 +22,15 @@
 // 29 the weights were row-major and two 16-bit unpacks paired rows k and k + 1
 // on the fly (the chains then permuted per 32 columns); the chains' bits are
 // the same. Measured on a Zen 5 VM (s110m's 49 bf16 matrices, out of cache, a
-// throwaway driver, old and new processes alternating, medians of 25, ms per
-// pass): 1 thread 1 row 6.9-7.8 vs 7.6-8.9 (no software prefetch; 512 bytes
-// ahead measured no better), 4 rows 8.3-9.2 vs 8.5-11.3, 8 rows 8.9-10.2 vs
-// 11.0-11.2 (rows 0-3 prefetching the next block; without that prefetch
-// 12.1 vs 10.4, and half-panels of 32 columns for all 8 rows 13.0-15.4); 2
-// threads 1 row 3.9-4.3 vs 4.1-4.3. The first version, with the split of Wᵀ's
-// rows as two tasks each reading half of every panel, lost in the model (s110m
+// throwaway driver, old and new processes alternating, medians of 25, three
+// rounds, ms per pass, row-major -> panels): 1 thread 1 row 7.28-8.72 ->
+// 6.48-6.74 (no software prefetch; 512 bytes ahead measured no better), 4
+// rows 8.90-11.5 -> 7.25-8.55, 8 rows 11.1-16.5 -> 10.2-10.6 (rows 0-3
+// prefetching the next block; without that prefetch 12.1 against 10.4, and
+// half-panels of 32 columns for all 8 rows 13.0-15.4 in earlier rounds); 2
+// threads 1 row 4.30-5.02 -> 3.59-4.10, 8 rows 7.05-8.94 -> 6.33-8.50. The
+// first version, with the split of Wᵀ's rows as two tasks each reading half of
+// every panel, lost in the model (s110m
 // tg128 bf16 1 thread 90-97 vs 100-122 tok/s) although it won alone.
 #include "backend/gemv.hpp"
 

@@ -56,7 +56,9 @@ bool has_amx() {
 /// M = 8 12.7 vs 9.0-10.4, M = 16 15.4 vs 11.3-12.9; 1 thread M = 2 16.7-17.3
 /// vs 13.4, M = 8 19.3-19.5 vs 15.7-15.9, M = 16 23.7-24.2 vs 20.2-20.4. F32
 /// keeps brgemm (2 threads M = 2-4: 7.4-7.7 vs 8.3-10.0), and so does BF16 on
-/// AMX, whose brgemm tiles were not measured against it here.
+/// AMX, whose brgemm tiles were not measured against it here. This applies to
+/// row-major BF16 weights only: with AVX512-BF16 (AMX included) they are in
+/// panels and every oneDNN product on them is fixed-M (run_panels).
 bool fixed_m_decode(Dtype wdt) { return wdt != Dtype::BF16 || has_amx(); }
 
 /// Rows of the next batch-invariant block for `left` rows on AVX2: the largest of

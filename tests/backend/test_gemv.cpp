@@ -145,8 +145,9 @@ TEST_SUITE("backend.gemv") {
 
   TEST_CASE("bf16 gemv and gemv_rows give the scalar twin's bits for every row count and thread count, and the double reference within f32 rounding") {
     MESSAGE("gemv kernel: " << std::string(kernel_isa_name(kernel_isa())));
-    // Shapes: whole and partial 32-column chunks (the permuted vector path and
-    // the in-order tail), tails of 16-row passes, odd rows of Wᵀ, one chain and two halves.
+    // Shapes: whole and partial 64-column panels, fewer panels than threads,
+    // odd n_in (a last pair meets the panels' zero padding), several blocks of
+    // 32 pairs (5-8 rows), one chain and two halves.
     const int64_t shapes[][2] = {{1, 1},     {31, 17},   {32, 33},    {64, 7},    {100, 70},
                                  {768, 64},  {2048, 40}, {4100, 19},  {17, 5000}, {1000, 97}};
     for (const auto& s : shapes) check_rows_against_twin(Dtype::BF16, s[0], s[1]);
@@ -164,7 +165,7 @@ TEST_SUITE("backend.gemv") {
     CHECK(y[7] == 32.0f);
   }
 
-  TEST_CASE("hand-computed bf16 one-row product over 96 columns (checks the column order of a 64- and a 32-column step)") {
+  TEST_CASE("hand-computed bf16 one-row product over 96 columns (checks the column order of a whole and a partial 64-column panel)") {
     // W(n, k) = (k + 1) * (n - 32), x = [2, -1, 0.25]: y_n = (2 - 2 + 0.75) * (n - 32), exact in bf16
     // (integers up to 3 * 63 = 189 < 2^8) and f32.
     const int64_t n_out = 96, n_in = 3;
