@@ -246,6 +246,20 @@ void matmul(Engine& eng, const float* x, int64_t m, const Weight& w, float* y, b
 /// uses it to keep a cached pass's prompts apart, on the batch-invariant path.
 int64_t decode_invariant_rows(Dtype wdt);
 
+/// True when kveval's bf16 decode kernel (gemv_rows) and oneDNN's bf16 product
+/// on the same panels give every output the same bits: both sum chains of
+/// bf16_chunk(n_in) rows of Wᵀ (gemv.hpp), which is how oneDNN 2.6's brgemm
+/// blocks K on AVX512-BF16 (measured, not documented; AMX tiles sum in another
+/// order). Checked once per process on two small products against oneDNN
+/// itself; false without panels or when they differ.
+bool bf16_paths_agree();
+
+/// True when every matmul on a `wdt` weight gives each row the bits it gets
+/// alone, whatever M, the thread count and batch_invariant are: BF16 where
+/// bf16_paths_agree() (decode steps of any size, prompts and scoring alike).
+/// Model::forward then runs a pass's decode steps and prompts as one product.
+bool matmul_rows_invariant(Dtype wdt);
+
 /// Rows below which oneDNN's sgemm switches kernel (see matmul's batch_invariant).
 inline constexpr int64_t kInvariantMinRows = 16;
 

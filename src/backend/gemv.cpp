@@ -252,7 +252,7 @@ inline float dp_step(float acc, float w0, float x0, float w1, float x1) {
 /// Chain over rows [k0, k1) of bf16 Wᵀ for output n, from 0, in steps over the
 /// pairs (k0, k0 + 1), (k0 + 2, k0 + 3), ... (k0 even; a last row alone is
 /// paired with a zero row). xp: the row's packed x (x_of).
-float col_bf16_scalar(const Weight& w, int64_t k0, int64_t k1, const uint32_t* xp, int64_t n) {
+float chain_bf16_scalar(const Weight& w, int64_t k0, int64_t k1, const uint32_t* xp, int64_t n) {
   const uint16_t* wt = w.bf16();
   float acc = 0.0f;
   for (int64_t k = k0; k < k1; k += 2) {
@@ -261,6 +261,15 @@ float col_bf16_scalar(const Weight& w, int64_t k0, int64_t k1, const uint32_t* x
                   pair ? bf16_to_f32(wt[w.bf16_index(k + 1, n)]) : 0.0f, pair ? x_of(xp, k + 1) : 0.0f);
   }
   return acc;
+}
+
+/// Output n over all rows of bf16 Wᵀ before the base: the chains over the
+/// chunks of bf16_chunk(n_in) rows, each from 0, summed in order.
+float col_bf16_scalar(const Weight& w, const uint32_t* xp, int64_t n) {
+  const int64_t K = w.n_in(), chunk = bf16_chunk(K);
+  float tot = chain_bf16_scalar(w, 0, std::min(K, chunk), xp, n);
+  for (int64_t k0 = chunk; k0 < K; k0 += chunk) tot += chain_bf16_scalar(w, k0, std::min(K, k0 + chunk), xp, n);
+  return tot;
 }
 
 /// Pairs of rows per block when 5-8 rows of x share a panel (cols_bf16): 8 KiB.
@@ -301,33 +310,31 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void panel_bf16_avx512(co
     for (int c = 0; c < 4; ++c) _mm512_storeu_ps(yp + r * NP + 16 * c, a[r][c]);
 }
 
-/// Chains of MR rows for columns [n0, n1) (n0 a multiple of 64) into c0 and c1
-/// (rows of NP = n_out rounded up to 64 floats; the last panel's padding
-/// columns are written too): c0 over rows [0, split) of bf16 Wᵀ and c1 over
-/// [split, n_in), or c0 over all rows when split is 0. With panels and
-/// kernel_has_bf16_dot, panel by panel, both chains of a panel in turn (so one
-/// thread reads its panels front to back as one stream), a whole panel per pass
-/// for up to 4 rows of x (16 accumulators); for 5-8 rows, blocks of
-/// kPanelBlockPairs pairs for rows 0-3 and then (from L1) for the others, the
-/// chains stored and reloaded between blocks; otherwise the scalar chains.
+/// Output columns [n0, n1) (n0 a multiple of 64) of MR rows over all of k,
+/// before the base: chains over the chunks of bf16_chunk(n_in) rows of Wᵀ,
+/// each from 0, summed in order into `tot` (rows of NP = n_out rounded up to 64
+/// floats; the last panel's padding columns are written too), `chain` holding
+/// the current chunk's chains. With panels and kernel_has_bf16_dot, panel by
+/// panel (one thread reads its panels front to back as one stream), a whole
+/// panel per pass for up to 4 rows of x (16 accumulators); for 5-8 rows, blocks
+/// of kPanelBlockPairs pairs for rows 0-3 and then (from L1) for the others,
+/// the chains stored and reloaded between blocks; otherwise the scalar chains.
 template <int MR>
-void cols_bf16(const Weight& w, int64_t split, const uint32_t* xp, int64_t K2, int64_t n0, int64_t n1, float* c0,
-               float* c1, int64_t NP) {
-  const int64_t K = w.n_in();
+void cols_bf16(const Weight& w, const uint32_t* xp, int64_t K2, int64_t n0, int64_t n1, float* chain, float* tot,
+               int64_t NP) {
+  const int64_t K = w.n_in(), chunk = bf16_chunk(K);
   if (!(w.bf16_panels() && kernel_has_bf16_dot())) {
     for (int r = 0; r < MR; ++r)
-      for (int64_t n = n0; n < n1; ++n) {
-        c0[r * NP + n] = col_bf16_scalar(w, 0, split > 0 ? split : K, xp + r * K2, n);
-        if (split > 0) c1[r * NP + n] = col_bf16_scalar(w, split, K, xp + r * K2, n);
-      }
+      for (int64_t n = n0; n < n1; ++n) tot[r * NP + n] = col_bf16_scalar(w, xp + r * K2, n);
     return;
   }
-  const int64_t halves = split > 0 ? 2 : 1;
   for (int64_t p = n0 / 64; p < (n1 + 63) / 64; ++p) {
     const uint16_t* panel = w.bf16() + p * w.ld();
-    for (int64_t hv = 0; hv < halves; ++hv) {
-      const int64_t j0 = hv == 0 ? 0 : split / 2, j1 = hv == 0 && split > 0 ? split / 2 : K2;
-      float* yp = (hv == 0 ? c0 : c1) + 64 * p;
+    float* cp = chain + 64 * p;
+    float* tp = tot + 64 * p;
+    for (int64_t k0 = 0; k0 < K; k0 += chunk) {
+      const int64_t j0 = k0 / 2, j1 = std::min(K2, (k0 + chunk) / 2);
+      float* yp = k0 == 0 ? tp : cp;  // the first chunk's chains are the total so far
       if constexpr (MR <= 4) {
         panel_bf16_avx512<MR>(panel, j0, j1, false, xp, K2, yp, NP, -1);
       } else {  // rows 0-3 prefetch the next block while rows 4.. reread this one
@@ -337,23 +344,26 @@ void cols_bf16(const Weight& w, int64_t split, const uint32_t* xp, int64_t K2, i
           panel_bf16_avx512<MR - 4>(panel, jb, je, jb > j0, xp + 4 * K2, K2, yp + 4 * NP, NP, -1);
         }
       }
+      if (k0 > 0)
+        for (int r = 0; r < MR; ++r)
+          for (int c = 0; c < 64; ++c) tp[r * NP + c] += cp[r * NP + c];
     }
   }
 }
 
 /// cols_bf16 for mr (1 .. kGemvMaxRows) rows.
-void cols_bf16_rows(int64_t mr, const Weight& w, int64_t split, const uint32_t* xp, int64_t K2, int64_t n0, int64_t n1,
-                    float* c0, float* c1, int64_t NP) {
+void cols_bf16_rows(int64_t mr, const Weight& w, const uint32_t* xp, int64_t K2, int64_t n0, int64_t n1, float* chain,
+                    float* tot, int64_t NP) {
   static_assert(kGemvMaxRows == 8);
   switch (mr) {
-    case 1: return cols_bf16<1>(w, split, xp, K2, n0, n1, c0, c1, NP);
-    case 2: return cols_bf16<2>(w, split, xp, K2, n0, n1, c0, c1, NP);
-    case 3: return cols_bf16<3>(w, split, xp, K2, n0, n1, c0, c1, NP);
-    case 4: return cols_bf16<4>(w, split, xp, K2, n0, n1, c0, c1, NP);
-    case 5: return cols_bf16<5>(w, split, xp, K2, n0, n1, c0, c1, NP);
-    case 6: return cols_bf16<6>(w, split, xp, K2, n0, n1, c0, c1, NP);
-    case 7: return cols_bf16<7>(w, split, xp, K2, n0, n1, c0, c1, NP);
-    default: return cols_bf16<8>(w, split, xp, K2, n0, n1, c0, c1, NP);
+    case 1: return cols_bf16<1>(w, xp, K2, n0, n1, chain, tot, NP);
+    case 2: return cols_bf16<2>(w, xp, K2, n0, n1, chain, tot, NP);
+    case 3: return cols_bf16<3>(w, xp, K2, n0, n1, chain, tot, NP);
+    case 4: return cols_bf16<4>(w, xp, K2, n0, n1, chain, tot, NP);
+    case 5: return cols_bf16<5>(w, xp, K2, n0, n1, chain, tot, NP);
+    case 6: return cols_bf16<6>(w, xp, K2, n0, n1, chain, tot, NP);
+    case 7: return cols_bf16<7>(w, xp, K2, n0, n1, chain, tot, NP);
+    default: return cols_bf16<8>(w, xp, K2, n0, n1, chain, tot, NP);
   }
 }
 
@@ -370,28 +380,30 @@ int64_t panel_width(int64_t n_out) { return (n_out + 63) / 64 * 64; }
 
 /// gemv_rows for a BF16 weight (see gemv.hpp); m <= kGemvMaxRows.
 void gemv_bf16(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads, float* scratch) {
-  const int64_t N = w.n_out(), K = w.n_in(), K2 = (K + 1) / 2, NP = panel_width(N), split = gemv_split(N, K);
-  float* c0 = scratch;
-  float* c1 = split > 0 ? scratch + m * NP : nullptr;
+  const int64_t N = w.n_out(), K = w.n_in(), K2 = (K + 1) / 2, NP = panel_width(N);
+  float* tot = scratch;
+  float* chain = scratch + m * NP;
   auto* xp = reinterpret_cast<uint32_t*>(scratch + 2 * m * NP);
   for (int64_t r = 0; r < m; ++r) pack_x(x + r * K, K, xp + r * K2);
-  // Each thread takes a contiguous run of panels (both chains of each): one
-  // stream per thread. Products under kDecodeParallelMacs (split 0) run on one.
+  // Each thread takes a contiguous run of panels: one stream per thread.
+  // Products under kDecodeParallelMacs run on one thread.
   const int64_t panels = NP / 64;
-  const int nt = static_cast<int>(std::clamp<int64_t>(split > 0 ? threads : 1, 1, panels));
+  const int nt = static_cast<int>(std::clamp<int64_t>(N * K >= kDecodeParallelMacs ? threads : 1, 1, panels));
 #pragma omp parallel num_threads(nt)
   {
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < nt; ++t) {
       const int64_t p0 = panels * t / nt, p1 = panels * (t + 1) / nt;
-      if (p0 < p1) cols_bf16_rows(m, w, split, xp, K2, 64 * p0, std::min(N, 64 * p1), c0, c1, NP);
+      if (p0 < p1) cols_bf16_rows(m, w, xp, K2, 64 * p0, std::min(N, 64 * p1), chain, tot, NP);
     }
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < m; ++r) {
-      const float* a = c0 + r * NP;
-      const float* b = c1 == nullptr ? nullptr : c1 + r * NP;
+      const float* a = tot + r * NP;
       float* yr = y + r * N;
-      for (int64_t n = 0; n < N; ++n) yr[n] = (accumulate ? yr[n] : 0.0f) + (b == nullptr ? a[n] : a[n] + b[n]);
+      if (accumulate)
+        for (int64_t n = 0; n < N; ++n) yr[n] += a[n];
+      else
+        std::memcpy(yr, a, sizeof(float) * static_cast<size_t>(N));
     }
   }
 }
@@ -426,6 +438,8 @@ void gemv_f32(const float* x, int64_t m, const Weight& w, float* y, bool accumul
 
 }  // namespace
 
+int64_t bf16_chunk(int64_t n_in) { return n_in <= 1024 ? 512 : 1024; }
+
 int64_t gemv_split(int64_t n_out, int64_t n_in) {
   return n_out * n_in < kDecodeParallelMacs ? 0 : n_in / 2 / kRows * kRows;
 }
@@ -453,11 +467,10 @@ void gemv(const float* x, const Weight& w, float* y, bool accumulate, int thread
 
 float gemv_scalar(const float* x, const Weight& w, int64_t n, float y0) {
   if (w.dtype() == Dtype::BF16) {
-    const int64_t K = w.n_in(), split = gemv_split(w.n_out(), K);
+    const int64_t K = w.n_in();
     std::vector<uint32_t> xp(static_cast<size_t>((K + 1) / 2));
     pack_x(x, K, xp.data());
-    const float c0 = col_bf16_scalar(w, 0, split > 0 ? split : K, xp.data(), n);
-    return y0 + (split > 0 ? c0 + col_bf16_scalar(w, split, K, xp.data(), n) : c0);
+    return y0 + col_bf16_scalar(w, xp.data(), n);
   }
   require_f32(w, "gemv_scalar");
   const int64_t K = w.n_in(), split = gemv_split(w.n_out(), K);

@@ -24,20 +24,26 @@ int64_t gemv_split(int64_t n_out, int64_t n_in);
 /// bits of gemv_scalar. `part`: scratch of gemv_scratch(w) floats (may be null
 /// when that is 0).
 ///
-/// A BF16 weight (layout as F32, bf16 elements): x is rounded to bf16 first (as
-/// oneDNN's bf16 matmul reads it); c0 and c1 are chains over the same halves,
-/// both starting from 0, in steps over the pairs of rows (k, k + 1) as the
-/// AVX512-BF16 instruction vdpbf16ps computes them (Intel SDM): acc + x_k+1 w_k+1
-/// first, then + x_k w_k, each sum rounded to nearest even and flushed to zero
-/// when subnormal, subnormal inputs read as zero (a last row alone pairs with
-/// zero); output n is base + (c0 + c1) (base + c0 when s = 0), base = y[n]
-/// (accumulate) or 0. With kernel_has_bf16_dot() (the weight then in panels,
-/// Weight::bf16_panels) each thread reads a run of 64-column panels, both
-/// chains of each (gemv.cpp); otherwise the scalar chains run (matmul then
+/// A BF16 weight: x is rounded to bf16 first (as oneDNN's bf16 matmul reads
+/// it), and output n is base + (((c_0 + c_1) + c_2) + ...), base = y[n]
+/// (accumulate) or 0, where c_i is the chain over rows [i C, (i + 1) C) of Wᵀ,
+/// C = bf16_chunk(n_in), from 0, in steps over the pairs of rows (k, k + 1) as
+/// the AVX512-BF16 instruction vdpbf16ps computes them (Intel SDM): acc +
+/// x_k+1 w_k+1 first, then + x_k w_k, each sum rounded to nearest even and
+/// flushed to zero when subnormal, subnormal inputs read as zero (a last row
+/// alone pairs with zero). That is the order of oneDNN 2.6's bf16 brgemm on the
+/// same panels (matmul.cpp, bf16_paths_agree). With kernel_has_bf16_dot() (the
+/// weight then in panels, Weight::bf16_panels) each thread reads a run of
+/// 64-column panels (gemv.cpp); otherwise the scalar chains run (matmul then
 /// routes bf16 decode steps to oneDNN instead). `part` for BF16: 2 NP + n_in
 /// floats per row, NP = n_out rounded up to 64. Throws ArgumentError for a
 /// weight that is neither F32 nor BF16, or a missing `part`.
 void gemv(const float* x, const Weight& w, float* y, bool accumulate, int threads, float* part);
+
+/// Rows of Wᵀ per chain of a BF16 product (gemv): 512 for n_in <= 1024, else
+/// 1024, the K blocks oneDNN 2.6's bf16 brgemm sums (measured bit for bit,
+/// README "bf16 decode and oneDNN in one order").
+int64_t bf16_chunk(int64_t n_in);
 
 /// Rows gemv_rows takes at most (decode steps of up to 8 sequences).
 inline constexpr int64_t kGemvMaxRows = 8;

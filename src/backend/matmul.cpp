@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.hpp"
 #include "backend/engine_impl.hpp"
@@ -163,6 +165,43 @@ int64_t decode_invariant_rows(Dtype wdt) {
   if (wdt == Dtype::F32) return kernel_isa() == KernelIsa::Avx512 ? kGemvMaxRows : 0;
   return wdt == Dtype::BF16 && kernel_has_bf16_dot() && !has_amx() ? kGemvMaxRows : 0;
 }
+
+bool bf16_paths_agree() {
+  static const bool v = [] {
+    if (!kernel_has_bf16_dot() || !bf16_matmul_available()) return false;
+    try {
+      // Two products spanning both chunk sizes (bf16_chunk), a partial panel,
+      // an odd n_in and values of mixed sign and magnitude; 3 rows.
+      const int omp_threads = omp_get_max_threads();  // Engine's constructor sets it
+      struct Restore {
+        int n;
+        ~Restore() { omp_set_num_threads(n); }
+      } restore{omp_threads};
+      Engine eng(1);
+      uint32_t state = 12345;
+      const auto next = [&state] {
+        state = state * 1664525u + 1013904223u;
+        return (static_cast<float>(state >> 8) / 16777216.0f - 0.5f) * ((state & 3) == 0 ? 8.0f : 1.0f);
+      };
+      for (const auto& [n_out, n_in] : {std::pair<int64_t, int64_t>{80, 777}, {70, 2081}}) {
+        std::vector<float> wv(static_cast<size_t>(n_out * n_in)), x(static_cast<size_t>(3 * n_in));
+        for (float& f : wv) f = next();
+        for (float& f : x) f = next();
+        const Weight w(wv, n_out, n_in, Dtype::BF16);
+        std::vector<float> a(static_cast<size_t>(3 * n_out)), b(a.size()), scratch(static_cast<size_t>(gemv_scratch(w, 3)));
+        gemv_rows(x.data(), 3, w, a.data(), false, 1, scratch.data());
+        run_panels(eng, x.data(), 3, w, b.data(), false);
+        if (std::memcmp(a.data(), b.data(), sizeof(float) * a.size()) != 0) return false;
+      }
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  }();
+  return v;
+}
+
+bool matmul_rows_invariant(Dtype wdt) { return wdt == Dtype::BF16 && bf16_paths_agree(); }
 
 void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y, bool accumulate,
             bool batch_invariant) {

@@ -149,8 +149,11 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
   // dynamic batching, any batch of up to decode_invariant_rows rows). The price:
   // a pass with both reads the weights twice.
   // Decided by the compute dtype, not by one matrix (a Q8_0 model may hold an F32 one).
+  // Where every product is row-invariant (bf16 whose decode kernel and oneDNN
+  // sum alike: be::matmul_rows_invariant), one product serves the whole pass.
+  const be::Dtype cdt = im.dtype == ComputeDtype::BF16 ? be::Dtype::BF16 : be::Dtype::F32;
   const bool split = cached && (im.dtype == ComputeDtype::F32 || im.dtype == ComputeDtype::BF16) &&
-                     be::decode_invariant_rows(im.dtype == ComputeDtype::BF16 ? be::Dtype::BF16 : be::Dtype::F32) > 0;
+                     !be::matmul_rows_invariant(cdt) && be::decode_invariant_rows(cdt) > 0;
   size_t T = 0;
   int64_t Td = 0;  // split: tokens of the one-token sequences, packed first
   for (int r = 0; r < batch; ++r) {

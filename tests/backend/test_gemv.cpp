@@ -148,9 +148,43 @@ TEST_SUITE("backend.gemv") {
     // Shapes: whole and partial 64-column panels, fewer panels than threads,
     // odd n_in (a last pair meets the panels' zero padding), several blocks of
     // 32 pairs (5-8 rows), one chain and two halves.
-    const int64_t shapes[][2] = {{1, 1},     {31, 17},   {32, 33},    {64, 7},    {100, 70},
-                                 {768, 64},  {2048, 40}, {4100, 19},  {17, 5000}, {1000, 97}};
+    // n_in 600 and 1100: two chunks of bf16_chunk rows (512, 1024) each.
+    const int64_t shapes[][2] = {{1, 1},     {31, 17},   {32, 33},    {64, 7},    {100, 70},   {130, 600},
+                                 {768, 64},  {2048, 40}, {4100, 19},  {17, 5000}, {1000, 97},  {80, 1100}};
     for (const auto& s : shapes) check_rows_against_twin(Dtype::BF16, s[0], s[1]);
+  }
+
+  TEST_CASE("bf16 decode steps and oneDNN's product on the panels give the same bits (bf16_paths_agree)") {
+    if (!bf16_matmul_available() || !kernel_has_bf16_dot()) {
+      MESSAGE("SKIPPED: no bf16 decode kernel here (" << std::string(cpu_isa_name()) << ")");
+      return;
+    }
+    const bool amx = std::string(cpu_isa_name()) == "avx512_core_amx";
+    MESSAGE("bf16_paths_agree: " << bf16_paths_agree() << " (oneDNN ISA " << std::string(cpu_isa_name()) << ")");
+    // oneDNN 2.6's avx512_core_bf16 brgemm sums K in blocks of 512 / 1024 (measured); AMX tiles differ.
+    if (!amx) REQUIRE(bf16_paths_agree());
+    CHECK(matmul_rows_invariant(Dtype::BF16) == bf16_paths_agree());
+    CHECK_FALSE(matmul_rows_invariant(Dtype::F32));
+    if (!bf16_paths_agree()) return;
+    const int64_t shapes[][2] = {{300, 70}, {130, 600}, {64, 1024}, {80, 1100}, {7, 3001}, {2304, 768}};
+    for (const auto& s : shapes) {
+      const int64_t n_out = s[0], n_in = s[1];
+      const Weight w(randv(static_cast<size_t>(n_out * n_in), 21), n_out, n_in, Dtype::BF16);
+      const auto x = randv(static_cast<size_t>(20 * n_in), 22);
+      const auto y0 = randv(static_cast<size_t>(20 * n_out), 23);
+      for (int threads : {1, 2})
+        for (bool acc : {false, true}) {
+          Engine eng(threads);
+          std::vector<float> ref(y0);  // 20 rows through oneDNN (batch-invariant: brgemm on the panels)
+          matmul(eng, x.data(), 20, w, ref.data(), acc, true);
+          for (int64_t m = 1; m <= kGemvMaxRows; ++m) {
+            std::vector<float> y(y0);
+            matmul(eng, x.data(), m, w, y.data(), acc, false);  // a decode step: kveval's kernel
+            INFO("[" << n_out << ", " << n_in << "] threads=" << threads << " acc=" << acc << " m=" << m);
+            CHECK(std::memcmp(y.data(), ref.data(), sizeof(float) * static_cast<size_t>(m * n_out)) == 0);
+          }
+        }
+    }
   }
 
   TEST_CASE("gemv_rows refuses block dtypes, row counts outside 1..kGemvMaxRows and a missing scratch") {
