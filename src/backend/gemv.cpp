@@ -18,10 +18,11 @@
 // k + 1), each column's pair adjacent, which is the operand order of vdpbf16ps.
 // So a 64-byte load is 16 columns of a pair of rows, one instruction per load
 // and row of x, and each thread reads its run of panels front to back as one
-// stream; oneDNN's brgemm reads the same bytes for longer products. Until stop
-// 29 the weights were row-major and two 16-bit unpacks paired rows k and k + 1
-// on the fly (the chains then permuted per 32 columns); the chains' bits are
-// the same. Measured on a Zen 5 VM (s110m's 49 bf16 matrices, out of cache, a
+// stream; oneDNN's brgemm reads the same bytes for longer products, and since
+// the chains follow its K blocks (bf16_chunk) both give the same bits. Until
+// stop 29 the weights were row-major and two 16-bit unpacks paired rows k and
+// k + 1 on the fly (the chains then permuted per 32 columns, and split in two
+// halves of k as the F32 pass is). Measured on a Zen 5 VM (s110m's 49 bf16 matrices, out of cache, a
 // throwaway driver, old and new processes alternating, medians of 25, three
 // rounds, ms per pass, row-major -> panels): 1 thread 1 row 7.28-8.72 ->
 // 6.48-6.74 (no software prefetch; 512 bytes ahead measured no better), 4
