@@ -7,9 +7,10 @@
 
 namespace kveval::backend {
 
-/// Where gemv splits Wᵀ's rows: 0 (one chain over all n_in rows) for products
-/// under kDecodeParallelMacs multiply-adds (kernel_isa.hpp), else n_in / 2
-/// rounded down to a multiple of 16. The path taken: kernel_isa().
+/// Where gemv splits an F32 Wᵀ's rows: 0 (one chain over all n_in rows) for
+/// products under kDecodeParallelMacs multiply-adds (kernel_isa.hpp), else
+/// n_in / 2 rounded down to a multiple of 16. The path taken: kernel_isa().
+/// (BF16 chains follow bf16_chunk instead.)
 int64_t gemv_split(int64_t n_out, int64_t n_in);
 
 /// y[n_out] (+)= x[n_in] · Wᵀ for one row x and an F32 weight (layout Wᵀ
