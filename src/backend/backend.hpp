@@ -257,7 +257,10 @@ bool bf16_paths_agree();
 /// True when every matmul on a `wdt` weight gives each row the bits it gets
 /// alone, whatever M, the thread count and batch_invariant are: BF16 where
 /// bf16_paths_agree() (decode steps of any size, prompts and scoring alike).
-/// Model::forward then runs a pass's decode steps and prompts as one product.
+/// The run-time check covers two shapes, 3 rows and 1 thread; the rest rests
+/// on oneDNN's rows being M- and thread-invariant (tests/backend: invariance,
+/// gemv) and on model.dynamic_batching. Model::forward then runs a pass's
+/// decode steps and prompts as one product.
 bool matmul_rows_invariant(Dtype wdt);
 
 /// Rows below which oneDNN's sgemm switches kernel (see matmul's batch_invariant).

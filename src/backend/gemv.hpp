@@ -43,7 +43,7 @@ void gemv(const float* x, const Weight& w, float* y, bool accumulate, int thread
 
 /// Rows of Wᵀ per chain of a BF16 product (gemv): 512 for n_in <= 1024, else
 /// 1024, the K blocks oneDNN 2.6's bf16 brgemm sums (measured bit for bit,
-/// README "bf16 decode and oneDNN in one order").
+/// README, stop 30, "Decode and oneDNN in one order").
 int64_t bf16_chunk(int64_t n_in);
 
 /// Rows gemv_rows takes at most (decode steps of up to 8 sequences).
@@ -61,9 +61,9 @@ inline constexpr int64_t kGemvMaxRows = 8;
 void gemv_rows(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads, float* scratch);
 
 /// Floats of scratch gemv (m = 1) or gemv_rows needs for `w`: m n_out when an
-/// F32 product splits (0 otherwise), m (2 NP + n_in) for BF16 (both halves'
-/// chains over whole 64-column panels, NP = n_out rounded up to 64, and x
-/// packed into bf16 pairs, per row).
+/// F32 product splits (0 otherwise), m (2 NP + n_in) for BF16 (the running
+/// total and the current chunk's chains over whole 64-column panels, NP =
+/// n_out rounded up to 64, and x packed into bf16 pairs, per row).
 int64_t gemv_scratch(const Weight& w, int64_t m = 1);
 
 /// Output n of gemv in portable C++ (std::fma), from y0 (y0 = 0 without

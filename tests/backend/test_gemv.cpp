@@ -147,7 +147,7 @@ TEST_SUITE("backend.gemv") {
     MESSAGE("gemv kernel: " << std::string(kernel_isa_name(kernel_isa())));
     // Shapes: whole and partial 64-column panels, fewer panels than threads,
     // odd n_in (a last pair meets the panels' zero padding), several blocks of
-    // 32 pairs (5-8 rows), one chain and two halves.
+    // 32 pairs (5-8 rows), one chunk and several (bf16_chunk).
     // n_in 600 and 1100: two chunks of bf16_chunk rows (512, 1024) each.
     const int64_t shapes[][2] = {{1, 1},     {31, 17},   {32, 33},    {64, 7},    {100, 70},   {130, 600},
                                  {768, 64},  {2048, 40}, {4100, 19},  {17, 5000}, {1000, 97},  {80, 1100}};
@@ -216,7 +216,7 @@ TEST_SUITE("backend.gemv") {
   }
 
   TEST_CASE("hand-computed bf16 chains: the odd product of a pair first, subnormal inputs read as zero, subnormal sums flushed") {
-    // Column 5 of 32 (the permuted vector path), the other columns zero; one chain (no split).
+    // Column 5 of a 32-column panel, the other columns zero; one chain (one chunk).
     // Pair order: w = [1, 0, 2^-12, -1], x = [1, 1, 2^-12, 1]: products 1, 0, 2^-24, -1. vdpbf16ps
     // adds the odd product of each pair first: (0 + 0) + 1 = 1, then (1 - 1) + 2^-24 = 2^-24; the
     // even one first would give (1 + 2^-24) - 1 = 0 (1 + 2^-24 rounds to 1).

@@ -219,11 +219,7 @@ TEST_SUITE("model.dynamic_batching") {
       const Workload w = tiny_workload();
       const int positions = 64;
       const auto ref = alone(*m, w.prompts, w.opts, positions);
-      // bf16 where its kernel and oneDNN sum alike: one product per pass, and
-      // steps of more than 8 rows keep the bits too.
-      std::vector<int> row_counts{3, 4, 8};
-      if (kveval::backend::matmul_rows_invariant(bdt)) row_counts.push_back(11);
-      for (int rows : row_counts) {
+      for (int rows : {3, 4, 8}) {
         CAPTURE(rows);
         for (Batching b : {Batching::Dynamic, Batching::Static}) {
           const auto got = batched(*m, w.prompts, w.opts, rows, positions, b);
@@ -234,6 +230,48 @@ TEST_SUITE("model.dynamic_batching") {
             CHECK(got[i].logprobs == ref[i].logprobs);  // exact
           }
         }
+      }
+    }
+  }
+
+  TEST_CASE("bf16 where its kernel and oneDNN sum alike: dynamic = static = alone bit for bit with steps of 9-11 sequences and n_in over 1024") {
+    // Where kveval's bf16 decode kernel and oneDNN's product on the panels sum
+    // in one order (be::matmul_rows_invariant), a pass is one product and a
+    // sequence's bits do not depend on what shares the pass, even in steps of
+    // more than 8 sequences (oneDNN's brgemm). n_ff 1100: the down projection
+    // sums two chunks of 1024 rows of Wᵀ. 14 prompts over 11 rows, none
+    // stopping early: decode steps of 11 sequences, and dynamic refills that
+    // prefill a prompt while 10 rows decode.
+    using kveval::backend::Dtype;
+    if (!kveval::backend::matmul_rows_invariant(Dtype::BF16)) {
+      MESSAGE("SKIPPED: bf16 decode and oneDNN sum in different orders here (" << kveval::backend::cpu_isa_name() << ")");
+      return;
+    }
+    RandomModelSpec spec = random_model_preset("tiny");
+    spec.name = "wide_ff";
+    spec.n_embd = 128;
+    spec.n_ff = 1100;
+    const std::string path = scratch().file("wide_ff.gguf");
+    write_random_llama(path, spec, 7);
+    auto m = Model::load(path, {.threads = 2, .dtype = ComputeDtype::BF16});
+    const std::vector<int> lens = {5, 1, 23, 9, 2, 17, 3, 12, 7, 20, 4, 6, 11, 8};
+    const std::vector<int> max = {12, 3, 15, 9, 20, 6, 14, 10, 18, 5, 16, 13, 7, 11};
+    std::vector<std::vector<int32_t>> prompts;
+    for (size_t i = 0; i < lens.size(); ++i)
+      prompts.push_back(random_prompt(static_cast<size_t>(lens[i]), 300 + static_cast<uint32_t>(i), 300));
+    GenerateOptions opts;
+    opts.max_gen_toks = max;
+    opts.stop_at_eos = false;
+    const int positions = 64;
+    const auto ref = alone(*m, prompts, opts, positions);
+    for (size_t i = 0; i < ref.size(); ++i) REQUIRE(ref[i].ids.size() == static_cast<size_t>(max[i]));
+    for (Batching b : {Batching::Dynamic, Batching::Static}) {
+      const auto got = batched(*m, prompts, opts, 11, positions, b);
+      REQUIRE(got.size() == ref.size());
+      for (size_t i = 0; i < ref.size(); ++i) {
+        CAPTURE(i);
+        CHECK(got[i].ids == ref[i].ids);
+        CHECK(got[i].logprobs == ref[i].logprobs);  // exact
       }
     }
   }
