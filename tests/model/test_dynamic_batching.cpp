@@ -120,6 +120,17 @@ void check_same(const std::vector<Generation>& got, const std::vector<Generation
   }
 }
 
+/// Writes a random "tiny" Llama 128 wide with `n_ff` to the scratch folder as NAME.gguf; returns its path.
+std::string wide_model(const std::string& name, int n_ff, uint32_t seed) {
+  RandomModelSpec spec = random_model_preset("tiny");
+  spec.name = name;
+  spec.n_embd = 128;
+  spec.n_ff = n_ff;
+  const std::string path = scratch().file(name + ".gguf");
+  write_random_llama(path, spec, seed);
+  return path;
+}
+
 /// 11 prompts of 1..23 tokens with max_gen_toks spread over 0..100, index-dependent stop rules.
 struct Workload {
   std::vector<std::vector<int32_t>> prompts;
@@ -200,12 +211,7 @@ TEST_SUITE("model.dynamic_batching") {
     // 128 wide with n_ff 512 (before stop 30 the bf16 kernel split the [128 ->
     // 1024] gate/up product's k in halves and oneDNN did not; a 64-wide model
     // summed alike in both).
-    RandomModelSpec spec = random_model_preset("tiny");
-    spec.name = "wide";
-    spec.n_embd = 128;
-    spec.n_ff = 512;
-    const std::string path = scratch().file("wide.gguf");
-    write_random_llama(path, spec, 6);
+    const std::string path = wide_model("wide", 512, 6);
     for (auto [dtype, bdt] : {std::pair{ComputeDtype::F32, kveval::backend::Dtype::F32},
                               std::pair{ComputeDtype::BF16, kveval::backend::Dtype::BF16}}) {
       const std::string dt_name = kveval::backend::to_string(bdt);
@@ -244,15 +250,11 @@ TEST_SUITE("model.dynamic_batching") {
     // prefill a prompt while 10 rows decode.
     using kveval::backend::Dtype;
     if (!kveval::backend::matmul_rows_invariant(Dtype::BF16)) {
-      MESSAGE("SKIPPED: bf16 decode and oneDNN sum in different orders here (" << kveval::backend::cpu_isa_name() << ")");
+      MESSAGE("SKIPPED: bf16 decode and oneDNN sum in different orders here ("
+              << std::string(kveval::backend::cpu_isa_name()) << ")");
       return;
     }
-    RandomModelSpec spec = random_model_preset("tiny");
-    spec.name = "wide_ff";
-    spec.n_embd = 128;
-    spec.n_ff = 1100;
-    const std::string path = scratch().file("wide_ff.gguf");
-    write_random_llama(path, spec, 7);
+    const std::string path = wide_model("wide_ff", 1100, 7);
     auto m = Model::load(path, {.threads = 2, .dtype = ComputeDtype::BF16});
     const std::vector<int> lens = {5, 1, 23, 9, 2, 17, 3, 12, 7, 20, 4, 6, 11, 8};
     const std::vector<int> max = {12, 3, 15, 9, 20, 6, 14, 10, 18, 5, 16, 13, 7, 11};
