@@ -33,6 +33,10 @@
 // first version, with the split of Wᵀ's rows as two tasks each reading half of
 // every panel, lost in the model (s110m
 // tg128 bf16 1 thread 90-97 vs 100-122 tok/s) although it won alone.
+// Stop 31: x packed into bf16 pairs by a loop the compiler vectorises (it was
+// a call per element), 5-6 rows in one pass and a 1 KiB prefetch; new / old
+// time, same driver, the two processes alternating, 8 rounds: 1 row 0.90-1.07
+// (median 1.00), 6 rows 0.87-1.11 (0.95), 8 rows 0.80-0.95 (0.90).
 #include "backend/gemv.hpp"
 
 #include <immintrin.h>
@@ -46,6 +50,7 @@
 #include <fmt/format.h>
 
 #include "backend/kernel_isa.hpp"
+#include "util/bf16.hpp"
 #include "util/error.hpp"
 
 // GCC 12's AVX-512 intrinsics warn about their own undefined pass-through operand.
@@ -273,23 +278,42 @@ float col_bf16_scalar(const Weight& w, const uint32_t* xp, int64_t n) {
   return tot;
 }
 
-/// Pairs of rows per block when 5-8 rows of x share a panel (cols_bf16): 8 KiB.
+/// Pairs of rows per block when 7-8 rows of x share a panel (cols_bf16): 8 KiB.
 constexpr int64_t kPanelBlockPairs = 32;
+/// How far ahead (bytes) the two passes over a block prefetch: two blocks.
+/// Rows 0-3 prefetch the first two lines of each pair of rows, rows 4-7 the
+/// other two. Measured on the Zen 5 VM (s110m's 49 bf16 matrices, 8 rows,
+/// medians of 25, five rounds alternating), ms per pass, 1 / 2 threads: rows
+/// 0-3 prefetching all lines one block ahead and rows 4-7 none (before) 8.8-9.9
+/// / 5.0-5.4; this 7.0-8.2 / 3.9-4.3; both halves one block ahead 7.3-8.4 /
+/// 4.1-4.9; 16-pair blocks 7.5-8.6 and 8.4-9.3 (two / one ahead); rows 4-7
+/// prefetching all lines two blocks ahead 9.6-10.8; 64-pair blocks 9.7-10.4.
+constexpr int64_t kPanelBlockAhead = 2 * kPanelBlockPairs * 256;
+/// Rows of x whose chains all stay in registers over a whole panel: 6 rows x 4
+/// accumulators + 4 weight vectors + 1 broadcast = 29 of AVX-512's 32.
+constexpr int kPanelPassRows = 6;
+/// How far ahead (bytes) a whole-panel pass prefetches its stream. Measured on
+/// the Zen 5 VM, one 256 MB panel streamed on 1 thread, three rounds, GB/s of
+/// weights at 1 / 4 / 6 rows (a throwaway copy of the loop): none 28-39 /
+/// 19-36 / 17-29, 512 B 43 / 32-33 / 22, 1 KiB 43-44 / 36-38 / 34-36, 2 KiB
+/// 34-44 / 31-40 / 25-39, 4 KiB 34-37 / 27-33 / 23-27. Over s110m's matrices
+/// (many short panels) it measured neutral for one row (gemv.cpp's header).
+constexpr int64_t kPanelPrefetchBytes = 1024;
 
 /// Pairs [j0, j1) of rows of one 64-column panel of Wᵀ (Weight::bf16_panels;
-/// `panel` its first element) into the chains of MR (1-4) rows, from 0 or
+/// `panel` its first element) into the chains of MR (1-6) rows, from 0 or
 /// (`resume`) from the values at yp: row r's 64 chains stored at yp + r * NP,
 /// its packed x at xp + r * K2. Each pair of rows is 16 columns per 64-byte
 /// load, already in vdpbf16ps's pair order: one instruction per load and row of
 /// x, the chains kept in registers over the whole range. Each chain takes the
 /// same instructions in the same order whatever MR is. A pair with only row k
-/// (odd n_in) meets the panel's zero padding, and x's zero high half. With
-/// `ahead` >= 0 every line read is prefetched that many bytes ahead.
+/// (odd n_in) meets the panel's zero padding, and x's zero high half. Lines
+/// [pc0, pc1) of each 4-line pair of rows are prefetched `ahead` bytes ahead.
 template <int MR>
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) void panel_bf16_avx512(const uint16_t* panel, int64_t j0,
                                                                               int64_t j1, bool resume,
                                                                               const uint32_t* xp, int64_t K2,
-                                                                              float* yp, int64_t NP, int64_t ahead) {
+                                                                              float* yp, int64_t NP, int64_t ahead, int pc0, int pc1) {
   __m512 a[MR][4];
   for (int r = 0; r < MR; ++r)
     for (int c = 0; c < 4; ++c) a[r][c] = resume ? _mm512_loadu_ps(yp + r * NP + 16 * c) : _mm512_setzero_ps();
@@ -298,7 +322,7 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void panel_bf16_avx512(co
     const uint16_t* row = panel + j * 128;
     __m512bh wv[4];
     for (int c = 0; c < 4; ++c) {
-      if (ahead >= 0) prefetch_at(row, ahead / 2 + 32 * c);
+      if (c >= pc0 && c < pc1) prefetch_at(row, ahead / 2 + 32 * c);
       wv[c] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(row + 32 * c));
     }
 #pragma GCC unroll 8
@@ -317,9 +341,11 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void panel_bf16_avx512(co
 /// floats; the last panel's padding columns are written too), `chain` holding
 /// the current chunk's chains. With panels and kernel_has_bf16_dot, panel by
 /// panel (one thread reads its panels front to back as one stream), a whole
-/// panel per pass for up to 4 rows of x (16 accumulators); for 5-8 rows, blocks
-/// of kPanelBlockPairs pairs for rows 0-3 and then (from L1) for the others,
-/// the chains stored and reloaded between blocks; otherwise the scalar chains.
+/// panel per pass for up to kPanelPassRows (6) rows of x, prefetching
+/// kPanelPrefetchBytes ahead; for 7-8 rows, blocks of kPanelBlockPairs pairs
+/// for rows 0-3 and then (from L1) for the others, the chains stored and
+/// reloaded between blocks, each pass prefetching half of every pair of rows
+/// kPanelBlockAhead ahead; otherwise the scalar chains.
 template <int MR>
 void cols_bf16(const Weight& w, const uint32_t* xp, int64_t K2, int64_t n0, int64_t n1, float* chain, float* tot,
                int64_t NP) {
@@ -336,13 +362,16 @@ void cols_bf16(const Weight& w, const uint32_t* xp, int64_t K2, int64_t n0, int6
     for (int64_t k0 = 0; k0 < K; k0 += chunk) {
       const int64_t j0 = k0 / 2, j1 = std::min(K2, (k0 + chunk) / 2);
       float* yp = k0 == 0 ? tp : cp;  // the first chunk's chains are the total so far
-      if constexpr (MR <= 4) {
-        panel_bf16_avx512<MR>(panel, j0, j1, false, xp, K2, yp, NP, -1);
-      } else {  // rows 0-3 prefetch the next block while rows 4.. reread this one
+      if constexpr (MR <= kPanelPassRows) {
+        panel_bf16_avx512<MR>(panel, j0, j1, false, xp, K2, yp, NP, kPanelPrefetchBytes, 0, 4);
+      } else {
+        // Rows 0-3 then rows 4.. over each block; the two passes prefetch
+        // two halves of each 256-byte pair of rows two blocks ahead, so that
+        // requests go out at an even pace in both (kPanelBlockAhead).
         for (int64_t jb = j0; jb < j1; jb += kPanelBlockPairs) {
           const int64_t je = std::min(j1, jb + kPanelBlockPairs);
-          panel_bf16_avx512<4>(panel, jb, je, jb > j0, xp, K2, yp, NP, kPanelBlockPairs * 256);
-          panel_bf16_avx512<MR - 4>(panel, jb, je, jb > j0, xp + 4 * K2, K2, yp + 4 * NP, NP, -1);
+          panel_bf16_avx512<4>(panel, jb, je, jb > j0, xp, K2, yp, NP, kPanelBlockAhead, 0, 2);
+          panel_bf16_avx512<MR - 4>(panel, jb, je, jb > j0, xp + 4 * K2, K2, yp + 4 * NP, NP, kPanelBlockAhead, 2, 4);
         }
       }
       if (k0 > 0)
@@ -369,11 +398,16 @@ void cols_bf16_rows(int64_t mr, const Weight& w, const uint32_t* xp, int64_t K2,
 }
 
 /// Row r of x packed into bf16 pairs for the kernel (x_of reads them back).
+/// The whole pairs in a loop the compiler vectorises (inline conversion: a
+/// call per element cost ~0.1 ms per row of s110m's decode step), then an odd
+/// K's last element with a zero high half.
 void pack_x(const float* x, int64_t K, uint32_t* xp) {
-  for (int64_t j = 0; j < (K + 1) / 2; ++j) {
-    const uint32_t lo = f32_to_bf16(x[2 * j]), hi = 2 * j + 1 < K ? f32_to_bf16(x[2 * j + 1]) : 0u;
-    xp[j] = lo | (hi << 16);
-  }
+  const int64_t K2 = K / 2;
+#pragma omp simd
+  for (int64_t j = 0; j < K2; ++j)
+    xp[j] = static_cast<uint32_t>(util::f32_to_bf16(x[2 * j])) |
+            (static_cast<uint32_t>(util::f32_to_bf16(x[2 * j + 1])) << 16);
+  if (K % 2 != 0) xp[K2] = util::f32_to_bf16(x[K - 1]);
 }
 
 /// n_out rounded up to whole 64-column panels: the width of gemv_bf16's chain rows.

@@ -54,8 +54,8 @@ inline constexpr int64_t kGemvMaxRows = 8;
 /// computes it alone, bit for bit, whatever m is. One pass over Wᵀ serves all
 /// rows: F32 on AVX-512 (a load of 32 columns feeds 2 m fmas; other paths run
 /// gemv row by row), BF16 with AVX512-BF16 (a load of 16 columns of a pair of
-/// rows of Wᵀ feeds one vdpbf16ps per row for up to 4 rows; rows 5-8 reread
-/// each 8 KiB block of a panel from L1). `scratch`: gemv_scratch(w, m) floats (may be null
+/// rows of Wᵀ feeds one vdpbf16ps per row, up to 6 rows in one pass; of 7-8
+/// rows, rows 4-7 reread each 8 KiB block of a panel from L1). `scratch`: gemv_scratch(w, m) floats (may be null
 /// when that is 0). Throws ArgumentError for another dtype, m out of range or a
 /// missing scratch.
 void gemv_rows(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads, float* scratch);
