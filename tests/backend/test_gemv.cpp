@@ -34,7 +34,8 @@ double relative_error(float got, float start, const float* x, const float* w, in
   return std::fabs(double(got) - e) / (a + 1e-30);
 }
 
-/// gemv (m = 1) and gemv_rows (m = 3, 8) on a random [n_out, n_in] weight of
+/// gemv (m = 1) and gemv_rows (m = 3, 6, 8; bf16: 6 rows is the widest
+/// whole-panel pass, 8 the two passes per block) on a random [n_out, n_in] weight of
 /// `dt`, with and without accumulation, 1-4 threads: every row bit-identical to
 /// gemv_scalar of the row alone, and within f32 rounding of the double reference.
 void check_rows_against_twin(Dtype dt, int64_t n_out, int64_t n_in) {
@@ -43,7 +44,7 @@ void check_rows_against_twin(Dtype dt, int64_t n_out, int64_t n_in) {
   const Weight w(wv, n_out, n_in, dt);
   const auto x = randv(static_cast<size_t>(kGemvMaxRows * n_in), 17);
   const auto y0 = randv(static_cast<size_t>(kGemvMaxRows * n_out), 18);
-  for (int64_t m : {1, 3, 8}) {
+  for (int64_t m : {1, 3, 6, 8}) {
     std::vector<float> scratch(static_cast<size_t>(gemv_scratch(w, m)));
     // bf16: both halves' chains over whole 64-column panels, and x in pairs
     const int64_t want_scratch = bf16 ? m * (2 * ((n_out + 63) / 64 * 64) + n_in) : (gemv_split(n_out, n_in) > 0 ? m * n_out : 0);
@@ -66,7 +67,7 @@ void check_rows_against_twin(Dtype dt, int64_t n_out, int64_t n_in) {
             if (std::memcmp(&want, &y[i], sizeof(float)) != 0) ++differ;
             worst = std::max(worst, relative_error(want, start, xr, wv.data() + n * n_in, n_in, bf16));
           }
-        INFO(to_string(dt) << " [" << n_out << ", " << n_in << "] m=" << m << " acc=" << acc << " threads=" << threads);
+        INFO(std::string(to_string(dt)) << " [" << n_out << ", " << n_in << "] m=" << m << " acc=" << acc << " threads=" << threads);
         CHECK(differ == 0);
         CHECK(worst < double(n_in + 3) * 6e-8);  // one rounding of relative 2^-24 per fma and add
       }

@@ -51,7 +51,7 @@ TEST_SUITE("backend.invariance") {
             for (int64_t r = 0; r < m; ++r)
               if (std::memcmp(y.data() + r * s.n, alone.data() + r * s.n, sizeof(float) * static_cast<size_t>(s.n)) != 0)
                 ++bad_rows;
-            INFO(to_string(dt) << " k=" << s.k << " n=" << s.n << " threads=" << threads << " accumulate=" << acc << " M=" << m);
+            INFO(std::string(to_string(dt)) << " k=" << s.k << " n=" << s.n << " threads=" << threads << " accumulate=" << acc << " M=" << m);
             CHECK(bad_rows == 0);
           }
         }

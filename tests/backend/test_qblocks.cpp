@@ -111,7 +111,7 @@ TEST_SUITE("backend.qblocks") {
                   const auto [e, a] = mat.ref(n, x.data() + r * n_in);
                   worst = std::max(worst, std::fabs(double(s) - e) / (a + 1e-30));
                 }
-              INFO(to_string(dt) << " n_in=" << n_in << " threads=" << threads << " acc=" << acc << " m=" << m);
+              INFO(std::string(to_string(dt)) << " n_in=" << n_in << " threads=" << threads << " acc=" << acc << " m=" << m);
               CHECK(differ == 0);
               CHECK(worst < 1e-6);  // n_in / 32 + 4 roundings of relative 2^-24 each
             }
@@ -161,7 +161,7 @@ TEST_SUITE("backend.qblocks") {
   TEST_CASE("long and batch-invariant Q8_0/Q4_0 products: widened chunks match the reference, rows alone match rows in a batch") {
     // n_out 3000 > one chunk of widened rows for n_in 512 (2048 rows), so two chunks.
     for (Dtype dt : kFormats) {
-      INFO(to_string(dt));
+      INFO(std::string(to_string(dt)));
       const Blocks mat(dt, 3000, 512, 9);
       const Weight w = mat.weight();
       const int64_t M = 40;
@@ -195,7 +195,7 @@ TEST_SUITE("backend.qblocks") {
       for (int64_t j = 0; j < 3; ++j)
         for (int64_t k = 0; k < 96; ++k)
           differ += t[static_cast<size_t>(j * 100 + k)] != mat.scale(2 + j, k) * static_cast<float>(mat.quant(2 + j, k));
-      INFO(to_string(dt));
+      INFO(std::string(to_string(dt)));
       CHECK(differ == 0);
       CHECK(t[96] == -1.0f);  // the row padding is not written
     }
