@@ -398,9 +398,9 @@ void cols_bf16_rows(int64_t mr, const Weight& w, const uint32_t* xp, int64_t K2,
 }
 
 /// Row r of x packed into bf16 pairs for the kernel (x_of reads them back).
-/// The whole pairs in a loop the compiler vectorises (inline conversion: a
-/// call per element cost ~0.1 ms per row of s110m's decode step), then an odd
-/// K's last element with a zero high half.
+/// The whole pairs in a loop the compiler vectorises (until stop 31 a call per
+/// element: 4 rows of a 256 x 768 product in L2 took 11.3-13.7 us, now 7.8),
+/// then an odd K's last element with a zero high half.
 void pack_x(const float* x, int64_t K, uint32_t* xp) {
   const int64_t K2 = K / 2;
 #pragma omp simd
