@@ -12,6 +12,8 @@
 #include "backend/engine_impl.hpp"
 #include "backend/kernel_isa.hpp"
 #include "backend/simd_exp.hpp"
+#include "util/bf16.hpp"
+#include "util/error.hpp"
 
 // GCC 12's AVX-512 intrinsics warn about their own undefined pass-through operand.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -57,11 +59,22 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 sum_lanes16(cons
   return _mm512_permutexvar_ps(order, r);
 }
 
+/// 16 K or V elements as floats: f32 as they are, bf16 bits widened exactly
+/// (shifted into the upper half of each 32-bit lane).
+__attribute__((target("avx512f"), always_inline)) inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+__attribute__((target("avx512f"), always_inline)) inline __m512 load16(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+/// One K or V element as a float (scalar paths).
+inline float widen(float x) { return x; }
+inline float widen(uint16_t h) { return util::bf16_to_f32(h); }
+
 /// Scaled scores of one query head against 16 positions from p0 (the first
 /// `m` of them real, the others 0): lane j = scale * q · k[p0 + j], each dot
 /// as NV 16-float products added in order, then sum_lanes16.
-template <int NV, bool Full>
-__attribute__((target("avx512f"), always_inline)) inline __m512 scores16(const __m512* qr, const float* k,
+template <int NV, bool Full, class T>
+__attribute__((target("avx512f"), always_inline)) inline __m512 scores16(const __m512* qr, const T* k,
                                                                         int64_t pos_stride, int64_t p0, int64_t m,
                                                                         __m512 scale) {
   __m512 acc[16];
@@ -71,10 +84,10 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 scores16(const _
       acc[j] = _mm512_setzero_ps();
       continue;
     }
-    const float* kp = k + (p0 + j) * pos_stride;
-    acc[j] = _mm512_mul_ps(qr[0], _mm512_loadu_ps(kp));
+    const T* kp = k + (p0 + j) * pos_stride;
+    acc[j] = _mm512_mul_ps(qr[0], load16(kp));
 #pragma GCC unroll 8
-    for (int c = 1; c < NV; ++c) acc[j] = _mm512_fmadd_ps(qr[c], _mm512_loadu_ps(kp + 16 * c), acc[j]);
+    for (int c = 1; c < NV; ++c) acc[j] = _mm512_fmadd_ps(qr[c], load16(kp + 16 * c), acc[j]);
   }
   return _mm512_mul_ps(sum_lanes16(acc), scale);
 }
@@ -86,12 +99,14 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 scores16(const _
 /// subtraction (1 / sum in inv[G]), then out = (sum_p e_p v_p) / sum_p e_p over
 /// blocks of kVBlock positions (V read once; the G heads' running sums wait in
 /// acc [G, 2, head_dim]). Each head's bits depend only on its own q, K, V and
-/// len, not on G.
-template <int NV>
-__attribute__((target("avx512f"))) void heads_avx512(const float* q, int64_t G, const float* k, const float* v,
+/// len, not on G. T: float, or uint16_t for bf16 K and V (widened as read).
+template <int NV, class T>
+__attribute__((target("avx512f"))) void heads_avx512(const float* q, int64_t G, const void* k_, const void* v_,
                                                     int64_t pos_stride, int64_t len, float scale, float* sc,
                                                     int64_t sc_stride, float* inv, float* acc, float* out) {
   constexpr int64_t HD = 16 * NV;
+  const T* k = static_cast<const T*>(k_);
+  const T* v = static_cast<const T*>(v_);
   constexpr int64_t kVBlock = 32;  // even: the two accumulator sets see the same position pairs as one pass would
   const __m512 sv = _mm512_set1_ps(scale);
   int64_t p0 = 0;
@@ -99,7 +114,7 @@ __attribute__((target("avx512f"))) void heads_avx512(const float* q, int64_t G, 
     for (int64_t g = 0; g < G; ++g) {
       __m512 qr[NV];
       for (int c = 0; c < NV; ++c) qr[c] = _mm512_loadu_ps(q + g * HD + 16 * c);
-      _mm512_storeu_ps(sc + g * sc_stride + p0, scores16<NV, true>(qr, k, pos_stride, p0, 16, sv));
+      _mm512_storeu_ps(sc + g * sc_stride + p0, scores16<NV, true, T>(qr, k, pos_stride, p0, 16, sv));
     }
   if (p0 < len) {
     const int64_t m = len - p0;
@@ -107,7 +122,7 @@ __attribute__((target("avx512f"))) void heads_avx512(const float* q, int64_t G, 
     for (int64_t g = 0; g < G; ++g) {
       __m512 qr[NV];
       for (int c = 0; c < NV; ++c) qr[c] = _mm512_loadu_ps(q + g * HD + 16 * c);
-      _mm512_mask_storeu_ps(sc + g * sc_stride + p0, mask, scores16<NV, false>(qr, k, pos_stride, p0, m, sv));
+      _mm512_mask_storeu_ps(sc + g * sc_stride + p0, mask, scores16<NV, false, T>(qr, k, pos_stride, p0, m, sv));
     }
   }
   for (int64_t g = 0; g < G; ++g) {
@@ -132,17 +147,17 @@ __attribute__((target("avx512f"))) void heads_avx512(const float* q, int64_t G, 
       int64_t p = pb;
       for (; p + 2 <= pe; p += 2) {
         const __m512 a0 = _mm512_set1_ps(sp[p]), a1 = _mm512_set1_ps(sp[p + 1]);
-        const float* v0 = v + p * pos_stride;
-        const float* v1 = v0 + pos_stride;
+        const T* v0 = v + p * pos_stride;
+        const T* v1 = v0 + pos_stride;
 #pragma GCC unroll 8
         for (int c = 0; c < NV; ++c) {
-          o0[c] = _mm512_fmadd_ps(a0, _mm512_loadu_ps(v0 + 16 * c), o0[c]);
-          o1[c] = _mm512_fmadd_ps(a1, _mm512_loadu_ps(v1 + 16 * c), o1[c]);
+          o0[c] = _mm512_fmadd_ps(a0, load16(v0 + 16 * c), o0[c]);
+          o1[c] = _mm512_fmadd_ps(a1, load16(v1 + 16 * c), o1[c]);
         }
       }
       if (p < pe) {  // the last position when len is odd
         const __m512 a0 = _mm512_set1_ps(sp[p]);
-        for (int c = 0; c < NV; ++c) o0[c] = _mm512_fmadd_ps(a0, _mm512_loadu_ps(v + p * pos_stride + 16 * c), o0[c]);
+        for (int c = 0; c < NV; ++c) o0[c] = _mm512_fmadd_ps(a0, load16(v + p * pos_stride + 16 * c), o0[c]);
       }
       for (int c = 0; c < NV; ++c) {
         _mm512_storeu_ps(ag + 16 * c, o0[c]);
@@ -159,24 +174,104 @@ __attribute__((target("avx512f"))) void heads_avx512(const float* q, int64_t G, 
   }
 }
 
-using HeadKernel = void (*)(const float*, int64_t, const float*, const float*, int64_t, int64_t, float, float*, int64_t,
+using HeadKernel = void (*)(const float*, int64_t, const void*, const void*, int64_t, int64_t, float, float*, int64_t,
                             float*, float*, float*);
 
-/// heads_avx512 for this head_dim, or nullptr (head_dim not 16-128 in steps of
-/// 16, or no AVX-512): the caller then takes the position-major loop.
-HeadKernel head_kernel(int64_t head_dim) {
-  if (kernel_isa() != KernelIsa::Avx512 || head_dim % 16 != 0) return nullptr;
+template <class T>
+HeadKernel head_kernel_t(int64_t head_dim) {
   switch (head_dim / 16) {
-    case 1: return heads_avx512<1>;
-    case 2: return heads_avx512<2>;
-    case 3: return heads_avx512<3>;
-    case 4: return heads_avx512<4>;
-    case 5: return heads_avx512<5>;
-    case 6: return heads_avx512<6>;
-    case 7: return heads_avx512<7>;
-    case 8: return heads_avx512<8>;
+    case 1: return heads_avx512<1, T>;
+    case 2: return heads_avx512<2, T>;
+    case 3: return heads_avx512<3, T>;
+    case 4: return heads_avx512<4, T>;
+    case 5: return heads_avx512<5, T>;
+    case 6: return heads_avx512<6, T>;
+    case 7: return heads_avx512<7, T>;
+    case 8: return heads_avx512<8, T>;
     default: return nullptr;
   }
+}
+
+/// heads_avx512 for this head_dim and K/V dtype, or nullptr (head_dim not
+/// 16-128 in steps of 16, or no AVX-512): the caller then takes the
+/// position-major loop.
+HeadKernel head_kernel(int64_t head_dim, Dtype kv = Dtype::F32) {
+  if (kernel_isa() != KernelIsa::Avx512 || head_dim % 16 != 0) return nullptr;
+  return kv == Dtype::BF16 ? head_kernel_t<uint16_t>(head_dim) : head_kernel_t<float>(head_dim);
+}
+
+void check_kv_dtype(const KvView& kv) {
+  if (kv.dtype != Dtype::F32 && kv.dtype != Dtype::BF16)
+    throw ArgumentError(fmt::format("attention: K/V dtype {} (f32 or bf16 only)", to_string(kv.dtype)));
+}
+
+/// The position-major loop for one item (query qi at position len - 1, query
+/// heads [h0, h0 + nh) = kv heads [hk0, hk1)): scores into sc [nh, sc_stride]
+/// (max in mx, 1 / sum in inv), then out [nh, head_dim] = softmax-weighted sum
+/// of V rows. kv head hk's rows start at kv.k/kv.v + (hk - hk_base) * head_stride
+/// (f32; hk_base = hk0 for a view of just these heads).
+void loop_item(const float* qi, const KvView& kv, int64_t hk_base, int64_t hk0, int64_t hk1, int64_t group,
+               int64_t head_dim, int64_t len, float scale, float* sc, int64_t sc_stride, float* mx, float* inv, float* oi) {
+  const float* K = static_cast<const float*>(kv.k);
+  const float* V = static_cast<const float*>(kv.v);
+  const int64_t h0 = hk0 * group, nh = (hk1 - hk0) * group;
+  for (int64_t hl = 0; hl < nh; ++hl) mx[hl] = -INFINITY;
+  // Rows of kv heads [hk0, hk1) at position p of K or V, one cache line at a time.
+  const int64_t head_bytes = head_dim * static_cast<int64_t>(sizeof(float));
+  auto prefetch_rows = [&](const float* base, int64_t p) {
+    const bool side_by_side = kv.head_stride == head_dim;  // one span for all heads
+    for (int64_t hk = hk0; hk < (side_by_side ? hk0 + 1 : hk1); ++hk) {
+      const char* row = reinterpret_cast<const char*>(base + (hk - hk_base) * kv.head_stride + p * kv.pos_stride);
+      const int64_t bytes = side_by_side ? (hk1 - hk0) * head_bytes : head_bytes;
+      for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b);
+    }
+  };
+  for (int64_t p = 0; p < len; ++p) {
+    if (p + kAhead < len) prefetch_rows(K, p + kAhead);
+    for (int64_t hl = 0; hl < nh; ++hl) {
+      const int64_t h = h0 + hl;
+      const float* qv = qi + h * head_dim;
+      const float* kp = K + (h / group - hk_base) * kv.head_stride + p * kv.pos_stride;
+      float d_qk = 0.0f;
+#pragma omp simd reduction(+ : d_qk)
+      for (int64_t d = 0; d < head_dim; ++d) d_qk += qv[d] * kp[d];
+      d_qk *= scale;
+      sc[hl * sc_stride + p] = d_qk;
+      mx[hl] = std::max(mx[hl], d_qk);
+    }
+  }
+  for (int64_t hl = 0; hl < nh; ++hl) inv[hl] = 1.0f / exp_shifted_sum(sc + hl * sc_stride, len, mx[hl]);
+  std::fill(oi, oi + nh * head_dim, 0.0f);
+  for (int64_t p = 0; p < len; ++p) {
+    if (p + kAhead < len) prefetch_rows(V, p + kAhead);
+    for (int64_t hl = 0; hl < nh; ++hl) {
+      const float a = sc[hl * sc_stride + p] * inv[hl];
+      const float* vp = V + ((h0 + hl) / group - hk_base) * kv.head_stride + p * kv.pos_stride;
+      float* o = oi + hl * head_dim;
+#pragma omp simd
+      for (int64_t d = 0; d < head_dim; ++d) o[d] += a * vp[d];
+    }
+  }
+}
+
+/// kv heads [hk0, hk1), positions [0, len) of a BF16 view widened into
+/// w [2][hk1 - hk0][len][head_dim] (K, then V): the f32 view loop_item reads
+/// with hk_base = hk0, so bf16 K/V give the f32 loop's bits exactly.
+KvView widen_heads(const KvView& kv, int64_t hk0, int64_t hk1, int64_t head_dim, int64_t len, std::vector<float>& w) {
+  const int64_t nk = hk1 - hk0, n = nk * len * head_dim;
+  if (w.size() < static_cast<size_t>(2 * n)) w.resize(static_cast<size_t>(2 * n));
+  for (int which = 0; which < 2; ++which) {
+    const uint16_t* src = static_cast<const uint16_t*>(which == 0 ? kv.k : kv.v);
+    float* dst = w.data() + which * n;
+    for (int64_t hk = hk0; hk < hk1; ++hk)
+      for (int64_t p = 0; p < len; ++p) {
+        const uint16_t* row = src + hk * kv.head_stride + p * kv.pos_stride;
+        float* out = dst + ((hk - hk0) * len + p) * head_dim;
+#pragma omp simd
+        for (int64_t d = 0; d < head_dim; ++d) out[d] = widen(row[d]);
+      }
+  }
+  return KvView{w.data(), w.data() + n, head_dim, len * head_dim};
 }
 }  // namespace
 
@@ -225,6 +320,7 @@ void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_hea
   // -> 3.1-3.2 ms (2). Items [first[s], first[s + 1]) belong to sequence s.
   int64_t queries = 0, max_ctx = 0, cost = 0;
   for (const AttentionSeq& s : seqs) {
+    check_kv_dtype(s.kv);
     queries += s.n_q;
     max_ctx = std::max(max_ctx, s.past + s.n_q);
     cost += s.n_q * n_head * (s.past + s.n_q) * head_dim;
@@ -241,12 +337,13 @@ void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_hea
   const int64_t* firsts = first.data();
   const int64_t n_seqs = static_cast<int64_t>(seqs.size());
   const int64_t heads_per_chunk = per_chunk * group;
-  const HeadKernel fast = head_kernel(head_dim);
+  const HeadKernel fast_f32 = head_kernel(head_dim, Dtype::F32), fast_bf16 = head_kernel(head_dim, Dtype::BF16);
+  const bool fast = fast_f32 != nullptr;
 #pragma omp parallel num_threads(threads)
   {
     // Per-thread scores [heads_per_chunk][max_ctx] and per-head max and 1/sum,
     // grown once: no allocation per call in the decode loop.
-    thread_local std::vector<float> scores, mx, inv, vacc;
+    thread_local std::vector<float> scores, mx, inv, vacc, widened;  // widened: bf16 K/V for the loop, grown once
     const auto need = static_cast<size_t>(heads_per_chunk * max_ctx);
     if (scores.size() < need) scores.resize(need);
     if (fast && vacc.size() < static_cast<size_t>(group * 2 * head_dim)) vacc.resize(static_cast<size_t>(group * 2 * head_dim));
@@ -263,59 +360,28 @@ void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_hea
       const KvView& kv = sq.kv;
       const int64_t i = (w - firsts[s]) / n_chunks, c = (w - firsts[s]) % n_chunks;
       const int64_t hk0 = c * per_chunk, hk1 = std::min(n_head_kv, hk0 + per_chunk);
-      const int64_t h0 = hk0 * group, nh = (hk1 - hk0) * group;
+      const int64_t h0 = hk0 * group;
       const float* qi = sq.q + i * q_stride;
       const int64_t len = sq.past + i + 1;  // causal: positions [0, past + i]
       float* sc = scores.data();
+      const bool bf16 = kv.dtype == Dtype::BF16;
+      const int64_t esize = bf16 ? 2 : 4;
       if (fast) {  // kv head by kv head, each K and V row read once
+        const HeadKernel hkern = bf16 ? fast_bf16 : fast_f32;
         for (int64_t hk = hk0; hk < hk1; ++hk) {
-          const int64_t off = hk * kv.head_stride;
-          fast(qi + hk * group * head_dim, group, kv.k + off, kv.v + off, kv.pos_stride, len, scale, sc, max_ctx,
-               inv.data(), vacc.data(), sq.out + (i * n_head + hk * group) * head_dim);
+          const int64_t off = hk * kv.head_stride * esize;  // bytes
+          hkern(qi + hk * group * head_dim, group, static_cast<const char*>(kv.k) + off,
+                static_cast<const char*>(kv.v) + off, kv.pos_stride, len, scale, sc, max_ctx, inv.data(), vacc.data(),
+                sq.out + (i * n_head + hk * group) * head_dim);
         }
         continue;
       }
-      for (int64_t hl = 0; hl < nh; ++hl) mx[static_cast<size_t>(hl)] = -INFINITY;
-      // Rows of kv heads [hk0, hk1) at position p of K or V, one cache line at a time.
-      const int64_t head_bytes = head_dim * static_cast<int64_t>(sizeof(float));
-      auto prefetch_rows = [&](const float* base, int64_t p) {
-        const bool side_by_side = kv.head_stride == head_dim;  // one span for all heads
-        for (int64_t hk = hk0; hk < (side_by_side ? hk0 + 1 : hk1); ++hk) {
-          const char* row = reinterpret_cast<const char*>(base + hk * kv.head_stride + p * kv.pos_stride);
-          const int64_t bytes = side_by_side ? (hk1 - hk0) * head_bytes : head_bytes;
-          for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b);
-        }
-      };
-      for (int64_t p = 0; p < len; ++p) {
-        if (p + kAhead < len) prefetch_rows(kv.k, p + kAhead);
-        for (int64_t hl = 0; hl < nh; ++hl) {
-          const int64_t h = h0 + hl;
-          const float* qv = qi + h * head_dim;
-          const float* kp = kv.k + (h / group) * kv.head_stride + p * kv.pos_stride;
-          float d_qk = 0.0f;
-#pragma omp simd reduction(+ : d_qk)
-          for (int64_t d = 0; d < head_dim; ++d) d_qk += qv[d] * kp[d];
-          d_qk *= scale;
-          sc[hl * max_ctx + p] = d_qk;
-          mx[static_cast<size_t>(hl)] = std::max(mx[static_cast<size_t>(hl)], d_qk);
-        }
-      }
-      for (int64_t hl = 0; hl < nh; ++hl) {
-        float* sp = sc + hl * max_ctx;
-        inv[static_cast<size_t>(hl)] = 1.0f / exp_shifted_sum(sp, len, mx[static_cast<size_t>(hl)]);
-      }
       float* oi = sq.out + (i * n_head + h0) * head_dim;
-      std::fill(oi, oi + nh * head_dim, 0.0f);
-      for (int64_t p = 0; p < len; ++p) {
-        if (p + kAhead < len) prefetch_rows(kv.v, p + kAhead);
-        for (int64_t hl = 0; hl < nh; ++hl) {
-          const float a = sc[hl * max_ctx + p] * inv[static_cast<size_t>(hl)];
-          const float* vp = kv.v + ((h0 + hl) / group) * kv.head_stride + p * kv.pos_stride;
-          float* o = oi + hl * head_dim;
-#pragma omp simd
-          for (int64_t d = 0; d < head_dim; ++d) o[d] += a * vp[d];
-        }
-      }
+      if (bf16)  // widened first: the f32 loop's arithmetic on the exact f32 values
+        loop_item(qi, widen_heads(kv, hk0, hk1, head_dim, len, widened), hk0, hk0, hk1, group, head_dim, len, scale, sc,
+                  max_ctx, mx.data(), inv.data(), oi);
+      else
+        loop_item(qi, kv, 0, hk0, hk1, group, head_dim, len, scale, sc, max_ctx, mx.data(), inv.data(), oi);
     }
   }
 }
@@ -323,6 +389,7 @@ void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_hea
 void attention(Engine& engine, const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past,
                int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t q_stride, Buffer& scratch) {
   if (q_stride == 0) q_stride = n_head * head_dim;
+  check_kv_dtype(kv);
   if (attention_uses_loop(n_q, past, head_dim)) {  // short blocks or narrow heads: call overhead would dominate
     attention(q, kv, out, n_q, past, n_head, n_head_kv, head_dim, q_stride);
     return;
@@ -340,8 +407,28 @@ void attention(Engine& engine, const float* q, const KvView& kv, float* out, int
   omp_set_num_threads(im.threads);
   const int64_t G = n_head / n_head_kv, n_ctx = past + n_q, HD = head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
-  scratch.reserve(static_cast<size_t>(G * n_q * n_ctx));
+  const bool bf16 = kv.dtype == Dtype::BF16;
+  // Scores, then (bf16 K/V) one kv head's K and V widened to f32 [n_ctx, HD].
+  scratch.reserve(static_cast<size_t>(G * n_q * n_ctx + (bf16 ? 2 * n_ctx * HD : 0)));
   float* S = scratch.data();
+  float* kw = S + G * n_q * n_ctx;
+  float* vw = kw + n_ctx * HD;
+  // kv head hk's K (which 0) or V (1) as f32 rows pos_stride apart: in place
+  // for f32, widened into kw / vw for bf16.
+  auto head_rows = [&](int which, int64_t hk, int64_t& stride) -> float* {
+    const void* base = which == 0 ? kv.k : kv.v;
+    if (!bf16) {
+      stride = kv.pos_stride;
+      return const_cast<float*>(static_cast<const float*>(base) + hk * kv.head_stride);
+    }
+    const uint16_t* src = static_cast<const uint16_t*>(base) + hk * kv.head_stride;
+    float* dst = which == 0 ? kw : vw;
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < n_ctx; ++p)
+      for (int64_t d = 0; d < HD; ++d) dst[p * HD + d] = util::bf16_to_f32(src[p * kv.pos_stride + d]);
+    stride = HD;
+    return dst;
+  };
   using dt = dnnl::memory::data_type;
   auto& qk = im.get_attn(0, G);
   auto& sv = im.get_attn(1, G);
@@ -350,8 +437,9 @@ void attention(Engine& engine, const float* q, const KvView& kv, float* out, int
     for (int64_t hk = 0; hk < n_head_kv; ++hk) {
       // S[g, i, p] = q[i, hk*G + g, :] · k[p, hk, :]
       dnnl::memory qm({{G, n_q, HD}, dt::f32, {HD, q_stride, 1}}, im.eng, const_cast<float*>(q + hk * G * HD));
-      dnnl::memory km({{1, HD, n_ctx}, dt::f32, {HD * n_ctx, 1, kv.pos_stride}}, im.eng,
-                      const_cast<float*>(kv.k + hk * kv.head_stride));
+      int64_t ks = 0;
+      float* kh = head_rows(0, hk, ks);
+      dnnl::memory km({{1, HD, n_ctx}, dt::f32, {HD * n_ctx, 1, ks}}, im.eng, kh);
       dnnl::memory sm({{G, n_q, n_ctx}, dt::f32, {n_q * n_ctx, n_ctx, 1}}, im.eng, S);
       dnnl::memory sp1(qk.scratch_md, im.eng, im.scratch.data());
       qk.prim.execute(im.strm, {{DNNL_ARG_SRC, qm}, {DNNL_ARG_WEIGHTS, km}, {DNNL_ARG_DST, sm}, {DNNL_ARG_SCRATCHPAD, sp1}});
@@ -375,8 +463,9 @@ void attention(Engine& engine, const float* q, const KvView& kv, float* out, int
         for (int64_t p = len; p < n_ctx; ++p) row[p] = 0.0f;
       }
       // out[i, hk*G + g, :] = sum_p S[g, i, p] v[p, hk, :]
-      dnnl::memory vm({{1, n_ctx, HD}, dt::f32, {n_ctx * HD, kv.pos_stride, 1}}, im.eng,
-                      const_cast<float*>(kv.v + hk * kv.head_stride));
+      int64_t vs = 0;
+      float* vh = head_rows(1, hk, vs);
+      dnnl::memory vm({{1, n_ctx, HD}, dt::f32, {n_ctx * HD, vs, 1}}, im.eng, vh);
       dnnl::memory om({{G, n_q, HD}, dt::f32, {HD, out_stride, 1}}, im.eng, out + hk * G * HD);
       dnnl::memory sp2(sv.scratch_md, im.eng, im.scratch.data());
       sv.prim.execute(im.strm, {{DNNL_ARG_SRC, sm}, {DNNL_ARG_WEIGHTS, vm}, {DNNL_ARG_DST, om}, {DNNL_ARG_SCRATCHPAD, sp2}});

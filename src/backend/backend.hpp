@@ -328,12 +328,16 @@ void rmsnorm_heads(float* x, const float* weight, int64_t n_tokens, int64_t n_he
 void swiglu_fused(const float* gate_up, float* out, int64_t rows, int64_t n);
 
 /// Keys/values of one sequence for attention: element (position p, kv head h, d)
-/// is at base[p * pos_stride + h * head_stride + d].
+/// is at base[p * pos_stride + h * head_stride + d] (strides in elements).
+/// `dtype` is the elements' type: F32 (float) or BF16 (uint16_t bfloat16 bits,
+/// widened exactly to float as they are read, so attention over BF16 values is
+/// bit-identical to attention over their F32 widening).
 struct KvView {
-  const float* k = nullptr;
-  const float* v = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
   int64_t pos_stride = 0;
   int64_t head_stride = 0;
+  Dtype dtype = Dtype::F32;
 };
 
 /// Causal grouped-query attention for one sequence.
@@ -376,7 +380,9 @@ void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_hea
 /// dims and strides, created once. Blocks for which attention_uses_loop holds
 /// (short blocks such as decode steps, narrow heads, up to 64 queries without a
 /// cached prefix on AVX-512) use the loop version. `scratch` holds the scores
-/// [group, n_q, past + n_q].
+/// [group, n_q, past + n_q] and, for a BF16 `kv`, one kv head's K and V
+/// widened to f32 ([past + n_q, head_dim] each). Throws ArgumentError for a
+/// `kv.dtype` other than F32 or BF16.
 void attention(Engine& eng, const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past,
                int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t q_stride, Buffer& scratch);
 
