@@ -12,6 +12,7 @@
 
 #include "backend/backend.hpp"
 #include "model/model_impl.hpp"
+#include "util/bf16.hpp"
 #include "util/error.hpp"
 
 namespace kveval {
@@ -51,7 +52,15 @@ const std::string& Model::dtype_note() const { return impl_->dtype_note; }
 // ---- KV cache ---------------------------------------------------------------
 
 size_t Model::cache_bytes_for(int batch_size, int max_seq_len) const {
-  return 2 * impl_->cache_elems(batch_size, max_seq_len) * sizeof(float);
+  return 2 * impl_->cache_elems(batch_size, max_seq_len) * impl_->kv_elem_bytes();
+}
+
+KvCacheDtype Model::kv_cache_dtype() const { return impl_->kv_dtype; }
+
+void Model::set_kv_cache_dtype(KvCacheDtype d) {
+  if (caches_are_setup())
+    throw CacheError(fmt::format("set_kv_cache_dtype {}: KV caches are set up; delete_caches first", to_string(d)));
+  impl_->kv_dtype = resolve_kv_cache_dtype(d, impl_->dtype);
 }
 
 void Model::setup_caches(int batch_size, int max_seq_len) {
@@ -63,7 +72,7 @@ void Model::setup_caches(int batch_size, int max_seq_len) {
                                     im.hp.n_ctx_train));
   if (!(im.k_cache && im.cache_batch == batch_size && im.cache_cap == max_seq_len)) {
     delete_caches();
-    const size_t n = im.cache_elems(batch_size, max_seq_len);
+    const size_t n = (im.cache_elems(batch_size, max_seq_len) * im.kv_elem_bytes() + sizeof(float) - 1) / sizeof(float);
     // No zero-fill: positions >= n_past are never read, so untouched pages stay
     // unmapped (4 KiB pages: PageBuffer refuses transparent huge pages).
     try {
@@ -118,7 +127,11 @@ int Model::n_past(int row) const {
 int Model::capacity() const { return impl_->cache_cap; }
 int Model::cache_batch_size() const { return impl_->cache_batch; }
 size_t Model::bytes() const { return caches_are_setup() ? cache_bytes_for(impl_->cache_batch, impl_->cache_cap) : 0; }
-const float* Model::cache_data(int which) const { return which == 0 ? impl_->k_cache.get() : impl_->v_cache.get(); }
+const float* Model::cache_data(int which) const {
+  if (impl_->kv_dtype != KvCacheDtype::F32 && caches_are_setup())
+    throw CacheError(fmt::format("cache_data: the KV cache holds {}, not f32", to_string(impl_->kv_dtype)));
+  return which == 0 ? impl_->k_cache.get() : impl_->v_cache.get();
+}
 
 // ---- forward ----------------------------------------------------------------
 
@@ -251,16 +264,25 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
       if (cached) {
         past = im.n_past[static_cast<size_t>(r)];
         // Append K, V of the new tokens at positions [past, past + n).
+        const bool bf16 = im.kv_dtype == KvCacheDtype::BF16;
         for (int h = 0; h < hp.n_head_kv; ++h) {
-          float* kc = im.k_cache.get() + im.cache_off(l, r, h);
-          float* vc = im.v_cache.get() + im.cache_off(l, r, h);
+          char* kc = im.kv_at(0, im.cache_off(l, r, h));
+          char* vc = im.kv_at(1, im.cache_off(l, r, h));
           for (int i = 0; i < n; ++i) {
-            std::memcpy(kc + (past + i) * HD, k + (t0 + i) * QS + h * HD, sizeof(float) * HD);
-            std::memcpy(vc + (past + i) * HD, v + (t0 + i) * QS + h * HD, sizeof(float) * HD);
+            const float* ks = k + (t0 + i) * QS + h * HD;
+            const float* vs = v + (t0 + i) * QS + h * HD;
+            const size_t at = static_cast<size_t>(past + i) * HD;
+            if (bf16) {
+              util::f32_to_bf16_n(ks, reinterpret_cast<uint16_t*>(kc) + at, static_cast<size_t>(HD));
+              util::f32_to_bf16_n(vs, reinterpret_cast<uint16_t*>(vc) + at, static_cast<size_t>(HD));
+            } else {
+              std::memcpy(reinterpret_cast<float*>(kc) + at, ks, sizeof(float) * HD);
+              std::memcpy(reinterpret_cast<float*>(vc) + at, vs, sizeof(float) * HD);
+            }
           }
         }
-        view = {im.k_cache.get() + im.cache_off(l, r, 0), im.v_cache.get() + im.cache_off(l, r, 0), HD,
-                static_cast<int64_t>(im.cache_cap) * HD};
+        view = {im.kv_at(0, im.cache_off(l, r, 0)), im.kv_at(1, im.cache_off(l, r, 0)), HD,
+                static_cast<int64_t>(im.cache_cap) * HD, bf16 ? be::Dtype::BF16 : be::Dtype::F32};
       } else {
         view = {k + t0 * QS, v + t0 * QS, QS, HD};
       }

@@ -75,6 +75,19 @@ ComputeDtype parse_compute_dtype(const std::string& s, const std::string& what =
 /// (a Q4_0 file loads as bf16 or f32 unless q4_0 is asked for).
 ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32, bool file_q8_0 = false);
 
+/// Element type of the KV cache. F32: K and V as the forward pass computed
+/// them (cached decoding matches cache-free passes to f32 rounding). BF16:
+/// bfloat16 (round to nearest even, util/bf16.hpp), half the bytes; attention
+/// widens each element exactly as it reads it. Auto: BF16 when the compute
+/// dtype is BF16 (vLLM's `--kv-cache-dtype auto`: the model's dtype), else F32.
+enum class KvCacheDtype { Auto, F32, BF16 };
+/// "auto" / "f32" / "bf16".
+const char* to_string(KvCacheDtype d);
+/// Parses "auto", "f32" or "bf16"; throws ArgumentError naming `what` otherwise.
+KvCacheDtype parse_kv_cache_dtype(const std::string& s, const std::string& what = "--kv-cache-dtype");
+/// Auto -> BF16 for a BF16 compute dtype, else F32; F32 and BF16 are kept.
+KvCacheDtype resolve_kv_cache_dtype(KvCacheDtype requested, ComputeDtype compute);
+
 /// Bytes the weights of `f` will take once loaded as `dtype` (dtype_size
 /// bytes per element of every tensor, whatever its type in the file, plus the
 /// transposed copy of token_embd when the output is tied). Model::load checks
@@ -99,6 +112,9 @@ struct ModelOptions {
   /// matrices are converted to it at load (dequantize_rows' target DType:
   /// F32 or BF16); token embeddings and norm weights stay F32.
   ComputeDtype dtype = ComputeDtype::F32;
+  /// KV-cache element type (Auto resolved at load by resolve_kv_cache_dtype
+  /// against the resolved compute dtype); Model::set_kv_cache_dtype changes it later.
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::Auto;
   /// Refuse weights holding NaN or Inf (FormatError naming the tensor and the
   /// first bad element); checked while converting, in the same pass.
   bool check_finite = true;
@@ -176,8 +192,15 @@ class Model {
   size_t activation_bytes_for(int rows, int seq, bool all_logits, int64_t tokens = -1) const;
 
   // ---- KV cache -----------------------------------------------------------
-  // K and V are each [n_layer][batch][n_kv_head][max_seq][head_dim] float32.
-  // Positions are half-open: row r holds [0, n_past(r)).
+  // K and V are each [n_layer][batch][n_kv_head][max_seq][head_dim] of
+  // kv_cache_dtype() (float32 or bfloat16). Positions are half-open: row r
+  // holds [0, n_past(r)).
+
+  /// Element type of the caches (F32 or BF16, never Auto).
+  KvCacheDtype kv_cache_dtype() const;
+  /// Sets the element type of caches set up from now on (Auto: resolved against
+  /// the compute dtype). Throws CacheError while caches are set up (delete them first).
+  void set_kv_cache_dtype(KvCacheDtype d);
 
   /// Allocates caches for `batch_size` rows of `max_seq_len` positions and
   /// enables them; every row starts at position 0. No zero-fill: pages are
@@ -208,7 +231,8 @@ class Model {
   size_t bytes() const;
   /// Bytes a cache of this shape would take.
   size_t cache_bytes_for(int batch_size, int max_seq_len) const;
-  /// Raw cache memory for tests: K (which=0) or V (which=1), nullptr if not set up.
+  /// Raw cache memory for tests: K (which=0) or V (which=1), nullptr if not
+  /// set up. F32 caches only: throws CacheError for a BF16 cache.
   const float* cache_data(int which) const;
 
   // ---- forward ------------------------------------------------------------

@@ -64,8 +64,14 @@ struct Model::Impl {
   std::string dtype_note;                   ///< how it was chosen (Model::dtype_note)
   std::string sha256;  // of the file bytes loaded ("" when not requested)
 
-  // ---- KV cache: K and V [n_layer][batch][n_kv_head][cap][head_dim] ----
+  // ---- KV cache: K and V [n_layer][batch][n_kv_head][cap][head_dim] of kv_dtype ----
   backend::PageBuffer k_cache, v_cache;  // pages become resident when written (no huge pages)
+  KvCacheDtype kv_dtype = KvCacheDtype::F32;  ///< F32 or BF16, never Auto
+  size_t kv_elem_bytes() const { return kv_dtype == KvCacheDtype::BF16 ? 2 : 4; }
+  /// Element `off` (cache_off units) of the K (which 0) or V cache.
+  char* kv_at(int which, size_t off) const {
+    return reinterpret_cast<char*>((which == 0 ? k_cache : v_cache).get()) + off * kv_elem_bytes();
+  }
   int cache_batch = 0, cache_cap = 0;
   bool cache_enabled = false;
   std::vector<int> n_past;

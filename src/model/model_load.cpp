@@ -185,6 +185,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   im.dtype_note = fmt::format("{} -> {} (file {}, oneDNN ISA {}{})", to_string(opts.dtype), to_string(im.dtype),
                               file_f32 ? "F32" : (file_q8_0 ? "Q8_0" : (file_q4_0 ? "Q4_0" : "not F32")),
                               be::cpu_isa_name(), cpu_bf16 ? ", bf16" : ", no bf16");
+  im.kv_dtype = resolve_kv_cache_dtype(opts.kv_cache_dtype, im.dtype);
   // q8_0, q4_0: the file's matrices of that type stay as blocks
   const detail::KeptBlocks keep = detail::kept_blocks(im.dtype);
   if (im.dtype == ComputeDtype::BF16 && !be::bf16_matmul_available())

@@ -45,6 +45,27 @@ ComputeDtype parse_compute_dtype(const std::string& s, const std::string& what) 
   throw ArgumentError(fmt::format("{} '{}': expected 'f32', 'bf16', 'q8_0', 'q4_0' or 'auto'", what, s));
 }
 
+const char* to_string(KvCacheDtype d) {
+  switch (d) {
+    case KvCacheDtype::Auto: return "auto";
+    case KvCacheDtype::F32: return "f32";
+    case KvCacheDtype::BF16: return "bf16";
+  }
+  return "?";
+}
+
+KvCacheDtype parse_kv_cache_dtype(const std::string& s, const std::string& what) {
+  if (s == "auto") return KvCacheDtype::Auto;
+  if (s == "f32") return KvCacheDtype::F32;
+  if (s == "bf16") return KvCacheDtype::BF16;
+  throw ArgumentError(fmt::format("{} '{}': expected 'f32', 'bf16' or 'auto'", what, s));
+}
+
+KvCacheDtype resolve_kv_cache_dtype(KvCacheDtype requested, ComputeDtype compute) {
+  if (requested != KvCacheDtype::Auto) return requested;
+  return compute == ComputeDtype::BF16 ? KvCacheDtype::BF16 : KvCacheDtype::F32;
+}
+
 ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32, bool file_q8_0) {
   if (requested != ComputeDtype::Auto) return requested;
   if (file_q8_0 && !cpu_bf16) return ComputeDtype::Q8_0;
