@@ -476,6 +476,7 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
       mo.hash = false;
       mo.threads = t;
       mo.dtype = dt;
+      mo.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype, "--kv-cache-dtype");
       auto model = Model::load(o.model_path, mo);
       if (progress) progress(fmt::format("[t={}] dtype {}", t, model->dtype_note()));
       const HParams& hp = model->hparams();
@@ -491,12 +492,14 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
         // one load line and one entry per compute dtype: weight dtype and resident bytes differ
         if (info) {
           info(format_load_summary(ls));
-          info(fmt::format("compute dtype {}", model->dtype_note()));  // as run and generate: says what was widened
+          info(fmt::format("compute dtype {}; KV cache {}", model->dtype_note(),  // as run and generate: says what was widened
+                           to_string(model->kv_cache_dtype())));
         }
         rep.meta["dtypes"][dname] = {{"weight_dtype", ls.weight_dtype},
                                      {"resident_weight_bytes", ls.resident_bytes},
                                      {"weight_bytes", model->weight_bytes()},
                                      {"streamed_weight_bytes", streamed_weight_bytes(hp, static_cast<double>(ls.resident_bytes))},
+                                     {"kv_cache_dtype", to_string(model->kv_cache_dtype())},
                                      {"note", model->dtype_note()}};
       }
       if (!rep.meta.contains("model")) {

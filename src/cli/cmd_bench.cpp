@@ -67,6 +67,9 @@ void add_bench_command(CLI::App& app, Action& action) {
   sub->add_option("--dtype", st->o.dtypes, "compute dtypes, comma-separated: f32, bf16, q8_0, q4_0, auto (default auto); "
                   "fidelity compares f32 with the first of bf16/q8_0/q4_0 named (default bf16)")
       ->delimiter(',')->capture_default_str();
+  sub->add_option("--kv-cache-dtype", st->o.kv_cache_dtype,
+                  "KV-cache element type of every model: f32, bf16 or auto (bf16 when the compute dtype is bf16, else f32)")
+      ->capture_default_str();
   sub->add_option("-b,--batch-size", st->o.batches, "rows per forward, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("-p,--n-prompt", st->o.n_prompt, "pp: prompt tokens, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("-n,--n-gen", st->o.n_gen, "tg/tg-nocache: generated tokens, comma-separated")->delimiter(',')->capture_default_str();
@@ -110,6 +113,7 @@ void add_bench_command(CLI::App& app, Action& action) {
       drop_repeats(o.tests);
       drop_repeats(o.dtypes);
       drop_repeats(o.cache_shapes);
+      parse_kv_cache_dtype(o.kv_cache_dtype, "--kv-cache-dtype");  // a bad name fails before anything is measured
       if (st->stream_mib < 0) throw ArgumentError(fmt::format("--stream-mib: must be >= 0, got {}", st->stream_mib));
       o.stream_bytes = static_cast<size_t>(st->stream_mib) << 20;
       require_model_file(o.model_path, "--model");

@@ -17,7 +17,7 @@ namespace kveval::cli {
 
 void add_generate_command(CLI::App& app, Action& action) {
   struct Opts {
-    std::string model, prompt, dtype = "auto";
+    std::string model, prompt, dtype = "auto", kv_cache_dtype = "auto";
     int max_gen_toks = 128, threads = 0, max_length = 0;
     bool no_cache = false, ignore_eos = false;
   };
@@ -29,6 +29,9 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_option("-t,--threads", o->threads, "compute threads (0 = all cores)")->check(int_in(0, kMaxThreads));
   cmd->add_option("--dtype", o->dtype, "compute dtype: f32, bf16, q8_0, q4_0 or auto (bf16 on a bf16 CPU for a non-F32 file; q8_0 for a Q8_0 file "
                   "without bf16)")
+      ->capture_default_str();
+  cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype,
+                  "KV-cache element type: f32, bf16 or auto (bf16 when the compute dtype is bf16, else f32)")
       ->capture_default_str();
   cmd->add_option("--max-length", o->max_length,
                   "context positions, prompt included (0 = the model's context_length); the KV cache holds "
@@ -46,6 +49,7 @@ void add_generate_command(CLI::App& app, Action& action) {
       Stopwatch sw;
       auto model = Model::load(o->model, {.threads = o->threads,
                                           .dtype = parse_compute_dtype(o->dtype, "--dtype"),
+                                          .kv_cache_dtype = parse_kv_cache_dtype(o->kv_cache_dtype, "--kv-cache-dtype"),
                                           .hash = false});
       const double load_s = sw.seconds();
       const int n_ctx = model->hparams().n_ctx_train;
@@ -66,7 +70,7 @@ void add_generate_command(CLI::App& app, Action& action) {
                                         prompt.size(), max_length,
                                         static_cast<int64_t>(prompt.size()) == max_length ? ", no room for a generated token" : ""));
       fmt::print(stderr, "kveval: {}\n", format_load_summary(model->load_summary()));
-      fmt::print(stderr, "kveval: compute dtype {}\n", model->dtype_note());
+      fmt::print(stderr, "kveval: compute dtype {}; KV cache {}\n", model->dtype_note(), to_string(model->kv_cache_dtype()));
       // The cache holds what this generation can use, never more than the context.
       const int ctx = static_cast<int>(std::min<int64_t>(max_length, static_cast<int64_t>(prompt.size()) + o->max_gen_toks));
       IncrementalDetokenizer detok(model->tokenizer());

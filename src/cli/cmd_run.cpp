@@ -49,7 +49,7 @@ struct RunArgs {
   bool tolerance_given = false;
   std::string cache_policy = "release";
   std::string batching = "dynamic";
-  std::string dtype;
+  std::string dtype, kv_cache_dtype;
 };
 
 /// Validator for a number option: `lo` or more; an integer when `integer`.
@@ -122,6 +122,7 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
   }
   if (a.threads >= 0) spec.threads = a.threads;
   if (!a.dtype.empty()) spec.dtype = parse_compute_dtype(a.dtype, "--dtype");
+  if (!a.kv_cache_dtype.empty()) spec.kv_cache_dtype = parse_kv_cache_dtype(a.kv_cache_dtype, "--kv-cache-dtype");
   // several ranks on one host share its cores unless --threads or the spec says otherwise
   if (a.threads < 0 && spec.threads == 0 && dist.local_size() > 1)
     spec.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / dist.local_size());
@@ -229,6 +230,9 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("--dtype", args->dtype,
                   "compute dtype: f32, bf16, q8_0, q4_0 or auto (overrides the spec; default auto: bf16 on a bf16 CPU for a "
                   "non-F32 file, q8_0 for a Q8_0 file without bf16)");
+  cmd->add_option("--kv-cache-dtype", args->kv_cache_dtype,
+                  "KV-cache element type: f32, bf16 or auto (overrides the spec; default auto: bf16 when the compute "
+                  "dtype is bf16, else f32)");
   cmd->add_option("--batch-size", args->batch_size, "rows per batch (overrides the spec)")->check(at_least(1, true));
   cmd->add_option("--limit", args->limit, "documents per task at most (overrides the spec)")->check(at_least(0, true));
   cmd->add_option("--bootstrap-iters", args->bootstrap_iters,

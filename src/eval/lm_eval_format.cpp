@@ -281,7 +281,8 @@ ojson results_json(const EvalSpec& spec, const RunResult& res, const std::string
                 {"bytes_at_setup", res.cache_bytes_setup},
                 {"bytes_after_teardown", res.cache_bytes_after},
                 {"rows", res.cache_rows},
-                {"positions", res.cache_positions}};
+                {"positions", res.cache_positions},
+                {"dtype", res.kv_cache_dtype}};
   k["instrumentation"] = {{"loglikelihood_forward_calls", res.ll_forward_calls},
                           {"loglikelihood_forward_with_cache_setup", res.ll_forward_with_cache_setup},
                           {"loglikelihood_forward_cached", res.ll_forward_cached}};

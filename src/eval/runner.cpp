@@ -342,7 +342,8 @@ RunResult run_eval_impl(const EvalSpec& spec, Model& model, const RunOptions& op
   res.model_sha256 = model.sha256();
   res.threads = model.threads();
   res.dtype = to_string(model.dtype());
-  if (opts.log) opts.log("compute dtype " + model.dtype_note());
+  res.kv_cache_dtype = to_string(model.kv_cache_dtype());
+  if (opts.log) opts.log(fmt::format("compute dtype {}; KV cache {}", model.dtype_note(), res.kv_cache_dtype));
   res.batch_size = spec.batch_size;
   const int n_ctx = model.hparams().n_ctx_train;
   if (spec.max_length) {
@@ -496,6 +497,7 @@ RunResult run_spec(const EvalSpec& spec, const RunOptions& opts) {
   ModelOptions mo;
   mo.threads = spec.threads;
   mo.dtype = spec.dtype;
+  mo.kv_cache_dtype = spec.kv_cache_dtype;
   mo.hash = opts.hash_model;
   std::unique_ptr<Model> model;
   std::exception_ptr failed;

@@ -59,6 +59,7 @@ struct RunResult {
   std::string model_sha256;              ///< Model::sha256(): of the bytes loaded, taken at load
   int threads = 0;                       ///< compute threads of the model
   std::string dtype;                     ///< resolved compute dtype of the model ("f32" or "bf16")
+  std::string kv_cache_dtype;            ///< element type of the generation phase's KV cache ("f32" or "bf16")
   int max_length = 0;                    ///< resolved context window (tokens)
   int batch_size = 1;
   std::vector<Request> requests;         ///< every request, in spec order

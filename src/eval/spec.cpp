@@ -384,7 +384,7 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
                     const std::string& model_override) {
   Where w{origin, ""};
   if (!j.is_object()) w.fail(fmt::format("expected a JSON object at the top level, got {}", json_excerpt(j)));
-  check_keys(j, w, {"model", "threads", "dtype", "batch_size", "max_length", "seed", "limit", "bootstrap_iters", "tasks"});
+  check_keys(j, w, {"model", "threads", "dtype", "kv_cache_dtype", "batch_size", "max_length", "seed", "limit", "bootstrap_iters", "tasks"});
   EvalSpec s;
   s.path = origin;
   s.raw = j;
@@ -397,6 +397,14 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
       s.dtype = parse_compute_dtype(d);
     } catch (const ArgumentError&) {
       w.key("dtype").fail(fmt::format("\"{}\": expected \"f32\", \"bf16\", \"q8_0\", \"q4_0\" or \"auto\"", d));
+    }
+  }
+  if (j.contains("kv_cache_dtype")) {
+    const std::string d = expect_string(j["kv_cache_dtype"], w.key("kv_cache_dtype"));
+    try {
+      s.kv_cache_dtype = parse_kv_cache_dtype(d);
+    } catch (const ArgumentError&) {
+      w.key("kv_cache_dtype").fail(fmt::format("\"{}\": expected \"f32\", \"bf16\" or \"auto\"", d));
     }
   }
   if (j.contains("threads")) s.threads = static_cast<int>(expect_int(j["threads"], w.key("threads"), 0, 4096));

@@ -98,6 +98,21 @@ TEST_SUITE("cli.dtype") {
     CHECK(lines(s.err) == 1);
     CHECK(s.err.find("dtype") != std::string::npos);
     CHECK(s.err.find("fp16") != std::string::npos);
+    // --kv-cache-dtype: one line naming the option and the value, before the model is read
+    {
+      std::ofstream k(d.file("kv.json"));
+      k << R"({"model": "/nonexistent.gguf", "tasks": [{"name": "a", "output_type": "loglikelihood",
+              "docs": [{"x": "a", "y": "b"}], "doc_to_text": "x", "doc_to_target": "y"}]})";
+    }
+    for (const std::string& cmd : {"generate -m " + junk + " -p hi --kv-cache-dtype f16",
+                                  "run " + d.file("kv.json") + " --kv-cache-dtype f16",
+                                  "bench -m " + junk + " --kv-cache-dtype f16"}) {
+      CAPTURE(cmd);
+      Run k = run_kveval(d, cmd);
+      CHECK(k.code != 0);
+      CHECK(lines(k.err) == 1);
+      CHECK(k.err.find("--kv-cache-dtype 'f16'") != std::string::npos);
+    }
   }
 
   TEST_CASE("without bf16 (oneDNN limited to AVX2): auto falls back to f32 with a note, bf16 is refused in one line" *

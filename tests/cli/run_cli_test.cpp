@@ -77,6 +77,7 @@ TEST_SUITE("cli.run") {
     CHECK(res["n-samples"]["story_cloze"]["effective"] == 5);
     CHECK(res["kveval"]["cache"]["bytes_after_teardown"] == 0);
     CHECK(res["kveval"]["cache"]["bytes_at_setup"].get<long>() > 0);
+    CHECK(res["kveval"]["cache"]["dtype"] == "f32");  // auto with the f32 compute dtype of an F32 file
     CHECK(res["kveval"]["instrumentation"]["loglikelihood_forward_with_cache_setup"] == 0);
     std::vector<std::string> phases;
     for (const auto& p : res["kveval"]["phases"]) phases.push_back(p["name"]);

@@ -97,6 +97,19 @@ TEST_SUITE("eval.spec") {
     CHECK(load_spec(q4).dtype == kveval::ComputeDtype::Q4_0);
   }
 
+  TEST_CASE("kv_cache_dtype accepts f32, bf16 and auto (the default); anything else names the key") {
+    TempDir d;
+    std::string p = d.write("kv.json", R"({"model": "m.gguf", "kv_cache_dtype": "fp8", "tasks": []})");
+    CHECK(spec_error([&] { load_spec(p); }) == p + ": kv_cache_dtype: \"fp8\": expected \"f32\", \"bf16\" or \"auto\"");
+    std::string n = d.write("kvn.json", R"({"model": "m.gguf", "kv_cache_dtype": 16, "tasks": []})");
+    CHECK(spec_error([&] { load_spec(n); }).find("kv_cache_dtype") != std::string::npos);
+    const char* task = R"([{"name": "a", "output_type": "loglikelihood", "docs": [{"x": "a", "y": "b"}], "doc_to_text": "x", "doc_to_target": "y"}])";
+    std::string b = d.write("kvb.json", std::string(R"({"model": "m.gguf", "kv_cache_dtype": "bf16", "tasks": )") + task + "}");
+    CHECK(load_spec(b).kv_cache_dtype == kveval::KvCacheDtype::BF16);
+    std::string a = d.write("kva.json", std::string(R"({"model": "m.gguf", "tasks": )") + task + "}");
+    CHECK(load_spec(a).kv_cache_dtype == kveval::KvCacheDtype::Auto);
+  }
+
   TEST_CASE("wrong types name the JSON path") {
     TempDir d;
     std::string p = d.write("spec.json", std::string("{") + kModelLine + R"("tasks": [
