@@ -108,11 +108,10 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 sum_lanes16(cons
 /// Positions the head kernel prefetches ahead: K two 16-position score blocks
 /// ahead, V 16 positions ahead. A decode step's attention reads many short
 /// streams (one per row, layer and kv head: 100 positions of bf16 K are 12.8 KB)
-/// that the hardware prefetchers barely ramp up on. Measured with 8 rows x 12
-/// layers x 12 heads of 64, 1 thread, medians of 6-8 alternating rounds,
-/// ms per step: 100 positions bf16 1.79-2.01 -> 1.46-1.50, f32 2.78-2.92 ->
-/// 2.35-2.67; 250 positions bf16 4.86 -> 3.76; 2 threads bf16 1.18 -> 0.95
-/// (README, stop 32).
+/// that the hardware prefetchers barely ramp up on. One decode step of 8 rows x
+/// 12 layers x 12 heads of 64, 1 thread, medians of 8 alternating rounds, ms,
+/// with the vector max and exp-sum below: 100 positions bf16 1.88 -> 1.47, f32
+/// 2.55 -> 2.16; 250 positions bf16 4.60 -> 3.11 (README, stop 32).
 constexpr int64_t kKAhead = 32, kVAhead = 16;
 
 /// Prefetches the rows of positions [p, p + n) (head_dim elements of T each).
@@ -130,9 +129,6 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 load16(const uin
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
-/// One K or V element as a float (scalar paths).
-inline float widen(float x) { return x; }
-inline float widen(uint16_t h) { return util::bf16_to_f32(h); }
 
 /// Scaled scores of one query head against 16 positions from p0 (the first
 /// `m` of them real, the others 0): lane j = scale * q · k[p0 + j], each dot
@@ -342,7 +338,7 @@ KvView widen_heads(const KvView& kv, int64_t hk0, int64_t hk1, int64_t head_dim,
         const uint16_t* row = src + hk * kv.head_stride + p * kv.pos_stride;
         float* out = dst + ((hk - hk0) * len + p) * head_dim;
 #pragma omp simd
-        for (int64_t d = 0; d < head_dim; ++d) out[d] = widen(row[d]);
+        for (int64_t d = 0; d < head_dim; ++d) out[d] = util::bf16_to_f32(row[d]);
       }
   }
   return KvView{w.data(), w.data() + n, head_dim, len * head_dim};
