@@ -116,11 +116,16 @@ std::string to_markdown(const Report& rep) {
     const auto& mo = m["model"];
     std::string weights = fmt::format("{:.1f} MiB of {} weights", mo.value("weight_bytes", 0.0) / 1048576.0,
                                       mo.value("weight_dtype", "F32"));
+    // ", KV cache bf16" where the report recorded the cache type (meta.dtypes)
+    auto kv = [](const nlohmann::json& d) {
+      return d.contains("kv_cache_dtype") ? ", KV cache " + d["kv_cache_dtype"].get<std::string>() : std::string();
+    };
+    if (m.contains("dtypes") && m["dtypes"].size() == 1) weights += kv(m["dtypes"].begin().value());
     if (m.contains("dtypes") && m["dtypes"].size() > 1) {  // one figure per compute dtype compared
       weights.clear();
       for (const auto& [name, d] : m["dtypes"].items())
-        weights += fmt::format("{}{}: {:.1f} MiB of {} weights", weights.empty() ? "" : ", ", name,
-                               d.value("weight_bytes", 0.0) / 1048576.0, d.value("weight_dtype", "F32"));
+        weights += fmt::format("{}{}: {:.1f} MiB of {} weights{}", weights.empty() ? "" : ", ", name,
+                               d.value("weight_bytes", 0.0) / 1048576.0, d.value("weight_dtype", "F32"), kv(d));
     }
     out += fmt::format(", model {} ({}, {:.2f} M parameters)", mo.value("path", ""), weights, mo.value("n_params", 0.0) / 1e6);
   }

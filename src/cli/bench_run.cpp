@@ -462,7 +462,8 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
                          {"switch_prompt", o.switch_prompt}, {"switch_gen", o.switch_gen},
                          {"ll_requests", o.ll_requests}, {"seed", o.seed},
                          {"gen_mixed_prompts", o.gen_mixed_prompts}, {"gen_mixed_max_gen", o.gen_mixed_max_gen},
-                         {"gen_mixed_rows", o.gen_mixed_rows}, {"dtypes", o.dtypes}};
+                         {"gen_mixed_rows", o.gen_mixed_rows}, {"dtypes", o.dtypes},
+                         {"kv_cache_dtype", o.kv_cache_dtype}};
   opts["cache_shapes"] = nlohmann::json::array();
   for (const auto& s : o.cache_shapes) opts["cache_shapes"].push_back({s[0], s[1]});
   rep.meta["options"] = opts;

@@ -70,7 +70,9 @@ void add_generate_command(CLI::App& app, Action& action) {
                                         prompt.size(), max_length,
                                         static_cast<int64_t>(prompt.size()) == max_length ? ", no room for a generated token" : ""));
       fmt::print(stderr, "kveval: {}\n", format_load_summary(model->load_summary()));
-      fmt::print(stderr, "kveval: compute dtype {}; KV cache {}\n", model->dtype_note(), to_string(model->kv_cache_dtype()));
+      fmt::print(stderr, "kveval: compute dtype {}; {}\n", model->dtype_note(),
+                 o->no_cache ? std::string("no KV cache (--no-cache)")
+                             : fmt::format("KV cache {}", to_string(model->kv_cache_dtype())));
       // The cache holds what this generation can use, never more than the context.
       const int ctx = static_cast<int>(std::min<int64_t>(max_length, static_cast<int64_t>(prompt.size()) + o->max_gen_toks));
       IncrementalDetokenizer detok(model->tokenizer());

@@ -95,7 +95,7 @@ FidelityReport compare_dtypes(const EvalSpec& spec, ComputeDtype a, ComputeDtype
   RunResult res[2];
   const ComputeDtype dts[2] = {a, b};
   for (int k = 0; k < 2; ++k) {
-    auto model = Model::load(spec.model, {.threads = spec.threads, .dtype = dts[k]});
+    auto model = Model::load(spec.model, {.threads = spec.threads, .dtype = dts[k], .kv_cache_dtype = spec.kv_cache_dtype});
     res[k] = run_eval(spec, *model);
     // the same requests (plan of the first run) through both models
     tok[k] = per_token(*model, res[0], spec.batch_size);

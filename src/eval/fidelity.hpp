@@ -48,7 +48,8 @@ struct FidelityReport {
   std::string first_error;         ///< the first failed request's error (run a first), "" when none failed
 };
 
-/// Runs `spec` (its model, threads and batch size) with compute dtype `a`,
+/// Runs `spec` (its model, threads, batch size and kv_cache_dtype, which
+/// `auto` resolves per run: a bf16 run generates with a bf16 cache) with compute dtype `a`,
 /// then `b` (one model load each, run_eval with the default options), scores
 /// every loglikelihood/rolling request of the plan that ran again with each
 /// model (kveval::score, per-token log-probs) and compares; counts the failed

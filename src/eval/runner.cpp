@@ -198,8 +198,8 @@ void generation_phase(const EvalSpec& spec, Model& model, const RunOptions& opts
   double setup_s = sw_setup.seconds();
   res.cache_bytes_setup = model.bytes();
   res.phases.push_back({"cache setup", setup_s, 0});
-  log_line(opts, fmt::format("generation cache: {} rows x {} positions = {} bytes (K+V, float32)", rows, positions,
-                             res.cache_bytes_setup));
+  log_line(opts, fmt::format("generation cache: {} rows x {} positions = {} bytes (K+V, {})", rows, positions,
+                             res.cache_bytes_setup, to_string(model.kv_cache_dtype())));
   // One call over every generation request: with Batching::Dynamic a row that
   // ends is rewound and refilled with the next request while the others decode.
   std::vector<std::vector<int32_t>> prompts;
@@ -384,7 +384,9 @@ RunResult run_eval_impl(const EvalSpec& spec, Model& model, const RunOptions& op
         {fmt::format("activations (batch_size {})", res.batch_size), mp.activations}};
     check_memory_plan(fmt::format("the run of {}", spec.path), parts,
                       opts.memory_budget ? *opts.memory_budget : memory_budget(),
-                      "lower batch_size, max_length or max_gen_toks");
+                      model.kv_cache_dtype() == KvCacheDtype::F32
+                          ? "lower batch_size, max_length or max_gen_toks, or set kv_cache_dtype bf16 (half the KV cache)"
+                          : "lower batch_size, max_length or max_gen_toks");
   } catch (...) {
     if (!opts.shard.agree) throw;
     no_memory = std::current_exception();

@@ -58,6 +58,24 @@ TEST_SUITE("cli.dtype") {
     CHECK(j["config"]["model_dtype"] == "float32");
     CHECK(j["kveval"]["model"]["weight_dtype"] == "F32");
     CHECK(j["kveval"]["model"]["resident_weight_bytes"] == 292800 * 4);
+    // the KV cache follows the compute dtype under auto; --kv-cache-dtype overrides it
+    CHECK(r.err.find("; KV cache bf16\n") != std::string::npos);
+    CHECK(r.err.find("bytes (K+V, bf16)") != std::string::npos);
+    CHECK(b["kveval"]["cache"]["dtype"] == "bf16");
+    CHECK(f.err.find("; KV cache f32\n") != std::string::npos);
+    CHECK(j["kveval"]["cache"]["dtype"] == "f32");
+    Run k = run_kveval(d, "run " + spec + " --model " + model + " --limit 2 --dtype f32 --kv-cache-dtype bf16 -o " + d.file("kv.json"));
+    REQUIRE(k.code == 0);
+    json kj = json::parse(slurp(d.file("kv.json")));
+    CHECK(kj["kveval"]["cache"]["dtype"] == "bf16");
+    CHECK(k.err.find("bytes (K+V, bf16)") != std::string::npos);
+    // same rows and positions, 2 bytes per element instead of 4
+    CHECK(kj["kveval"]["cache"]["rows"] == j["kveval"]["cache"]["rows"]);
+    CHECK(2 * kj["kveval"]["cache"]["bytes_at_setup"].get<long>() == j["kveval"]["cache"]["bytes_at_setup"].get<long>());
+    CHECK(kj["results"] == j["results"]);  // scoring never uses the cache; these generations agree too
+    Run g = run_kveval(d, "generate -m " + model + " -p hi -n 3 --no-cache --kv-cache-dtype bf16");
+    REQUIRE(g.code == 0);
+    CHECK(g.err.find("; no KV cache (--no-cache)\n") != std::string::npos);
   }
 
   TEST_CASE("bench --dtype f32,bf16: rows of both dtypes, a load line each" * kveval::test::needs_model()) {
