@@ -23,6 +23,7 @@
 #include "model/dequantize.hpp"
 #include "util/bf16.hpp"
 #include "util/error.hpp"
+#include "util/half.hpp"
 #include "util/sigbus_guard.hpp"
 
 static_assert(std::endian::native == std::endian::little, "the GGUF reader assumes a little-endian host");
@@ -533,58 +534,9 @@ std::vector<float> File::tensor_f32(std::string_view name, std::span<const uint6
   return out;
 }
 
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);  // inf / NaN (payload kept)
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112u) << 23) | (mant << 13);  // 127 - 15 = 112
-  } else if (mant == 0) {
-    bits = sign;  // +-0
-  } else {
-    // subnormal half: mant * 2^-24; normalise.
-    int e = 113;  // exponent of 2^-14 is 127-14 = 113
-    while ((mant & 0x400u) == 0) {
-      mant <<= 1;
-      --e;
-    }
-    mant &= 0x3ffu;
-    bits = sign | (static_cast<uint32_t>(e) << 23) | (mant << 13);
-  }
-  return std::bit_cast<float>(bits);
-}
+float f16_to_f32(uint16_t h) { return util::f16_to_f32(h); }
 
-uint16_t f32_to_f16(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
-  const uint32_t ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) {  // inf or NaN
-    if (ax == 0x7f800000u) return sign | 0x7c00u;
-    return sign | 0x7e00u | static_cast<uint16_t>((ax >> 13) & 0x3ffu);  // quiet NaN
-  }
-  if (ax >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520: overflow to inf
-  if (ax >= 0x38800000u) {                       // normal half (>= 2^-14)
-    uint32_t mant = ax & 0x7fffffu;
-    uint32_t exp = (ax >> 23) - 112u;
-    uint32_t h = (exp << 10) | (mant >> 13);
-    uint32_t rem = mant & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // nearest even; carry into exponent is correct
-    return sign | static_cast<uint16_t>(h);
-  }
-  if (ax < 0x33000000u) return sign;  // < 2^-25: rounds to 0 (2^-25 exactly ties to even 0)
-  // subnormal half: value = m * 2^-24, m in [0, 1024].
-  const uint32_t exp = ax >> 23;                      // biased, 102..112
-  const uint32_t mant = (ax & 0x7fffffu) | 0x800000u;  // 24-bit significand
-  const uint32_t shift = 126u - exp;                   // value = mant * 2^(exp-150); /2^-24 -> shift by 126-exp
-  uint32_t h = mant >> shift;
-  const uint32_t rem = mant & ((1u << shift) - 1u);
-  const uint32_t half = 1u << (shift - 1);
-  if (rem > half || (rem == half && (h & 1u))) ++h;
-  return sign | static_cast<uint16_t>(h);
-}
+uint16_t f32_to_f16(float f) { return util::f32_to_f16(f); }
 
 }  // namespace kveval::gguf
 

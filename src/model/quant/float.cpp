@@ -1,14 +1,11 @@
 // F32, F16 and BF16 tensors: one element per block. F16 -> F32 is exact
-// (F16C instructions when the build targets them, else gguf::f16_to_f32);
+// (util::f16_to_f32_n: F16C instructions when the build targets them);
 // BF16 -> F32 is the 16 bits shifted up (gguf-py: `int16 << 16`).
 #include <cstring>
 
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
-
 #include "model/gguf.hpp"
 #include "model/quant/quant.hpp"
+#include "util/half.hpp"
 
 namespace kveval::quant {
 
@@ -16,14 +13,7 @@ void dequantize_f32(const std::byte* src, float* dst, int64_t n) {
   std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
 
-void dequantize_f16(const std::byte* src, float* dst, int64_t n) {
-  int64_t i = 0;
-#if defined(__F16C__)
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i))));
-#endif
-  for (; i < n; ++i) dst[i] = gguf::f16_to_f32(load_u16(src + 2 * i));
-}
+void dequantize_f16(const std::byte* src, float* dst, int64_t n) { util::f16_to_f32_n(src, dst, static_cast<size_t>(n)); }
 
 void dequantize_bf16(const std::byte* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
