@@ -14,6 +14,7 @@
 #include "backend/simd_exp.hpp"
 #include "util/bf16.hpp"
 #include "util/error.hpp"
+#include "util/half.hpp"
 
 // GCC 12's AVX-512 intrinsics warn about their own undefined pass-through operand.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -122,12 +123,22 @@ inline void prefetch_positions(const T* base, int64_t pos_stride, int64_t p, int
     for (int64_t b = 0; b < head_dim * static_cast<int64_t>(sizeof(T)); b += 64) __builtin_prefetch(r + b);
   }
 }
+/// An IEEE half's bits: the element type of an F16 KvView in the head kernel
+/// (a distinct type so that load16 picks vcvtph2ps; uint16_t means bf16).
+struct F16Bits {
+  uint16_t bits;
+};
+
 /// 16 K or V elements as floats: f32 as they are, bf16 bits widened exactly
-/// (shifted into the upper half of each 32-bit lane).
+/// (shifted into the upper half of each 32-bit lane), f16 widened exactly by
+/// vcvtph2ps (AVX-512F).
 __attribute__((target("avx512f"), always_inline)) inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 __attribute__((target("avx512f"), always_inline)) inline __m512 load16(const uint16_t* p) {
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+__attribute__((target("avx512f"), always_inline)) inline __m512 load16(const F16Bits* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
 /// Scaled scores of one query head against 16 positions from p0 (the first
@@ -159,7 +170,8 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 scores16(const _
 /// subtraction (1 / sum in inv[G]), then out = (sum_p e_p v_p) / sum_p e_p over
 /// blocks of kVBlock positions (V read once; the G heads' running sums wait in
 /// acc [G, 2, head_dim]). Each head's bits depend only on its own q, K, V and
-/// len, not on G. T: float, or uint16_t for bf16 K and V (widened as read).
+/// len, not on G. T: float, uint16_t for bf16 or F16Bits for f16 K and V
+/// (widened as read).
 template <int NV, class T>
 __attribute__((target("avx512f"))) void heads_avx512(const float* q, int64_t G, const void* k_, const void* v_,
                                                     int64_t pos_stride, int64_t len, float scale, float* sc,
@@ -262,17 +274,30 @@ HeadKernel head_kernel_t(int64_t head_dim) {
   }
 }
 
-/// heads_avx512 for this head_dim and K/V dtype, or nullptr (head_dim not
-/// 16-128 in steps of 16, or no AVX-512): the caller then takes the
-/// position-major loop.
+/// heads_avx512 for this head_dim and K/V dtype (F32, BF16 or F16), or nullptr
+/// (head_dim not 16-128 in steps of 16, or no AVX-512): the caller then takes
+/// the position-major loop.
 HeadKernel head_kernel(int64_t head_dim, Dtype kv = Dtype::F32) {
   if (kernel_isa() != KernelIsa::Avx512 || head_dim % 16 != 0) return nullptr;
-  return kv == Dtype::BF16 ? head_kernel_t<uint16_t>(head_dim) : head_kernel_t<float>(head_dim);
+  if (kv == Dtype::BF16) return head_kernel_t<uint16_t>(head_dim);
+  if (kv == Dtype::F16) return head_kernel_t<F16Bits>(head_dim);
+  return head_kernel_t<float>(head_dim);
 }
 
 void check_kv_dtype(const KvView& kv) {
-  if (kv.dtype != Dtype::F32 && kv.dtype != Dtype::BF16)
-    throw ArgumentError(fmt::format("attention: K/V dtype {} (f32 or bf16 only)", to_string(kv.dtype)));
+  if (kv.dtype != Dtype::F32 && kv.dtype != Dtype::BF16 && kv.dtype != Dtype::F16)
+    throw ArgumentError(fmt::format("attention: K/V dtype {} (f32, bf16 or f16 only)", to_string(kv.dtype)));
+}
+
+/// dst[d] = element d of the row at src (n 16-bit elements of `dtype`, BF16
+/// or F16) widened exactly to float.
+void widen_row(const uint16_t* src, Dtype dtype, float* dst, int64_t n) {
+  if (dtype == Dtype::F16) {
+    util::f16_to_f32_n(src, dst, static_cast<size_t>(n));
+    return;
+  }
+#pragma omp simd
+  for (int64_t d = 0; d < n; ++d) dst[d] = util::bf16_to_f32(src[d]);
 }
 
 /// The position-major loop for one item (query qi at position len - 1, query
@@ -324,9 +349,9 @@ void loop_item(const float* qi, const KvView& kv, int64_t hk_base, int64_t hk0, 
   }
 }
 
-/// kv heads [hk0, hk1), positions [0, len) of a BF16 view widened into
+/// kv heads [hk0, hk1), positions [0, len) of a BF16 or F16 view widened into
 /// w [2][hk1 - hk0][len][head_dim] (K, then V): the f32 view loop_item reads
-/// with hk_base = hk0, so bf16 K/V give the f32 loop's bits exactly.
+/// with hk_base = hk0, so 16-bit K/V give the f32 loop's bits exactly.
 KvView widen_heads(const KvView& kv, int64_t hk0, int64_t hk1, int64_t head_dim, int64_t len, std::vector<float>& w) {
   const int64_t nk = hk1 - hk0, n = nk * len * head_dim;
   if (w.size() < static_cast<size_t>(2 * n)) w.resize(static_cast<size_t>(2 * n));
@@ -335,10 +360,8 @@ KvView widen_heads(const KvView& kv, int64_t hk0, int64_t hk1, int64_t head_dim,
     float* dst = w.data() + which * n;
     for (int64_t hk = hk0; hk < hk1; ++hk)
       for (int64_t p = 0; p < len; ++p) {
-        const uint16_t* row = src + hk * kv.head_stride + p * kv.pos_stride;
-        float* out = dst + ((hk - hk0) * len + p) * head_dim;
-#pragma omp simd
-        for (int64_t d = 0; d < head_dim; ++d) out[d] = util::bf16_to_f32(row[d]);
+        widen_row(src + hk * kv.head_stride + p * kv.pos_stride, kv.dtype, dst + ((hk - hk0) * len + p) * head_dim,
+                  head_dim);
       }
   }
   return KvView{w.data(), w.data() + n, head_dim, len * head_dim};
@@ -407,13 +430,14 @@ void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_hea
   const int64_t* firsts = first.data();
   const int64_t n_seqs = static_cast<int64_t>(seqs.size());
   const int64_t heads_per_chunk = per_chunk * group;
-  const HeadKernel fast_f32 = head_kernel(head_dim, Dtype::F32), fast_bf16 = head_kernel(head_dim, Dtype::BF16);
+  const HeadKernel fast_f32 = head_kernel(head_dim, Dtype::F32), fast_bf16 = head_kernel(head_dim, Dtype::BF16),
+                   fast_f16 = head_kernel(head_dim, Dtype::F16);
   const bool fast = fast_f32 != nullptr;
 #pragma omp parallel num_threads(threads)
   {
     // Per-thread scores [heads_per_chunk][max_ctx] and per-head max and 1/sum,
     // grown once: no allocation per call in the decode loop.
-    thread_local std::vector<float> scores, mx, inv, vacc, widened;  // widened: bf16 K/V for the loop, grown once
+    thread_local std::vector<float> scores, mx, inv, vacc, widened;  // widened: 16-bit K/V for the loop, grown once
     const auto need = static_cast<size_t>(heads_per_chunk * max_ctx);
     if (scores.size() < need) scores.resize(need);
     if (fast && vacc.size() < static_cast<size_t>(group * 2 * head_dim)) vacc.resize(static_cast<size_t>(group * 2 * head_dim));
@@ -434,10 +458,10 @@ void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_hea
       const float* qi = sq.q + i * q_stride;
       const int64_t len = sq.past + i + 1;  // causal: positions [0, past + i]
       float* sc = scores.data();
-      const bool bf16 = kv.dtype == Dtype::BF16;
-      const int64_t esize = bf16 ? 2 : 4;
+      const bool narrow = kv.dtype != Dtype::F32;  // BF16 or F16
+      const int64_t esize = narrow ? 2 : 4;
       if (fast) {  // kv head by kv head, each K and V row read once
-        const HeadKernel hkern = bf16 ? fast_bf16 : fast_f32;
+        const HeadKernel hkern = kv.dtype == Dtype::BF16 ? fast_bf16 : kv.dtype == Dtype::F16 ? fast_f16 : fast_f32;
         for (int64_t hk = hk0; hk < hk1; ++hk) {
           const int64_t off = hk * kv.head_stride * esize;  // bytes
           hkern(qi + hk * group * head_dim, group, static_cast<const char*>(kv.k) + off,
@@ -447,7 +471,7 @@ void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_hea
         continue;
       }
       float* oi = sq.out + (i * n_head + h0) * head_dim;
-      if (bf16)  // widened first: the f32 loop's arithmetic on the exact f32 values
+      if (narrow)  // widened first: the f32 loop's arithmetic on the exact f32 values
         loop_item(qi, widen_heads(kv, hk0, hk1, head_dim, len, widened), hk0, hk0, hk1, group, head_dim, len, scale, sc,
                   max_ctx, mx.data(), inv.data(), oi);
       else
@@ -477,25 +501,24 @@ void attention(Engine& engine, const float* q, const KvView& kv, float* out, int
   omp_set_num_threads(im.threads);
   const int64_t G = n_head / n_head_kv, n_ctx = past + n_q, HD = head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
-  const bool bf16 = kv.dtype == Dtype::BF16;
-  // Scores, then (bf16 K/V) one kv head's K and V widened to f32 [n_ctx, HD].
-  scratch.reserve(static_cast<size_t>(G * n_q * n_ctx + (bf16 ? 2 * n_ctx * HD : 0)));
+  const bool narrow = kv.dtype != Dtype::F32;  // BF16 or F16
+  // Scores, then (16-bit K/V) one kv head's K and V widened to f32 [n_ctx, HD].
+  scratch.reserve(static_cast<size_t>(G * n_q * n_ctx + (narrow ? 2 * n_ctx * HD : 0)));
   float* S = scratch.data();
   float* kw = S + G * n_q * n_ctx;
   float* vw = kw + n_ctx * HD;
   // kv head hk's K (which 0) or V (1) as f32 rows pos_stride apart: in place
-  // for f32, widened into kw / vw for bf16.
+  // for f32, widened into kw / vw for bf16 and f16.
   auto head_rows = [&](int which, int64_t hk, int64_t& stride) -> float* {
     const void* base = which == 0 ? kv.k : kv.v;
-    if (!bf16) {
+    if (!narrow) {
       stride = kv.pos_stride;
       return const_cast<float*>(static_cast<const float*>(base) + hk * kv.head_stride);
     }
     const uint16_t* src = static_cast<const uint16_t*>(base) + hk * kv.head_stride;
     float* dst = which == 0 ? kw : vw;
 #pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < n_ctx; ++p)
-      for (int64_t d = 0; d < HD; ++d) dst[p * HD + d] = util::bf16_to_f32(src[p * kv.pos_stride + d]);
+    for (int64_t p = 0; p < n_ctx; ++p) widen_row(src + p * kv.pos_stride, kv.dtype, dst + p * HD, HD);
     stride = HD;
     return dst;
   };

@@ -23,8 +23,9 @@ class Buffer;
 /// block along n_in; value = scale * quant), multiplied in f32 without
 /// widening the matrix (see matmul). Q4_0: ggml's Q4_0 blocks kept likewise
 /// (32 4-bit quants, two per byte, and one scale per block; value = scale *
-/// (quant - 8)). Q8_0 and Q4_0 are the block dtypes (is_blocks).
-enum class Dtype { F32, BF16, Q8_0, Q4_0 };
+/// (quant - 8)). Q8_0 and Q4_0 are the block dtypes (is_blocks). F16 (IEEE
+/// half) is a KV-cache element type only (KvView), never a weight's.
+enum class Dtype { F32, BF16, Q8_0, Q4_0, F16 };
 /// Elements per block of Dtype::Q8_0 and Dtype::Q4_0 (ggml-common.h QK8_0 = QK4_0 = 32).
 inline constexpr int64_t kQBlock = 32;
 /// Rows of a block-dtype weight interleaved block by block (see Weight::raw).
@@ -44,7 +45,7 @@ inline constexpr uint64_t blocks_bytes(Dtype d, uint64_t n_elements) {
 inline constexpr uint64_t q8_0_bytes(uint64_t n_elements) { return blocks_bytes(Dtype::Q8_0, n_elements); }
 /// Bytes of `n_elements` as Dtype::Q4_0: n/2 + n/32 * 4, 0.625 per element.
 inline constexpr uint64_t q4_0_bytes(uint64_t n_elements) { return blocks_bytes(Dtype::Q4_0, n_elements); }
-/// "f32" / "bf16" / "q8_0" / "q4_0".
+/// "f32" / "bf16" / "q8_0" / "q4_0" / "f16".
 const char* to_string(Dtype d);
 
 /// float -> bfloat16 bits, round to nearest even (NaN stays NaN). Source: the
@@ -329,9 +330,10 @@ void swiglu_fused(const float* gate_up, float* out, int64_t rows, int64_t n);
 
 /// Keys/values of one sequence for attention: element (position p, kv head h, d)
 /// is at base[p * pos_stride + h * head_stride + d] (strides in elements).
-/// `dtype` is the elements' type: F32 (float) or BF16 (uint16_t bfloat16 bits,
-/// widened exactly to float as they are read, so attention over BF16 values is
-/// bit-identical to attention over their F32 widening).
+/// `dtype` is the elements' type: F32 (float), BF16 (uint16_t bfloat16 bits)
+/// or F16 (uint16_t IEEE half bits); BF16 and F16 are widened exactly to float
+/// as they are read, so attention over them is bit-identical to attention over
+/// their F32 widening. Other dtypes throw ArgumentError.
 struct KvView {
   const void* k = nullptr;
   const void* v = nullptr;

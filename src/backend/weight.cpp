@@ -22,6 +22,7 @@ const char* to_string(Dtype d) {
     case Dtype::BF16: return "bf16";
     case Dtype::Q8_0: return "q8_0";
     case Dtype::Q4_0: return "q4_0";
+    case Dtype::F16: return "f16";
     default: return "f32";
   }
 }

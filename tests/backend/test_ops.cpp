@@ -9,6 +9,7 @@
 #include "backend/kernel_isa.hpp"
 #include "backend/random_values.hpp"
 #include "util/error.hpp"
+#include "util/half.hpp"
 
 using namespace kveval;
 using namespace kveval::backend;
@@ -371,35 +372,39 @@ TEST_SUITE("backend.ops") {
     CHECK(eng.primitives_created() == n);  // runtime dims: no new primitive for a new shape
   }
 
-  TEST_CASE("attention over bf16 K/V equals attention over their f32 widening, bit for bit, on every path") {
-    // A bf16 KV cache is widened exactly as it is read, so its attention must be
-    // the f32 attention of the widened values: the loop (head_dim 8, 5, 144),
-    // the AVX-512 head kernel (16-128), several sequences in one loop, and the
-    // oneDNN matmuls (their K and V widened into scratch first).
-    auto round_trip = [](const std::vector<float>& x, std::vector<uint16_t>& h, std::vector<float>& w) {
+  TEST_CASE("attention over bf16 and f16 K/V equals attention over their f32 widening, bit for bit, on every path") {
+    // A bf16 or f16 KV cache is widened exactly as it is read, so its attention
+    // must be the f32 attention of the widened values: the loop (head_dim 8, 5,
+    // 144), the AVX-512 head kernel (16-128; f16 through vcvtph2ps), several
+    // sequences in one loop, and the oneDNN matmuls (their K and V widened into
+    // scratch first). Every 97th value is scaled by 2^-20: an f16 subnormal.
+    auto round_trip = [](Dtype dt, std::vector<float> x, std::vector<uint16_t>& h, std::vector<float>& w) {
       h.resize(x.size());
       w.resize(x.size());
       for (size_t i = 0; i < x.size(); ++i) {
-        h[i] = f32_to_bf16(x[i]);
-        w[i] = bf16_to_f32(h[i]);
+        if (i % 97 == 0) x[i] = std::ldexp(x[i], -20);
+        h[i] = dt == Dtype::F16 ? util::f32_to_f16(x[i]) : f32_to_bf16(x[i]);
+        w[i] = dt == Dtype::F16 ? util::f16_to_f32(h[i]) : bf16_to_f32(h[i]);
       }
     };
     Engine eng(2);
     Buffer scratch;
+    for (Dtype dt : {Dtype::BF16, Dtype::F16})
     for (auto [n_head, n_kv, hd, past, nq] :
          {std::tuple{8, 4, 8, 0, 7}, std::tuple{6, 2, 5, 3, 4}, std::tuple{4, 4, 16, 11, 1}, std::tuple{4, 4, 64, 0, 1},
           std::tuple{8, 2, 48, 15, 2}, std::tuple{4, 1, 128, 30, 1}, std::tuple{3, 3, 112, 100, 3},
           std::tuple{2, 1, 144, 5, 1}, std::tuple{8, 4, 32, 0, 80}, std::tuple{6, 2, 33, 13, 16},
           std::tuple{32, 4, 64, 3, 20}, std::tuple{4, 2, 32, 5, 300}}) {
-      CAPTURE(n_head); CAPTURE(n_kv); CAPTURE(hd); CAPTURE(past); CAPTURE(nq);
+      const std::string dname = to_string(dt);
+      CAPTURE(dname); CAPTURE(n_head); CAPTURE(n_kv); CAPTURE(hd); CAPTURE(past); CAPTURE(nq);
       const int64_t n_ctx = past + nq, cap = n_ctx + 3, qs = n_head * hd;
       auto q = randv(size_t(nq * qs), 71, 2.0f);
       std::vector<uint16_t> k16, v16;
       std::vector<float> kw, vw;
-      round_trip(randv(size_t(n_kv * cap * hd), 72, 2.0f), k16, kw);
-      round_trip(randv(size_t(n_kv * cap * hd), 73, 2.0f), v16, vw);
+      round_trip(dt, randv(size_t(n_kv * cap * hd), 72, 2.0f), k16, kw);
+      round_trip(dt, randv(size_t(n_kv * cap * hd), 73, 2.0f), v16, vw);
       const KvView f32{kw.data(), vw.data(), hd, cap * hd};
-      const KvView b16{k16.data(), v16.data(), hd, cap * hd, Dtype::BF16};
+      const KvView b16{k16.data(), v16.data(), hd, cap * hd, dt};
       std::vector<float> a(size_t(nq * n_head * hd)), b(a.size());
       attention(q.data(), f32, a.data(), nq, past, n_head, n_kv, hd);  // the loop / head kernel
       attention(q.data(), b16, b.data(), nq, past, n_head, n_kv, hd);
@@ -408,7 +413,7 @@ TEST_SUITE("backend.ops") {
       attention(eng, q.data(), f32, a.data(), nq, past, n_head, n_kv, hd, qs, scratch);  // oneDNN where it applies
       attention(eng, q.data(), b16, b.data(), nq, past, n_head, n_kv, hd, qs, scratch);
       for (size_t i = 0; i < a.size(); ++i) REQUIRE(a[i] == b[i]);
-      // Several sequences, one of them bf16, in one loop: each as its own call.
+      // Several sequences, one of them 16-bit, in one loop: each as its own call.
       if (nq <= 4) {
         std::vector<float> c(a.size()), d(a.size());
         const AttentionSeq two[] = {{q.data(), f32, c.data(), nq, past}, {q.data(), b16, d.data(), nq, past}};
