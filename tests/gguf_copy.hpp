@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
@@ -14,10 +15,12 @@ namespace kveval::test {
 /// Writes to `dst` a copy of the GGUF file `src`: the same keys in the same
 /// order with the values in `replace` substituted (a key of `replace` that
 /// `src` lacks is appended), and every tensor but those named in `drop`, as
-/// F32 (F16 tensors are widened). general.alignment is left to the writer's
-/// default (32). Throws what gguf::File and gguf::Writer throw.
+/// F32 (F16 tensors are widened), each tensor named in `scale` multiplied by
+/// its factor. general.alignment is left to the writer's default (32). Throws
+/// what gguf::File and gguf::Writer throw.
 inline void copy_gguf(const std::string& src, const std::string& dst,
-                      const std::map<std::string, gguf::Value>& replace = {}, const std::set<std::string>& drop = {}) {
+                      const std::map<std::string, gguf::Value>& replace = {}, const std::set<std::string>& drop = {},
+                      const std::map<std::string, float>& scale = {}) {
   gguf::File f(src);
   gguf::Writer w;
   std::set<std::string> done;
@@ -29,8 +32,13 @@ inline void copy_gguf(const std::string& src, const std::string& dst,
   }
   for (const auto& [k, v] : replace)
     if (!done.count(k)) w.add(k, v);
-  for (const auto& t : f.tensors())
-    if (!drop.count(t.name)) w.add_tensor(t.name, t.dims, f.tensor_f32(t.name, t.dims));
+  for (const auto& t : f.tensors()) {
+    if (drop.count(t.name)) continue;
+    std::vector<float> x = f.tensor_f32(t.name, t.dims);
+    if (auto it = scale.find(t.name); it != scale.end())
+      for (float& v : x) v *= it->second;
+    w.add_tensor(t.name, t.dims, x);
+  }
   w.write(dst);
 }
 

@@ -68,7 +68,7 @@ void add_bench_command(CLI::App& app, Action& action) {
                   "fidelity compares f32 with the first of bf16/q8_0/q4_0 named (default bf16)")
       ->delimiter(',')->capture_default_str();
   sub->add_option("--kv-cache-dtype", st->o.kv_cache_dtype,
-                  "KV-cache element type of every model: f32, bf16 or auto (bf16 when the compute dtype is bf16, else f32)")
+                  "KV-cache element type of every model: f32, bf16, f16 or auto (bf16 when the compute dtype is bf16, else f32)")
       ->capture_default_str();
   sub->add_option("-b,--batch-size", st->o.batches, "rows per forward, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("-p,--n-prompt", st->o.n_prompt, "pp: prompt tokens, comma-separated")->delimiter(',')->capture_default_str();

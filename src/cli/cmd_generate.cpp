@@ -31,7 +31,7 @@ void add_generate_command(CLI::App& app, Action& action) {
                   "without bf16)")
       ->capture_default_str();
   cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype,
-                  "KV-cache element type: f32, bf16 or auto (bf16 when the compute dtype is bf16, else f32)")
+                  "KV-cache element type: f32, bf16, f16 or auto (bf16 when the compute dtype is bf16, else f32)")
       ->capture_default_str();
   cmd->add_option("--max-length", o->max_length,
                   "context positions, prompt included (0 = the model's context_length); the KV cache holds "
@@ -104,9 +104,13 @@ void add_generate_command(CLI::App& app, Action& action) {
       std::fputs("\n", stdout);
       std::fflush(stdout);
       if (g[0].reason == StopReason::NonFinite)
-        throw Error(fmt::format("non-finite logits (NaN or Inf) at token position {} (after {} generated tokens): "
-                                "generation stopped; the model's activations overflowed",
-                                g[0].prompt_tokens + static_cast<int>(g[0].ids.size()), g[0].ids.size()));
+        throw Error(fmt::format(
+            "non-finite logits (NaN or Inf) at token position {} (after {} generated tokens): generation stopped; {}",
+            g[0].prompt_tokens + static_cast<int>(g[0].ids.size()), g[0].ids.size(),
+            model->stats().kv_f16_overflows > 0
+                ? fmt::format("{} K/V values exceeded the f16 KV cache's range of ±65504: use --kv-cache-dtype bf16 or f32",
+                              model->stats().kv_f16_overflows)
+                : std::string("the model's activations overflowed")));
       auto rate = [](int64_t n, double s) { return s > 0 ? n / s : 0.0; };
       fmt::print(stderr, "stop: {} after {} tokens\n", to_string(g[0].reason), g[0].ids.size());
       fmt::print(stderr, "load          {:9.2f} ms\n", load_s * 1e3);

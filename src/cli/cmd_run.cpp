@@ -231,7 +231,7 @@ void add_run_command(CLI::App& app, Action& action) {
                   "compute dtype: f32, bf16, q8_0, q4_0 or auto (overrides the spec; default auto: bf16 on a bf16 CPU for a "
                   "non-F32 file, q8_0 for a Q8_0 file without bf16)");
   cmd->add_option("--kv-cache-dtype", args->kv_cache_dtype,
-                  "KV-cache element type: f32, bf16 or auto (overrides the spec; default auto: bf16 when the compute "
+                  "KV-cache element type: f32, bf16, f16 or auto (overrides the spec; default auto: bf16 when the compute "
                   "dtype is bf16, else f32)");
   cmd->add_option("--batch-size", args->batch_size, "rows per batch (overrides the spec)")->check(at_least(1, true));
   cmd->add_option("--limit", args->limit, "documents per task at most (overrides the spec)")->check(at_least(0, true));

@@ -404,7 +404,7 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
     try {
       s.kv_cache_dtype = parse_kv_cache_dtype(d);
     } catch (const ArgumentError&) {
-      w.key("kv_cache_dtype").fail(fmt::format("\"{}\": expected \"f32\", \"bf16\" or \"auto\"", d));
+      w.key("kv_cache_dtype").fail(fmt::format("\"{}\": expected \"f32\", \"bf16\", \"f16\" or \"auto\"", d));
     }
   }
   if (j.contains("threads")) s.threads = static_cast<int>(expect_int(j["threads"], w.key("threads"), 0, 4096));

@@ -14,10 +14,18 @@
 #include "model/model_impl.hpp"
 #include "util/bf16.hpp"
 #include "util/error.hpp"
+#include "util/half.hpp"
 
 namespace kveval {
 
 namespace be = kveval::backend;
+
+namespace {
+/// The backend element type attention reads a cache of `d` as (d never Auto).
+be::Dtype kv_view_dtype(KvCacheDtype d) {
+  return d == KvCacheDtype::BF16 ? be::Dtype::BF16 : d == KvCacheDtype::F16 ? be::Dtype::F16 : be::Dtype::F32;
+}
+}  // namespace
 
 Model::Model() : impl_(std::make_unique<Impl>()) {}
 Model::~Model() = default;
@@ -264,7 +272,6 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
       if (cached) {
         past = im.n_past[static_cast<size_t>(r)];
         // Append K, V of the new tokens at positions [past, past + n).
-        const bool bf16 = im.kv_dtype == KvCacheDtype::BF16;
         for (int h = 0; h < hp.n_head_kv; ++h) {
           char* kc = im.kv_at(0, im.cache_off(l, r, h));
           char* vc = im.kv_at(1, im.cache_off(l, r, h));
@@ -272,9 +279,13 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
             const float* ks = k + (t0 + i) * QS + h * HD;
             const float* vs = v + (t0 + i) * QS + h * HD;
             const size_t at = static_cast<size_t>(past + i) * HD;
-            if (bf16) {
+            if (im.kv_dtype == KvCacheDtype::BF16) {
               util::f32_to_bf16_n(ks, reinterpret_cast<uint16_t*>(kc) + at, static_cast<size_t>(HD));
               util::f32_to_bf16_n(vs, reinterpret_cast<uint16_t*>(vc) + at, static_cast<size_t>(HD));
+            } else if (im.kv_dtype == KvCacheDtype::F16) {  // beyond ±65504: ±Inf, counted
+              im.stats.kv_f16_overflows +=
+                  util::f32_to_f16_n(ks, reinterpret_cast<uint16_t*>(kc) + at, static_cast<size_t>(HD)) +
+                  util::f32_to_f16_n(vs, reinterpret_cast<uint16_t*>(vc) + at, static_cast<size_t>(HD));
             } else {
               std::memcpy(reinterpret_cast<float*>(kc) + at, ks, sizeof(float) * HD);
               std::memcpy(reinterpret_cast<float*>(vc) + at, vs, sizeof(float) * HD);
@@ -282,7 +293,7 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
           }
         }
         view = {im.kv_at(0, im.cache_off(l, r, 0)), im.kv_at(1, im.cache_off(l, r, 0)), HD,
-                static_cast<int64_t>(im.cache_cap) * HD, bf16 ? be::Dtype::BF16 : be::Dtype::F32};
+                static_cast<int64_t>(im.cache_cap) * HD, kv_view_dtype(im.kv_dtype)};
       } else {
         view = {k + t0 * QS, v + t0 * QS, QS, HD};
       }

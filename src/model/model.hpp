@@ -78,14 +78,19 @@ ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32,
 /// Element type of the KV cache. F32: K and V as the forward pass computed
 /// them (cached decoding matches cache-free passes to f32 rounding). BF16:
 /// bfloat16 (round to nearest even, util/bf16.hpp), half the bytes; attention
-/// widens each element exactly as it reads it. Auto: BF16 when the compute
-/// dtype is BF16 (vLLM's `--kv-cache-dtype auto`: the model's dtype), else F32.
-enum class KvCacheDtype { Auto, F32, BF16 };
-/// "auto" / "f32" / "bf16".
+/// widens each element exactly as it reads it. F16: IEEE half (round to
+/// nearest even, util/half.hpp; llama.cpp's default `-ctk f16 -ctv f16`), half
+/// the bytes with 3 more significand bits than bf16 but a range of ±65504: a
+/// K or V value beyond it is stored as ±Inf (counted in
+/// ModelStats::kv_f16_overflows), and that row's logits become non-finite.
+/// Auto: BF16 when the compute dtype is BF16 (vLLM's `--kv-cache-dtype auto`:
+/// the model's dtype), else F32.
+enum class KvCacheDtype { Auto, F32, BF16, F16 };
+/// "auto" / "f32" / "bf16" / "f16".
 const char* to_string(KvCacheDtype d);
-/// Parses "auto", "f32" or "bf16"; throws ArgumentError naming `what` otherwise.
+/// Parses "auto", "f32", "bf16" or "f16"; throws ArgumentError naming `what` otherwise.
 KvCacheDtype parse_kv_cache_dtype(const std::string& s, const std::string& what = "--kv-cache-dtype");
-/// Auto -> BF16 for a BF16 compute dtype, else F32; F32 and BF16 are kept.
+/// Auto -> BF16 for a BF16 compute dtype, else F32; F32, BF16 and F16 are kept.
 KvCacheDtype resolve_kv_cache_dtype(KvCacheDtype requested, ComputeDtype compute);
 
 /// Bytes the weights of `f` will take once loaded as `dtype` (dtype_size
@@ -141,6 +146,7 @@ struct ModelStats {
   uint64_t cache_allocations = 0;       ///< setup_caches calls that allocated
   uint64_t buffer_allocations = 0;      ///< activation-buffer (re)allocations
   uint64_t tokens_processed = 0;        ///< token positions through the layer stack
+  uint64_t kv_f16_overflows = 0;        ///< finite K/V values stored as ±Inf in an f16 cache (|x| >= 65520)
 };
 
 class Model {
@@ -196,7 +202,7 @@ class Model {
   // kv_cache_dtype() (float32 or bfloat16). Positions are half-open: row r
   // holds [0, n_past(r)).
 
-  /// Element type of the caches (F32 or BF16, never Auto).
+  /// Element type of the caches (F32, BF16 or F16, never Auto).
   KvCacheDtype kv_cache_dtype() const;
   /// Sets the element type of caches set up from now on (Auto: resolved against
   /// the compute dtype). Throws CacheError while caches are set up (delete them first).

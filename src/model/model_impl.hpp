@@ -66,8 +66,8 @@ struct Model::Impl {
 
   // ---- KV cache: K and V [n_layer][batch][n_kv_head][cap][head_dim] of kv_dtype ----
   backend::PageBuffer k_cache, v_cache;  // pages become resident when written (no huge pages)
-  KvCacheDtype kv_dtype = KvCacheDtype::F32;  ///< F32 or BF16, never Auto
-  size_t kv_elem_bytes() const { return kv_dtype == KvCacheDtype::BF16 ? 2 : 4; }
+  KvCacheDtype kv_dtype = KvCacheDtype::F32;  ///< F32, BF16 or F16, never Auto
+  size_t kv_elem_bytes() const { return kv_dtype == KvCacheDtype::F32 ? 4 : 2; }
   /// Element `off` (cache_off units) of the K (which 0) or V cache.
   char* kv_at(int which, size_t off) const {
     return reinterpret_cast<char*>((which == 0 ? k_cache : v_cache).get()) + off * kv_elem_bytes();

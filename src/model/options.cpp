@@ -50,6 +50,7 @@ const char* to_string(KvCacheDtype d) {
     case KvCacheDtype::Auto: return "auto";
     case KvCacheDtype::F32: return "f32";
     case KvCacheDtype::BF16: return "bf16";
+    case KvCacheDtype::F16: return "f16";
   }
   return "?";
 }
@@ -58,7 +59,8 @@ KvCacheDtype parse_kv_cache_dtype(const std::string& s, const std::string& what)
   if (s == "auto") return KvCacheDtype::Auto;
   if (s == "f32") return KvCacheDtype::F32;
   if (s == "bf16") return KvCacheDtype::BF16;
-  throw ArgumentError(fmt::format("{} '{}': expected 'f32', 'bf16' or 'auto'", what, s));
+  if (s == "f16") return KvCacheDtype::F16;
+  throw ArgumentError(fmt::format("{} '{}': expected 'f32', 'bf16', 'f16' or 'auto'", what, s));
 }
 
 KvCacheDtype resolve_kv_cache_dtype(KvCacheDtype requested, ComputeDtype compute) {

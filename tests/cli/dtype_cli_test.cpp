@@ -13,6 +13,7 @@
 #include "../eval/eval_test_util.hpp"
 #include "backend/backend.hpp"
 #include "cli_run.hpp"
+#include "gguf_copy.hpp"
 #include "test_support.hpp"
 
 using kveval::test::Run;
@@ -34,7 +35,7 @@ size_t lines(const std::string& s) {
 TEST_SUITE("cli.dtype") {
   TEST_CASE("run --dtype bf16 records bfloat16 and the bf16 resident bytes; f32 records float32" * kveval::test::needs_model()) {
     if (!kveval::backend::bf16_matmul_available()) {
-      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << kveval::backend::cpu_isa_name() << ")");
+      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << std::string(kveval::backend::cpu_isa_name()) << ")");
       return;
     }
     TempDir d;
@@ -73,14 +74,43 @@ TEST_SUITE("cli.dtype") {
     CHECK(kj["kveval"]["cache"]["rows"] == j["kveval"]["cache"]["rows"]);
     CHECK(2 * kj["kveval"]["cache"]["bytes_at_setup"].get<long>() == j["kveval"]["cache"]["bytes_at_setup"].get<long>());
     CHECK(kj["results"] == j["results"]);  // scoring never uses the cache; these generations agree too
+    Run h = run_kveval(d, "run " + spec + " --model " + model + " --limit 2 --dtype f32 --kv-cache-dtype f16 -o " + d.file("kv16.json"));
+    REQUIRE(h.code == 0);
+    json hj = json::parse(slurp(d.file("kv16.json")));
+    CHECK(hj["kveval"]["cache"]["dtype"] == "f16");
+    CHECK(h.err.find("; KV cache f16\n") != std::string::npos);
+    CHECK(h.err.find("bytes (K+V, f16)") != std::string::npos);
+    CHECK(hj["kveval"]["cache"]["bytes_at_setup"] == kj["kveval"]["cache"]["bytes_at_setup"]);
+    CHECK(hj["results"] == j["results"]);
     Run g = run_kveval(d, "generate -m " + model + " -p hi -n 3 --no-cache --kv-cache-dtype bf16");
     REQUIRE(g.code == 0);
     CHECK(g.err.find("; no KV cache (--no-cache)\n") != std::string::npos);
   }
 
+  TEST_CASE("an f16 KV cache that overflows says so: generate's error line and run's failed requests" * kveval::test::needs_model()) {
+    // stories260K with layer 0's V projection scaled by 1e6: V beyond ±65504.
+    TempDir d;
+    const std::string loud = d.file("loud.gguf");
+    kveval::test::copy_gguf(kveval::test::model_path(), loud, {}, {}, {{"blk.0.attn_v.weight", 1e6f}});
+    Run g = run_kveval(d, "generate -m " + loud + " -p hi -n 3 --kv-cache-dtype f16");
+    CHECK(g.code != 0);
+    CHECK(g.err.find("error: non-finite logits (NaN or Inf) at token position 3 (after 0 generated tokens): generation "
+                     "stopped; ") != std::string::npos);
+    CHECK(g.err.find(" K/V values exceeded the f16 KV cache's range of ±65504: use --kv-cache-dtype bf16 or f32\n") !=
+          std::string::npos);
+    Run b = run_kveval(d, "generate -m " + loud + " -p hi -n 3 --kv-cache-dtype bf16");
+    CHECK(b.code == 0);
+    const std::string spec = kveval::test::source_dir() + "/tasks/demo.json";
+    Run r = run_kveval(d, "run " + spec + " --model " + loud + " --limit 2 --kv-cache-dtype f16 -o " + d.file("r.json"));
+    CHECK(r.code == 4);  // requests failed
+    CHECK(r.out.find("2 request(s) failed: story_generation: 2;") != std::string::npos);
+    CHECK(r.out.find("K/V values exceeded the f16 KV cache's range of ±65504 in this phase; use --kv-cache-dtype bf16 or "
+                     "f32)") != std::string::npos);
+  }
+
   TEST_CASE("bench --dtype f32,bf16: rows of both dtypes, a load line each" * kveval::test::needs_model()) {
     if (!kveval::backend::bf16_matmul_available()) {
-      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << kveval::backend::cpu_isa_name() << ")");
+      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << std::string(kveval::backend::cpu_isa_name()) << ")");
       return;
     }
     TempDir d;
@@ -122,14 +152,14 @@ TEST_SUITE("cli.dtype") {
       k << R"({"model": "/nonexistent.gguf", "tasks": [{"name": "a", "output_type": "loglikelihood",
               "docs": [{"x": "a", "y": "b"}], "doc_to_text": "x", "doc_to_target": "y"}]})";
     }
-    for (const std::string& cmd : {"generate -m " + junk + " -p hi --kv-cache-dtype f16",
-                                  "run " + d.file("kv.json") + " --kv-cache-dtype f16",
-                                  "bench -m " + junk + " --kv-cache-dtype f16"}) {
+    for (const std::string& cmd : {"generate -m " + junk + " -p hi --kv-cache-dtype fp8",
+                                  "run " + d.file("kv.json") + " --kv-cache-dtype fp8",
+                                  "bench -m " + junk + " --kv-cache-dtype fp8"}) {
       CAPTURE(cmd);
       Run k = run_kveval(d, cmd);
       CHECK(k.code != 0);
       CHECK(lines(k.err) == 1);
-      CHECK(k.err.find("--kv-cache-dtype 'f16'") != std::string::npos);
+      CHECK(k.err.find("--kv-cache-dtype 'fp8': expected 'f32', 'bf16', 'f16' or 'auto'") != std::string::npos);
     }
   }
 

@@ -100,7 +100,7 @@ TEST_SUITE("eval.spec") {
   TEST_CASE("kv_cache_dtype accepts f32, bf16 and auto (the default); anything else names the key") {
     TempDir d;
     std::string p = d.write("kv.json", R"({"model": "m.gguf", "kv_cache_dtype": "fp8", "tasks": []})");
-    CHECK(spec_error([&] { load_spec(p); }) == p + ": kv_cache_dtype: \"fp8\": expected \"f32\", \"bf16\" or \"auto\"");
+    CHECK(spec_error([&] { load_spec(p); }) == p + ": kv_cache_dtype: \"fp8\": expected \"f32\", \"bf16\", \"f16\" or \"auto\"");
     std::string n = d.write("kvn.json", R"({"model": "m.gguf", "kv_cache_dtype": 16, "tasks": []})");
     CHECK(spec_error([&] { load_spec(n); }).find("kv_cache_dtype") != std::string::npos);
     const char* task = R"([{"name": "a", "output_type": "loglikelihood", "docs": [{"x": "a", "y": "b"}], "doc_to_text": "x", "doc_to_target": "y"}])";

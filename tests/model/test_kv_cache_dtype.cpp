@@ -13,6 +13,7 @@
 
 #include "model/model.hpp"
 #include "model/random_model.hpp"
+#include "gguf_copy.hpp"
 #include "test_support.hpp"
 #include "util/error.hpp"
 
@@ -64,28 +65,35 @@ TEST_SUITE("model.kv_cache_dtype") {
     CHECK(resolve_kv_cache_dtype(K::Auto, ComputeDtype::Q8_0) == K::F32);
     CHECK(resolve_kv_cache_dtype(K::F32, ComputeDtype::BF16) == K::F32);
     CHECK(resolve_kv_cache_dtype(K::BF16, ComputeDtype::F32) == K::BF16);
+    CHECK(resolve_kv_cache_dtype(K::F16, ComputeDtype::BF16) == K::F16);
     CHECK(parse_kv_cache_dtype("bf16") == K::BF16);
+    CHECK(parse_kv_cache_dtype("f16") == K::F16);
     CHECK(std::string(to_string(K::Auto)) == "auto");
-    CHECK_THROWS_WITH_AS(parse_kv_cache_dtype("f16"), "--kv-cache-dtype 'f16': expected 'f32', 'bf16' or 'auto'",
+    CHECK(std::string(to_string(K::F16)) == "f16");
+    CHECK_THROWS_WITH_AS(parse_kv_cache_dtype("fp8"), "--kv-cache-dtype 'fp8': expected 'f32', 'bf16', 'f16' or 'auto'",
                          ArgumentError);
   }
 
-  TEST_CASE("a bf16 cache takes half the bytes; the type cannot change while caches are set up" * kveval::test::needs_model()) {
-    auto m = Model::load(test::model_path(), {.threads = 1, .kv_cache_dtype = KvCacheDtype::BF16});
-    CHECK(m->kv_cache_dtype() == KvCacheDtype::BF16);
-    const auto& hp = m->hparams();
-    // K and V: 2 x n_layer x rows x n_kv_head x positions x head_dim elements, 2 bytes each
-    const size_t elems = 2ull * hp.n_layer * 3 * hp.n_head_kv * 100 * hp.head_dim();
-    CHECK(m->cache_bytes_for(3, 100) == elems * 2);
-    m->setup_caches(3, 100);
-    CHECK(m->bytes() == elems * 2);
-    CHECK_THROWS_AS(m->set_kv_cache_dtype(KvCacheDtype::F32), CacheError);
-    CHECK_THROWS_AS(m->cache_data(0), CacheError);
-    m->delete_caches();
-    m->set_kv_cache_dtype(KvCacheDtype::F32);
-    CHECK(m->cache_bytes_for(3, 100) == elems * 4);
-    m->set_kv_cache_dtype(KvCacheDtype::Auto);  // f32 compute dtype
-    CHECK(m->kv_cache_dtype() == KvCacheDtype::F32);
+  TEST_CASE("a bf16 or f16 cache takes half the bytes; the type cannot change while caches are set up" * kveval::test::needs_model()) {
+    for (KvCacheDtype d : {KvCacheDtype::BF16, KvCacheDtype::F16}) {
+      const std::string dname = to_string(d);
+      CAPTURE(dname);
+      auto m = Model::load(test::model_path(), {.threads = 1, .kv_cache_dtype = d});
+      CHECK(m->kv_cache_dtype() == d);
+      const auto& hp = m->hparams();
+      // K and V: 2 x n_layer x rows x n_kv_head x positions x head_dim elements, 2 bytes each
+      const size_t elems = 2ull * hp.n_layer * 3 * hp.n_head_kv * 100 * hp.head_dim();
+      CHECK(m->cache_bytes_for(3, 100) == elems * 2);
+      m->setup_caches(3, 100);
+      CHECK(m->bytes() == elems * 2);
+      CHECK_THROWS_AS(m->set_kv_cache_dtype(KvCacheDtype::F32), CacheError);
+      CHECK_THROWS_AS(m->cache_data(0), CacheError);
+      m->delete_caches();
+      m->set_kv_cache_dtype(KvCacheDtype::F32);
+      CHECK(m->cache_bytes_for(3, 100) == elems * 4);
+      m->set_kv_cache_dtype(KvCacheDtype::Auto);  // f32 compute dtype
+      CHECK(m->kv_cache_dtype() == KvCacheDtype::F32);
+    }
   }
 
   TEST_CASE("stories260K with a bf16 cache: the reference greedy continuations' first 12 tokens, log-probs within 3e-2 of cache-free f32" *
@@ -128,7 +136,61 @@ TEST_SUITE("model.kv_cache_dtype") {
     CHECK(worst_delta(cached_logprobs(*m, story, 8), want) < 2e-5);
   }
 
-  TEST_CASE("head_dim 64 (the AVX-512 head kernel) and a 100-token prefill (the oneDNN matmuls) over a bf16 cache") {
+  TEST_CASE("stories260K with an f16 cache: the reference greedy continuations whole, log-probs within 5e-3 of cache-free f32" *
+            kveval::test::needs_model()) {
+    // f16 keeps 11 significant bits of K and V (bf16: 8) within ±65504: measured,
+    // the worst teacher-forced token moves by 1.9e-3 nats (bf16: 1.2e-2) and all
+    // three reference continuations are reproduced whole.
+    auto m = Model::load(test::model_path(), {.threads = 2, .kv_cache_dtype = KvCacheDtype::F16});
+    for (const auto& g : test::reference_cases("greedy")) {
+      const std::string prompt = g["prompt"];
+      CAPTURE(prompt);
+      GenerateOptions o;
+      o.max_gen_toks = {g["max_gen_toks"].get<int>()};
+      o.stop_at_eos = false;
+      KvCacheScope scope(*m, 1, 512);
+      const auto gen = generate_greedy(*m, {m->tokenizer().encode(prompt, true)}, o);
+      CHECK(gen[0].ids == g["ids"].get<std::vector<int32_t>>());
+    }
+    auto story = m->tokenizer().encode(test::reference_cases("rolling")[0]["text"].get<std::string>(), true);
+    story.resize(std::min<size_t>(story.size(), 120));
+    const auto want = full_logprobs(*m, story);
+    const double w = worst_delta(cached_logprobs(*m, story, 8), want);
+    MESSAGE("stories260K, f16 KV cache: worst |delta log-prob| " << w << " nats over " << want.size() << " tokens");
+    CHECK(w < 5e-3);
+    CHECK(w > 0);  // the cache really holds f16
+    CHECK(m->stats().kv_f16_overflows == 0);
+  }
+
+  TEST_CASE("an f16 cache counts the K/V values beyond ±65504; the row's logits are non-finite, f32 and bf16 caches' are not" *
+            kveval::test::needs_model()) {
+    // stories260K with layer 0's V projection scaled by 1e6: V values of
+    // about 1e5-1e6, far outside f16's range but finite in f32 and bf16.
+    const test::ScratchDir dir("kvf16");
+    const std::string path = dir.file("loud.gguf");
+    test::copy_gguf(test::model_path(), path, {}, {}, {{"blk.0.attn_v.weight", 1e6f}});
+    for (KvCacheDtype d : {KvCacheDtype::F32, KvCacheDtype::BF16, KvCacheDtype::F16}) {
+      const std::string dname = to_string(d);
+    CAPTURE(dname);
+      auto m = Model::load(path, {.threads = 1, .kv_cache_dtype = d});
+      GenerateOptions o;
+      o.max_gen_toks = {5};
+      o.stop_at_eos = false;
+      KvCacheScope scope(*m, 1, 64);
+      const auto gen = generate_greedy(*m, {m->tokenizer().encode("Once upon a time", true)}, o);
+      if (d == KvCacheDtype::F16) {
+        CHECK(gen[0].reason == StopReason::NonFinite);
+        CHECK(gen[0].ids.empty());
+        CHECK(m->stats().kv_f16_overflows > 0);
+      } else {
+        CHECK(gen[0].reason != StopReason::NonFinite);
+        CHECK(gen[0].ids.size() == 5);
+        CHECK(m->stats().kv_f16_overflows == 0);
+      }
+    }
+  }
+
+  TEST_CASE("head_dim 64 (the AVX-512 head kernel) and a 100-token prefill (the oneDNN matmuls) over bf16 and f16 caches") {
     const test::ScratchDir dir("kvdtype");
     RandomModelSpec s = random_model_preset("tiny");
     s.name = "kv64";
@@ -140,20 +202,25 @@ TEST_SUITE("model.kv_cache_dtype") {
     write_random_llama(path, s, 7);
     auto m = Model::load(path, {.threads = 2, .kv_cache_dtype = KvCacheDtype::BF16});
     REQUIRE(m->hparams().head_dim() == 64);
-    std::mt19937 g(3);
-    std::uniform_int_distribution<int32_t> u(3, s.n_vocab - 1);
-    std::vector<int32_t> t(160);
-    for (auto& x : t) x = u(g);
-    t[0] = 1;
-    const auto want = full_logprobs(*m, t);
-    for (int prefill : {10, 100}) {
-      CAPTURE(prefill);
-      const double w = worst_delta(cached_logprobs(*m, t, prefill), want);
-      MESSAGE("random 128-wide model, bf16 KV cache, prefill " << prefill << ": worst |delta log-prob| " << w);
-      // measured 8.1e-3 (bf16 keeps 8 significant bits of this model's large K and V);
-      // a K/V row written one position off moves these log-probs by more than 0.1
-      CHECK(w < 3e-2);
-      CHECK(w > 0);
+    for (KvCacheDtype d : {KvCacheDtype::BF16, KvCacheDtype::F16}) {
+      const std::string dname = to_string(d);
+      CAPTURE(dname);
+      m->set_kv_cache_dtype(d);
+      std::mt19937 g(3);
+      std::uniform_int_distribution<int32_t> u(3, s.n_vocab - 1);
+      std::vector<int32_t> t(160);
+      for (auto& x : t) x = u(g);
+      t[0] = 1;
+      const auto want = full_logprobs(*m, t);
+      for (int prefill : {10, 100}) {
+        CAPTURE(prefill);
+        const double w = worst_delta(cached_logprobs(*m, t, prefill), want);
+        MESSAGE("random 128-wide model, " << dname << " KV cache, prefill " << prefill << ": worst |delta log-prob| " << w);
+        // measured 8.1e-3 for bf16 (8 significant bits of this model's large K and V), 1.2e-3 for f16 (11);
+        // a K/V row written one position off moves these log-probs by more than 0.1
+        CHECK(w < (d == KvCacheDtype::F16 ? 5e-3 : 3e-2));
+        CHECK(w > 0);
+      }
     }
   }
 }
