@@ -39,7 +39,7 @@ TEST_SUITE("backend.bf16") {
 
   TEST_CASE("bf16 matmul matches a naive double reference") {
     if (!kveval::backend::bf16_matmul_available()) {
-      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << kveval::backend::cpu_isa_name() << ")");
+      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << std::string(kveval::backend::cpu_isa_name()) << ")");
       return;
     }
     Engine eng(2);
@@ -88,11 +88,12 @@ TEST_SUITE("backend.bf16") {
 
   TEST_CASE("warm bf16 and f32 matmuls create no primitive and allocate nothing") {
     if (!kveval::backend::bf16_matmul_available()) {
-      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << kveval::backend::cpu_isa_name() << ")");
+      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << std::string(kveval::backend::cpu_isa_name()) << ")");
       return;
     }
     for (Dtype dt : {Dtype::F32, Dtype::BF16}) {
-      CAPTURE(to_string(dt));
+      const std::string dt_name = to_string(dt);
+      CAPTURE(dt_name);
       Engine eng(2);
       auto w = randv(256 * 96, 4);
       Weight W(w, 256, 96, dt);
@@ -114,7 +115,7 @@ TEST_SUITE("backend.bf16") {
 
   TEST_CASE("BF16 weights in panels hold oneDNN's BA16a64b2a layout: its reorder of row-major Wᵀ, padding zeros included") {
     if (!Weight(1, 1, Dtype::BF16).bf16_panels()) {
-      MESSAGE("SKIPPED: bf16 weights stay row-major here (" << cpu_isa_name() << ")");
+      MESSAGE("SKIPPED: bf16 weights stay row-major here (" << std::string(cpu_isa_name()) << ")");
       return;
     }
     using dt = dnnl::memory::data_type;
@@ -154,7 +155,7 @@ TEST_SUITE("backend.bf16") {
 
   TEST_CASE("bf16 products on panels run one fixed-M primitive per block of 512, 256, 128, 64, 32, 16 or fewer rows") {
     if (!bf16_matmul_available() || !Weight(1, 1, Dtype::BF16).bf16_panels()) {
-      MESSAGE("SKIPPED: bf16 weights stay row-major here (" << cpu_isa_name() << ")");
+      MESSAGE("SKIPPED: bf16 weights stay row-major here (" << std::string(cpu_isa_name()) << ")");
       return;
     }
     Engine eng(2);

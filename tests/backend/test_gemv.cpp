@@ -246,7 +246,7 @@ TEST_SUITE("backend.gemv") {
 
   TEST_CASE("matmul runs bf16 decode steps through gemv with AVX512-BF16, within f32 rounding of oneDNN's bf16 product") {
     if (!bf16_matmul_available() || !kernel_has_bf16_dot()) {
-      MESSAGE("SKIPPED: bf16 one-row products stay on oneDNN here (" << cpu_isa_name() << ")");
+      MESSAGE("SKIPPED: bf16 one-row products stay on oneDNN here (" << std::string(cpu_isa_name()) << ")");
       return;
     }
     check_matmul_routing(Dtype::BF16, decode_invariant_rows(Dtype::BF16) >= 5);  // 2..8 rows too, not on AMX

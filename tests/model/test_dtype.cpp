@@ -51,7 +51,7 @@ TEST_SUITE("model.dtype") {
 
   TEST_CASE("an F32 file loads in f32 under auto; bf16 halves the matrix bytes" * kveval::test::needs_model()) {
     if (!kveval::backend::bf16_matmul_available()) {
-      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << kveval::backend::cpu_isa_name() << ")");
+      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << std::string(kveval::backend::cpu_isa_name()) << ")");
       return;
     }
     auto f = Model::load(test::model_path(), {.threads = 1, .dtype = ComputeDtype::Auto});
@@ -64,7 +64,7 @@ TEST_SUITE("model.dtype") {
 
   TEST_CASE("bf16 log-probs on the quant fixtures are within 2e-2 per token of f32 (the fixtures' own texts)") {
     if (!kveval::backend::bf16_matmul_available()) {
-      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << kveval::backend::cpu_isa_name() << ")");
+      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << std::string(kveval::backend::cpu_isa_name()) << ")");
       return;
     }
     const std::string shared = test::shared_dir();
@@ -101,11 +101,12 @@ TEST_SUITE("model.dtype") {
 
   TEST_CASE("a warm decode step creates no primitive and allocates nothing (f32 and bf16)" * kveval::test::needs_model()) {
     if (!kveval::backend::bf16_matmul_available()) {
-      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << kveval::backend::cpu_isa_name() << ")");
+      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << std::string(kveval::backend::cpu_isa_name()) << ")");
       return;
     }
     for (ComputeDtype dt : {ComputeDtype::F32, ComputeDtype::BF16}) {
-      CAPTURE(to_string(dt));
+      const std::string dt_name = to_string(dt);
+      CAPTURE(dt_name);
       auto m = Model::load(test::model_path(), {.threads = 2, .dtype = dt});
       KvCacheScope scope(*m, 2, 128);
       test::check_warm_decode(*m, {{1, 5, 9, 14}, {1, 20, 30}});
@@ -187,7 +188,7 @@ TEST_SUITE("model.dtype") {
 
   TEST_CASE("a bf16 load reports BF16 weights and the resident bytes of bf16 matrices, f32 embeddings and norms") {
     if (!kveval::backend::bf16_matmul_available()) {
-      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << kveval::backend::cpu_isa_name() << ")");
+      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << std::string(kveval::backend::cpu_isa_name()) << ")");
       return;
     }
     const std::string shared = test::shared_dir();

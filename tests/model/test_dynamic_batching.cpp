@@ -217,8 +217,8 @@ TEST_SUITE("model.dynamic_batching") {
       const std::string dt_name = kveval::backend::to_string(bdt);
       CAPTURE(dt_name);
       if (kveval::backend::decode_invariant_rows(bdt) < 8) {
-        MESSAGE("SKIPPED: " << kveval::backend::to_string(bdt) << " decode steps are not row-invariant on this CPU ("
-                            << kveval::backend::cpu_isa_name() << ")");
+        MESSAGE("SKIPPED: " << std::string(kveval::backend::to_string(bdt)) << " decode steps are not row-invariant on this CPU ("
+                            << std::string(kveval::backend::cpu_isa_name()) << ")");
         continue;
       }
       auto m = Model::load(path, {.threads = 2, .dtype = dtype});
