@@ -199,7 +199,7 @@ class Model {
 
   // ---- KV cache -----------------------------------------------------------
   // K and V are each [n_layer][batch][n_kv_head][max_seq][head_dim] of
-  // kv_cache_dtype() (float32 or bfloat16). Positions are half-open: row r
+  // kv_cache_dtype() (float32, bfloat16 or IEEE half). Positions are half-open: row r
   // holds [0, n_past(r)).
 
   /// Element type of the caches (F32, BF16 or F16, never Auto).
