@@ -77,10 +77,11 @@ void run_fidelity(const Options& o, eval::EvalSpec spec, int threads, Report& re
     rep.rows.push_back(row(fmt::format("flips {} {}", m.task, m.metric), "docs", static_cast<double>(m.flipped))
                            .with("docs", static_cast<double>(m.compared)));
   const std::string note = fmt::format(
-      "fidelity: {} scored with --dtype {} and {} (one load each); abs dlogprob = |log p({}) - log p({})| over every scored token of the "
+      "fidelity: {} scored with --dtype {} (KV cache {}) and {} (KV cache {}; one load each); abs dlogprob = |log p({}) - log p({})| over every scored token of the "
       "loglikelihood and rolling requests (nats), flips = documents whose acc/acc_norm/acc_bytes/exact_match value "
       "or generated text (greedy_text) differs between the two runs.",
-      o.spec, f.dtype_a, f.dtype_b, f.dtype_a, f.dtype_b);
+      o.spec, f.dtype_a, to_string(resolve_kv_cache_dtype(spec.kv_cache_dtype, ComputeDtype::F32)), f.dtype_b,
+      to_string(resolve_kv_cache_dtype(spec.kv_cache_dtype, reduced)), f.dtype_a, f.dtype_b);
   rep.add_note(note);
 }
 

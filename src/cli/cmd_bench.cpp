@@ -113,7 +113,12 @@ void add_bench_command(CLI::App& app, Action& action) {
       drop_repeats(o.tests);
       drop_repeats(o.dtypes);
       drop_repeats(o.cache_shapes);
-      parse_kv_cache_dtype(o.kv_cache_dtype, "--kv-cache-dtype");  // a bad name fails before anything is measured
+      try {  // a bad name fails before anything is measured
+        parse_kv_cache_dtype(o.kv_cache_dtype, "--kv-cache-dtype");
+      } catch (const ArgumentError& e) {
+        if (o.kv_cache_dtype.find(',') == std::string::npos) throw;
+        throw ArgumentError(fmt::format("{} (one value per bench run; --dtype takes a list)", e.what()));
+      }
       if (st->stream_mib < 0) throw ArgumentError(fmt::format("--stream-mib: must be >= 0, got {}", st->stream_mib));
       o.stream_bytes = static_cast<size_t>(st->stream_mib) << 20;
       require_model_file(o.model_path, "--model");

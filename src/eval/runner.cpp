@@ -394,7 +394,7 @@ RunResult run_eval_impl(const EvalSpec& spec, Model& model, const RunOptions& op
     check_memory_plan(fmt::format("the run of {}", spec.path), parts,
                       opts.memory_budget ? *opts.memory_budget : memory_budget(),
                       model.kv_cache_dtype() == KvCacheDtype::F32
-                          ? "lower batch_size, max_length or max_gen_toks, or set kv_cache_dtype bf16 or f16 (half the KV cache)"
+                          ? "lower batch_size, max_length or max_gen_toks, or set kv_cache_dtype (--kv-cache-dtype) bf16 or f16 (half the KV cache)"
                           : "lower batch_size, max_length or max_gen_toks");
   } catch (...) {
     if (!opts.shard.agree) throw;

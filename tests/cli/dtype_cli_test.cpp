@@ -161,6 +161,10 @@ TEST_SUITE("cli.dtype") {
       CHECK(lines(k.err) == 1);
       CHECK(k.err.find("--kv-cache-dtype 'fp8': expected 'f32', 'bf16', 'f16' or 'auto'") != std::string::npos);
     }
+    Run list = run_kveval(d, "bench -m " + junk + " --kv-cache-dtype f16,bf16");  // a list, as --dtype takes
+    CHECK(list.code != 0);
+    CHECK(lines(list.err) == 1);
+    CHECK(list.err.find("(one value per bench run; --dtype takes a list)") != std::string::npos);
   }
 
   TEST_CASE("without bf16 (oneDNN limited to AVX2): auto falls back to f32 with a note, bf16 is refused in one line" *
@@ -211,6 +215,8 @@ TEST_SUITE("cli.dtype") {
     CHECK(mean > 0);   // bf16 weights really differ from f32
     CHECK(mx < 1.0);   // and stay close on this model
     CHECK(rows["max abs dlogprob"]["requests"] == 4);  // 2 documents x 2 choices
+    // the note names each run's KV cache (auto: bf16 for the bf16 run)
+    CHECK(j["notes"].dump().find("--dtype f32 (KV cache f32) and bf16 (KV cache bf16; one load each)") != std::string::npos);
     for (const char* k : {"flips mc acc", "flips mc acc_norm"}) {
       REQUIRE(rows.count(k));
       CHECK(rows[k]["docs"] == 2);

@@ -212,6 +212,14 @@ TEST_SUITE("cli.runtime") {
     CHECK(cache.err.find("KV cache (4096 rows x 2048 positions) 10.0 GiB (10737418240 bytes)") != std::string::npos);
     CHECK(cache.err.find("is available (KVEVAL_MEMORY_LIMIT_BYTES 2.0 GiB less") != std::string::npos);
     CHECK(cache.out.empty());
+    // an f32 cache: the hint offers the 2-byte cache types; with one of them it does not
+    CHECK(cache.err.find("; lower batch_size, max_length or max_gen_toks, or set kv_cache_dtype (--kv-cache-dtype) bf16 or "
+                         "f16 (half the KV cache)\n") != std::string::npos);
+    Run half = run_kveval(d, "run -q " + quote(d.file("cache.json")) + " --kv-cache-dtype f16",
+                          "KVEVAL_MEMORY_LIMIT_BYTES=2147483648 ");
+    CHECK(half.code == 1);
+    CHECK(half.err.find("KV cache (4096 rows x 2048 positions) 5.0 GiB (5368709120 bytes)") != std::string::npos);
+    CHECK(half.err.find("; lower batch_size, max_length or max_gen_toks\n") != std::string::npos);
 
     // bench: a size that does not fit is skipped with the planned bytes (a 10 GiB cache, 256 MiB of pp logits),
     // the others are measured; nothing fits: exit 2 (was: the 10 GiB cache allocated, exit 0)
