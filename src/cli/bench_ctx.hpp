@@ -63,6 +63,7 @@ struct Ctx {
     r.name = name;
     r.threads = threads;
     r.dtype = to_string(model.dtype());
+    r.kv_cache_dtype = to_string(model.kv_cache_dtype());
     return r;
   }
   void note(const std::string& n) { rep.add_note(n); }

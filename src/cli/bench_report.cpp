@@ -94,6 +94,7 @@ nlohmann::json row_to_json(const Row& r) {
       {"max", number(r.value.max)}, {"n", r.value.n},
   };
   if (!r.dtype.empty()) j["dtype"] = r.dtype;
+  if (!r.kv_cache_dtype.empty()) j["kv_cache_dtype"] = r.kv_cache_dtype;
   for (const auto& f : r.fields) j[f.first] = number(f.second);
   return j;
 }
@@ -183,7 +184,7 @@ std::string to_csv(const Report& rep) {
   std::vector<const Row*> rows;
   for (const auto& r : rep.rows) rows.push_back(&r);
   const auto keys = field_union(rows);
-  std::string out = "test,name,threads,batch,n_prompt,n_gen,positions,unit,median,stddev,mean,min,max,n,dtype";
+  std::string out = "test,name,threads,batch,n_prompt,n_gen,positions,unit,median,stddev,mean,min,max,n,dtype,kv_cache_dtype";
   for (const auto& k : keys) {
     out += ',';
     out += csv_escape(k);
@@ -191,10 +192,10 @@ std::string to_csv(const Report& rep) {
   out += "\n";
   auto num = [](double v) { return std::isfinite(v) ? fmt::format("{}", v) : std::string(); };
   for (const Row* r : rows) {
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}", csv_escape(r->test), csv_escape(r->name),
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}", csv_escape(r->test), csv_escape(r->name),
                        r->threads, r->batch, r->n_prompt, r->n_gen, r->positions, csv_escape(r->unit),
                        num(r->value.median), num(r->value.stddev), num(r->value.mean), num(r->value.min),
-                       num(r->value.max), r->value.n, csv_escape(r->dtype));
+                       num(r->value.max), r->value.n, csv_escape(r->dtype), csv_escape(r->kv_cache_dtype));
     for (const auto& k : keys) {
       out += ',';
       if (r->has_field(k)) out += num(r->field(k));

@@ -22,6 +22,9 @@ struct Row {
   std::string name;   ///< e.g. "pp512", "tg64", "setup_caches", "stream"
   int threads = 0;    ///< compute threads
   std::string dtype;  ///< compute dtype of the model ("f32", "bf16"), "" when not applicable
+  /// KV-cache element type of the model load ("f32", "bf16", "f16"), "" when
+  /// not applicable (fidelity rows compare two loads).
+  std::string kv_cache_dtype;
   int batch = 0;      ///< rows per forward pass (0 when not applicable)
   int n_prompt = 0;   ///< prompt tokens per row
   int n_gen = 0;      ///< generated tokens per row
@@ -64,7 +67,8 @@ bool fits_budget(Report& rep, const std::string& what, std::span<const MemoryPar
                  const std::optional<MemoryBudget>& budget = {});
 
 /// One JSON object per row: test, name, threads, batch, n_prompt, n_gen,
-/// positions, unit, median, stddev, mean, min, max, n, then the fields.
+/// positions, unit, median, stddev, mean, min, max, n, dtype and
+/// kv_cache_dtype (where set), then the fields.
 nlohmann::json row_to_json(const Row& r);
 /// {"meta": ..., "results": [row...], "notes": [...]}.
 nlohmann::json to_json(const Report& rep);
@@ -72,8 +76,9 @@ nlohmann::json to_json(const Report& rep);
 /// (columns: threads, batch, test, value ± stddev, then the test's fields), the notes.
 std::string to_markdown(const Report& rep);
 /// CSV with a header; fixed columns (test, name, threads, batch, n_prompt,
-/// n_gen, positions, unit, median, stddev, mean, min, max, n, dtype; dtype
-/// empty for rows without one) then the union of all field names; strings
+/// n_gen, positions, unit, median, stddev, mean, min, max, n, dtype,
+/// kv_cache_dtype; the last two empty for rows without one) then the union of
+/// all field names; strings
 /// quoted when they contain a comma or quote.
 std::string to_csv(const Report& rep);
 /// One line per row: the row's JSON merged with kveval_version, git_hash, model path, machine threads.

@@ -28,6 +28,16 @@ namespace {
 
 constexpr const char* kFilter = "none";  // kveval applies no filter yet: lm-eval's name for "no filter"
 
+/// torch's name of a KV-cache element type ("f32" -> "float32", "bf16" ->
+/// "bfloat16", "f16" -> "float16"), as vLLM's `kv_cache_dtype` model argument;
+/// "" when the run built no cache type.
+std::string torch_dtype_name(const std::string& d) {
+  if (d == "bf16") return "bfloat16";
+  if (d == "f16") return "float16";
+  if (d == "f32") return "float32";
+  return d;
+}
+
 ojson finite_or(const std::optional<double>& v, ojson otherwise) {
   return v && std::isfinite(*v) ? ojson(*v) : otherwise;
 }
@@ -229,8 +239,9 @@ ojson results_json(const EvalSpec& spec, const RunResult& res, const std::string
   j["higher_is_better"] = hib;
   j["n-samples"] = n_samples;
   j["config"] = {{"model", "kveval"},
-                 {"model_args", fmt::format("pretrained={},dtype={},threads={}", res.model_path,
-                                            res.dtype == "bf16" ? "bfloat16" : "float32", res.threads)},
+                 {"model_args", fmt::format("pretrained={},dtype={},kv_cache_dtype={},threads={}", res.model_path,
+                                            res.dtype == "bf16" ? "bfloat16" : "float32",
+                                            torch_dtype_name(res.kv_cache_dtype), res.threads)},
                  {"model_dtype", res.dtype == "bf16" ? "bfloat16" : "float32"},
                  {"batch_size", spec.batch_size},
                  {"batch_sizes", ojson::array()},

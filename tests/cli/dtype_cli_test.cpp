@@ -78,6 +78,7 @@ TEST_SUITE("cli.dtype") {
     REQUIRE(h.code == 0);
     json hj = json::parse(slurp(d.file("kv16.json")));
     CHECK(hj["kveval"]["cache"]["dtype"] == "f16");
+    CHECK(hj["config"]["model_args"].get<std::string>().find(",kv_cache_dtype=float16,") != std::string::npos);
     CHECK(h.err.find("; KV cache f16\n") != std::string::npos);
     CHECK(h.err.find("bytes (K+V, f16)") != std::string::npos);
     CHECK(hj["kveval"]["cache"]["bytes_at_setup"] == kj["kveval"]["cache"]["bytes_at_setup"]);
@@ -119,7 +120,10 @@ TEST_SUITE("cli.dtype") {
     REQUIRE(r.code == 0);
     json j = json::parse(r.out);
     int f32 = 0, bf16 = 0;
-    for (const auto& row : j["results"]) (row["dtype"] == "bf16" ? bf16 : f32) += row["dtype"] == "f32" || row["dtype"] == "bf16";
+    for (const auto& row : j["results"]) {
+      (row["dtype"] == "bf16" ? bf16 : f32) += row["dtype"] == "f32" || row["dtype"] == "bf16";
+      CHECK(row["kv_cache_dtype"] == row["dtype"]);  // auto: the compute dtype's cache type, on every row
+    }
     CHECK(f32 >= 1);
     CHECK(bf16 >= 1);
     CHECK(j["meta"]["dtypes"]["bf16"]["weight_dtype"] == "BF16");

@@ -24,6 +24,7 @@ Report sample() {
   tg.name = "tg64";
   tg.threads = 2;
   tg.dtype = "bf16";
+  tg.kv_cache_dtype = "f16";
   tg.batch = 8;
   tg.n_prompt = 16;
   tg.n_gen = 64;
@@ -64,6 +65,8 @@ TEST_SUITE("cli.bench_report") {
     CHECK(r["test"] == "tg");
     CHECK(r["dtype"] == "bf16");
     CHECK_FALSE(j["results"][1].contains("dtype"));
+    CHECK(r["kv_cache_dtype"] == "f16");
+    CHECK_FALSE(j["results"][1].contains("kv_cache_dtype"));
     CHECK(r["batch"] == 8);
     CHECK(r["n_gen"] == 64);
     CHECK(r["median"].get<double>() == 100.0);
@@ -79,10 +82,10 @@ TEST_SUITE("cli.bench_report") {
     const auto ls = lines(format_report(sample(), "csv"));
     REQUIRE(ls.size() == 3);
     CHECK(ls[0] ==
-          "test,name,threads,batch,n_prompt,n_gen,positions,unit,median,stddev,mean,min,max,n,dtype,weights_GB_per_s,"
-          "frac_of_stream,cache_MiB");
-    CHECK(ls[1] == "tg,tg64,2,8,16,64,0,tok/s,100,10,100,90,110,3,bf16,12.5,0.5,");
-    CHECK(ls[2] == "cache,reset_caches,1,4,0,0,2048,us,0.004,0,0.004,0.004,0.004,1,,,,10");
+          "test,name,threads,batch,n_prompt,n_gen,positions,unit,median,stddev,mean,min,max,n,dtype,kv_cache_dtype,"
+          "weights_GB_per_s,frac_of_stream,cache_MiB");
+    CHECK(ls[1] == "tg,tg64,2,8,16,64,0,tok/s,100,10,100,90,110,3,bf16,f16,12.5,0.5,");
+    CHECK(ls[2] == "cache,reset_caches,1,4,0,0,2048,us,0.004,0,0.004,0.004,0.004,1,,,,,10");
   }
 
   TEST_CASE("add_note keeps the first of equal notes, in order") {

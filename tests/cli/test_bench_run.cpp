@@ -220,7 +220,7 @@ TEST_SUITE("cli.cmd_bench") {
     std::string out, err;
     const std::string base = kveval_bin() + " bench -m " + test::model_path() + " -t 1 -p 8 -n 4 --tg-prompt 4 -r 1 --tests pp,tg";
     REQUIRE(run(base + " --output csv", out, err) == 0);
-    CHECK(out.rfind("test,name,threads,batch,n_prompt,n_gen,positions,unit,median,stddev,mean,min,max,n,dtype,", 0) == 0);
+    CHECK(out.rfind("test,name,threads,batch,n_prompt,n_gen,positions,unit,median,stddev,mean,min,max,n,dtype,kv_cache_dtype,", 0) == 0);
     CHECK(out.find("\npp,pp8,1,1,8,0,0,tok/s,") != std::string::npos);
     CHECK(out.find(",1,f32,") != std::string::npos);  // n = 1 repetition, then the compute dtype
     REQUIRE(run(base, out, err) == 0);
