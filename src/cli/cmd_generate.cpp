@@ -107,9 +107,9 @@ void add_generate_command(CLI::App& app, Action& action) {
         throw Error(fmt::format(
             "non-finite logits (NaN or Inf) at token position {} (after {} generated tokens): generation stopped; {}",
             g[0].prompt_tokens + static_cast<int>(g[0].ids.size()), g[0].ids.size(),
-            model->stats().kv_f16_overflows > 0
+            g[0].kv_f16_overflows > 0
                 ? fmt::format("{} K/V values exceeded the f16 KV cache's range of ±65504: use --kv-cache-dtype bf16 or f32",
-                              model->stats().kv_f16_overflows)
+                              g[0].kv_f16_overflows)
                 : std::string("the model's activations overflowed")));
       auto rate = [](int64_t n, double s) { return s > 0 ? n / s : 0.0; };
       fmt::print(stderr, "stop: {} after {} tokens\n", to_string(g[0].reason), g[0].ids.size());

@@ -240,15 +240,7 @@ void generation_phase(const EvalSpec& spec, Model& model, const RunOptions& opts
     done_tokens += g.prompt_tokens + static_cast<int64_t>(g.ids.size());
     if (opts.progress) opts.progress("generation", done, gen.size(), done_tokens);
   };
-  const uint64_t overflows0 = model.stats().kv_f16_overflows;
   std::vector<Generation> out = generate_greedy(model, prompts, go, &timing);
-  // An f16 cache stores K/V values beyond ±65504 as Inf: say so where it shows (non-finite logits).
-  const uint64_t overflows = model.stats().kv_f16_overflows - overflows0;
-  const std::string overflow_hint =
-      overflows == 0 ? std::string()
-                     : fmt::format(" ({} K/V values exceeded the f16 KV cache's range of ±65504 in this phase; "
-                                   "use --kv-cache-dtype bf16 or f32)",
-                                   overflows);
   if (out.size() != prompts.size())
     throw Error(fmt::format("internal: generate_greedy returned {} results for {} prompts", out.size(), prompts.size()));
   for (size_t k = 0; k < gen.size(); ++k) {
@@ -256,6 +248,13 @@ void generation_phase(const EvalSpec& spec, Model& model, const RunOptions& opts
     Generation& g = out[k];
     RequestOutcome& o = res.outcomes[gen[k]];
     if (g.reason == StopReason::NonFinite) {  // stopped: its text is never scored
+      // An f16 cache stores K/V values beyond ±65504 as Inf: say so when this row's did.
+      const std::string overflow_hint =
+          g.kv_f16_overflows == 0
+              ? std::string()
+              : fmt::format(" ({} K/V values of its row exceeded the f16 KV cache's range of ±65504; use "
+                            "--kv-cache-dtype bf16 or f32)",
+                            g.kv_f16_overflows);
       o.error = fmt::format("{}: non-finite logits (NaN or Inf) at token position {} (after {} generated tokens); "
                             "generation stopped and the output is not scored{}",
                             request_label(spec, r), g.prompt_tokens + static_cast<int>(g.ids.size()), g.ids.size(),

@@ -265,6 +265,7 @@ std::vector<Generation> generate_greedy(Model& model, const std::vector<std::vec
       fresh[r] = 0;
       const size_t i = static_cast<size_t>(slot[r]);
       if (take_token(tok, opts, i, std::span<const float>(logits.data() + r * V, V), capacity, gens[i], timing)) {
+        if (gens[i].reason == StopReason::NonFinite) gens[i].kv_f16_overflows = model.kv_f16_overflows(static_cast<int>(r));
         slot[r] = -1;
         --busy;
         finish(i);

@@ -96,6 +96,7 @@ void Model::setup_caches(int batch_size, int max_seq_len) {
     ++im.stats.cache_allocations;
   }
   im.n_past.assign(static_cast<size_t>(batch_size), 0);
+  im.kv_row_overflows.assign(static_cast<size_t>(batch_size), 0);
   im.cache_enabled = true;
 }
 
@@ -108,12 +109,16 @@ void Model::set_caches_enabled(bool enabled) {
   impl_->cache_enabled = enabled;
 }
 
-void Model::reset_caches() { std::fill(impl_->n_past.begin(), impl_->n_past.end(), 0); }
+void Model::reset_caches() {
+  std::fill(impl_->n_past.begin(), impl_->n_past.end(), 0);
+  std::fill(impl_->kv_row_overflows.begin(), impl_->kv_row_overflows.end(), 0);
+}
 
 void Model::reset_cache_row(int row) {
   if (row < 0 || row >= impl_->cache_batch)
     throw ArgumentError(fmt::format("reset_cache_row: row {} outside [0, {})", row, impl_->cache_batch));
   impl_->n_past[static_cast<size_t>(row)] = 0;
+  impl_->kv_row_overflows[static_cast<size_t>(row)] = 0;
 }
 
 void Model::delete_caches() {
@@ -124,6 +129,7 @@ void Model::delete_caches() {
   im.cache_cap = 0;
   im.cache_enabled = false;
   im.n_past.clear();
+  im.kv_row_overflows.clear();
 }
 
 int Model::n_past(int row) const {
@@ -131,6 +137,11 @@ int Model::n_past(int row) const {
     throw ArgumentError(fmt::format("n_past: row {} outside [0, {}) (caches {})", row, impl_->cache_batch,
                                     caches_are_setup() ? "set up" : "not set up"));
   return impl_->n_past[static_cast<size_t>(row)];
+}
+uint64_t Model::kv_f16_overflows(int row) const {
+  if (row < 0 || row >= impl_->cache_batch)
+    throw ArgumentError(fmt::format("kv_f16_overflows: row {} outside [0, {})", row, impl_->cache_batch));
+  return impl_->kv_row_overflows[static_cast<size_t>(row)];
 }
 int Model::capacity() const { return impl_->cache_cap; }
 int Model::cache_batch_size() const { return impl_->cache_batch; }
@@ -282,10 +293,11 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
             if (im.kv_dtype == KvCacheDtype::BF16) {
               util::f32_to_bf16_n(ks, reinterpret_cast<uint16_t*>(kc) + at, static_cast<size_t>(HD));
               util::f32_to_bf16_n(vs, reinterpret_cast<uint16_t*>(vc) + at, static_cast<size_t>(HD));
-            } else if (im.kv_dtype == KvCacheDtype::F16) {  // beyond ±65504: ±Inf, counted
-              im.stats.kv_f16_overflows +=
-                  util::f32_to_f16_n(ks, reinterpret_cast<uint16_t*>(kc) + at, static_cast<size_t>(HD)) +
-                  util::f32_to_f16_n(vs, reinterpret_cast<uint16_t*>(vc) + at, static_cast<size_t>(HD));
+            } else if (im.kv_dtype == KvCacheDtype::F16) {  // beyond ±65504: ±Inf, counted per row and in all
+              const uint64_t over = util::f32_to_f16_n(ks, reinterpret_cast<uint16_t*>(kc) + at, static_cast<size_t>(HD)) +
+                                    util::f32_to_f16_n(vs, reinterpret_cast<uint16_t*>(vc) + at, static_cast<size_t>(HD));
+              im.stats.kv_f16_overflows += over;
+              im.kv_row_overflows[static_cast<size_t>(r)] += over;
             } else {
               std::memcpy(reinterpret_cast<float*>(kc) + at, ks, sizeof(float) * HD);
               std::memcpy(reinterpret_cast<float*>(vc) + at, vs, sizeof(float) * HD);

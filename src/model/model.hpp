@@ -229,6 +229,10 @@ class Model {
   void delete_caches();
   /// Positions filled in row `row` (tokens). Throws ArgumentError if out of range.
   int n_past(int row) const;
+  /// K/V values of row `row` stored as ±Inf by an f16 cache (|x| >= 65520)
+  /// since the row was set up or last reset; 0 for other cache types. Throws
+  /// ArgumentError if out of range.
+  uint64_t kv_f16_overflows(int row) const;
   /// Positions per row (max_seq_len of setup_caches), 0 when not set up.
   int capacity() const;
   /// Rows (batch_size of setup_caches), 0 when not set up.
@@ -379,6 +383,9 @@ struct Generation {
   std::vector<double> logprobs;   ///< log-prob (nats) of each generated id (empty unless GenerateOptions::logprobs)
   StopReason reason = StopReason::MaxTokens;
   int prompt_tokens = 0;
+  /// With StopReason::NonFinite: the K/V values of its cache row that an f16
+  /// cache stored as ±Inf (Model::kv_f16_overflows), the likely cause when > 0.
+  uint64_t kv_f16_overflows = 0;
 };
 /// Options of greedy generation.
 struct GenerateOptions {

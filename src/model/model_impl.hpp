@@ -75,6 +75,7 @@ struct Model::Impl {
   int cache_batch = 0, cache_cap = 0;
   bool cache_enabled = false;
   std::vector<int> n_past;
+  std::vector<uint64_t> kv_row_overflows;  ///< per row: K/V values stored as ±Inf by an f16 cache since its last reset
 
   ModelStats stats;
 

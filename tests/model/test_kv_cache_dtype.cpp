@@ -182,12 +182,42 @@ TEST_SUITE("model.kv_cache_dtype") {
         CHECK(gen[0].reason == StopReason::NonFinite);
         CHECK(gen[0].ids.empty());
         CHECK(m->stats().kv_f16_overflows > 0);
+        // one prompt: every overflow is its row's, and the generation carries the count
+        CHECK(gen[0].kv_f16_overflows == m->stats().kv_f16_overflows);
+        CHECK(m->kv_f16_overflows(0) == gen[0].kv_f16_overflows);
+        m->reset_cache_row(0);
+        CHECK(m->kv_f16_overflows(0) == 0);
       } else {
         CHECK(gen[0].reason != StopReason::NonFinite);
         CHECK(gen[0].ids.size() == 5);
         CHECK(m->stats().kv_f16_overflows == 0);
+        CHECK(gen[0].kv_f16_overflows == 0);
       }
+      CHECK_THROWS_AS(m->kv_f16_overflows(1), ArgumentError);
     }
+  }
+
+  TEST_CASE("f16 overflows are counted per cache row: a row that overflowed fails, its neighbour in the same pass does not" *
+            kveval::test::needs_model()) {
+    // Layer 0's V projection scaled by 5.5e4: measured, "The little dog was very" overflows from a scale of
+    // 5e4 on and "Once upon a time" only from between 6e4 and 7e4, so at 5.5e4 one row overflows and one
+    // does not, with about 10 % to spare either way.
+    const test::ScratchDir dir("kvf16rows");
+    const std::string path = dir.file("loud.gguf");
+    test::copy_gguf(test::model_path(), path, {}, {}, {{"blk.0.attn_v.weight", 5.5e4f}});
+    auto m = Model::load(path, {.threads = 1, .kv_cache_dtype = KvCacheDtype::F16});
+    GenerateOptions o;
+    o.max_gen_toks = {5};
+    o.stop_at_eos = false;
+    KvCacheScope scope(*m, 2, 64);
+    const auto gen = generate_greedy(
+        *m, {m->tokenizer().encode("Once upon a time", true), m->tokenizer().encode("The little dog was very", true)}, o);
+    CHECK(gen[0].reason != StopReason::NonFinite);
+    CHECK(gen[0].ids.size() == 5);
+    CHECK(gen[0].kv_f16_overflows == 0);
+    CHECK(gen[1].reason == StopReason::NonFinite);
+    CHECK(gen[1].kv_f16_overflows > 0);
+    CHECK(m->stats().kv_f16_overflows == gen[1].kv_f16_overflows);  // all of them in the dog's row
   }
 
   TEST_CASE("head_dim 64 (the AVX-512 head kernel) and a 100-token prefill (the oneDNN matmuls) over bf16 and f16 caches") {
