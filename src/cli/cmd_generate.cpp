@@ -71,7 +71,10 @@ void add_generate_command(CLI::App& app, Action& action) {
                                         static_cast<int64_t>(prompt.size()) == max_length ? ", no room for a generated token" : ""));
       fmt::print(stderr, "kveval: {}\n", format_load_summary(model->load_summary()));
       fmt::print(stderr, "kveval: compute dtype {}; {}\n", model->dtype_note(),
-                 o->no_cache ? std::string("no KV cache (--no-cache)")
+                 o->no_cache ? fmt::format("no KV cache (--no-cache{})",
+                                           o->kv_cache_dtype == "auto"
+                                               ? std::string()
+                                               : fmt::format("; --kv-cache-dtype {} ignored", o->kv_cache_dtype))
                              : fmt::format("KV cache {}", to_string(model->kv_cache_dtype())));
       // The cache holds what this generation can use, never more than the context.
       const int ctx = static_cast<int>(std::min<int64_t>(max_length, static_cast<int64_t>(prompt.size()) + o->max_gen_toks));
@@ -107,10 +110,8 @@ void add_generate_command(CLI::App& app, Action& action) {
         throw Error(fmt::format(
             "non-finite logits (NaN or Inf) at token position {} (after {} generated tokens): generation stopped; {}",
             g[0].prompt_tokens + static_cast<int>(g[0].ids.size()), g[0].ids.size(),
-            g[0].kv_f16_overflows > 0
-                ? fmt::format("{} K/V values exceeded the f16 KV cache's range of ±65504: use --kv-cache-dtype bf16 or f32",
-                              g[0].kv_f16_overflows)
-                : std::string("the model's activations overflowed")));
+            g[0].kv_f16_overflows > 0 ? kv_f16_overflow_note(g[0].kv_f16_overflows)
+                                      : std::string("the model's activations overflowed")));
       auto rate = [](int64_t n, double s) { return s > 0 ? n / s : 0.0; };
       fmt::print(stderr, "stop: {} after {} tokens\n", to_string(g[0].reason), g[0].ids.size());
       fmt::print(stderr, "load          {:9.2f} ms\n", load_s * 1e3);

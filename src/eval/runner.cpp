@@ -248,13 +248,9 @@ void generation_phase(const EvalSpec& spec, Model& model, const RunOptions& opts
     Generation& g = out[k];
     RequestOutcome& o = res.outcomes[gen[k]];
     if (g.reason == StopReason::NonFinite) {  // stopped: its text is never scored
-      // An f16 cache stores K/V values beyond ±65504 as Inf: say so when this row's did.
+      // An f16 cache stores K/V values with |x| >= 65520 as Inf: say so when this row's did.
       const std::string overflow_hint =
-          g.kv_f16_overflows == 0
-              ? std::string()
-              : fmt::format(" ({} K/V values of its row exceeded the f16 KV cache's range of ±65504; use "
-                            "--kv-cache-dtype bf16 or f32)",
-                            g.kv_f16_overflows);
+          g.kv_f16_overflows == 0 ? std::string() : " (" + kv_f16_overflow_note(g.kv_f16_overflows) + ")";
       o.error = fmt::format("{}: non-finite logits (NaN or Inf) at token position {} (after {} generated tokens); "
                             "generation stopped and the output is not scored{}",
                             request_label(spec, r), g.prompt_tokens + static_cast<int>(g.ids.size()), g.ids.size(),

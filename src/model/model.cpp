@@ -293,7 +293,7 @@ void Model::forward(std::span<const int32_t> tokens, int batch, int seq, std::sp
             if (im.kv_dtype == KvCacheDtype::BF16) {
               util::f32_to_bf16_n(ks, reinterpret_cast<uint16_t*>(kc) + at, static_cast<size_t>(HD));
               util::f32_to_bf16_n(vs, reinterpret_cast<uint16_t*>(vc) + at, static_cast<size_t>(HD));
-            } else if (im.kv_dtype == KvCacheDtype::F16) {  // beyond ±65504: ±Inf, counted per row and in all
+            } else if (im.kv_dtype == KvCacheDtype::F16) {  // |x| >= 65520: ±Inf, counted per row and in all
               const uint64_t over = util::f32_to_f16_n(ks, reinterpret_cast<uint16_t*>(kc) + at, static_cast<size_t>(HD)) +
                                     util::f32_to_f16_n(vs, reinterpret_cast<uint16_t*>(vc) + at, static_cast<size_t>(HD));
               im.stats.kv_f16_overflows += over;

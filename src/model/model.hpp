@@ -81,7 +81,7 @@ ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32,
 /// widens each element exactly as it reads it. F16: IEEE half (round to
 /// nearest even, util/half.hpp; llama.cpp's default `-ctk f16 -ctv f16`), half
 /// the bytes with 3 more significand bits than bf16 but a range of ±65504: a
-/// K or V value beyond it is stored as ±Inf (counted in
+/// K or V value with |x| >= 65520 (which rounds past 65504) is stored as ±Inf (counted in
 /// ModelStats::kv_f16_overflows), and that row's logits become non-finite.
 /// Auto: BF16 when the compute dtype is BF16 (vLLM's `--kv-cache-dtype auto`:
 /// the model's dtype), else F32.
@@ -387,6 +387,12 @@ struct Generation {
   /// cache stored as ±Inf (Model::kv_f16_overflows), the likely cause when > 0.
   uint64_t kv_f16_overflows = 0;
 };
+
+/// The cause to report for a row that stopped with StopReason::NonFinite after
+/// `overflows` (> 0) of its K/V values overflowed an f16 cache: "N K/V values
+/// of its cache row exceeded the f16 KV cache's range of ±65504; use
+/// --kv-cache-dtype bf16 or f32". One wording for `run` and `generate`.
+std::string kv_f16_overflow_note(uint64_t overflows);
 /// Options of greedy generation.
 struct GenerateOptions {
   /// Tokens to generate at most, per prompt (one value, or one per prompt).

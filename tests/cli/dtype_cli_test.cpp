@@ -85,7 +85,11 @@ TEST_SUITE("cli.dtype") {
     CHECK(hj["results"] == j["results"]);
     Run g = run_kveval(d, "generate -m " + model + " -p hi -n 3 --no-cache --kv-cache-dtype bf16");
     REQUIRE(g.code == 0);
-    CHECK(g.err.find("; no KV cache (--no-cache)\n") != std::string::npos);
+    CHECK(g.err.find("; no KV cache (--no-cache; --kv-cache-dtype bf16 ignored)\n") != std::string::npos);
+    Run n = run_kveval(d, "generate -m " + model + " -p hi -n 3 --no-cache");
+    REQUIRE(n.code == 0);
+    CHECK(n.err.find("; no KV cache (--no-cache)\n") != std::string::npos);
+    CHECK(n.out == g.out);
   }
 
   TEST_CASE("an f16 KV cache that overflows says so: generate's error line and run's failed requests" * kveval::test::needs_model()) {
@@ -97,15 +101,15 @@ TEST_SUITE("cli.dtype") {
     CHECK(g.code != 0);
     CHECK(g.err.find("error: non-finite logits (NaN or Inf) at token position 3 (after 0 generated tokens): generation "
                      "stopped; ") != std::string::npos);
-    CHECK(g.err.find(" K/V values exceeded the f16 KV cache's range of ±65504: use --kv-cache-dtype bf16 or f32\n") !=
-          std::string::npos);
+    CHECK(g.err.find(" K/V values of its cache row exceeded the f16 KV cache's range of ±65504; use --kv-cache-dtype "
+                     "bf16 or f32\n") != std::string::npos);
     Run b = run_kveval(d, "generate -m " + loud + " -p hi -n 3 --kv-cache-dtype bf16");
     CHECK(b.code == 0);
     const std::string spec = kveval::test::source_dir() + "/tasks/demo.json";
     Run r = run_kveval(d, "run " + spec + " --model " + loud + " --limit 2 --kv-cache-dtype f16 -o " + d.file("r.json"));
     CHECK(r.code == 4);  // requests failed
     CHECK(r.out.find("2 request(s) failed: story_generation: 2;") != std::string::npos);
-    CHECK(r.out.find("K/V values of its row exceeded the f16 KV cache's range of ±65504; use --kv-cache-dtype bf16 or "
+    CHECK(r.out.find("K/V values of its cache row exceeded the f16 KV cache's range of ±65504; use --kv-cache-dtype bf16 or "
                      "f32)") != std::string::npos);
   }
 
