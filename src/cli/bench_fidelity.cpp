@@ -28,7 +28,7 @@ eval::EvalSpec load_fidelity_spec(const Options& o) {
 void run_fidelity(const Options& o, eval::EvalSpec spec, int threads, Report& rep,
                   const std::function<void(const std::string&)>& say) {
   spec.threads = threads;
-  spec.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype, "--kv-cache-dtype");  // the bench's, as --dtype
+  spec.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtypes.front(), "--kv-cache-dtype");  // the bench's, as --dtype
   // f32 against the first reduced dtype of --dtype (bf16 when none is named).
   ComputeDtype reduced = ComputeDtype::BF16;
   for (const auto& d : o.dtypes) {

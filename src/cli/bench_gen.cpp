@@ -101,6 +101,7 @@ void run_gen_mixed(const Options& o, Model& model, int threads, Report& rep,
       Row r;
       r.test = "gen-mixed";
       r.dtype = to_string(model.dtype());
+      r.kv_cache_dtype = to_string(model.kv_cache_dtype());
       r.name = k == 0 ? "static" : "dynamic";
       r.threads = threads;
       r.batch = rows;
@@ -118,6 +119,7 @@ void run_gen_mixed(const Options& o, Model& model, int threads, Report& rep,
     Row s;
     s.test = "gen-mixed";
     s.dtype = to_string(model.dtype());
+    s.kv_cache_dtype = to_string(model.kv_cache_dtype());
     s.name = "speedup";
     s.threads = threads;
     s.batch = rows;

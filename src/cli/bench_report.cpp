@@ -119,6 +119,11 @@ std::string to_markdown(const Report& rep) {
                                       mo.value("weight_dtype", "F32"));
     // ", KV cache bf16" where the report recorded the cache type (meta.dtypes)
     auto kv = [](const nlohmann::json& d) {
+      if (d.contains("kv_cache_dtypes") && d["kv_cache_dtypes"].is_array()) {  // several, swept in one load
+        std::vector<std::string> names;
+        for (const auto& n : d["kv_cache_dtypes"]) names.push_back(n.get<std::string>());
+        return fmt::format(", KV cache {}", fmt::join(names, ", "));
+      }
       return d.contains("kv_cache_dtype") ? ", KV cache " + d["kv_cache_dtype"].get<std::string>() : std::string();
     };
     if (m.contains("dtypes") && m["dtypes"].size() == 1) weights += kv(m["dtypes"].begin().value());
@@ -150,6 +155,10 @@ std::string to_markdown(const Report& rep) {
     for (const auto& r : rep.rows)
       if (r.test == t) rows.push_back(&r);
     const auto keys = field_union(rows);
+    bool several_kv = false;  // the name shows the KV-cache type when rows of this test and one dtype differ in it
+    for (const Row* r : rows)
+      for (const Row* q : rows)
+        if (r->dtype == q->dtype && r->kv_cache_dtype != q->kv_cache_dtype) several_kv = true;
     out += fmt::format("\n### {}\n\n| threads | batch | test | value |", t);
     for (const auto& k : keys) out += " " + k + " |";
     out += "\n|---:|---:|:---|---:|";
@@ -158,6 +167,7 @@ std::string to_markdown(const Report& rep) {
     for (const Row* r : rows) {
       std::string name = r->name;
       if (several_dtypes && !r->dtype.empty()) name += " " + r->dtype;
+      if (several_kv && !r->kv_cache_dtype.empty()) name += " KV " + r->kv_cache_dtype;
       if (r->positions > 0 && r->test != "pp" && r->test != "tg") name += fmt::format(" @{}", r->positions);
       if (r->n_prompt > 0 && (r->test == "tg" || r->test == "tg-nocache" || r->test == "speedup" || r->test == "switch"))
         name += fmt::format(" (p{})", r->n_prompt);

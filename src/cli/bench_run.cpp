@@ -385,6 +385,12 @@ void validate(const Options& o) {
                          Bound{o.gen_mixed_max_gen, "--gen-mixed-max-gen", 1 << 20},
                          Bound{o.gen_mixed_rows, "--gen-mixed-rows", 4096}})
     if (b.v < 1 || b.v > b.hi) throw ArgumentError(fmt::format("{}: must be in [1, {}], got {}", b.name, b.hi, b.v));
+  if (o.kv_cache_dtypes.empty()) throw ArgumentError("--kv-cache-dtype: expected at least one value");
+  for (const auto& k : o.kv_cache_dtypes) parse_kv_cache_dtype(k, "--kv-cache-dtype");  // a bad name fails first
+  if (o.kv_cache_dtypes.size() > 1 && std::find(o.tests.begin(), o.tests.end(), "fidelity") != o.tests.end())
+    throw ArgumentError(fmt::format("--kv-cache-dtype {}: --tests fidelity takes one KV-cache type (it compares compute "
+                                    "dtypes); run it on its own",
+                                    fmt::join(o.kv_cache_dtypes, ",")));
   if (o.stream_bytes != 0 && o.stream_bytes < 4096)
     throw ArgumentError(fmt::format("--stream-mib: buffer of {} bytes is too small", o.stream_bytes));
   if (o.stream_bytes > (size_t(2) << 30))
@@ -463,7 +469,7 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
                          {"ll_requests", o.ll_requests}, {"seed", o.seed},
                          {"gen_mixed_prompts", o.gen_mixed_prompts}, {"gen_mixed_max_gen", o.gen_mixed_max_gen},
                          {"gen_mixed_rows", o.gen_mixed_rows}, {"dtypes", o.dtypes},
-                         {"kv_cache_dtype", o.kv_cache_dtype}};
+                         {"kv_cache_dtypes", o.kv_cache_dtypes}};
   opts["cache_shapes"] = nlohmann::json::array();
   for (const auto& s : o.cache_shapes) opts["cache_shapes"].push_back({s[0], s[1]});
   rep.meta["options"] = opts;
@@ -477,7 +483,7 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
       mo.hash = false;
       mo.threads = t;
       mo.dtype = dt;
-      mo.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype, "--kv-cache-dtype");
+      mo.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtypes.front(), "--kv-cache-dtype");
       auto model = Model::load(o.model_path, mo);
       if (progress) progress(fmt::format("[t={}] dtype {}", t, model->dtype_note()));
       const HParams& hp = model->hparams();
@@ -489,12 +495,26 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
         continue;
       }
       measured.push_back(dname);
+      // The KV-cache types of this load, resolved against its compute dtype (auto may repeat a listed one).
+      std::vector<KvCacheDtype> kv_types;
+      for (const auto& k : o.kv_cache_dtypes) {
+        const KvCacheDtype kv = resolve_kv_cache_dtype(parse_kv_cache_dtype(k, "--kv-cache-dtype"), model->dtype());
+        if (std::find(kv_types.begin(), kv_types.end(), kv) != kv_types.end()) {
+          rep.add_warning(fmt::format("--kv-cache-dtype {} resolves to {} with --dtype {}, which is listed already: "
+                                      "measured once",
+                                      k, to_string(kv), dname));
+          continue;
+        }
+        kv_types.push_back(kv);
+      }
       if (!rep.meta.contains("dtypes") || !rep.meta["dtypes"].contains(dname)) {
         // one load line and one entry per compute dtype: weight dtype and resident bytes differ
         if (info) {
           info(format_load_summary(ls));
+          std::vector<std::string> kv_names;
+          for (KvCacheDtype kv : kv_types) kv_names.push_back(to_string(kv));
           info(fmt::format("compute dtype {}; KV cache {}", model->dtype_note(),  // as run and generate: says what was widened
-                           to_string(model->kv_cache_dtype())));
+                           fmt::join(kv_names, ", ")));
         }
         rep.meta["dtypes"][dname] = {{"weight_dtype", ls.weight_dtype},
                                      {"resident_weight_bytes", ls.resident_bytes},
@@ -502,6 +522,10 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
                                      {"streamed_weight_bytes", streamed_weight_bytes(hp, static_cast<double>(ls.resident_bytes))},
                                      {"kv_cache_dtype", to_string(model->kv_cache_dtype())},
                                      {"note", model->dtype_note()}};
+      }
+      if (kv_types.size() > 1) {
+        auto& names = rep.meta["dtypes"][dname]["kv_cache_dtypes"] = nlohmann::json::array();
+        for (KvCacheDtype kv : kv_types) names.push_back(to_string(kv));
       }
       if (!rep.meta.contains("model")) {
         nlohmann::json types = nlohmann::json::object();
@@ -525,17 +549,23 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
                              {"load_seconds", ls.load_seconds}};
       }
       Ctx c{o, *model, hp, model->threads(), rep, progress, {}, {}, {}, false, {}};
-      if (selected(o, "roofline")) run_roofline(c);
-      if (selected(o, "pp")) run_pp(c);
-      if (selected(o, "tg")) run_tg(c);
-      if (selected(o, "tg-nocache")) run_tg_nocache(c);
-      if (selected(o, "cache")) run_cache(c);
-      if (selected(o, "switch")) run_switch(c);
-      if (selected(o, "ll")) run_ll(c);
-      if (selected(o, "load")) run_load(o, c.threads, dt, rep, progress);
-      // Dequantization does not depend on the compute dtype: once per thread count.
-      if (selected(o, "dequant") && dt == dtypes.front()) run_dequant(o, c.threads, rep, progress);
-      if (selected(o, "gen-mixed")) run_gen_mixed(o, *model, c.threads, rep, progress);
+      for (size_t ki = 0; ki < kv_types.size(); ++ki) {
+        const bool first = ki == 0;  // the tests without a KV cache run once per load, with the first type
+        drop_caches(*model);
+        model->set_kv_cache_dtype(kv_types[ki]);
+        if (kv_types.size() > 1) c.say(fmt::format("KV cache {}", to_string(kv_types[ki])));
+        if (first && selected(o, "roofline")) run_roofline(c);
+        if (first && selected(o, "pp")) run_pp(c);
+        if (selected(o, "tg")) run_tg(c);
+        if (first && selected(o, "tg-nocache")) run_tg_nocache(c);
+        if (selected(o, "cache")) run_cache(c);
+        if (selected(o, "switch")) run_switch(c);
+        if (first && selected(o, "ll")) run_ll(c);
+        if (first && selected(o, "load")) run_load(o, c.threads, dt, rep, progress);
+        // Dequantization does not depend on the compute dtype: once per thread count.
+        if (first && selected(o, "dequant") && dt == dtypes.front()) run_dequant(o, c.threads, rep, progress);
+        if (selected(o, "gen-mixed")) run_gen_mixed(o, *model, c.threads, rep, progress);
+      }
     }
   }
   if (fidelity_spec) run_fidelity(o, std::move(*fidelity_spec), o.threads.front(), rep, progress);

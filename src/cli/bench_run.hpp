@@ -43,7 +43,11 @@ struct Options {
   int gen_mixed_prompts = 64;   ///< gen-mixed: prompts per run
   int gen_mixed_max_gen = 256;  ///< gen-mixed: max_gen_toks drawn uniformly in [1, this]
   int gen_mixed_rows = 8;       ///< gen-mixed: cache rows when -b holds no value >= 2
-  std::string kv_cache_dtype = "auto";  ///< KV-cache element type of every model load (f32, bf16, f16, auto)
+  /// KV-cache element types (f32, bf16, f16, auto), swept inside each model
+  /// load (Model::set_kv_cache_dtype) by the tests that use a cache: tg, cache,
+  /// switch and gen-mixed; the others run once per load, with the first.
+  /// fidelity takes one value.
+  std::vector<std::string> kv_cache_dtypes = {"auto"};
   size_t stream_bytes = 0; ///< roofline: read-bandwidth buffer (0 = backend::stream_buffer_bytes())
   uint64_t seed = 1;       ///< synthetic token ids
   std::string spec;        ///< fidelity: evaluation spec whose tasks are scored in f32 and bf16

@@ -67,9 +67,10 @@ void add_bench_command(CLI::App& app, Action& action) {
   sub->add_option("--dtype", st->o.dtypes, "compute dtypes, comma-separated: f32, bf16, q8_0, q4_0, auto (default auto); "
                   "fidelity compares f32 with the first of bf16/q8_0/q4_0 named (default bf16)")
       ->delimiter(',')->capture_default_str();
-  sub->add_option("--kv-cache-dtype", st->o.kv_cache_dtype,
-                  "KV-cache element type of every model: f32, bf16, f16 or auto (bf16 when the compute dtype is bf16, else f32)")
-      ->capture_default_str();
+  sub->add_option("--kv-cache-dtype", st->o.kv_cache_dtypes,
+                  "KV-cache element types, comma-separated: f32, bf16, f16 or auto (bf16 when the compute dtype is bf16, "
+                  "else f32); tg, cache, switch and gen-mixed run once per type, the other tests once per --dtype")
+      ->delimiter(',')->capture_default_str();
   sub->add_option("-b,--batch-size", st->o.batches, "rows per forward, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("-p,--n-prompt", st->o.n_prompt, "pp: prompt tokens, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("-n,--n-gen", st->o.n_gen, "tg/tg-nocache: generated tokens, comma-separated")->delimiter(',')->capture_default_str();
@@ -113,12 +114,8 @@ void add_bench_command(CLI::App& app, Action& action) {
       drop_repeats(o.tests);
       drop_repeats(o.dtypes);
       drop_repeats(o.cache_shapes);
-      try {  // a bad name fails before anything is measured
-        parse_kv_cache_dtype(o.kv_cache_dtype, "--kv-cache-dtype");
-      } catch (const ArgumentError& e) {
-        if (o.kv_cache_dtype.find(',') == std::string::npos) throw;
-        throw ArgumentError(fmt::format("{} (one value per bench run; --dtype takes a list)", e.what()));
-      }
+      drop_repeats(o.kv_cache_dtypes);
+      for (const auto& k : o.kv_cache_dtypes) parse_kv_cache_dtype(k, "--kv-cache-dtype");  // before anything is read
       if (st->stream_mib < 0) throw ArgumentError(fmt::format("--stream-mib: must be >= 0, got {}", st->stream_mib));
       o.stream_bytes = static_cast<size_t>(st->stream_mib) << 20;
       require_model_file(o.model_path, "--model");

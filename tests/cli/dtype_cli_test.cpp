@@ -137,6 +137,46 @@ TEST_SUITE("cli.dtype") {
     CHECK(r.err.find("weights BF16 in memory") != std::string::npos);
   }
 
+  TEST_CASE("bench --kv-cache-dtype f32,f16,auto,bf16: the cache tests once per type, the others once" *
+            kveval::test::needs_model()) {
+    TempDir d;
+    const std::string args = "bench -m " + kveval::test::model_path() +
+                             " -t 1 --dtype f32 --kv-cache-dtype f32,f16,auto,bf16 --tests pp,tg,cache -p 16 -n 4 -r 1 "
+                             "--cache-shapes 1x64";
+    Run r = run_kveval(d, args + " -o json");
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.err.find("; KV cache f32, f16, bf16\n") != std::string::npos);
+    const json j = json::parse(r.out);
+    std::vector<std::string> tg, pp;
+    std::map<std::string, double> setup_mib;
+    for (const auto& row : j["results"]) {
+      const std::string kv = row["kv_cache_dtype"];
+      if (row["test"] == "tg") tg.push_back(kv);
+      if (row["test"] == "pp") pp.push_back(kv);
+      if (row["test"] == "cache" && row["name"] == "setup_caches") setup_mib[kv] = row["cache_MiB"].get<double>();
+    }
+    CHECK(tg == std::vector<std::string>{"f32", "f16", "bf16"});  // auto is f32 with --dtype f32: measured once
+    CHECK(pp == std::vector<std::string>{"f32", "f32"});          // pp16 and pp16 last, cache-free: once
+    // stories260K: 5 layers, K and V of 4 kv heads x 8 per position; 64 positions, one row
+    const double elems = 2.0 * 5 * 64 * 4 * 8;
+    CHECK(setup_mib["f32"] == doctest::Approx(elems * 4 / 1048576.0).epsilon(1e-3));
+    CHECK(setup_mib["f16"] == doctest::Approx(elems * 2 / 1048576.0).epsilon(1e-3));
+    CHECK(setup_mib["bf16"] == doctest::Approx(elems * 2 / 1048576.0).epsilon(1e-3));
+    CHECK(j["meta"]["dtypes"]["f32"]["kv_cache_dtypes"] == json::array({"f32", "f16", "bf16"}));
+    CHECK(j["meta"]["options"]["kv_cache_dtypes"] == json::array({"f32", "f16", "auto", "bf16"}));
+    bool warned = false;
+    for (const auto& n : j["notes"])
+      warned |= n == "--kv-cache-dtype auto resolves to f32 with --dtype f32, which is listed already: measured once";
+    CHECK(warned);
+    Run md = run_kveval(d, args);
+    REQUIRE(md.code == 0);
+    CHECK(md.out.find("KV cache f32, f16, bf16, 0.29 M parameters") != std::string::npos);
+    CHECK(md.out.find("| tg4 KV f16 (p16) |") != std::string::npos);
+    CHECK(md.out.find("| setup_caches KV bf16 @64 |") != std::string::npos);
+    CHECK(md.out.find("| pp16 |") != std::string::npos);  // the type is named only where it varies
+  }
+
   TEST_CASE("a bad dtype is one line naming --dtype or the spec key, exit non-zero") {
     TempDir d;
     const std::string junk = d.write("junk.gguf", "not a model");  // the dtype is refused before the file is read
@@ -169,10 +209,14 @@ TEST_SUITE("cli.dtype") {
       CHECK(lines(k.err) == 1);
       CHECK(k.err.find("--kv-cache-dtype 'fp8': expected 'f32', 'bf16', 'f16' or 'auto'") != std::string::npos);
     }
-    Run list = run_kveval(d, "bench -m " + junk + " --kv-cache-dtype f16,bf16");  // a list, as --dtype takes
+    Run list = run_kveval(d, "bench -m " + junk + " --kv-cache-dtype f16,fp8");  // a list, each value checked
     CHECK(list.code != 0);
     CHECK(lines(list.err) == 1);
-    CHECK(list.err.find("(one value per bench run; --dtype takes a list)") != std::string::npos);
+    CHECK(list.err.find("--kv-cache-dtype 'fp8': expected") != std::string::npos);
+    Run fid = run_kveval(d, "bench -m " + junk + " --kv-cache-dtype f16,bf16 --tests fidelity --spec " + d.file("kv.json"));
+    CHECK(fid.code != 0);
+    CHECK(lines(fid.err) == 1);
+    CHECK(fid.err.find("--kv-cache-dtype f16,bf16: --tests fidelity takes one KV-cache type") != std::string::npos);
   }
 
   TEST_CASE("without bf16 (oneDNN limited to AVX2): auto falls back to f32 with a note, bf16 is refused in one line" *
