@@ -184,42 +184,62 @@ std::vector<int> fitting_gens(Ctx& c, const char* test, int p) {
   return out;
 }
 
-void run_tg(Ctx& c) {
+/// Test "tg" for each KV-cache type in `kv_types` (one or more; the model's type
+/// is left at the last). Several types are interleaved: after one warm-up of each,
+/// every repetition runs each type once, in turn, so that the machine's drift
+/// falls on all of them alike (their ratio is measured in one run).
+void run_tg(Ctx& c, const std::vector<KvCacheDtype>& kv_types) {
   const double wbytes = streamed_weight_bytes(c.hp, static_cast<double>(c.model.load_summary().resident_bytes));
+  const size_t nk = kv_types.size();
+  auto use = [&](KvCacheDtype kv) {
+    if (c.model.kv_cache_dtype() == kv) return;
+    drop_caches(c.model);
+    c.model.set_kv_cache_dtype(kv);
+  };
   for (int b : c.o.batches) {
     for (int p : c.o.tg_prompt) {
       for (int g : fitting_gens(c, "tg", p)) {
-        if (!c.fits(fmt::format("tg{} after p{} batch {}", g, p, b),
-                    {{"KV cache", c.model.cache_bytes_for(b, p + g)}, {"activations", c.model.activation_bytes_for(b, p, false)}}))
-          continue;
+        bool fits = true;
+        for (KvCacheDtype kv : kv_types) {
+          use(kv);
+          fits = fits && c.fits(fmt::format("tg{} after p{} batch {}", g, p, b),
+                                {{"KV cache", c.model.cache_bytes_for(b, p + g)},
+                                 {"activations", c.model.activation_bytes_for(b, p, false)}});
+        }
+        if (!fits) continue;
         c.say(fmt::format("tg{} after p{} batch {}", g, p, b));
         const auto prompts = synthetic_prompts(c.model, b, p, c.o.seed);
-        std::vector<double> decode, e2e, prefill;
-        repeat(c.o.repetitions, [&] {
+        std::vector<std::vector<double>> decode(nk), e2e(nk), prefill(nk);
+        auto once = [&](size_t k) {
+          use(kv_types[k]);
           GenerateTiming t;
           bench_generate(c.model, prompts, g, true, &t);
-          decode.push_back(t.decode_seconds);
-          prefill.push_back(t.prefill_seconds);
-          e2e.push_back(t.prefill_seconds + t.decode_seconds);
-          return 0.0;
-        });
-        // Drop the warm-up sample.
-        decode.erase(decode.begin());
-        prefill.erase(prefill.begin());
-        e2e.erase(e2e.begin());
-        c.cached_e2e[{b, p, g}] = e2e;
-        const double steps = g - 1;  // the first token comes from the prefill's logits
-        Row r = c.row("tg", fmt::format("tg{}", g));
-        r.batch = b;
-        r.n_prompt = p;
-        r.n_gen = g;
-        r.unit = "tok/s";
-        r.value = summarize(map_samples(decode, [&](double s) { return b * steps / s; }));
-        const double gbps = wbytes * steps / median(decode) / 1e9;
-        r.with("weights_MB", wbytes / 1e6).with("weights_GB_per_s", gbps);
-        if (c.stream) r.with("frac_of_stream", gbps / c.stream->best_gb_per_s);
-        r.with("prefill_tok_s", b * p / median(prefill)).with("e2e_tok_s", b * g / median(e2e));
-        c.rep.rows.push_back(r);
+          decode[k].push_back(t.decode_seconds);
+          prefill[k].push_back(t.prefill_seconds);
+          e2e[k].push_back(t.prefill_seconds + t.decode_seconds);
+        };
+        for (size_t k = 0; k < nk; ++k) once(k);  // warm-up, dropped below
+        for (int rep = 0; rep < c.o.repetitions; ++rep)
+          for (size_t k = 0; k < nk; ++k) once(k);
+        for (size_t k = 0; k < nk; ++k) {
+          decode[k].erase(decode[k].begin());
+          prefill[k].erase(prefill[k].begin());
+          e2e[k].erase(e2e[k].begin());
+          if (k == 0) c.cached_e2e[{b, p, g}] = e2e[k];  // tg-nocache's speedup: the first type
+          const double steps = g - 1;  // the first token comes from the prefill's logits
+          Row r = c.row("tg", fmt::format("tg{}", g));
+          r.kv_cache_dtype = to_string(kv_types[k]);
+          r.batch = b;
+          r.n_prompt = p;
+          r.n_gen = g;
+          r.unit = "tok/s";
+          r.value = summarize(map_samples(decode[k], [&](double s) { return b * steps / s; }));
+          const double gbps = wbytes * steps / median(decode[k]) / 1e9;
+          r.with("weights_MB", wbytes / 1e6).with("weights_GB_per_s", gbps);
+          if (c.stream) r.with("frac_of_stream", gbps / c.stream->best_gb_per_s);
+          r.with("prefill_tok_s", b * p / median(prefill[k])).with("e2e_tok_s", b * g / median(e2e[k]));
+          c.rep.rows.push_back(r);
+        }
       }
     }
   }
@@ -228,8 +248,11 @@ void run_tg(Ctx& c) {
       "tg: tok/s = batch*(n_gen-1) / decode time (the first token comes from the prefill; decode time includes argmax "
       "and log-prob of each token); weights_MB = bytes of weights streamed per decode step (matrices in the compute "
       "dtype, token_embd not streamed) / 1e6; weights_GB_per_s = weights_MB * steps / decode time / 1e3{}. "
-      "e2e_tok_s = batch*n_gen / (prefill + decode).",
-      c.stream ? "; frac_of_stream divides by 'stream read'" : ""));
+      "e2e_tok_s = batch*n_gen / (prefill + decode).{}",
+      c.stream ? "; frac_of_stream divides by 'stream read'" : "",
+      nk > 1 ? " With several KV-cache types, tg interleaves them: one warm-up of each, then each repetition runs "
+               "every type once, in turn."
+             : ""));
 }
 
 void run_tg_nocache(Ctx& c) {
@@ -550,13 +573,16 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
       }
       Ctx c{o, *model, hp, model->threads(), rep, progress, {}, {}, {}, false, {}};
       for (size_t ki = 0; ki < kv_types.size(); ++ki) {
-        const bool first = ki == 0;  // the tests without a KV cache run once per load, with the first type
+        // The tests without a KV cache run once per load, with the first type; tg runs
+        // then too, for all types at once (interleaved); the others once per type.
+        const bool first = ki == 0;
         drop_caches(*model);
         model->set_kv_cache_dtype(kv_types[ki]);
         if (kv_types.size() > 1) c.say(fmt::format("KV cache {}", to_string(kv_types[ki])));
         if (first && selected(o, "roofline")) run_roofline(c);
         if (first && selected(o, "pp")) run_pp(c);
-        if (selected(o, "tg")) run_tg(c);
+        if (first && selected(o, "tg")) run_tg(c, kv_types);
+        model->set_kv_cache_dtype(kv_types[ki]);  // run_tg leaves the last
         if (first && selected(o, "tg-nocache")) run_tg_nocache(c);
         if (selected(o, "cache")) run_cache(c);
         if (selected(o, "switch")) run_switch(c);

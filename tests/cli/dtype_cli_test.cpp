@@ -165,10 +165,13 @@ TEST_SUITE("cli.dtype") {
     CHECK(setup_mib["bf16"] == doctest::Approx(elems * 2 / 1048576.0).epsilon(1e-3));
     CHECK(j["meta"]["dtypes"]["f32"]["kv_cache_dtypes"] == json::array({"f32", "f16", "bf16"}));
     CHECK(j["meta"]["options"]["kv_cache_dtypes"] == json::array({"f32", "f16", "auto", "bf16"}));
-    bool warned = false;
-    for (const auto& n : j["notes"])
+    bool warned = false, interleaved = false;
+    for (const auto& n : j["notes"]) {
       warned |= n == "--kv-cache-dtype auto resolves to f32 with --dtype f32, which is listed already: measured once";
+      interleaved |= n.get<std::string>().find("tg interleaves them") != std::string::npos;
+    }
     CHECK(warned);
+    CHECK(interleaved);
     Run md = run_kveval(d, args);
     REQUIRE(md.code == 0);
     CHECK(md.out.find("KV cache f32, f16, bf16, 0.29 M parameters") != std::string::npos);
