@@ -142,6 +142,7 @@ void run_switch(Ctx& c) {
       sw.reset();
       auto gens = generate_greedy(c.model, prompts, gopts);
       r.generate = sw.seconds();
+      require_whole(gens, std::vector<int>(gens.size(), g), "switch's generation");
       sw.reset();
       scope.reset();
       r.exit = sw.seconds();

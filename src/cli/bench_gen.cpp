@@ -80,6 +80,7 @@ void run_gen_mixed(const Options& o, Model& model, int threads, Report& rep,
         Stopwatch sw;
         std::vector<Generation> g = generate_greedy(model, w.prompts, go, &t);
         const double s = sw.seconds();
+        require_whole(g, w.max_gen_toks, k == 0 ? "gen-mixed's static generation" : "gen-mixed's dynamic generation");
         int64_t produced = 0;
         for (const auto& x : g) produced += static_cast<int64_t>(x.ids.size());
         if (produced != gen)

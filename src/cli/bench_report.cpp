@@ -127,13 +127,15 @@ std::string to_markdown(const Report& rep) {
       return d.contains("kv_cache_dtype") ? ", KV cache " + d["kv_cache_dtype"].get<std::string>() : std::string();
     };
     if (m.contains("dtypes") && m["dtypes"].size() == 1) weights += kv(m["dtypes"].begin().value());
-    if (m.contains("dtypes") && m["dtypes"].size() > 1) {  // one figure per compute dtype compared
+    const bool several = m.contains("dtypes") && m["dtypes"].size() > 1;
+    if (several) {  // one figure per compute dtype compared, "; " apart (a KV-cache list has commas)
       weights.clear();
       for (const auto& [name, d] : m["dtypes"].items())
-        weights += fmt::format("{}{}: {:.1f} MiB of {} weights{}", weights.empty() ? "" : ", ", name,
+        weights += fmt::format("{}{}: {:.1f} MiB of {} weights{}", weights.empty() ? "" : "; ", name,
                                d.value("weight_bytes", 0.0) / 1048576.0, d.value("weight_dtype", "F32"), kv(d));
     }
-    out += fmt::format(", model {} ({}, {:.2f} M parameters)", mo.value("path", ""), weights, mo.value("n_params", 0.0) / 1e6);
+    out += fmt::format(", model {} ({}{} {:.2f} M parameters)", mo.value("path", ""), weights, several ? ";" : ",",
+                       mo.value("n_params", 0.0) / 1e6);
   }
   if (m.contains("machine")) {
     out += fmt::format(", machine threads {}", m["machine"].value("threads", 0));

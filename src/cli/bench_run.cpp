@@ -2,6 +2,7 @@
 #include "cli/bench_run.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -207,13 +208,25 @@ void run_tg(Ctx& c, const std::vector<KvCacheDtype>& kv_types) {
                                  {"activations", c.model.activation_bytes_for(b, p, false)}});
         }
         if (!fits) continue;
-        c.say(fmt::format("tg{} after p{} batch {}", g, p, b));
+        std::vector<std::string> kv_names;
+        for (KvCacheDtype kv : kv_types) kv_names.push_back(to_string(kv));
+        c.say(fmt::format("tg{} after p{} batch {}{}", g, p, b,
+                          nk > 1 ? fmt::format(", KV cache {} interleaved", fmt::join(kv_names, ", ")) : std::string()));
         const auto prompts = synthetic_prompts(c.model, b, p, c.o.seed);
         std::vector<std::vector<double>> decode(nk), e2e(nk), prefill(nk);
+        std::vector<bool> failed(nk, false);  // a type whose generation stopped early: skipped with a warning
         auto once = [&](size_t k) {
+          if (failed[k]) return;
           use(kv_types[k]);
           GenerateTiming t;
-          bench_generate(c.model, prompts, g, true, &t);
+          try {
+            bench_generate(c.model, prompts, g, true, &t);
+          } catch (const MeasurementError& e) {
+            failed[k] = true;
+            c.warn(fmt::format("tg{} after p{} batch {} with KV cache {} skipped: {}", g, p, b, to_string(kv_types[k]),
+                               e.what()));
+            return;
+          }
           decode[k].push_back(t.decode_seconds);
           prefill[k].push_back(t.prefill_seconds);
           e2e[k].push_back(t.prefill_seconds + t.decode_seconds);
@@ -222,10 +235,11 @@ void run_tg(Ctx& c, const std::vector<KvCacheDtype>& kv_types) {
         for (int rep = 0; rep < c.o.repetitions; ++rep)
           for (size_t k = 0; k < nk; ++k) once(k);
         for (size_t k = 0; k < nk; ++k) {
+          if (failed[k]) continue;
           decode[k].erase(decode[k].begin());
           prefill[k].erase(prefill[k].begin());
           e2e[k].erase(e2e[k].begin());
-          if (k == 0) c.cached_e2e[{b, p, g}] = e2e[k];  // tg-nocache's speedup: the first type
+          if (k == 0) c.cached_e2e[{b, p, g}] = e2e[k];  // tg-nocache's speedup: the first type (if it ran)
           const double steps = g - 1;  // the first token comes from the prefill's logits
           Row r = c.row("tg", fmt::format("tg{}", g));
           r.kv_cache_dtype = to_string(kv_types[k]);
@@ -465,9 +479,22 @@ std::vector<std::vector<int32_t>> bench_generate(Model& model, const std::vector
     if (model.caches_are_enabled()) model.set_caches_enabled(false);
     gens = generate_greedy_uncached(model, prompts, opts, total, timing);
   }
+  require_whole(gens, std::vector<int>(gens.size(), n_gen), cached ? "cached generation" : "uncached generation");
   std::vector<std::vector<int32_t>> ids;
   for (auto& g : gens) ids.push_back(std::move(g.ids));
   return ids;
+}
+
+void require_whole(const std::vector<Generation>& gens, const std::vector<int>& expected, const std::string& what) {
+  for (size_t r = 0; r < gens.size() && r < expected.size(); ++r) {
+    const Generation& g = gens[r];
+    if (static_cast<int>(g.ids.size()) >= expected[r]) continue;
+    const std::string why = g.reason == StopReason::NonFinite ? "non-finite logits (NaN or Inf)" : to_string(g.reason);
+    throw MeasurementError(fmt::format("{} stopped after {} of {} tokens in row {}: {}{}", what, g.ids.size(),
+                                       expected[r], r, why,
+                                       g.kv_f16_overflows > 0 ? " (" + kv_f16_overflow_note(g.kv_f16_overflows) + ")"
+                                                              : std::string()));
+  }
 }
 
 Report run_bench(const Options& o, const std::function<void(const std::string&)>& progress,
@@ -520,15 +547,17 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
       measured.push_back(dname);
       // The KV-cache types of this load, resolved against its compute dtype (auto may repeat a listed one).
       std::vector<KvCacheDtype> kv_types;
+      std::vector<std::string> kv_given;  // the name each was given as
       for (const auto& k : o.kv_cache_dtypes) {
         const KvCacheDtype kv = resolve_kv_cache_dtype(parse_kv_cache_dtype(k, "--kv-cache-dtype"), model->dtype());
-        if (std::find(kv_types.begin(), kv_types.end(), kv) != kv_types.end()) {
-          rep.add_warning(fmt::format("--kv-cache-dtype {} resolves to {} with --dtype {}, which is listed already: "
-                                      "measured once",
-                                      k, to_string(kv), dname));
+        const auto seen = std::find(kv_types.begin(), kv_types.end(), kv);
+        if (seen != kv_types.end()) {
+          rep.add_warning(fmt::format("--kv-cache-dtype {} and {} both resolve to {} with --dtype {}: measured once",
+                                      kv_given[static_cast<size_t>(seen - kv_types.begin())], k, to_string(kv), dname));
           continue;
         }
         kv_types.push_back(kv);
+        kv_given.push_back(k);
       }
       if (!rep.meta.contains("dtypes") || !rep.meta["dtypes"].contains(dname)) {
         // one load line and one entry per compute dtype: weight dtype and resident bytes differ
@@ -583,14 +612,25 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
         if (first && selected(o, "pp")) run_pp(c);
         if (first && selected(o, "tg")) run_tg(c, kv_types);
         model->set_kv_cache_dtype(kv_types[ki]);  // run_tg leaves the last
-        if (first && selected(o, "tg-nocache")) run_tg_nocache(c);
+        // A test whose generation stops early (non-finite logits, e.g. an f16 cache
+        // that overflowed) is skipped with a warning; the tests measured stay.
+        auto guarded = [&](const char* test, const std::function<void()>& f) {
+          try {
+            f();
+          } catch (const MeasurementError& e) {
+            drop_caches(*model);
+            rep.add_warning(fmt::format("{} with --dtype {} and KV cache {} skipped: {}", test, dname,
+                                        to_string(model->kv_cache_dtype()), e.what()));
+          }
+        };
+        if (first && selected(o, "tg-nocache")) guarded("tg-nocache", [&] { run_tg_nocache(c); });
         if (selected(o, "cache")) run_cache(c);
-        if (selected(o, "switch")) run_switch(c);
+        if (selected(o, "switch")) guarded("switch", [&] { run_switch(c); });
         if (first && selected(o, "ll")) run_ll(c);
         if (first && selected(o, "load")) run_load(o, c.threads, dt, rep, progress);
         // Dequantization does not depend on the compute dtype: once per thread count.
         if (first && selected(o, "dequant") && dt == dtypes.front()) run_dequant(o, c.threads, rep, progress);
-        if (selected(o, "gen-mixed")) run_gen_mixed(o, *model, c.threads, rep, progress);
+        if (selected(o, "gen-mixed")) guarded("gen-mixed", [&] { run_gen_mixed(o, *model, c.threads, rep, progress); });
       }
     }
   }

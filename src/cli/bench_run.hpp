@@ -15,6 +15,7 @@
 
 #include "cli/bench_report.hpp"
 #include "model/model.hpp"
+#include "util/error.hpp"
 
 namespace kveval::bench {
 
@@ -73,11 +74,24 @@ size_t fit_stream_buffer(size_t wanted, std::optional<uint64_t> available, size_
 /// [3, n_vocab) excluding BOS/EOS, deterministic from `seed` (mt19937_64).
 std::vector<std::vector<int32_t>> synthetic_prompts(const Model& model, int batch, int n_prompt, uint64_t seed);
 
+/// A measurement that could not be made as asked, for a reason of the model
+/// (a row's logits turned NaN or Inf, e.g. an f16 KV cache overflowed): the
+/// bench skips that measurement with a warning naming the reason and goes on.
+struct MeasurementError : Error {
+  using Error::Error;
+};
+
+/// Throws MeasurementError when a generation of `gens` stopped before its
+/// `expected` tokens: "<what> stopped after N of M tokens in row R: non-finite
+/// logits (NaN or Inf)[ (kv_f16_overflow_note)]". No-op when all are whole.
+void require_whole(const std::vector<Generation>& gens, const std::vector<int>& expected, const std::string& what);
+
 /// The generation the tg (cached = true: generate_greedy inside a
 /// KvCacheScope of batch x (prompt + n_gen), CachePolicy::Reuse) or
 /// tg-nocache (generate_greedy_uncached) tests time: exactly `n_gen` ids per
 /// row (EOS does not stop). Leaves the cache disabled. Throws ArgumentError
-/// if the prompts are ragged or prompt + n_gen exceeds the context length.
+/// if the prompts are ragged or prompt + n_gen exceeds the context length,
+/// MeasurementError if a row stops early (non-finite logits).
 std::vector<std::vector<int32_t>> bench_generate(Model& model, const std::vector<std::vector<int32_t>>& prompts,
                                                  int n_gen, bool cached, GenerateTiming* timing = nullptr);
 

@@ -216,9 +216,9 @@ std::vector<Generation> decode_loop(Model& model, const std::vector<std::vector<
 }  // namespace
 
 std::string kv_f16_overflow_note(uint64_t overflows) {
-  return fmt::format("{} K/V values of its cache row exceeded the f16 KV cache's range of ±65504; use "
+  return fmt::format("{} K/V value{} of its cache row exceeded the f16 KV cache's range of ±65504; use "
                      "--kv-cache-dtype bf16 or f32",
-                     overflows);
+                     overflows, overflows == 1 ? "" : "s");
 }
 
 std::vector<Generation> generate_greedy(Model& model, const std::vector<std::vector<int32_t>>& prompts,

@@ -389,7 +389,7 @@ struct Generation {
 };
 
 /// The cause to report for a row that stopped with StopReason::NonFinite after
-/// `overflows` (> 0) of its K/V values overflowed an f16 cache: "N K/V values
+/// `overflows` (> 0) of its K/V values overflowed an f16 cache: "N K/V value(s)
 /// of its cache row exceeded the f16 KV cache's range of ±65504; use
 /// --kv-cache-dtype bf16 or f32". One wording for `run` and `generate`.
 std::string kv_f16_overflow_note(uint64_t overflows);

@@ -4,6 +4,7 @@
 // bad dtype is one line naming the option or the spec key.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <string>
@@ -111,6 +112,33 @@ TEST_SUITE("cli.dtype") {
     CHECK(r.out.find("2 request(s) failed: story_generation: 2;") != std::string::npos);
     CHECK(r.out.find("K/V values of its cache row exceeded the f16 KV cache's range of ±65504; use --kv-cache-dtype bf16 or "
                      "f32)") != std::string::npos);
+    // bench: the overflowing type's measurements are skipped with the reason, never a rate of tokens not made;
+    // the other type's rows stay.
+    Run b2 = run_kveval(d, "bench -m " + loud +
+                               " -t 1 --kv-cache-dtype f32,f16 --tests tg,tg-nocache,switch,gen-mixed -n 4 -r 1 "
+                               "--switch-rounds 1 --gen-mixed-prompts 4 -o json");
+    INFO(b2.err);
+    REQUIRE(b2.code == 0);
+    const json j = json::parse(b2.out);
+    std::map<std::string, std::vector<std::string>> kv_of;  // test -> the cache types of its rows
+    for (const auto& row : j["results"]) kv_of[row["test"]].push_back(row["kv_cache_dtype"]);
+    for (const char* t : {"tg", "switch", "gen-mixed"}) {
+      CAPTURE(std::string(t));
+      CHECK(!kv_of[t].empty());
+      CHECK(std::count(kv_of[t].begin(), kv_of[t].end(), "f16") == 0);
+      CHECK(std::count(kv_of[t].begin(), kv_of[t].end(), "f32") == static_cast<long>(kv_of[t].size()));
+    }
+    CHECK(!kv_of["tg-nocache"].empty());  // with the first type, f32: its speedup's cached run is whole
+    std::string notes;
+    for (const auto& n : j["notes"]) notes += n.get<std::string>() + "\n";
+    CHECK(notes.find("tg4 after p16 batch 1 with KV cache f16 skipped: cached generation stopped after 0 of 4 tokens in "
+                     "row 0: non-finite logits (NaN or Inf) (") != std::string::npos);
+    CHECK(notes.find("switch with --dtype f32 and KV cache f16 skipped: switch's generation stopped after 0 of 32 tokens "
+                     "in row 0: non-finite logits") != std::string::npos);
+    CHECK(notes.find("gen-mixed with --dtype f32 and KV cache f16 skipped: gen-mixed's static generation stopped") !=
+          std::string::npos);
+    CHECK(notes.find("exceeded the f16 KV cache's range of ±65504; use --kv-cache-dtype bf16 or f32)") !=
+          std::string::npos);
   }
 
   TEST_CASE("bench --dtype f32,bf16: rows of both dtypes, a load line each" * kveval::test::needs_model()) {
@@ -167,7 +195,7 @@ TEST_SUITE("cli.dtype") {
     CHECK(j["meta"]["options"]["kv_cache_dtypes"] == json::array({"f32", "f16", "auto", "bf16"}));
     bool warned = false, interleaved = false;
     for (const auto& n : j["notes"]) {
-      warned |= n == "--kv-cache-dtype auto resolves to f32 with --dtype f32, which is listed already: measured once";
+      warned |= n == "--kv-cache-dtype f32 and auto both resolve to f32 with --dtype f32: measured once";
       interleaved |= n.get<std::string>().find("tg interleaves them") != std::string::npos;
     }
     CHECK(warned);

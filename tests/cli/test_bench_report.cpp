@@ -125,8 +125,12 @@ TEST_SUITE("cli.bench_report") {
           std::string::npos);
     one.meta["dtypes"]["f32"] = {{"weight_bytes", 1048576.0 * 60}, {"weight_dtype", "F32"}};
     one.meta["dtypes"]["q4_0"] = {{"weight_bytes", 1048576.0 * 9.5}, {"weight_dtype", "Q4_0"}};
-    CHECK(format_report(one, "md").find("(f32: 60.0 MiB of F32 weights, q4_0: 9.5 MiB of Q4_0 weights, 15.00 M "
+    CHECK(format_report(one, "md").find("(f32: 60.0 MiB of F32 weights; q4_0: 9.5 MiB of Q4_0 weights; 15.00 M "
                                         "parameters)") != std::string::npos);
+    one.meta["dtypes"]["f32"]["kv_cache_dtype"] = "f32";
+    one.meta["dtypes"]["f32"]["kv_cache_dtypes"] = {"f32", "f16"};
+    CHECK(format_report(one, "md").find("(f32: 60.0 MiB of F32 weights, KV cache f32, f16; q4_0: 9.5 MiB of Q4_0 "
+                                        "weights; 15.00 M parameters)") != std::string::npos);
   }
 
   TEST_CASE("unknown format and missing field are errors") {
