@@ -134,8 +134,9 @@ std::string to_markdown(const Report& rep) {
         weights += fmt::format("{}{}: {:.1f} MiB of {} weights{}", weights.empty() ? "" : "; ", name,
                                d.value("weight_bytes", 0.0) / 1048576.0, d.value("weight_dtype", "F32"), kv(d));
     }
-    out += fmt::format(", model {} ({}{} {:.2f} M parameters)", mo.value("path", ""), weights, several ? ";" : ",",
-                       mo.value("n_params", 0.0) / 1e6);
+    // "; " before the parameter count when the weights part is a list of its own
+    out += fmt::format(", model {} ({}{} {:.2f} M parameters)", mo.value("path", ""), weights,
+                       weights.find(',') != std::string::npos || several ? ";" : ",", mo.value("n_params", 0.0) / 1e6);
   }
   if (m.contains("machine")) {
     out += fmt::format(", machine threads {}", m["machine"].value("threads", 0));
@@ -157,10 +158,17 @@ std::string to_markdown(const Report& rep) {
     for (const auto& r : rep.rows)
       if (r.test == t) rows.push_back(&r);
     const auto keys = field_union(rows);
-    bool several_kv = false;  // the name shows the KV-cache type when rows of this test and one dtype differ in it
-    for (const Row* r : rows)
+    // The name shows the KV-cache type when rows of this test and one dtype differ in it, or when a test
+    // that uses a cache ran with a list of types (one may have been skipped, leaving a single row).
+    bool several_kv = false;
+    const bool cache_test = t == "tg" || t == "cache" || t == "switch" || t == "gen-mixed";
+    for (const Row* r : rows) {
       for (const Row* q : rows)
         if (r->dtype == q->dtype && r->kv_cache_dtype != q->kv_cache_dtype) several_kv = true;
+      if (cache_test && m.contains("dtypes") && m["dtypes"].contains(r->dtype) &&
+          m["dtypes"][r->dtype].contains("kv_cache_dtypes"))
+        several_kv = true;
+    }
     out += fmt::format("\n### {}\n\n| threads | batch | test | value |", t);
     for (const auto& k : keys) out += " " + k + " |";
     out += "\n|---:|---:|:---|---:|";

@@ -70,7 +70,8 @@ void add_bench_command(CLI::App& app, Action& action) {
   sub->add_option("--kv-cache-dtype", st->o.kv_cache_dtypes,
                   "KV-cache element types, comma-separated: f32, bf16, f16 or auto (bf16 when the compute dtype is bf16, "
                   "else f32); tg (interleaved), cache, switch and gen-mixed run once per type, the other tests once per --dtype "
-                  "and thread count")
+                  "and thread count with the first type; fidelity takes one type; a type whose generation stops early "
+                  "(non-finite logits) is skipped with a warning")
       ->delimiter(',')->capture_default_str();
   sub->add_option("-b,--batch-size", st->o.batches, "rows per forward, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("-p,--n-prompt", st->o.n_prompt, "pp: prompt tokens, comma-separated")->delimiter(',')->capture_default_str();

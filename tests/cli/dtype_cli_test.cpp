@@ -139,6 +139,15 @@ TEST_SUITE("cli.dtype") {
           std::string::npos);
     CHECK(notes.find("exceeded the f16 KV cache's range of ±65504; use --kv-cache-dtype bf16 or f32)") !=
           std::string::npos);
+    // f16 first: tg-nocache keeps its uncached row and skips only its comparison with the cached run;
+    // the row left in tg still names its cache type.
+    Run b3 = run_kveval(d, "bench -m " + loud + " -t 1 --kv-cache-dtype f16,f32 --tests tg,tg-nocache -n 4 -r 1");
+    REQUIRE(b3.code == 0);
+    CHECK(b3.out.find("| 1 | 1 | tg4 KV f32 (p16) |") != std::string::npos);
+    CHECK(b3.out.find("### tg-nocache") != std::string::npos);
+    CHECK(b3.out.find("### speedup") == std::string::npos);
+    CHECK(b3.out.find("- tg-nocache: the speedup of tg4 after p16 batch 1 with KV cache f16 skipped: cached generation "
+                      "stopped after 0 of 4 tokens in row 0") != std::string::npos);
   }
 
   TEST_CASE("bench --dtype f32,bf16: rows of both dtypes, a load line each" * kveval::test::needs_model()) {
@@ -202,7 +211,7 @@ TEST_SUITE("cli.dtype") {
     CHECK(interleaved);
     Run md = run_kveval(d, args);
     REQUIRE(md.code == 0);
-    CHECK(md.out.find("KV cache f32, f16, bf16, 0.29 M parameters") != std::string::npos);
+    CHECK(md.out.find("(1.1 MiB of F32 weights, KV cache f32, f16, bf16; 0.29 M parameters)") != std::string::npos);
     CHECK(md.out.find("| tg4 KV f16 (p16) |") != std::string::npos);
     CHECK(md.out.find("| setup_caches KV bf16 @64 |") != std::string::npos);
     CHECK(md.out.find("| pp16 |") != std::string::npos);  // the type is named only where it varies
