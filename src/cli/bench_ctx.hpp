@@ -101,6 +101,13 @@ inline void drop_caches(Model& m) {
   if (m.caches_are_setup()) m.delete_caches();
 }
 
+/// Test "tg" for each KV-cache type in `kv_types` (one or more), interleaved:
+/// one warm-up of each, then each repetition runs every type in turn; a type
+/// whose generation stops early is skipped with a warning (bench_tg.cpp).
+void run_tg(Ctx& c, const std::vector<KvCacheDtype>& kv_types);
+/// Test "tg-nocache": generation re-running the whole sequence every step, and
+/// its speedup against the cached path (bench_tg.cpp).
+void run_tg_nocache(Ctx& c);
 /// Test "cache": KV-cache set-up, reset and teardown cost per shape (bench_cache.cpp).
 void run_cache(Ctx& c);
 /// Test "switch": generate/score alternation under both cache policies (bench_cache.cpp).

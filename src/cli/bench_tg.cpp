@@ -1,0 +1,194 @@
+// `kveval bench` tests of generation throughput: "tg" (cached decode, several
+// KV-cache types interleaved) and "tg-nocache" (every step re-runs the whole
+// sequence; its speedup row compares the two paths).
+#include <array>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cli/bench_cost.hpp"
+#include "cli/bench_ctx.hpp"
+#include "cli/bench_stats.hpp"
+#include "util/error.hpp"
+
+namespace kveval::bench::detail {
+
+namespace {
+
+/// Generation lengths (-n) of `test` that fit after `p` prompt tokens: capped at
+/// n_ctx - p, skipped below 2 tokens; each cap or skip is a warning (Report::add_warning).
+std::vector<int> fitting_gens(Ctx& c, const char* test, int p) {
+  std::vector<int> out;
+  const int ctx = c.hp.n_ctx_train;
+  for (int g : c.o.n_gen) {
+    int gg = g;
+    if (p + g > ctx) {
+      gg = ctx - p;
+      if (gg >= 2)
+        c.warn(fmt::format("{}: -n {} after a {}-token prompt exceeds the context length {}; capped to {}", test, g, p,
+                           ctx, gg));
+      else
+        c.warn(fmt::format("{}: -n {} after a {}-token prompt (--tg-prompt) leaves fewer than 2 of the context's {} "
+                           "positions; skipped",
+                           test, g, p, ctx));
+    } else if (g < 2) {
+      c.warn(fmt::format("{}: -n {} skipped: tg times the decode steps after the prefill's token, so n_gen must be >= 2",
+                         test, g));
+    }
+    if (gg >= 2 && std::find(out.begin(), out.end(), gg) == out.end()) out.push_back(gg);
+  }
+  return out;
+}
+
+}  // namespace
+
+/// Test "tg" for each KV-cache type in `kv_types` (one or more; the model's type
+/// is left at the last). Several types are interleaved: after one warm-up of each,
+/// every repetition runs each type once, in turn, so that the machine's drift
+/// falls on all of them alike (their ratio is measured in one run).
+void run_tg(Ctx& c, const std::vector<KvCacheDtype>& kv_types) {
+  const double wbytes = streamed_weight_bytes(c.hp, static_cast<double>(c.model.load_summary().resident_bytes));
+  const size_t nk = kv_types.size();
+  auto use = [&](KvCacheDtype kv) {
+    if (c.model.kv_cache_dtype() == kv) return;
+    drop_caches(c.model);
+    c.model.set_kv_cache_dtype(kv);
+  };
+  for (int b : c.o.batches) {
+    for (int p : c.o.tg_prompt) {
+      for (int g : fitting_gens(c, "tg", p)) {
+        bool fits = true;
+        for (KvCacheDtype kv : kv_types) {
+          use(kv);
+          fits = fits && c.fits(fmt::format("tg{} after p{} batch {}", g, p, b),
+                                {{"KV cache", c.model.cache_bytes_for(b, p + g)},
+                                 {"activations", c.model.activation_bytes_for(b, p, false)}});
+        }
+        if (!fits) continue;
+        std::vector<std::string> kv_names;
+        for (KvCacheDtype kv : kv_types) kv_names.push_back(to_string(kv));
+        c.say(fmt::format("tg{} after p{} batch {}{}", g, p, b,
+                          nk > 1 ? fmt::format(", KV cache {} interleaved", fmt::join(kv_names, ", ")) : std::string()));
+        const auto prompts = synthetic_prompts(c.model, b, p, c.o.seed);
+        std::vector<std::vector<double>> decode(nk), e2e(nk), prefill(nk);
+        std::vector<bool> failed(nk, false);  // a type whose generation stopped early: skipped with a warning
+        auto once = [&](size_t k) {
+          if (failed[k]) return;
+          use(kv_types[k]);
+          GenerateTiming t;
+          try {
+            bench_generate(c.model, prompts, g, true, &t);
+          } catch (const MeasurementError& e) {
+            failed[k] = true;
+            c.warn(fmt::format("tg{} after p{} batch {} with KV cache {} skipped: {}", g, p, b, to_string(kv_types[k]),
+                               e.what()));
+            return;
+          }
+          decode[k].push_back(t.decode_seconds);
+          prefill[k].push_back(t.prefill_seconds);
+          e2e[k].push_back(t.prefill_seconds + t.decode_seconds);
+        };
+        for (size_t k = 0; k < nk; ++k) once(k);  // warm-up, dropped below
+        for (int rep = 0; rep < c.o.repetitions; ++rep)
+          for (size_t k = 0; k < nk; ++k) once(k);
+        for (size_t k = 0; k < nk; ++k) {
+          if (failed[k]) continue;
+          decode[k].erase(decode[k].begin());
+          prefill[k].erase(prefill[k].begin());
+          e2e[k].erase(e2e[k].begin());
+          if (k == 0) c.cached_e2e[{b, p, g}] = e2e[k];  // tg-nocache's speedup: the first type (if it ran)
+          const double steps = g - 1;  // the first token comes from the prefill's logits
+          Row r = c.row("tg", fmt::format("tg{}", g));
+          r.kv_cache_dtype = to_string(kv_types[k]);
+          r.batch = b;
+          r.n_prompt = p;
+          r.n_gen = g;
+          r.unit = "tok/s";
+          r.value = summarize(map_samples(decode[k], [&](double s) { return b * steps / s; }));
+          const double gbps = wbytes * steps / median(decode[k]) / 1e9;
+          r.with("weights_MB", wbytes / 1e6).with("weights_GB_per_s", gbps);
+          if (c.stream) r.with("frac_of_stream", gbps / c.stream->best_gb_per_s);
+          r.with("prefill_tok_s", b * p / median(prefill[k])).with("e2e_tok_s", b * g / median(e2e[k]));
+          c.rep.rows.push_back(r);
+        }
+      }
+    }
+  }
+  drop_caches(c.model);
+  c.note(fmt::format(
+      "tg: tok/s = batch*(n_gen-1) / decode time (the first token comes from the prefill; decode time includes argmax "
+      "and log-prob of each token); weights_MB = bytes of weights streamed per decode step (matrices in the compute "
+      "dtype, token_embd not streamed) / 1e6; weights_GB_per_s = weights_MB * steps / decode time / 1e3{}. "
+      "e2e_tok_s = batch*n_gen / (prefill + decode).{}",
+      c.stream ? "; frac_of_stream divides by 'stream read'" : "",
+      nk > 1 ? " With several KV-cache types, tg interleaves them: one warm-up of each, then each repetition runs "
+               "every type once, in turn."
+             : ""));
+}
+
+void run_tg_nocache(Ctx& c) {
+  drop_caches(c.model);
+  for (int b : c.o.batches) {
+    for (int p : c.o.tg_prompt) {
+      for (int g : fitting_gens(c, "tg-nocache", p)) {
+        if (!c.fits(fmt::format("tg-nocache{} after p{} batch {}", g, p, b),
+                    {{"activations", c.model.activation_bytes_for(b, p + g, false)}}))
+          continue;
+        c.say(fmt::format("tg-nocache{} after p{} batch {}", g, p, b));
+        const auto prompts = synthetic_prompts(c.model, b, p, c.o.seed);
+        const auto secs = repeat(c.o.repetitions, [&] {
+          GenerateTiming t;
+          bench_generate(c.model, prompts, g, false, &t);
+          return t.prefill_seconds + t.decode_seconds;
+        });
+        Row r = c.row("tg-nocache", fmt::format("tg{}", g));
+        r.batch = b;
+        r.n_prompt = p;
+        r.n_gen = g;
+        r.unit = "tok/s";
+        r.value = summarize(map_samples(secs, [&](double s) { return b * g / s; }));
+        c.rep.rows.push_back(r);
+
+        auto it = c.cached_e2e.find({b, p, g});
+        if (it == c.cached_e2e.end()) {  // tg not selected (or its run of this type stopped): time it here
+          std::vector<double> e2e;
+          try {
+            repeat(c.o.repetitions, [&] {
+              GenerateTiming t;
+              bench_generate(c.model, prompts, g, true, &t);
+              e2e.push_back(t.prefill_seconds + t.decode_seconds);
+              return 0.0;
+            });
+          } catch (const MeasurementError& e) {  // the uncached row stays; only the comparison is missing
+            drop_caches(c.model);
+            c.warn(fmt::format("tg-nocache: the speedup of tg{} after p{} batch {} with KV cache {} skipped: {}", g, p, b,
+                               to_string(c.model.kv_cache_dtype()), e.what()));
+            continue;
+          }
+          e2e.erase(e2e.begin());
+          drop_caches(c.model);
+          it = c.cached_e2e.emplace(std::array<int, 3>{b, p, g}, e2e).first;
+        }
+        const double t_cached = median(it->second), t_uncached = median(secs);
+        const double ideal = generate_matmul_flops(c.hp, p, g, false) / generate_matmul_flops(c.hp, p, g, true);
+        Row s = c.row("speedup", fmt::format("tg{}", g));
+        s.batch = b;
+        s.n_prompt = p;
+        s.n_gen = g;
+        s.unit = "x";
+        s.value = exact(t_uncached / t_cached);
+        s.with("cached_tok_s", b * g / t_cached)
+            .with("uncached_tok_s", b * g / t_uncached)
+            .with("ideal_ratio", ideal)
+            .with("frac_of_ideal", t_uncached / t_cached / ideal);
+        c.rep.rows.push_back(s);
+      }
+    }
+  }
+  c.note("tg-nocache: tok/s = batch*n_gen / (prefill + decode) where every step re-runs the whole sequence; speedup = "
+         "uncached / cached end-to-end time (medians); ideal_ratio = ratio of the two paths' weight-matmul FLOPs "
+         "(cached: layers*(P+G-1) + output*G; uncached: layers*(G*P + G(G-1)/2) + output*G; attention not counted).");
+}
+
+}  // namespace kveval::bench::detail
