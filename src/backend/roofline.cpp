@@ -12,6 +12,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -74,6 +75,13 @@ float sum_floats(const float* x, size_t n) {
   return tail;
 }
 
+/// Thread t's part [lo, hi) of n floats (n a multiple of 64) in whole 64-float blocks.
+std::pair<size_t, size_t> thread_range(size_t n, int t, int nt) {
+  const size_t blocks = n / 64;
+  return {blocks * static_cast<size_t>(t) / static_cast<size_t>(nt) * 64,
+          blocks * static_cast<size_t>(t + 1) / static_cast<size_t>(nt) * 64};
+}
+
 /// Sets the OpenMP thread count for a scope and restores it.
 class OmpThreads {
  public:
@@ -104,29 +112,28 @@ size_t stream_buffer_bytes() {
   return (b / 4096) * 4096;
 }
 
-StreamResult stream_read_bandwidth(int threads, size_t bytes, int passes) {
+StreamReader::StreamReader(int threads, size_t bytes) : threads_(threads) {
   if (bytes < 4096) throw ArgumentError("stream_read_bandwidth: buffer of " + std::to_string(bytes) + " bytes is below 4096");
-  if (passes < 1) throw ArgumentError("stream_read_bandwidth: passes must be >= 1, got " + std::to_string(passes));
-  OmpThreads scope(threads);
+  n_ = (bytes / sizeof(float)) / 64 * 64;  // whole 16-float (64-byte) blocks, split evenly over the threads
+  x_ = alloc_floats(n_).release();
+  OmpThreads scope(threads_);
   const int nt = omp_get_max_threads();
-  // Whole 16-float (64-byte) blocks, split evenly over the threads.
-  const size_t n = (bytes / sizeof(float)) / 64 * 64;
-  AlignedFloats buf = alloc_floats(n);
-  float* x = buf.get();
-  const size_t blocks = n / 64;
-  auto range = [&](int t, size_t& lo, size_t& hi) {
-    lo = blocks * static_cast<size_t>(t) / static_cast<size_t>(nt) * 64;
-    hi = blocks * static_cast<size_t>(t + 1) / static_cast<size_t>(nt) * 64;
-  };
 #pragma omp parallel num_threads(nt)
   {
-    size_t lo, hi;
-    range(omp_get_thread_num(), lo, hi);
-    std::fill(x + lo, x + hi, 1.0f);
+    const auto [lo, hi] = thread_range(n_, omp_get_thread_num(), nt);
+    std::fill(x_ + lo, x_ + hi, 1.0f);
   }
+}
+
+StreamReader::~StreamReader() { std::free(x_); }
+
+StreamResult StreamReader::measure(int passes) const {
+  if (passes < 1) throw ArgumentError("stream_read_bandwidth: passes must be >= 1, got " + std::to_string(passes));
+  OmpThreads scope(threads_);
+  const int nt = omp_get_max_threads();
   std::vector<double> rates;
   StreamResult r;
-  r.buffer_bytes = n * sizeof(float);
+  r.buffer_bytes = bytes();
   r.threads = nt;
   r.passes = passes;
   for (int p = 0; p <= passes; ++p) {
@@ -135,9 +142,8 @@ StreamResult stream_read_bandwidth(int threads, size_t bytes, int passes) {
 #pragma omp parallel num_threads(nt)
     {
       const int t = omp_get_thread_num();
-      size_t lo, hi;
-      range(t, lo, hi);
-      partial[static_cast<size_t>(t)] = sum_floats(x + lo, hi - lo);
+      const auto [lo, hi] = thread_range(n_, t, nt);
+      partial[static_cast<size_t>(t)] = sum_floats(x_ + lo, hi - lo);
     }
     const double dt = now_seconds() - t0;
     double sum = 0;
@@ -148,6 +154,10 @@ StreamResult stream_read_bandwidth(int threads, size_t bytes, int passes) {
   r.best_gb_per_s = *std::max_element(rates.begin(), rates.end());
   r.median_gb_per_s = median_of(rates);
   return r;
+}
+
+StreamResult stream_read_bandwidth(int threads, size_t bytes, int passes) {
+  return StreamReader(threads, bytes).measure(passes);
 }
 
 SgemmResult sgemm_throughput(int threads, const std::vector<GemmShape>& shapes, int passes) {

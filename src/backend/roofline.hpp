@@ -27,10 +27,34 @@ struct StreamResult {
   double checksum = 0;       ///< sum of the buffer read in the last pass (keeps the reads alive)
 };
 
-/// Reads a float buffer of `bytes` bytes (filled with 1.0f, each page first
-/// touched by the thread that later reads it) `passes` times after one
-/// warm-up pass, summing it with `threads` OpenMP threads (0 = all cores).
-/// Throws ArgumentError if bytes < 4096 or passes < 1.
+/// A read-bandwidth probe that keeps its buffer, so that it can be measured
+/// again between other work (`kveval bench`'s tg pairs each repetition with
+/// one measurement: the ratio of the two is then taken at the same moment).
+class StreamReader {
+ public:
+  /// Allocates a float buffer of `bytes` bytes (rounded down to whole 64-float
+  /// blocks), filled with 1.0f, each page first touched by the thread that
+  /// later reads it; `threads` OpenMP threads (0 = all cores). Throws
+  /// ArgumentError if bytes < 4096, std::bad_alloc if it cannot be allocated.
+  StreamReader(int threads, size_t bytes);
+  ~StreamReader();
+  StreamReader(const StreamReader&) = delete;
+  StreamReader& operator=(const StreamReader&) = delete;
+  /// One warm-up pass, then `passes` timed passes summing the buffer. Throws
+  /// ArgumentError if passes < 1.
+  StreamResult measure(int passes) const;
+  /// Bytes read per pass.
+  size_t bytes() const { return n_ * sizeof(float); }
+
+ private:
+  int threads_;
+  size_t n_;      // floats, a multiple of 64
+  float* x_;      // 64-byte aligned, n_ floats
+};
+
+/// StreamReader(threads, bytes).measure(passes): reads a float buffer of
+/// `bytes` bytes `passes` times after one warm-up pass. Throws ArgumentError if
+/// bytes < 4096 or passes < 1.
 StreamResult stream_read_bandwidth(int threads, size_t bytes, int passes = 5);
 
 /// One matmul shape: C[m, n] = A[m, k] · B[k, n], repeated `count` times per

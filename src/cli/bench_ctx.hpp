@@ -4,6 +4,7 @@
 #include <array>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -53,6 +54,9 @@ struct Ctx {
   bool roofline = false;  ///< the roofline test ran at this dtype: pp compares with sgemm at its M
   /// e2e seconds (prefill + decode) of cached generation by (batch, prompt, gen).
   std::map<std::array<int, 3>, std::vector<double>> cached_e2e;
+  /// The roofline's stream buffer, kept for tg when both run: tg measures it
+  /// again before each repetition (its paired frac_of_stream) and releases it.
+  std::unique_ptr<backend::StreamReader> stream_reader;
 
   void say(const std::string& s) const {
     if (progress) progress(fmt::format("[t={}] {}", threads, s));

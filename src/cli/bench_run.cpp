@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <ctime>
 #include <map>
+#include <memory>
 #include <optional>
 #include <random>
 #include <thread>
@@ -78,7 +79,9 @@ void run_roofline(Ctx& c) {
                          wanted >> 20, bytes >> 20, format_bytes(*budget.available), budget.source, least >> 20,
                          llc ? "4 x the last-level cache" : "the default when the last-level cache is unknown"));
     c.say(fmt::format("roofline: stream read over {} MiB", bytes >> 20));
-    c.stream = backend::stream_read_bandwidth(c.threads, bytes, std::max(3, c.o.repetitions));
+    auto reader = std::make_unique<backend::StreamReader>(c.threads, bytes);
+    c.stream = reader->measure(std::max(3, c.o.repetitions));
+    if (selected(c.o, "tg")) c.stream_reader = std::move(reader);  // tg pairs each repetition with a measurement
     Row r = c.row("roofline", "stream read");
     r.unit = "GB/s";
     r.value = exact(c.stream->best_gb_per_s);
@@ -432,7 +435,7 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
                              {"resident_weight_bytes", ls.resident_bytes},
                              {"load_seconds", ls.load_seconds}};
       }
-      Ctx c{o, *model, hp, model->threads(), rep, progress, {}, {}, {}, false, {}};
+      Ctx c{o, *model, hp, model->threads(), rep, progress, {}, {}, {}, false, {}, {}};
       for (size_t ki = 0; ki < kv_types.size(); ++ki) {
         // The tests without a KV cache run once per load, with the first type; tg runs
         // then too, for all types at once (interleaved); the others once per type.

@@ -41,6 +41,9 @@ std::vector<int> fitting_gens(Ctx& c, const char* test, int p) {
   return out;
 }
 
+/// Timed passes of the stream read that tg takes before each repetition.
+constexpr int kPairedPasses = 3;
+
 }  // namespace
 
 /// Test "tg" for each KV-cache type in `kv_types` (one or more; the model's type
@@ -90,8 +93,11 @@ void run_tg(Ctx& c, const std::vector<KvCacheDtype>& kv_types) {
           e2e[k].push_back(t.prefill_seconds + t.decode_seconds);
         };
         for (size_t k = 0; k < nk; ++k) once(k);  // warm-up, dropped below
-        for (int rep = 0; rep < c.o.repetitions; ++rep)
+        std::vector<double> paired;  // stream read just before each repetition (GB/s, best of kPairedPasses)
+        for (int rep = 0; rep < c.o.repetitions; ++rep) {
+          if (c.stream_reader) paired.push_back(c.stream_reader->measure(kPairedPasses).best_gb_per_s);
           for (size_t k = 0; k < nk; ++k) once(k);
+        }
         for (size_t k = 0; k < nk; ++k) {
           if (failed[k]) continue;
           decode[k].erase(decode[k].begin());
@@ -108,7 +114,13 @@ void run_tg(Ctx& c, const std::vector<KvCacheDtype>& kv_types) {
           r.value = summarize(map_samples(decode[k], [&](double s) { return b * steps / s; }));
           const double gbps = wbytes * steps / median(decode[k]) / 1e9;
           r.with("weights_MB", wbytes / 1e6).with("weights_GB_per_s", gbps);
-          if (c.stream) r.with("frac_of_stream", gbps / c.stream->best_gb_per_s);
+          if (!paired.empty()) {  // each repetition against the stream read taken just before it
+            std::vector<double> frac;
+            for (size_t i = 0; i < paired.size(); ++i) frac.push_back(wbytes * steps / decode[k][i] / 1e9 / paired[i]);
+            r.with("frac_of_stream", median(frac)).with("paired_stream_GB_per_s", median(paired));
+          } else if (c.stream) {
+            r.with("frac_of_stream", gbps / c.stream->best_gb_per_s);
+          }
           r.with("prefill_tok_s", b * p / median(prefill[k])).with("e2e_tok_s", b * g / median(e2e[k]));
           c.rep.rows.push_back(r);
         }
@@ -116,12 +128,20 @@ void run_tg(Ctx& c, const std::vector<KvCacheDtype>& kv_types) {
     }
   }
   drop_caches(c.model);
+  const bool was_paired = c.stream_reader != nullptr;
+  c.stream_reader.reset();  // the stream buffer is not needed after tg
   c.note(fmt::format(
       "tg: tok/s = batch*(n_gen-1) / decode time (the first token comes from the prefill; decode time includes argmax "
       "and log-prob of each token); weights_MB = bytes of weights streamed per decode step (matrices in the compute "
       "dtype, token_embd not streamed) / 1e6; weights_GB_per_s = weights_MB * steps / decode time / 1e3{}. "
       "e2e_tok_s = batch*n_gen / (prefill + decode).{}",
-      c.stream ? "; frac_of_stream divides by 'stream read'" : "",
+      was_paired ? fmt::format("; frac_of_stream is the median over repetitions of that repetition's weights GB/s "
+                               "divided by a stream read over the roofline's buffer (best of {} passes after one "
+                               "warm-up) taken just before it, so that the machine's drift between minutes cancels; "
+                               "paired_stream_GB_per_s is the median of those stream reads",
+                               kPairedPasses)
+      : c.stream ? std::string("; frac_of_stream divides by 'stream read'")
+                 : std::string(),
       nk > 1 ? " With several KV-cache types, tg interleaves them: one warm-up of each, then each repetition runs "
                "every type once, in turn."
              : ""));

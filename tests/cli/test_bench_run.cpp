@@ -228,6 +228,40 @@ TEST_SUITE("cli.cmd_bench") {
     CHECK(out.find("| 1 | 1 | tg4 (p4) |") != std::string::npos);
   }
 
+  TEST_CASE("tg pairs each repetition with a stream read when the roofline runs, and has no frac_of_stream without it" *
+            kveval::test::needs_model()) {
+    std::string out, err;
+    const std::string base = kveval_bin() + " bench -m " + test::model_path() +
+                             " -t 1 -b 1,2 -n 4 --tg-prompt 4 --stream-mib 16 --output json";
+    // One repetition: the median of one paired ratio is weights_GB_per_s over the
+    // one paired stream read, so the columns must agree to rounding.
+    REQUIRE(run(base + " -r 1 --tests roofline,tg", out, err) == 0);
+    auto j = nlohmann::json::parse(out);
+    int tg = 0;
+    for (const auto& r : j["results"]) {
+      if (r["test"] != "tg") continue;
+      ++tg;
+      const double paired = r["paired_stream_GB_per_s"].get<double>(), gbps = r["weights_GB_per_s"].get<double>();
+      CHECK(paired > 0);
+      CHECK(r["frac_of_stream"].get<double>() == doctest::Approx(gbps / paired).epsilon(1e-9));
+    }
+    CHECK(tg == 2);
+    bool noted = false;
+    for (const auto& n : j["notes"]) noted = noted || n.get<std::string>().find("taken just before it") != std::string::npos;
+    CHECK(noted);
+    // Without the roofline there is no yardstick: neither column.
+    REQUIRE(run(base + " -r 2 --tests tg", out, err) == 0);
+    j = nlohmann::json::parse(out);
+    tg = 0;
+    for (const auto& r : j["results"]) {
+      if (r["test"] != "tg") continue;
+      ++tg;
+      CHECK_FALSE(r.contains("frac_of_stream"));
+      CHECK_FALSE(r.contains("paired_stream_GB_per_s"));
+    }
+    CHECK(tg == 2);
+  }
+
   TEST_CASE("gen-mixed, load and dequant with two dtypes: rows carry their dtype, passes follow the schedule, each note once" *
             kveval::test::needs_model()) {
     // The second dtype: bf16 where oneDNN has a bf16 matmul, else q8_0 (also
