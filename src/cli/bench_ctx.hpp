@@ -105,9 +105,22 @@ inline void drop_caches(Model& m) {
   if (m.caches_are_setup()) m.delete_caches();
 }
 
-/// Test "tg" for each KV-cache type in `kv_types` (one or more), interleaved:
-/// one warm-up of each, then each repetition runs every type in turn; a type
-/// whose generation stops early is skipped with a warning (bench_tg.cpp).
+/// One model and KV-cache type that tg measures.
+struct TgVariant {
+  Ctx* c;           ///< the load (its model, compute dtype and report)
+  KvCacheDtype kv;  ///< set on c->model before each of its generations
+};
+/// Test "tg" over `variants` (one or more: KV-cache types of one load, or of
+/// several loads of other compute dtypes resident together), interleaved: one
+/// warm-up of each, then each repetition runs every variant once, in turn, so
+/// that the machine's drift falls on all alike (their ratios are measured in
+/// one run). With `reader` (the roofline's stream buffer), each repetition is
+/// preceded by a stream read and frac_of_stream is the median of the paired
+/// ratios. A variant whose generation stops early is skipped with a warning
+/// (bench_tg.cpp). Each model's caches are dropped at the end.
+void run_tg(const std::vector<TgVariant>& variants, backend::StreamReader* reader);
+/// run_tg over the KV-cache types of one load, with its kept stream buffer
+/// (released after; the model's type is left at the last).
 void run_tg(Ctx& c, const std::vector<KvCacheDtype>& kv_types);
 /// Test "tg-nocache": generation re-running the whole sequence every step, and
 /// its speedup against the cached path (bench_tg.cpp).

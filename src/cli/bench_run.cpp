@@ -81,7 +81,8 @@ void run_roofline(Ctx& c) {
     c.say(fmt::format("roofline: stream read over {} MiB", bytes >> 20));
     auto reader = std::make_unique<backend::StreamReader>(c.threads, bytes);
     c.stream = reader->measure(std::max(3, c.o.repetitions));
-    if (selected(c.o, "tg")) c.stream_reader = std::move(reader);  // tg pairs each repetition with a measurement
+    // tg pairs each of its repetitions with a measurement; with several dtypes it runs later (run_kept_tg)
+    if (selected(c.o, "tg") && c.o.dtypes.size() < 2) c.stream_reader = std::move(reader);
     Row r = c.row("roofline", "stream read");
     r.unit = "GB/s";
     r.value = exact(c.stream->best_gb_per_s);
@@ -92,8 +93,18 @@ void run_roofline(Ctx& c) {
   c.note("roofline: 'stream read' is the best of the passes summing a float buffer larger than the last-level cache "
          "(1e9 bytes/s); 'sgemm m=M' is oneDNN f32 matmul over the model's weight shapes (7 per layer + output) "
          "with M rows, weights pre-reordered, median pass; both are measured again for each --dtype, just before "
-         "its tests (the dtype in a roofline row names those tests; their frac_of_stream and frac_of_sgemm divide by "
-         "it), and sgemm is f32 whatever the dtype.");
+         "its tests (the dtype in a roofline row names those tests; pp's frac_of_sgemm divides by it), and sgemm is "
+         "f32 whatever the dtype; tg's frac_of_stream divides by a stream read over the same buffer taken just before "
+         "each of its repetitions (see tg).");
+}
+
+/// A stream buffer of the size the roofline measured at this load (nullptr when
+/// it did not run or its buffer did not fit), for tg's paired yardstick.
+std::unique_ptr<backend::StreamReader> make_stream_reader(const Ctx& c) {
+  if (!c.stream) return nullptr;
+  const MemoryBudget budget = memory_budget();
+  if (budget.available && *budget.available < c.stream->buffer_bytes) return nullptr;  // frac_of_stream: the roofline's
+  return std::make_unique<backend::StreamReader>(c.threads, c.stream->buffer_bytes);
 }
 
 // ---- pp ---------------------------------------------------------------------
@@ -332,6 +343,36 @@ void require_whole(const std::vector<Generation>& gens, const std::vector<int>& 
   }
 }
 
+/// A load whose tg runs after the other dtypes' tests (run_bench with several compute dtypes).
+struct Kept {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Ctx> ctx;  // refers to *model
+  std::vector<KvCacheDtype> kv_types;
+};
+
+/// tg of each kept load on its own (the loads together did not fit), each then released.
+void run_kept_tg_apart(std::vector<Kept>& kept) {
+  for (Kept& k : kept) {
+    k.ctx->stream_reader = make_stream_reader(*k.ctx);
+    run_tg(*k.ctx, k.kv_types);
+  }
+  kept.clear();
+}
+
+/// tg of all kept loads, their compute dtypes and KV-cache types interleaved,
+/// with one stream buffer for the paired yardstick when the roofline ran; then released.
+void run_kept_tg(std::vector<Kept>& kept) {
+  if (kept.empty()) return;
+  std::vector<TgVariant> variants;
+  for (Kept& k : kept)
+    for (KvCacheDtype kv : k.kv_types) variants.push_back({k.ctx.get(), kv});
+  std::unique_ptr<backend::StreamReader> reader;
+  for (Kept& k : kept)
+    if (!reader) reader = make_stream_reader(*k.ctx);
+  run_tg(variants, reader.get());
+  kept.clear();
+}
+
 Report run_bench(const Options& o, const std::function<void(const std::string&)>& progress,
                  const std::function<void(const std::string&)>& info) {
   validate(o);
@@ -361,15 +402,30 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
   std::vector<ComputeDtype> dtypes;
   for (const auto& d : o.dtypes) dtypes.push_back(parse_compute_dtype(d, "--dtype"));
   if (dtypes.empty()) dtypes.push_back(ComputeDtype::Auto);
+  // With several compute dtypes, tg runs after their other tests with every
+  // load kept resident, all dtypes and KV-cache types interleaved (run_tg).
+  const bool tg_together = selected(o, "tg") && dtypes.size() > 1;
   for (int t : o.threads) {
     std::vector<std::string> measured;  // resolved dtypes at this thread count
+    std::vector<Kept> kept;             // tg_together: the loads whose tg is still to run
     for (ComputeDtype dt : dtypes) {
       ModelOptions mo;
       mo.hash = false;
       mo.threads = t;
       mo.dtype = dt;
       mo.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtypes.front(), "--kv-cache-dtype");
-      auto model = Model::load(o.model_path, mo);
+      std::unique_ptr<Model> model;
+      try {
+        model = Model::load(o.model_path, mo);
+      } catch (const MemoryError& e) {
+        if (kept.empty()) throw;
+        // The loads kept for tg leave no room for this one: their tg runs now, one load at a time.
+        rep.add_warning(fmt::format("tg: --dtype {} measured one dtype at a time, not interleaved: loading {} with "
+                                    "the other dtypes' weights resident does not fit ({})",
+                                    fmt::join(o.dtypes, ","), to_string(dt), e.what()));
+        run_kept_tg_apart(kept);
+        model = Model::load(o.model_path, mo);
+      }
       if (progress) progress(fmt::format("[t={}] dtype {}", t, model->dtype_note()));
       const HParams& hp = model->hparams();
       const LoadSummary& ls = model->load_summary();
@@ -435,7 +491,8 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
                              {"resident_weight_bytes", ls.resident_bytes},
                              {"load_seconds", ls.load_seconds}};
       }
-      Ctx c{o, *model, hp, model->threads(), rep, progress, {}, {}, {}, false, {}, {}};
+      auto ctx = std::unique_ptr<Ctx>(new Ctx{o, *model, hp, model->threads(), rep, progress, {}, {}, {}, false, {}, {}});
+      Ctx& c = *ctx;
       for (size_t ki = 0; ki < kv_types.size(); ++ki) {
         // The tests without a KV cache run once per load, with the first type; tg runs
         // then too, for all types at once (interleaved); the others once per type.
@@ -446,7 +503,7 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
         if (kv_types.size() > 1) c.say(fmt::format("KV cache {}", to_string(kv_types[ki])));
         if (first && selected(o, "roofline")) run_roofline(c);
         if (first && selected(o, "pp")) run_pp(c);
-        if (first && selected(o, "tg")) run_tg(c, kv_types);
+        if (first && selected(o, "tg") && !tg_together) run_tg(c, kv_types);
         model->set_kv_cache_dtype(kv_types[ki]);  // run_tg leaves the last
         // A test whose generation stops early (non-finite logits, e.g. an f16 cache
         // that overflowed) is skipped with a warning; the tests measured stay.
@@ -468,7 +525,13 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
         if (first && selected(o, "dequant") && dt == dtypes.front()) run_dequant(o, c.threads, rep, progress);
         if (selected(o, "gen-mixed")) guarded("gen-mixed", [&] { run_gen_mixed(o, *model, c.threads, rep, progress); });
       }
+      if (tg_together) {
+        drop_caches(*model);
+        c.stream_reader.reset();  // run_kept_tg makes one for all loads
+        kept.push_back({std::move(model), std::move(ctx), std::move(kv_types)});
+      }
     }
+    run_kept_tg(kept);
   }
   if (fidelity_spec) run_fidelity(o, std::move(*fidelity_spec), o.threads.front(), rep, progress);
   rep.meta["machine"]["loadavg_end"] = load_average();

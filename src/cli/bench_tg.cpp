@@ -46,46 +46,56 @@ constexpr int kPairedPasses = 3;
 
 }  // namespace
 
-/// Test "tg" for each KV-cache type in `kv_types` (one or more; the model's type
-/// is left at the last). Several types are interleaved: after one warm-up of each,
-/// every repetition runs each type once, in turn, so that the machine's drift
-/// falls on all of them alike (their ratio is measured in one run).
-void run_tg(Ctx& c, const std::vector<KvCacheDtype>& kv_types) {
-  const double wbytes = streamed_weight_bytes(c.hp, static_cast<double>(c.model.load_summary().resident_bytes));
-  const size_t nk = kv_types.size();
-  auto use = [&](KvCacheDtype kv) {
-    if (c.model.kv_cache_dtype() == kv) return;
-    drop_caches(c.model);
-    c.model.set_kv_cache_dtype(kv);
+void run_tg(const std::vector<TgVariant>& variants, backend::StreamReader* reader) {
+  if (variants.empty()) return;
+  Ctx& c0 = *variants.front().c;
+  const size_t nk = variants.size();
+  bool dtypes_differ = false;
+  for (const TgVariant& v : variants) dtypes_differ = dtypes_differ || &v.c->model != &c0.model;
+  // "KV cache f16", or "--dtype bf16 and KV cache f16" when the variants span compute dtypes.
+  auto label = [&](const TgVariant& v) {
+    return dtypes_differ ? fmt::format("{} KV {}", to_string(v.c->model.dtype()), to_string(v.kv))
+                         : fmt::format("KV cache {}", to_string(v.kv));
   };
-  for (int b : c.o.batches) {
-    for (int p : c.o.tg_prompt) {
-      for (int g : fitting_gens(c, "tg", p)) {
+  auto use = [&](const TgVariant& v) {
+    if (v.c->model.kv_cache_dtype() == v.kv) return;
+    drop_caches(v.c->model);
+    v.c->model.set_kv_cache_dtype(v.kv);
+  };
+  std::vector<double> wbytes;
+  for (const TgVariant& v : variants)
+    wbytes.push_back(streamed_weight_bytes(v.c->hp, static_cast<double>(v.c->model.load_summary().resident_bytes)));
+  for (int b : c0.o.batches) {
+    for (int p : c0.o.tg_prompt) {
+      for (int g : fitting_gens(c0, "tg", p)) {
         bool fits = true;
-        for (KvCacheDtype kv : kv_types) {
-          use(kv);
-          fits = fits && c.fits(fmt::format("tg{} after p{} batch {}", g, p, b),
-                                {{"KV cache", c.model.cache_bytes_for(b, p + g)},
-                                 {"activations", c.model.activation_bytes_for(b, p, false)}});
+        for (const TgVariant& v : variants) {
+          use(v);
+          fits = fits && v.c->fits(fmt::format("tg{} after p{} batch {}", g, p, b),
+                                   {{"KV cache", v.c->model.cache_bytes_for(b, p + g)},
+                                    {"activations", v.c->model.activation_bytes_for(b, p, false)}});
         }
         if (!fits) continue;
-        std::vector<std::string> kv_names;
-        for (KvCacheDtype kv : kv_types) kv_names.push_back(to_string(kv));
-        c.say(fmt::format("tg{} after p{} batch {}{}", g, p, b,
-                          nk > 1 ? fmt::format(", KV cache {} interleaved", fmt::join(kv_names, ", ")) : std::string()));
-        const auto prompts = synthetic_prompts(c.model, b, p, c.o.seed);
+        std::vector<std::string> names;
+        for (const TgVariant& v : variants) names.push_back(dtypes_differ ? label(v) : to_string(v.kv));
+        c0.say(fmt::format("tg{} after p{} batch {}{}", g, p, b,
+                           nk > 1 ? fmt::format(", {} {} interleaved", dtypes_differ ? "dtypes" : "KV cache",
+                                                fmt::join(names, ", "))
+                                  : std::string()));
+        const auto prompts = synthetic_prompts(c0.model, b, p, c0.o.seed);
         std::vector<std::vector<double>> decode(nk), e2e(nk), prefill(nk);
-        std::vector<bool> failed(nk, false);  // a type whose generation stopped early: skipped with a warning
+        std::vector<bool> failed(nk, false);  // a variant whose generation stopped early: skipped with a warning
         auto once = [&](size_t k) {
           if (failed[k]) return;
-          use(kv_types[k]);
+          const TgVariant& v = variants[k];
+          use(v);
           GenerateTiming t;
           try {
-            bench_generate(c.model, prompts, g, true, &t);
+            bench_generate(v.c->model, prompts, g, true, &t);
           } catch (const MeasurementError& e) {
             failed[k] = true;
-            c.warn(fmt::format("tg{} after p{} batch {} with KV cache {} skipped: {}", g, p, b, to_string(kv_types[k]),
-                               e.what()));
+            drop_caches(v.c->model);
+            c0.warn(fmt::format("tg{} after p{} batch {} with {} skipped: {}", g, p, b, label(v), e.what()));
             return;
           }
           decode[k].push_back(t.decode_seconds);
@@ -94,29 +104,32 @@ void run_tg(Ctx& c, const std::vector<KvCacheDtype>& kv_types) {
         };
         for (size_t k = 0; k < nk; ++k) once(k);  // warm-up, dropped below
         std::vector<double> paired;  // stream read just before each repetition (GB/s, best of kPairedPasses)
-        for (int rep = 0; rep < c.o.repetitions; ++rep) {
-          if (c.stream_reader) paired.push_back(c.stream_reader->measure(kPairedPasses).best_gb_per_s);
+        for (int rep = 0; rep < c0.o.repetitions; ++rep) {
+          if (reader) paired.push_back(reader->measure(kPairedPasses).best_gb_per_s);
           for (size_t k = 0; k < nk; ++k) once(k);
         }
         for (size_t k = 0; k < nk; ++k) {
           if (failed[k]) continue;
+          const TgVariant& v = variants[k];
+          Ctx& c = *v.c;
           decode[k].erase(decode[k].begin());
           prefill[k].erase(prefill[k].begin());
           e2e[k].erase(e2e[k].begin());
-          if (k == 0) c.cached_e2e[{b, p, g}] = e2e[k];  // tg-nocache's speedup: the first type (if it ran)
+          // tg-nocache's speedup compares with its load's first type (if it ran)
+          if (k == 0 || variants[k - 1].c != v.c) c.cached_e2e[{b, p, g}] = e2e[k];
           const double steps = g - 1;  // the first token comes from the prefill's logits
           Row r = c.row("tg", fmt::format("tg{}", g));
-          r.kv_cache_dtype = to_string(kv_types[k]);
+          r.kv_cache_dtype = to_string(v.kv);
           r.batch = b;
           r.n_prompt = p;
           r.n_gen = g;
           r.unit = "tok/s";
           r.value = summarize(map_samples(decode[k], [&](double s) { return b * steps / s; }));
-          const double gbps = wbytes * steps / median(decode[k]) / 1e9;
-          r.with("weights_MB", wbytes / 1e6).with("weights_GB_per_s", gbps);
+          const double gbps = wbytes[k] * steps / median(decode[k]) / 1e9;
+          r.with("weights_MB", wbytes[k] / 1e6).with("weights_GB_per_s", gbps);
           if (!paired.empty()) {  // each repetition against the stream read taken just before it
             std::vector<double> frac;
-            for (size_t i = 0; i < paired.size(); ++i) frac.push_back(wbytes * steps / decode[k][i] / 1e9 / paired[i]);
+            for (size_t i = 0; i < paired.size(); ++i) frac.push_back(wbytes[k] * steps / decode[k][i] / 1e9 / paired[i]);
             r.with("frac_of_stream", median(frac)).with("paired_stream_GB_per_s", median(paired));
           } else if (c.stream) {
             r.with("frac_of_stream", gbps / c.stream->best_gb_per_s);
@@ -127,24 +140,31 @@ void run_tg(Ctx& c, const std::vector<KvCacheDtype>& kv_types) {
       }
     }
   }
-  drop_caches(c.model);
-  const bool was_paired = c.stream_reader != nullptr;
-  c.stream_reader.reset();  // the stream buffer is not needed after tg
-  c.note(fmt::format(
+  for (const TgVariant& v : variants) drop_caches(v.c->model);
+  c0.note(fmt::format(
       "tg: tok/s = batch*(n_gen-1) / decode time (the first token comes from the prefill; decode time includes argmax "
       "and log-prob of each token); weights_MB = bytes of weights streamed per decode step (matrices in the compute "
       "dtype, token_embd not streamed) / 1e6; weights_GB_per_s = weights_MB * steps / decode time / 1e3{}. "
       "e2e_tok_s = batch*n_gen / (prefill + decode).{}",
-      was_paired ? fmt::format("; frac_of_stream is the median over repetitions of that repetition's weights GB/s "
-                               "divided by a stream read over the roofline's buffer (best of {} passes after one "
-                               "warm-up) taken just before it, so that the machine's drift between minutes cancels; "
-                               "paired_stream_GB_per_s is the median of those stream reads",
-                               kPairedPasses)
-      : c.stream ? std::string("; frac_of_stream divides by 'stream read'")
-                 : std::string(),
-      nk > 1 ? " With several KV-cache types, tg interleaves them: one warm-up of each, then each repetition runs "
-               "every type once, in turn."
+      reader ? fmt::format("; frac_of_stream is the median over repetitions of that repetition's weights GB/s "
+                           "divided by a stream read over the roofline's buffer (best of {} passes after one "
+                           "warm-up) taken just before it, so that the machine's drift between minutes cancels; "
+                           "paired_stream_GB_per_s is the median of those stream reads",
+                           kPairedPasses)
+      : c0.stream ? std::string("; frac_of_stream divides by 'stream read'")
+                  : std::string(),
+      nk > 1 ? fmt::format(" With several {}, tg interleaves them: one warm-up of each, then each repetition runs "
+                           "every one once, in turn.",
+                           dtypes_differ ? "compute dtypes (models loaded together) or KV-cache types"
+                                         : "KV-cache types")
              : ""));
+}
+
+void run_tg(Ctx& c, const std::vector<KvCacheDtype>& kv_types) {
+  std::vector<TgVariant> variants;
+  for (KvCacheDtype kv : kv_types) variants.push_back({&c, kv});
+  run_tg(variants, c.stream_reader.get());
+  c.stream_reader.reset();  // the stream buffer is not needed after tg
 }
 
 void run_tg_nocache(Ctx& c) {

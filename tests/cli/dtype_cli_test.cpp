@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "../eval/eval_test_util.hpp"
@@ -172,6 +174,70 @@ TEST_SUITE("cli.dtype") {
     CHECK(j["meta"]["dtypes"]["bf16"]["resident_weight_bytes"] == 652544);
     CHECK(r.err.find("weights F32 in memory") != std::string::npos);
     CHECK(r.err.find("weights BF16 in memory") != std::string::npos);
+  }
+
+  TEST_CASE("bench --dtype f32,bf16 --tests tg: dtypes interleaved with both loads resident, one at a time when they "
+            "do not fit" * kveval::test::needs_model()) {
+    if (!kveval::backend::bf16_matmul_available()) {
+      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << std::string(kveval::backend::cpu_isa_name()) << ")");
+      return;
+    }
+    TempDir d;
+    const std::string tg = " -t 1 -b 1,2 --dtype f32,bf16 --tests tg -n 4 --tg-prompt 4 -r 1 -o json";
+    // Resident together: each shape runs every (dtype, KV type) in turn, so rows
+    // alternate dtypes within a batch size; one paired stream read serves all four.
+    Run r = run_kveval(d, "bench -m " + kveval::test::model_path() + tg +
+                              " --kv-cache-dtype auto,f16 --tests roofline,tg --stream-mib 16");
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    json j = json::parse(r.out);
+    std::vector<std::string> order;
+    std::map<int, std::set<double>> paired;  // by batch
+    for (const auto& row : j["results"]) {
+      if (row["test"] != "tg") continue;
+      order.push_back(fmt::format("{} {} b{}", row["dtype"].get<std::string>(), row["kv_cache_dtype"].get<std::string>(),
+                                  row["batch"].get<int>()));
+      paired[row["batch"].get<int>()].insert(row["paired_stream_GB_per_s"].get<double>());
+      CHECK(row["frac_of_stream"].get<double>() ==
+            doctest::Approx(row["weights_GB_per_s"].get<double>() / row["paired_stream_GB_per_s"].get<double>()).epsilon(1e-9));
+    }
+    CHECK(order == std::vector<std::string>{"f32 f32 b1", "f32 f16 b1", "bf16 bf16 b1", "bf16 f16 b1", "f32 f32 b2",
+                                            "f32 f16 b2", "bf16 bf16 b2", "bf16 f16 b2"});
+    CHECK(paired[1].size() == 1);
+    CHECK(paired[2].size() == 1);
+    bool together = false;
+    for (const auto& n : j["notes"])
+      together |= n.get<std::string>().find("compute dtypes (models loaded together)") != std::string::npos;
+    CHECK(together);
+
+    // s15m: 93 MiB of F32 weights, 64 MiB as bf16. With room for the F32 load and
+    // 25 MiB more, the bf16 load does not fit beside it: tg of each dtype runs on its
+    // own, F32's before the bf16 load, with one warning (freed memory goes back at
+    // once, also under ASan).
+    const std::string big = d.file("s15m.gguf");
+    REQUIRE(run_kveval(d, "make-model --preset s15m --seed 1 -o " + big).code == 0);
+    const std::string asan = "ASAN_OPTIONS=\"$ASAN_OPTIONS:quarantine_size_mb=0\" ";
+    Run probe = run_kveval(d, "bench -m " + big + tg, asan + "KVEVAL_MEMORY_LIMIT_BYTES=1 ");
+    REQUIRE(probe.code == 1);
+    const size_t at = probe.err.find(" less ");
+    REQUIRE(at != std::string::npos);
+    const long limit = (static_cast<long>(std::stod(probe.err.substr(at + 6))) + 93 + 25) * 1048576;
+    Run apart = run_kveval(d, "bench -m " + big + tg, asan + "KVEVAL_MEMORY_LIMIT_BYTES=" + std::to_string(limit) + " ");
+    INFO(probe.err << apart.err);
+    REQUIRE(apart.code == 0);
+    j = json::parse(apart.out);
+    order.clear();
+    for (const auto& row : j["results"])
+      if (row["test"] == "tg") order.push_back(fmt::format("{} b{}", row["dtype"].get<std::string>(), row["batch"].get<int>()));
+    CHECK(order == std::vector<std::string>{"f32 b1", "f32 b2", "bf16 b1", "bf16 b2"});
+    int warned = 0;
+    for (const auto& n : j["notes"])
+      warned += n.get<std::string>().rfind("tg: --dtype f32,bf16 measured one dtype at a time, not interleaved: loading "
+                                           "bf16 with the other dtypes' weights resident does not fit (not enough memory "
+                                           "for the model ",
+                                           0) == 0;
+    CHECK(warned == 1);
+    CHECK(apart.err.find("kveval bench: warning: tg: --dtype f32,bf16 measured one dtype at a time") != std::string::npos);
   }
 
   TEST_CASE("bench --kv-cache-dtype f32,f16,auto,bf16: the cache tests once per type, the others once" *
