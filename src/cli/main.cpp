@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <string>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -24,6 +25,43 @@ int report(std::exception_ptr ep, bool name_rank) {
   return kveval::cli::exit_code_of(ep);
 }
 
+/// The first value given to a comma-separated list option of the subcommand
+/// argv[1] that has an empty item (",x", "x,", "x,,y" or ","), as "--dtype:
+/// empty item in 'f16,,bf16'"; empty when there is none. CLI11 2.1 drops empty
+/// items silently (and a lone "," makes it take the next option as the value),
+/// so the raw arguments are checked before parsing. Forms: "--name value",
+/// "--name=value", "-n value", "-nvalue"; nothing after "--".
+std::string empty_list_item(CLI::App& app, int argc, char** argv) {
+  if (argc < 2) return {};
+  auto subs = app.get_subcommands([&](CLI::App* s) { return s->check_name(argv[1]); });
+  if (subs.empty()) return {};
+  auto bad = [](const std::string& v) {
+    return v.find(',') != std::string::npos && (v.front() == ',' || v.back() == ',' || v.find(",,") != std::string::npos);
+  };
+  for (int i = 2; i < argc; ++i) {
+    const std::string tok = argv[i];
+    if (tok == "--") break;
+    if (tok.size() < 2 || tok[0] != '-') continue;
+    for (const CLI::Option* o : subs.front()->get_options()) {
+      if (o->get_delimiter() != ',') continue;
+      std::string value;
+      bool found = false;
+      for (const auto& l : o->get_lnames()) {
+        const std::string flag = "--" + l;
+        if (tok == flag && i + 1 < argc) value = argv[i + 1], found = true;
+        else if (tok.rfind(flag + "=", 0) == 0) value = tok.substr(flag.size() + 1), found = true;
+      }
+      for (const auto& sn : o->get_snames()) {
+        const std::string flag = "-" + sn;
+        if (tok == flag && i + 1 < argc) value = argv[i + 1], found = true;
+        else if (tok.size() > flag.size() && tok[1] != '-' && tok.rfind(flag, 0) == 0) value = tok.substr(flag.size()), found = true;
+      }
+      if (found && bad(value)) return fmt::format("{}: empty item in '{}' (comma-separated values, none empty)", o->get_name(), value);
+    }
+  }
+  return {};
+}
+
 int run_main(int argc, char** argv) {
   using namespace kveval;
   CLI::App app{"kveval: evaluate language models on the CPU with a managed KV cache"};
@@ -39,6 +77,10 @@ int run_main(int argc, char** argv) {
   cli::add_make_model_command(app, action);
   cli::add_tokenize_command(app, action);
   cli::refuse_empty_values(app);
+  if (const std::string e = empty_list_item(app, argc, argv); !e.empty()) {
+    fmt::print(stderr, "kveval: error: {} (see --help)\n", e);
+    return cli::kUsage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

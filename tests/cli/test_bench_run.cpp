@@ -329,6 +329,24 @@ TEST_SUITE("cli.cmd_bench") {
               err) == 2);
     CHECK(err.find("--spec /nonexistent.json: not found or not readable") != std::string::npos);
     CHECK(err.find("kveval: load:") == std::string::npos);
+    // An empty item in a list is refused in every form (CLI11 alone would drop it, or take
+    // the next option as the value of a lone ","); a whole list still parses.
+    const std::string m = kveval_bin() + " bench -m " + test::model_path();
+    const std::vector<std::pair<std::string, std::string>> lists = {
+        {" --dtype f16,,bf16 --tests pp", "--dtype: empty item in 'f16,,bf16'"},
+        {" --dtype , --tests pp", "--dtype: empty item in ','"},
+        {" --kv-cache-dtype=,f16", "--kv-cache-dtype: empty item in ',f16'"},
+        {" -t 1,", "--threads: empty item in '1,'"},
+        {" -b1,,2", "--batch-size: empty item in '1,,2'"},
+        {" --cache-shapes 1x64,", "--cache-shapes: empty item in '1x64,'"}};
+    for (const auto& [args, want] : lists) {
+      INFO(args);
+      CHECK(run(m + args, out, err) == 2);
+      CHECK(err == "kveval: error: " + want + " (comma-separated values, none empty) (see --help)\n");
+      CHECK(out.empty());
+    }
+    CHECK(run(m + " -t 1 -b1,2 -p 8 -r 1 --tests pp -o csv", out, err) == 0);
+    CHECK(out.find("\npp,pp8,1,2,8,") != std::string::npos);
   }
 
   TEST_CASE("skipped and capped sizes are warnings on stderr; nothing measured writes nothing" *
