@@ -130,9 +130,18 @@ std::string to_markdown(const Report& rep) {
     const bool several = m.contains("dtypes") && m["dtypes"].size() > 1;
     if (several) {  // one figure per compute dtype compared, "; " apart (a KV-cache list has commas)
       weights.clear();
+      // in the order measured (meta.dtype_order) when recorded; meta.dtypes itself is sorted by name
+      std::vector<std::string> order;
+      if (m.contains("dtype_order"))
+        for (const auto& n : m["dtype_order"])
+          if (m["dtypes"].contains(n.get<std::string>())) order.push_back(n.get<std::string>());
       for (const auto& [name, d] : m["dtypes"].items())
+        if (std::find(order.begin(), order.end(), name) == order.end()) order.push_back(name);
+      for (const auto& name : order) {
+        const auto& d = m["dtypes"][name];
         weights += fmt::format("{}{}: {:.1f} MiB of {} weights{}", weights.empty() ? "" : "; ", name,
                                d.value("weight_bytes", 0.0) / 1048576.0, d.value("weight_dtype", "F32"), kv(d));
+      }
     }
     // "; " before the parameter count when the weights part is a list of its own
     out += fmt::format(", model {} ({}{} {:.2f} M parameters)", mo.value("path", ""), weights,

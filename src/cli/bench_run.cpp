@@ -459,6 +459,7 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
           info(fmt::format("compute dtype {}; KV cache {}", model->dtype_note(),  // as run and generate: says what was widened
                            fmt::join(kv_names, ", ")));
         }
+        rep.meta["dtype_order"].push_back(dname);  // the header lists the dtypes in this order
         rep.meta["dtypes"][dname] = {{"weight_dtype", ls.weight_dtype},
                                      {"resident_weight_bytes", ls.resident_bytes},
                                      {"weight_bytes", model->weight_bytes()},

@@ -131,6 +131,10 @@ TEST_SUITE("cli.bench_report") {
     one.meta["dtypes"]["f32"]["kv_cache_dtypes"] = {"f32", "f16"};
     CHECK(format_report(one, "md").find("(f32: 60.0 MiB of F32 weights, KV cache f32, f16; q4_0: 9.5 MiB of Q4_0 "
                                         "weights; 15.00 M parameters)") != std::string::npos);
+    // --dtype q4_0,f32: the order measured (meta.dtype_order), not the JSON object's sorted keys
+    one.meta["dtype_order"] = {"q4_0", "f32"};
+    CHECK(format_report(one, "md").find("(q4_0: 9.5 MiB of Q4_0 weights; f32: 60.0 MiB of F32 weights, KV cache f32, "
+                                        "f16; 15.00 M parameters)") != std::string::npos);
   }
 
   TEST_CASE("unknown format and missing field are errors") {
