@@ -52,7 +52,7 @@ void run_tg(const std::vector<TgVariant>& variants, backend::StreamReader* reade
   const size_t nk = variants.size();
   bool dtypes_differ = false;
   for (const TgVariant& v : variants) dtypes_differ = dtypes_differ || &v.c->model != &c0.model;
-  // "KV cache f16", or "--dtype bf16 and KV cache f16" when the variants span compute dtypes.
+  // "KV cache f16", or "bf16 KV f16" when the variants span compute dtypes.
   auto label = [&](const TgVariant& v) {
     return dtypes_differ ? fmt::format("{} KV {}", to_string(v.c->model.dtype()), to_string(v.kv))
                          : fmt::format("KV cache {}", to_string(v.kv));
