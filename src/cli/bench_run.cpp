@@ -348,21 +348,74 @@ struct Kept {
   std::unique_ptr<Model> model;
   std::unique_ptr<Ctx> ctx;  // refers to *model
   std::vector<KvCacheDtype> kv_types;
+  ModelOptions options;      // to load it again (run_kept_tg's fallback)
 };
 
-/// tg of each kept load on its own (the loads together did not fit), each then released.
-void run_kept_tg_apart(std::vector<Kept>& kept) {
-  for (Kept& k : kept) {
-    k.ctx->stream_reader = make_stream_reader(*k.ctx);
-    run_tg(*k.ctx, k.kv_types);
-  }
-  kept.clear();
+/// Why the kept loads' tg cannot run together: the first tg shape (batch,
+/// prompt, generation as fitting_gens caps them) whose KV caches (each load's
+/// largest type) and activations, all at once beside the loads, exceed the
+/// memory budget, as check_memory_plan words it; empty when every shape fits.
+std::string tg_misfit(std::vector<Kept>& kept) {
+  const Ctx& c0 = *kept.front().ctx;
+  for (int b : c0.o.batches)
+    for (int p : c0.o.tg_prompt)
+      for (int g : c0.o.n_gen) {
+        const int gg = std::min(g, c0.hp.n_ctx_train - p);
+        if (gg < 2) continue;
+        std::vector<MemoryPart> parts;
+        for (Kept& k : kept) {
+          uint64_t kv = 0;
+          for (KvCacheDtype t : k.kv_types) {
+            drop_caches(*k.model);
+            k.model->set_kv_cache_dtype(t);
+            kv = std::max<uint64_t>(kv, k.model->cache_bytes_for(b, p + gg));
+          }
+          const std::string d = to_string(k.model->dtype());
+          parts.push_back({fmt::format("KV cache ({})", d), kv});
+          parts.push_back({fmt::format("activations ({})", d), k.model->activation_bytes_for(b, p, false)});
+        }
+        try {
+          check_memory_plan(fmt::format("tg{} after p{} batch {} with every dtype's cache at once", gg, p, b), parts,
+                            memory_budget());
+        } catch (const MemoryError& e) {
+          return e.what();
+        }
+      }
+  return {};
 }
 
 /// tg of all kept loads, their compute dtypes and KV-cache types interleaved,
 /// with one stream buffer for the paired yardstick when the roofline ran; then released.
 void run_kept_tg(std::vector<Kept>& kept) {
   if (kept.empty()) return;
+  if (kept.size() > 1) {
+    if (const std::string misfit = tg_misfit(kept); !misfit.empty()) {
+      // Release every load, then load each again on its own for its tg.
+      Ctx& c0 = *kept.front().ctx;
+      std::vector<std::string> names;
+      for (const Kept& k : kept) names.push_back(to_string(k.model->dtype()));
+      c0.warn(fmt::format("tg: --dtype {} measured one dtype at a time, not interleaved: {}", fmt::join(names, ","),
+                          misfit));
+      struct Again {
+        ModelOptions options;
+        std::vector<KvCacheDtype> kv_types;
+        std::optional<backend::StreamResult> stream;
+      };
+      std::vector<Again> again;
+      for (const Kept& k : kept) again.push_back({k.options, k.kv_types, k.ctx->stream});
+      const Options& o = c0.o;
+      Report& rep = c0.rep;
+      const auto& progress = c0.progress;
+      kept.clear();
+      for (const Again& a : again) {
+        auto model = Model::load(o.model_path, a.options);
+        Ctx c{o, *model, model->hparams(), model->threads(), rep, progress, a.stream, {}, {}, false, {}, {}};
+        c.stream_reader = make_stream_reader(c);
+        run_tg(c, a.kv_types);
+      }
+      return;
+    }
+  }
   std::vector<TgVariant> variants;
   for (Kept& k : kept)
     for (KvCacheDtype kv : k.kv_types) variants.push_back({k.ctx.get(), kv});
@@ -419,11 +472,15 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
         model = Model::load(o.model_path, mo);
       } catch (const MemoryError& e) {
         if (kept.empty()) throw;
-        // The loads kept for tg leave no room for this one: their tg runs now, one load at a time.
-        rep.add_warning(fmt::format("tg: --dtype {} measured one dtype at a time, not interleaved: loading {} with "
-                                    "the other dtypes' weights resident does not fit ({})",
-                                    fmt::join(o.dtypes, ","), to_string(dt), e.what()));
-        run_kept_tg_apart(kept);
+        // The loads kept for tg leave no room for this one: their tg runs now (interleaved among
+        // them) and they are released; this load and those after it form the next group.
+        std::vector<std::string> names;
+        for (const Kept& k : kept) names.push_back(to_string(k.model->dtype()));
+        rep.add_warning(fmt::format("tg: --dtype {} not interleaved as one group: loading {} beside the weights of {} "
+                                    "does not fit ({}); the tg of {} ran first, apart from {}",
+                                    fmt::join(o.dtypes, ","), to_string(dt), fmt::join(names, ", "), e.what(),
+                                    fmt::join(names, ", "), to_string(dt)));
+        run_kept_tg(kept);
         model = Model::load(o.model_path, mo);
       }
       if (progress) progress(fmt::format("[t={}] dtype {}", t, model->dtype_note()));
@@ -529,7 +586,7 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
       if (tg_together) {
         drop_caches(*model);
         c.stream_reader.reset();  // run_kept_tg makes one for all loads
-        kept.push_back({std::move(model), std::move(ctx), std::move(kv_types)});
+        kept.push_back({std::move(model), std::move(ctx), std::move(kv_types), mo});
       }
     }
     run_kept_tg(kept);

@@ -1,6 +1,7 @@
 // `kveval bench` tests of generation throughput: "tg" (cached decode, several
 // KV-cache types interleaved) and "tg-nocache" (every step re-runs the whole
 // sequence; its speedup row compares the two paths).
+#include <algorithm>
 #include <array>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "cli/bench_ctx.hpp"
 #include "cli/bench_stats.hpp"
 #include "util/error.hpp"
+#include "util/memory.hpp"
 
 namespace kveval::bench::detail {
 
@@ -65,81 +67,88 @@ void run_tg(const std::vector<TgVariant>& variants, backend::StreamReader* reade
   std::vector<double> wbytes;
   for (const TgVariant& v : variants)
     wbytes.push_back(streamed_weight_bytes(v.c->hp, static_cast<double>(v.c->model.load_summary().resident_bytes)));
-  for (int b : c0.o.batches) {
-    for (int p : c0.o.tg_prompt) {
-      for (int g : fitting_gens(c0, "tg", p)) {
-        bool fits = true;
-        for (const TgVariant& v : variants) {
-          use(v);
-          fits = fits && v.c->fits(fmt::format("tg{} after p{} batch {}", g, p, b),
-                                   {{"KV cache", v.c->model.cache_bytes_for(b, p + g)},
-                                    {"activations", v.c->model.activation_bytes_for(b, p, false)}});
-        }
-        if (!fits) continue;
-        std::vector<std::string> names;
-        for (const TgVariant& v : variants) names.push_back(dtypes_differ ? label(v) : to_string(v.kv));
-        c0.say(fmt::format("tg{} after p{} batch {}{}", g, p, b,
-                           nk > 1 ? fmt::format(", {} {} interleaved", dtypes_differ ? "dtypes" : "KV cache",
-                                                fmt::join(names, ", "))
-                                  : std::string()));
-        const auto prompts = synthetic_prompts(c0.model, b, p, c0.o.seed);
-        std::vector<std::vector<double>> decode(nk), e2e(nk), prefill(nk);
-        std::vector<bool> failed(nk, false);  // a variant whose generation stopped early: skipped with a warning
-        auto once = [&](size_t k) {
-          if (failed[k]) return;
-          const TgVariant& v = variants[k];
-          use(v);
-          GenerateTiming t;
-          try {
-            bench_generate(v.c->model, prompts, g, true, &t);
-          } catch (const MeasurementError& e) {
-            failed[k] = true;
-            drop_caches(v.c->model);
-            c0.warn(fmt::format("tg{} after p{} batch {} with {} skipped: {}", g, p, b, label(v), e.what()));
-            return;
-          }
-          decode[k].push_back(t.decode_seconds);
-          prefill[k].push_back(t.prefill_seconds);
-          e2e[k].push_back(t.prefill_seconds + t.decode_seconds);
-        };
-        for (size_t k = 0; k < nk; ++k) once(k);  // warm-up, dropped below
-        std::vector<double> paired;  // stream read just before each repetition (GB/s, best of kPairedPasses)
-        for (int rep = 0; rep < c0.o.repetitions; ++rep) {
-          if (reader) paired.push_back(reader->measure(kPairedPasses).best_gb_per_s);
-          for (size_t k = 0; k < nk; ++k) once(k);
-        }
-        for (size_t k = 0; k < nk; ++k) {
-          if (failed[k]) continue;
-          const TgVariant& v = variants[k];
-          Ctx& c = *v.c;
-          decode[k].erase(decode[k].begin());
-          prefill[k].erase(prefill[k].begin());
-          e2e[k].erase(e2e[k].begin());
-          // tg-nocache's speedup compares with its load's first type (if it ran)
-          if (k == 0 || variants[k - 1].c != v.c) c.cached_e2e[{b, p, g}] = e2e[k];
-          const double steps = g - 1;  // the first token comes from the prefill's logits
-          Row r = c.row("tg", fmt::format("tg{}", g));
-          r.kv_cache_dtype = to_string(v.kv);
-          r.batch = b;
-          r.n_prompt = p;
-          r.n_gen = g;
-          r.unit = "tok/s";
-          r.value = summarize(map_samples(decode[k], [&](double s) { return b * steps / s; }));
-          const double gbps = wbytes[k] * steps / median(decode[k]) / 1e9;
-          r.with("weights_MB", wbytes[k] / 1e6).with("weights_GB_per_s", gbps);
-          if (!paired.empty()) {  // each repetition against the stream read taken just before it
-            std::vector<double> frac;
-            for (size_t i = 0; i < paired.size(); ++i) frac.push_back(wbytes[k] * steps / decode[k][i] / 1e9 / paired[i]);
-            r.with("frac_of_stream", median(frac)).with("paired_stream_GB_per_s", median(paired));
-          } else if (c.stream) {
-            r.with("frac_of_stream", gbps / c.stream->best_gb_per_s);
-          }
-          r.with("prefill_tok_s", b * p / median(prefill[k])).with("e2e_tok_s", b * g / median(e2e[k]));
-          c.rep.rows.push_back(r);
-        }
-      }
+  // The variants in `group` (indices) at one shape, interleaved.
+  auto measure = [&](int b, int p, int g, const std::vector<size_t>& group) {
+    bool fits = true;
+    for (size_t k : group) {
+      const TgVariant& v = variants[k];
+      use(v);
+      fits = fits && v.c->fits(fmt::format("tg{} after p{} batch {}", g, p, b),
+                               {{"KV cache", v.c->model.cache_bytes_for(b, p + g)},
+                                {"activations", v.c->model.activation_bytes_for(b, p, false)}});
     }
-  }
+    if (!fits) return;
+    std::vector<std::string> names;
+    for (size_t k : group) names.push_back(dtypes_differ ? label(variants[k]) : to_string(variants[k].kv));
+    c0.say(fmt::format("tg{} after p{} batch {}{}", g, p, b,
+                       group.size() > 1 ? fmt::format(", {} {} interleaved", dtypes_differ ? "dtypes" : "KV cache",
+                                                      fmt::join(names, ", "))
+                                        : std::string()));
+    const auto prompts = synthetic_prompts(c0.model, b, p, c0.o.seed);
+    const size_t ng = group.size();
+    std::vector<std::vector<double>> decode(ng), e2e(ng), prefill(ng);
+    std::vector<bool> failed(ng, false);  // a variant whose generation stopped early: skipped with a warning
+    auto once = [&](size_t k) {
+      if (failed[k]) return;
+      const TgVariant& v = variants[group[k]];
+      use(v);
+      GenerateTiming t;
+      try {
+        bench_generate(v.c->model, prompts, g, true, &t);
+      } catch (const MeasurementError& e) {
+        failed[k] = true;
+        drop_caches(v.c->model);
+        c0.warn(fmt::format("tg{} after p{} batch {} with {} skipped: {}", g, p, b, label(v), e.what()));
+        return;
+      }
+      decode[k].push_back(t.decode_seconds);
+      prefill[k].push_back(t.prefill_seconds);
+      e2e[k].push_back(t.prefill_seconds + t.decode_seconds);
+    };
+    for (size_t k = 0; k < ng; ++k) once(k);  // warm-up, dropped below
+    std::vector<double> paired;  // stream read just before each repetition (GB/s, best of kPairedPasses)
+    for (int rep = 0; rep < c0.o.repetitions; ++rep) {
+      if (reader) paired.push_back(reader->measure(kPairedPasses).best_gb_per_s);
+      for (size_t k = 0; k < ng; ++k) once(k);
+    }
+    for (size_t k = 0; k < ng; ++k) {
+      if (failed[k]) continue;
+      const TgVariant& v = variants[group[k]];
+      Ctx& c = *v.c;
+      const double wb = wbytes[group[k]];
+      decode[k].erase(decode[k].begin());
+      prefill[k].erase(prefill[k].begin());
+      e2e[k].erase(e2e[k].begin());
+      // tg-nocache's speedup compares with its load's first type (if it ran)
+      if (k == 0 || variants[group[k - 1]].c != v.c) c.cached_e2e[{b, p, g}] = e2e[k];
+      const double steps = g - 1;  // the first token comes from the prefill's logits
+      Row r = c.row("tg", fmt::format("tg{}", g));
+      r.kv_cache_dtype = to_string(v.kv);
+      r.batch = b;
+      r.n_prompt = p;
+      r.n_gen = g;
+      r.unit = "tok/s";
+      r.value = summarize(map_samples(decode[k], [&](double s) { return b * steps / s; }));
+      const double gbps = wb * steps / median(decode[k]) / 1e9;
+      r.with("weights_MB", wb / 1e6).with("weights_GB_per_s", gbps);
+      if (!paired.empty()) {  // each repetition against the stream read taken just before it
+        std::vector<double> frac;
+        for (size_t i = 0; i < paired.size(); ++i) frac.push_back(wb * steps / decode[k][i] / 1e9 / paired[i]);
+        r.with("frac_of_stream", median(frac)).with("paired_stream_GB_per_s", median(paired));
+      } else if (c.stream) {
+        r.with("frac_of_stream", gbps / c.stream->best_gb_per_s);
+      }
+      r.with("prefill_tok_s", b * p / median(prefill[k])).with("e2e_tok_s", b * g / median(e2e[k]));
+      c.rep.rows.push_back(r);
+    }
+  };
+  for (int b : c0.o.batches)
+    for (int p : c0.o.tg_prompt)
+      for (int g : fitting_gens(c0, "tg", p)) {
+        std::vector<size_t> all(nk);
+        for (size_t k = 0; k < nk; ++k) all[k] = k;
+        measure(b, p, g, all);
+      }
   for (const TgVariant& v : variants) drop_caches(v.c->model);
   c0.note(fmt::format(
       "tg: tok/s = batch*(n_gen-1) / decode time (the first token comes from the prefill; decode time includes argmax "

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <tuple>
+#include <utility>
 #include <string>
 
 #include <fmt/format.h>
@@ -210,10 +212,7 @@ TEST_SUITE("cli.dtype") {
       together |= n.get<std::string>().find("compute dtypes (models loaded together)") != std::string::npos;
     CHECK(together);
 
-    // s15m: 93 MiB of F32 weights, 64 MiB as bf16. With room for the F32 load and
-    // 25 MiB more, the bf16 load does not fit beside it: tg of each dtype runs on its
-    // own, F32's before the bf16 load, with one warning (freed memory goes back at
-    // once, also under ASan).
+    // s15m: 93 MiB of F32 weights, 64 MiB as bf16 (freed memory goes back at once, also under ASan).
     const std::string big = d.file("s15m.gguf");
     REQUIRE(run_kveval(d, "make-model --preset s15m --seed 1 -o " + big).code == 0);
     const std::string asan = "ASAN_OPTIONS=\"$ASAN_OPTIONS:quarantine_size_mb=0\" ";
@@ -221,23 +220,43 @@ TEST_SUITE("cli.dtype") {
     REQUIRE(probe.code == 1);
     const size_t at = probe.err.find(" less ");
     REQUIRE(at != std::string::npos);
-    const long limit = (static_cast<long>(std::stod(probe.err.substr(at + 6))) + 93 + 25) * 1048576;
-    Run apart = run_kveval(d, "bench -m " + big + tg, asan + "KVEVAL_MEMORY_LIMIT_BYTES=" + std::to_string(limit) + " ");
-    INFO(probe.err << apart.err);
-    REQUIRE(apart.code == 0);
-    j = json::parse(apart.out);
-    order.clear();
-    for (const auto& row : j["results"])
-      if (row["test"] == "tg") order.push_back(fmt::format("{} b{}", row["dtype"].get<std::string>(), row["batch"].get<int>()));
-    CHECK(order == std::vector<std::string>{"f32 b1", "f32 b2", "bf16 b1", "bf16 b2"});
-    int warned = 0;
-    for (const auto& n : j["notes"])
-      warned += n.get<std::string>().rfind("tg: --dtype f32,bf16 measured one dtype at a time, not interleaved: loading "
-                                           "bf16 with the other dtypes' weights resident does not fit (not enough memory "
-                                           "for the model ",
-                                           0) == 0;
-    CHECK(warned == 1);
-    CHECK(apart.err.find("kveval bench: warning: tg: --dtype f32,bf16 measured one dtype at a time") != std::string::npos);
+    const long resident = static_cast<long>(std::stod(probe.err.substr(at + 6)));
+    auto limited = [&](long mib, const std::string& args) {
+      Run r = run_kveval(d, "bench -m " + big + args,
+                         asan + "KVEVAL_MEMORY_LIMIT_BYTES=" + std::to_string((resident + mib) * 1048576) + " ");
+      INFO(probe.err << r.err);
+      REQUIRE(r.code == 0);
+      const json out = json::parse(r.out);
+      std::vector<std::string> rows;
+      for (const auto& row : out["results"])
+        if (row["test"] == "tg") rows.push_back(fmt::format("{} b{}", row["dtype"].get<std::string>(), row["batch"].get<int>()));
+      std::vector<std::string> notes;
+      for (const auto& n : out["notes"]) notes.push_back(n.get<std::string>());
+      return std::make_pair(rows, notes);
+    };
+    auto count_prefix = [](const std::vector<std::string>& notes, const std::string& prefix) {
+      return std::count_if(notes.begin(), notes.end(), [&](const std::string& n) { return n.rfind(prefix, 0) == 0; });
+    };
+    // Room for the F32 load and 25 MiB more: the bf16 load does not fit beside it, so
+    // F32's tg runs first (b1, b2), then bf16's, with one warning.
+    auto [rows, notes] = limited(93 + 25, tg);
+    CHECK(rows == std::vector<std::string>{"f32 b1", "f32 b2", "bf16 b1", "bf16 b2"});
+    CHECK(count_prefix(notes, "tg: --dtype f32,bf16 not interleaved as one group: loading bf16 beside the weights of "
+                              "f32 does not fit (not enough memory for the model ") == 1);
+    // Both loads and 60 MiB more: the loads fit together, but 8 rows' caches and
+    // activations of both dtypes at once (93 MiB) do not; each dtype is loaded again
+    // on its own and measured whole.
+    std::tie(rows, notes) = limited(93 + 64 + 60, " -t 1 -b 1,8 --dtype f32,bf16 --tests tg -n 50 --tg-prompt 200 -r 1 -o json");
+    CHECK(rows == std::vector<std::string>{"f32 b1", "f32 b8", "bf16 b1", "bf16 b8"});
+    CHECK(count_prefix(notes, "tg: --dtype f32,bf16 measured one dtype at a time, not interleaved: not enough memory "
+                              "for tg50 after p200 batch 8 with every dtype's cache at once: ") == 1);
+    CHECK(count_prefix(notes, "skipped") == 0);
+    // Three dtypes (q8_0 of an F32 file widens every matrix: 93 MiB): f32 and bf16 fit
+    // together, q8_0 not beside them. f32 and bf16 stay interleaved, q8_0 runs after.
+    std::tie(rows, notes) = limited(93 + 64 + 40, " -t 1 -b 1,2 --dtype f32,bf16,q8_0 --tests tg -n 4 --tg-prompt 4 -r 1 -o json");
+    CHECK(rows == std::vector<std::string>{"f32 b1", "bf16 b1", "f32 b2", "bf16 b2", "q8_0 b1", "q8_0 b2"});
+    CHECK(count_prefix(notes, "tg: --dtype f32,bf16,q8_0 not interleaved as one group: loading q8_0 beside the "
+                              "weights of f32, bf16 does not fit (") == 1);
   }
 
   TEST_CASE("bench --kv-cache-dtype f32,f16,auto,bf16: the cache tests once per type, the others once" *
