@@ -54,9 +54,6 @@ struct Ctx {
   bool roofline = false;  ///< the roofline test ran at this dtype: pp compares with sgemm at its M
   /// e2e seconds (prefill + decode) of cached generation by (batch, prompt, gen).
   std::map<std::array<int, 3>, std::vector<double>> cached_e2e;
-  /// The roofline's stream buffer, kept for tg when both run: tg measures it
-  /// again before each repetition (its paired frac_of_stream) and releases it.
-  std::unique_ptr<backend::StreamReader> stream_reader;
 
   void say(const std::string& s) const {
     if (progress) progress(fmt::format("[t={}] {}", threads, s));
@@ -119,9 +116,14 @@ struct TgVariant {
 /// ratios. A variant whose generation stops early is skipped with a warning
 /// (bench_tg.cpp). Each model's caches are dropped at the end.
 void run_tg(const std::vector<TgVariant>& variants, backend::StreamReader* reader);
-/// run_tg over the KV-cache types of one load, with its kept stream buffer
-/// (released after; the model's type is left at the last).
+/// run_tg over the KV-cache types of one load, with a stream buffer when the
+/// roofline ran (make_stream_reader; released after). The model's type is left at the last.
 void run_tg(Ctx& c, const std::vector<KvCacheDtype>& kv_types);
+/// tg's paired yardstick: a stream buffer of the size the roofline measured at
+/// this load, allocated now (bench_tg.cpp). nullptr when the roofline did not
+/// run; also nullptr, with a warning that tg reports no frac_of_stream, when
+/// the buffer does not fit the memory budget.
+std::unique_ptr<backend::StreamReader> make_stream_reader(Ctx& c);
 /// Test "tg-nocache": generation re-running the whole sequence every step, and
 /// its speedup against the cached path (bench_tg.cpp).
 void run_tg_nocache(Ctx& c);

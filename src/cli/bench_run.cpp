@@ -79,10 +79,7 @@ void run_roofline(Ctx& c) {
                          wanted >> 20, bytes >> 20, format_bytes(*budget.available), budget.source, least >> 20,
                          llc ? "4 x the last-level cache" : "the default when the last-level cache is unknown"));
     c.say(fmt::format("roofline: stream read over {} MiB", bytes >> 20));
-    auto reader = std::make_unique<backend::StreamReader>(c.threads, bytes);
-    c.stream = reader->measure(std::max(3, c.o.repetitions));
-    // tg pairs each of its repetitions with a measurement; with several dtypes it runs later (run_kept_tg)
-    if (selected(c.o, "tg") && c.o.dtypes.size() < 2) c.stream_reader = std::move(reader);
+    c.stream = backend::stream_read_bandwidth(c.threads, bytes, std::max(3, c.o.repetitions));
     Row r = c.row("roofline", "stream read");
     r.unit = "GB/s";
     r.value = exact(c.stream->best_gb_per_s);
@@ -94,17 +91,8 @@ void run_roofline(Ctx& c) {
          "(1e9 bytes/s); 'sgemm m=M' is oneDNN f32 matmul over the model's weight shapes (7 per layer + output) "
          "with M rows, weights pre-reordered, median pass; both are measured again for each --dtype, just before "
          "its tests (the dtype in a roofline row names those tests; pp's frac_of_sgemm divides by it), and sgemm is "
-         "f32 whatever the dtype; tg's frac_of_stream divides by a stream read over the same buffer taken just before "
-         "each of its repetitions (see tg).");
-}
-
-/// A stream buffer of the size the roofline measured at this load (nullptr when
-/// it did not run or its buffer did not fit), for tg's paired yardstick.
-std::unique_ptr<backend::StreamReader> make_stream_reader(const Ctx& c) {
-  if (!c.stream) return nullptr;
-  const MemoryBudget budget = memory_budget();
-  if (budget.available && *budget.available < c.stream->buffer_bytes) return nullptr;  // frac_of_stream: the roofline's
-  return std::make_unique<backend::StreamReader>(c.threads, c.stream->buffer_bytes);
+         "f32 whatever the dtype; tg's frac_of_stream divides by a stream read over a buffer of the same size taken "
+         "just before each of its repetitions (see tg).");
 }
 
 // ---- pp ---------------------------------------------------------------------
@@ -394,8 +382,8 @@ void run_kept_tg(std::vector<Kept>& kept) {
       Ctx& c0 = *kept.front().ctx;
       std::vector<std::string> names;
       for (const Kept& k : kept) names.push_back(to_string(k.model->dtype()));
-      c0.warn(fmt::format("tg: --dtype {} measured one dtype at a time, not interleaved: {}", fmt::join(names, ","),
-                          misfit));
+      c0.warn(fmt::format("tg with -t {}: --dtype {} measured one dtype at a time, not interleaved: {}", c0.threads,
+                          fmt::join(names, ","), misfit));
       struct Again {
         ModelOptions options;
         std::vector<KvCacheDtype> kv_types;
@@ -409,8 +397,7 @@ void run_kept_tg(std::vector<Kept>& kept) {
       kept.clear();
       for (const Again& a : again) {
         auto model = Model::load(o.model_path, a.options);
-        Ctx c{o, *model, model->hparams(), model->threads(), rep, progress, a.stream, {}, {}, false, {}, {}};
-        c.stream_reader = make_stream_reader(c);
+        Ctx c{o, *model, model->hparams(), model->threads(), rep, progress, a.stream, {}, {}, false, {}};
         run_tg(c, a.kv_types);
       }
       return;
@@ -459,9 +446,18 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
   // load kept resident, all dtypes and KV-cache types interleaved (run_tg).
   const bool tg_together = selected(o, "tg") && dtypes.size() > 1;
   for (int t : o.threads) {
-    std::vector<std::string> measured;  // resolved dtypes at this thread count
-    std::vector<Kept> kept;             // tg_together: the loads whose tg is still to run
+    std::vector<std::string> measured, given;  // resolved dtypes at this thread count, and the name each was given as
+    std::vector<Kept> kept;                    // tg_together: the loads whose tg is still to run
+    auto once_only = [&](const std::string& resolved, ComputeDtype dt) {
+      const auto seen = std::find(measured.begin(), measured.end(), resolved);
+      if (seen == measured.end()) return false;
+      rep.add_warning(fmt::format("--dtype {} and {} both resolve to {} for this model: measured once",
+                                  given[static_cast<size_t>(seen - measured.begin())], to_string(dt), resolved));
+      return true;
+    };
     for (ComputeDtype dt : dtypes) {
+      // An explicit dtype is itself: a repeat is known before loading (auto only after)
+      if (dt != ComputeDtype::Auto && once_only(to_string(dt), dt)) continue;
       ModelOptions mo;
       mo.hash = false;
       mo.threads = t;
@@ -476,9 +472,9 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
         // them) and they are released; this load and those after it form the next group.
         std::vector<std::string> names;
         for (const Kept& k : kept) names.push_back(to_string(k.model->dtype()));
-        rep.add_warning(fmt::format("tg: --dtype {} not interleaved as one group: loading {} beside the weights of {} "
-                                    "does not fit ({}); the tg of {} ran first, apart from {}",
-                                    fmt::join(o.dtypes, ","), to_string(dt), fmt::join(names, ", "), e.what(),
+        rep.add_warning(fmt::format("tg with -t {}: --dtype {} not interleaved as one group: loading {} beside the "
+                                    "weights of {} does not fit ({}); the tg of {} ran first, apart from {}",
+                                    t, fmt::join(o.dtypes, ","), to_string(dt), fmt::join(names, ", "), e.what(),
                                     fmt::join(names, ", "), to_string(dt)));
         run_kept_tg(kept);
         model = Model::load(o.model_path, mo);
@@ -487,12 +483,9 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
       const HParams& hp = model->hparams();
       const LoadSummary& ls = model->load_summary();
       const std::string dname = to_string(model->dtype());
-      if (std::find(measured.begin(), measured.end(), dname) != measured.end()) {  // auto became a listed dtype
-        rep.add_warning(fmt::format("--dtype {} resolves to {} for this model, which is listed already: measured once",
-                                    to_string(dt), dname));
-        continue;
-      }
+      if (once_only(dname, dt)) continue;  // auto became a listed dtype
       measured.push_back(dname);
+      given.push_back(to_string(dt));
       // The KV-cache types of this load, resolved against its compute dtype (auto may repeat a listed one).
       std::vector<KvCacheDtype> kv_types;
       std::vector<std::string> kv_given;  // the name each was given as
@@ -549,7 +542,7 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
                              {"resident_weight_bytes", ls.resident_bytes},
                              {"load_seconds", ls.load_seconds}};
       }
-      auto ctx = std::unique_ptr<Ctx>(new Ctx{o, *model, hp, model->threads(), rep, progress, {}, {}, {}, false, {}, {}});
+      auto ctx = std::unique_ptr<Ctx>(new Ctx{o, *model, hp, model->threads(), rep, progress, {}, {}, {}, false, {}});
       Ctx& c = *ctx;
       for (size_t ki = 0; ki < kv_types.size(); ++ki) {
         // The tests without a KV cache run once per load, with the first type; tg runs
@@ -585,7 +578,6 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
       }
       if (tg_together) {
         drop_caches(*model);
-        c.stream_reader.reset();  // run_kept_tg makes one for all loads
         kept.push_back({std::move(model), std::move(ctx), std::move(kv_types), mo});
       }
     }

@@ -3,6 +3,7 @@
 // sequence; its speedup row compares the two paths).
 #include <algorithm>
 #include <array>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -68,16 +69,20 @@ void run_tg(const std::vector<TgVariant>& variants, backend::StreamReader* reade
   for (const TgVariant& v : variants)
     wbytes.push_back(streamed_weight_bytes(v.c->hp, static_cast<double>(v.c->model.load_summary().resident_bytes)));
   // The variants in `group` (indices) at one shape, interleaved.
-  auto measure = [&](int b, int p, int g, const std::vector<size_t>& group) {
-    bool fits = true;
-    for (size_t k : group) {
+  auto measure = [&](int b, int p, int g, const std::vector<size_t>& all) {
+    // No load keeps a cache of another shape (each load's cache is set up again
+    // in the warm-up), then the variants whose cache and activations fit.
+    for (size_t k : all) drop_caches(variants[k].c->model);
+    std::vector<size_t> group;
+    for (size_t k : all) {
       const TgVariant& v = variants[k];
       use(v);
-      fits = fits && v.c->fits(fmt::format("tg{} after p{} batch {}", g, p, b),
-                               {{"KV cache", v.c->model.cache_bytes_for(b, p + g)},
-                                {"activations", v.c->model.activation_bytes_for(b, p, false)}});
+      if (v.c->fits(fmt::format("tg{} after p{} batch {}{}", g, p, b, nk > 1 ? " with " + label(v) : std::string()),
+                    {{"KV cache", v.c->model.cache_bytes_for(b, p + g)},
+                     {"activations", v.c->model.activation_bytes_for(b, p, false)}}))
+        group.push_back(k);
     }
-    if (!fits) return;
+    if (group.empty()) return;
     std::vector<std::string> names;
     for (size_t k : group) names.push_back(dtypes_differ ? label(variants[k]) : to_string(variants[k].kv));
     c0.say(fmt::format("tg{} after p{} batch {}{}", g, p, b,
@@ -135,8 +140,6 @@ void run_tg(const std::vector<TgVariant>& variants, backend::StreamReader* reade
         std::vector<double> frac;
         for (size_t i = 0; i < paired.size(); ++i) frac.push_back(wb * steps / decode[k][i] / 1e9 / paired[i]);
         r.with("frac_of_stream", median(frac)).with("paired_stream_GB_per_s", median(paired));
-      } else if (c.stream) {
-        r.with("frac_of_stream", gbps / c.stream->best_gb_per_s);
       }
       r.with("prefill_tok_s", b * p / median(prefill[k])).with("e2e_tok_s", b * g / median(e2e[k]));
       c.rep.rows.push_back(r);
@@ -160,8 +163,7 @@ void run_tg(const std::vector<TgVariant>& variants, backend::StreamReader* reade
                            "warm-up) taken just before it, so that the machine's drift between minutes cancels; "
                            "paired_stream_GB_per_s is the median of those stream reads",
                            kPairedPasses)
-      : c0.stream ? std::string("; frac_of_stream divides by 'stream read'")
-                  : std::string(),
+      : std::string(),
       nk > 1 ? fmt::format(" With several {}, tg interleaves them: one warm-up of each, then each repetition runs "
                            "every one once, in turn.",
                            dtypes_differ ? "compute dtypes (models loaded together) or KV-cache types"
@@ -172,8 +174,22 @@ void run_tg(const std::vector<TgVariant>& variants, backend::StreamReader* reade
 void run_tg(Ctx& c, const std::vector<KvCacheDtype>& kv_types) {
   std::vector<TgVariant> variants;
   for (KvCacheDtype kv : kv_types) variants.push_back({&c, kv});
-  run_tg(variants, c.stream_reader.get());
-  c.stream_reader.reset();  // the stream buffer is not needed after tg
+  const auto reader = make_stream_reader(c);
+  run_tg(variants, reader.get());
+}
+
+std::unique_ptr<backend::StreamReader> make_stream_reader(Ctx& c) {
+  if (!c.stream) return nullptr;
+  try {
+    check_memory_plan("tg's stream read", std::vector<MemoryPart>{{"stream buffer", c.stream->buffer_bytes}},
+                      memory_budget());
+  } catch (const MemoryError& e) {
+    c.warn(fmt::format("tg with -t {}: no frac_of_stream, since its stream read (over a buffer of the roofline's "
+                       "size, just before each repetition) does not fit: {}",
+                       c.threads, e.what()));
+    return nullptr;
+  }
+  return std::make_unique<backend::StreamReader>(c.threads, c.stream->buffer_bytes);
 }
 
 void run_tg_nocache(Ctx& c) {

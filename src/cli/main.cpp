@@ -4,6 +4,7 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -29,14 +30,14 @@ int report(std::exception_ptr ep, bool name_rank) {
 /// argv[1] that has an empty item (",x", "x,", "x,,y" or ","), as "--dtype:
 /// empty item in 'f16,,bf16'"; empty when there is none. CLI11 2.1 drops empty
 /// items silently (and a lone "," makes it take the next option as the value),
-/// so the raw arguments are checked before parsing. Forms: "--name value",
-/// "--name=value", "-n value", "-nvalue"; nothing after "--".
+/// so the raw arguments are checked before parsing. Forms: "--name value ...",
+/// "--name=value", "-n value ...", "-nvalue"; nothing after "--".
 std::string empty_list_item(CLI::App& app, int argc, char** argv) {
   if (argc < 2) return {};
   auto subs = app.get_subcommands([&](CLI::App* s) { return s->check_name(argv[1]); });
   if (subs.empty()) return {};
   auto bad = [](const std::string& v) {
-    return v.find(',') != std::string::npos && (v.front() == ',' || v.back() == ',' || v.find(",,") != std::string::npos);
+    return !v.empty() && (v.front() == ',' || v.back() == ',' || v.find(",,") != std::string::npos);
   };
   for (int i = 2; i < argc; ++i) {
     const std::string tok = argv[i];
@@ -44,19 +45,23 @@ std::string empty_list_item(CLI::App& app, int argc, char** argv) {
     if (tok.size() < 2 || tok[0] != '-') continue;
     for (const CLI::Option* o : subs.front()->get_options()) {
       if (o->get_delimiter() != ',') continue;
-      std::string value;
-      bool found = false;
+      std::vector<std::string> values;  // what CLI11 takes: an attached value, or the tokens up to the next option
+      bool separate = false;
       for (const auto& l : o->get_lnames()) {
         const std::string flag = "--" + l;
-        if (tok == flag && i + 1 < argc) value = argv[i + 1], found = true;
-        else if (tok.rfind(flag + "=", 0) == 0) value = tok.substr(flag.size() + 1), found = true;
+        if (tok == flag) separate = true;
+        else if (tok.rfind(flag + "=", 0) == 0) values.push_back(tok.substr(flag.size() + 1));
       }
       for (const auto& sn : o->get_snames()) {
         const std::string flag = "-" + sn;
-        if (tok == flag && i + 1 < argc) value = argv[i + 1], found = true;
-        else if (tok.size() > flag.size() && tok[1] != '-' && tok.rfind(flag, 0) == 0) value = tok.substr(flag.size()), found = true;
+        if (tok == flag) separate = true;
+        else if (tok.size() > flag.size() && tok[1] != '-' && tok.rfind(flag, 0) == 0) values.push_back(tok.substr(flag.size()));
       }
-      if (found && bad(value)) return fmt::format("{}: empty item in '{}' (comma-separated values, none empty)", o->get_name(), value);
+      if (separate)
+        for (int j = i + 1; j < argc && (argv[j][0] != '-' || j == i + 1) && std::string(argv[j]) != "--"; ++j)
+          values.push_back(argv[j]);
+      for (const auto& v : values)
+        if (bad(v)) return fmt::format("{}: empty item in '{}' (comma-separated values, none empty)", o->get_name(), v);
     }
   }
   return {};

@@ -241,22 +241,35 @@ TEST_SUITE("cli.dtype") {
     // F32's tg runs first (b1, b2), then bf16's, with one warning.
     auto [rows, notes] = limited(93 + 25, tg);
     CHECK(rows == std::vector<std::string>{"f32 b1", "f32 b2", "bf16 b1", "bf16 b2"});
-    CHECK(count_prefix(notes, "tg: --dtype f32,bf16 not interleaved as one group: loading bf16 beside the weights of "
-                              "f32 does not fit (not enough memory for the model ") == 1);
+    CHECK(count_prefix(notes, "tg with -t 1: --dtype f32,bf16 not interleaved as one group: loading bf16 beside the "
+                              "weights of f32 does not fit (not enough memory for the model ") == 1);
     // Both loads and 60 MiB more: the loads fit together, but 8 rows' caches and
     // activations of both dtypes at once (93 MiB) do not; each dtype is loaded again
     // on its own and measured whole.
     std::tie(rows, notes) = limited(93 + 64 + 60, " -t 1 -b 1,8 --dtype f32,bf16 --tests tg -n 50 --tg-prompt 200 -r 1 -o json");
     CHECK(rows == std::vector<std::string>{"f32 b1", "f32 b8", "bf16 b1", "bf16 b8"});
-    CHECK(count_prefix(notes, "tg: --dtype f32,bf16 measured one dtype at a time, not interleaved: not enough memory "
-                              "for tg50 after p200 batch 8 with every dtype's cache at once: ") == 1);
+    CHECK(count_prefix(notes, "tg with -t 1: --dtype f32,bf16 measured one dtype at a time, not interleaved: not "
+                              "enough memory for tg50 after p200 batch 8 with every dtype's cache at once: ") == 1);
     CHECK(count_prefix(notes, "skipped") == 0);
     // Three dtypes (q8_0 of an F32 file widens every matrix: 93 MiB): f32 and bf16 fit
     // together, q8_0 not beside them. f32 and bf16 stay interleaved, q8_0 runs after.
     std::tie(rows, notes) = limited(93 + 64 + 40, " -t 1 -b 1,2 --dtype f32,bf16,q8_0 --tests tg -n 4 --tg-prompt 4 -r 1 -o json");
     CHECK(rows == std::vector<std::string>{"f32 b1", "bf16 b1", "f32 b2", "bf16 b2", "q8_0 b1", "q8_0 b2"});
-    CHECK(count_prefix(notes, "tg: --dtype f32,bf16,q8_0 not interleaved as one group: loading q8_0 beside the "
-                              "weights of f32, bf16 does not fit (") == 1);
+    CHECK(count_prefix(notes, "tg with -t 1: --dtype f32,bf16,q8_0 not interleaved as one group: loading q8_0 beside "
+                              "the weights of f32, bf16 does not fit (") == 1);
+    // 64 rows after 200 tokens: 213 MiB of activations and a 203 MiB f32 or 101 MiB bf16
+    // cache. With 365 MiB beside the load only the bf16 cache's variant fits: it alone is measured.
+    Run kv = run_kveval(d, "bench -m " + big + " -t 1 -b 64 --dtype f32 --kv-cache-dtype f32,bf16 --tests tg -n 40 "
+                           "--tg-prompt 200 -r 1 -o json",
+                        asan + "KVEVAL_MEMORY_LIMIT_BYTES=" + std::to_string((resident + 93 + 365) * 1048576) + " ");
+    INFO(kv.err);
+    REQUIRE(kv.code == 0);
+    j = json::parse(kv.out);
+    std::vector<std::string> kv_rows;
+    for (const auto& row : j["results"])
+      if (row["test"] == "tg") kv_rows.push_back(row["kv_cache_dtype"].get<std::string>());
+    CHECK(kv_rows == std::vector<std::string>{"bf16"});
+    CHECK(kv.err.find("skipped, not enough memory for tg40 after p200 batch 64 with KV cache f32: ") != std::string::npos);
   }
 
   TEST_CASE("bench --kv-cache-dtype f32,f16,auto,bf16: the cache tests once per type, the others once" *
