@@ -341,8 +341,9 @@ struct Kept {
 
 /// Why the kept loads' tg cannot run together: the first tg shape (batch,
 /// prompt, generation as fitting_gens caps them) whose KV caches (each load's
-/// largest type) and activations, all at once beside the loads, exceed the
-/// memory budget, as check_memory_plan words it; empty when every shape fits.
+/// largest type) and activations, all at once beside the loads and the stream
+/// buffer, exceed the memory budget, as check_memory_plan words it; empty when
+/// every shape fits.
 std::string tg_misfit(std::vector<Kept>& kept) {
   const Ctx& c0 = *kept.front().ctx;
   for (int b : c0.o.batches)
@@ -362,6 +363,11 @@ std::string tg_misfit(std::vector<Kept>& kept) {
           parts.push_back({fmt::format("KV cache ({})", d), kv});
           parts.push_back({fmt::format("activations ({})", d), k.model->activation_bytes_for(b, p, false)});
         }
+        for (const Kept& k : kept)  // tg's paired stream read (make_stream_reader), when the roofline ran
+          if (k.ctx->stream) {
+            parts.push_back({"stream buffer", k.ctx->stream->buffer_bytes});
+            break;
+          }
         try {
           check_memory_plan(fmt::format("tg{} after p{} batch {} with every dtype's cache at once", gg, p, b), parts,
                             memory_budget());
@@ -373,7 +379,10 @@ std::string tg_misfit(std::vector<Kept>& kept) {
 }
 
 /// tg of all kept loads, their compute dtypes and KV-cache types interleaved,
-/// with one stream buffer for the paired yardstick when the roofline ran; then released.
+/// with one stream buffer for the paired yardstick when the roofline ran; then
+/// released. When some tg shape does not fit with every load's cache at once
+/// (tg_misfit), every load is released first and each is loaded again alone
+/// for its tg, with a warning.
 void run_kept_tg(std::vector<Kept>& kept) {
   if (kept.empty()) return;
   if (kept.size() > 1) {
