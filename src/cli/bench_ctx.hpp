@@ -124,6 +124,20 @@ void run_tg(Ctx& c, const std::vector<KvCacheDtype>& kv_types);
 /// run; also nullptr, with a warning that tg reports no frac_of_stream, when
 /// the buffer does not fit the memory budget.
 std::unique_ptr<backend::StreamReader> make_stream_reader(Ctx& c);
+/// A load whose tg runs after the other dtypes' tests (run_bench with several compute dtypes).
+struct Kept {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Ctx> ctx;  // refers to *model
+  std::vector<KvCacheDtype> kv_types;
+  ModelOptions options;      // to load it again (run_kept_tg's fallback)
+};
+
+/// tg of all kept loads, their compute dtypes and KV-cache types interleaved,
+/// with one stream buffer for the paired yardstick when the roofline ran; then
+/// released (kept is left empty). When some tg shape does not fit with every
+/// load's cache at once, every load is released first and each is loaded again
+/// alone for its tg, with a warning (bench_tg.cpp).
+void run_kept_tg(std::vector<Kept>& kept);
 /// Test "tg-nocache": generation re-running the whole sequence every step, and
 /// its speedup against the cached path (bench_tg.cpp).
 void run_tg_nocache(Ctx& c);

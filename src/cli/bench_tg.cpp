@@ -1,5 +1,6 @@
 // `kveval bench` tests of generation throughput: "tg" (cached decode, several
-// KV-cache types interleaved) and "tg-nocache" (every step re-runs the whole
+// KV-cache types or compute dtypes interleaved; with several dtypes, the kept
+// loads of run_kept_tg) and "tg-nocache" (every step re-runs the whole
 // sequence; its speedup row compares the two paths).
 #include <algorithm>
 #include <array>
@@ -68,13 +69,13 @@ void run_tg(const std::vector<TgVariant>& variants, backend::StreamReader* reade
   std::vector<double> wbytes;
   for (const TgVariant& v : variants)
     wbytes.push_back(streamed_weight_bytes(v.c->hp, static_cast<double>(v.c->model.load_summary().resident_bytes)));
-  // The variants in `group` (indices) at one shape, interleaved.
-  auto measure = [&](int b, int p, int g, const std::vector<size_t>& all) {
+  // The variants at one shape, interleaved.
+  auto measure = [&](int b, int p, int g) {
     // No load keeps a cache of another shape (each load's cache is set up again
     // in the warm-up), then the variants whose cache and activations fit.
-    for (size_t k : all) drop_caches(variants[k].c->model);
-    std::vector<size_t> group;
-    for (size_t k : all) {
+    for (const TgVariant& v : variants) drop_caches(v.c->model);
+    std::vector<size_t> group;  // indices into variants
+    for (size_t k = 0; k < nk; ++k) {
       const TgVariant& v = variants[k];
       use(v);
       if (v.c->fits(fmt::format("tg{} after p{} batch {}{}", g, p, b, nk > 1 ? " with " + label(v) : std::string()),
@@ -147,11 +148,7 @@ void run_tg(const std::vector<TgVariant>& variants, backend::StreamReader* reade
   };
   for (int b : c0.o.batches)
     for (int p : c0.o.tg_prompt)
-      for (int g : fitting_gens(c0, "tg", p)) {
-        std::vector<size_t> all(nk);
-        for (size_t k = 0; k < nk; ++k) all[k] = k;
-        measure(b, p, g, all);
-      }
+      for (int g : fitting_gens(c0, "tg", p)) measure(b, p, g);
   for (const TgVariant& v : variants) drop_caches(v.c->model);
   c0.note(fmt::format(
       "tg: tok/s = batch*(n_gen-1) / decode time (the first token comes from the prefill; decode time includes argmax "
@@ -254,6 +251,84 @@ void run_tg_nocache(Ctx& c) {
   c.note("tg-nocache: tok/s = batch*n_gen / (prefill + decode) where every step re-runs the whole sequence; speedup = "
          "uncached / cached end-to-end time (medians); ideal_ratio = ratio of the two paths' weight-matmul FLOPs "
          "(cached: layers*(P+G-1) + output*G; uncached: layers*(G*P + G(G-1)/2) + output*G; attention not counted).");
+}
+
+/// Why the kept loads' tg cannot run together: the first tg shape (batch,
+/// prompt, generation as fitting_gens caps them) whose KV caches (each load's
+/// largest type) and activations, all at once beside the loads and the stream
+/// buffer, exceed the memory budget, as check_memory_plan words it; empty when
+/// every shape fits.
+static std::string tg_misfit(std::vector<Kept>& kept) {
+  const Ctx& c0 = *kept.front().ctx;
+  for (int b : c0.o.batches)
+    for (int p : c0.o.tg_prompt)
+      for (int g : c0.o.n_gen) {
+        const int gg = std::min(g, c0.hp.n_ctx_train - p);
+        if (gg < 2) continue;
+        std::vector<MemoryPart> parts;
+        for (Kept& k : kept) {
+          uint64_t kv = 0;
+          for (KvCacheDtype t : k.kv_types) {
+            drop_caches(*k.model);
+            k.model->set_kv_cache_dtype(t);
+            kv = std::max<uint64_t>(kv, k.model->cache_bytes_for(b, p + gg));
+          }
+          const std::string d = to_string(k.model->dtype());
+          parts.push_back({fmt::format("KV cache ({})", d), kv});
+          parts.push_back({fmt::format("activations ({})", d), k.model->activation_bytes_for(b, p, false)});
+        }
+        for (const Kept& k : kept)  // tg's paired stream read (make_stream_reader), when the roofline ran
+          if (k.ctx->stream) {
+            parts.push_back({"stream buffer", k.ctx->stream->buffer_bytes});
+            break;
+          }
+        try {
+          check_memory_plan(fmt::format("tg{} after p{} batch {} with every dtype's cache at once", gg, p, b), parts,
+                            memory_budget());
+        } catch (const MemoryError& e) {
+          return e.what();
+        }
+      }
+  return {};
+}
+
+void run_kept_tg(std::vector<Kept>& kept) {
+  if (kept.empty()) return;
+  if (kept.size() > 1) {
+    if (const std::string misfit = tg_misfit(kept); !misfit.empty()) {
+      // Release every load, then load each again on its own for its tg.
+      Ctx& c0 = *kept.front().ctx;
+      std::vector<std::string> names;
+      for (const Kept& k : kept) names.push_back(to_string(k.model->dtype()));
+      c0.warn(fmt::format("tg with -t {}: --dtype {} measured one dtype at a time, not interleaved: {}", c0.threads,
+                          fmt::join(names, ","), misfit));
+      struct Again {
+        ModelOptions options;
+        std::vector<KvCacheDtype> kv_types;
+        std::optional<backend::StreamResult> stream;
+      };
+      std::vector<Again> again;
+      for (const Kept& k : kept) again.push_back({k.options, k.kv_types, k.ctx->stream});
+      const Options& o = c0.o;
+      Report& rep = c0.rep;
+      const auto& progress = c0.progress;
+      kept.clear();
+      for (const Again& a : again) {
+        auto model = Model::load(o.model_path, a.options);
+        Ctx c{o, *model, model->hparams(), model->threads(), rep, progress, a.stream, {}, {}, false, {}};
+        run_tg(c, a.kv_types);
+      }
+      return;
+    }
+  }
+  std::vector<TgVariant> variants;
+  for (Kept& k : kept)
+    for (KvCacheDtype kv : k.kv_types) variants.push_back({k.ctx.get(), kv});
+  std::unique_ptr<backend::StreamReader> reader;
+  for (Kept& k : kept)
+    if (!reader) reader = make_stream_reader(*k.ctx);
+  run_tg(variants, reader.get());
+  kept.clear();
 }
 
 }  // namespace kveval::bench::detail
