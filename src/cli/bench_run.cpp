@@ -382,10 +382,22 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
       mo.dtype = dt;
       mo.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtypes.front(), "--kv-cache-dtype");
       std::unique_ptr<Model> model;
+      // A load that does not fit skips its dtype at this thread count with a warning when
+      // other loads are planned (the rows measured stay); with one load planned, the
+      // memory error is the whole story.
+      const bool one_load = dtypes.size() == 1 && o.threads.size() == 1;
+      auto load_skipped = [&](const MemoryError& e, const char* when) {
+        rep.add_warning(fmt::format("--dtype {} with -t {} skipped: loading it{} does not fit ({})", to_string(dt), t,
+                                    when, e.what()));
+      };
       try {
         model = Model::load(o.model_path, mo);
       } catch (const MemoryError& e) {
-        if (kept.empty()) throw;
+        if (kept.empty()) {
+          if (one_load) throw;
+          load_skipped(e, "");
+          continue;
+        }
         // The loads kept for tg leave no room for this one: their tg runs now (interleaved among
         // them) and they are released; this load and those after it form the next group.
         std::vector<std::string> names;
@@ -395,7 +407,12 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
                                     t, fmt::join(o.dtypes, ","), to_string(dt), fmt::join(names, ", "), e.what(),
                                     fmt::join(names, ", "), to_string(dt)));
         run_kept_tg(kept);
-        model = Model::load(o.model_path, mo);
+        try {
+          model = Model::load(o.model_path, mo);
+        } catch (const MemoryError& e2) {
+          load_skipped(e2, " after the others' release");
+          continue;
+        }
       }
       if (progress) progress(fmt::format("[t={}] dtype {}", t, model->dtype_note()));
       const HParams& hp = model->hparams();

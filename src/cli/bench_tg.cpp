@@ -306,15 +306,24 @@ void run_kept_tg(std::vector<Kept>& kept) {
         ModelOptions options;
         std::vector<KvCacheDtype> kv_types;
         std::optional<backend::StreamResult> stream;
+        std::string name;  // the resolved compute dtype
       };
       std::vector<Again> again;
-      for (const Kept& k : kept) again.push_back({k.options, k.kv_types, k.ctx->stream});
+      for (const Kept& k : kept) again.push_back({k.options, k.kv_types, k.ctx->stream, to_string(k.model->dtype())});
       const Options& o = c0.o;
       Report& rep = c0.rep;
       const auto& progress = c0.progress;
+      const int threads = c0.threads;
       kept.clear();
       for (const Again& a : again) {
-        auto model = Model::load(o.model_path, a.options);
+        std::unique_ptr<Model> model;
+        try {
+          model = Model::load(o.model_path, a.options);
+        } catch (const MemoryError& e) {  // what the others left resident: this dtype's tg is lost, not the report
+          rep.add_warning(fmt::format("tg with -t {}: --dtype {} skipped: loading it again on its own does not fit ({})",
+                                      threads, a.name, e.what()));
+          continue;
+        }
         Ctx c{o, *model, model->hparams(), model->threads(), rep, progress, a.stream, {}, {}, false, {}};
         run_tg(c, a.kv_types);
       }

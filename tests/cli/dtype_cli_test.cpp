@@ -217,7 +217,7 @@ TEST_SUITE("cli.dtype") {
     REQUIRE(run_kveval(d, "make-model --preset s15m --seed 1 -o " + big).code == 0);
     const std::string asan = "ASAN_OPTIONS=\"$ASAN_OPTIONS:quarantine_size_mb=0\" ";
     Run probe = run_kveval(d, "bench -m " + big + tg, asan + "KVEVAL_MEMORY_LIMIT_BYTES=1 ");
-    REQUIRE(probe.code == 1);
+    REQUIRE(probe.code == 2);  // neither load fits: each skipped with a warning, nothing measured
     const size_t at = probe.err.find(" less ");
     REQUIRE(at != std::string::npos);
     const long resident = static_cast<long>(std::stod(probe.err.substr(at + 6)));
@@ -257,6 +257,23 @@ TEST_SUITE("cli.dtype") {
     CHECK(rows == std::vector<std::string>{"f32 b1", "bf16 b1", "f32 b2", "bf16 b2", "q8_0 b1", "q8_0 b2"});
     CHECK(count_prefix(notes, "tg with -t 1: --dtype f32,bf16,q8_0 not interleaved as one group: loading q8_0 beside "
                               "the weights of f32, bf16 does not fit (") == 1);
+    // Room for the bf16 load (64 MiB) and 25 MiB more, not for F32's 93: bf16's tg runs,
+    // and F32, loaded after bf16's release, is skipped with a warning; the report stays.
+    std::tie(rows, notes) = limited(64 + 25, " -t 1 -b 1,2 --dtype bf16,f32 --tests tg -n 4 --tg-prompt 4 -r 1 -o json");
+    CHECK(rows == std::vector<std::string>{"bf16 b1", "bf16 b2"});
+    CHECK(count_prefix(notes, "--dtype f32 with -t 1 skipped: loading it after the others' release does not fit "
+                              "(not enough memory for the model ") == 1);
+    // Without tg the loads come one after the other: F32's is skipped alone, bf16's pp rows stay.
+    Run pp = run_kveval(d, "bench -m " + big + " -t 1 --dtype bf16,f32 --tests pp -p 8 -r 1 -o json",
+                        asan + "KVEVAL_MEMORY_LIMIT_BYTES=" + std::to_string((resident + 64 + 25) * 1048576) + " ");
+    INFO(pp.err);
+    REQUIRE(pp.code == 0);
+    j = json::parse(pp.out);
+    std::vector<std::string> pp_rows;
+    for (const auto& row : j["results"]) pp_rows.push_back(row["dtype"].get<std::string>() + " " + row["name"].get<std::string>());
+    CHECK(pp_rows == std::vector<std::string>{"bf16 pp8", "bf16 pp8 last"});
+    CHECK(pp.err.find("--dtype f32 with -t 1 skipped: loading it does not fit (not enough memory for the model ") !=
+          std::string::npos);
     // 64 rows after 200 tokens: 213 MiB of activations and a 203 MiB f32 or 101 MiB bf16
     // cache. With 365 MiB beside the load only the bf16 cache's variant fits: it alone is measured.
     Run kv = run_kveval(d, "bench -m " + big + " -t 1 -b 64 --dtype f32 --kv-cache-dtype f32,bf16 --tests tg -n 40 "
