@@ -70,10 +70,15 @@ struct Ctx {
   void note(const std::string& n) { rep.add_note(n); }
   /// A note that a requested size was skipped or capped (Report::add_warning).
   void warn(const std::string& n) { rep.add_warning(n); }
-  /// fits_budget on this report (the resident weights are already counted by the budget).
+  /// " with --dtype bf16" when --dtype lists several, so that a skip says whose test it was; else "".
+  std::string dtype_suffix() const {
+    return o.dtypes.size() > 1 ? fmt::format(" with --dtype {}", to_string(model.dtype())) : std::string();
+  }
+  /// fits_budget on this report (the resident weights are already counted by the budget);
+  /// `what` gets dtype_suffix().
   bool fits(const std::string& what, const std::vector<MemoryPart>& parts, const std::string& hint = {},
             const std::optional<MemoryBudget>& budget = {}) {
-    return fits_budget(rep, what, parts, hint, budget);
+    return fits_budget(rep, what + dtype_suffix(), parts, hint, budget);
   }
   /// sgemm rate at the model's shapes with M rows (measured once per M, also
   /// reported as a roofline row); nullptr when its matrices (sgemm_bytes) do not

@@ -64,7 +64,8 @@ void run_gen_mixed(const Options& o, Model& model, int threads, Report& rep,
     if (model.caches_are_setup()) model.delete_caches();
     const MemoryPart parts[] = {{"KV cache", model.cache_bytes_for(rows, w.positions)},
                                 {"activations", model.activation_bytes_for(rows, w.positions, false)}};
-    if (!fits_budget(rep, fmt::format("gen-mixed batch {}", rows), parts)) continue;
+    const std::string dtype = o.dtypes.size() > 1 ? fmt::format(" with --dtype {}", to_string(model.dtype())) : "";
+    if (!fits_budget(rep, fmt::format("gen-mixed batch {}{}", rows, dtype), parts)) continue;
     std::vector<double> secs[2];
     int64_t passes[2] = {0, 0};
     std::vector<std::vector<int32_t>> ids[2];

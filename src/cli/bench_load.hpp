@@ -16,8 +16,9 @@ namespace kveval::bench {
 /// the page cache after the warm-up. Rows "load" (seconds, with resident and
 /// file MiB) and "load (no finite scan)", and a "finite scan" row with the
 /// difference of the medians (0 when that is negative: the scan costs less
-/// than the noise), each tagged with the resolved dtype. Throws what
-/// Model::load throws.
+/// than the noise), each tagged with the resolved dtype. A load that does not
+/// fit the memory budget (MemoryError) skips the test with a warning; throws
+/// what else Model::load throws.
 void run_load(const Options& o, int threads, ComputeDtype dtype, Report& rep,
               const std::function<void(const std::string&)>& say);
 

@@ -159,7 +159,9 @@ std::string to_markdown(const Report& rep) {
   std::vector<std::string> tests;
   for (const auto& r : rep.rows)
     if (std::find(tests.begin(), tests.end(), r.test) == tests.end()) tests.push_back(r.test);
-  bool several_dtypes = false;  // the name shows the dtype when the report compares dtypes
+  // The name shows the dtype when the report compares dtypes (the header names several,
+  // even if the rows of only one remain).
+  bool several_dtypes = rep.meta.contains("dtypes") && rep.meta["dtypes"].size() > 1;
   for (const auto& r : rep.rows)
     if (!r.dtype.empty() && r.dtype != rep.rows.front().dtype) several_dtypes = true;
   for (const auto& t : tests) {

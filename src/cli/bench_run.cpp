@@ -386,33 +386,35 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
       // other loads are planned (the rows measured stay); with one load planned, the
       // memory error is the whole story.
       const bool one_load = dtypes.size() == 1 && o.threads.size() == 1;
-      auto load_skipped = [&](const MemoryError& e, const char* when) {
-        rep.add_warning(fmt::format("--dtype {} with -t {} skipped: loading it{} does not fit ({})", to_string(dt), t,
-                                    when, e.what()));
-      };
       try {
         model = Model::load(o.model_path, mo);
       } catch (const MemoryError& e) {
         if (kept.empty()) {
           if (one_load) throw;
-          load_skipped(e, "");
+          rep.add_warning(fmt::format("--dtype {} with -t {} skipped: loading it does not fit ({})", to_string(dt), t,
+                                      e.what()));
           continue;
         }
         // The loads kept for tg leave no room for this one: their tg runs now (interleaved among
         // them) and they are released; this load and those after it form the next group.
         std::vector<std::string> names;
         for (const Kept& k : kept) names.push_back(to_string(k.model->dtype()));
-        rep.add_warning(fmt::format("tg with -t {}: --dtype {} not interleaved as one group: loading {} beside the "
-                                    "weights of {} does not fit ({}); the tg of {} ran first, apart from {}",
-                                    t, fmt::join(o.dtypes, ","), to_string(dt), fmt::join(names, ", "), e.what(),
-                                    fmt::join(names, ", "), to_string(dt)));
+        const std::string apart =
+            fmt::format("tg with -t {}: --dtype {} not interleaved as one group: loading {} beside the weights of {} "
+                        "does not fit ({}); the tg of {} ran first, apart from {}",
+                        t, fmt::join(o.dtypes, ","), to_string(dt), fmt::join(names, ", "), e.what(),
+                        fmt::join(names, ", "), to_string(dt));
         run_kept_tg(kept);
         try {
           model = Model::load(o.model_path, mo);
-        } catch (const MemoryError& e2) {
-          load_skipped(e2, " after the others' release");
+        } catch (const MemoryError& e2) {  // not even alone: this dtype is not measured at this thread count
+          rep.add_warning(fmt::format("--dtype {} with -t {} skipped: loading it does not fit beside the weights of {}, "
+                                      "nor after their release ({}); the tg of {} ran without it",
+                                      to_string(dt), t, fmt::join(names, ", "), e2.what(), fmt::join(names, ", ")));
           continue;
         }
+        const std::string resolved = to_string(model->dtype());  // an auto that repeats a dtype: no group
+        if (std::find(measured.begin(), measured.end(), resolved) == measured.end()) rep.add_warning(apart);
       }
       if (progress) progress(fmt::format("[t={}] dtype {}", t, model->dtype_note()));
       const HParams& hp = model->hparams();
@@ -507,8 +509,8 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
         if (selected(o, "switch")) guarded("switch", [&] { run_switch(c); });
         if (first && selected(o, "ll")) run_ll(c);
         if (first && selected(o, "load")) run_load(o, c.threads, dt, rep, progress);
-        // Dequantization does not depend on the compute dtype: once per thread count.
-        if (first && selected(o, "dequant") && dt == dtypes.front()) run_dequant(o, c.threads, rep, progress);
+        // Dequantization does not depend on the compute dtype: once per thread count, with its first load.
+        if (first && selected(o, "dequant") && measured.size() == 1) run_dequant(o, c.threads, rep, progress);
         if (selected(o, "gen-mixed")) guarded("gen-mixed", [&] { run_gen_mixed(o, *model, c.threads, rep, progress); });
       }
       if (tg_together) {

@@ -78,9 +78,11 @@ void run_tg(const std::vector<TgVariant>& variants, backend::StreamReader* reade
     for (size_t k = 0; k < nk; ++k) {
       const TgVariant& v = variants[k];
       use(v);
-      if (v.c->fits(fmt::format("tg{} after p{} batch {}{}", g, p, b, nk > 1 ? " with " + label(v) : std::string()),
-                    {{"KV cache", v.c->model.cache_bytes_for(b, p + g)},
-                     {"activations", v.c->model.activation_bytes_for(b, p, false)}}))
+      const std::string named = nk > 1 && dtypes_differ ? " with " + label(v)  // names the dtype itself
+                                : (nk > 1 ? " with " + label(v) : std::string()) + v.c->dtype_suffix();
+      const MemoryPart parts[] = {{"KV cache", v.c->model.cache_bytes_for(b, p + g)},
+                                  {"activations", v.c->model.activation_bytes_for(b, p, false)}};
+      if (fits_budget(v.c->rep, fmt::format("tg{} after p{} batch {}{}", g, p, b, named), parts))
         group.push_back(k);
     }
     if (group.empty()) return;

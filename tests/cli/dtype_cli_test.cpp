@@ -261,8 +261,9 @@ TEST_SUITE("cli.dtype") {
     // and F32, loaded after bf16's release, is skipped with a warning; the report stays.
     std::tie(rows, notes) = limited(64 + 25, " -t 1 -b 1,2 --dtype bf16,f32 --tests tg -n 4 --tg-prompt 4 -r 1 -o json");
     CHECK(rows == std::vector<std::string>{"bf16 b1", "bf16 b2"});
-    CHECK(count_prefix(notes, "--dtype f32 with -t 1 skipped: loading it after the others' release does not fit "
-                              "(not enough memory for the model ") == 1);
+    CHECK(count_prefix(notes, "--dtype f32 with -t 1 skipped: loading it does not fit beside the weights of bf16, "
+                              "nor after their release (not enough memory for the model ") == 1);
+    CHECK(count_prefix(notes, "tg with -t 1: --dtype bf16,f32 not interleaved") == 0);  // f32's tg never ran
     // Without tg the loads come one after the other: F32's is skipped alone, bf16's pp rows stay.
     Run pp = run_kveval(d, "bench -m " + big + " -t 1 --dtype bf16,f32 --tests pp -p 8 -r 1 -o json",
                         asan + "KVEVAL_MEMORY_LIMIT_BYTES=" + std::to_string((resident + 64 + 25) * 1048576) + " ");
@@ -274,6 +275,19 @@ TEST_SUITE("cli.dtype") {
     CHECK(pp_rows == std::vector<std::string>{"bf16 pp8", "bf16 pp8 last"});
     CHECK(pp.err.find("--dtype f32 with -t 1 skipped: loading it does not fit (not enough memory for the model ") !=
           std::string::npos);
+    // The load test loads a second copy beside the dtype's own model: once loaded, bf16 keeps
+    // 102 MiB resident (weights and the file's mapped pages) and needs 64 more, F32 114 and 93.
+    // With 186 MiB only F32's load test is skipped: its pp rows and bf16's load rows stay.
+    Run lt = run_kveval(d, "bench -m " + big + " -t 1 --dtype bf16,f32 --tests pp,load -p 8 -r 1 -o json",
+                        asan + "KVEVAL_MEMORY_LIMIT_BYTES=" + std::to_string((resident + 186) * 1048576) + " ");
+    INFO(lt.err);
+    REQUIRE(lt.code == 0);
+    j = json::parse(lt.out);
+    std::vector<std::string> lt_rows;
+    for (const auto& row : j["results"]) lt_rows.push_back(row["dtype"].get<std::string>() + " " + row["name"].get<std::string>());
+    CHECK(lt_rows == std::vector<std::string>{"bf16 pp8", "bf16 pp8 last", "bf16 load", "bf16 load (no finite scan)",
+                                              "bf16 finite scan", "f32 pp8", "f32 pp8 last"});
+    CHECK(lt.err.find("skipped, load test with --dtype f32 and -t 1: not enough memory for the model ") != std::string::npos);
     // 64 rows after 200 tokens: 213 MiB of activations and a 203 MiB f32 or 101 MiB bf16
     // cache. With 365 MiB beside the load only the bf16 cache's variant fits: it alone is measured.
     Run kv = run_kveval(d, "bench -m " + big + " -t 1 -b 64 --dtype f32 --kv-cache-dtype f32,bf16 --tests tg -n 40 "

@@ -135,6 +135,11 @@ TEST_SUITE("cli.bench_report") {
     one.meta["dtype_order"] = {"q4_0", "f32"};
     CHECK(format_report(one, "md").find("(q4_0: 9.5 MiB of Q4_0 weights; f32: 60.0 MiB of F32 weights, KV cache f32, "
                                         "f16; 15.00 M parameters)") != std::string::npos);
+    // Rows of one dtype left (the other's skipped): the header names two, so each row names its own.
+    for (auto& r : one.rows) r.dtype = "f32";
+    const std::string md = format_report(one, "md");
+    CHECK(md.find("| tg64 f32 ") != std::string::npos);
+    CHECK(md.find("| reset_caches f32 ") != std::string::npos);
   }
 
   TEST_CASE("unknown format and missing field are errors") {
