@@ -265,31 +265,31 @@ TEST_SUITE("cli.dtype") {
     CHECK(count_prefix(notes, "--dtype f32 with -t 1 skipped: loading it does not fit beside the weights of bf16, "
                               "nor after their release (not enough memory for the model ") == 1);
     CHECK(count_prefix(notes, "tg with -t 1: --dtype bf16,f32 not interleaved") == 0);  // f32's tg never ran
+    // Every row as "dtype name", and stderr, of a bench run under resident + mib MiB.
+    auto named_rows = [&](long mib, const std::string& args) {
+      Run r = run_kveval(d, "bench -m " + big + args,
+                         asan + "KVEVAL_MEMORY_LIMIT_BYTES=" + std::to_string((resident + mib) * 1048576) + " ");
+      INFO(r.err);
+      REQUIRE(r.code == 0);
+      const json out = json::parse(r.out);  // kept: a range over a temporary's member would dangle
+      std::vector<std::string> names;
+      for (const auto& row : out["results"])
+        names.push_back(row["dtype"].get<std::string>() + " " + row["name"].get<std::string>());
+      return std::make_pair(names, r.err);
+    };
     // Without tg the loads come one after the other: F32's is skipped alone, bf16's pp rows stay.
-    Run pp = run_kveval(d, "bench -m " + big + " -t 1 --dtype bf16,f32 --tests pp -p 8 -r 1 -o json",
-                        asan + "KVEVAL_MEMORY_LIMIT_BYTES=" + std::to_string((resident + 85) * 1048576) + " ");
-    INFO(pp.err);
-    REQUIRE(pp.code == 0);
-    j = json::parse(pp.out);
-    std::vector<std::string> pp_rows;
-    for (const auto& row : j["results"]) pp_rows.push_back(row["dtype"].get<std::string>() + " " + row["name"].get<std::string>());
+    auto [pp_rows, pp_err] = named_rows(85, " -t 1 --dtype bf16,f32 --tests pp -p 8 -r 1 -o json");
     CHECK(pp_rows == std::vector<std::string>{"bf16 pp8", "bf16 pp8 last"});
-    CHECK(pp.err.find("--dtype f32 with -t 1 skipped: loading it does not fit (not enough memory for the model ") !=
+    CHECK(pp_err.find("--dtype f32 with -t 1 skipped: loading it does not fit (not enough memory for the model ") !=
           std::string::npos);
     // The load test loads a second copy beside the dtype's own model: once loaded, bf16 keeps
     // about 102 MiB resident (weights and the file's mapped pages) and needs 64 more, F32 114
     // and 93. With 199 MiB only F32's load test is skipped: its pp rows and bf16's load rows
     // stay. (Measured: this holds from 172 to 224 MiB.)
-    Run lt = run_kveval(d, "bench -m " + big + " -t 1 --dtype bf16,f32 --tests pp,load -p 8 -r 1 -o json",
-                        asan + "KVEVAL_MEMORY_LIMIT_BYTES=" + std::to_string((resident + 199) * 1048576) + " ");
-    INFO(lt.err);
-    REQUIRE(lt.code == 0);
-    j = json::parse(lt.out);
-    std::vector<std::string> lt_rows;
-    for (const auto& row : j["results"]) lt_rows.push_back(row["dtype"].get<std::string>() + " " + row["name"].get<std::string>());
+    auto [lt_rows, lt_err] = named_rows(199, " -t 1 --dtype bf16,f32 --tests pp,load -p 8 -r 1 -o json");
     CHECK(lt_rows == std::vector<std::string>{"bf16 pp8", "bf16 pp8 last", "bf16 load", "bf16 load (no finite scan)",
                                               "bf16 finite scan", "f32 pp8", "f32 pp8 last"});
-    CHECK(lt.err.find("skipped, load test with --dtype f32 and -t 1: not enough memory for the model ") != std::string::npos);
+    CHECK(lt_err.find("skipped, load test with --dtype f32 and -t 1: not enough memory for the model ") != std::string::npos);
     // 64 rows after 200 tokens: 213 MiB of activations and a 203 MiB f32 or 101 MiB bf16
     // cache. With 365 MiB beside the load only the bf16 cache's variant fits: it alone is measured.
     Run kv = run_kveval(d, "bench -m " + big + " -t 1 -b 64 --dtype f32 --kv-cache-dtype f32,bf16 --tests tg -n 40 "
