@@ -78,8 +78,8 @@ void run_tg(const std::vector<TgVariant>& variants, backend::StreamReader* reade
     for (size_t k = 0; k < nk; ++k) {
       const TgVariant& v = variants[k];
       use(v);
-      const std::string named = nk > 1 && dtypes_differ ? " with " + label(v)  // names the dtype itself
-                                : (nk > 1 ? " with " + label(v) : std::string()) + v.c->dtype_suffix();
+      std::string named = nk > 1 ? " with " + label(v) : std::string();
+      if (nk == 1 || !dtypes_differ) named += v.c->dtype_suffix();  // else label(v) names the dtype
       const MemoryPart parts[] = {{"KV cache", v.c->model.cache_bytes_for(b, p + g)},
                                   {"activations", v.c->model.activation_bytes_for(b, p, false)}};
       if (fits_budget(v.c->rep, fmt::format("tg{} after p{} batch {}{}", g, p, b, named), parts))
