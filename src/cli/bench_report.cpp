@@ -161,9 +161,14 @@ std::string to_markdown(const Report& rep) {
     if (std::find(tests.begin(), tests.end(), r.test) == tests.end()) tests.push_back(r.test);
   // The name shows the dtype when the report compares dtypes (the header names several,
   // even if the rows of only one remain).
+  // Rows without a dtype (dequant) do not count.
   bool several_dtypes = rep.meta.contains("dtypes") && rep.meta["dtypes"].size() > 1;
-  for (const auto& r : rep.rows)
-    if (!r.dtype.empty() && r.dtype != rep.rows.front().dtype) several_dtypes = true;
+  std::string first_dtype;
+  for (const auto& r : rep.rows) {
+    if (r.dtype.empty()) continue;
+    if (first_dtype.empty()) first_dtype = r.dtype;
+    if (r.dtype != first_dtype) several_dtypes = true;
+  }
   for (const auto& t : tests) {
     std::vector<const Row*> rows;
     for (const auto& r : rep.rows)

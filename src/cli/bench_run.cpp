@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <random>
 #include <thread>
 
@@ -360,11 +361,17 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
   std::vector<ComputeDtype> dtypes;
   for (const auto& d : o.dtypes) dtypes.push_back(parse_compute_dtype(d, "--dtype"));
   if (dtypes.empty()) dtypes.push_back(ComputeDtype::Auto);
+  // What each resolves to for this file (auto included) before anything loads: a repeat is
+  // never loaded, warnings name the resolved dtype, and one load planned is known.
+  std::vector<std::string> wanted;
+  for (ComputeDtype dt : dtypes) wanted.push_back(to_string(resolve_dtype_for_file(o.model_path, dt)));
+  const bool one_load = std::set<std::string>(wanted.begin(), wanted.end()).size() == 1 && o.threads.size() == 1;
   // With several compute dtypes, tg runs after their other tests with every
   // load kept resident, all dtypes and KV-cache types interleaved (run_tg).
   const bool tg_together = selected(o, "tg") && dtypes.size() > 1;
   for (int t : o.threads) {
     std::vector<std::string> measured, given;  // resolved dtypes at this thread count, and the name each was given as
+    std::vector<std::string> skipped;          // resolved dtypes whose load did not fit here (warned once)
     std::vector<Kept> kept;                    // tg_together: the loads whose tg is still to run
     auto once_only = [&](const std::string& resolved, ComputeDtype dt) {
       const auto seen = std::find(measured.begin(), measured.end(), resolved);
@@ -373,9 +380,11 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
                                   given[static_cast<size_t>(seen - measured.begin())], to_string(dt), resolved));
       return true;
     };
-    for (ComputeDtype dt : dtypes) {
+    for (size_t di = 0; di < dtypes.size(); ++di) {
+      const ComputeDtype dt = dtypes[di];
+      const std::string& want = wanted[di];  // the resolved name, for warnings
       // An explicit dtype is itself: a repeat is known before loading (auto only after)
-      if (dt != ComputeDtype::Auto && once_only(to_string(dt), dt)) continue;
+      if (once_only(want, dt) || std::find(skipped.begin(), skipped.end(), want) != skipped.end()) continue;
       ModelOptions mo;
       mo.hash = false;
       mo.threads = t;
@@ -385,14 +394,14 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
       // A load that does not fit skips its dtype at this thread count with a warning when
       // other loads are planned (the rows measured stay); with one load planned, the
       // memory error is the whole story.
-      const bool one_load = dtypes.size() == 1 && o.threads.size() == 1;
       try {
         model = Model::load(o.model_path, mo);
       } catch (const MemoryError& e) {
         if (kept.empty()) {
           if (one_load) throw;
-          rep.add_warning(fmt::format("--dtype {} with -t {} skipped: loading it does not fit ({})", to_string(dt), t,
+          rep.add_warning(fmt::format("--dtype {} with -t {} skipped: loading it does not fit ({})", want, t,
                                       e.what()));
+          skipped.push_back(want);
           continue;
         }
         // The loads kept for tg leave no room for this one: their tg runs now (interleaved among
@@ -402,19 +411,19 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
         const std::string apart =
             fmt::format("tg with -t {}: --dtype {} not interleaved as one group: loading {} beside the weights of {} "
                         "does not fit ({}); the tg of {} ran first, apart from {}",
-                        t, fmt::join(o.dtypes, ","), to_string(dt), fmt::join(names, ", "), e.what(),
-                        fmt::join(names, ", "), to_string(dt));
+                        t, fmt::join(o.dtypes, ","), want, fmt::join(names, ", "), e.what(), fmt::join(names, ", "),
+                        want);
         run_kept_tg(kept);
         try {
           model = Model::load(o.model_path, mo);
         } catch (const MemoryError& e2) {  // not even alone: this dtype is not measured at this thread count
           rep.add_warning(fmt::format("--dtype {} with -t {} skipped: loading it does not fit beside the weights of {}, "
                                       "nor after their release ({}); the tg of {} ran without it",
-                                      to_string(dt), t, fmt::join(names, ", "), e2.what(), fmt::join(names, ", ")));
+                                      want, t, fmt::join(names, ", "), e2.what(), fmt::join(names, ", ")));
+          skipped.push_back(want);
           continue;
         }
-        const std::string resolved = to_string(model->dtype());  // an auto that repeats a dtype: no group
-        if (std::find(measured.begin(), measured.end(), resolved) == measured.end()) rep.add_warning(apart);
+        rep.add_warning(apart);
       }
       if (progress) progress(fmt::format("[t={}] dtype {}", t, model->dtype_note()));
       const HParams& hp = model->hparams();
@@ -508,7 +517,7 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
         if (selected(o, "cache")) run_cache(c);
         if (selected(o, "switch")) guarded("switch", [&] { run_switch(c); });
         if (first && selected(o, "ll")) run_ll(c);
-        if (first && selected(o, "load")) run_load(o, c.threads, dt, rep, progress);
+        if (first && selected(o, "load")) run_load(o, c.threads, model->dtype(), rep, progress);
         // Dequantization does not depend on the compute dtype: once per thread count, with its first load.
         if (first && selected(o, "dequant") && measured.size() == 1) run_dequant(o, c.threads, rep, progress);
         if (selected(o, "gen-mixed")) guarded("gen-mixed", [&] { run_gen_mixed(o, *model, c.threads, rep, progress); });

@@ -75,6 +75,12 @@ ComputeDtype parse_compute_dtype(const std::string& s, const std::string& what =
 /// (a Q4_0 file loads as bf16 or f32 unless q4_0 is asked for).
 ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32, bool file_q8_0 = false);
 
+/// The dtype `requested` resolves to for the GGUF file at `path` on this CPU, as
+/// Model::load resolves it (reads the header and tensor table only; explicit
+/// dtypes are returned as asked). Throws what opening a gguf::File throws
+/// (IoError, FormatError).
+ComputeDtype resolve_dtype_for_file(const std::string& path, ComputeDtype requested);
+
 /// Element type of the KV cache. F32: K and V as the forward pass computed
 /// them (cached decoding matches cache-free passes to f32 rounding). BF16:
 /// bfloat16 (round to nearest even, util/bf16.hpp), half the bytes; attention

@@ -133,7 +133,29 @@ void check_unchanged(const std::string& path, const FileStamp& at_open, uint64_t
   if (now->mtime_ns != at_open.mtime_ns) changed_while_loading(path, "modified since it was opened");
 }
 
+/// What the file's matrices are, for resolve_dtype: every matrix F32; every matrix but token_embd
+/// Q8_0; every one but token_embd Q4_0.
+struct FileKinds {
+  bool f32 = true, q8_0 = true, q4_0 = true;
+};
+FileKinds file_kinds(const gguf::File& f) {
+  FileKinds k;
+  for (const auto& t : f.tensors())
+    if (t.dims.size() >= 2) {
+      if (t.type != gguf::TensorType::F32) k.f32 = false;
+      if (t.type != gguf::TensorType::Q8_0 && t.name != arch::kTokenEmbd) k.q8_0 = false;
+      if (t.type != gguf::TensorType::Q4_0 && t.name != arch::kTokenEmbd) k.q4_0 = false;
+    }
+  return k;
+}
+
 }  // namespace
+
+ComputeDtype resolve_dtype_for_file(const std::string& path, ComputeDtype requested) {
+  if (requested != ComputeDtype::Auto) return requested;
+  const FileKinds k = file_kinds(gguf::File(path));
+  return resolve_dtype(requested, be::cpu_has_bf16(), k.f32, k.q8_0);
+}
 
 std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& opts) {
   if (opts.threads < 0 || opts.threads > kMaxThreads)
@@ -172,14 +194,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   if (im.tok->n_vocab() != hp.n_vocab)
     throw FormatError(fmt::format("{}: tokenizer has {} tokens but {} has {} rows", path, im.tok->n_vocab(),
                                   arch::kTokenEmbd, hp.n_vocab));
-  // every matrix F32; every matrix but token_embd Q8_0; every one but token_embd Q4_0
-  bool file_f32 = true, file_q8_0 = true, file_q4_0 = true;
-  for (const auto& t : f.tensors())
-    if (t.dims.size() >= 2) {
-      if (t.type != gguf::TensorType::F32) file_f32 = false;
-      if (t.type != gguf::TensorType::Q8_0 && t.name != arch::kTokenEmbd) file_q8_0 = false;
-      if (t.type != gguf::TensorType::Q4_0 && t.name != arch::kTokenEmbd) file_q4_0 = false;
-    }
+  const FileKinds kinds = file_kinds(f);
+  const bool file_f32 = kinds.f32, file_q8_0 = kinds.q8_0, file_q4_0 = kinds.q4_0;
   const bool cpu_bf16 = be::cpu_has_bf16();
   im.dtype = resolve_dtype(opts.dtype, cpu_bf16, file_f32, file_q8_0);
   im.dtype_note = fmt::format("{} -> {} (file {}, oneDNN ISA {}{})", to_string(opts.dtype), to_string(im.dtype),

@@ -282,6 +282,13 @@ TEST_SUITE("cli.dtype") {
     CHECK(pp_rows == std::vector<std::string>{"bf16 pp8", "bf16 pp8 last"});
     CHECK(pp_err.find("--dtype f32 with -t 1 skipped: loading it does not fit (not enough memory for the model ") !=
           std::string::npos);
+    // auto resolves to F32 for this file before anything loads: one load planned, so its
+    // memory error ends the run (before: two skip warnings for the same load, exit 2).
+    Run one = run_kveval(d, "bench -m " + big + " -t 1 --dtype auto,f32 --tests pp -p 8 -r 1",
+                         asan + "KVEVAL_MEMORY_LIMIT_BYTES=" + std::to_string((resident + 60) * 1048576) + " ");
+    CHECK(one.code == 1);
+    CHECK(one.err.find("kveval: error: not enough memory for the model ") != std::string::npos);
+    CHECK(one.err.find("skipped") == std::string::npos);
     // The load test loads a second copy beside the dtype's own model: once loaded, bf16 keeps
     // about 102 MiB resident (weights and the file's mapped pages) and needs 64 more, F32 114
     // and 93. With 199 MiB only F32's load test is skipped: its pp rows and bf16's load rows

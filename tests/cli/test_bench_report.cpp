@@ -117,6 +117,10 @@ TEST_SUITE("cli.bench_report") {
     CHECK(md.find("| 2 | 8 | tg64 (p16) | 100 ± 10 tok/s | 12.50 | 0.5 |") != std::string::npos);
     CHECK(md.find("| 1 | 4 | reset_caches @2048 | 0.004 us | 10 |") != std::string::npos);
     CHECK(md.find("- a note, with a comma") != std::string::npos);
+    // One dtype measured, after rows without one (as dequant's): the names carry no dtype.
+    Report rev = sample();
+    std::swap(rev.rows[0], rev.rows[1]);
+    CHECK(format_report(rev, "md").find("| 2 | 8 | tg64 (p16) | 100 ± 10 tok/s |") != std::string::npos);
   }
 
   TEST_CASE("the markdown header names the weights of each compute dtype compared") {
