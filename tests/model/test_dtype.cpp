@@ -14,6 +14,7 @@
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
 #include "model/model.hpp"
+#include "model/random_model.hpp"
 #include "backend/backend.hpp"
 #include "model/warm_decode.hpp"
 #include "test_support.hpp"
@@ -47,6 +48,23 @@ TEST_SUITE("model.dtype") {
     CHECK(std::string(to_string(D::F32)) == "f32");
     CHECK_THROWS_WITH_AS(parse_compute_dtype("fp16", "--dtype"), "--dtype 'fp16': expected 'f32', 'bf16', 'q8_0', 'q4_0' or 'auto'",
                          ArgumentError);
+  }
+
+  TEST_CASE("resolve_dtype_for_file reads the file's matrix types as Model::load does") {
+    using D = ComputeDtype;
+    using T = gguf::TensorType;
+    const bool cpu = kveval::backend::cpu_has_bf16();
+    const kveval::test::ScratchDir dir("resolve");
+    const std::string path = dir.file("m.gguf"), absent = dir.file("absent.gguf");
+    for (T type : {T::F32, T::F16, T::Q8_0, T::Q4_0}) {
+      write_random_llama(path, random_model_preset("tiny"), 5, type);
+      const D expected = type == T::F32 ? D::F32 : (cpu ? D::BF16 : (type == T::Q8_0 ? D::Q8_0 : D::F32));
+      CHECK(resolve_dtype_for_file(path, D::Auto) == expected);
+      CHECK(Model::load(path, {.threads = 1, .dtype = D::Auto})->dtype() == expected);
+      CHECK(resolve_dtype_for_file(path, D::Q4_0) == D::Q4_0);  // explicit: kept as asked
+    }
+    CHECK(resolve_dtype_for_file(absent, D::F32) == D::F32);  // explicit: the file is not read
+    CHECK_THROWS(resolve_dtype_for_file(absent, D::Auto));
   }
 
   TEST_CASE("an F32 file loads in f32 under auto; bf16 halves the matrix bytes" * kveval::test::needs_model()) {
