@@ -383,7 +383,7 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
     for (size_t di = 0; di < dtypes.size(); ++di) {
       const ComputeDtype dt = dtypes[di];
       const std::string& want = wanted[di];  // the resolved name, for warnings
-      // An explicit dtype is itself: a repeat is known before loading (auto only after)
+      // A repeat (auto included, resolved above) or a dtype already skipped here is not loaded again
       if (once_only(want, dt) || std::find(skipped.begin(), skipped.end(), want) != skipped.end()) continue;
       ModelOptions mo;
       mo.hash = false;
@@ -429,7 +429,6 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
       const HParams& hp = model->hparams();
       const LoadSummary& ls = model->load_summary();
       const std::string dname = to_string(model->dtype());
-      if (once_only(dname, dt)) continue;  // auto became a listed dtype
       measured.push_back(dname);
       given.push_back(to_string(dt));
       // The KV-cache types of this load, resolved against its compute dtype (auto may repeat a listed one).
