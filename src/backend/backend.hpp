@@ -252,7 +252,8 @@ int64_t decode_invariant_rows(Dtype wdt);
 /// bf16_chunk(n_in) rows of Wᵀ (gemv.hpp), which is how oneDNN 2.6's brgemm
 /// blocks K on AVX512-BF16 (measured, not documented; AMX tiles sum in another
 /// order). Checked once per process on two small products against oneDNN
-/// itself; false without panels or when they differ.
+/// itself; false without panels, on AMX (whose brgemm sums in another order
+/// for some row counts) or when they differ.
 bool bf16_paths_agree();
 
 /// True when every matmul on a `wdt` weight gives each row the bits it gets

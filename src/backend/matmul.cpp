@@ -168,7 +168,9 @@ int64_t decode_invariant_rows(Dtype wdt) {
 
 bool bf16_paths_agree() {
   static const bool v = [] {
-    if (!kernel_has_bf16_dot() || !bf16_matmul_available()) return false;
+    // AMX: oneDNN's brgemm takes tiles for some row counts and AVX512-BF16 for
+    // others, so a probe at one M cannot vouch for every M (tests/backend: gemv).
+    if (!kernel_has_bf16_dot() || !bf16_matmul_available() || has_amx()) return false;
     try {
       // Two products spanning both chunk sizes (bf16_chunk), a partial panel,
       // an odd n_in and values of mixed sign and magnitude; 3 rows.

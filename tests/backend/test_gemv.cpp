@@ -164,6 +164,7 @@ TEST_SUITE("backend.gemv") {
     MESSAGE("bf16_paths_agree: " << bf16_paths_agree() << " (oneDNN ISA " << std::string(cpu_isa_name()) << ")");
     // oneDNN 2.6's avx512_core_bf16 brgemm sums K in blocks of 512 / 1024 (measured); AMX tiles differ.
     if (!amx) REQUIRE(bf16_paths_agree());
+    if (amx) CHECK_FALSE(bf16_paths_agree());  // brgemm's order depends on M there: never claimed
     CHECK(matmul_rows_invariant(Dtype::BF16) == bf16_paths_agree());
     CHECK_FALSE(matmul_rows_invariant(Dtype::F32));
     if (!bf16_paths_agree()) return;
