@@ -15,7 +15,8 @@ exec /usr/bin/python3 - "$root" "${KVEVAL_README_MAX_LINES:-350}" <<'PY'
 import os, re, sys, unicodedata
 
 root, max_lines = sys.argv[1], int(sys.argv[2])
-HISTORY = re.compile(r"stop [0-9]+|sitting|issue [0-9]+", re.IGNORECASE)
+# Work-log terms (a numbered work session or issue, a benchmark session); written with [] so this file does not match.
+HISTORY = re.compile(r"[s]top [0-9]+|[s]itting|[i]ssue [0-9]+", re.IGNORECASE)
 LINK = re.compile(r"(?<!\\)\[((?:[^\[\]]|\[[^\]]*\])*)\]\(\s*<?([^)\s>]*)>?(?:\s+\"[^\"]*\")?\s*\)")
 REFDEF = re.compile(r"^\s{0,3}\[(?!\^)[^\]]+\]:\s*(\S+)")  # [name]: target (not a [^footnote]:)
 FENCE = re.compile(r"^\s{0,3}(```+|~~~+)")
