@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Strong scaling of a distributed `kveval run` (issue 11), and a model of larger runs.
+"""Strong scaling of a distributed `kveval run`, and a model of larger runs.
 
 Measures one rolling task (the paragraphs of README.md as documents, scored by a
 random s15m-shape model) in one process and on 1..N MPI ranks of one thread each,

@@ -32,7 +32,8 @@ class Mutation:
         self.name, self.path, self.old, self.new, self.why = name, path, old, new, why
 
 
-# The 14 mutations of issue 13's acceptance, then a few more. Each replaces
+# Bugs a test must catch: stop strings, EOS, attention, norms, RoPE, metrics,
+# rolling windows, the cache API, architectures. Each replaces
 # one exact snippet; keep them meaningful when the code changes.
 MUTATIONS = [
     Mutation("stop-search-one-byte-late", "src/eval/runner.cpp",
@@ -104,7 +105,7 @@ MUTATIONS = [
              "go.stop_at_eos = true;",
              "go.stop_at_eos = false;",
              "the runner turns EOS handling off"),
-    # architectures (issue 8)
+    # architectures
     Mutation("neox-rope-as-normal", "src/model/model_load.cpp",
              "hp.rope_style == arch::RopeStyle::Neox};",
              "false};",

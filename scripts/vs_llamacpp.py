@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Prefill and decode throughput of kveval against llama.cpp's llama-bench on the
-same GGUF files, in one sitting, as a markdown table (README, Benchmarks).
+same GGUF files, run back to back, as a markdown table (docs/bench.md).
 
 For every file and thread count it runs
     llama-bench -m FILE -p P -n N -r R -t T -o json
@@ -69,7 +69,7 @@ def kveval_bench(binary, path, threads, p, n, r):
 
 
 def fmt(v):
-    """Tokens/s as the README's tables print them: whole numbers from 100, else 3 significant digits."""
+    """Tokens/s as the README's performance table prints them: whole numbers from 100, else 3 significant digits."""
     return f"{v:.0f}" if v >= 100 else f"{v:.3g}"
 
 

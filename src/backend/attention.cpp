@@ -109,10 +109,8 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 sum_lanes16(cons
 /// Positions the head kernel prefetches ahead: K two 16-position score blocks
 /// ahead, V 16 positions ahead. A decode step's attention reads many short
 /// streams (one per row, layer and kv head: 100 positions of bf16 K are 12.8 KB)
-/// that the hardware prefetchers barely ramp up on. One decode step of 8 rows x
-/// 12 layers x 12 heads of 64, 1 thread, medians of 8 alternating rounds, ms,
-/// with the vector max and exp-sum below: 100 positions bf16 1.88 -> 1.47, f32
-/// 2.55 -> 2.16; 250 positions bf16 4.60 -> 3.11 (README, stop 32).
+/// that the hardware prefetchers barely ramp up on (measured:
+/// docs/design/decode-kernels.md, "Attention").
 constexpr int64_t kKAhead = 32, kVAhead = 16;
 
 /// Prefetches the rows of positions [p, p + n) (head_dim elements of T each).
@@ -371,11 +369,8 @@ KvView widen_heads(const KvView& kv, int64_t hk0, int64_t hk1, int64_t head_dim,
 bool attention_uses_loop(int64_t n_q, int64_t past, int64_t head_dim) {
   if (n_q < 16 || head_dim < 32) return true;
   // Without a cached prefix the head kernel re-reads K and V per query from
-  // cache and still beats the two batched matmuls per kv head up to 64 queries
-  // (s110m's shape, 12 layers, medians of 15, loop / oneDNN time at 16, 32, 64,
-  // 128 queries: 1 thread 0.25, 0.52, 0.91, 1.60; 2 threads 0.11, 0.24, 0.39,
-  // 0.84); after 256 cached positions its time is 0.83-3.8x the matmuls'
-  // (1.3-3.8x from 32 queries on; README, stop 29).
+  // cache and still beats the two batched matmuls per kv head up to 64 queries;
+  // with a cached prefix the matmuls win (docs/design/decode-kernels.md).
   constexpr int64_t kLoopMaxQueries = 64;
   return past == 0 && n_q <= kLoopMaxQueries && head_kernel(head_dim) != nullptr;
 }
@@ -394,23 +389,15 @@ void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_hea
   // Items: (sequence, query i, chunk of kv heads). With AVX-512 and head_dim
   // 16-128 (heads_avx512) an item runs kv head by kv head: 16-position score
   // blocks, then V in 32-position blocks, each block read once for the kv
-  // head's query heads (s110m's shape, one query, 1 thread, ms per token at
-  // 128/512/1024/2048 positions: cache layout 0.37/1.74/3.83/7.90 ->
-  // 0.27/1.12/2.59/5.22, [pos][head][d] 0.52/5.16/10.1/21.6 ->
-  // 0.27/1.57/3.03/6.20; README, stop 29). Otherwise each item reads positions
+  // head's query heads (docs/design/decode-kernels.md). Otherwise each item reads positions
   // front to back, and at each position the K (then V) rows of all its kv heads,
   // prefetched kAhead positions ahead (side by side in the [pos][kv_head][head_dim]
   // layout of cache-free passes; one stream per head in the cache's
   // [kv_head][pos][head_dim]). Chunks split the kv heads so that every thread
-  // has work (a one-row decode step on 2 threads: two halves of the heads; the
-  // (query, head) items of before went 8 heads to one thread and 4 to the other).
-  // A head's arithmetic does not depend on the chunking, the item order or the
-  // thread count, and is the same as before this loop order.
-  // Measured on Zen 4 (12 layers x 12 heads of 64, one query, median of 20,
-  // alternating): cache layout, 1001 positions, 3.4-3.5 -> 2.8-2.9 ms per token
-  // at 1 thread, 2.3-2.6 -> 1.6 ms at 2 (257 positions: 0.75-0.86 -> 0.66 ms,
-  // 0.56-0.59 -> 0.39 ms); [pos][head][d]: 6.0 -> 4.8 ms (1 thread), 5.0-5.3
-  // -> 3.1-3.2 ms (2). Items [first[s], first[s + 1]) belong to sequence s.
+  // has work (a one-row decode step on 2 threads: two halves of the heads;
+  // items of (query, head) would give 12 heads as 8 to one thread and 4 to the
+  // other). A head's arithmetic does not depend on the chunking, the item order
+  // or the thread count. Items [first[s], first[s + 1]) belong to sequence s.
   int64_t queries = 0, max_ctx = 0, cost = 0;
   for (const AttentionSeq& s : seqs) {
     check_kv_dtype(s.kv);

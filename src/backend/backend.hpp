@@ -121,10 +121,9 @@ class Engine {
 };
 
 /// A weight matrix W [n_out, n_in] (PyTorch Linear / GGUF {n_in, n_out}) in
-/// f32 or bf16 (Dtype), laid out once at load as Wᵀ [n_in, n_out] row-major (oneDNN "ab" weights):
-/// measured on oneDNN 2.6 with one thread, this layout runs sgemm at M = 512
-/// about 2x faster than reading W as "ba", and M = 1..16 products ~1.3-2.7x
-/// faster. 64-byte (2 MiB for large) aligned memory.
+/// f32 or bf16 (Dtype), laid out once at load as Wᵀ [n_in, n_out] row-major (oneDNN "ab" weights),
+/// which oneDNN 2.6 multiplies faster than W read as "ba" (docs/design/matmul-paths.md).
+/// 64-byte (2 MiB for large) aligned memory.
 class Weight {
  public:
   Weight() = default;
@@ -186,7 +185,7 @@ class Weight {
   /// up to 32, times 64. Otherwise:
   /// Row stride of Wᵀ in elements: n_out, plus 64 bytes when a row's bytes are a
   /// multiple of 4 KiB (a power-of-two stride maps every row to the same cache
-  /// sets: measured 7.7 GB/s instead of ~25 GB/s for a 768 x 4096 decode step).
+  /// sets and slows a decode step several times: docs/design/matmul-paths.md).
   /// Q8_0, Q4_0: bytes of one row's quants (n_in, n_in / 2; rows are interleaved, see raw()).
   int64_t ld() const { return ld_; }
   /// Bytes of the matrix elements (4 or 2 per element; Q8_0, Q4_0: blocks_bytes),

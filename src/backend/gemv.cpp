@@ -2,16 +2,10 @@
 // one F32 row elsewhere): Wᵀ read front to back, 16 rows at a time, into output
 // rows kept in cache, each row's bits the same whatever the row count.
 //
-// Why not oneDNN here: measured on a Zen 4 VM (1 thread, a decode step's
-// matrices of the s110m shape in sequence, out of cache, median of 9), oneDNN's
-// runtime-M gemv streamed 15.4 GB/s against a 22.7 GB/s `stream read`; this
-// loop 20.5-21.4 GB/s with 16 rows per pass (8: 19-20.5, 32: 10.6-11.6). The
-// same loop on BF16 weights (16 columns widened with a shift) measured
-// 14.8-17.8 GB/s alone but tied with oneDNN at 1 thread and lost at 2 inside
-// the model on Zen 4 (s110m tg128 68.8-74.3 vs 72.2-77.5 and 94.7-97.5 vs
-// 111.7-121.5 tok/s); the vdpbf16ps loops since then win on Zen 5. Two threads each
-// stream one half of Wᵀ's rows: 45-47 GB/s on the same sequence against 31-34
-// GB/s with the columns split.
+// Why not oneDNN here: read front to back, the matrix is one sequential
+// stream, which oneDNN's one-row product does not reach on these shapes. Two
+// threads each stream one fixed half of Wᵀ's rows (gemv_split), so the bits do
+// not depend on the thread count.
 //
 // BF16 weights (AVX-512 with AVX512-BF16) are kept in oneDNN's BA16a64b2a
 // panels (Weight::bf16_panels): per 64 columns, the rows of Wᵀ in pairs (k,
@@ -19,24 +13,10 @@
 // So a 64-byte load is 16 columns of a pair of rows, one instruction per load
 // and row of x, and each thread reads its run of panels front to back as one
 // stream; oneDNN's brgemm reads the same bytes for longer products, and since
-// the chains follow its K blocks (bf16_chunk) both give the same bits. Until
-// stop 29 the weights were row-major and two 16-bit unpacks paired rows k and
-// k + 1 on the fly (the chains then permuted per 32 columns, and split in two
-// halves of k as the F32 pass is). Measured on a Zen 5 VM (s110m's 49 bf16 matrices, out of cache, a
-// throwaway driver, old and new processes alternating, medians of 25, three
-// rounds, ms per pass, row-major -> panels): 1 thread 1 row 7.28-8.72 ->
-// 6.48-6.74 (no software prefetch; 512 bytes ahead measured no better), 4
-// rows 8.90-11.5 -> 7.25-8.55, 8 rows 11.1-16.5 -> 10.2-10.6 (rows 0-3
-// prefetching the next block; without that prefetch 12.1 against 10.4, and
-// half-panels of 32 columns for all 8 rows 13.0-15.4 in earlier rounds); 2
-// threads 1 row 4.30-5.02 -> 3.59-4.10, 8 rows 7.05-8.94 -> 6.33-8.50. The
-// first version, with the split of Wᵀ's rows as two tasks each reading half of
-// every panel, lost in the model (s110m
-// tg128 bf16 1 thread 90-97 vs 100-122 tok/s) although it won alone.
-// Stop 31: x packed into bf16 pairs by a loop the compiler vectorises (it was
-// a call per element), 5-6 rows in one pass and a 1 KiB prefetch; new / old
-// time, same driver, the two processes alternating, 8 rounds: 1 row 0.90-1.07
-// (median 1.00), 6 rows 0.87-1.11 (0.95), 8 rows 0.80-0.95 (0.90).
+// the chains follow its K blocks (bf16_chunk) both give the same bits. x is
+// packed into bf16 pairs once per product (pack_x); 1-6 rows take one pass
+// over each panel, 7-8 rows two passes over each block of pairs, prefetching
+// ahead. Measurements and the variants tried: docs/design/decode-kernels.md.
 #include "backend/gemv.hpp"
 
 #include <immintrin.h>
@@ -120,12 +100,8 @@ __attribute__((target("avx512f"), always_inline)) inline void store_rows32(float
 /// y + r * N, its x at x + r * K): one load of 32 columns of Wᵀ feeds 2 MR fmas
 /// (in the tail, one masked load of up to 16 feeds MR), each output's fmas in k
 /// order whatever MR is; in the 32-column loop each row of Wᵀ is prefetched
-/// kPrefetchAhead floats ahead (prefetch_at). (16 columns per
-/// step measured 0.6-0.9x oneDNN's brgemm over M = 2-8; 32 columns 0.9-1.14x,
-/// matmul.cpp. On a Zen 5 VM, s110m's 49 decode matrices out of cache, 1
-/// thread, ms per pass: one row 11.6-13.3 against 14.0-16.7 for the earlier
-/// masked 16-column pass; 8 rows 17.5-19.1 with the prefetch, 21.2-21.9
-/// without it.)
+/// kPrefetchAhead floats ahead (prefetch_at). 32 columns per step and the
+/// prefetch were chosen by measurement (docs/design/decode-kernels.md).
 template <int MR, int KU>
 __attribute__((target("avx512f,avx2,fma"))) void pass_rows_avx512(const float* wt, int64_t ld, int64_t k,
                                                                   const float* x, int64_t K, int64_t n0, int64_t n1,
@@ -282,22 +258,13 @@ float col_bf16_scalar(const Weight& w, const uint32_t* xp, int64_t n) {
 constexpr int64_t kPanelBlockPairs = 32;
 /// How far ahead (bytes) the two passes over a block prefetch: two blocks.
 /// Rows 0-3 prefetch the first two lines of each pair of rows, rows 4-7 the
-/// other two. Measured on the Zen 5 VM (s110m's 49 bf16 matrices, 8 rows,
-/// medians of 25, five rounds alternating), ms per pass, 1 / 2 threads: rows
-/// 0-3 prefetching all lines one block ahead and rows 4-7 none (before) 8.8-9.9
-/// / 5.0-5.4; this 7.0-8.2 / 3.9-4.3; both halves one block ahead 7.3-8.4 /
-/// 4.1-4.9; 16-pair blocks 7.5-8.6 and 8.4-9.3 (two / one ahead); rows 4-7
-/// prefetching all lines two blocks ahead 9.6-10.8; 64-pair blocks 9.7-10.4.
+/// other two (block size and distance measured: docs/design/decode-kernels.md).
 constexpr int64_t kPanelBlockAhead = 2 * kPanelBlockPairs * 256;
 /// Rows of x whose chains all stay in registers over a whole panel: 6 rows x 4
 /// accumulators + 4 weight vectors + 1 broadcast = 29 of AVX-512's 32.
 constexpr int kPanelPassRows = 6;
-/// How far ahead (bytes) a whole-panel pass prefetches its stream. Measured on
-/// the Zen 5 VM, one 256 MB panel streamed on 1 thread, three rounds, GB/s of
-/// weights at 1 / 4 / 6 rows (a throwaway copy of the loop): none 28-39 /
-/// 19-36 / 17-29, 512 B 43 / 32-33 / 22, 1 KiB 43-44 / 36-38 / 34-36, 2 KiB
-/// 34-44 / 31-40 / 25-39, 4 KiB 34-37 / 27-33 / 23-27. Over s110m's matrices
-/// (many short panels) it measured neutral for one row (gemv.cpp's header).
+/// How far ahead (bytes) a whole-panel pass prefetches its stream (1 KiB beat
+/// 512 B, 2 KiB and 4 KiB: docs/design/decode-kernels.md).
 constexpr int64_t kPanelPrefetchBytes = 1024;
 
 /// Pairs [j0, j1) of rows of one 64-column panel of Wᵀ (Weight::bf16_panels;
@@ -398,9 +365,9 @@ void cols_bf16_rows(int64_t mr, const Weight& w, const uint32_t* xp, int64_t K2,
 }
 
 /// Row r of x packed into bf16 pairs for the kernel (x_of reads them back).
-/// The whole pairs in a loop the compiler vectorises (until stop 31 a call per
-/// element: 4 rows of a 256 x 768 product in L2 took 11.3-13.7 us, now 7.8),
-/// then an odd K's last element with a zero high half.
+/// The whole pairs in a loop the compiler vectorises (a conversion call per
+/// element is slower: docs/design/decode-kernels.md), then an odd
+/// K's last element with a zero high half.
 void pack_x(const float* x, int64_t K, uint32_t* xp) {
   const int64_t K2 = K / 2;
 #pragma omp simd

@@ -42,8 +42,8 @@ int64_t gemv_split(int64_t n_out, int64_t n_in);
 void gemv(const float* x, const Weight& w, float* y, bool accumulate, int threads, float* part);
 
 /// Rows of Wᵀ per chain of a BF16 product (gemv): 512 for n_in <= 1024, else
-/// 1024, the K blocks oneDNN 2.6's bf16 brgemm sums (measured bit for bit,
-/// README, stop 30, "Decode and oneDNN in one order").
+/// 1024, the K blocks oneDNN 2.6's bf16 brgemm sums (measured bit for bit;
+/// docs/design/decode-kernels.md, "Chains in oneDNN's K blocks").
 int64_t bf16_chunk(int64_t n_in);
 
 /// Rows gemv_rows takes at most (decode steps of up to 8 sequences).

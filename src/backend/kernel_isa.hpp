@@ -8,11 +8,9 @@
 namespace kveval::backend {
 
 /// Multiply-adds from which a decode product (blocks, gemv, cached oneDNN
-/// matmuls) is split among threads; smaller ones run on one. Measured on Zen 4
-/// (s15m tg128 at 2 threads, medians of 3, three alternating rounds), 2^16
-/// against the 2^20 used before: q4_0 1106-1313 -> 1365-1533 tok/s, f32 401-464
-/// -> 488-573, bf16 783-853 -> 1021-1073 (the 288 x 288 and 288 x 768 products
-/// had run on one thread); 2^14 measured the same as 2^16.
+/// matmuls) is split among threads; smaller ones run on one. 2^16 lets s15m's
+/// 288 x 288 and 288 x 768 products use both threads (measured against 2^20 and
+/// 2^14: docs/design/matmul-paths.md).
 inline constexpr int64_t kDecodeParallelMacs = int64_t(1) << 16;
 
 /// Whether oneDNN's effective ISA (DNNL_MAX_CPU_ISA applied) includes `want`.

@@ -52,13 +52,8 @@ bool has_amx() {
 
 /// True when decode steps of 2..16 rows on `wdt` weights run a fixed-M
 /// primitive (brgemm), false for the runtime-M one. BF16 without AMX takes the
-/// runtime-M primitive: measured on a Zen 5 VM (oneDNN ISA avx512_core_bf16,
-/// s110m's 49 matrices per pass, medians of 9, two rounds), fixed vs runtime M,
-/// ms per pass: 2 threads M = 2 11.3 vs 7.6-9.0, M = 4 11.5-11.9 vs 7.6-8.1,
-/// M = 8 12.7 vs 9.0-10.4, M = 16 15.4 vs 11.3-12.9; 1 thread M = 2 16.7-17.3
-/// vs 13.4, M = 8 19.3-19.5 vs 15.7-15.9, M = 16 23.7-24.2 vs 20.2-20.4. F32
-/// keeps brgemm (2 threads M = 2-4: 7.4-7.7 vs 8.3-10.0), and so does BF16 on
-/// AMX, whose brgemm tiles were not measured against it here. This applies to
+/// runtime-M primitive, which is faster there on row-major weights; F32 keeps
+/// brgemm, and so does BF16 on AMX (docs/design/matmul-paths.md). This applies to
 /// row-major BF16 weights only: with AVX512-BF16 (AMX included) they are in
 /// panels and every oneDNN product on them is fixed-M (run_panels).
 bool fixed_m_decode(Dtype wdt) { return wdt != Dtype::BF16 || has_amx(); }
@@ -119,14 +114,9 @@ int64_t panel_block(int64_t left) {
 /// y[m, n_out] (+)= x[m, n_in] · Wᵀ for a BF16 weight in panels
 /// (Weight::bf16_panels) through oneDNN's brgemm, in blocks of panel_block
 /// rows. Each row's bits are the same whatever the block size and thread count
-/// (oneDNN 2.6 on a Zen 5 VM, avx512_core_bf16: rows of M = 1-512 against M =
-/// 512 on 768x2048, 288x288, 768x288, 4096x768 and 4000x320, 1 and 2 threads:
-/// all bit-identical; tests/backend/test_invariance.cpp), so this is also the
-/// batch-invariant path. Measured there against the runtime-M product on
-/// row-major Wᵀ (gemm:jit) at M = 512, median of 11, ms: 768x2048 1 thread
-/// 4.16 (another run) vs 3.81, 2 threads 3.37 vs 2.09; 288x288 0.208 vs 0.197
-/// and 0.118 vs 0.105; 4096x768 8.23 vs 7.90 and 4.44 vs 4.23; and at M = 16 on
-/// 768x2048, 1 thread, 0.236 vs 0.136 (M = 4: 0.147 vs 0.049).
+/// (oneDNN 2.6, avx512_core_bf16; tests/backend/test_invariance.cpp), so this
+/// is also the batch-invariant path. It is at least as fast as the runtime-M
+/// product on row-major Wᵀ at every M measured (docs/design/matmul-paths.md).
 void run_panels(Engine& engine, const float* x, int64_t m, const Weight& w, float* y, bool accumulate) {
   const int64_t K = w.n_in(), N = w.n_out();
   for (int64_t r = 0; r < m;) {
@@ -210,16 +200,12 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
   if (m <= 0) return;
   auto& im = engine.impl();
   if (is_blocks(w.dtype())) {
-    // Decode steps and short cached passes: the block kernel (s110m, 1 thread,
-    // Sapphire Rapids, tg32 tok/s q8_0 vs f32: batch 1 79-100 vs 37, 4: 232 vs
-    // 85, 8: 239 vs 137, 16: 186 vs 187); longer and batch-invariant products
-    // widen. The widening costs a fixed ~17 ms per pass over s110m's weights at
-    // 2 threads (dequantizing them), the block kernel ~1.6-1.8 ms per row; measured
-    // on Zen 4 over s110m's Q8_0 matrices (ms per pass, blocks vs widen): 1
-    // thread m = 17: 60 vs 71, 20: 69 vs 72, 24: 81 vs 75; 2 threads m = 24: 41
-    // vs 54, 32: 53 vs 60, 36: 58 vs 61, 40: 64 vs 63. So up to 20 rows on one
-    // thread, 32 on more: a dynamic-batching pass that prefills a short prompt
-    // while the other rows decode stays on the blocks.
+    // Decode steps and short cached passes: the block kernel; longer and
+    // batch-invariant products widen, a fixed cost per pass (dequantizing every
+    // weight) against the block kernel's cost per row. The crossover measured
+    // at about 20 rows on one thread and 32 on more (docs/design/decode-kernels.md),
+    // so a dynamic-batching pass that prefills a short prompt while the other
+    // rows decode stays on the blocks.
     const int64_t block_rows = im.threads == 1 ? 20 : 32;
     if (batch_invariant || m > block_rows)
       matmul_widened(engine, x, m, w, y, accumulate, batch_invariant);
@@ -229,17 +215,9 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
   }
   // Decode steps in kveval's kernels (gemv.cpp): one row of F32 always and of
   // BF16 with AVX512-BF16, and up to decode_invariant_rows rows (each row's
-  // bits as alone). Measured on a Zen 5 VM through matmul (s110m's 49 matrices
-  // per pass, medians of 9, two rounds), ms per pass:
-  // - F32, oneDNN's fixed-M brgemm vs the kernel: 1 thread M = 2 14.6-15.8 vs
-  //   14.0-15.9, 4 16.8-19.6 vs 16.8-20.0, 8 20.1-22.5 vs 22.0-22.9; 2 threads
-  //   M = 2 9.4-9.7 vs 8.5-8.6, 4 10.2-10.3 vs 10.5-10.8, 8 13.1-13.8 vs 13.1-14.0.
-  // - BF16 (one row only on AMX, whose brgemm was not measured against it),
-  //   oneDNN's runtime-M product -> the kernel's first, fma form (gemv.cpp gives
-  //   the vdpbf16ps form's gain): 2 threads M = 2 7.5-9.0 -> 4.4-5.3, 4 8.0-9.4
-  //   -> 5.9-6.6, 6 8.9-9.3 -> 7.7-8.1, 8 9.5-11.5 -> 9.7-9.9; 1 thread M = 2
-  //   14.2 -> 9.5, 4 18.9 -> 9.6, 8 16.0 -> 16.0; at M = 16 the kernel lost
-  //   (13.6 vs 21.9 ms, 2 threads).
+  // bits as alone). F32: the kernel ties with oneDNN's fixed-M brgemm over
+  // 2-8 rows; BF16: faster than oneDNN's runtime-M product up to 8 rows, slower
+  // at 16 (docs/design/matmul-paths.md).
   const bool one_row_kernel = w.dtype() == Dtype::F32 || (w.dtype() == Dtype::BF16 && kernel_has_bf16_dot());
   if (!batch_invariant && one_row_kernel && (m == 1 || m <= decode_invariant_rows(w.dtype()))) {
     const int64_t need = gemv_scratch(w, m);
@@ -258,8 +236,8 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
   if (m >= 2 && m <= kInvariantMinRows && w.ld() != w.n_out() && fixed_m_decode(w.dtype())) {
     // Decode steps of 2..16 rows on a padded weight (ld > n_out, e.g. the fused
     // [gate; up] of 2 x 2048 rows): oneDNN 2.6 runs its brgemm kernel only when
-    // the weights' row stride equals their width, else jit sgemm, measured 17.6
-    // vs 14.9 ms CPU per 12 [768 x 4096] products at M = 8 on one thread. So
+    // the weights' row stride equals their width, else the slower jit sgemm
+    // (docs/design/matmul-paths.md). So
     // multiply by all ld columns (the padding ones are zero) into [m, ld] rows
     // and copy the n_out real columns out.
     const int64_t N = w.n_out(), LD = w.ld();
@@ -295,11 +273,9 @@ void run_matmul(Engine& engine, const float* x, int64_t m, int64_t k, const void
     ~Restore() { omp_set_num_threads(n); }
   } restore{im.threads};
   // Decode steps of 2..16 rows: fixed-M primitive (brgemm); one row, scoring and
-  // batch-invariant passes: runtime M (jit sgemm, whose M = 1 kernel is a gemv).
-  // Measured on AMD Zen 4 (oneDNN 2.6, s110m, 1 thread, tg64): the runtime-M
-  // primitive decodes one row 1.3x (f32) and 1.6x (bf16) faster than the fixed
-  // M = 1 one; at M = 2 they tie, at M = 8 the fixed-M one is 1.2x faster
-  // (f32; BF16 without AMX keeps runtime M for 2..16 rows too: fixed_m_decode).
+  // batch-invariant passes: runtime M (jit sgemm, whose M = 1 kernel is a gemv;
+  // faster than a fixed M = 1 primitive, docs/design/matmul-paths.md; BF16
+  // without AMX keeps runtime M for 2..16 rows too: fixed_m_decode).
   // Weights in panels: always fixed M (run_panels).
   const bool one_row = m == 1 && !batch_invariant && !panels;
   const int64_t key_m =

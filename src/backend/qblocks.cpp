@@ -76,7 +76,7 @@ struct Q4 {
   }
   /// Each byte widened to a 32-bit lane; vpermps picks table[lane & 15] =
   /// nibble - 8 as a float, so no integer-to-float conversion is needed
-  /// (measured on Zen 4: see the Benchmarks section of the README).
+  /// (measured: docs/design/decode-kernels.md, "Q8_0 and Q4_0 blocks").
   __attribute__((target("avx512f,avx512dq,avx2,fma"))) static void load16(const uint8_t* p, __m512& a, __m512& b) {
     const __m512 table = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
     const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -118,10 +118,8 @@ float dot_scalar(const uint8_t* q, int64_t qs, const float* d, int64_t ds, const
 // likewise d[b * kQGroup + i]) against MR rows of x (row stride K):
 // out[r][i] = W row i · x row r. Each block is converted to f32 once per tile,
 // so MR rows of x share the conversion. The interleaved layout makes a decode
-// step one sequential stream of quants and one of scales. Measured on a Zen 4
-// VM (1 thread, 60 matrices of 2304 x 768 Q8_0 out of cache, median of 9):
-// 15.5 GB/s against 9-12 GB/s for the same kernel reading 4 separate row
-// streams; prefetch distances of 256-2048 bytes were within noise of each other.
+// step one sequential stream of quants and one of scales (measured against 4
+// separate row streams: docs/design/decode-kernels.md).
 template <class F>
 inline void prefetch_ahead(const uint8_t* q, const float* d, int64_t b) {
   constexpr int64_t kAhead = 1024;                                  // bytes of quants

@@ -1,5 +1,5 @@
 #pragma once
-// Fidelity of a reduced-precision compute dtype (issue 9, item 2): the same
+// Fidelity of a reduced-precision compute dtype (docs/dtypes.md): the same
 // evaluation scored in f32 and in bf16, compared request by request: per-token
 // |Δ log-prob| of every scored token, and per-document flips of the
 // 0/1 metrics (acc, acc_norm, acc_bytes, exact_match) and of the greedy text.

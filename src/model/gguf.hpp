@@ -49,7 +49,7 @@ const TypeInfo* type_info(uint32_t t);
 const TypeInfo& type_info(TensorType t);
 /// ggml's name of `t` ("Q4_K"), or "unknown".
 const char* type_name(TensorType t);
-/// The supported types, in the order of the README table.
+/// The supported types, in the order of the table in docs/models.md.
 std::vector<TensorType> supported_types();
 
 /// A metadata value. Arrays hold their elements as a vector of Value

@@ -1,4 +1,4 @@
-// `--dtype` end to end (issue 9 item 1): the results file records the compute
+// `--dtype` end to end: the results file records the compute
 // dtype (config.model_dtype, model_args, kveval.model.weight_dtype and the
 // resident bytes of bf16 matrices), bench reports one row set per dtype, and a
 // bad dtype is one line naming the option or the spec key.

@@ -1,5 +1,5 @@
-// Hostile input and failing output through the real binary ($KVEVAL_BIN),
-// issue 7 item 7: every input error is exit 2 with one line naming the file
+// Hostile input and failing output through the real binary ($KVEVAL_BIN):
+// every input error is exit 2 with one line naming the file
 // and line or JSON path (never "internal error"), every output file is
 // written all or nothing and a write failure is exit 1 naming the path and
 // the system's reason.

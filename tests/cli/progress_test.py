@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Progress of `kveval run` as a person and a CI log see it (issue 10).
+"""Progress of `kveval run` as a person and a CI log see it.
 
 - In a terminal (tmux, capture-pane): the loglikelihood progress line appears
   within 1 s of the phase's start (its own elapsed field reads <= 1.0 s when

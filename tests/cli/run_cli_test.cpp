@@ -62,7 +62,7 @@ TEST_SUITE("cli.run") {
     CHECK(r.err.find("generation cache:") != std::string::npos);
     json res = json::parse(slurp(d.file("results.json")));
     CHECK(res["kveval"]["model"]["sha256"] == "270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d");
-    // The load summary: 292800 F32 parameters, 4 bytes each in memory (issue 8).
+    // The load summary: 292800 F32 parameters, 4 bytes each in memory.
     CHECK(res["kveval"]["model"]["resident_weight_bytes"] == 1171200);
     CHECK(res["kveval"]["model"]["tensor_types"] == nlohmann::json{{"F32", 48}});
     CHECK(res["kveval"]["model"]["weight_dtype"] == "F32");

@@ -1,4 +1,4 @@
-// Few-shot examples never leak the scored document (issue 7, item 4): when the
+// Few-shot examples never leak the scored document: when the
 // examples come from the data being scored (no fewshot_split, or a
 // fewshot_split that is the same file however spelt), it is the same split and
 // the document is never its own example (lm-eval's n + 1 draw minus the doc).

@@ -1,4 +1,4 @@
-// Fidelity report arithmetic (issue 9 item 2), on hand-made runs whose
+// Fidelity report arithmetic, on hand-made runs whose
 // numbers are checked by hand: per-token |Δ log-prob| and the documents whose
 // acc / acc_norm / exact_match / generated text differ between two runs.
 #include <doctest/doctest.h>

@@ -1,4 +1,4 @@
-// Hostile JSON input (issue 7): deep nesting, numbers out of range, repeated
+// Hostile JSON input: deep nesting, numbers out of range, repeated
 // keys in JSONL lines, huge template indices. Every case is one SpecError line
 // naming the file and the line/column or JSON path; no library exception escapes.
 #include <doctest/doctest.h>

@@ -258,7 +258,7 @@ TEST_SUITE("eval.spec") {
   }
 
   TEST_CASE("edit distance") {
-    CHECK(edit_distance("kitten", "sitting") == 3);
+    CHECK(edit_distance("saturday", "sunday") == 3);
     CHECK(edit_distance("", "abc") == 3);
     CHECK(edit_distance("same", "same") == 0);
     CHECK(closest("batchsize", {"batch_size", "max_length"}) == "batch_size");

@@ -1,6 +1,6 @@
-// Unicode whitespace as lm-eval's Python sees it (issue 7, item 5): word
+// Unicode whitespace as lm-eval's Python sees it: word
 // counts of word_perplexity and the context/continuation split.
-// The model values are the issue's, computed by lm-eval's formulas:
+// The model values are computed by lm-eval's formulas:
 // word_perplexity = exp(-ll / len(re.split(r"\s+", doc))), and the context's
 // trailing whitespace (str.rstrip()) moved to the continuation.
 #include <doctest/doctest.h>

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks kveval's results and samples files against lm-evaluation-harness's formats (issue 10).
+"""Checks kveval's results and samples files against lm-evaluation-harness's formats.
 
 1. Both validate against tests/data/results.schema.json and samples.schema.json (python3-jsonschema).
 2. lm-eval's table printer works on the results file: make_table() below is lm_eval/utils.py

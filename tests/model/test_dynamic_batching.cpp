@@ -205,12 +205,12 @@ TEST_SUITE("model.dynamic_batching") {
     // Decode steps of up to 8 rows run kveval's kernels (f32 on AVX-512, bf16
     // with AVX512-BF16 and no AMX), each row's bits as alone; a pass that also
     // prefills a prompt keeps the prompt on the batch-invariant path and the
-    // one-token rows on the kernel. Before, f32 steps of 2-16 rows ran oneDNN's
-    // brgemm and bf16 passes over 8 rows oneDNN, so log-probs differed in their
-    // last bits between batch sizes.
-    // 128 wide with n_ff 512 (before stop 30 the bf16 kernel split the [128 ->
-    // 1024] gate/up product's k in halves and oneDNN did not; a 64-wide model
-    // summed alike in both).
+    // one-token rows on the kernel. Without that split, decode steps would run
+    // through oneDNN in some passes and the kernel in others, and log-probs would
+    // differ in their last bits between batch sizes.
+    // 128 wide with n_ff 512, so that the [128 -> 1024] gate/up product's
+    // summation order distinguishes the kernel from oneDNN (a 64-wide model can
+    // sum alike in both, and then this test could not fail).
     const std::string path = wide_model("wide", 512, 6);
     for (auto [dtype, bdt] : {std::pair{ComputeDtype::F32, kveval::backend::Dtype::F32},
                               std::pair{ComputeDtype::BF16, kveval::backend::Dtype::BF16}}) {

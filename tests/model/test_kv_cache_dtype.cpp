@@ -101,7 +101,7 @@ TEST_SUITE("model.kv_cache_dtype") {
     // bf16 keeps 8 significant bits of K and V: measured, the worst teacher-forced
     // token moves by 1.2e-2 nats and one of the three reference continuations
     // departs after its 22nd token (weights rounded to bf16 move stories260K's tokens by
-    // up to 0.24 nats: README, Fidelity). A K/V row in the wrong place departs
+    // up to 0.24 nats: docs/dtypes.md, Fidelity). A K/V row in the wrong place departs
     // from the reference at once.
     auto m = Model::load(test::model_path(), {.threads = 2, .kv_cache_dtype = KvCacheDtype::BF16});
     size_t identical = 0, cases = 0;

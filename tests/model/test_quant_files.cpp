@@ -2,7 +2,7 @@
 // types, rows that are not a multiple of the block size, truncated block
 // data) each refused with one line naming the file and the tensor; weights
 // holding NaN or Inf refused at load naming the tensor and the first bad
-// element (issue 7, item 3); files written by kveval in every supported type
+// element; files written by kveval in every supported type
 // load, with the load summary, and read back exactly as quantize -> dequantize.
 // These run under AddressSanitizer too (scripts/test.sh).
 #include <doctest/doctest.h>

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""MPI acceptance tests (issue 11), run by ctest when kveval is built with MPI.
+"""MPI tests, run by ctest when kveval is built with MPI.
 
 - `mpirun -np 2` and `-np 3` on tasks/demo.json give results and samples
   byte-identical to the one-process run, timings excluded ("date",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest "scripts.no-model" (issue 7 item 2): a clone without ../shared and
+# ctest "scripts.no-model": a clone without ../shared and
 # without a model. The reference values live in tests/data/, so the model
 # tests run without ../shared; without a model file every model-dependent
 # part reports SKIPPED (exit 77, ctest's SKIP_RETURN_CODE) with the reason,

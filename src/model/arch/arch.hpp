@@ -36,7 +36,7 @@ enum class Presence { Absent, Optional, Required };
 /// token_embd, output_norm, optional output — tied to token_embd when absent).
 struct Description {
   std::string_view name;    ///< general.architecture, also the GGUF key prefix ("{name}.block_count")
-  std::string_view family;  ///< models that use it (for the README and messages)
+  std::string_view family;  ///< models that use it (for docs/models.md and messages)
   RopeStyle rope = RopeStyle::Normal;
   Presence qkv_bias = Presence::Absent;    ///< blk.N.attn_{q,k,v}.bias [n_head*head_dim], [kv_dim], [kv_dim]
   Presence out_bias = Presence::Absent;    ///< blk.N.attn_output.bias [n_embd]
@@ -54,7 +54,7 @@ struct Description {
 
 /// The description for general.architecture `name`, or nullptr if kveval does not support it.
 const Description* find(std::string_view name);
-/// All supported architectures, in the order of the README table.
+/// All supported architectures, in the order of the table in docs/models.md.
 const std::vector<const Description*>& all();
 /// "llama, qwen2, qwen3" (for error messages).
 std::string names();
