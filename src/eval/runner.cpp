@@ -364,6 +364,7 @@ RunResult run_eval_impl(const EvalSpec& spec, Model& model, const RunOptions& op
 
   // build requests (tokenization)
   Stopwatch sw;
+  res.warnings = model.load_summary().warnings;  // the model file's own (gguf::File::warnings)
   res.requests = build_requests(spec, model.tokenizer(), res.max_length, &res.warnings);
   int64_t built_tokens = 0;
   for (const auto& r : res.requests) built_tokens += static_cast<int64_t>(r.score.tokens.size() + r.prompt.size());
