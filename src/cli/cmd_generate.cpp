@@ -70,6 +70,7 @@ void add_generate_command(CLI::App& app, Action& action) {
                                         prompt.size(), max_length,
                                         static_cast<int64_t>(prompt.size()) == max_length ? ", no room for a generated token" : ""));
       fmt::print(stderr, "kveval: {}\n", format_load_summary(model->load_summary()));
+      for (const auto& w : model->load_summary().warnings) fmt::print(stderr, "kveval: warning: {}\n", w);
       fmt::print(stderr, "kveval: compute dtype {}; {}\n", model->dtype_note(),
                  o->no_cache ? fmt::format("no KV cache (--no-cache{})",
                                            o->kv_cache_dtype == "auto"

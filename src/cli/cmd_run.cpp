@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -88,6 +89,25 @@ std::function<void(std::string_view)> fault_injector(int rank) {
   };
 }
 
+/// The spec file and every data file of `spec` that is a regular file (dataset_path,
+/// fewshot_split, the task's YAML), each once, with its size and the sha256 of its bytes.
+std::vector<eval::InputFingerprint> spec_inputs(const std::string& spec_path, const eval::EvalSpec& spec) {
+  std::vector<std::pair<std::string, std::string>> files = {{"the spec file", spec_path}};
+  for (const auto& t : spec.tasks)
+    for (const auto& [what, path] : {std::pair<const char*, const std::string&>{"dataset_path", t.dataset_path},
+                                     {"fewshot_split", t.fewshot_split}, {"task file", t.source}})
+      if (!path.empty()) files.emplace_back(fmt::format("{} of task '{}'", what, t.name), path);
+  std::vector<eval::InputFingerprint> out;
+  std::set<std::string> seen;
+  for (const auto& [what, path] : files) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec) || !seen.insert(path).second) continue;
+    const std::string sha = sha256_file(path);
+    out.push_back({what, path, std::filesystem::file_size(path, ec), sha});
+  }
+  return out;
+}
+
 /// Steps 0 and 1 of a run, on every rank: the command line, the spec and its
 /// data, the baseline (rank 0) and the model file's presence. Throws SpecError /
 /// ArgumentError like a one-process run.
@@ -153,12 +173,19 @@ int run(const RunArgs& a) {
   // A failure on any rank stops all of them with that rank's message (a model
   // missing on one host names the host).
   collectively(dist, [&] { prepare(a, dist, spec, baseline); });
+  // every rank read the same spec and data files, or all stop before the model loads
+  std::vector<eval::InputFingerprint> agreed;
+  if (dist.size() > 1) {
+    collectively(dist, [&] { agreed = spec_inputs(a.spec, spec); });
+    dist.same_inputs(agreed);
+  }
 
   ProgressMeter progress(stderr, !a.quiet && dist.rank() == 0, isatty(fileno(stderr)) != 0, a.progress_interval);
   RunOptions opts;
   opts.cache_policy = parse_cache_policy(a.cache_policy);
   opts.batching = a.batching == "static" ? Batching::Static : Batching::Dynamic;
-  opts.hash_model = !a.output.empty() || !a.baseline.empty();  // the results record it: hashed at load, from the bytes loaded
+  // the results record it, and ranks compare it: hashed at load, from the bytes loaded
+  opts.hash_model = !a.output.empty() || !a.baseline.empty() || dist.size() > 1;
   opts.progress = [&progress](std::string_view p, size_t d, size_t t, int64_t tok) { progress.update(p, d, t, tok); };
   opts.log = [&a, &dist](const std::string& line) {
     if (!a.quiet && dist.rank() == 0) fmt::print(stderr, "kveval: {}\n", line);
@@ -168,6 +195,7 @@ int run(const RunArgs& a) {
   if (dist.rank() != 0) opts.progress = nullptr;
   RunResult res = run_spec(spec, opts);
   if (!res.is_root()) return dist.broadcast_exit_code(kOk);  // rank 0 reports and decides
+  res.agreed_inputs.insert(res.agreed_inputs.begin(), agreed.begin(), agreed.end());
 
   // `-o -` / `--log-samples -`: that file goes to stdout, the tables to stderr
   const bool json_on_stdout = a.output == "-" || a.log_samples == "-";

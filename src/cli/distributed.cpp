@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <vector>
@@ -110,6 +111,65 @@ void Distributed::agree(std::exception_ptr failed) {
 #endif
 }
 
+#ifdef KVEVAL_HAVE_MPI
+namespace {
+
+/// "what\tpath\tsize\tsha256\n" per input, rank 0's host first: the bytes rank 0 broadcasts.
+std::string encode_inputs(const std::string& host, const std::vector<eval::InputFingerprint>& v) {
+  std::string s = host + "\n";
+  auto one_line = [](std::string x) {
+    std::replace(x.begin(), x.end(), '\n', ' ');
+    return x;
+  };
+  for (const auto& f : v) s += fmt::format("{}\t{}\t{}\t{}\n", one_line(f.what), one_line(f.path), f.size, f.sha256);
+  return s;
+}
+
+/// The first difference between this rank's inputs and rank 0's (encoded), as an error; nullptr when none.
+std::exception_ptr differ_from_rank0(const std::string& rank0, const std::vector<eval::InputFingerprint>& mine) {
+  std::vector<std::string> lines;
+  for (size_t at = 0; at < rank0.size();) {
+    const size_t nl = rank0.find('\n', at);
+    lines.push_back(rank0.substr(at, nl - at));
+    at = nl == std::string::npos ? rank0.size() : nl + 1;
+  }
+  const std::string host0 = lines.empty() ? "?" : lines[0];
+  for (size_t i = 0; i < mine.size() || i + 1 < lines.size(); ++i) {
+    if (i >= mine.size() || i + 1 >= lines.size())
+      return std::make_exception_ptr(SpecError(fmt::format(
+          "this rank has {} input files, rank 0 ({}) has {}; every rank must read the same spec, data and model",
+          mine.size(), host0, lines.size() - 1)));
+    const std::string& l = lines[i + 1];
+    const size_t t3 = l.rfind('\t'), t2 = l.rfind('\t', t3 - 1);
+    const std::string size0 = l.substr(t2 + 1, t3 - t2 - 1), sha0 = l.substr(t3 + 1);
+    const auto& f = mine[i];
+    if (std::to_string(f.size) != size0 || f.sha256 != sha0)
+      return std::make_exception_ptr(SpecError(fmt::format(
+          "{} {} differs between ranks: sha256 {} ({} bytes) here, sha256 {} ({} bytes) on rank 0 ({}); every rank "
+          "must read the same spec, data and model",
+          f.what, f.path, f.sha256, f.size, sha0, size0, host0)));
+  }
+  return nullptr;
+}
+
+}  // namespace
+#endif
+
+void Distributed::same_inputs(const std::vector<eval::InputFingerprint>& mine) {
+  if (size_ == 1) return;
+#ifdef KVEVAL_HAVE_MPI
+  std::string bytes = rank_ == 0 ? encode_inputs(host_, mine) : std::string();
+  unsigned long long n = bytes.size();
+  check(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  if (n > static_cast<unsigned long long>(INT_MAX)) throw Error("MPI: the input fingerprints exceed 2 GiB");
+  bytes.resize(static_cast<size_t>(n));
+  check(MPI_Bcast(bytes.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  agree(rank_ == 0 ? nullptr : differ_from_rank0(bytes, mine));
+#else
+  (void)mine;
+#endif
+}
+
 int Distributed::broadcast_exit_code(int code) {
 #ifdef KVEVAL_HAVE_MPI
   if (size_ > 1) check(MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast");
@@ -155,6 +215,7 @@ eval::Shard Distributed::shard() {
     return out;
   };
   s.agree = [this](std::exception_ptr ep) { agree(ep); };
+  s.same_inputs = [this](const std::vector<eval::InputFingerprint>& v) { same_inputs(v); };
 #endif
   return s;
 }

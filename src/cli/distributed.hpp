@@ -52,6 +52,11 @@ class Distributed {
   /// failed; otherwise throws CollectiveFailure on the lowest failing rank and
   /// CollectiveExit on every other rank, all with that rank's exit code.
   void agree(std::exception_ptr failed);
+  /// Collective: compares every rank's `mine` with rank 0's, item by item
+  /// (size and sha256). A rank that differs fails with a SpecError naming the
+  /// file, its size and hash, and rank 0's host, size and hash (exit 2; the
+  /// checkpoint prefixes the rank and host); then agree() stops every rank.
+  void same_inputs(const std::vector<eval::InputFingerprint>& mine);
   /// Rank 0's `code` on every rank (collective).
   int broadcast_exit_code(int code);
   /// Ends every rank with `code` (MPI_Abort); returns only without MPI.

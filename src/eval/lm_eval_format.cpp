@@ -310,7 +310,10 @@ ojson results_json(const EvalSpec& spec, const RunResult& res, const std::string
                                               : ojson(nullptr)},
                     {"imbalance", d.imbalance ? ojson(*d.imbalance) : ojson(nullptr)},
                     {"rank_seconds", d.rank_seconds}});
-    k["distributed"] = {{"ranks", res.n_ranks}, {"hosts", res.hosts}, {"phases", dp}};
+    ojson inputs = ojson::array();  // what every rank read, byte for byte (Shard::same_inputs)
+    for (const auto& f : res.agreed_inputs)
+      inputs.push_back({{"file", f.what}, {"path", f.path}, {"bytes", f.size}, {"sha256", f.sha256}});
+    k["distributed"] = {{"ranks", res.n_ranks}, {"hosts", res.hosts}, {"phases", dp}, {"inputs", inputs}};
   }
   j["kveval"] = k;
   return j;

@@ -53,7 +53,7 @@ std::vector<ScoreRequest> rolling_windows(std::span<const int32_t> seq, int max_
   return out;
 }
 
-std::vector<ScoreRequest> llamacpp_chunks(std::span<const int32_t> seq, int n_ctx, int32_t bos) {
+std::vector<ScoreRequest> llamacpp_chunks(std::span<const int32_t> seq, int n_ctx, std::optional<int32_t> bos) {
   if (n_ctx < 4) throw ArgumentError(fmt::format("llama.cpp perplexity chunks need context_length >= 4, got {}", n_ctx));
   std::vector<ScoreRequest> out;
   const size_t n = static_cast<size_t>(n_ctx);
@@ -62,7 +62,7 @@ std::vector<ScoreRequest> llamacpp_chunks(std::span<const int32_t> seq, int n_ct
   for (size_t k = 0; k < seq.size() / n; ++k) {
     ScoreRequest r;
     r.tokens.assign(seq.begin() + static_cast<long>(k * n), seq.begin() + static_cast<long>((k + 1) * n));
-    r.tokens[0] = bos;
+    if (bos) r.tokens[0] = *bos;
     r.score_from = first + 1;
     out.push_back(std::move(r));
   }
@@ -79,8 +79,10 @@ void add_llamacpp_chunks(const EvalSpec& spec, size_t ti, const Tokenizer& tok, 
                                 ti, t.context_length, max_length));
   std::string text;
   for (size_t di = 0; di < t.docs.size(); ++di) text += (di ? kLlamaCppDocSeparator : "") + t.docs[di].target;
-  const std::vector<int32_t> seq = tok.encode(text, true);
-  std::vector<ScoreRequest> chunks = llamacpp_chunks(seq, t.context_length, tok.bos());
+  // llama-perplexity: BOS first and in each chunk's first position only when the vocabulary adds one
+  const std::vector<int32_t> seq = tok.encode(text, tok.add_bos());
+  const std::optional<int32_t> bos = tok.add_bos() ? std::optional<int32_t>(tok.bos()) : std::nullopt;
+  std::vector<ScoreRequest> chunks = llamacpp_chunks(seq, t.context_length, bos);
   const int first = t.context_length / 2;
   if (chunks.empty()) {
     Request r;

@@ -4,6 +4,7 @@
 // `get_rolling_token_windows` + `make_disjoint_window`), and the canonical
 // order in which requests are batched.
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -65,14 +66,16 @@ EncodedPair encode_pair(const Tokenizer& tok, std::string_view context, std::str
 std::vector<ScoreRequest> rolling_windows(std::span<const int32_t> seq, int max_length);
 
 /// llama.cpp's perplexity chunks (tools/perplexity/perplexity.cpp, perplexity()):
-/// `seq` is the whole text's tokens (BOS first); chunk k is seq[k*n_ctx, (k+1)*n_ctx)
-/// for k < seq.size() / n_ctx (a shorter tail is dropped), its first token
-/// replaced by `bos`, scored from position n_ctx/2 + 1 to the end (the logits at
+/// `seq` is the whole text's tokens (BOS first when the vocabulary adds one);
+/// chunk k is seq[k*n_ctx, (k+1)*n_ctx) for k < seq.size() / n_ctx (a shorter
+/// tail is dropped), its first token replaced by `bos` when given (llama.cpp
+/// does so only when the vocabulary's add_bos is true; otherwise the chunk's
+/// own first token stays), scored from position n_ctx/2 + 1 to the end (the logits at
 /// positions first .. n_ctx-2, first = n_ctx/2, predict tokens first+1 .. n_ctx-1:
 /// n_ctx - 1 - n_ctx/2 tokens per chunk). llama-perplexity refuses texts shorter
 /// than 2 * n_ctx tokens; so does this: it returns no chunk then.
 /// Throws ArgumentError for n_ctx < 4.
-std::vector<ScoreRequest> llamacpp_chunks(std::span<const int32_t> seq, int n_ctx, int32_t bos);
+std::vector<ScoreRequest> llamacpp_chunks(std::span<const int32_t> seq, int n_ctx, std::optional<int32_t> bos);
 
 /// Separator between the documents of a rolling task with rolling_method
 /// "llama.cpp": they are joined into one text, as in one file given to

@@ -1,10 +1,12 @@
 #include "eval/runner.hpp"
 
 #include <algorithm>
+#include <filesystem>
 
 #include <fmt/format.h>
 
 #include "util/error.hpp"
+#include "util/hash.hpp"
 #include "util/timer.hpp"
 
 namespace kveval::eval {
@@ -364,6 +366,7 @@ RunResult run_eval_impl(const EvalSpec& spec, Model& model, const RunOptions& op
 
   // build requests (tokenization)
   Stopwatch sw;
+  res.warnings = model.load_summary().warnings;  // the model file's own (gguf::File::warnings)
   res.requests = build_requests(spec, model.tokenizer(), res.max_length, &res.warnings);
   int64_t built_tokens = 0;
   for (const auto& r : res.requests) built_tokens += static_cast<int64_t>(r.score.tokens.size() + r.prompt.size());
@@ -515,9 +518,20 @@ RunResult run_spec(const EvalSpec& spec, const RunOptions& opts) {
     failed = std::current_exception();
   }
   if (opts.shard.agree) opts.shard.agree(failed);  // every rank has its model, or all stop
+  // every rank loaded the same bytes, or all stop before any work (the hash taken while loading)
+  std::vector<InputFingerprint> agreed;
+  if (opts.shard.same_inputs) {
+    std::error_code ec;
+    const uint64_t size = std::filesystem::file_size(spec.model, ec);
+    const std::string sha = model->sha256().empty() ? sha256_file(spec.model) : model->sha256();
+    agreed.push_back({"the model file", spec.model, ec ? 0 : size, sha});
+    opts.shard.same_inputs(agreed);
+  }
   double load_s = sw.seconds();
   if (opts.log) opts.log(format_load_summary(model->load_summary()));
-  return run_eval_impl(spec, *model, opts, {Phase{"load", load_s, 0}});
+  RunResult res = run_eval_impl(spec, *model, opts, {Phase{"load", load_s, 0}});
+  res.agreed_inputs = std::move(agreed);
+  return res;
 }
 
 }  // namespace kveval::eval

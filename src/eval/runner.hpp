@@ -71,6 +71,9 @@ struct RunResult {
   int n_request_errors = 0;              ///< all requests with a per-request error
   std::vector<Phase> phases;             ///< in execution order
   std::vector<std::string> warnings;
+  /// Distributed runs: the inputs whose size and sha256 every rank agreed on
+  /// (Shard::same_inputs), for the results; empty in a one-rank run.
+  std::vector<InputFingerprint> agreed_inputs;
   // cache accounting of the generation phase
   size_t cache_bytes_before = 0;         ///< Model::bytes() just before the generation scope
   size_t cache_bytes_setup = 0;          ///< Model::bytes() inside the scope (0 when no generation)

@@ -15,6 +15,14 @@
 
 namespace kveval::eval {
 
+/// One input file as this rank read it: the spec, a data file, the model.
+struct InputFingerprint {
+  std::string what;    ///< for messages: "the spec file", "dataset_path of task 'x'", "the model file"
+  std::string path;    ///< as given (relative paths resolve per rank)
+  uint64_t size = 0;   ///< bytes
+  std::string sha256;  ///< of the file's bytes (the model's: taken while loading, Model::sha256())
+};
+
 /// This process's place in a distributed run. size 1 (the default) is a plain run.
 struct Shard {
   int rank = 0;  ///< 0 .. size-1; rank 0 gathers, computes the metrics and writes the reports
@@ -26,6 +34,11 @@ struct Shard {
   /// (nullptr when it succeeded). When any rank failed, it throws on every rank
   /// (the failing rank's error names it and its host); otherwise it returns.
   std::function<void(std::exception_ptr)> agree;
+  /// Collective: every rank passes the fingerprints of the same inputs, in the
+  /// same order. When any rank's differ from rank 0's, it throws on every rank
+  /// (the lowest such rank's SpecError names it, its host, the file and both
+  /// hashes); otherwise it returns. Unset in a one-rank run.
+  std::function<void(const std::vector<InputFingerprint>&)> same_inputs;
   /// Host name of each rank (for the results), filled by the transport; may be empty.
   std::vector<std::string> hosts;
 };

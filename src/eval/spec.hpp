@@ -69,10 +69,12 @@ struct FilterPipeline {
 /// - LmEval: each document on its own, every token once with as much left
 ///   context as fits max_length (lm-eval's rolling windows).
 /// - LlamaCpp: additionally, the documents joined by "\n\n" are tokenized once
-///   (BOS first) and scored as llama.cpp's `llama-perplexity` does
+///   and scored as llama.cpp's `llama-perplexity` does
 ///   (tools/perplexity/perplexity.cpp perplexity()): chunks of context_length
-///   tokens, the first token of each chunk replaced by BOS, only the second
-///   half of each chunk scored; reported as metric `perplexity_llamacpp`.
+///   tokens, only the second half of each chunk scored; when the vocabulary
+///   adds BOS (tokenizer.ggml.add_bos_token or llama.cpp's default for the
+///   tokenizer), the text starts with BOS and each chunk's first token is
+///   replaced by BOS, otherwise neither; reported as metric `perplexity_llamacpp`.
 enum class RollingMethod { LmEval, LlamaCpp };
 
 /// One task of the spec, validated, with its documents rendered.

@@ -234,6 +234,7 @@ struct File::Impl {
   std::map<std::string, size_t, std::less<>> kv_index;
   std::vector<TensorInfo> tensors;
   std::map<std::string, size_t, std::less<>> tensor_index;
+  std::vector<std::string> warnings;
 
   ~Impl() {
     if (map && map != MAP_FAILED) munmap(map, map_size);
@@ -356,6 +357,7 @@ File::File(const std::string& path) : impl_(std::make_unique<Impl>()) {
         n *= dim;
         t.dims.push_back(dim);
       }
+      t.dims = trim_trailing_ones(t.dims);  // [64, 1, 1, 1] is [64], as in ggml
       uint32_t type = c.read<uint32_t>("tensor type");
       const TypeInfo* ti = type_info(type);
       if (!ti) {
@@ -407,6 +409,9 @@ File::File(const std::string& path) : impl_(std::make_unique<Impl>()) {
         if (by_off[i - 1]->offset + by_off[i - 1]->n_bytes > by_off[i]->offset)
           m.fail(fmt::format("tensors '{}' and '{}' overlap (data offsets {} and {})", by_off[i - 1]->name,
                              by_off[i]->name, by_off[i - 1]->offset, by_off[i]->offset));
+      std::string w = alignment_warning(m.path, m.alignment, find("general.alignment") != nullptr, header_end,
+                                        {c.base, size}, m.tensors);
+      if (!w.empty()) m.warnings.push_back(std::move(w));
     }
   };
   if (!read_catching_sigbus(p, size, parse))
@@ -421,6 +426,7 @@ const std::string& File::path() const { return impl_->path; }
 uint32_t File::version() const { return impl_->version; }
 uint64_t File::alignment() const { return impl_->alignment; }
 uint64_t File::data_offset() const { return impl_->data_start; }
+const std::vector<std::string>& File::warnings() const { return impl_->warnings; }
 std::span<const std::byte> File::bytes() const {
   return {static_cast<const std::byte*>(impl_->map), impl_->map_size};
 }
@@ -525,7 +531,7 @@ const TensorInfo& File::tensor(std::string_view name) const {
 
 std::vector<float> File::tensor_f32(std::string_view name, std::span<const uint64_t> expected_dims) const {
   const TensorInfo& t = tensor(name);
-  if (!std::equal(t.dims.begin(), t.dims.end(), expected_dims.begin(), expected_dims.end()))
+  if (!same_shape(t.dims, expected_dims))
     impl_->fail(fmt::format("tensor '{}' has dims {}, expected {}", name, dims_str(t.dims), dims_str(expected_dims)));
   std::vector<float> out(t.n_elements);
   ConvertOptions co;

@@ -103,6 +103,9 @@ class File {
   uint64_t alignment() const;  ///< general.alignment, default 32
   /// Offset in the file of the tensor data section (bytes); TensorInfo::offset is relative to it.
   uint64_t data_offset() const;
+  /// One line per suspicious layout the file still loads with (alignment_warning), each
+  /// naming the file; empty for a clean file. Callers print them (the reader does not).
+  const std::vector<std::string>& warnings() const;
   /// The whole mapped file (read-only). Reading it faults with SIGBUS if the
   /// file is truncated meanwhile: see util/sigbus_guard.hpp.
   std::span<const std::byte> bytes() const;
@@ -141,6 +144,28 @@ class File {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// `dims` without trailing 1 dimensions (at least one dimension kept): ggml
+/// pads every shape to 4 dimensions with 1s, so [64, 1, 1, 1] is the vector [64].
+/// File keeps every tensor's dims in this form.
+std::vector<uint64_t> trim_trailing_ones(std::span<const uint64_t> dims);
+/// Whether two ggml shapes are equal once trailing 1 dimensions are dropped
+/// (llama.cpp's check_tensor_dims compares missing dimensions as 1).
+bool same_shape(std::span<const uint64_t> a, std::span<const uint64_t> b);
+
+/// The warning (one line, starting "<path>: ") for tensor data that look
+/// laid out for a larger alignment than `alignment` (general.alignment, `declared`
+/// or the default 32), or "": readers (llama.cpp's too) take the data section to
+/// start at `header_end` rounded up to `alignment`, so a file written for 32 whose
+/// key says 16 is read with every weight shifted, silently. It fires for the
+/// smallest power of two A > alignment that divides every tensor offset and would
+/// (1) start the data section elsewhere, (2) still fit every tensor in `file`, and
+/// (3) skip only zero bytes (a writer's padding). Offsets being multiples of a
+/// larger power of two alone is common in valid files (tensor sizes are); (2) is
+/// what rules those out: a writer ends the file within `alignment` bytes of the
+/// last tensor, so no later data section fits.
+std::string alignment_warning(const std::string& path, uint64_t alignment, bool declared, uint64_t header_end,
+                              std::span<const uint8_t> file, const std::vector<TensorInfo>& tensors);
 
 /// IEEE half -> float (exact).
 float f16_to_f32(uint16_t h);

@@ -13,6 +13,7 @@ namespace kveval {
 LoadSummary summarize_gguf(const gguf::File& f) {
   LoadSummary s;
   s.architecture = f.get_string_or("general.architecture", "");
+  s.warnings = f.warnings();
   std::map<gguf::TensorType, uint64_t> counts;
   for (const auto& t : f.tensors()) {
     s.parameters += t.n_elements;

@@ -25,10 +25,11 @@ struct LoadSummary {
   std::string tokenizer_model;     ///< tokenizer.ggml.model ("llama", "gpt2", ...), "" when absent
   std::string tokenizer_pre;       ///< tokenizer.ggml.pre ("llama-bpe", ...), "" when absent
   double load_seconds = 0;         ///< wall time of Model::load
+  std::vector<std::string> warnings;  ///< the file's gguf::File::warnings(), one line each
 };
 
 /// The fields that come from the file alone (architecture, parameters, tensor
-/// types, file tensor bytes, context length, tokenizer keys); the others stay
+/// types, file tensor bytes, context length, tokenizer keys, warnings); the others stay
 /// zero/empty for the loader to fill. Throws FormatError for a metadata key of
 /// the wrong type.
 LoadSummary summarize_gguf(const gguf::File& f);

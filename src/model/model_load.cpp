@@ -234,8 +234,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   // Tensor `name`, checked to have ggml dims {n_in, n_out} ({n_in} when n_out is 0).
   auto shaped = [&](const std::string& name, uint64_t n_in, uint64_t n_out) -> const gguf::TensorInfo& {
     const gguf::TensorInfo& t = f.tensor(name);
-    const bool ok = n_out == 0 ? (t.dims.size() == 1 && t.dims[0] == n_in)
-                               : (t.dims.size() == 2 && t.dims[0] == n_in && t.dims[1] == n_out);
+    const std::vector<uint64_t> want = n_out == 0 ? std::vector<uint64_t>{n_in} : std::vector<uint64_t>{n_in, n_out};
+    const bool ok = gguf::same_shape(t.dims, want);
     if (!ok)
       throw FormatError(fmt::format("{}: tensor '{}' has shape [{}], expected [{}]", path, name, fmt::join(t.dims, ", "),
                                     n_out == 0 ? fmt::format("{}", n_in) : fmt::format("{}, {}", n_in, n_out)));

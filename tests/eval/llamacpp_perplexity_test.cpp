@@ -1,10 +1,11 @@
 // rolling_method "llama.cpp": the perplexity of llama.cpp's `llama-perplexity`,
 // checked against a naive re-implementation of its chunking written here from
 // tools/perplexity/perplexity.cpp (perplexity()):
-//   tokens = tokenize(text, add_special = true)      (BOS first)
+//   add_bos = llama_vocab_get_add_bos(vocab)
+//   tokens = tokenize(text, add_special = true)      (BOS first when add_bos)
 //   n_chunk = tokens.size() / n_ctx                   (needs tokens.size() >= 2 n_ctx)
 //   first = n_ctx / 2
-//   for each chunk i: batch = tokens[i n_ctx, (i+1) n_ctx) with batch[0] = BOS;
+//   for each chunk i: batch = tokens[i n_ctx, (i+1) n_ctx), batch[0] = BOS when add_bos;
 //     logits at positions first .. n_ctx-2 score the tokens at first+1 .. n_ctx-1
 //     (process_logits over n_ctx - 1 - first rows); nll += -log_softmax
 //   ppl = exp(nll / count)
@@ -18,6 +19,7 @@
 #include "eval/lm_eval_format.hpp"
 #include "eval/report.hpp"
 #include "eval/runner.hpp"
+#include "model/random_model.hpp"
 #include "test_support.hpp"
 #include "util/error.hpp"
 
@@ -49,9 +51,10 @@ struct Naive {
   int chunks = 0;
 };
 
-/// llama-perplexity's loop, written out with Model::forward and a double log-softmax.
-Naive naive_llamacpp_perplexity(Model& m, const std::string& text, int n_ctx) {
-  std::vector<int32_t> tokens = m.tokenizer().encode(text, true);
+/// llama-perplexity's loop, written out with Model::forward and a double log-softmax;
+/// `add_bos` as llama_vocab_get_add_bos (BOS first and in each chunk's first position).
+Naive naive_llamacpp_perplexity(Model& m, const std::string& text, int n_ctx, bool add_bos) {
+  std::vector<int32_t> tokens = m.tokenizer().encode(text, add_bos);
   Naive r;
   REQUIRE(static_cast<int>(tokens.size()) >= 2 * n_ctx);
   const int n_chunk = static_cast<int>(tokens.size()) / n_ctx;
@@ -61,7 +64,7 @@ Naive naive_llamacpp_perplexity(Model& m, const std::string& text, int n_ctx) {
   for (int i = 0; i < n_chunk; ++i) {
     const int start = i * n_ctx;
     std::vector<int32_t> batch(tokens.begin() + start, tokens.begin() + start + n_ctx);
-    batch[0] = m.tokenizer().bos();  // add_bos: "add BOS token for the first batch of each chunk"
+    if (add_bos) batch[0] = m.tokenizer().bos();  // "add BOS token for the first batch of each chunk"
     const int n[] = {n_ctx};
     m.forward(batch, 1, n_ctx, n, Model::Logits::All, logits);
     for (int j = first; j < n_ctx - 1; ++j) {
@@ -94,8 +97,8 @@ json rolling_task(const std::vector<std::string>& texts, int n_ctx,
   return task;
 }
 
-EvalSpec spec_of(json tasks, int batch_size = 4) {
-  json j = {{"model", kveval::test::model_path()}, {"batch_size", batch_size}, {"max_length", 256}, {"tasks", tasks}};
+EvalSpec spec_of(json tasks, int batch_size = 4, const std::string& model_path = kveval::test::model_path()) {
+  json j = {{"model", model_path}, {"batch_size", batch_size}, {"max_length", 256}, {"tasks", tasks}};
   return parse_spec(j, "test.json", ".");
 }
 
@@ -174,7 +177,8 @@ TEST_SUITE("eval.llamacpp_perplexity") {
     for (size_t i = 0; i < stories.size(); ++i) joined += (i ? "\n\n" : "") + stories[i];
     for (int n_ctx : {64, 128, 37}) {
       CAPTURE(n_ctx);
-      const Naive want = naive_llamacpp_perplexity(model(), joined, n_ctx);
+      REQUIRE(model().tokenizer().add_bos());  // the SentencePiece vocabulary adds BOS
+      const Naive want = naive_llamacpp_perplexity(model(), joined, n_ctx, true);
       for (int bs : {1, 8}) {
         EvalSpec s = spec_of({rolling_task(stories, n_ctx)}, bs);
         RunResult r = run_eval(s, model());
@@ -242,5 +246,61 @@ TEST_SUITE("eval.llamacpp_perplexity") {
     const std::string table = format_metrics_table(short_spec, rs);
     CHECK(table.find("nan") == std::string::npos);
     CHECK(sample_records(short_spec, rs).size() == 1);  // one per document; chunks belong to none
+  }
+
+  TEST_CASE("qwen2 vocabulary (add_bos false): no BOS added or substituted; equals the naive llama.cpp loop") {
+    const std::string shared = kveval::test::shared_dir();
+    const std::string vocab = shared + "/tokenizers/ggml-vocab-qwen2.gguf";
+    if (shared.empty() || !std::filesystem::exists(vocab)) {
+      MESSAGE("skipping: " << vocab << " not found");
+      return;
+    }
+    kveval::test::ScratchDir dir("llamacpp_qwen2");
+    RandomModelSpec s = random_model_flavour(random_model_preset("tiny"), "qwen2");
+    s.vocab = vocab;
+    s.n_vocab = random_model_vocab_size(vocab);
+    s.n_ctx = 256;  // the spec's max_length
+    const std::string path = dir.file("qwen2.gguf");
+    write_random_model(path, s, 5);
+    auto m = Model::load(path, ModelOptions{2});
+    REQUIRE_FALSE(m->tokenizer().add_bos());
+    REQUIRE(m->tokenizer().bos() >= 0);  // a BOS id exists (Qwen2's <|endoftext|>) but is not added
+
+    const std::vector<std::string> stories = demo_stories();
+    const std::vector<std::string> two(stories.begin(), stories.begin() + 2);
+    const std::string joined = two[0] + "\n\n" + two[1];
+    const int n_ctx = 16;
+    const Naive want = naive_llamacpp_perplexity(*m, joined, n_ctx, false);
+    const Naive with_bos = naive_llamacpp_perplexity(*m, joined, n_ctx, true);
+    // the text's own first token is kept: the chunks are not those of a BOS vocabulary
+    CHECK(std::abs(with_bos.ppl / want.ppl - 1) > 1e-3);
+    EvalSpec sp = spec_of({rolling_task(two, n_ctx, {"perplexity_llamacpp"})}, 4, path);
+    RunResult r = run_eval(sp, *m);
+    REQUIRE(r.n_request_errors == 0);
+    const MetricValue& v = metric(r, "perplexity_llamacpp");
+    REQUIRE(v.value);
+    CHECK(std::abs(*v.value / want.ppl - 1) < 1e-6);
+    CHECK(v.n == want.chunks);
+    CHECK(r.chunked[0].tokens == want.count);
+    // the chunks kveval scored: token for token the text's, no BOS anywhere
+    const std::vector<int32_t> tokens = m->tokenizer().encode(joined, false);
+    int seen = 0;
+    for (const auto& q : r.requests) {
+      if (q.kind != RequestKind::PerplexityChunk) continue;
+      const auto start = tokens.begin() + static_cast<long>(q.index) * n_ctx;
+      CHECK(q.score.tokens == std::vector<int32_t>(start, start + n_ctx));
+      ++seen;
+    }
+    CHECK(seen == want.chunks);
+  }
+
+  TEST_CASE("chunks without BOS: every chunk keeps its own first token") {
+    std::vector<int32_t> seq;
+    for (int i = 0; i < 9; ++i) seq.push_back(100 + i);
+    auto c = llamacpp_chunks(seq, 4, std::nullopt);
+    REQUIRE(c.size() == 2);
+    CHECK(c[0].tokens == std::vector<int32_t>{100, 101, 102, 103});
+    CHECK(c[1].tokens == std::vector<int32_t>{104, 105, 106, 107});
+    CHECK(c[1].score_from == 3);
   }
 }

@@ -15,6 +15,8 @@
 
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
+#include "model/model.hpp"
+#include "model/random_model.hpp"
 #include "test_support.hpp"
 #include "util/error.hpp"
 
@@ -475,5 +477,97 @@ TEST_SUITE("model.gguf") {
     const std::string missing = (temp_dir() / "does_not_exist.gguf").string();
     CHECK_THROWS_WITH_AS(File{missing}, (missing + ": cannot open: No such file or directory").c_str(), FormatError);
     CHECK_THROWS_WITH_AS(File{temp_dir().string()}, (temp_dir().string() + ": not a regular file").c_str(), FormatError);
+  }
+
+  TEST_CASE("trailing 1 dimensions are dropped, as ggml pads every shape to 4 dimensions") {
+    Raw r;
+    r.header(3, 3, 0).tensor("v", {8, 1, 1, 1}, 0, 0).tensor("m", {4, 2, 1}, 0, 32).tensor("one", {1, 1, 1, 1}, 0, 64);
+    r.pad(32).zeros(96);
+    File f(write_bytes("trailing_ones.gguf", r.b));
+    CHECK(f.tensor("v").dims == std::vector<uint64_t>{8});
+    CHECK(f.tensor("m").dims == std::vector<uint64_t>{4, 2});
+    CHECK(f.tensor("one").dims == std::vector<uint64_t>{1});
+    CHECK(f.tensor("m").n_rows() == 2);
+    const uint64_t v8[] = {8}, v81[] = {8, 1}, m42[] = {4, 2, 1, 1}, m24[] = {2, 4};
+    CHECK(f.tensor_f32("v", v8).size() == 8);
+    CHECK(f.tensor_f32("v", v81).size() == 8);
+    CHECK(f.tensor_f32("m", m42).size() == 8);
+    CHECK_THROWS_WITH_AS(f.tensor_f32("m", m24), doctest::Contains("has dims [4, 2], expected [2, 4]"), FormatError);
+    CHECK(same_shape(std::vector<uint64_t>{1, 8}, std::vector<uint64_t>{1, 8, 1}));
+    CHECK_FALSE(same_shape(std::vector<uint64_t>{1, 8}, std::vector<uint64_t>{8}));  // leading 1s count
+  }
+
+  TEST_CASE("a model whose vectors are stored as [n, 1, 1, 1] loads and computes as with [n]") {
+    kveval::test::ScratchDir dir("gguf_ones");
+    const std::string plain = dir.file("plain.gguf"), padded = dir.file("padded.gguf");
+    write_random_model(plain, random_model_preset("tiny"), 3);
+    File src(plain);
+    Writer w;
+    for (const auto& [k, v] : src.metadata())
+      if (k != "general.alignment") w.add(k, v);
+    int widened = 0;
+    for (const auto& t : src.tensors()) {
+      std::vector<uint64_t> dims = t.dims;
+      if (dims.size() == 1) dims = {dims[0], 1, 1, 1}, ++widened;
+      else if (dims.size() == 2) dims.push_back(1);
+      w.add_tensor(t.name, dims, src.tensor_f32(t.name, t.dims), t.type);
+    }
+    w.write(padded);
+    REQUIRE(widened >= 3);  // the norms
+    auto a = Model::load(plain, {.threads = 1});
+    auto b = Model::load(padded, {.threads = 1});
+    CHECK(b->load_summary().warnings.empty());
+    const std::vector<int32_t> ids = {1, 5, 9, 2};
+    std::vector<float> la(4 * static_cast<size_t>(a->hparams().n_vocab)), lb(la.size());
+    const int n[] = {4};
+    a->forward(ids, 1, 4, n, Model::Logits::All, la);
+    b->forward(ids, 1, 4, n, Model::Logits::All, lb);
+    CHECK(std::any_of(la.begin(), la.end(), [](float x) { return x != 0; }));
+    CHECK(la == lb);
+  }
+
+  TEST_CASE("general.alignment smaller than the data's layout: one warning naming both; valid files: none") {
+    // Two 32-byte F32 tensors at offsets 0 and 32; the header ends at byte 129,
+    // so a data section aligned to 16 starts at 144, one aligned to 32 at 160.
+    auto header = [](uint32_t declared) {
+      Raw r;
+      r.header(3, 2, 1).kv_u32("general.alignment", declared).tensor("w.00", {8}, 0, 0).tensor("w.01", {8}, 0, 32);
+      REQUIRE(r.b.size() == 129);
+      return r;
+    };
+    Raw shifted = header(16);  // written for 32, declared 16
+    shifted.pad(32).zeros(64);
+    const std::string p = write_bytes("align_shifted.gguf", shifted.b);
+    File f(p);
+    CHECK(f.data_offset() == 144);  // read as declared (as llama.cpp does)
+    REQUIRE(f.warnings().size() == 1);
+    const std::string& w = f.warnings()[0];
+    CHECK(w.rfind(p + ": general.alignment is 16, but every tensor offset is a multiple of 32", 0) == 0);
+    CHECK(contains(w, "if the file was written for alignment 32, every weight is read 16 bytes early"));
+    CHECK(w.find('\n') == std::string::npos);
+    CHECK(summarize_gguf(f).warnings == f.warnings());
+
+    Raw valid = header(16);  // laid out for 16: ends 16 bytes before a 32-aligned layout would
+    valid.pad(16).zeros(64);
+    CHECK(File(write_bytes("align_valid16.gguf", valid.b)).warnings().empty());
+    Raw valid32 = header(32);
+    valid32.pad(32).zeros(64);
+    CHECK(File(write_bytes("align_valid32.gguf", valid32.b)).warnings().empty());
+    Raw data_first = header(16);  // room at the end, but the bytes a 32 layout would skip are tensor data
+    data_first.pad(16).put<float>(1.0f).zeros(60 + 16);
+    CHECK(File(write_bytes("align_data_first.gguf", data_first.b)).warnings().empty());
+
+    // Real files (llama.cpp's writer): offsets are often multiples of far more than 32, never a warning.
+    std::vector<std::string> real;
+    if (const std::string shared = kveval::test::shared_dir(); !shared.empty()) {
+      real.push_back(shared + "/models/stories260K.gguf");
+      for (const auto& e : fs::directory_iterator(shared + "/quant"))
+        if (e.path().extension() == ".gguf") real.push_back(e.path().string());
+    }
+    if (real.empty()) MESSAGE("skipping the real files: no shared fixtures folder");
+    for (const auto& r : real) {
+      CAPTURE(r);
+      CHECK(File(r).warnings().empty());
+    }
   }
 }

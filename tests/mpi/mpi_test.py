@@ -9,11 +9,17 @@
 - a rank that throws, or is killed, mid-run ends every rank with a non-zero exit
   and a clear message within 10 s;
 - a rank that fails at load names itself and its host; the exit code of rank 0
-  (here 3, a baseline regression) is every rank's.
+  (here 3, a baseline regression) is every rank's;
+- ranks compare what they read before any work: a rank whose `m.gguf` is
+  another file (same path, another working directory) stops every rank with
+  exit 2 and one line naming the rank, its host, the file and both sha256; the
+  results of an agreeing run list the hashes every rank read.
 Usage: mpi_test.py KVEVAL_BIN SOURCE_DIR MODEL MPIRUN. Exit 77 (skipped) without the model.
 """
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,15 +28,21 @@ import time
 SKIP = 77
 
 
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
 def main():
     kveval, src, model, mpirun = sys.argv[1:5]
+    kveval = os.path.abspath(kveval)  # the ranks below start in other working directories
     if not os.path.exists(model):
         print(f"skipped: model not found at {model} (run scripts/fetch-model.sh)")
         return SKIP
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_btl_vader_single_copy_mechanism="none", OMP_WAIT_POLICY="PASSIVE")
     env.pop("KVEVAL_FAULT_INJECT", None)
-    spec = os.path.join(src, "tasks", "demo.json")
+    spec = os.path.abspath(os.path.join(src, "tasks", "demo.json"))
     failures = []
 
     def check(cond, what):
@@ -78,6 +90,12 @@ def main():
             d = r["kveval"].get("distributed", {})
             check(d.get("ranks") == np and len(d.get("hosts", [])) == np,
                   f"-np {np}: results name {np} ranks and their hosts")
+            files = {i.get("file"): i for i in d.get("inputs", [])}
+            model_in = files.get("the model file", {})
+            check(model_in.get("sha256") == r["kveval"]["model"]["sha256"] == sha256(model)
+                  and model_in.get("bytes") == os.path.getsize(model)
+                  and files.get("the spec file", {}).get("sha256") == sha256(spec),
+                  f"-np {np}: results record the model's and the spec's hashes every rank agreed on")
             ll = [ph for ph in d.get("phases", []) if ph["name"] == "loglikelihood"]
             check(len(ll) == 1 and len(ll[0]["rank_seconds"]) == np and ll[0]["imbalance"] is not None
                   and ll[0]["cpu_seconds"] >= ll[0]["wall_seconds"] > 0,
@@ -109,6 +127,50 @@ def main():
         check(p.returncode == 3 and "regression:" in p.stderr and p.stderr.count("regression:") == 1,
               f"-np 2 with a worse baseline: exit 3, reported once (got {p.returncode})")
 
+
+        # the same path names another file on rank 1: every rank stops before any work
+        dirs = [os.path.join(tmp, "host_a"), os.path.join(tmp, "host_b")]
+        for dname in dirs:
+            os.makedirs(dname)
+        os.symlink(os.path.abspath(model), os.path.join(dirs[0], "m.gguf"))
+        other = os.path.join(dirs[1], "m.gguf")
+        shutil.copyfile(model, other)
+        with open(other, "ab") as f:
+            f.write(b"\0")  # one byte past the data section: same tensors, another file
+        p1 = subprocess.run([kveval, "run", spec, "--model", other, "--threads", "1", "-q", "--limit", "1"], env=env,
+                            capture_output=True, text=True, timeout=120)
+        check(p1.returncode == 0, f"the other file alone loads and runs (got {p1.returncode}: {p1.stderr.strip()[-300:]})")
+        cmd = [mpirun, "--oversubscribe"]
+        for i, dname in enumerate(dirs):
+            cmd += ([":"] if i else []) + ["-np", "1", "-wdir", dname, kveval, "run", spec, "--model", "m.gguf",
+                                            "--threads", "1", "-q", "-o", os.path.join(tmp, "differ.json")]
+        t0 = time.monotonic()
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+        secs = time.monotonic() - t0
+        lines = [ln for ln in p.stderr.splitlines() if "differs between ranks" in ln]
+        check(p.returncode == 2, f"rank 1 reads another model file: exit 2 (got {p.returncode}: {p.stderr.strip()[-400:]})")
+        check(len(lines) == 1 and lines[0].startswith(f"kveval: rank 1 ({host}): error: the model file m.gguf")
+              and sha256(model) in lines[0] and sha256(other) in lines[0]
+              and str(os.path.getsize(model)) in lines[0] and str(os.path.getsize(other)) in lines[0],
+              f"one line names the rank, host, file and both hashes (got {lines or p.stderr.strip()[-400:]})")
+        check(not os.path.exists(os.path.join(tmp, "differ.json")), "no results file is written")
+        check(secs < 30, f"the disagreement ends all ranks quickly (took {secs:.1f} s)")
+
+        # the same spec path, a data file that differs on rank 1 (one more empty line): stopped before the model loads
+        for dname in dirs:
+            shutil.copytree(os.path.join(src, "tasks"), os.path.join(dname, "tasks"))
+        data = os.path.join(dirs[1], "tasks", "story_cloze.jsonl")
+        with open(data, "a") as f:
+            f.write("\n")
+        cmd = [mpirun, "--oversubscribe"]
+        for i, dname in enumerate(dirs):
+            cmd += ([":"] if i else []) + ["-np", "1", "-wdir", dname, kveval, "run", os.path.join("tasks", "demo.json"),
+                                            "--model", os.path.abspath(model), "--threads", "1", "-q"]
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+        lines = [ln for ln in p.stderr.splitlines() if "differs between ranks" in ln]
+        check(p.returncode == 2 and len(lines) == 1 and f"rank 1 ({host}): error: dataset_path of task " in lines[0]
+              and sha256(data) in lines[0] and sha256(os.path.join(dirs[0], "tasks", "story_cloze.jsonl")) in lines[0],
+              f"rank 1 reads another data file: exit 2, one line with both hashes (got {p.returncode}: {lines or p.stderr.strip()[-400:]})")
 
     n_fail = len(failures)
     print(f"mpi: {n_fail} failed" if n_fail else "mpi: all checks passed")

@@ -21,8 +21,10 @@ struct Token {
 };
 
 /// Tokens of a template source (comments dropped, raw blocks as Data, whitespace
-/// control applied to Data). Throws TemplateError.
-std::vector<Token> lex(const std::string& source);
+/// control applied to Data). Throws TemplateError. `chars_scanned` (optional)
+/// receives how many characters the line/column bookkeeping stepped over: at
+/// most source.size(), since tokens are positioned in one forward pass.
+std::vector<Token> lex(const std::string& source, uint64_t* chars_scanned = nullptr);
 
 enum class ExprKind {
   Const, Name, List, Dict, Getattr, Getitem, Slice, Call, Filter, Test,

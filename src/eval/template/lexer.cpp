@@ -4,6 +4,7 @@
 // whitespace after it (\s*); "+" is accepted and changes nothing here
 // (lstrip_blocks/trim_blocks are off in lm-eval). Closing delimiters only count
 // when (), [] and {} are balanced.
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <string_view>
@@ -19,21 +20,30 @@ namespace kveval::eval::tmpl {
 namespace {
 
 struct Lexer {
+  explicit Lexer(const std::string& source) : src(source) {}
   const std::string& src;
   size_t pos = 0;
   std::vector<Token> out;
+  /// Line/column bookkeeping: the position last resolved and its line and column.
+  /// Tokens come in source order, so each call only steps over the text since
+  /// the previous one (the whole lexing is linear in the source).
+  size_t lc_at = 0;
+  int lc_line = 1, lc_col = 1;
+  uint64_t lc_scanned = 0;  ///< characters stepped over by line_col
 
-  [[noreturn]] void fail(size_t at, const std::string& msg) const {
+  [[noreturn]] void fail(size_t at, const std::string& msg) {
     auto [l, c] = line_col(at);
     throw TemplateError(l, c, msg);
   }
-  std::pair<int, int> line_col(size_t at) const {
-    int line = 1, col = 1;
-    for (size_t i = 0; i < at && i < src.size(); ++i) {
-      if (src[i] == '\n') ++line, col = 1;
-      else if ((static_cast<unsigned char>(src[i]) & 0xC0) != 0x80) ++col;
+  /// 1-based line and column (in code points) of byte offset `at`.
+  std::pair<int, int> line_col(size_t at) {
+    at = std::min(at, src.size());
+    if (at < lc_at) lc_at = 0, lc_line = 1, lc_col = 1;  // a position behind the last one: count again
+    for (; lc_at < at; ++lc_at, ++lc_scanned) {
+      if (src[lc_at] == '\n') ++lc_line, lc_col = 1;
+      else if ((static_cast<unsigned char>(src[lc_at]) & 0xC0) != 0x80) ++lc_col;
     }
-    return {line, col};
+    return {lc_line, lc_col};
   }
   void push(TokKind k, size_t at, std::string text = {}) {
     Token t;
@@ -354,9 +364,10 @@ struct Lexer {
 
 }  // namespace
 
-std::vector<Token> lex(const std::string& source) {
-  Lexer lx{source, 0, {}};
+std::vector<Token> lex(const std::string& source, uint64_t* chars_scanned) {
+  Lexer lx{source};
   lx.run();
+  if (chars_scanned) *chars_scanned = lx.lc_scanned;
   return std::move(lx.out);
 }
 

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eval/template/ast.hpp"
 #include "eval/template/render_cases.hpp"
 #include "eval/template/template.hpp"
 #include "eval/template/text.hpp"
@@ -200,6 +201,22 @@ TEST_CASE("template: nesting and expression depth are limited (no stack overflow
   CHECK(error_of("{{ c" + repeat("|lower", 50000) + " }}", R"({"c": "A"})").find("expression nested deeper than 1000 levels") !=
         std::string::npos);
   CHECK(error_of("{{ c" + repeat(".x", 50000) + " }}", "{}").find("expression nested deeper than 1000 levels") != std::string::npos);
+  // 100,000 unary '+': refused by the nesting limit; the lexer positions its
+  // tokens in one forward pass (line/column counted once per character).
+  const std::string pluses = "{{ " + repeat("+", 100000) + "1 }}";
+  CHECK(error_of(pluses, "{}", &line, &col).find("nested deeper than 100 levels") != std::string::npos);
+  CHECK(line == 1);
+  CHECK(col == 3 + 99);  // the 99th '+' would open level 101 (the template and '{{' are two)
+  uint64_t scanned = 0;
+  const auto toks = tmpl::lex(pluses, &scanned);
+  CHECK(toks.size() == 100000 + 4);  // '{{', the '+'s, 1, '}}', end
+  CHECK(toks[100001].col == 3 + 100000 + 1);
+  CHECK(scanned <= pluses.size());
+  const std::string lines = repeat("{{ x }}\n", 20000) + "{{ y +\n'\xc3\xa9' }}";
+  const auto ltoks = tmpl::lex(lines, &scanned);
+  CHECK(scanned <= lines.size());
+  CHECK(ltoks[ltoks.size() - 2].line == 20002);  // '}}' after the line break
+  CHECK(ltoks[ltoks.size() - 2].col == 5);       // after a quoted 'é' (one code point) and a space
   // Python: (-2**63) % -1 == 0, while (-2**63) // -1 == 2**63 does not fit 64 bits
   CHECK(Template::parse("{{ (-9223372036854775807 - 1) % -1 }}").render(json::object()) == "0");
   CHECK(error_of("{{ (-9223372036854775807 - 1) // -1 }}", "{}").find("integer overflow in '//'") != std::string::npos);
