@@ -204,3 +204,27 @@ TEST_CASE("template: nesting and expression depth are limited (no stack overflow
   CHECK(Template::parse("{{ (-9223372036854775807 - 1) % -1 }}").render(json::object()) == "0");
   CHECK(error_of("{{ (-9223372036854775807 - 1) // -1 }}", "{}").find("integer overflow in '//'") != std::string::npos);
 }
+
+TEST_CASE("template: string literals of templates and literal_eval decode Python's escapes alike") {
+  // Python's ast.literal_eval of the same quoted text gives `expected` (octal, \x, \u, \U, the one-letter escapes,
+  // an unknown escape kept with its backslash, a backslash-newline dropped, \777 = U+01FF).
+  const std::string body = R"(\101\x41\u0041\U00000041\0\q\\\'\"\a\b\f\n\r\t\v\777\
+x)";
+  const std::string expected = std::string("AAAA") + '\0' + "\\q\\'\"\a\b\f\n\r\t\v\xC7\xBF" "x";
+  CHECK(Template::parse("{{ '" + body + "' }}").render(json::object()) == expected);
+  CHECK(tmpl::literal_eval("'" + body + "'") == json(expected));
+  // The same errors from both readers.
+  const std::pair<const char*, const char*> bad[] = {
+      {R"(\x4)", "truncated \\x escape in string literal"},
+      {R"(\u12G4)", "truncated \\u escape in string literal"},
+      {R"(\U00110000)", "escape \\U gives code point 0x110000, which UTF-8 cannot hold"},
+      {R"(\ud800)", "escape \\u gives code point 0xD800, which UTF-8 cannot hold"},
+      {R"(\N{DASH})", "\\N{...} escapes are not supported"},
+  };
+  for (const auto& [esc, message] : bad) {
+    CAPTURE(esc);
+    CHECK_MESSAGE(error_of(std::string("{{ '") + esc + "' }}", "{}").find(message) != std::string::npos,
+                  error_of(std::string("{{ '") + esc + "' }}", "{}"));
+    CHECK_THROWS_WITH_AS(tmpl::literal_eval(std::string("'") + esc + "'"), doctest::Contains(message), kveval::ArgumentError);
+  }
+}
