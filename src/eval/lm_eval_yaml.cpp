@@ -4,10 +4,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <regex>
+#include <memory>
+#include <new>
 #include <vector>
 
 #include <fmt/format.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 #include <yaml-cpp/yaml.h>
 
 #include "eval/json_input.hpp"
@@ -29,38 +32,69 @@ using Config = std::vector<std::pair<std::string, Keyed>>;  // ordered top-level
 
 std::string at(const std::string& file, const YAML::Mark& m) { return fmt::format("{}:{}", file, m.line + 1); }
 
+/// A pattern that must match the whole string (PCRE2, anchored at both ends).
+/// The patterns are ASCII and the subject is matched as bytes (no UTF mode),
+/// so a scalar that is not valid UTF-8 simply does not match.
+class WholeMatch {
+ public:
+  explicit WholeMatch(const char* pattern) {
+    int err = 0;
+    PCRE2_SIZE off = 0;
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED, PCRE2_ANCHORED | PCRE2_ENDANCHORED,
+                          &err, &off, nullptr);
+    if (!code_) throw Error(fmt::format("PCRE2 cannot compile /{}/ (error {} at offset {})", pattern, err, off));
+  }
+  ~WholeMatch() { pcre2_code_free(code_); }
+  WholeMatch(const WholeMatch&) = delete;
+  WholeMatch& operator=(const WholeMatch&) = delete;
+
+  /// Whether the pattern matches all of `s`. Throws Error on a PCRE2 match error.
+  bool operator()(const std::string& s) const {
+    std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(pcre2_match_data_create(1, nullptr),
+                                                                           &pcre2_match_data_free);
+    if (!md) throw std::bad_alloc();
+    const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), 0, 0, md.get(), nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) return false;
+    if (rc < 0) throw Error(fmt::format("PCRE2 match error {}", rc));
+    return true;
+  }
+
+ private:
+  pcre2_code* code_ = nullptr;
+};
+
 /// PyYAML's implicit resolution of a plain scalar (yaml/resolver.py, YAML 1.1).
 json resolve_plain(const std::string& s) {
-  static const std::regex null_re("~|null|Null|NULL|");
-  static const std::regex true_re("yes|Yes|YES|true|True|TRUE|on|On|ON");
-  static const std::regex false_re("no|No|NO|false|False|FALSE|off|Off|OFF");
-  static const std::regex int_re("[-+]?(0|[1-9][0-9_]*)");
-  static const std::regex hex_re("[-+]?0x[0-9a-fA-F_]+");
-  static const std::regex oct_re("[-+]?0[0-7_]+");
-  static const std::regex float_re("[-+]?([0-9][0-9_]*)?\\.[0-9_]*([eE][-+][0-9]+)?");
-  static const std::regex inf_re("[-+]?\\.(inf|Inf|INF)");
-  static const std::regex nan_re("\\.(nan|NaN|NAN)");
-  if (std::regex_match(s, null_re)) return nullptr;
-  if (std::regex_match(s, true_re)) return true;
-  if (std::regex_match(s, false_re)) return false;
+  static const WholeMatch null_re("~|null|Null|NULL|");
+  static const WholeMatch true_re("yes|Yes|YES|true|True|TRUE|on|On|ON");
+  static const WholeMatch false_re("no|No|NO|false|False|FALSE|off|Off|OFF");
+  static const WholeMatch int_re("[-+]?(0|[1-9][0-9_]*)");
+  static const WholeMatch hex_re("[-+]?0x[0-9a-fA-F_]+");
+  static const WholeMatch oct_re("[-+]?0[0-7_]+");
+  static const WholeMatch float_re("[-+]?([0-9][0-9_]*)?\\.[0-9_]*([eE][-+][0-9]+)?");
+  static const WholeMatch inf_re("[-+]?\\.(inf|Inf|INF)");
+  static const WholeMatch nan_re("\\.(nan|NaN|NAN)");
+  if (null_re(s)) return nullptr;
+  if (true_re(s)) return true;
+  if (false_re(s)) return false;
   std::string t;
   for (char c : s)
     if (c != '_') t += c;
   try {
-    if (std::regex_match(s, int_re)) return std::stoll(t);
-    if (std::regex_match(s, hex_re)) return std::stoll(t, nullptr, 16);
-    if (std::regex_match(s, oct_re)) return std::stoll(t, nullptr, 8);
+    if (int_re(s)) return std::stoll(t);
+    if (hex_re(s)) return std::stoll(t, nullptr, 16);
+    if (oct_re(s)) return std::stoll(t, nullptr, 8);
   } catch (const std::out_of_range&) {
     throw SpecError("integer out of range (64-bit integers only)");
   }
-  if (std::regex_match(s, float_re) && s.find_first_of("0123456789") != std::string::npos) {
+  if (float_re(s) && s.find_first_of("0123456789") != std::string::npos) {
     // strtod, not stod: underflow is 0.0 as in PyYAML; overflow (PyYAML's inf) is an input error
     const double x = std::strtod(t.c_str(), nullptr);
     if (std::isinf(x)) throw SpecError(fmt::format("number {} is out of range (beyond the 64-bit float range)", s));
     return x;
   }
-  if (std::regex_match(s, inf_re)) return s[0] == '-' ? -INFINITY : INFINITY;
-  if (std::regex_match(s, nan_re)) throw SpecError("'.nan' is not a usable value");
+  if (inf_re(s)) return s[0] == '-' ? -INFINITY : INFINITY;
+  if (nan_re(s)) throw SpecError("'.nan' is not a usable value");
   return s;
 }
 

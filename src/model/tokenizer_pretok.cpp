@@ -1,13 +1,18 @@
 // Pre-tokenizer regexes per `tokenizer.ggml.pre` (PCRE2, UTF + UCP mode) and
-// NFC normalization (utf8proc). See tokenizer_pretok.hpp for the sources.
+// NFC normalization (ICU). See tokenizer_pretok.hpp for the sources.
 #include "model/tokenizer_pretok.hpp"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
-#include <utf8proc.h>
+#include <unicode/bytestream.h>
+#include <unicode/normalizer2.h>
+#include <unicode/utf8.h>
 
 #include <array>
+#include <climits>
+#include <cstdint>
 #include <cstdlib>
+#include <new>
 
 #include <fmt/format.h>
 
@@ -201,36 +206,46 @@ std::vector<std::string_view> PreTokenizer::split(std::string_view text) const {
   return pieces;
 }
 
+namespace {
+
+/// End of the longest well-formed UTF-8 run of `text` starting at `i` (ICU's
+/// U8_NEXT: no overlong forms, surrogates or code points above U+10FFFF).
+size_t utf8_run_end(std::string_view text, size_t i) {
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  const auto n = static_cast<int64_t>(text.size());
+  auto j = static_cast<int64_t>(i);
+  while (j < n) {
+    int64_t k = j;
+    UChar32 c;
+    U8_NEXT(s, k, n, c);
+    if (c < 0) break;
+    j = k;
+  }
+  return static_cast<size_t>(j);
+}
+
+}  // namespace
+
 std::string nfc_normalize(std::string_view text) {
+  UErrorCode status = U_ZERO_ERROR;
+  const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(status);
+  if (U_FAILURE(status)) throw Error(fmt::format("NFC normalization is unavailable (ICU: {})", u_errorName(status)));
   std::string out;
   out.reserve(text.size());
   size_t i = 0;
   while (i < text.size()) {
-    // Find the maximal valid run starting at i.
-    size_t j = i;
-    while (j < text.size()) {
-      utf8proc_int32_t cp;
-      const auto n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + j),
-                                      static_cast<utf8proc_ssize_t>(text.size() - j), &cp);
-      if (n <= 0) break;
-      j += static_cast<size_t>(n);
-    }
-    if (j > i) {
-      utf8proc_uint8_t* dst = nullptr;
-      const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data() + i),
-                                              static_cast<utf8proc_ssize_t>(j - i), &dst,
-                                              static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-      if (n < 0) {
-        std::free(dst);
-        if (n == UTF8PROC_ERROR_NOMEM) throw std::bad_alloc();
-        throw Error(fmt::format("NFC normalization failed: {}", utf8proc_errmsg(n)));
-      }
-      out.append(reinterpret_cast<const char*>(dst), static_cast<size_t>(n));
-      std::free(dst);
-      i = j;
-    } else {
+    const size_t j = utf8_run_end(text, i);
+    if (j == i) {
       out += text[i++];  // an invalid byte: kept as is
+      continue;
     }
+    if (j - i > static_cast<size_t>(INT32_MAX))
+      throw Error(fmt::format("NFC normalization: a text run of {} bytes is longer than ICU's 2 GiB limit", j - i));
+    icu::StringByteSink<std::string> sink(&out);
+    nfc->normalizeUTF8(0, icu::StringPiece(text.data() + i, static_cast<int32_t>(j - i)), sink, nullptr, status);
+    if (status == U_MEMORY_ALLOCATION_ERROR) throw std::bad_alloc();
+    if (U_FAILURE(status)) throw Error(fmt::format("NFC normalization failed (ICU: {})", u_errorName(status)));
+    i = j;
   }
   return out;
 }

@@ -53,8 +53,9 @@ class PreTokenizer {
   std::vector<std::unique_ptr<Regex>> regexes_;
 };
 
-/// Unicode NFC of `text` (utf8proc). Maximal valid UTF-8 runs are normalized;
-/// invalid bytes are copied unchanged.
+/// Unicode NFC of `text` (ICU's Normalizer2::getNFCInstance). Maximal valid
+/// UTF-8 runs are normalized; invalid bytes are copied unchanged. Throws Error
+/// when ICU fails (a run over 2 GiB, missing ICU data).
 std::string nfc_normalize(std::string_view text);
 
 /// Rewrites `\s` and `\S` of a Hugging Face / Rust-regex pattern so that PCRE2

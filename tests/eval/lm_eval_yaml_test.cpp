@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include <cmath>
+
 #include "eval/eval_test_util.hpp"
+#include "eval/lm_eval_yaml.hpp"
 #include "eval/spec.hpp"
 #include "util/error.hpp"
 
@@ -42,6 +45,44 @@ std::string error_of(const std::function<void()>& f) {
 }  // namespace
 
 TEST_SUITE("eval.lm_eval_yaml") {
+  TEST_CASE("plain scalars resolve as PyYAML's safe_load does (YAML 1.1)") {
+    // Each expected value is what Debian's python3-yaml 6.0 yaml.safe_load gives for the same text.
+    TempDir d;
+    d.write("t.yaml",
+            "task: t\noutput_type: loglikelihood\ndoc_to_text: q\ndoc_to_target: a\ngeneration_kwargs:\n"
+            "  n1: ~\n  n2: null\n  n3: NULL\n  n4:\n  b1: yes\n  b2: On\n  b3: TRUE\n  b4: no\n  b5: off\n  b6: False\n"
+            "  i1: 42\n  i2: -1_000\n  i3: +0\n  i4: 0x1F\n  i5: -0x_ff\n  i6: 017\n  i7: 0_17\n"
+            "  f1: 1.5\n  f2: 1.5e+3\n  f3: 6.\n  f4: 1_0.2_5\n  f5: -.inf\n"
+            "  s1: 1e3\n  s2: YES!\n  s3: nO\n  s4: 0o17\n  s5: 09\n  s6: .\n  s7: '42'\n");
+    const json g = kveval::eval::load_lm_eval_yaml(d.file("t.yaml"), {{"dataset_path", d.write("d.jsonl", "{}\n")}})
+                       .task.at("generation_kwargs");
+    for (const char* k : {"n1", "n2", "n3", "n4"}) CHECK_MESSAGE(g.at(k).is_null(), k);
+    for (const char* k : {"b1", "b2", "b3"}) CHECK_MESSAGE(g.at(k) == json(true), k);
+    for (const char* k : {"b4", "b5", "b6"}) CHECK_MESSAGE(g.at(k) == json(false), k);
+    CHECK(g.at("i1") == json(42));
+    CHECK(g.at("i2") == json(-1000));
+    CHECK(g.at("i3") == json(0));
+    CHECK(g.at("i4") == json(31));
+    CHECK(g.at("i5") == json(-255));
+    CHECK(g.at("i6") == json(15));
+    CHECK(g.at("i7") == json(15));
+    CHECK(g.at("i1").is_number_integer());
+    CHECK(g.at("f1") == json(1.5));
+    CHECK(g.at("f2") == json(1500.0));
+    CHECK(g.at("f2").is_number_float());
+    CHECK(g.at("f3") == json(6.0));
+    CHECK(g.at("f3").is_number_float());
+    CHECK(g.at("f4") == json(10.25));
+    CHECK(g.at("f5").get<double>() == -INFINITY);
+    CHECK(g.at("s1") == json("1e3"));
+    CHECK(g.at("s2") == json("YES!"));
+    CHECK(g.at("s3") == json("nO"));
+    CHECK(g.at("s4") == json("0o17"));
+    CHECK(g.at("s5") == json("09"));
+    CHECK(g.at("s6") == json("."));
+    CHECK(g.at("s7") == json("42"));
+  }
+
   TEST_CASE("ARC-style: include, choices.text, choices.label.index(answerKey)") {
     EvalSpec s = load_fixture("arc_mini.yaml");
     const TaskSpec& t = s.tasks[0];

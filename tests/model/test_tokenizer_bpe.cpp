@@ -172,6 +172,15 @@ TEST_SUITE("model.tokenizer_bpe") {
   TEST_CASE("NFC: qwen2 tokenizes a decomposed e + U+0301 like U+00E9; others do not normalize") {
     CHECK(nfc_normalize(kEDecomposed) == kE);
     CHECK(nfc_normalize("\xFF" + kEDecomposed + "\xC3") == "\xFF" + kE + "\xC3");  // invalid bytes kept
+    // Hangul: L + V + T compose to one syllable; U+11A7 is not a trailing consonant (T runs from U+11A8), so
+    // U+AC00 + U+11A7 stays as it is (Unicode 15 section 3.12; Python's unicodedata.normalize agrees).
+    CHECK(nfc_normalize("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8") == "\xEA\xB0\x81");  // U+1100 U+1161 U+11A8 -> U+AC01
+    CHECK(nfc_normalize("\xEA\xB0\x80\xE1\x86\xA7") == "\xEA\xB0\x80\xE1\x86\xA7");  // U+AC00 U+11A7 unchanged
+    // Singletons and composition exclusions: U+212B ANGSTROM SIGN -> U+00C5; U+0958 stays decomposed (U+0915 U+093C).
+    CHECK(nfc_normalize("\xE2\x84\xAB") == "\xC3\x85");
+    CHECK(nfc_normalize("\xE0\xA5\x98") == "\xE0\xA4\x95\xE0\xA4\xBC");
+    // An encoded surrogate (ED A0 80) and an overlong form (C0 AF) are invalid bytes, kept as they are.
+    CHECK(nfc_normalize("\xED\xA0\x80" + kEDecomposed + "\xC0\xAF") == "\xED\xA0\x80" + kE + "\xC0\xAF");
     // é is C3 A9, byte-encoded "Ã" "©"; the merge makes "Ã©".
     const SmallVocab v = small_vocab({"\xC3\x83\xC2\xA9"});
     const std::vector<std::string> merges = {"\xC3\x83 \xC2\xA9"};

@@ -285,53 +285,17 @@ struct Lexer {
       raw += src[i++];
     }
     pos = i + 1;
-    // Python "unicode-escape" decoding, non-ASCII text kept as is
+    // Jinja decodes the body with Python's "unicode-escape" codec; non-ASCII text is kept as is
     std::string v;
-    for (size_t k = 0; k < raw.size(); ++k) {
+    for (size_t k = 0; k < raw.size();) {
       if (raw[k] != '\\') {
-        v += raw[k];
+        v += raw[k++];
         continue;
       }
-      char e = raw[++k];
-      auto hex = [&](int n) {
-        uint32_t cp = 0;
-        for (int j = 1; j <= n; ++j) {
-          size_t at = k + static_cast<size_t>(j);
-          if (at >= raw.size() || !std::isxdigit(static_cast<unsigned char>(raw[at])))
-            fail(start, fmt::format("truncated \\{} escape in string literal", e));
-          char h = raw[at];
-          cp = cp * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : std::tolower(static_cast<unsigned char>(h)) - 'a' + 10);
-        }
-        k += static_cast<size_t>(n);
-        if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-          fail(start, fmt::format("escape \\{} gives code point 0x{:X}, which UTF-8 cannot hold", e, cp));
-        utf8_append(v, cp);
-      };
-      switch (e) {
-        case '\n': break;
-        case '\\': v += '\\'; break;
-        case '\'': v += '\''; break;
-        case '"': v += '"'; break;
-        case 'a': v += '\a'; break;
-        case 'b': v += '\b'; break;
-        case 'f': v += '\f'; break;
-        case 'n': v += '\n'; break;
-        case 'r': v += '\r'; break;
-        case 't': v += '\t'; break;
-        case 'v': v += '\v'; break;
-        case 'x': hex(2); break;
-        case 'u': hex(4); break;
-        case 'U': hex(8); break;
-        case 'N': fail(start, "\\N{...} escapes are not supported");
-        default:
-          if (e >= '0' && e <= '7') {
-            uint32_t cp = static_cast<uint32_t>(e - '0');
-            for (int j = 0; j < 2 && k + 1 < raw.size() && raw[k + 1] >= '0' && raw[k + 1] <= '7'; ++j) cp = cp * 8 + static_cast<uint32_t>(raw[++k] - '0');
-            utf8_append(v, cp);
-          } else {
-            v += '\\';  // unknown escapes stay as they are (Python)
-            v += e;
-          }
+      try {
+        decode_python_escape(raw, k, v);
+      } catch (const EscapeError& e) {
+        fail(start, e.what());
       }
     }
     push(TokKind::String, start, std::move(v));

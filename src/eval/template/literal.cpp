@@ -165,43 +165,10 @@ struct Lit {
         continue;
       }
       if (i + 1 >= s.size()) fail("unterminated string");
-      char e = s[i + 1];
-      i += 2;
-      auto hex = [&](int n) {
-        uint32_t cp = 0;
-        for (int k = 0; k < n; ++k, ++i) {
-          if (i >= s.size() || !std::isxdigit(static_cast<unsigned char>(s[i]))) fail(fmt::format("truncated \\{} escape", e));
-          char h = s[i];
-          cp = cp * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : std::tolower(static_cast<unsigned char>(h)) - 'a' + 10);
-        }
-        if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) fail(fmt::format("escape gives code point 0x{:X}, which UTF-8 cannot hold", cp));
-        utf8_append(out, cp);
-      };
-      switch (e) {
-        case '\n': break;
-        case '\\': out += '\\'; break;
-        case '\'': out += '\''; break;
-        case '"': out += '"'; break;
-        case 'a': out += '\a'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'v': out += '\v'; break;
-        case 'x': hex(2); break;
-        case 'u': hex(4); break;
-        case 'U': hex(8); break;
-        case 'N': fail("\\N{...} escapes are not supported");
-        default:
-          if (e >= '0' && e <= '7') {
-            uint32_t cp = static_cast<uint32_t>(e - '0');
-            for (int k = 0; k < 2 && i < s.size() && s[i] >= '0' && s[i] <= '7'; ++k) cp = cp * 8 + static_cast<uint32_t>(s[i++] - '0');
-            utf8_append(out, cp);
-          } else {
-            out += '\\';
-            out += e;
-          }
+      try {
+        decode_python_escape(s, i, out);
+      } catch (const EscapeError& e) {
+        fail(e.what());
       }
     }
   }

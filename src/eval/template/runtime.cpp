@@ -376,6 +376,8 @@ Value get_slice(const Value& objv, const std::optional<int64_t>& start, const st
   const json& obj = objv.get();
   if (!obj.is_array() && !obj.is_string())
     return Value::undef(fmt::format("'{} object' cannot be sliced", py_type(obj)));
+  // Python slices a range into a range (printed "range(1, 3)"), which a list here would not print as
+  if (!objv.range_repr.empty()) fail("slicing a range() object is not supported (apply |list first)");
   std::u32string u;
   if (obj.is_string()) u = utf8_decode(obj.get_ref<const std::string&>());
   int64_t n = obj.is_string() ? static_cast<int64_t>(u.size()) : static_cast<int64_t>(obj.size());

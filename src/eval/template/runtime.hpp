@@ -76,7 +76,8 @@ bool is_number(const json& v);
 /// obj[key] / obj.attr as Jinja's environment.getitem/getattr: a missing
 /// item or attribute is Undefined. `attr_syntax` selects getattr (a.b).
 Value get_item(const Value& obj, const json& key, bool attr_syntax);
-/// obj[start:stop:step] of a str or list (Python slice semantics).
+/// obj[start:stop:step] of a str or list (Python slice semantics); slicing a
+/// range() result fails (Python would give a range, printed differently).
 Value get_slice(const Value& obj, const std::optional<int64_t>& start, const std::optional<int64_t>& stop,
                 const std::optional<int64_t>& step);
 

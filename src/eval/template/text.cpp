@@ -1,6 +1,7 @@
 #include "eval/template/text.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <iterator>
@@ -68,6 +69,50 @@ size_t utf8_length(std::string_view s) {
   for (char c : s)
     if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) ++n;
   return n;
+}
+
+void decode_python_escape(std::string_view s, size_t& i, std::string& out) {
+  const char e = s[i + 1];
+  i += 2;
+  auto hex = [&](int n) {
+    uint32_t cp = 0;
+    for (int k = 0; k < n; ++k, ++i) {
+      if (i >= s.size() || !std::isxdigit(static_cast<unsigned char>(s[i])))
+        throw EscapeError(fmt::format("truncated \\{} escape in string literal", e));
+      const char h = s[i];
+      cp = cp * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0'
+                                                                                      : std::tolower(static_cast<unsigned char>(h)) - 'a' + 10);
+    }
+    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+      throw EscapeError(fmt::format("escape \\{} gives code point 0x{:X}, which UTF-8 cannot hold", e, cp));
+    utf8_append(out, cp);
+  };
+  switch (e) {
+    case '\n': break;
+    case '\\': out += '\\'; break;
+    case '\'': out += '\''; break;
+    case '"': out += '"'; break;
+    case 'a': out += '\a'; break;
+    case 'b': out += '\b'; break;
+    case 'f': out += '\f'; break;
+    case 'n': out += '\n'; break;
+    case 'r': out += '\r'; break;
+    case 't': out += '\t'; break;
+    case 'v': out += '\v'; break;
+    case 'x': hex(2); break;
+    case 'u': hex(4); break;
+    case 'U': hex(8); break;
+    case 'N': throw EscapeError("\\N{...} escapes are not supported");
+    default:
+      if (e >= '0' && e <= '7') {
+        uint32_t cp = static_cast<uint32_t>(e - '0');
+        for (int k = 0; k < 2 && i < s.size() && s[i] >= '0' && s[i] <= '7'; ++k) cp = cp * 8 + static_cast<uint32_t>(s[i++] - '0');
+        utf8_append(out, cp);
+      } else {
+        out += '\\';  // an unknown escape stays as it is
+        out += e;
+      }
+  }
 }
 
 bool py_isspace(char32_t c) { return util::is_space(c); }  // kveval's one whitespace predicate

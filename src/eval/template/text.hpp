@@ -4,6 +4,7 @@
 // mapping (str.lower/upper/capitalize, full Unicode mappings via ICU, as
 // CPython's), str.isprintable and repr() escaping.
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,21 @@ std::string utf8_encode(std::u32string_view s);
 void utf8_append(std::string& out, char32_t c);
 /// Number of code points of valid UTF-8 `s` (Python len()).
 size_t utf8_length(std::string_view s);
+
+/// A malformed backslash escape in a string literal; the message names it.
+struct EscapeError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+/// Decodes the backslash escape at `s[i]` (a '\\' followed by at least one
+/// byte) as a Python string literal does (Python Language Reference, "String
+/// and Bytes literals"; also the "unicode-escape" codec Jinja's lexer uses):
+/// \<newline> is dropped; \\ \' \" \a \b \f \n \r \t \v; \ooo (one to three
+/// octal digits); \xhh, \uxxxx, \Uxxxxxxxx (exactly 2, 4, 8 hex digits); any
+/// other escape is kept with its backslash. Appends the UTF-8 to `out` and
+/// moves `i` past the escape. Throws EscapeError, with `i` where decoding
+/// stopped, for a truncated \x/\u/\U, a code point UTF-8 cannot hold (a surrogate
+/// or above U+10FFFF) and \N{name} (not supported).
+void decode_python_escape(std::string_view s, size_t& i, std::string& out);
 
 /// Python's str.isspace() for one code point: \t \n \v \f \r, U+001C..U+001F,
 /// space, U+0085, U+00A0, U+1680, U+2000..U+200A, U+2028, U+2029, U+202F,
