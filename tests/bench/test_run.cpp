@@ -15,8 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.hpp"
-#include "cli/bench_gen.hpp"
-#include "cli/bench_run.hpp"
+#include "bench/gen.hpp"
+#include "bench/run.hpp"
 #include "model/gguf.hpp"
 #include "model/model.hpp"
 #include "model/random_model.hpp"

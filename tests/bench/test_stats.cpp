@@ -5,7 +5,7 @@
 #include <limits>
 #include <vector>
 
-#include "cli/bench_stats.hpp"
+#include "bench/stats.hpp"
 #include "util/error.hpp"
 
 using namespace kveval;

@@ -1,5 +1,5 @@
-// Operation and byte counts of a Llama forward pass (see bench_cost.hpp).
-#include "cli/bench_cost.hpp"
+// Operation and byte counts of a Llama forward pass (see cost.hpp).
+#include "bench/cost.hpp"
 
 namespace kveval::bench {
 

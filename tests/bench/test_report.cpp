@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/bench_report.hpp"
+#include "bench/report.hpp"
 #include "util/error.hpp"
 
 using namespace kveval;

@@ -1,5 +1,5 @@
-// The measurements of `kveval bench` (see bench_run.hpp).
-#include "cli/bench_run.hpp"
+// The measurements of `kveval bench` (see run.hpp).
+#include "bench/run.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -16,18 +16,18 @@
 #include <fmt/format.h>
 
 #include "backend/roofline.hpp"
-#include "cli/bench_cost.hpp"
-#include "cli/bench_ctx.hpp"
-#include "cli/bench_fidelity.hpp"
-#include "cli/bench_gen.hpp"
-#include "cli/bench_load.hpp"
+#include "bench/cost.hpp"
+#include "bench/ctx.hpp"
+#include "bench/fidelity.hpp"
+#include "bench/gen.hpp"
+#include "bench/load.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
 #include "util/timer.hpp"
 
 namespace kveval::bench {
 
-using namespace detail;  // Ctx, repeat, run_cache, run_switch (bench_ctx.hpp)
+using namespace detail;  // Ctx, repeat, run_cache, run_switch (ctx.hpp)
 
 const std::vector<std::string>& test_names() {
   static const std::vector<std::string> names = {"roofline", "pp",  "tg",   "tg-nocache", "cache",

@@ -1,7 +1,7 @@
 // FLOP and byte counts of a forward pass: hand-computed for the s15m shape.
 #include <doctest/doctest.h>
 
-#include "cli/bench_cost.hpp"
+#include "bench/cost.hpp"
 
 using namespace kveval;
 using namespace kveval::bench;
