@@ -11,7 +11,7 @@
 using namespace kveval;
 using namespace kveval::bench;
 
-TEST_SUITE("cli.bench_stats") {
+TEST_SUITE("bench.stats") {
   TEST_CASE("median of odd and even counts") {
     const std::vector<double> odd = {3, 1, 2};
     const std::vector<double> even = {4, 1, 3, 2};
