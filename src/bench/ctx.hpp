@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "backend/roofline.hpp"
-#include "bench/cost.hpp"
+#include "model/cost.hpp"
 #include "bench/report.hpp"
 #include "bench/run.hpp"
 #include "model/model.hpp"

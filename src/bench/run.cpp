@@ -16,7 +16,7 @@
 #include <fmt/format.h>
 
 #include "backend/roofline.hpp"
-#include "bench/cost.hpp"
+#include "model/cost.hpp"
 #include "bench/ctx.hpp"
 #include "bench/fidelity.hpp"
 #include "bench/gen.hpp"

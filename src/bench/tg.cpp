@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "bench/cost.hpp"
+#include "model/cost.hpp"
 #include "bench/ctx.hpp"
 #include "bench/stats.hpp"
 #include "util/error.hpp"
