@@ -1,5 +1,5 @@
 // `kveval bench`: cached vs uncached throughput, KV-cache lifecycle cost and
-// a roofline report (llama-bench style; see cli/bench_run.hpp).
+// a roofline report (llama-bench style; see bench/run.hpp).
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "cli/bench_run.hpp"
+#include "bench/run.hpp"
 #include "cli/commands.hpp"
 #include "util/atomic_file.hpp"
 #include "model/model.hpp"

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "model/cost.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
 #include "util/timer.hpp"
@@ -281,12 +282,6 @@ void generation_phase(const EvalSpec& spec, Model& model, const RunOptions& opts
   scope.reset();
   res.phases.push_back({"cache teardown", sw_down.seconds(), 0});
   res.cache_bytes_after = model.bytes();
-}
-
-/// Matrix-product weights of the model (parameters), for the cost model of assign_requests.
-double matmul_params(const HParams& hp) {
-  const double d = hp.n_embd, kv = static_cast<double>(hp.n_head_kv) * hp.head_dim(), q = static_cast<double>(hp.n_head) * hp.head_dim();
-  return hp.n_layer * (d * (q + 2 * kv) + q * d + 3.0 * d * hp.n_ff) + d * hp.n_vocab;
 }
 
 /// Distributed run: sends this rank's outcomes and phases to rank 0; on rank 0

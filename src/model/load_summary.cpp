@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "model/cost.hpp"
 #include "model/gguf.hpp"
 
 namespace kveval {
@@ -15,8 +16,8 @@ LoadSummary summarize_gguf(const gguf::File& f) {
   s.architecture = f.get_string_or("general.architecture", "");
   s.warnings = f.warnings();
   std::map<gguf::TensorType, uint64_t> counts;
+  s.parameters = file_parameters(f);
   for (const auto& t : f.tensors()) {
-    s.parameters += t.n_elements;
     s.file_tensor_bytes += t.n_bytes;
     ++counts[t.type];
   }

@@ -14,7 +14,7 @@ namespace kveval {
 /// What a model load found and produced.
 struct LoadSummary {
   std::string architecture;     ///< general.architecture
-  uint64_t parameters = 0;      ///< elements of all tensors in the file
+  uint64_t parameters = 0;      ///< elements of all tensors in the file (file_parameters, cost.hpp)
   /// Tensor type name -> number of tensors of that type, most frequent first
   /// (ties in the order of gguf::supported_types()).
   std::vector<std::pair<std::string, uint64_t>> tensor_types;

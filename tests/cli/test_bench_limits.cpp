@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/bench_run.hpp"
+#include "bench/run.hpp"
 #include "cli_run.hpp"
 #include "model/random_model.hpp"
 #include "test_support.hpp"

@@ -4,7 +4,7 @@
 # tests run without ../shared; without a model file every model-dependent
 # part reports SKIPPED (exit 77, ctest's SKIP_RETURN_CODE) with the reason,
 # and the rest of a suite still runs and passes (never a failure for that).
-# Usage: no_model_test.sh SOURCE_DIR MODEL TEST_MODEL_BIN TEST_EVAL_BIN TEST_CLI_BIN
+# Usage: no_model_test.sh SOURCE_DIR MODEL TEST_MODEL_BIN TEST_EVAL_BIN TEST_BENCH_BIN TEST_CLI_BIN
 set -uo pipefail
 export KVEVAL_SOURCE_DIR=$1  # the reference values: <source>/tests/data/ (KVEVAL_REFERENCE unset)
 unset KVEVAL_REFERENCE

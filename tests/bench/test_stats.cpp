@@ -5,13 +5,13 @@
 #include <limits>
 #include <vector>
 
-#include "cli/bench_stats.hpp"
+#include "bench/stats.hpp"
 #include "util/error.hpp"
 
 using namespace kveval;
 using namespace kveval::bench;
 
-TEST_SUITE("cli.bench_stats") {
+TEST_SUITE("bench.stats") {
   TEST_CASE("median of odd and even counts") {
     const std::vector<double> odd = {3, 1, 2};
     const std::vector<double> even = {4, 1, 3, 2};

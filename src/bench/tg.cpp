@@ -10,9 +10,9 @@
 
 #include <fmt/format.h>
 
-#include "cli/bench_cost.hpp"
-#include "cli/bench_ctx.hpp"
-#include "cli/bench_stats.hpp"
+#include "model/cost.hpp"
+#include "bench/ctx.hpp"
+#include "bench/stats.hpp"
 #include "util/error.hpp"
 #include "util/memory.hpp"
 

@@ -1,7 +1,9 @@
-// Operation and byte counts of a Llama forward pass (see bench_cost.hpp).
-#include "cli/bench_cost.hpp"
+// Parameter, FLOP and byte counts of a forward pass (see cost.hpp).
+#include "model/cost.hpp"
 
-namespace kveval::bench {
+#include "model/gguf.hpp"
+
+namespace kveval {
 
 namespace {
 double kv_dim(const HParams& hp) { return static_cast<double>(hp.n_head_kv) * hp.head_dim(); }
@@ -12,6 +14,12 @@ double layer_matrix_params(const HParams& hp) {
 }
 }  // namespace
 
+uint64_t file_parameters(const gguf::File& f) {
+  uint64_t n = 0;
+  for (const auto& t : f.tensors()) n += t.n_elements;
+  return n;
+}
+
 double n_params(const HParams& hp) {
   const double e = hp.n_embd, v = hp.n_vocab;
   double p = v * e;                                               // token_embd
@@ -19,6 +27,10 @@ double n_params(const HParams& hp) {
   p += e;                                                          // output_norm
   if (!hp.tied_output) p += v * e;                                 // output
   return p;
+}
+
+double matmul_params(const HParams& hp) {
+  return hp.n_layer * layer_matrix_params(hp) + static_cast<double>(hp.n_embd) * hp.n_vocab;
 }
 
 double layer_matmul_flops_per_token(const HParams& hp) { return 2.0 * hp.n_layer * layer_matrix_params(hp); }
@@ -71,4 +83,4 @@ uint64_t sgemm_bytes(const std::vector<backend::GemmShape>& shapes) {
   return floats * sizeof(float);
 }
 
-}  // namespace kveval::bench
+}  // namespace kveval

@@ -1,5 +1,5 @@
-// The measurements of `kveval bench` (see bench_run.hpp).
-#include "cli/bench_run.hpp"
+// The measurements of `kveval bench` (see run.hpp).
+#include "bench/run.hpp"
 
 #include <algorithm>
 #include <functional>
@@ -16,18 +16,18 @@
 #include <fmt/format.h>
 
 #include "backend/roofline.hpp"
-#include "cli/bench_cost.hpp"
-#include "cli/bench_ctx.hpp"
-#include "cli/bench_fidelity.hpp"
-#include "cli/bench_gen.hpp"
-#include "cli/bench_load.hpp"
+#include "model/cost.hpp"
+#include "bench/ctx.hpp"
+#include "bench/fidelity.hpp"
+#include "bench/gen.hpp"
+#include "bench/load.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
 #include "util/timer.hpp"
 
 namespace kveval::bench {
 
-using namespace detail;  // Ctx, repeat, run_cache, run_switch (bench_ctx.hpp)
+using namespace detail;  // Ctx, repeat, run_cache, run_switch (ctx.hpp)
 
 const std::vector<std::string>& test_names() {
   static const std::vector<std::string> names = {"roofline", "pp",  "tg",   "tg-nocache", "cache",
@@ -332,12 +332,10 @@ void require_whole(const std::vector<Generation>& gens, const std::vector<int>& 
   }
 }
 
-Report run_bench(const Options& o, const std::function<void(const std::string&)>& progress,
-                 const std::function<void(const std::string&)>& info) {
-  validate(o);
-  std::optional<eval::EvalSpec> fidelity_spec;  // read before any test runs
-  if (selected(o, "fidelity")) fidelity_spec = load_fidelity_spec(o);
-  Report rep;
+namespace {
+
+/// The start of the report's meta: versions, time, machine and the options as given.
+void write_start_meta(const Options& o, Report& rep) {
   rep.meta["kveval_version"] = version();
   rep.meta["git_hash"] = git_hash();
   rep.meta["timestamp"] = iso_time_utc();
@@ -358,175 +356,240 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
   opts["cache_shapes"] = nlohmann::json::array();
   for (const auto& s : o.cache_shapes) opts["cache_shapes"].push_back({s[0], s[1]});
   rep.meta["options"] = opts;
-  std::vector<ComputeDtype> dtypes;
-  for (const auto& d : o.dtypes) dtypes.push_back(parse_compute_dtype(d, "--dtype"));
-  if (dtypes.empty()) dtypes.push_back(ComputeDtype::Auto);
-  // What each resolves to for this file (auto included) before anything loads: a repeat is
-  // never loaded, warnings name the resolved dtype, and one load planned is known.
-  std::vector<std::string> wanted;
-  for (ComputeDtype dt : dtypes) wanted.push_back(to_string(resolve_dtype_for_file(o.model_path, dt)));
-  const bool one_load = std::set<std::string>(wanted.begin(), wanted.end()).size() == 1 && o.threads.size() == 1;
-  // With several compute dtypes, tg runs after their other tests with every
-  // load kept resident, all dtypes and KV-cache types interleaved (run_tg).
-  const bool tg_together = selected(o, "tg") && dtypes.size() > 1;
-  for (int t : o.threads) {
-    std::vector<std::string> measured, given;  // resolved dtypes at this thread count, and the name each was given as
-    std::vector<std::string> skipped;          // resolved dtypes whose load did not fit here (warned once)
-    std::vector<Kept> kept;                    // tg_together: the loads whose tg is still to run
-    auto once_only = [&](const std::string& resolved, ComputeDtype dt) {
-      const auto seen = std::find(measured.begin(), measured.end(), resolved);
-      if (seen == measured.end()) return false;
-      rep.add_warning(fmt::format("--dtype {} and {} both resolve to {} for this model: measured once",
-                                  given[static_cast<size_t>(seen - measured.begin())], to_string(dt), resolved));
-      return true;
-    };
-    for (size_t di = 0; di < dtypes.size(); ++di) {
-      const ComputeDtype dt = dtypes[di];
-      const std::string& want = wanted[di];  // the resolved name, for warnings
-      // A repeat (auto included, resolved above) or a dtype already skipped here is not loaded again
-      if (once_only(want, dt) || std::find(skipped.begin(), skipped.end(), want) != skipped.end()) continue;
-      ModelOptions mo;
-      mo.hash = false;
-      mo.threads = t;
-      mo.dtype = dt;
-      mo.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtypes.front(), "--kv-cache-dtype");
+}
+
+/// The compute dtypes of a bench, resolved against the file before anything loads.
+struct Sweep {
+  std::vector<ComputeDtype> dtypes;  ///< as given (--dtype), auto included
+  std::vector<std::string> wanted;   ///< what each resolves to for this file: a repeat is never loaded
+  bool one_load = false;             ///< one distinct dtype at one thread count: its memory error is the whole story
+  /// With several compute dtypes, tg runs after their other tests with every
+  /// load kept resident, all dtypes and KV-cache types interleaved (run_tg).
+  bool tg_together = false;
+};
+
+Sweep make_sweep(const Options& o) {
+  Sweep w;
+  for (const auto& d : o.dtypes) w.dtypes.push_back(parse_compute_dtype(d, "--dtype"));
+  if (w.dtypes.empty()) w.dtypes.push_back(ComputeDtype::Auto);
+  for (ComputeDtype dt : w.dtypes) w.wanted.push_back(to_string(resolve_dtype_for_file(o.model_path, dt)));
+  w.one_load = std::set<std::string>(w.wanted.begin(), w.wanted.end()).size() == 1 && o.threads.size() == 1;
+  w.tg_together = selected(o, "tg") && w.dtypes.size() > 1;
+  return w;
+}
+
+/// The state of one thread count's sweep over the compute dtypes.
+struct ThreadSweep {
+  const Options& o;
+  const Sweep& w;
+  int t;
+  Report& rep;
+  const std::function<void(const std::string&)>& progress;
+  const std::function<void(const std::string&)>& info;
+  std::vector<std::string> measured, given;  // resolved dtypes at this thread count, and the name each was given as
+  std::vector<std::string> skipped;          // resolved dtypes whose load did not fit here (warned once)
+  std::vector<Kept> kept;                    // tg_together: the loads whose tg is still to run
+
+  /// True (with a warning) when `resolved` was measured already at this thread count.
+  bool once_only(const std::string& resolved, ComputeDtype dt) {
+    const auto seen = std::find(measured.begin(), measured.end(), resolved);
+    if (seen == measured.end()) return false;
+    rep.add_warning(fmt::format("--dtype {} and {} both resolve to {} for this model: measured once",
+                                given[static_cast<size_t>(seen - measured.begin())], to_string(dt), resolved));
+    return true;
+  }
+
+  /// Loads `want` at this thread count. A load that does not fit skips its dtype at this
+  /// thread count with a warning when other loads are planned (the rows measured stay);
+  /// with one load planned, the memory error is the whole story. nullptr when skipped.
+  std::unique_ptr<Model> load(const ModelOptions& mo, const std::string& want) {
+    try {
+      return Model::load(o.model_path, mo);
+    } catch (const MemoryError& e) {
+      if (kept.empty()) {
+        if (w.one_load) throw;
+        rep.add_warning(fmt::format("--dtype {} with -t {} skipped: loading it does not fit ({})", want, t, e.what()));
+        skipped.push_back(want);
+        return nullptr;
+      }
+      // The loads kept for tg leave no room for this one: their tg runs now (interleaved among
+      // them) and they are released; this load and those after it form the next group.
+      std::vector<std::string> names;
+      for (const Kept& k : kept) names.push_back(to_string(k.model->dtype()));
+      const std::string apart =
+          fmt::format("tg with -t {}: --dtype {} not interleaved as one group: loading {} beside the weights of {} "
+                      "does not fit ({}); the tg of {} ran first, apart from {}",
+                      t, fmt::join(o.dtypes, ","), want, fmt::join(names, ", "), e.what(), fmt::join(names, ", "),
+                      want);
+      run_kept_tg(kept);
       std::unique_ptr<Model> model;
-      // A load that does not fit skips its dtype at this thread count with a warning when
-      // other loads are planned (the rows measured stay); with one load planned, the
-      // memory error is the whole story.
       try {
         model = Model::load(o.model_path, mo);
-      } catch (const MemoryError& e) {
-        if (kept.empty()) {
-          if (one_load) throw;
-          rep.add_warning(fmt::format("--dtype {} with -t {} skipped: loading it does not fit ({})", want, t,
-                                      e.what()));
-          skipped.push_back(want);
-          continue;
-        }
-        // The loads kept for tg leave no room for this one: their tg runs now (interleaved among
-        // them) and they are released; this load and those after it form the next group.
-        std::vector<std::string> names;
-        for (const Kept& k : kept) names.push_back(to_string(k.model->dtype()));
-        const std::string apart =
-            fmt::format("tg with -t {}: --dtype {} not interleaved as one group: loading {} beside the weights of {} "
-                        "does not fit ({}); the tg of {} ran first, apart from {}",
-                        t, fmt::join(o.dtypes, ","), want, fmt::join(names, ", "), e.what(), fmt::join(names, ", "),
-                        want);
-        run_kept_tg(kept);
-        try {
-          model = Model::load(o.model_path, mo);
-        } catch (const MemoryError& e2) {  // not even alone: this dtype is not measured at this thread count
-          rep.add_warning(fmt::format("--dtype {} with -t {} skipped: loading it does not fit beside the weights of {}, "
-                                      "nor after their release ({}); the tg of {} ran without it",
-                                      want, t, fmt::join(names, ", "), e2.what(), fmt::join(names, ", ")));
-          skipped.push_back(want);
-          continue;
-        }
-        rep.add_warning(apart);
+      } catch (const MemoryError& e2) {  // not even alone: this dtype is not measured at this thread count
+        rep.add_warning(fmt::format("--dtype {} with -t {} skipped: loading it does not fit beside the weights of {}, "
+                                    "nor after their release ({}); the tg of {} ran without it",
+                                    want, t, fmt::join(names, ", "), e2.what(), fmt::join(names, ", ")));
+        skipped.push_back(want);
+        return nullptr;
       }
-      if (progress) progress(fmt::format("[t={}] dtype {}", t, model->dtype_note()));
-      const HParams& hp = model->hparams();
-      const LoadSummary& ls = model->load_summary();
-      const std::string dname = to_string(model->dtype());
-      measured.push_back(dname);
-      given.push_back(to_string(dt));
-      // The KV-cache types of this load, resolved against its compute dtype (auto may repeat a listed one).
-      std::vector<KvCacheDtype> kv_types;
-      std::vector<std::string> kv_given;  // the name each was given as
-      for (const auto& k : o.kv_cache_dtypes) {
-        const KvCacheDtype kv = resolve_kv_cache_dtype(parse_kv_cache_dtype(k, "--kv-cache-dtype"), model->dtype());
-        const auto seen = std::find(kv_types.begin(), kv_types.end(), kv);
-        if (seen != kv_types.end()) {
-          rep.add_warning(fmt::format("--kv-cache-dtype {} and {} both resolve to {} with --dtype {}: measured once",
-                                      kv_given[static_cast<size_t>(seen - kv_types.begin())], k, to_string(kv), dname));
-          continue;
-        }
-        kv_types.push_back(kv);
-        kv_given.push_back(k);
-      }
-      if (!rep.meta.contains("dtypes") || !rep.meta["dtypes"].contains(dname)) {
-        // one load line and one entry per compute dtype: weight dtype and resident bytes differ
-        if (info) {
-          info(format_load_summary(ls));
-          std::vector<std::string> kv_names;
-          for (KvCacheDtype kv : kv_types) kv_names.push_back(to_string(kv));
-          info(fmt::format("compute dtype {}; KV cache {}", model->dtype_note(),  // as run and generate: says what was widened
-                           fmt::join(kv_names, ", ")));
-        }
-        rep.meta["dtype_order"].push_back(dname);  // the header lists the dtypes in this order
-        rep.meta["dtypes"][dname] = {{"weight_dtype", ls.weight_dtype},
-                                     {"resident_weight_bytes", ls.resident_bytes},
-                                     {"weight_bytes", model->weight_bytes()},
-                                     {"streamed_weight_bytes", streamed_weight_bytes(hp, static_cast<double>(ls.resident_bytes))},
-                                     {"kv_cache_dtype", to_string(model->kv_cache_dtype())},
-                                     {"note", model->dtype_note()}};
-      }
-      if (kv_types.size() > 1) {
-        auto& names = rep.meta["dtypes"][dname]["kv_cache_dtypes"] = nlohmann::json::array();
-        for (KvCacheDtype kv : kv_types) names.push_back(to_string(kv));
-      }
-      if (!rep.meta.contains("model")) {
-        nlohmann::json types = nlohmann::json::object();
-        for (const auto& [name, n] : ls.tensor_types) types[name] = n;
-        rep.meta["model"] = {{"path", o.model_path},
-                             {"n_params", n_params(hp)},
-                             {"weight_bytes", model->weight_bytes()},
-                             {"weight_dtype", ls.weight_dtype},
-                             {"streamed_weight_bytes", streamed_weight_bytes(hp, static_cast<double>(ls.resident_bytes))},
-                             {"n_vocab", hp.n_vocab},
-                             {"n_embd", hp.n_embd},
-                             {"n_layer", hp.n_layer},
-                             {"n_head", hp.n_head},
-                             {"n_head_kv", hp.n_head_kv},
-                             {"n_ff", hp.n_ff},
-                             {"n_ctx_train", hp.n_ctx_train},
-                             {"tied_output", hp.tied_output},
-                             {"tensor_types", types},
-                             {"weight_dtype", ls.weight_dtype},
-                             {"resident_weight_bytes", ls.resident_bytes},
-                             {"load_seconds", ls.load_seconds}};
-      }
-      auto ctx = std::unique_ptr<Ctx>(new Ctx{o, *model, hp, model->threads(), rep, progress, {}, {}, {}, false, {}});
-      Ctx& c = *ctx;
-      for (size_t ki = 0; ki < kv_types.size(); ++ki) {
-        // The tests without a KV cache run once per load, with the first type; tg runs
-        // then too, for all types at once (interleaved); the others once per type.
-        const bool first = ki == 0;
-        if (!first && !selected(o, "cache") && !selected(o, "switch") && !selected(o, "gen-mixed")) break;
-        drop_caches(*model);
-        model->set_kv_cache_dtype(kv_types[ki]);
-        if (kv_types.size() > 1) c.say(fmt::format("KV cache {}", to_string(kv_types[ki])));
-        if (first && selected(o, "roofline")) run_roofline(c);
-        if (first && selected(o, "pp")) run_pp(c);
-        if (first && selected(o, "tg") && !tg_together) run_tg(c, kv_types);
-        model->set_kv_cache_dtype(kv_types[ki]);  // run_tg leaves the last
-        // A test whose generation stops early (non-finite logits, e.g. an f16 cache
-        // that overflowed) is skipped with a warning; the tests measured stay.
-        auto guarded = [&](const char* test, const std::function<void()>& f) {
-          try {
-            f();
-          } catch (const MeasurementError& e) {
-            drop_caches(*model);
-            rep.add_warning(fmt::format("{} with --dtype {} and KV cache {} skipped: {}", test, dname,
-                                        to_string(model->kv_cache_dtype()), e.what()));
-          }
-        };
-        if (first && selected(o, "tg-nocache")) guarded("tg-nocache", [&] { run_tg_nocache(c); });
-        if (selected(o, "cache")) run_cache(c);
-        if (selected(o, "switch")) guarded("switch", [&] { run_switch(c); });
-        if (first && selected(o, "ll")) run_ll(c);
-        if (first && selected(o, "load")) run_load(o, c.threads, model->dtype(), rep, progress);
-        // Dequantization does not depend on the compute dtype: once per thread count, with its first load.
-        if (first && selected(o, "dequant") && measured.size() == 1) run_dequant(o, c.threads, rep, progress);
-        if (selected(o, "gen-mixed")) guarded("gen-mixed", [&] { run_gen_mixed(o, *model, c.threads, rep, progress); });
-      }
-      if (tg_together) {
-        drop_caches(*model);
-        kept.push_back({std::move(model), std::move(ctx), std::move(kv_types), mo});
-      }
+      rep.add_warning(apart);
+      return model;
     }
-    run_kept_tg(kept);
+  }
+
+  /// The KV-cache types of this load, resolved against its compute dtype (auto may repeat a listed one).
+  std::vector<KvCacheDtype> kv_types_of(const Model& model, const std::string& dname) {
+    std::vector<KvCacheDtype> kv_types;
+    std::vector<std::string> kv_given;  // the name each was given as
+    for (const auto& k : o.kv_cache_dtypes) {
+      const KvCacheDtype kv = resolve_kv_cache_dtype(parse_kv_cache_dtype(k, "--kv-cache-dtype"), model.dtype());
+      const auto seen = std::find(kv_types.begin(), kv_types.end(), kv);
+      if (seen != kv_types.end()) {
+        rep.add_warning(fmt::format("--kv-cache-dtype {} and {} both resolve to {} with --dtype {}: measured once",
+                                    kv_given[static_cast<size_t>(seen - kv_types.begin())], k, to_string(kv), dname));
+        continue;
+      }
+      kv_types.push_back(kv);
+      kv_given.push_back(k);
+    }
+    return kv_types;
+  }
+
+  void record_load(const Model& model, const std::vector<KvCacheDtype>& kv_types);
+  void run_tests(Ctx& c, Model& model, const std::vector<KvCacheDtype>& kv_types);
+  void run();
+};
+
+/// The load line and the report's meta for this load: one entry per compute dtype
+/// (weight dtype and resident bytes differ), the model's once.
+void ThreadSweep::record_load(const Model& model, const std::vector<KvCacheDtype>& kv_types) {
+  const HParams& hp = model.hparams();
+  const LoadSummary& ls = model.load_summary();
+  const std::string dname = to_string(model.dtype());
+  if (!rep.meta.contains("dtypes") || !rep.meta["dtypes"].contains(dname)) {
+    if (info) {
+      info(format_load_summary(ls));
+      std::vector<std::string> kv_names;
+      for (KvCacheDtype kv : kv_types) kv_names.push_back(to_string(kv));
+      info(fmt::format("compute dtype {}; KV cache {}", model.dtype_note(),  // as run and generate: says what was widened
+                       fmt::join(kv_names, ", ")));
+    }
+    rep.meta["dtype_order"].push_back(dname);  // the header lists the dtypes in this order
+    rep.meta["dtypes"][dname] = {{"weight_dtype", ls.weight_dtype},
+                                 {"resident_weight_bytes", ls.resident_bytes},
+                                 {"weight_bytes", model.weight_bytes()},
+                                 {"streamed_weight_bytes", streamed_weight_bytes(hp, static_cast<double>(ls.resident_bytes))},
+                                 {"kv_cache_dtype", to_string(model.kv_cache_dtype())},
+                                 {"note", model.dtype_note()}};
+  }
+  if (kv_types.size() > 1) {
+    auto& names = rep.meta["dtypes"][dname]["kv_cache_dtypes"] = nlohmann::json::array();
+    for (KvCacheDtype kv : kv_types) names.push_back(to_string(kv));
+  }
+  if (rep.meta.contains("model")) return;
+  nlohmann::json types = nlohmann::json::object();
+  for (const auto& [name, n] : ls.tensor_types) types[name] = n;
+  rep.meta["model"] = {{"path", o.model_path},
+                       {"n_params", n_params(hp)},
+                       {"weight_bytes", model.weight_bytes()},
+                       {"weight_dtype", ls.weight_dtype},
+                       {"streamed_weight_bytes", streamed_weight_bytes(hp, static_cast<double>(ls.resident_bytes))},
+                       {"n_vocab", hp.n_vocab},
+                       {"n_embd", hp.n_embd},
+                       {"n_layer", hp.n_layer},
+                       {"n_head", hp.n_head},
+                       {"n_head_kv", hp.n_head_kv},
+                       {"n_ff", hp.n_ff},
+                       {"n_ctx_train", hp.n_ctx_train},
+                       {"tied_output", hp.tied_output},
+                       {"tensor_types", types},
+                       {"weight_dtype", ls.weight_dtype},
+                       {"resident_weight_bytes", ls.resident_bytes},
+                       {"load_seconds", ls.load_seconds}};
+}
+
+/// The selected tests of one load. The tests without a KV cache run once per load, with
+/// the first type; tg runs then too, for all types at once (interleaved); the others once per type.
+void ThreadSweep::run_tests(Ctx& c, Model& model, const std::vector<KvCacheDtype>& kv_types) {
+  const std::string dname = to_string(model.dtype());
+  for (size_t ki = 0; ki < kv_types.size(); ++ki) {
+    const bool first = ki == 0;
+    if (!first && !selected(o, "cache") && !selected(o, "switch") && !selected(o, "gen-mixed")) break;
+    drop_caches(model);
+    model.set_kv_cache_dtype(kv_types[ki]);
+    if (kv_types.size() > 1) c.say(fmt::format("KV cache {}", to_string(kv_types[ki])));
+    if (first && selected(o, "roofline")) run_roofline(c);
+    if (first && selected(o, "pp")) run_pp(c);
+    if (first && selected(o, "tg") && !w.tg_together) run_tg(c, kv_types);
+    model.set_kv_cache_dtype(kv_types[ki]);  // run_tg leaves the last
+    // A test whose generation stops early (non-finite logits, e.g. an f16 cache
+    // that overflowed) is skipped with a warning; the tests measured stay.
+    auto guarded = [&](const char* test, const std::function<void()>& f) {
+      try {
+        f();
+      } catch (const MeasurementError& e) {
+        drop_caches(model);
+        rep.add_warning(fmt::format("{} with --dtype {} and KV cache {} skipped: {}", test, dname,
+                                    to_string(model.kv_cache_dtype()), e.what()));
+      }
+    };
+    if (first && selected(o, "tg-nocache")) guarded("tg-nocache", [&] { run_tg_nocache(c); });
+    if (selected(o, "cache")) run_cache(c);
+    if (selected(o, "switch")) guarded("switch", [&] { run_switch(c); });
+    if (first && selected(o, "ll")) run_ll(c);
+    if (first && selected(o, "load")) run_load(o, c.threads, model.dtype(), rep, progress);
+    // Dequantization does not depend on the compute dtype: once per thread count, with its first load.
+    if (first && selected(o, "dequant") && measured.size() == 1) run_dequant(o, c.threads, rep, progress);
+    if (selected(o, "gen-mixed")) guarded("gen-mixed", [&] { run_gen_mixed(o, model, c.threads, rep, progress); });
+  }
+}
+
+/// Every compute dtype at this thread count: load, record, run its tests; tg of the kept loads last.
+void ThreadSweep::run() {
+  for (size_t di = 0; di < w.dtypes.size(); ++di) {
+    const ComputeDtype dt = w.dtypes[di];
+    const std::string& want = w.wanted[di];  // the resolved name, for warnings
+    // A repeat (auto included, resolved above) or a dtype already skipped here is not loaded again
+    if (once_only(want, dt) || std::find(skipped.begin(), skipped.end(), want) != skipped.end()) continue;
+    ModelOptions mo;
+    mo.hash = false;
+    mo.threads = t;
+    mo.dtype = dt;
+    mo.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtypes.front(), "--kv-cache-dtype");
+    std::unique_ptr<Model> model = load(mo, want);
+    if (!model) continue;
+    if (progress) progress(fmt::format("[t={}] dtype {}", t, model->dtype_note()));
+    const std::string dname = to_string(model->dtype());
+    measured.push_back(dname);
+    given.push_back(to_string(dt));
+    std::vector<KvCacheDtype> kv_types = kv_types_of(*model, dname);
+    record_load(*model, kv_types);
+    auto ctx = std::unique_ptr<Ctx>(
+        new Ctx{o, *model, model->hparams(), model->threads(), rep, progress, {}, {}, {}, false, {}});
+    run_tests(*ctx, *model, kv_types);
+    if (w.tg_together) {
+      drop_caches(*model);
+      kept.push_back({std::move(model), std::move(ctx), std::move(kv_types), mo});
+    }
+  }
+  run_kept_tg(kept);
+}
+
+}  // namespace
+
+Report run_bench(const Options& o, const std::function<void(const std::string&)>& progress,
+                 const std::function<void(const std::string&)>& info) {
+  validate(o);
+  std::optional<eval::EvalSpec> fidelity_spec;  // read before any test runs
+  if (selected(o, "fidelity")) fidelity_spec = load_fidelity_spec(o);
+  Report rep;
+  write_start_meta(o, rep);
+  // What each dtype resolves to for this file (auto included) before anything loads: a repeat is
+  // never loaded, warnings name the resolved dtype, and one load planned is known.
+  const Sweep w = make_sweep(o);
+  for (int t : o.threads) {
+    ThreadSweep ts{o, w, t, rep, progress, info, {}, {}, {}, {}};
+    ts.run();
   }
   if (fidelity_spec) run_fidelity(o, std::move(*fidelity_spec), o.threads.front(), rep, progress);
   rep.meta["machine"]["loadavg_end"] = load_average();

@@ -4,8 +4,8 @@
 #include <functional>
 #include <string>
 
-#include "cli/bench_report.hpp"
-#include "cli/bench_run.hpp"
+#include "bench/report.hpp"
+#include "bench/run.hpp"
 #include "eval/spec.hpp"
 
 namespace kveval::bench {

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "cli/bench_ctx.hpp"
+#include "bench/ctx.hpp"
 #include "util/error.hpp"
 #include "util/timer.hpp"
 

@@ -13,14 +13,14 @@
 #include <string>
 #include <vector>
 
-#include "cli/bench_report.hpp"
+#include "bench/report.hpp"
 #include "model/model.hpp"
 #include "util/error.hpp"
 
 namespace kveval::bench {
 
 /// Names accepted by --tests, in the order they run. "load", "dequant"
-/// (bench_load.hpp) and "gen-mixed" (bench_gen.hpp) run only when named; an empty --tests runs the others.
+/// (load.hpp) and "gen-mixed" (gen.hpp) run only when named; an empty --tests runs the others.
 const std::vector<std::string>& test_names();
 
 /// What to measure. Lists are swept as a cross product, like llama-bench.

@@ -1,12 +1,12 @@
-// Dynamic vs static batching of generation: see bench_gen.hpp.
-#include "cli/bench_gen.hpp"
+// Dynamic vs static batching of generation: see gen.hpp.
+#include "bench/gen.hpp"
 
 #include <algorithm>
 #include <random>
 
 #include <fmt/format.h>
 
-#include "cli/bench_stats.hpp"
+#include "bench/stats.hpp"
 #include "util/error.hpp"
 #include "util/memory.hpp"
 #include "util/timer.hpp"

@@ -15,8 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.hpp"
-#include "cli/bench_gen.hpp"
-#include "cli/bench_run.hpp"
+#include "bench/gen.hpp"
+#include "bench/run.hpp"
 #include "model/gguf.hpp"
 #include "model/model.hpp"
 #include "model/random_model.hpp"
@@ -93,7 +93,7 @@ int64_t scheduled_passes(const std::vector<int>& gen, int rows, bool dynamic) {
 
 }  // namespace
 
-TEST_SUITE("cli.bench_run") {
+TEST_SUITE("bench.run") {
   TEST_CASE("synthetic prompts start with BOS, avoid specials and are deterministic" * kveval::test::needs_model()) {
     auto model = Model::load(test::model_path(), {1});
     const auto a = synthetic_prompts(*model, 3, 20, 7), b = synthetic_prompts(*model, 3, 20, 7);

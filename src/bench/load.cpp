@@ -1,5 +1,5 @@
-// Load and dequantization benchmarks: see bench_load.hpp.
-#include "cli/bench_load.hpp"
+// Load and dequantization benchmarks: see load.hpp.
+#include "bench/load.hpp"
 
 #include <algorithm>
 #include <random>

@@ -1,5 +1,5 @@
-// `kveval bench --tests fidelity`: see bench_fidelity.hpp.
-#include "cli/bench_fidelity.hpp"
+// `kveval bench --tests fidelity`: see fidelity.hpp.
+#include "bench/fidelity.hpp"
 
 #include <algorithm>
 #include <fstream>

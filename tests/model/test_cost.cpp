@@ -1,10 +1,12 @@
-// FLOP and byte counts of a forward pass: hand-computed for the s15m shape.
+// Parameter, FLOP and byte counts of a forward pass: hand-computed for the s15m, gqa and stories260K shapes.
 #include <doctest/doctest.h>
 
-#include "cli/bench_cost.hpp"
+#include "model/cost.hpp"
+#include "model/gguf.hpp"
+#include "model/model.hpp"
+#include "test_support.hpp"
 
 using namespace kveval;
-using namespace kveval::bench;
 
 namespace {
 /// s15m: dim 288, 6 layers, 6 heads (6 kv), FFN 768, vocab 32000, context 256, untied output.
@@ -32,7 +34,7 @@ HParams gqa() {
 }
 }  // namespace
 
-TEST_SUITE("cli.bench_cost") {
+TEST_SUITE("model.cost") {
   TEST_CASE("matmul FLOPs per token") {
     // Per layer: 2*288^2 (wq, wo) + 2*288*288 (wk, wv) + 3*288*768 (w1, w3, w2) = 995328 weights.
     CHECK(layer_matmul_flops_per_token(s15m()) == doctest::Approx(2.0 * 6 * 995328));
@@ -86,5 +88,42 @@ TEST_SUITE("cli.bench_cost") {
     bool found_kv = false;
     for (const auto& s : shapes) found_kv |= (s.n == 256 && s.k == 2048 && s.count == 8 && s.m == 8);
     CHECK(found_kv);
+  }
+
+  TEST_CASE("stories260K's shape, counted by hand") {
+    // dim 64, 5 layers, 8 heads of 8 (4 kv heads: kv dim 32), FFN 172, vocab 512, untied output.
+    HParams hp;
+    hp.n_vocab = 512;
+    hp.n_embd = 64;
+    hp.n_layer = 5;
+    hp.n_head = 8;
+    hp.n_head_kv = 4;
+    hp.n_ff = 172;
+    hp.n_ctx_train = 2048;
+    // Per layer: wq, wo 2*64*64 = 8192; wk, wv 2*32*64 = 4096; gate, up, down 3*64*172 = 33024: 45312 weights.
+    // 512*64 token_embd + 5*(45312 + 2*64 norms) + 64 output_norm + 512*64 output = 292800.
+    CHECK(n_params(hp) == 292800.0);
+    // Matrix products: 5*45312 + 64*512 (output) = 259328 weights.
+    CHECK(matmul_params(hp) == 259328.0);
+    CHECK(layer_matmul_flops_per_token(hp) == 2.0 * 5 * 45312);
+    CHECK(output_matmul_flops_per_token(hp) == 65536.0);
+    // 2 * 10^2 * 64 * 5 layers.
+    CHECK(attention_flops_causal(hp, 10) == 64000.0);
+    // 2 rows * (10 * (453120 + 65536) + 64000).
+    CHECK(prompt_flops(hp, 10, 2) == 10501120.0);
+    // P = 4, G = 3: cached 453120*(4+3-1) + 65536*3; uncached 453120*(3*4 + 3) + 65536*3.
+    CHECK(generate_matmul_flops(hp, 4, 3, true) == 2915328.0);
+    CHECK(generate_matmul_flops(hp, 4, 3, false) == 6993408.0);
+    hp.tied_output = true;
+    CHECK(n_params(hp) == 292800.0 - 512 * 64);
+    CHECK(matmul_params(hp) == 259328.0);  // the tied output's product still runs
+  }
+
+  TEST_CASE("the file's tensors hold n_params elements in stories260K" * kveval::test::needs_model()) {
+    const gguf::File f(test::model_path());
+    CHECK(file_parameters(f) == 292800);  // 48 tensors, all F32
+    auto model = Model::load(test::model_path(), {1});
+    CHECK(n_params(model->hparams()) == static_cast<double>(file_parameters(f)));
+    CHECK(model->load_summary().parameters == 292800);
   }
 }

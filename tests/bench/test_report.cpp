@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/bench_report.hpp"
+#include "bench/report.hpp"
 #include "util/error.hpp"
 
 using namespace kveval;
@@ -54,7 +54,7 @@ std::vector<std::string> lines(const std::string& s) {
 }
 }  // namespace
 
-TEST_SUITE("cli.bench_report") {
+TEST_SUITE("bench.report") {
   TEST_CASE("json has meta, every row with its statistics and fields, and the notes") {
     const auto j = nlohmann::json::parse(format_report(sample(), "json"));
     CHECK(j["meta"]["kveval_version"] == "0.1.0");

@@ -5,8 +5,8 @@
 #include <functional>
 #include <string>
 
-#include "cli/bench_report.hpp"
-#include "cli/bench_run.hpp"
+#include "bench/report.hpp"
+#include "bench/run.hpp"
 
 namespace kveval::bench {
 

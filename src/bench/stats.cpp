@@ -1,5 +1,5 @@
-// Summary statistics over benchmark repetitions (see bench_stats.hpp).
-#include "cli/bench_stats.hpp"
+// Summary statistics over benchmark repetitions (see stats.hpp).
+#include "bench/stats.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/bench_stats.hpp"
+#include "bench/stats.hpp"
 #include "util/memory.hpp"
 
 namespace kveval::bench {

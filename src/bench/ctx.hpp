@@ -1,5 +1,5 @@
 #pragma once
-// Internal to `kveval bench` (bench_run.cpp and the test files it calls):
+// Internal to `kveval bench` (run.cpp and the test files it calls):
 // repetition helpers and the per-thread-count context of the tests.
 #include <array>
 #include <functional>
@@ -13,9 +13,9 @@
 #include <fmt/format.h>
 
 #include "backend/roofline.hpp"
-#include "cli/bench_cost.hpp"
-#include "cli/bench_report.hpp"
-#include "cli/bench_run.hpp"
+#include "model/cost.hpp"
+#include "bench/report.hpp"
+#include "bench/run.hpp"
 #include "model/model.hpp"
 #include "util/error.hpp"
 #include "util/memory.hpp"
@@ -119,13 +119,13 @@ struct TgVariant {
 /// one run). With `reader` (the roofline's stream buffer), each repetition is
 /// preceded by a stream read and frac_of_stream is the median of the paired
 /// ratios. A variant whose generation stops early is skipped with a warning
-/// (bench_tg.cpp). Each model's caches are dropped at the end.
+/// (tg.cpp). Each model's caches are dropped at the end.
 void run_tg(const std::vector<TgVariant>& variants, backend::StreamReader* reader);
 /// run_tg over the KV-cache types of one load, with a stream buffer when the
 /// roofline ran (make_stream_reader; released after). The model's type is left at the last.
 void run_tg(Ctx& c, const std::vector<KvCacheDtype>& kv_types);
 /// tg's paired yardstick: a stream buffer of the size the roofline measured at
-/// this load, allocated now (bench_tg.cpp). nullptr when the roofline did not
+/// this load, allocated now (tg.cpp). nullptr when the roofline did not
 /// run; also nullptr, with a warning that tg reports no frac_of_stream, when
 /// the buffer does not fit the memory budget.
 std::unique_ptr<backend::StreamReader> make_stream_reader(Ctx& c);
@@ -141,14 +141,14 @@ struct Kept {
 /// with one stream buffer for the paired yardstick when the roofline ran; then
 /// released (kept is left empty). When some tg shape does not fit with every
 /// load's cache at once, every load is released first and each is loaded again
-/// alone for its tg, with a warning (bench_tg.cpp).
+/// alone for its tg, with a warning (tg.cpp).
 void run_kept_tg(std::vector<Kept>& kept);
 /// Test "tg-nocache": generation re-running the whole sequence every step, and
-/// its speedup against the cached path (bench_tg.cpp).
+/// its speedup against the cached path (tg.cpp).
 void run_tg_nocache(Ctx& c);
-/// Test "cache": KV-cache set-up, reset and teardown cost per shape (bench_cache.cpp).
+/// Test "cache": KV-cache set-up, reset and teardown cost per shape (cache.cpp).
 void run_cache(Ctx& c);
-/// Test "switch": generate/score alternation under both cache policies (bench_cache.cpp).
+/// Test "switch": generate/score alternation under both cache policies (cache.cpp).
 void run_switch(Ctx& c);
 
 }  // namespace kveval::bench::detail

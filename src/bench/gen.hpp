@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "cli/bench_report.hpp"
-#include "cli/bench_run.hpp"
+#include "bench/report.hpp"
+#include "bench/run.hpp"
 #include "model/model.hpp"
 
 namespace kveval::bench {

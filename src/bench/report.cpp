@@ -1,5 +1,5 @@
-// Printers for `kveval bench` results (see bench_report.hpp).
-#include "cli/bench_report.hpp"
+// Printers for `kveval bench` results (see report.hpp).
+#include "bench/report.hpp"
 
 #include <algorithm>
 #include <cmath>
