@@ -27,9 +27,10 @@ using nlohmann::json;
 
 namespace {
 
-Model& model() {
+Context& context() {
   static std::unique_ptr<Model> m = Model::load(kveval::test::model_path(), ModelOptions{2});
-  return *m;
+  static Context c(*m);
+  return c;
 }
 
 /// The demo's short stories (tasks/short_stories.jsonl), in file order.
@@ -50,20 +51,20 @@ struct Naive {
 };
 
 /// llama-perplexity's loop, written out with Model::forward and a double log-softmax.
-Naive naive_llamacpp_perplexity(Model& m, const std::string& text, int n_ctx) {
-  std::vector<int32_t> tokens = m.tokenizer().encode(text, true);
+Naive naive_llamacpp_perplexity(Context& m, const std::string& text, int n_ctx) {
+  std::vector<int32_t> tokens = m.model().tokenizer().encode(text, true);
   Naive r;
   REQUIRE(static_cast<int>(tokens.size()) >= 2 * n_ctx);
   const int n_chunk = static_cast<int>(tokens.size()) / n_ctx;
   const int first = n_ctx / 2;
-  const int n_vocab = m.hparams().n_vocab;
+  const int n_vocab = m.model().hparams().n_vocab;
   std::vector<float> logits(static_cast<size_t>(n_ctx) * static_cast<size_t>(n_vocab));
   for (int i = 0; i < n_chunk; ++i) {
     const int start = i * n_ctx;
     std::vector<int32_t> batch(tokens.begin() + start, tokens.begin() + start + n_ctx);
-    batch[0] = m.tokenizer().bos();  // add_bos: "add BOS token for the first batch of each chunk"
+    batch[0] = m.model().tokenizer().bos();  // add_bos: "add BOS token for the first batch of each chunk"
     const int n[] = {n_ctx};
-    m.forward(batch, 1, n_ctx, n, Model::Logits::All, logits);
+    m.forward(batch, 1, n_ctx, n, Context::Logits::All, logits);
     for (int j = first; j < n_ctx - 1; ++j) {
       const float* row = logits.data() + static_cast<size_t>(j) * static_cast<size_t>(n_vocab);
       double mx = row[0];
@@ -174,10 +175,10 @@ TEST_SUITE("eval.llamacpp_perplexity") {
     for (size_t i = 0; i < stories.size(); ++i) joined += (i ? "\n\n" : "") + stories[i];
     for (int n_ctx : {64, 128, 37}) {
       CAPTURE(n_ctx);
-      const Naive want = naive_llamacpp_perplexity(model(), joined, n_ctx);
+      const Naive want = naive_llamacpp_perplexity(context(), joined, n_ctx);
       for (int bs : {1, 8}) {
         EvalSpec s = spec_of({rolling_task(stories, n_ctx)}, bs);
-        RunResult r = run_eval(s, model());
+        RunResult r = run_eval(s, context());
         REQUIRE(r.n_request_errors == 0);
         const MetricValue& m = metric(r, "perplexity_llamacpp");
         REQUIRE(m.value);
@@ -209,7 +210,7 @@ TEST_SUITE("eval.llamacpp_perplexity") {
     for (const auto& run : expect["runs"]) {
       const int n_ctx = run["context_length"].get<int>();
       CAPTURE(n_ctx);
-      RunResult r = run_eval(spec_of({rolling_task(demo_stories(), n_ctx, {"perplexity_llamacpp"})}), model());
+      RunResult r = run_eval(spec_of({rolling_task(demo_stories(), n_ctx, {"perplexity_llamacpp"})}), context());
       const MetricValue& m = metric(r, "perplexity_llamacpp");
       REQUIRE(m.value);
       REQUIRE(m.stderr_);
@@ -223,7 +224,7 @@ TEST_SUITE("eval.llamacpp_perplexity") {
   TEST_CASE("only perplexity_llamacpp listed; a text too short is a per-request error, not NaN" * kveval::test::needs_model()) {
     const std::vector<std::string> stories = demo_stories();
     EvalSpec s = spec_of({rolling_task(stories, 64, {"perplexity_llamacpp"})});
-    RunResult r = run_eval(s, model());
+    RunResult r = run_eval(s, context());
     int chunks = 0;
     for (const auto& q : r.requests) chunks += q.kind == RequestKind::PerplexityChunk;
     CHECK(chunks == 12);  // whole chunks of 64 tokens in the joined stories
@@ -233,7 +234,7 @@ TEST_SUITE("eval.llamacpp_perplexity") {
     for (const auto& d : r.docs[0]) CHECK(d.logprob < 0);
 
     EvalSpec short_spec = spec_of({rolling_task({"Once upon a time, there was a little girl."}, 64)});
-    RunResult rs = run_eval(short_spec, model());
+    RunResult rs = run_eval(short_spec, context());
     CHECK(rs.n_request_errors == 1);
     const MetricValue& m = metric(rs, "perplexity_llamacpp");
     CHECK(!m.value);
