@@ -16,7 +16,7 @@ namespace kveval::bench::detail {
 // ---- cache lifecycle ------------------------------------------------------------
 
 void run_cache(Ctx& c) {
-  drop_caches(c.model);
+  drop_caches(c.context);
   const int64_t V = c.hp.n_vocab;
   std::vector<std::array<int, 2>> done;  // shapes after capping: 2x200 and 2x128 at context 128 measure once
   for (const auto& shape : c.o.cache_shapes) {
@@ -29,7 +29,7 @@ void run_cache(Ctx& c) {
     if (std::find(done.begin(), done.end(), std::array<int, 2>{b, pos}) != done.end()) continue;
     done.push_back({b, pos});
     if (!c.fits(fmt::format("cache {}x{}", b, pos),
-                {{"KV cache", c.model.cache_bytes_for(b, pos)}, {"activations", c.model.activation_bytes_for(b, 1, false)}}))
+                {{"KV cache", c.context.cache_bytes_for(b, pos)}, {"activations", c.model.activation_bytes_for(b, 1, false)}}))
       continue;
     c.say(fmt::format("cache lifecycle batch {} positions {}", b, pos));
     const auto prompts = synthetic_prompts(c.model, b, 2, c.o.seed);
@@ -40,23 +40,23 @@ void run_cache(Ctx& c) {
     std::vector<double> setup, first, steady, reset, del, bytes;
     constexpr int kResets = 1000;
     repeat(c.o.repetitions, [&] {
-      drop_caches(c.model);
+      drop_caches(c.context);
       Stopwatch sw;
-      c.model.setup_caches(b, pos);
+      c.context.setup_caches(b, pos);
       setup.push_back(sw.seconds());
-      bytes.push_back(static_cast<double>(c.model.bytes()));
+      bytes.push_back(static_cast<double>(c.context.bytes()));
       sw.reset();
-      c.model.forward(tokens, b, 1, n_tokens, Model::Logits::Last, logits);
+      c.context.forward(tokens, b, 1, n_tokens, Context::Logits::Last, logits);
       first.push_back(sw.seconds());
-      c.model.reset_caches();
+      c.context.reset_caches();
       sw.reset();
-      c.model.forward(tokens, b, 1, n_tokens, Model::Logits::Last, logits);
+      c.context.forward(tokens, b, 1, n_tokens, Context::Logits::Last, logits);
       steady.push_back(sw.seconds());
       sw.reset();
-      for (int i = 0; i < kResets; ++i) c.model.reset_caches();
+      for (int i = 0; i < kResets; ++i) c.context.reset_caches();
       reset.push_back(sw.seconds() / kResets);
       sw.reset();
-      c.model.delete_caches();
+      c.context.delete_caches();
       del.push_back(sw.seconds());
       return 0.0;
     });
@@ -82,17 +82,17 @@ void run_cache(Ctx& c) {
     // KvCacheScope enter + leave, both policies.
     std::vector<double> rel = repeat(c.o.repetitions, [&] {
       Stopwatch sw;
-      { KvCacheScope s(c.model, b, pos, CachePolicy::Release); }
+      { KvCacheScope s(c.context, b, pos, CachePolicy::Release); }
       return sw.seconds();
     });
-    c.model.setup_caches(b, pos);  // the allocation Reuse keeps
-    c.model.set_caches_enabled(false);
+    c.context.setup_caches(b, pos);  // the allocation Reuse keeps
+    c.context.set_caches_enabled(false);
     std::vector<double> reu = repeat(c.o.repetitions, [&] {
       Stopwatch sw;
-      { KvCacheScope s(c.model, b, pos, CachePolicy::Reuse); }
+      { KvCacheScope s(c.context, b, pos, CachePolicy::Reuse); }
       return sw.seconds();
     });
-    drop_caches(c.model);
+    drop_caches(c.context);
     add("scope enter+leave (release)", rel);
     add("scope enter+leave (reuse)", reu);
   }
@@ -118,10 +118,10 @@ void run_switch(Ctx& c) {
                        c.o.switch_prompt, c.o.switch_gen, p, g, c.hp.n_ctx_train));
   // The scope's cache, and the larger of the generation's prefill and the scoring of
   // prompt + generation (all logits); under reuse the cache is still held while scoring.
-  drop_caches(c.model);
+  drop_caches(c.context);
   const size_t acts = std::max(c.model.activation_bytes_for(b, p, false), c.model.activation_bytes_for(b, p + g - 1, true));
   if (!c.fits(fmt::format("switch batch {} x {} positions", b, p + g),
-              {{"KV cache", c.model.cache_bytes_for(b, p + g)}, {"activations", acts}}))
+              {{"KV cache", c.context.cache_bytes_for(b, p + g)}, {"activations", acts}}))
     return;
   const auto prompts = synthetic_prompts(c.model, b, p, c.o.seed);
   GenerateOptions gopts;
@@ -129,7 +129,7 @@ void run_switch(Ctx& c) {
   gopts.stop_at_eos = false;
   for (CachePolicy policy : {CachePolicy::Release, CachePolicy::Reuse}) {
     c.say(fmt::format("switch: {} rounds, policy {}", c.o.switch_rounds, to_string(policy)));
-    drop_caches(c.model);
+    drop_caches(c.context);
     struct Round {
       double enter, generate, exit, score;
     };
@@ -137,10 +137,10 @@ void run_switch(Ctx& c) {
       Round r{};
       Stopwatch sw;
       std::optional<KvCacheScope> scope;
-      scope.emplace(c.model, b, p + g, policy);
+      scope.emplace(c.context, b, p + g, policy);
       r.enter = sw.seconds();
       sw.reset();
-      auto gens = generate_greedy(c.model, prompts, gopts);
+      auto gens = generate_greedy(c.context, prompts, gopts);
       r.generate = sw.seconds();
       require_whole(gens, std::vector<int>(gens.size(), g), "switch's generation");
       sw.reset();
@@ -154,19 +154,19 @@ void run_switch(Ctx& c) {
         reqs[static_cast<size_t>(i)].tokens.insert(reqs[static_cast<size_t>(i)].tokens.end(), ids.begin(), ids.end());
         reqs[static_cast<size_t>(i)].score_from = p;
       }
-      score(c.model, reqs, b);
+      score(c.context, reqs, b);
       r.score = sw.seconds();
       return r;
     };
     round();  // warm-up: first allocations and primitives
     round();
     const uint64_t prims0 = c.model.primitives_created();
-    const ModelStats s0 = c.model.stats();
+    const ContextStats s0 = c.context.stats();
     std::vector<Round> rounds;
     for (int k = 0; k < c.o.switch_rounds; ++k) rounds.push_back(round());
-    const ModelStats s1 = c.model.stats();
+    const ContextStats s1 = c.context.stats();
     const uint64_t prims1 = c.model.primitives_created();
-    drop_caches(c.model);
+    drop_caches(c.context);
     std::vector<double> share, enter, exit_, gen, sc, total;
     for (const auto& r : rounds) {
       const double t = r.enter + r.generate + r.exit + r.score;

@@ -16,6 +16,7 @@
 #include "model/cost.hpp"
 #include "bench/report.hpp"
 #include "bench/run.hpp"
+#include "model/context.hpp"
 #include "model/model.hpp"
 #include "util/error.hpp"
 #include "util/memory.hpp"
@@ -54,6 +55,8 @@ struct Ctx {
   bool roofline = false;  ///< the roofline test ran at this dtype: pp compares with sgemm at its M
   /// e2e seconds (prefill + decode) of cached generation by (batch, prompt, gen).
   std::map<std::array<int, 3>, std::vector<double>> cached_e2e;
+  /// The tests' context over `model` (its KV cache and KV-cache type).
+  Context context{model};
 
   void say(const std::string& s) const {
     if (progress) progress(fmt::format("[t={}] {}", threads, s));
@@ -64,7 +67,7 @@ struct Ctx {
     r.name = name;
     r.threads = threads;
     r.dtype = to_string(model.dtype());
-    r.kv_cache_dtype = to_string(model.kv_cache_dtype());
+    r.kv_cache_dtype = to_string(context.kv_cache_dtype());
     return r;
   }
   void note(const std::string& n) { rep.add_note(n); }
@@ -103,14 +106,14 @@ struct Ctx {
   }
 };
 
-inline void drop_caches(Model& m) {
+inline void drop_caches(Context& m) {
   if (m.caches_are_setup()) m.delete_caches();
 }
 
 /// One model and KV-cache type that tg measures.
 struct TgVariant {
   Ctx* c;           ///< the load (its model, compute dtype and report)
-  KvCacheDtype kv;  ///< set on c->model before each of its generations
+  KvCacheDtype kv;  ///< set on c->context before each of its generations
 };
 /// Test "tg" over `variants` (one or more: KV-cache types of one load, or of
 /// several loads of other compute dtypes resident together), interleaved: one
@@ -132,7 +135,7 @@ std::unique_ptr<backend::StreamReader> make_stream_reader(Ctx& c);
 /// A load whose tg runs after the other dtypes' tests (run_bench with several compute dtypes).
 struct Kept {
   std::unique_ptr<Model> model;
-  std::unique_ptr<Ctx> ctx;  // refers to *model
+  std::unique_ptr<Ctx> ctx;  // refers to *model (its Context too)
   std::vector<KvCacheDtype> kv_types;
   ModelOptions options;      // to load it again (run_kept_tg's fallback)
 };

@@ -38,8 +38,9 @@ GenMixedWorkload gen_mixed_workload(const Model& model, int n, int max_gen, uint
   return w;
 }
 
-void run_gen_mixed(const Options& o, Model& model, int threads, Report& rep,
+void run_gen_mixed(const Options& o, Context& ctx, int threads, Report& rep,
                    const std::function<void(const std::string&)>& say) {
+  const Model& model = ctx.model();
   if (model.hparams().n_ctx_train < 33) {  // gen_mixed_workload's prompts: up to 32 tokens, then >= 1 generated
     rep.add_warning(fmt::format("gen-mixed skipped: its prompts of up to 32 tokens and at least 1 generated token need "
                                 "a context length of at least 33, but the model's is {}",
@@ -61,8 +62,8 @@ void run_gen_mixed(const Options& o, Model& model, int threads, Report& rep,
     if (say)
       say(fmt::format("[t={}] gen-mixed: {} prompts, {} tokens to generate, {} rows, static vs dynamic", threads,
                       w.prompts.size(), gen, rows));
-    if (model.caches_are_setup()) model.delete_caches();
-    const MemoryPart parts[] = {{"KV cache", model.cache_bytes_for(rows, w.positions)},
+    if (ctx.caches_are_setup()) ctx.delete_caches();
+    const MemoryPart parts[] = {{"KV cache", ctx.cache_bytes_for(rows, w.positions)},
                                 {"activations", model.activation_bytes_for(rows, w.positions, false)}};
     const std::string dtype = o.dtypes.size() > 1 ? fmt::format(" with --dtype {}", to_string(model.dtype())) : "";
     if (!fits_budget(rep, fmt::format("gen-mixed batch {}{}", rows, dtype), parts)) continue;
@@ -70,7 +71,7 @@ void run_gen_mixed(const Options& o, Model& model, int threads, Report& rep,
     int64_t passes[2] = {0, 0};
     std::vector<std::vector<int32_t>> ids[2];
     {
-      KvCacheScope scope(model, rows, w.positions, CachePolicy::Reuse);
+      KvCacheScope scope(ctx, rows, w.positions, CachePolicy::Reuse);
       auto once = [&](int k) {
         GenerateOptions go;
         go.max_gen_toks = w.max_gen_toks;
@@ -79,7 +80,7 @@ void run_gen_mixed(const Options& o, Model& model, int threads, Report& rep,
         go.batching = k == 0 ? Batching::Static : Batching::Dynamic;
         GenerateTiming t;
         Stopwatch sw;
-        std::vector<Generation> g = generate_greedy(model, w.prompts, go, &t);
+        std::vector<Generation> g = generate_greedy(ctx, w.prompts, go, &t);
         const double s = sw.seconds();
         require_whole(g, w.max_gen_toks, k == 0 ? "gen-mixed's static generation" : "gen-mixed's dynamic generation");
         int64_t produced = 0;
@@ -96,14 +97,14 @@ void run_gen_mixed(const Options& o, Model& model, int threads, Report& rep,
       for (int r = 0; r < o.repetitions; ++r)
         for (int k = 0; k < 2; ++k) secs[k].push_back(once(k));
     }
-    model.delete_caches();
+    ctx.delete_caches();
     size_t differ = 0;
     for (size_t i = 0; i < ids[0].size(); ++i) differ += ids[0][i] != ids[1][i];
     for (int k = 0; k < 2; ++k) {
       Row r;
       r.test = "gen-mixed";
       r.dtype = to_string(model.dtype());
-      r.kv_cache_dtype = to_string(model.kv_cache_dtype());
+      r.kv_cache_dtype = to_string(ctx.kv_cache_dtype());
       r.name = k == 0 ? "static" : "dynamic";
       r.threads = threads;
       r.batch = rows;
@@ -121,7 +122,7 @@ void run_gen_mixed(const Options& o, Model& model, int threads, Report& rep,
     Row s;
     s.test = "gen-mixed";
     s.dtype = to_string(model.dtype());
-    s.kv_cache_dtype = to_string(model.kv_cache_dtype());
+    s.kv_cache_dtype = to_string(ctx.kv_cache_dtype());
     s.name = "speedup";
     s.threads = threads;
     s.batch = rows;

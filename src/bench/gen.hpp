@@ -10,6 +10,7 @@
 
 #include "bench/report.hpp"
 #include "bench/run.hpp"
+#include "model/context.hpp"
 #include "model/model.hpp"
 
 namespace kveval::bench {
@@ -39,7 +40,7 @@ GenMixedWorkload gen_mixed_workload(const Model& model, int n, int max_gen, uint
 /// (the longest prompt and one token) or a cache that does not fit the memory
 /// budget is skipped with a warning (Report::add_warning). Throws what
 /// generate_greedy throws.
-void run_gen_mixed(const Options& o, Model& model, int threads, Report& rep,
+void run_gen_mixed(const Options& o, Context& ctx, int threads, Report& rep,
                    const std::function<void(const std::string&)>& say);
 
 }  // namespace kveval::bench

@@ -99,7 +99,7 @@ void run_roofline(Ctx& c) {
 // ---- pp ---------------------------------------------------------------------
 
 void run_pp(Ctx& c) {
-  drop_caches(c.model);
+  drop_caches(c.context);
   const int64_t V = c.hp.n_vocab;
   for (int b : c.o.batches) {
     for (int p : c.o.n_prompt) {
@@ -119,7 +119,7 @@ void run_pp(Ctx& c) {
       std::vector<float> logits(static_cast<size_t>(b) * static_cast<size_t>(p) * static_cast<size_t>(V));
       const auto secs = repeat(c.o.repetitions, [&] {
         Stopwatch sw;
-        c.model.forward(tokens, b, p, n_tokens, Model::Logits::All, logits);
+        c.context.forward(tokens, b, p, n_tokens, Context::Logits::All, logits);
         return sw.seconds();
       });
       const double tok = static_cast<double>(b) * p;
@@ -141,7 +141,7 @@ void run_pp(Ctx& c) {
       // outputs only the last token), the prefill before generation.
       const auto secs_last = repeat(c.o.repetitions, [&] {
         Stopwatch sw;
-        c.model.forward(tokens, b, p, n_tokens, Model::Logits::Last, logits);
+        c.context.forward(tokens, b, p, n_tokens, Context::Logits::Last, logits);
         return sw.seconds();
       });
       Row rl = c.row("pp", fmt::format("pp{} last", p));
@@ -164,7 +164,7 @@ void run_pp(Ctx& c) {
 // ---- ll -----------------------------------------------------------------------
 
 void run_ll(Ctx& c) {
-  drop_caches(c.model);
+  drop_caches(c.context);
   if (c.hp.n_ctx_train < 2) {
     c.warn(fmt::format("ll skipped: a request needs at least 2 tokens (one scored) but the model's context length is {}",
                        c.hp.n_ctx_train));
@@ -192,7 +192,7 @@ void run_ll(Ctx& c) {
     c.say(fmt::format("ll: {} requests, batch {}", reqs.size(), b));
     const auto secs = repeat(c.o.repetitions, [&] {
       Stopwatch sw;
-      score(c.model, reqs, b);
+      score(c.context, reqs, b);
       return sw.seconds();
     });
     Row r = c.row("ll", "score");
@@ -293,8 +293,9 @@ std::vector<std::vector<int32_t>> synthetic_prompts(const Model& model, int batc
   return out;
 }
 
-std::vector<std::vector<int32_t>> bench_generate(Model& model, const std::vector<std::vector<int32_t>>& prompts,
+std::vector<std::vector<int32_t>> bench_generate(Context& ctx, const std::vector<std::vector<int32_t>>& prompts,
                                                  int n_gen, bool cached, GenerateTiming* timing) {
+  const Model& model = ctx.model();
   if (prompts.empty()) throw ArgumentError("bench_generate: no prompts");
   const size_t p = prompts[0].size();
   for (const auto& r : prompts)
@@ -308,11 +309,11 @@ std::vector<std::vector<int32_t>> bench_generate(Model& model, const std::vector
   opts.stop_at_eos = false;
   std::vector<Generation> gens;
   if (cached) {
-    KvCacheScope scope(model, static_cast<int>(prompts.size()), total, CachePolicy::Reuse);
-    gens = generate_greedy(model, prompts, opts, timing);
+    KvCacheScope scope(ctx, static_cast<int>(prompts.size()), total, CachePolicy::Reuse);
+    gens = generate_greedy(ctx, prompts, opts, timing);
   } else {
-    if (model.caches_are_enabled()) model.set_caches_enabled(false);
-    gens = generate_greedy_uncached(model, prompts, opts, total, timing);
+    if (ctx.caches_are_enabled()) ctx.set_caches_enabled(false);
+    gens = generate_greedy_uncached(ctx, prompts, opts, total, timing);
   }
   require_whole(gens, std::vector<int>(gens.size(), n_gen), cached ? "cached generation" : "uncached generation");
   std::vector<std::vector<int32_t>> ids;
@@ -515,22 +516,22 @@ void ThreadSweep::run_tests(Ctx& c, Model& model, const std::vector<KvCacheDtype
   for (size_t ki = 0; ki < kv_types.size(); ++ki) {
     const bool first = ki == 0;
     if (!first && !selected(o, "cache") && !selected(o, "switch") && !selected(o, "gen-mixed")) break;
-    drop_caches(model);
-    model.set_kv_cache_dtype(kv_types[ki]);
+    drop_caches(c.context);
+    c.context.set_kv_cache_dtype(kv_types[ki]);
     if (kv_types.size() > 1) c.say(fmt::format("KV cache {}", to_string(kv_types[ki])));
     if (first && selected(o, "roofline")) run_roofline(c);
     if (first && selected(o, "pp")) run_pp(c);
     if (first && selected(o, "tg") && !w.tg_together) run_tg(c, kv_types);
-    model.set_kv_cache_dtype(kv_types[ki]);  // run_tg leaves the last
+    c.context.set_kv_cache_dtype(kv_types[ki]);  // run_tg leaves the last
     // A test whose generation stops early (non-finite logits, e.g. an f16 cache
     // that overflowed) is skipped with a warning; the tests measured stay.
     auto guarded = [&](const char* test, const std::function<void()>& f) {
       try {
         f();
       } catch (const MeasurementError& e) {
-        drop_caches(model);
+        drop_caches(c.context);
         rep.add_warning(fmt::format("{} with --dtype {} and KV cache {} skipped: {}", test, dname,
-                                    to_string(model.kv_cache_dtype()), e.what()));
+                                    to_string(c.context.kv_cache_dtype()), e.what()));
       }
     };
     if (first && selected(o, "tg-nocache")) guarded("tg-nocache", [&] { run_tg_nocache(c); });
@@ -540,7 +541,7 @@ void ThreadSweep::run_tests(Ctx& c, Model& model, const std::vector<KvCacheDtype
     if (first && selected(o, "load")) run_load(o, c.threads, model.dtype(), rep, progress);
     // Dequantization does not depend on the compute dtype: once per thread count, with its first load.
     if (first && selected(o, "dequant") && measured.size() == 1) run_dequant(o, c.threads, rep, progress);
-    if (selected(o, "gen-mixed")) guarded("gen-mixed", [&] { run_gen_mixed(o, model, c.threads, rep, progress); });
+    if (selected(o, "gen-mixed")) guarded("gen-mixed", [&] { run_gen_mixed(o, c.context, c.threads, rep, progress); });
   }
 }
 
@@ -568,7 +569,7 @@ void ThreadSweep::run() {
         new Ctx{o, *model, model->hparams(), model->threads(), rep, progress, {}, {}, {}, false, {}});
     run_tests(*ctx, *model, kv_types);
     if (w.tg_together) {
-      drop_caches(*model);
+      drop_caches(ctx->context);
       kept.push_back({std::move(model), std::move(ctx), std::move(kv_types), mo});
     }
   }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bench/report.hpp"
+#include "model/context.hpp"
 #include "model/model.hpp"
 #include "util/error.hpp"
 
@@ -92,7 +93,7 @@ void require_whole(const std::vector<Generation>& gens, const std::vector<int>& 
 /// row (EOS does not stop). Leaves the cache disabled. Throws ArgumentError
 /// if the prompts are ragged or prompt + n_gen exceeds the context length,
 /// MeasurementError if a row stops early (non-finite logits).
-std::vector<std::vector<int32_t>> bench_generate(Model& model, const std::vector<std::vector<int32_t>>& prompts,
+std::vector<std::vector<int32_t>> bench_generate(Context& ctx, const std::vector<std::vector<int32_t>>& prompts,
                                                  int n_gen, bool cached, GenerateTiming* timing = nullptr);
 
 }  // namespace kveval::bench

@@ -62,9 +62,9 @@ void run_tg(const std::vector<TgVariant>& variants, backend::StreamReader* reade
                          : fmt::format("KV cache {}", to_string(v.kv));
   };
   auto use = [&](const TgVariant& v) {
-    if (v.c->model.kv_cache_dtype() == v.kv) return;
-    drop_caches(v.c->model);
-    v.c->model.set_kv_cache_dtype(v.kv);
+    if (v.c->context.kv_cache_dtype() == v.kv) return;
+    drop_caches(v.c->context);
+    v.c->context.set_kv_cache_dtype(v.kv);
   };
   std::vector<double> wbytes;
   for (const TgVariant& v : variants)
@@ -73,14 +73,14 @@ void run_tg(const std::vector<TgVariant>& variants, backend::StreamReader* reade
   auto measure = [&](int b, int p, int g) {
     // No load keeps a cache of another shape (each load's cache is set up again
     // in the warm-up), then the variants whose cache and activations fit.
-    for (const TgVariant& v : variants) drop_caches(v.c->model);
+    for (const TgVariant& v : variants) drop_caches(v.c->context);
     std::vector<size_t> group;  // indices into variants
     for (size_t k = 0; k < nk; ++k) {
       const TgVariant& v = variants[k];
       use(v);
       std::string named = nk > 1 ? " with " + label(v) : std::string();
       if (nk == 1 || !dtypes_differ) named += v.c->dtype_suffix();  // else label(v) names the dtype
-      const MemoryPart parts[] = {{"KV cache", v.c->model.cache_bytes_for(b, p + g)},
+      const MemoryPart parts[] = {{"KV cache", v.c->context.cache_bytes_for(b, p + g)},
                                   {"activations", v.c->model.activation_bytes_for(b, p, false)}};
       if (fits_budget(v.c->rep, fmt::format("tg{} after p{} batch {}{}", g, p, b, named), parts))
         group.push_back(k);
@@ -102,10 +102,10 @@ void run_tg(const std::vector<TgVariant>& variants, backend::StreamReader* reade
       use(v);
       GenerateTiming t;
       try {
-        bench_generate(v.c->model, prompts, g, true, &t);
+        bench_generate(v.c->context, prompts, g, true, &t);
       } catch (const MeasurementError& e) {
         failed[k] = true;
-        drop_caches(v.c->model);
+        drop_caches(v.c->context);
         c0.warn(fmt::format("tg{} after p{} batch {} with {} skipped: {}", g, p, b, label(v), e.what()));
         return;
       }
@@ -151,7 +151,7 @@ void run_tg(const std::vector<TgVariant>& variants, backend::StreamReader* reade
   for (int b : c0.o.batches)
     for (int p : c0.o.tg_prompt)
       for (int g : fitting_gens(c0, "tg", p)) measure(b, p, g);
-  for (const TgVariant& v : variants) drop_caches(v.c->model);
+  for (const TgVariant& v : variants) drop_caches(v.c->context);
   c0.note(fmt::format(
       "tg: tok/s = batch*(n_gen-1) / decode time (the first token comes from the prefill; decode time includes argmax "
       "and log-prob of each token); weights_MB = bytes of weights streamed per decode step (matrices in the compute "
@@ -192,7 +192,7 @@ std::unique_ptr<backend::StreamReader> make_stream_reader(Ctx& c) {
 }
 
 void run_tg_nocache(Ctx& c) {
-  drop_caches(c.model);
+  drop_caches(c.context);
   for (int b : c.o.batches) {
     for (int p : c.o.tg_prompt) {
       for (int g : fitting_gens(c, "tg-nocache", p)) {
@@ -203,7 +203,7 @@ void run_tg_nocache(Ctx& c) {
         const auto prompts = synthetic_prompts(c.model, b, p, c.o.seed);
         const auto secs = repeat(c.o.repetitions, [&] {
           GenerateTiming t;
-          bench_generate(c.model, prompts, g, false, &t);
+          bench_generate(c.context, prompts, g, false, &t);
           return t.prefill_seconds + t.decode_seconds;
         });
         Row r = c.row("tg-nocache", fmt::format("tg{}", g));
@@ -220,18 +220,18 @@ void run_tg_nocache(Ctx& c) {
           try {
             repeat(c.o.repetitions, [&] {
               GenerateTiming t;
-              bench_generate(c.model, prompts, g, true, &t);
+              bench_generate(c.context, prompts, g, true, &t);
               e2e.push_back(t.prefill_seconds + t.decode_seconds);
               return 0.0;
             });
           } catch (const MeasurementError& e) {  // the uncached row stays; only the comparison is missing
-            drop_caches(c.model);
+            drop_caches(c.context);
             c.warn(fmt::format("tg-nocache: the speedup of tg{} after p{} batch {} with KV cache {} skipped: {}", g, p, b,
-                               to_string(c.model.kv_cache_dtype()), e.what()));
+                               to_string(c.context.kv_cache_dtype()), e.what()));
             continue;
           }
           e2e.erase(e2e.begin());
-          drop_caches(c.model);
+          drop_caches(c.context);
           it = c.cached_e2e.emplace(std::array<int, 3>{b, p, g}, e2e).first;
         }
         const double t_cached = median(it->second), t_uncached = median(secs);
@@ -271,9 +271,9 @@ static std::string tg_misfit(std::vector<Kept>& kept) {
         for (Kept& k : kept) {
           uint64_t kv = 0;
           for (KvCacheDtype t : k.kv_types) {
-            drop_caches(*k.model);
-            k.model->set_kv_cache_dtype(t);
-            kv = std::max<uint64_t>(kv, k.model->cache_bytes_for(b, p + gg));
+            drop_caches(k.ctx->context);
+            k.ctx->context.set_kv_cache_dtype(t);
+            kv = std::max<uint64_t>(kv, k.ctx->context.cache_bytes_for(b, p + gg));
           }
           const std::string d = to_string(k.model->dtype());
           parts.push_back({fmt::format("KV cache ({})", d), kv});

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
+#include "model/context.hpp"
 #include "model/model.hpp"
 #include "util/error.hpp"
 #include "util/memory.hpp"
@@ -90,16 +91,17 @@ void add_generate_command(CLI::App& app, Action& action) {
         std::fflush(stdout);
         return false;
       };
+      Context context(*model);
       GenerateTiming t;
       double setup_s = 0, teardown_s = 0;
       std::vector<Generation> g;
       if (o->no_cache) {
-        g = generate_greedy_uncached(*model, {prompt}, go, std::max(ctx, 1), &t);
+        g = generate_greedy_uncached(context, {prompt}, go, std::max(ctx, 1), &t);
       } else {
         sw.reset();
-        auto scope = std::make_unique<KvCacheScope>(*model, 1, ctx);
+        auto scope = std::make_unique<KvCacheScope>(context, 1, ctx);
         setup_s = sw.seconds();
-        g = generate_greedy(*model, {prompt}, go, &t);
+        g = generate_greedy(context, {prompt}, go, &t);
         sw.reset();
         scope.reset();
         teardown_s = sw.seconds();

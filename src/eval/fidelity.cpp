@@ -74,8 +74,8 @@ std::vector<MetricFlips> metric_flips(const EvalSpec& spec, const RunResult& a, 
 
 namespace {
 
-/// The scoring requests of a plan that ran, and their per-token log-probs under `model`.
-std::vector<std::vector<double>> per_token(Model& model, const RunResult& plan, int batch_size) {
+/// The scoring requests of a plan that ran, and their per-token log-probs in `ctx`.
+std::vector<std::vector<double>> per_token(Context& ctx, const RunResult& plan, int batch_size) {
   std::vector<ScoreRequest> reqs;
   for (size_t i = 0; i < plan.requests.size(); ++i) {
     const Request& r = plan.requests[i];
@@ -83,7 +83,7 @@ std::vector<std::vector<double>> per_token(Model& model, const RunResult& plan, 
     reqs.push_back(r.score);
   }
   std::vector<std::vector<double>> lp;
-  for (auto& s : score(model, reqs, batch_size)) lp.push_back(std::move(s.logprobs));
+  for (auto& s : score(ctx, reqs, batch_size)) lp.push_back(std::move(s.logprobs));
   return lp;
 }
 
@@ -96,9 +96,10 @@ FidelityReport compare_dtypes(const EvalSpec& spec, ComputeDtype a, ComputeDtype
   const ComputeDtype dts[2] = {a, b};
   for (int k = 0; k < 2; ++k) {
     auto model = Model::load(spec.model, {.threads = spec.threads, .dtype = dts[k], .kv_cache_dtype = spec.kv_cache_dtype});
-    res[k] = run_eval(spec, *model);
+    Context ctx(*model);
+    res[k] = run_eval(spec, ctx);
     // the same requests (plan of the first run) through both models
-    tok[k] = per_token(*model, res[0], spec.batch_size);
+    tok[k] = per_token(ctx, res[0], spec.batch_size);
     (k == 0 ? rep.dtype_a : rep.dtype_b) = to_string(model->dtype());
     rep.failed[k] = res[k].n_request_errors;
     for (size_t i = 0; i < res[k].requests.size() && rep.first_error.empty(); ++i)

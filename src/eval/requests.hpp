@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "eval/spec.hpp"
+#include "model/context.hpp"
 #include "model/model.hpp"
 #include "model/tokenizer.hpp"
 

@@ -114,14 +114,14 @@ MemoryPlan plan_for(const Model& model, const std::vector<Request>& requests, co
   return p;
 }
 
-void score_phase(const EvalSpec& spec, Model& model, const RunOptions& opts, const std::vector<int>& owner,
+void score_phase(const EvalSpec& spec, Context& ctx, const RunOptions& opts, const std::vector<int>& owner,
                  RunResult& res) {
-  if (model.caches_are_setup())
+  if (ctx.caches_are_setup())
     throw CacheError("loglikelihood phase: caches are set up; log-likelihood requests must run cache-free");
   if (opts.on_phase) opts.on_phase("loglikelihood");
   std::vector<size_t> order = mine(canonical_score_order(spec, res.requests), owner, res.rank);
   if (opts.progress) opts.progress("loglikelihood", 0, order.size(), 0);
-  const ModelStats s0 = model.stats();
+  const ContextStats s0 = ctx.stats();
   Stopwatch sw;
   int64_t tokens = 0;
   const size_t chunk = static_cast<size_t>(res.batch_size) * 8;  // a multiple of batch_size: same batches as one call
@@ -133,7 +133,7 @@ void score_phase(const EvalSpec& spec, Model& model, const RunOptions& opts, con
       batch.push_back(res.requests[order[k]].score);
       tokens += static_cast<int64_t>(batch.back().tokens.size());
     }
-    std::vector<ScoreResult> out = score(model, batch, res.batch_size);
+    std::vector<ScoreResult> out = score(ctx, batch, res.batch_size);
     if (out.size() != batch.size())
       throw Error(fmt::format("internal: score() returned {} results for {} requests", out.size(), batch.size()));
     for (size_t k = start; k < end; ++k) {
@@ -157,7 +157,7 @@ void score_phase(const EvalSpec& spec, Model& model, const RunOptions& opts, con
     }
     if (opts.progress) opts.progress("loglikelihood", end, order.size(), tokens);
   }
-  const ModelStats s1 = model.stats();
+  const ContextStats s1 = ctx.stats();
   res.ll_forward_calls = s1.forward_calls - s0.forward_calls;
   res.ll_forward_with_cache_setup = s1.forward_with_cache_setup - s0.forward_with_cache_setup;
   res.ll_forward_cached = s1.forward_cached - s0.forward_cached;
@@ -167,7 +167,7 @@ void score_phase(const EvalSpec& spec, Model& model, const RunOptions& opts, con
                             res.ll_forward_with_cache_setup, res.ll_forward_cached));
 }
 
-void generation_phase(const EvalSpec& spec, Model& model, const RunOptions& opts, const std::vector<int>& owner,
+void generation_phase(const EvalSpec& spec, Context& ctx, const RunOptions& opts, const std::vector<int>& owner,
                       RunResult& res) {
   if (opts.on_phase) opts.on_phase("generation");
   std::vector<size_t> order = mine(canonical_generate_order(spec, res.requests), owner, res.rank);
@@ -180,29 +180,29 @@ void generation_phase(const EvalSpec& spec, Model& model, const RunOptions& opts
   }
   const GenPlan plan = plan_generation(order, res.requests, res.batch_size, res.max_length);
   const std::vector<size_t>& gen = plan.gen;
-  res.cache_bytes_before = model.bytes();
+  res.cache_bytes_before = ctx.bytes();
   if (gen.empty()) {
     res.phases.push_back({"cache setup", 0, 0});
     res.phases.push_back({"prefill", 0, 0});
     res.phases.push_back({"decode", 0, 0});
     res.phases.push_back({"cache teardown", 0, 0});
-    res.cache_bytes_after = model.bytes();
+    res.cache_bytes_after = ctx.bytes();
     return;
   }
   const int positions = plan.positions, rows = plan.rows;
   res.cache_rows = rows;
   res.cache_positions = positions;
 
-  const Tokenizer& tok = model.tokenizer();
+  const Tokenizer& tok = ctx.model().tokenizer();
   GenerateTiming timing;
   Stopwatch sw_setup;
   std::optional<KvCacheScope> scope;
-  scope.emplace(model, rows, positions, opts.cache_policy);
+  scope.emplace(ctx, rows, positions, opts.cache_policy);
   double setup_s = sw_setup.seconds();
-  res.cache_bytes_setup = model.bytes();
+  res.cache_bytes_setup = ctx.bytes();
   res.phases.push_back({"cache setup", setup_s, 0});
   log_line(opts, fmt::format("generation cache: {} rows x {} positions = {} bytes (K+V, {})", rows, positions,
-                             res.cache_bytes_setup, to_string(model.kv_cache_dtype())));
+                             res.cache_bytes_setup, to_string(ctx.kv_cache_dtype())));
   // One call over every generation request: with Batching::Dynamic a row that
   // ends is rewound and refilled with the next request while the others decode.
   std::vector<std::vector<int32_t>> prompts;
@@ -243,7 +243,7 @@ void generation_phase(const EvalSpec& spec, Model& model, const RunOptions& opts
     done_tokens += g.prompt_tokens + static_cast<int64_t>(g.ids.size());
     if (opts.progress) opts.progress("generation", done, gen.size(), done_tokens);
   };
-  std::vector<Generation> out = generate_greedy(model, prompts, go, &timing);
+  std::vector<Generation> out = generate_greedy(ctx, prompts, go, &timing);
   if (out.size() != prompts.size())
     throw Error(fmt::format("internal: generate_greedy returned {} results for {} prompts", out.size(), prompts.size()));
   for (size_t k = 0; k < gen.size(); ++k) {
@@ -281,7 +281,7 @@ void generation_phase(const EvalSpec& spec, Model& model, const RunOptions& opts
   Stopwatch sw_down;
   scope.reset();
   res.phases.push_back({"cache teardown", sw_down.seconds(), 0});
-  res.cache_bytes_after = model.bytes();
+  res.cache_bytes_after = ctx.bytes();
 }
 
 /// Distributed run: sends this rank's outcomes and phases to rank 0; on rank 0
@@ -331,7 +331,8 @@ void gather_ranks(const Shard& shard, const std::vector<int>& owner, RunResult& 
   }
 }
 
-RunResult run_eval_impl(const EvalSpec& spec, Model& model, const RunOptions& opts, std::vector<Phase> phases) {
+RunResult run_eval_impl(const EvalSpec& spec, Context& ctx, const RunOptions& opts, std::vector<Phase> phases) {
+  const Model& model = ctx.model();
   RunResult res;
   res.phases = std::move(phases);
   res.rank = opts.shard.rank;
@@ -343,7 +344,7 @@ RunResult run_eval_impl(const EvalSpec& spec, Model& model, const RunOptions& op
   res.model_sha256 = model.sha256();
   res.threads = model.threads();
   res.dtype = to_string(model.dtype());
-  res.kv_cache_dtype = to_string(model.kv_cache_dtype());
+  res.kv_cache_dtype = to_string(ctx.kv_cache_dtype());
   if (opts.log) opts.log(fmt::format("compute dtype {}; KV cache {}", model.dtype_note(), res.kv_cache_dtype));
   res.batch_size = spec.batch_size;
   const int n_ctx = model.hparams().n_ctx_train;
@@ -386,7 +387,7 @@ RunResult run_eval_impl(const EvalSpec& spec, Model& model, const RunOptions& op
         {fmt::format("activations (batch_size {})", res.batch_size), mp.activations}};
     check_memory_plan(fmt::format("the run of {}", spec.path), parts,
                       opts.memory_budget ? *opts.memory_budget : memory_budget(),
-                      model.kv_cache_dtype() == KvCacheDtype::F32
+                      ctx.kv_cache_dtype() == KvCacheDtype::F32
                           ? "lower batch_size, max_length or max_gen_toks, or set kv_cache_dtype (--kv-cache-dtype) bf16 or f16 (half the KV cache)"
                           : "lower batch_size, max_length or max_gen_toks");
   } catch (...) {
@@ -395,8 +396,8 @@ RunResult run_eval_impl(const EvalSpec& spec, Model& model, const RunOptions& op
   }
   if (opts.shard.agree) opts.shard.agree(no_memory);
 
-  score_phase(spec, model, opts, owner, res);
-  generation_phase(spec, model, opts, owner, res);
+  score_phase(spec, ctx, opts, owner, res);
+  generation_phase(spec, ctx, opts, owner, res);
   if (res.n_ranks > 1) {
     gather_ranks(opts.shard, owner, res);
     if (!res.is_root()) return res;
@@ -492,8 +493,8 @@ MemoryPlan plan_memory(const EvalSpec& spec, const Model& model, const std::vect
                   batch_size, max_length);
 }
 
-RunResult run_eval(const EvalSpec& spec, Model& model, const RunOptions& opts) {
-  return run_eval_impl(spec, model, opts, {});
+RunResult run_eval(const EvalSpec& spec, Context& ctx, const RunOptions& opts) {
+  return run_eval_impl(spec, ctx, opts, {});
 }
 
 RunResult run_spec(const EvalSpec& spec, const RunOptions& opts) {
@@ -524,7 +525,8 @@ RunResult run_spec(const EvalSpec& spec, const RunOptions& opts) {
   }
   double load_s = sw.seconds();
   if (opts.log) opts.log(format_load_summary(model->load_summary()));
-  RunResult res = run_eval_impl(spec, *model, opts, {Phase{"load", load_s, 0}});
+  Context ctx(*model);
+  RunResult res = run_eval_impl(spec, ctx, opts, {Phase{"load", load_s, 0}});
   res.agreed_inputs = std::move(agreed);
   return res;
 }

@@ -16,6 +16,7 @@
 #include "eval/requests.hpp"
 #include "eval/shard.hpp"
 #include "eval/spec.hpp"
+#include "model/context.hpp"
 #include "model/model.hpp"
 #include "util/memory.hpp"
 
@@ -75,11 +76,11 @@ struct RunResult {
   /// (Shard::same_inputs), for the results; empty in a one-rank run.
   std::vector<InputFingerprint> agreed_inputs;
   // cache accounting of the generation phase
-  size_t cache_bytes_before = 0;         ///< Model::bytes() just before the generation scope
-  size_t cache_bytes_setup = 0;          ///< Model::bytes() inside the scope (0 when no generation)
-  size_t cache_bytes_after = 0;          ///< Model::bytes() after leaving the scope
+  size_t cache_bytes_before = 0;         ///< Context::bytes() just before the generation scope
+  size_t cache_bytes_setup = 0;          ///< Context::bytes() inside the scope (0 when no generation)
+  size_t cache_bytes_after = 0;          ///< Context::bytes() after leaving the scope
   int cache_rows = 0, cache_positions = 0;  ///< shape of the scope (rows x positions per row)
-  // instrumentation of the log-likelihood phase (deltas of Model::stats())
+  // instrumentation of the log-likelihood phase (deltas of Context::stats())
   uint64_t ll_forward_calls = 0;              ///< forward passes run by the log-likelihood phase
   uint64_t ll_forward_with_cache_setup = 0;   ///< of those, run while caches were set up: must be 0
   uint64_t ll_forward_cached = 0;             ///< of those, that read/appended a cache: must be 0
@@ -109,7 +110,7 @@ struct MemoryPlan {
 MemoryPlan plan_memory(const EvalSpec& spec, const Model& model, const std::vector<Request>& requests,
                        int batch_size, int max_length);
 
-/// Runs the plan on an already loaded model (no "load" phase). With
+/// Runs the plan in `ctx` over its already loaded model (no "load" phase). With
 /// opts.shard.size > 1 every rank must call it with the same spec and model:
 /// the requests are split by assign_requests, each rank runs its share through
 /// the same phases, and rank 0 gathers and computes the metrics (other ranks
@@ -117,14 +118,14 @@ MemoryPlan plan_memory(const EvalSpec& spec, const Model& model, const std::vect
 /// from load_spec/parse_spec. Throws SpecError when max_length exceeds the
 /// model's context_length or a max_gen_toks does not fit; MemoryError (one
 /// line naming the KV cache, activations and the memory available) when the
-/// plan does not fit the memory budget, before any forward pass; CacheError when the
-/// model has caches set up on entry; Error (internal) when a log-likelihood
+/// plan does not fit the memory budget, before any forward pass; CacheError when
+/// `ctx` has caches set up on entry; Error (internal) when a log-likelihood
 /// forward pass ran with caches set up; whatever the engine throws. On any
 /// exception inside the generation scope the caches are deleted (bytes() == 0).
 /// A request whose logits become non-finite (NaN/Inf) gets a per-request
 /// error naming the task, document and token position and is left out of
 /// the metrics.
-RunResult run_eval(const EvalSpec& spec, Model& model, const RunOptions& opts = {});
+RunResult run_eval(const EvalSpec& spec, Context& ctx, const RunOptions& opts = {});
 
 /// Loads spec.model (threads = spec.threads), timed as phase "load", then run_eval.
 RunResult run_spec(const EvalSpec& spec, const RunOptions& opts = {});

@@ -1,11 +1,11 @@
-// Scoring (cache-free log-likelihood) and greedy generation on top of Model::forward.
+// Scoring (cache-free log-likelihood) and greedy generation on top of Context::forward.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include <fmt/format.h>
 
-#include "model/model.hpp"
+#include "model/context.hpp"
 #include "util/error.hpp"
 #include "util/timer.hpp"
 
@@ -42,8 +42,9 @@ bool ScoreResult::all_greedy() const {
   return std::all_of(is_greedy.begin(), is_greedy.end(), [](uint8_t g) { return g != 0; });
 }
 
-std::vector<ScoreResult> score(Model& model, std::span<const ScoreRequest> requests, int batch_size) {
-  if (model.caches_are_enabled())
+std::vector<ScoreResult> score(Context& ctx, std::span<const ScoreRequest> requests, int batch_size) {
+  const Model& model = ctx.model();
+  if (ctx.caches_are_enabled())
     throw CacheError("score: KV caches are enabled; scoring runs cache-free (use KvCacheDisabled or leave the cache scope)");
   if (batch_size < 1) throw ArgumentError(fmt::format("score: batch_size {} must be >= 1", batch_size));
   const size_t V = static_cast<size_t>(model.hparams().n_vocab);
@@ -76,7 +77,7 @@ std::vector<ScoreResult> score(Model& model, std::span<const ScoreRequest> reque
       n_tokens[static_cast<size_t>(j)] = static_cast<int>(r.tokens.size()) - 1;
     }
     logits.resize(static_cast<size_t>(nb) * seq * V);
-    model.forward(tokens, nb, seq, n_tokens, Model::Logits::All, logits);
+    ctx.forward(tokens, nb, seq, n_tokens, Context::Logits::All, logits);
     for (int j = 0; j < nb; ++j) {
       const auto& r = requests[b0 + static_cast<size_t>(j)];
       ScoreResult& res = out[b0 + static_cast<size_t>(j)];
@@ -152,7 +153,7 @@ bool take_token(const Tokenizer& tok, const GenerateOptions& opts, size_t i, std
 // Shared decode loop (uncached generation). `step(live_rows, last_tokens, logits)` computes, for each
 // row, the logits of the next token ([n_rows, V]); rows not live are skipped.
 template <class Prefill, class Step>
-std::vector<Generation> decode_loop(Model& model, const std::vector<std::vector<int32_t>>& prompts,
+std::vector<Generation> decode_loop(const Model& model, const std::vector<std::vector<int32_t>>& prompts,
                                     const GenerateOptions& opts, int capacity, GenerateTiming* timing,
                                     Prefill&& prefill, Step&& step) {
   check_prompts(prompts, opts);
@@ -221,15 +222,16 @@ std::string kv_f16_overflow_note(uint64_t overflows) {
                      overflows, overflows == 1 ? "" : "s");
 }
 
-std::vector<Generation> generate_greedy(Model& model, const std::vector<std::vector<int32_t>>& prompts,
+std::vector<Generation> generate_greedy(Context& ctx, const std::vector<std::vector<int32_t>>& prompts,
                                         const GenerateOptions& opts, GenerateTiming* timing) {
-  if (!model.caches_are_setup())
+  const Model& model = ctx.model();
+  if (!ctx.caches_are_setup())
     throw CacheError("generate_greedy: KV caches are not set up; enter a KvCacheScope or call setup_caches first");
-  if (!model.caches_are_enabled())
+  if (!ctx.caches_are_enabled())
     throw CacheError("generate_greedy: KV caches are disabled; leave the KvCacheDisabled scope first");
   check_prompts(prompts, opts);
   const size_t n = prompts.size();
-  const int capacity = model.capacity();
+  const int capacity = ctx.capacity();
   size_t longest = 1;
   for (size_t i = 0; i < n; ++i) {
     if (static_cast<int>(prompts[i].size()) > capacity)
@@ -246,7 +248,7 @@ std::vector<Generation> generate_greedy(Model& model, const std::vector<std::vec
     if (opts.logprobs) gens[i].logprobs.reserve(most);
   }
   if (n == 0) return gens;
-  const int rows = static_cast<int>(std::min(n, static_cast<size_t>(model.cache_batch_size())));
+  const int rows = static_cast<int>(std::min(n, static_cast<size_t>(ctx.cache_batch_size())));
   const size_t R = static_cast<size_t>(rows), V = static_cast<size_t>(model.hparams().n_vocab);
   const Tokenizer& tok = model.tokenizer();
   // Row state: the prompt it serves (-1: free), whether its logits hold an
@@ -271,7 +273,7 @@ std::vector<Generation> generate_greedy(Model& model, const std::vector<std::vec
       fresh[r] = 0;
       const size_t i = static_cast<size_t>(slot[r]);
       if (take_token(tok, opts, i, std::span<const float>(logits.data() + r * V, V), capacity, gens[i], timing)) {
-        if (gens[i].reason == StopReason::NonFinite) gens[i].kv_f16_overflows = model.kv_f16_overflows(static_cast<int>(r));
+        if (gens[i].reason == StopReason::NonFinite) gens[i].kv_f16_overflows = ctx.kv_f16_overflows(static_cast<int>(r));
         slot[r] = -1;
         --busy;
         finish(i);
@@ -291,7 +293,7 @@ std::vector<Generation> generate_greedy(Model& model, const std::vector<std::vec
             gens[i].reason = StopReason::ContextFull;
             finish(i);
           } else {
-            model.reset_cache_row(static_cast<int>(r));  // torchtune-style per-row reset: n_past(r) = 0
+            ctx.reset_cache_row(static_cast<int>(r));  // torchtune-style per-row reset: n_past(r) = 0
             slot[r] = static_cast<ptrdiff_t>(i);
             prefill[r] = 1;
             ++busy;
@@ -321,7 +323,7 @@ std::vector<Generation> generate_greedy(Model& model, const std::vector<std::vec
       }
     }
     Stopwatch pass;
-    model.forward(tokens, rows, seq, n_tokens, Model::Logits::Last, logits);
+    ctx.forward(tokens, rows, seq, n_tokens, Context::Logits::Last, logits);
     prefill_s += pass.seconds() * static_cast<double>(pt) / static_cast<double>(pt + dt);
     if (timing) {
       timing->prefill_tokens += pt;
@@ -340,9 +342,10 @@ std::vector<Generation> generate_greedy(Model& model, const std::vector<std::vec
   return gens;
 }
 
-std::vector<Generation> generate_greedy_uncached(Model& model, const std::vector<std::vector<int32_t>>& prompts,
+std::vector<Generation> generate_greedy_uncached(Context& ctx, const std::vector<std::vector<int32_t>>& prompts,
                                                  const GenerateOptions& opts, int max_seq_len, GenerateTiming* timing) {
-  if (model.caches_are_enabled())
+  const Model& model = ctx.model();
+  if (ctx.caches_are_enabled())
     throw CacheError("generate_greedy_uncached: KV caches are enabled; use KvCacheDisabled or leave the cache scope");
   if (max_seq_len < 1 || max_seq_len > model.hparams().n_ctx_train)
     throw ArgumentError(fmt::format("generate_greedy_uncached: max_seq_len {} outside [1, {}]", max_seq_len,
@@ -366,7 +369,7 @@ std::vector<Generation> generate_greedy_uncached(Model& model, const std::vector
       if (gens) std::copy((*gens)[static_cast<size_t>(r)].ids.begin(), (*gens)[static_cast<size_t>(r)].ids.end(), it);
       n_tokens[static_cast<size_t>(r)] = len(r);
     }
-    model.forward(tokens, n, seq, n_tokens, Model::Logits::Last, logits);
+    ctx.forward(tokens, n, seq, n_tokens, Context::Logits::Last, logits);
   };
   auto prefill = [&](const std::vector<uint8_t>& live, std::vector<float>& logits) { run(live, nullptr, logits); };
   auto step = [&](const std::vector<uint8_t>& live, const std::vector<Generation>& gens, std::vector<float>& logits) {

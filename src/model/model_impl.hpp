@@ -1,6 +1,7 @@
 #pragma once
-// Model internals shared by the loader (model_load.cpp) and the forward pass
-// and cache (model.cpp). Not part of the public interface.
+// Model internals shared by the loader (model_load.cpp), the accessors
+// (model.cpp) and the forward pass of a Context (context_impl.hpp). Not part
+// of the public interface.
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,58 +58,17 @@ struct Model::Impl {
   std::vector<detail::Layer> layers;
   std::vector<float> rope_factors;  // [n_rot/2] rope_freqs.weight, or empty
   backend::RopeParams rope;         // points into rope_factors
-  backend::RopeTable rope_tab;      // the current forward's RoPE angles, shared by all layers
   size_t weight_bytes = 0;
   LoadSummary summary;
   ComputeDtype dtype = ComputeDtype::F32;  ///< resolved compute dtype (never Auto)
   std::string dtype_note;                   ///< how it was chosen (Model::dtype_note)
   std::string sha256;  // of the file bytes loaded ("" when not requested)
 
-  // ---- KV cache: K and V [n_layer][batch][n_kv_head][cap][head_dim] of kv_dtype ----
-  backend::PageBuffer k_cache, v_cache;  // pages become resident when written (no huge pages)
-  KvCacheDtype kv_dtype = KvCacheDtype::F32;  ///< F32, BF16 or F16, never Auto
-  size_t kv_elem_bytes() const { return kv_dtype == KvCacheDtype::F32 ? 4 : 2; }
-  /// Element `off` (cache_off units) of the K (which 0) or V cache.
-  char* kv_at(int which, size_t off) const {
-    return reinterpret_cast<char*>((which == 0 ? k_cache : v_cache).get()) + off * kv_elem_bytes();
-  }
-  int cache_batch = 0, cache_cap = 0;
-  bool cache_enabled = false;
-  std::vector<int> n_past;
-  std::vector<uint64_t> kv_row_overflows;  ///< per row: K/V values stored as ±Inf by an f16 cache since its last reset
-
-  ModelStats stats;
-
-  // ---- activation buffers (grow-only) ----
-  backend::Buffer x, xb, qkv, att, gu, hb, logits, last, scores;
-  std::vector<int32_t> pos;       // [T]
-  std::vector<int32_t> tok_ids;   // [T]
-  std::vector<int> seq_row, seq_start, seq_len;  // packed sequences
-  std::vector<backend::AttentionSeq> short_att;   // sequences of a layer attended in one parallel loop
+  KvCacheDtype kv_dtype = KvCacheDtype::F32;  ///< a new Context's cache element type (never Auto)
 
   const backend::Weight& out_weight() const { return output; }
   int kv_dim() const { return hp.n_head_kv * hp.head_dim(); }
   int q_dim() const { return hp.n_embd_q(); }
-  size_t cache_elems(int batch, int cap) const {
-    return static_cast<size_t>(hp.n_layer) * batch * hp.n_head_kv * cap * hp.head_dim();
-  }
-  // Offset of (layer, row, head, pos=0) in a cache.
-  size_t cache_off(int layer, int row, int head) const {
-    return ((static_cast<size_t>(layer) * cache_batch + row) * hp.n_head_kv + head) * cache_cap * hp.head_dim();
-  }
-
-  void reserve(size_t T, size_t n_rows_last) {
-    const size_t D = hp.n_embd, F = hp.n_ff, KV = kv_dim(), Q = q_dim();
-    bool a = false;
-    a |= x.reserve(T * D);
-    a |= xb.reserve(T * D);
-    a |= qkv.reserve(T * (Q + 2 * KV));
-    a |= att.reserve(T * Q);
-    a |= gu.reserve(T * 2 * F);
-    a |= hb.reserve(T * F);
-    a |= last.reserve(std::max<size_t>(1, n_rows_last) * D);
-    if (a) ++stats.buffer_allocations;
-  }
 };
 
 }  // namespace kveval

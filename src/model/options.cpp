@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "model/model.hpp"
+#include "model/context.hpp"
 #include "util/error.hpp"
 
 namespace kveval {

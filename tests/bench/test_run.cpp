@@ -19,6 +19,7 @@
 #include "bench/run.hpp"
 #include "model/gguf.hpp"
 #include "model/model.hpp"
+#include "context_support.hpp"
 #include "model/random_model.hpp"
 #include "test_support.hpp"
 #include "util/error.hpp"
@@ -55,8 +56,8 @@ std::string kveval_bin() {
   return b ? b : "kveval";
 }
 
-void check_same_ids(Model& model, int batch, int n_prompt, int n_gen) {
-  const auto prompts = synthetic_prompts(model, batch, n_prompt, 42);
+void check_same_ids(Context& model, int batch, int n_prompt, int n_gen) {
+  const auto prompts = synthetic_prompts(model.model(), batch, n_prompt, 42);
   GenerateTiming tc, tu;
   const auto cached = bench_generate(model, prompts, n_gen, true, &tc);
   const auto uncached = bench_generate(model, prompts, n_gen, false, &tu);
@@ -95,23 +96,23 @@ int64_t scheduled_passes(const std::vector<int>& gen, int rows, bool dynamic) {
 
 TEST_SUITE("bench.run") {
   TEST_CASE("synthetic prompts start with BOS, avoid specials and are deterministic" * kveval::test::needs_model()) {
-    auto model = Model::load(test::model_path(), {1});
-    const auto a = synthetic_prompts(*model, 3, 20, 7), b = synthetic_prompts(*model, 3, 20, 7);
+    auto model = test::load_context(test::model_path(), {1});
+    const auto a = synthetic_prompts(model.model(), 3, 20, 7), b = synthetic_prompts(model.model(), 3, 20, 7);
     CHECK(a == b);
-    CHECK(a != synthetic_prompts(*model, 3, 20, 8));
+    CHECK(a != synthetic_prompts(model.model(), 3, 20, 8));
     for (const auto& row : a) {
       REQUIRE(row.size() == 20);
-      CHECK(row[0] == model->tokenizer().bos());
+      CHECK(row[0] == model->model().tokenizer().bos());
       for (size_t i = 1; i < row.size(); ++i) {
         CHECK(row[i] >= 3);
-        CHECK(row[i] < model->hparams().n_vocab);
-        CHECK(row[i] != model->tokenizer().eos());
+        CHECK(row[i] < model->model().hparams().n_vocab);
+        CHECK(row[i] != model->model().tokenizer().eos());
       }
     }
   }
 
   TEST_CASE("cached and uncached paths give the same token ids on stories260K" * kveval::test::needs_model()) {
-    auto model = Model::load(test::model_path(), {1});
+    auto model = test::load_context(test::model_path(), {1});
     check_same_ids(*model, 1, 8, 24);
     check_same_ids(*model, 3, 5, 16);
   }
@@ -119,17 +120,17 @@ TEST_SUITE("bench.run") {
   TEST_CASE("cached and uncached paths give the same token ids on the tiny random model") {
     const fs::path path = temp_dir() / "tiny.gguf";
     write_random_model(path.string(), random_model_preset("tiny"), 3);
-    auto model = Model::load(path.string(), {2});
+    auto model = test::load_context(path.string(), {2});
     check_same_ids(*model, 2, 6, 40);
   }
 
   TEST_CASE("bench_generate refuses ragged prompts and overlong generations" * kveval::test::needs_model()) {
-    auto model = Model::load(test::model_path(), {1});
-    auto prompts = synthetic_prompts(*model, 2, 4, 1);
+    auto model = test::load_context(test::model_path(), {1});
+    auto prompts = synthetic_prompts(model.model(), 2, 4, 1);
     prompts[1].push_back(5);
     CHECK_THROWS_AS(bench_generate(*model, prompts, 4, true), ArgumentError);
-    const auto ok = synthetic_prompts(*model, 1, 4, 1);
-    CHECK_THROWS_AS(bench_generate(*model, ok, model->hparams().n_ctx_train, false), ArgumentError);
+    const auto ok = synthetic_prompts(model.model(), 1, 4, 1);
+    CHECK_THROWS_AS(bench_generate(*model, ok, model->model().hparams().n_ctx_train, false), ArgumentError);
   }
 
   TEST_CASE("options are validated with the option's name") {
@@ -273,8 +274,8 @@ TEST_SUITE("cli.cmd_bench") {
                             " --gen-mixed-max-gen 9 --gen-mixed-rows 3 --seed 5 -r 1 --output json";
     REQUIRE_MESSAGE(run(cmd, out, err) == 0, err);
     const auto j = nlohmann::json::parse(out);
-    const auto model = Model::load(test::model_path(), {.threads = 1, .hash = false});
-    const GenMixedWorkload w = gen_mixed_workload(*model, 7, 9, 5);
+    const auto model = test::load_context(test::model_path(), {.threads = 1, .hash = false});
+    const GenMixedWorkload w = gen_mixed_workload(model.model(), 7, 9, 5);
     const int64_t want_static = scheduled_passes(w.max_gen_toks, 3, false);
     const int64_t want_dynamic = scheduled_passes(w.max_gen_toks, 3, true);
     REQUIRE(want_dynamic < want_static);  // the workload separates the two schedules

@@ -17,9 +17,10 @@ using kveval::test::gen_task;
 
 namespace {
 
-Model& model() {
+Context& context() {
   static std::unique_ptr<Model> m = Model::load(kveval::test::model_path(), ModelOptions{2});
-  return *m;
+  static Context c(*m);
+  return c;
 }
 
 /// 11 generation requests in three tasks: stops at ".", at "\n" or at "Lily", lengths 1..96.
@@ -37,7 +38,7 @@ EvalSpec spec(int batch_size) {
 RunResult run(int batch_size, Batching b) {
   RunOptions o;
   o.batching = b;
-  return run_eval(spec(batch_size), model(), o);
+  return run_eval(spec(batch_size), context(), o);
 }
 
 void check_same(const RunResult& got, const RunResult& want) {

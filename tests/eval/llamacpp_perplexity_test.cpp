@@ -29,9 +29,10 @@ using nlohmann::json;
 
 namespace {
 
-Model& model() {
+Context& context() {
   static std::unique_ptr<Model> m = Model::load(kveval::test::model_path(), ModelOptions{2});
-  return *m;
+  static Context c(*m);
+  return c;
 }
 
 /// The demo's short stories (tasks/short_stories.jsonl), in file order.
@@ -51,22 +52,22 @@ struct Naive {
   int chunks = 0;
 };
 
-/// llama-perplexity's loop, written out with Model::forward and a double log-softmax;
+/// llama-perplexity's loop, written out with Context::forward and a double log-softmax;
 /// `add_bos` as llama_vocab_get_add_bos (BOS first and in each chunk's first position).
-Naive naive_llamacpp_perplexity(Model& m, const std::string& text, int n_ctx, bool add_bos) {
-  std::vector<int32_t> tokens = m.tokenizer().encode(text, add_bos);
+Naive naive_llamacpp_perplexity(Context& m, const std::string& text, int n_ctx, bool add_bos) {
+  std::vector<int32_t> tokens = m.model().tokenizer().encode(text, add_bos);
   Naive r;
   REQUIRE(static_cast<int>(tokens.size()) >= 2 * n_ctx);
   const int n_chunk = static_cast<int>(tokens.size()) / n_ctx;
   const int first = n_ctx / 2;
-  const int n_vocab = m.hparams().n_vocab;
+  const int n_vocab = m.model().hparams().n_vocab;
   std::vector<float> logits(static_cast<size_t>(n_ctx) * static_cast<size_t>(n_vocab));
   for (int i = 0; i < n_chunk; ++i) {
     const int start = i * n_ctx;
     std::vector<int32_t> batch(tokens.begin() + start, tokens.begin() + start + n_ctx);
-    if (add_bos) batch[0] = m.tokenizer().bos();  // "add BOS token for the first batch of each chunk"
+    if (add_bos) batch[0] = m.model().tokenizer().bos();  // "add BOS token for the first batch of each chunk"
     const int n[] = {n_ctx};
-    m.forward(batch, 1, n_ctx, n, Model::Logits::All, logits);
+    m.forward(batch, 1, n_ctx, n, Context::Logits::All, logits);
     for (int j = first; j < n_ctx - 1; ++j) {
       const float* row = logits.data() + static_cast<size_t>(j) * static_cast<size_t>(n_vocab);
       double mx = row[0];
@@ -177,11 +178,11 @@ TEST_SUITE("eval.llamacpp_perplexity") {
     for (size_t i = 0; i < stories.size(); ++i) joined += (i ? "\n\n" : "") + stories[i];
     for (int n_ctx : {64, 128, 37}) {
       CAPTURE(n_ctx);
-      REQUIRE(model().tokenizer().add_bos());  // the SentencePiece vocabulary adds BOS
-      const Naive want = naive_llamacpp_perplexity(model(), joined, n_ctx, true);
+      REQUIRE(context().model().tokenizer().add_bos());  // the SentencePiece vocabulary adds BOS
+      const Naive want = naive_llamacpp_perplexity(context(), joined, n_ctx, true);
       for (int bs : {1, 8}) {
         EvalSpec s = spec_of({rolling_task(stories, n_ctx)}, bs);
-        RunResult r = run_eval(s, model());
+        RunResult r = run_eval(s, context());
         REQUIRE(r.n_request_errors == 0);
         const MetricValue& m = metric(r, "perplexity_llamacpp");
         REQUIRE(m.value);
@@ -213,7 +214,7 @@ TEST_SUITE("eval.llamacpp_perplexity") {
     for (const auto& run : expect["runs"]) {
       const int n_ctx = run["context_length"].get<int>();
       CAPTURE(n_ctx);
-      RunResult r = run_eval(spec_of({rolling_task(demo_stories(), n_ctx, {"perplexity_llamacpp"})}), model());
+      RunResult r = run_eval(spec_of({rolling_task(demo_stories(), n_ctx, {"perplexity_llamacpp"})}), context());
       const MetricValue& m = metric(r, "perplexity_llamacpp");
       REQUIRE(m.value);
       REQUIRE(m.stderr_);
@@ -227,7 +228,7 @@ TEST_SUITE("eval.llamacpp_perplexity") {
   TEST_CASE("only perplexity_llamacpp listed; a text too short is a per-request error, not NaN" * kveval::test::needs_model()) {
     const std::vector<std::string> stories = demo_stories();
     EvalSpec s = spec_of({rolling_task(stories, 64, {"perplexity_llamacpp"})});
-    RunResult r = run_eval(s, model());
+    RunResult r = run_eval(s, context());
     int chunks = 0;
     for (const auto& q : r.requests) chunks += q.kind == RequestKind::PerplexityChunk;
     CHECK(chunks == 12);  // whole chunks of 64 tokens in the joined stories
@@ -237,7 +238,7 @@ TEST_SUITE("eval.llamacpp_perplexity") {
     for (const auto& d : r.docs[0]) CHECK(d.logprob < 0);
 
     EvalSpec short_spec = spec_of({rolling_task({"Once upon a time, there was a little girl."}, 64)});
-    RunResult rs = run_eval(short_spec, model());
+    RunResult rs = run_eval(short_spec, context());
     CHECK(rs.n_request_errors == 1);
     const MetricValue& m = metric(rs, "perplexity_llamacpp");
     CHECK(!m.value);
@@ -265,17 +266,18 @@ TEST_SUITE("eval.llamacpp_perplexity") {
     auto m = Model::load(path, ModelOptions{2});
     REQUIRE_FALSE(m->tokenizer().add_bos());
     REQUIRE(m->tokenizer().bos() >= 0);  // a BOS id exists (Qwen2's <|endoftext|>) but is not added
+    Context ctx(*m);
 
     const std::vector<std::string> stories = demo_stories();
     const std::vector<std::string> two(stories.begin(), stories.begin() + 2);
     const std::string joined = two[0] + "\n\n" + two[1];
     const int n_ctx = 16;
-    const Naive want = naive_llamacpp_perplexity(*m, joined, n_ctx, false);
-    const Naive with_bos = naive_llamacpp_perplexity(*m, joined, n_ctx, true);
+    const Naive want = naive_llamacpp_perplexity(ctx, joined, n_ctx, false);
+    const Naive with_bos = naive_llamacpp_perplexity(ctx, joined, n_ctx, true);
     // the text's own first token is kept: the chunks are not those of a BOS vocabulary
     CHECK(std::abs(with_bos.ppl / want.ppl - 1) > 1e-3);
     EvalSpec sp = spec_of({rolling_task(two, n_ctx, {"perplexity_llamacpp"})}, 4, path);
-    RunResult r = run_eval(sp, *m);
+    RunResult r = run_eval(sp, ctx);
     REQUIRE(r.n_request_errors == 0);
     const MetricValue& v = metric(r, "perplexity_llamacpp");
     REQUIRE(v.value);

@@ -12,6 +12,7 @@
 
 #include "eval/metrics.hpp"
 #include "eval/runner.hpp"
+#include "model/context.hpp"
 #include "model_variant.hpp"
 #include "test_support.hpp"
 #include "util/error.hpp"
@@ -176,7 +177,8 @@ TEST_SUITE("eval.runtime_checks") {
     no_scan.threads = 1;
     no_scan.check_finite = false;
     std::unique_ptr<Model> nan_model = Model::load(path, no_scan);
-    RunResult res = run_eval(spec_for(path, j), *nan_model);
+    Context nan_ctx(*nan_model);
+    RunResult res = run_eval(spec_for(path, j), nan_ctx);
     RunResult clean = run_spec(spec_for(test::model_path(), j));
     CHECK(res.n_request_errors == 2);  // both choices of doc 0
     for (const Request& r : res.requests) {
@@ -194,8 +196,9 @@ TEST_SUITE("eval.runtime_checks") {
   }
 
   TEST_CASE("the memory plan: KV cache and activations by hand; a plan too big is refused before any forward pass" * test::needs_model()) {
-    Model& m = *Model::load(test::model_path(), {.threads = 1}).release();
-    std::unique_ptr<Model> own(&m);
+    std::unique_ptr<Model> own = Model::load(test::model_path(), {.threads = 1});
+    Model& m = *own;
+    Context ctx(m);
     EvalSpec spec = spec_for(test::model_path(), four_tasks());
     std::vector<std::string> warnings;
     auto reqs = build_requests(spec, m.tokenizer(), 64, &warnings);
@@ -218,9 +221,9 @@ TEST_SUITE("eval.runtime_checks") {
 
     RunOptions o;
     o.memory_budget = MemoryBudget{p.kv_cache + p.activations - 1, "a test budget"};
-    const uint64_t calls = m.stats().forward_calls;
+    const uint64_t calls = ctx.stats().forward_calls;
     try {
-      run_eval(spec, m, o);
+      run_eval(spec, ctx, o);
       FAIL("ran");
     } catch (const MemoryError& e) {
       const std::string msg = e.what();
@@ -234,10 +237,10 @@ TEST_SUITE("eval.runtime_checks") {
       CHECK(msg.find("already loaded") != std::string::npos);
       CHECK(msg.find('\n') == std::string::npos);
     }
-    CHECK(m.stats().forward_calls == calls);  // refused before anything ran
-    CHECK_FALSE(m.caches_are_setup());
+    CHECK(ctx.stats().forward_calls == calls);  // refused before anything ran
+    CHECK_FALSE(ctx.caches_are_setup());
     o.memory_budget = MemoryBudget{p.kv_cache + p.activations, "exactly enough"};
-    CHECK_NOTHROW(run_eval(spec, m, o));
+    CHECK_NOTHROW(run_eval(spec, ctx, o));
   }
 
   TEST_CASE("the results record the SHA-256 of the bytes loaded, even when the file is truncated afterwards" * test::needs_model()) {

@@ -9,6 +9,7 @@
 
 #include "eval/report.hpp"
 #include "eval/runner.hpp"
+#include "model/context.hpp"
 #include "eval/shard.hpp"
 #include "test_support.hpp"
 #include "util/error.hpp"
@@ -112,8 +113,9 @@ TEST_SUITE("shard") {
       return;
     }
     std::unique_ptr<Model> model = Model::load(model_path, ModelOptions{1});
+    Context ctx(*model);
     EvalSpec spec = load_spec(kveval::test::source_dir() + "/tasks/demo.json", model_path);
-    RunResult single = run_eval(spec, *model);
+    RunResult single = run_eval(spec, ctx);
     const nlohmann::ordered_json single_results = results_json(spec, single, "");
     std::string single_samples;
     for (const auto& s : sample_records(spec, single)) single_samples += s.dump() + "\n";
@@ -130,7 +132,7 @@ TEST_SUITE("shard") {
           sent[static_cast<size_t>(rank)] = mine;
           return rank == 0 ? sent : std::vector<std::string>{};
         };
-        RunResult r = run_eval(spec, *model, o);
+        RunResult r = run_eval(spec, ctx, o);
         CHECK(r.rank == rank);
         CHECK(r.n_ranks == size);
         if (rank != 0) {
@@ -177,12 +179,13 @@ TEST_SUITE("shard") {
       return;
     }
     std::unique_ptr<Model> model = Model::load(model_path, ModelOptions{1});
+    Context ctx(*model);
     EvalSpec spec = load_spec(kveval::test::source_dir() + "/tasks/demo.json", model_path);
     RunOptions o;
     o.shard.rank = 2;
     o.shard.size = 2;
-    CHECK_THROWS_AS(run_eval(spec, *model, o), ArgumentError);
+    CHECK_THROWS_AS(run_eval(spec, ctx, o), ArgumentError);
     o.shard.rank = 1;  // no gather function
-    CHECK_THROWS_AS(run_eval(spec, *model, o), ArgumentError);
+    CHECK_THROWS_AS(run_eval(spec, ctx, o), ArgumentError);
   }
 }

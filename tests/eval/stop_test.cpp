@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "eval/runner.hpp"
+#include "context_support.hpp"
 #include "gguf_copy.hpp"
 #include "test_support.hpp"
 
@@ -19,9 +20,10 @@ using nlohmann::json;
 
 namespace {
 
-Model& model() {
+Context& context() {
   static std::unique_ptr<Model> m = Model::load(kveval::test::model_path(), ModelOptions{2});
-  return *m;
+  static Context c(*m);
+  return c;
 }
 
 /// The reference greedy case for `prompt`: its ids and the byte offset where each id's piece ends.
@@ -37,7 +39,7 @@ RefContinuation reference_continuation(const std::string& prompt) {
     RefContinuation c{prompt, g["text"], g["ids"].get<std::vector<int32_t>>(), {}};
     std::string acc;
     for (int32_t id : c.ids) {
-      acc += model().tokenizer().token_to_piece(id);
+      acc += context().model().tokenizer().token_to_piece(id);
       c.ends.push_back(acc.size());
     }
     REQUIRE(acc == c.text);  // plain ASCII pieces: the pieces concatenate to the text
@@ -70,7 +72,7 @@ void check_stops(const std::string& prompt, const std::vector<StopCase>& cases, 
   for (size_t i = 0; i < cases.size(); ++i) tasks.push_back(gen_task("stop" + std::to_string(i), prompt, max_gen_toks, {cases[i].stop}));
   json j = {{"model", kveval::test::model_path()}, {"batch_size", 8}, {"max_length", 128}, {"tasks", tasks}};
   EvalSpec s = parse_spec(j, "stops.json", ".");
-  RunResult r = run_eval(s, model());
+  RunResult r = run_eval(s, context());
   REQUIRE(r.outcomes.size() == cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
     CAPTURE(cases[i].stop);
@@ -123,7 +125,7 @@ TEST_SUITE("eval.stop") {
               {"max_length", 64},
               {"tasks", {gen_task("prompt_only", c.prompt, 20, {"upon"})}}};
     EvalSpec s = parse_spec(j, "stops.json", ".");
-    RunResult r = run_eval(s, model());
+    RunResult r = run_eval(s, context());
     CHECK(r.outcomes[0].tokens == 20);
     CHECK(r.outcomes[0].output == c.text.substr(0, c.ends[19]));
     CHECK(r.outcomes[0].stop_reason == "max_gen_toks");
@@ -133,8 +135,8 @@ TEST_SUITE("eval.stop") {
     const kveval::test::ScratchDir dir("stop_eos");
     const std::string path = dir.file("stories260K_eos_dot.gguf");
     const int32_t dot = kveval::test::write_eos_dot_copy(kveval::test::model_path(), path);
-    auto eos_model = Model::load(path, ModelOptions{1});
-    REQUIRE(eos_model->tokenizer().eos() == dot);
+    auto eos_model = test::load_context(path, ModelOptions{1});
+    REQUIRE(eos_model->model().tokenizer().eos() == dot);
     json tasks = json::array();
     std::vector<RefContinuation> refs;
     for (const std::string prompt : {"Once upon a time", "Tom had a red ball"}) {

@@ -108,7 +108,8 @@ TEST_SUITE("eval.table_format") {
                     {"doc_to_text", "c"},
                     {"doc_to_target", "x"}}}}};
     EvalSpec s = parse_spec(spec, "test.json", ".");
-    RunResult r = run_eval(s, *model);
+    Context ctx(*model);
+    RunResult r = run_eval(s, ctx);
     REQUIRE(r.n_request_errors == 0);
     CHECK(r.requests[0].n_continuation_tokens == 127);
 

@@ -30,9 +30,10 @@ std::string nbsp_story() {
          "She kicked it and laughed.";
 }
 
-Model& model() {
+Context& context() {
   static std::unique_ptr<Model> m = Model::load(kveval::test::model_path(), ModelOptions{2});
-  return *m;
+  static Context c(*m);
+  return c;
 }
 
 EvalSpec spec_of(json j) {
@@ -53,7 +54,7 @@ TEST_SUITE("eval.whitespace") {
     EvalSpec s = spec_of({{"tasks",
                            {{{"name", "nbsp"}, {"output_type", "loglikelihood_rolling"},
                              {"docs", {{{"text", nbsp_story()}}}}, {"doc_to_target", "text"}}}}});
-    RunResult r = run_eval(s, model());
+    RunResult r = run_eval(s, context());
     REQUIRE(r.docs[0][0].ok);
     const double ll = r.docs[0][0].logprob;
     CHECK(ll == doctest::Approx(-138.5239).epsilon(1e-6));
@@ -70,7 +71,7 @@ TEST_SUITE("eval.whitespace") {
                            {{{"name", "nbsp"}, {"output_type", "loglikelihood"},
                              {"docs", {{{"c", std::string("Lily went to the") + kNbsp}, {"x", "park"}}}},
                              {"doc_to_text", "c"}, {"doc_to_target", "x"}, {"target_delimiter", ""}}}}});
-    RunResult r = run_eval(s, model());
+    RunResult r = run_eval(s, context());
     REQUIRE(r.outcomes.size() == 1);
     CHECK(r.outcomes[0].tokens == 4);                          // U+00A0 takes tokens of its own (kveval kept it: 3)
     // the value (kveval had -13.6945), printed to 4 decimals: 5e-5 of rounding plus 5e-5 for the
@@ -81,9 +82,9 @@ TEST_SUITE("eval.whitespace") {
                                {{{"name", "plain"}, {"output_type", "loglikelihood"},
                                  {"docs", {{{"c", "Lily went to the"}, {"x", "park"}}}},
                                  {"doc_to_text", "c"}, {"doc_to_target", "x"}, {"target_delimiter", ""}}}}});
-    RunResult p = run_eval(plain, model());
+    RunResult p = run_eval(plain, context());
     CHECK(r.requests[0].n_context_tokens == p.requests[0].n_context_tokens);
-    const Tokenizer& tok = model().tokenizer();
+    const Tokenizer& tok = context().model().tokenizer();
     const std::string ideographic = std::string("Lily went to the \u3000\u2029");
     CHECK(encode_pair(tok, ideographic, "park").context == tok.encode("Lily went to the", true));
     CHECK(encode_pair(tok, "Lily went to the\u200b", "park").context != tok.encode("Lily went to the", true));

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/model.hpp"
+#include "context_support.hpp"
 #include "test_support.hpp"
 
 namespace kveval::test {
@@ -41,7 +42,7 @@ struct FixtureElements {
 };
 
 /// Per-token log-probs of `ids` scored as one rolling request.
-inline std::vector<double> rolling(Model& m, const std::vector<int32_t>& ids) {
+inline std::vector<double> rolling(Context& m, const std::vector<int32_t>& ids) {
   ScoreRequest r{ids, 1};
   return score(m, std::span<const ScoreRequest>(&r, 1), 1)[0].logprobs;
 }
@@ -58,10 +59,10 @@ struct RollingGap {
 inline RollingGap rolling_gap(const std::string& file, ComputeDtype dtype, const std::string& weight_dtype) {
   const auto path = std::filesystem::path(file);
   const auto ex = nlohmann::json::parse(std::ifstream(path.parent_path() / "expected.json"));
-  auto f = Model::load(file, {.threads = 2, .dtype = ComputeDtype::F32});
-  auto q = Model::load(file, {.threads = 2, .dtype = dtype});
-  CHECK(q->dtype() == dtype);
-  CHECK(q->load_summary().weight_dtype == weight_dtype);
+  auto f = test::load_context(file, {.threads = 2, .dtype = ComputeDtype::F32});
+  auto q = test::load_context(file, {.threads = 2, .dtype = dtype});
+  CHECK(q->model().dtype() == dtype);
+  CHECK(q->model().load_summary().weight_dtype == weight_dtype);
   RollingGap g;
   for (const auto& r : ex["files"][path.filename().string()]["rolling"]) {
     const auto ids = r["ids"].get<std::vector<int32_t>>();
@@ -82,10 +83,10 @@ inline RollingGap rolling_gap(const std::string& file, ComputeDtype dtype, const
 
 /// Greedy decoding of a few prompts with `file` loaded as f32 and as `dtype`:
 /// checks equal token ids and returns the largest |Δ| of the step log-probs.
-/// Leaves `dtype`'s model in `out` (caches deleted) for further checks.
+/// Leaves `dtype`'s model in `out` for further checks.
 inline double greedy_gap(const std::string& file, ComputeDtype dtype, const std::vector<std::vector<int32_t>>& prompts,
                          std::unique_ptr<Model>& out) {
-  auto f = Model::load(file, {.threads = 2, .dtype = ComputeDtype::F32});
+  auto f = test::load_context(file, {.threads = 2, .dtype = ComputeDtype::F32});
   out = Model::load(file, {.threads = 2, .dtype = dtype});
   GenerateOptions go;
   go.max_gen_toks = {24};
@@ -97,8 +98,9 @@ inline double greedy_gap(const std::string& file, ComputeDtype dtype, const std:
     rf = generate_greedy(*f, prompts, go);
   }
   {
-    KvCacheScope scope(*out, static_cast<int>(prompts.size()), 128);
-    rq = generate_greedy(*out, prompts, go);
+    Context q(*out);
+    KvCacheScope scope(q, static_cast<int>(prompts.size()), 128);
+    rq = generate_greedy(q, prompts, go);
   }
   REQUIRE(rf.size() == rq.size());
   double worst = 0;
@@ -119,12 +121,12 @@ inline double decode_logit_gap(const std::string& file, ComputeDtype dtype) {
   const std::vector<int> n4 = {4, 4, 4}, n1 = {1, 1, 1};
   std::vector<std::vector<float>> step;
   for (ComputeDtype d : {ComputeDtype::F32, dtype}) {
-    auto m = Model::load(file, {.threads = 2, .dtype = d});
-    const auto V = static_cast<size_t>(m->hparams().n_vocab);
+    auto m = test::load_context(file, {.threads = 2, .dtype = d});
+    const auto V = static_cast<size_t>(m->model().hparams().n_vocab);
     std::vector<float> logits(3 * V);
     KvCacheScope scope(*m, 3, 16);
-    m->forward(prompt, 3, 4, n4, Model::Logits::Last, logits);
-    m->forward(next, 3, 1, n1, Model::Logits::Last, logits);
+    m->forward(prompt, 3, 4, n4, Context::Logits::Last, logits);
+    m->forward(next, 3, 1, n1, Context::Logits::Last, logits);
     step.push_back(logits);
   }
   double worst = 0;

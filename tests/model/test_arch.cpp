@@ -17,6 +17,7 @@
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
 #include "model/model.hpp"
+#include "context_support.hpp"
 #include "model/random_model.hpp"
 #include "model/tokenizer.hpp"
 #include "test_support.hpp"
@@ -248,9 +249,9 @@ std::string write(const RandomModelSpec& s, const std::string& file, uint64_t se
 
 /// Tokens for the tests: BOS, the encoded text, then ids spread over the
 /// whole vocabulary (the last rows of token_embd included), `n` in all.
-std::vector<int32_t> test_ids(const Model& m, size_t n) {
-  std::vector<int32_t> ids = m.tokenizer().encode("Once upon a time, Lily found a red ball in the park.", true);
-  const int32_t V = m.hparams().n_vocab;
+std::vector<int32_t> test_ids(const Context& m, size_t n) {
+  std::vector<int32_t> ids = m.model().tokenizer().encode("Once upon a time, Lily found a red ball in the park.", true);
+  const int32_t V = m.model().hparams().n_vocab;
   for (int32_t i = 0; ids.size() < n; ++i) ids.push_back(static_cast<int32_t>((7919ll * (i + 1)) % V));
   ids[n - 1] = V - 1;
   ids.resize(n);
@@ -259,14 +260,14 @@ std::vector<int32_t> test_ids(const Model& m, size_t n) {
 
 /// Forward of `ids` (Logits::All) as row 1 of a padded batch of two (row 0
 /// holds a shorter sequence), compared with the reference; also row 0.
-double forward_error(Model& m, const RefModel& ref, const std::vector<int32_t>& ids) {
-  const int T = static_cast<int>(ids.size()), V = m.hparams().n_vocab, T0 = T / 2;
+double forward_error(Context& m, const RefModel& ref, const std::vector<int32_t>& ids) {
+  const int T = static_cast<int>(ids.size()), V = m.model().hparams().n_vocab, T0 = T / 2;
   std::vector<int32_t> toks(2 * size_t(T), 0);
   std::copy(ids.begin(), ids.begin() + T0, toks.begin());
   std::copy(ids.begin(), ids.end(), toks.begin() + T);
   std::vector<int> n = {T0, T};
   std::vector<float> logits(2 * size_t(T) * V);
-  m.forward(toks, 2, T, n, Model::Logits::All, logits);
+  m.forward(toks, 2, T, n, Context::Logits::All, logits);
   const auto want = ref.logits(ids);
   const double e1 = max_abs_diff(std::span<const float>(logits).subspan(size_t(T) * V), want);
   const std::vector<double> want0(want.begin(), want.begin() + size_t(T0) * V);
@@ -275,7 +276,7 @@ double forward_error(Model& m, const RefModel& ref, const std::vector<int32_t>& 
 }
 
 /// Greedy ids for 32 steps from three prompts, with a KV cache and without.
-void check_cached_equals_uncached(Model& m, const std::vector<int32_t>& ids) {
+void check_cached_equals_uncached(Context& m, const std::vector<int32_t>& ids) {
   std::vector<std::vector<int32_t>> prompts = {{ids[0]},
                                                std::vector<int32_t>(ids.begin(), ids.begin() + 5),
                                                std::vector<int32_t>(ids.begin(), ids.begin() + 20)};
@@ -298,12 +299,12 @@ void check_cached_equals_uncached(Model& m, const std::vector<int32_t>& ids) {
 }
 
 /// The negative controls: reference logits with `ab` differ from the engine by more than `min_diff`.
-void check_feature_matters(Model& m, const RefModel& ref, const std::vector<int32_t>& ids, const Ablation& ab,
+void check_feature_matters(Context& m, const RefModel& ref, const std::vector<int32_t>& ids, const Ablation& ab,
                            const std::string& what, double min_diff = 1e-2) {
-  const int T = static_cast<int>(ids.size()), V = m.hparams().n_vocab;
+  const int T = static_cast<int>(ids.size()), V = m.model().hparams().n_vocab;
   std::vector<float> logits(size_t(T) * V);
   std::vector<int> n = {T};
-  m.forward(ids, 1, T, n, Model::Logits::All, logits);
+  m.forward(ids, 1, T, n, Context::Logits::All, logits);
   const double d = max_abs_diff(logits, ref.logits(ids, ab));
   CAPTURE(what);
   CAPTURE(d);
@@ -337,8 +338,8 @@ TEST_SUITE("model.arch") {
     s.llama3.original_context = 32;
     s.tied_output = true;
     const std::string p = write(s, "llama3.gguf");
-    auto m = Model::load(p, {.threads = 2});
-    const HParams& hp = m->hparams();
+    auto m = test::load_context(p, {.threads = 2});
+    const HParams& hp = m->model().hparams();
     CHECK(hp.arch == "llama");
     CHECK(hp.rope_style == arch::RopeStyle::Normal);
     CHECK(hp.rope_freq_factors);
@@ -362,10 +363,10 @@ TEST_SUITE("model.arch") {
     s.rope_linear_factor = 4.0f;
     s.optional_tensors = true;
     const std::string p = write(s, "llama_linear.gguf");
-    auto m = Model::load(p, {.threads = 2});
-    CHECK(m->hparams().rope_freq_scale == 0.25f);
-    CHECK(m->hparams().qkv_bias);
-    CHECK_FALSE(m->hparams().tied_output);
+    auto m = test::load_context(p, {.threads = 2});
+    CHECK(m->model().hparams().rope_freq_scale == 0.25f);
+    CHECK(m->model().hparams().qkv_bias);
+    CHECK_FALSE(m->model().hparams().tied_output);
     const RefModel ref(p);
     const auto ids = test_ids(*m, 24);
     const double err = forward_error(*m, ref, ids);
@@ -379,12 +380,12 @@ TEST_SUITE("model.arch") {
   TEST_CASE("qwen2: Q/K/V biases, NEOX rope, GQA") {
     const RandomModelSpec s = small_spec("qwen2", "", 64, 4, 2, 16);
     const std::string p = write(s, "qwen2.gguf");
-    auto m = Model::load(p, {.threads = 2});
-    CHECK(m->hparams().arch == "qwen2");
-    CHECK(m->hparams().rope_style == arch::RopeStyle::Neox);
-    CHECK(m->hparams().qkv_bias);
-    CHECK(m->hparams().rms_eps == 1e-6f);
-    CHECK(m->hparams().rope_freq_base == 1e6f);
+    auto m = test::load_context(p, {.threads = 2});
+    CHECK(m->model().hparams().arch == "qwen2");
+    CHECK(m->model().hparams().rope_style == arch::RopeStyle::Neox);
+    CHECK(m->model().hparams().qkv_bias);
+    CHECK(m->model().hparams().rms_eps == 1e-6f);
+    CHECK(m->model().hparams().rope_freq_base == 1e6f);
     const RefModel ref(p);
     const auto ids = test_ids(*m, 24);
     const double err = forward_error(*m, ref, ids);
@@ -399,10 +400,10 @@ TEST_SUITE("model.arch") {
     RandomModelSpec s = small_spec("qwen3", "", 64, 4, 2, 32);
     s.tied_output = true;
     const std::string p = write(s, "qwen3.gguf");
-    auto m = Model::load(p, {.threads = 2});
-    CHECK(m->hparams().head_dim() == 32);
-    CHECK(m->hparams().n_embd_q() == 128);
-    CHECK(m->hparams().qk_norm);
+    auto m = test::load_context(p, {.threads = 2});
+    CHECK(m->model().hparams().head_dim() == 32);
+    CHECK(m->model().hparams().n_embd_q() == 128);
+    CHECK(m->model().hparams().qk_norm);
     const RefModel ref(p);
     const auto ids = test_ids(*m, 40);
     const double err = forward_error(*m, ref, ids);
@@ -432,8 +433,8 @@ TEST_SUITE("model.arch") {
       RandomModelSpec s = small_spec(c.flavour, vocab, 64, c.n_head, c.n_head_kv, c.head_dim);
       s.tied_output = c.tied;
       const std::string p = write(s, std::string(c.flavour) + "_real.gguf");
-      auto m = Model::load(p, {.threads = 2});
-      CHECK(m->hparams().n_vocab >= 32000);
+      auto m = test::load_context(p, {.threads = 2});
+      CHECK(m->model().hparams().n_vocab >= 32000);
       const RefModel ref(p);
       const auto ids = test_ids(*m, 20);
       const double err = forward_error(*m, ref, ids);

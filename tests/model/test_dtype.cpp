@@ -14,6 +14,7 @@
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
 #include "model/model.hpp"
+#include "context_support.hpp"
 #include "model/random_model.hpp"
 #include "backend/backend.hpp"
 #include "model/warm_decode.hpp"
@@ -24,7 +25,7 @@ using namespace kveval;
 
 namespace {
 
-std::vector<double> rolling(Model& m, const std::vector<int32_t>& ids) {
+std::vector<double> rolling(Context& m, const std::vector<int32_t>& ids) {
   ScoreRequest r{ids, 1};
   return score(m, std::span<const ScoreRequest>(&r, 1), 1)[0].logprobs;
 }
@@ -72,12 +73,12 @@ TEST_SUITE("model.dtype") {
       MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << std::string(kveval::backend::cpu_isa_name()) << ")");
       return;
     }
-    auto f = Model::load(test::model_path(), {.threads = 1, .dtype = ComputeDtype::Auto});
-    CHECK(f->dtype() == ComputeDtype::F32);
-    auto b = Model::load(test::model_path(), {.threads = 1, .dtype = ComputeDtype::BF16});
-    CHECK(b->dtype() == ComputeDtype::BF16);
-    CHECK(b->weight_bytes() < f->weight_bytes());
-    CHECK(b->dtype_note().find("bf16 -> bf16") == 0);
+    auto f = test::load_context(test::model_path(), {.threads = 1, .dtype = ComputeDtype::Auto});
+    CHECK(f->model().dtype() == ComputeDtype::F32);
+    auto b = test::load_context(test::model_path(), {.threads = 1, .dtype = ComputeDtype::BF16});
+    CHECK(b->model().dtype() == ComputeDtype::BF16);
+    CHECK(b->model().weight_bytes() < f->model().weight_bytes());
+    CHECK(b->model().dtype_note().find("bf16 -> bf16") == 0);
   }
 
   TEST_CASE("bf16 log-probs on the quant fixtures are within 2e-2 per token of f32 (the fixtures' own texts)") {
@@ -94,9 +95,9 @@ TEST_SUITE("model.dtype") {
     const auto ex = nlohmann::json::parse(std::ifstream(dir / "expected.json"));
     for (std::string name : {"model-F16.gguf", "model-BF16.gguf", "model-Q8_0.gguf", "model-Q4_K_M.gguf"}) {
       CAPTURE(name);
-      auto f = Model::load((dir / name).string(), {.threads = 2, .dtype = ComputeDtype::F32});
-      auto b = Model::load((dir / name).string(), {.threads = 2, .dtype = ComputeDtype::BF16});
-      CHECK(b->dtype() == ComputeDtype::BF16);
+      auto f = test::load_context((dir / name).string(), {.threads = 2, .dtype = ComputeDtype::F32});
+      auto b = test::load_context((dir / name).string(), {.threads = 2, .dtype = ComputeDtype::BF16});
+      CHECK(b->model().dtype() == ComputeDtype::BF16);
       double worst = 0, diff = 0;
       size_t n = 0;
       for (const auto& r : ex["files"][name]["rolling"]) {
@@ -125,7 +126,7 @@ TEST_SUITE("model.dtype") {
     for (ComputeDtype dt : {ComputeDtype::F32, ComputeDtype::BF16}) {
       const std::string dt_name = to_string(dt);
       CAPTURE(dt_name);
-      auto m = Model::load(test::model_path(), {.threads = 2, .dtype = dt});
+      auto m = test::load_context(test::model_path(), {.threads = 2, .dtype = dt});
       KvCacheScope scope(*m, 2, 128);
       test::check_warm_decode(*m, {{1, 5, 9, 14}, {1, 20, 30}});
     }
@@ -215,8 +216,8 @@ TEST_SUITE("model.dtype") {
       MESSAGE("SKIPPED: no " << file << " (set KVEVAL_SHARED_DIR)");
       return;
     }
-    auto m = Model::load(file.string(), {.threads = 1, .dtype = ComputeDtype::BF16});
-    const HParams& hp = m->hparams();
+    auto m = test::load_context(file.string(), {.threads = 1, .dtype = ComputeDtype::BF16});
+    const HParams& hp = m->model().hparams();
     // fixture: 2 layers, n_embd 256, 4 heads, 2 KV heads (kv dim 128), n_ff 768, untied output, 512 tokens
     REQUIRE(hp.n_layer == 2);
     REQUIRE(hp.n_embd == 256);
@@ -224,12 +225,12 @@ TEST_SUITE("model.dtype") {
     const uint64_t D = 256, F = 768, KV = 128, V = 512, L = 2;
     const uint64_t f32_elems = V * D + D + L * 2 * D;                       // token_embd, output_norm, attn/ffn norms
     const uint64_t mat_elems = V * D + L * (2 * D * D + 2 * KV * D + 3 * D * F);  // output, q/o, k/v, gate/up/down
-    CHECK(m->load_summary().weight_dtype == "BF16");
-    CHECK(m->load_summary().resident_bytes == f32_elems * 4 + mat_elems * 2);
-    CHECK(m->weight_bytes() == f32_elems * 4 + mat_elems * 2);
-    CHECK(format_load_summary(m->load_summary()).find("weights BF16 in memory") != std::string::npos);
-    auto f = Model::load(file.string(), {.threads = 1, .dtype = ComputeDtype::F32});
-    CHECK(f->load_summary().weight_dtype == "F32");
-    CHECK(f->load_summary().resident_bytes == (f32_elems + mat_elems) * 4);
+    CHECK(m->model().load_summary().weight_dtype == "BF16");
+    CHECK(m->model().load_summary().resident_bytes == f32_elems * 4 + mat_elems * 2);
+    CHECK(m->model().weight_bytes() == f32_elems * 4 + mat_elems * 2);
+    CHECK(format_load_summary(m->model().load_summary()).find("weights BF16 in memory") != std::string::npos);
+    auto f = test::load_context(file.string(), {.threads = 1, .dtype = ComputeDtype::F32});
+    CHECK(f->model().load_summary().weight_dtype == "F32");
+    CHECK(f->model().load_summary().resident_bytes == (f32_elems + mat_elems) * 4);
   }
 }

@@ -102,7 +102,8 @@ TEST_SUITE("model.dtype_q4_0") {
     const std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 14}, {1, 20, 30}, {1, 100}};
     std::unique_ptr<Model> q;
     CHECK(test::greedy_gap(file, ComputeDtype::Q4_0, prompts, q) < 1e-4);
-    KvCacheScope scope(*q, 3, 128);
-    test::check_warm_decode(*q, prompts);
+    Context ctx(*q);
+    KvCacheScope scope(ctx, 3, 128);
+    test::check_warm_decode(ctx, prompts);
   }
 }

@@ -82,7 +82,8 @@ TEST_SUITE("model.dtype_q8_0") {
     std::unique_ptr<Model> q;
     // decode steps run the Q8_0 kernel (another summation order than sgemm)
     CHECK(test::greedy_gap(file, ComputeDtype::Q8_0, prompts, q) < 1e-4);
-    KvCacheScope scope(*q, 3, 128);
-    test::check_warm_decode(*q, prompts);
+    Context ctx(*q);
+    KvCacheScope scope(ctx, 3, 128);
+    test::check_warm_decode(ctx, prompts);
   }
 }

@@ -14,6 +14,7 @@
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
 #include "model/model.hpp"
+#include "context_support.hpp"
 #include "model/random_model.hpp"
 #include "test_support.hpp"
 #include "util/error.hpp"
@@ -42,9 +43,10 @@ const std::string& tiny_path() {
   return path;
 }
 
-Model& tiny() {
+Context& tiny() {
   static std::unique_ptr<Model> m = Model::load(tiny_path(), {.threads = 2});
-  return *m;
+  static Context c(*m);
+  return c;
 }
 
 /// Token that makes the poisoned model's logits NaN: its embedding is the only
@@ -53,7 +55,7 @@ Model& tiny() {
 constexpr int32_t kPoison = 299;
 
 /// A copy of the tiny model with the kPoison trap (weights stay finite, so the load accepts it).
-Model& poisoned() {
+Context& poisoned() {
   static std::unique_ptr<Model> m = [] {
     const std::string p = scratch().file("poisoned.gguf");
     gguf::File f(tiny_path());
@@ -71,7 +73,8 @@ Model& poisoned() {
     w.write(p);
     return Model::load(p, {.threads = 2});
   }();
-  return *m;
+  static Context c(*m);
+  return c;
 }
 
 std::vector<int32_t> random_prompt(size_t n, uint32_t seed, int32_t vocab) {
@@ -84,7 +87,7 @@ std::vector<int32_t> random_prompt(size_t n, uint32_t seed, int32_t vocab) {
 }
 
 /// Each prompt generated alone in a one-row cache of `positions` (the batch-size-1 run).
-std::vector<Generation> alone(Model& m, const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& o,
+std::vector<Generation> alone(Context& m, const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& o,
                               int positions) {
   std::vector<Generation> out;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -98,7 +101,7 @@ std::vector<Generation> alone(Model& m, const std::vector<std::vector<int32_t>>&
   return out;
 }
 
-std::vector<Generation> batched(Model& m, const std::vector<std::vector<int32_t>>& prompts, GenerateOptions o,
+std::vector<Generation> batched(Context& m, const std::vector<std::vector<int32_t>>& prompts, GenerateOptions o,
                                 int rows, int positions, Batching b, GenerateTiming* timing = nullptr) {
   o.batching = b;
   KvCacheScope scope(m, rows, positions);
@@ -157,7 +160,7 @@ Workload tiny_workload() {
 
 TEST_SUITE("model.dynamic_batching") {
   TEST_CASE("random model: dynamic = static = batch size 1 (ids, reasons, counts), 11 prompts over 1, 3 and 4 rows") {
-    Model& m = tiny();
+    Context& m = tiny();
     const Workload w = tiny_workload();
     const int positions = 64;  // prompts 2 and 6 hit "context full"
     const auto ref = alone(m, w.prompts, w.opts, positions);
@@ -221,7 +224,7 @@ TEST_SUITE("model.dynamic_batching") {
                             << std::string(kveval::backend::cpu_isa_name()) << ")");
         continue;
       }
-      auto m = Model::load(path, {.threads = 2, .dtype = dtype});
+      auto m = test::load_context(path, {.threads = 2, .dtype = dtype});
       const Workload w = tiny_workload();
       const int positions = 64;
       const auto ref = alone(*m, w.prompts, w.opts, positions);
@@ -255,7 +258,7 @@ TEST_SUITE("model.dynamic_batching") {
       return;
     }
     const std::string path = wide_model("wide_ff", 1100, 7);
-    auto m = Model::load(path, {.threads = 2, .dtype = ComputeDtype::BF16});
+    auto m = test::load_context(path, {.threads = 2, .dtype = ComputeDtype::BF16});
     const std::vector<int> lens = {5, 1, 23, 9, 2, 17, 3, 12, 7, 20, 4, 6, 11, 8};
     const std::vector<int> max = {12, 3, 15, 9, 20, 6, 14, 10, 18, 5, 16, 13, 7, 11};
     std::vector<std::vector<int32_t>> prompts;
@@ -279,7 +282,7 @@ TEST_SUITE("model.dynamic_batching") {
   }
 
   TEST_CASE("random model: more prompts than rows, in order; on_admit and on_finish see every prompt once") {
-    Model& m = tiny();
+    Context& m = tiny();
     const Workload w = tiny_workload();
     GenerateOptions o = w.opts;
     std::vector<size_t> admitted, finished;
@@ -299,7 +302,7 @@ TEST_SUITE("model.dynamic_batching") {
   }
 
   TEST_CASE("a prompt whose logits are NaN ends with an error and does not disturb the others or its row's next prompt") {
-    Model& m = poisoned();
+    Context& m = poisoned();
     std::vector<std::vector<int32_t>> prompts;
     for (uint32_t i = 0; i < 7; ++i) prompts.push_back(random_prompt(4 + 3 * i, 200 + i, 300));
     prompts[2][3] = kPoison;
@@ -331,26 +334,26 @@ TEST_SUITE("model.dynamic_batching") {
   }
 
   TEST_CASE("no allocation and no primitive creation in a repeated dynamic run (after a warm-up run)") {
-    Model& m = tiny();
+    Context& m = tiny();
     const Workload w = tiny_workload();
     GenerateOptions o = w.opts;
     o.batching = Batching::Dynamic;
     KvCacheScope scope(m, 3, 64);
     const auto first = generate_greedy(m, w.prompts, o);  // warm-up: buffers and primitives for every shape
-    const ModelStats s0 = m.stats();
-    const uint64_t p0 = m.primitives_created();
+    const ContextStats s0 = m.stats();
+    const uint64_t p0 = m.model().primitives_created();
     GenerateTiming t;
     const auto second = generate_greedy(m, w.prompts, o, &t);
     CHECK(t.forward_passes > 50);
     CHECK(m.stats().forward_calls - s0.forward_calls == static_cast<uint64_t>(t.forward_passes));
     CHECK(m.stats().buffer_allocations == s0.buffer_allocations);
     CHECK(m.stats().cache_allocations == s0.cache_allocations);
-    CHECK(m.primitives_created() == p0);
+    CHECK(m.model().primitives_created() == p0);
     check_same(second, first);
   }
 
   TEST_CASE("dynamic batching refuses what static batching refuses") {
-    Model& m = tiny();
+    Context& m = tiny();
     GenerateOptions o;
     CHECK_THROWS_AS(generate_greedy(m, {{1}}, o), CacheError);  // no cache
     KvCacheScope scope(m, 2, 16);
@@ -379,8 +382,9 @@ TEST_SUITE("model.dynamic_batching") {
   TEST_CASE("stories260K: dynamic = static = batch size 1 for 10 prompts over 4 rows, stop at '.' for some" *
             kveval::test::needs_model()) {
     static std::unique_ptr<Model> mp = Model::load(test::model_path(), {.threads = 2});
-    Model& m = *mp;
-    const auto story = m.tokenizer().encode(test::reference_cases("rolling")[0]["text"].get<std::string>(), true);
+    static Context mc(*mp);
+    Context& m = mc;
+    const auto story = m.model().tokenizer().encode(test::reference_cases("rolling")[0]["text"].get<std::string>(), true);
     REQUIRE(story.size() >= 44);
     std::vector<std::vector<int32_t>> prompts;
     const std::vector<int> lens = {1, 7, 40, 3, 44, 12, 1, 25, 5, 33};

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "gguf_copy.hpp"
+#include "model/context.hpp"
 #include "model/model.hpp"
 #include "test_support.hpp"
 
@@ -18,10 +19,12 @@ struct EosModel {
   test::ScratchDir dir{"eos_model"};
   int32_t dot = -1;
   std::unique_ptr<Model> model;
+  std::unique_ptr<Context> ctx;
   EosModel() {
     const std::string p = dir.file("stories260K_eos_dot.gguf");
     dot = test::write_eos_dot_copy(test::model_path(), p);
     model = Model::load(p, {.threads = 1});
+    ctx = std::make_unique<Context>(*model);
   }
 };
 
@@ -35,8 +38,8 @@ EosModel& eos_model() {
 TEST_SUITE("model.eos") {
   TEST_CASE("greedy generation stops with EOS after the first sentence" * kveval::test::needs_model()) {
     EosModel& em = eos_model();
-    Model& m = *em.model;
-    REQUIRE(m.tokenizer().eos() == em.dot);
+    Context& m = *em.ctx;
+    REQUIRE(m.model().tokenizer().eos() == em.dot);
     for (const auto& g : test::reference_cases("greedy")) {
       const std::string prompt = g["prompt"];
       CAPTURE(prompt);
@@ -46,7 +49,7 @@ TEST_SUITE("model.eos") {
       const std::vector<int32_t> want(ref.begin(), first_dot + 1);  // EOS included
       GenerateOptions o;
       o.max_gen_toks = {g["max_gen_toks"].get<int>()};
-      const auto p = m.tokenizer().encode(prompt, true);
+      const auto p = m.model().tokenizer().encode(prompt, true);
       std::vector<Generation> cached;
       {
         KvCacheScope scope(m, 1, 128);
@@ -68,12 +71,12 @@ TEST_SUITE("model.eos") {
 
   TEST_CASE("rows of one batch stop at EOS independently" * kveval::test::needs_model()) {
     EosModel& em = eos_model();
-    Model& m = *em.model;
+    Context& m = *em.ctx;
     const auto& cases = test::reference_cases("greedy");
     std::vector<std::vector<int32_t>> prompts;
     std::vector<size_t> want_len;
     for (const auto& g : cases) {
-      prompts.push_back(m.tokenizer().encode(g["prompt"].get<std::string>(), true));
+      prompts.push_back(m.model().tokenizer().encode(g["prompt"].get<std::string>(), true));
       const auto ref = g["ids"].get<std::vector<int32_t>>();
       want_len.push_back(size_t(std::find(ref.begin(), ref.end(), em.dot) - ref.begin()) + 1);
     }

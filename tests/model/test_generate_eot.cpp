@@ -8,6 +8,7 @@
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
 #include "model/model.hpp"
+#include "context_support.hpp"
 #include "model/random_model.hpp"
 #include "test_support.hpp"
 
@@ -38,8 +39,8 @@ TEST_SUITE("model.generate_eot") {
     free_run.stop_at_eos = false;
     std::vector<int32_t> ids;
     {
-      auto m = Model::load(base, {.threads = 1});
-      CHECK(m->tokenizer().eot() == -1);  // the synthetic vocabulary has no end-of-turn text
+      auto m = test::load_context(base, {.threads = 1});
+      CHECK(m->model().tokenizer().eot() == -1);  // the synthetic vocabulary has no end-of-turn text
       ids = generate_greedy_uncached(*m, {{1}}, free_run, 16)[0].ids;
     }
     REQUIRE(ids.size() == 12);
@@ -51,8 +52,8 @@ TEST_SUITE("model.generate_eot") {
     REQUIRE_MESSAGE(k < ids.size(), "greedy run repeats itself: no fresh id to use as EOT");
     const std::string with_eot = (dir.path / "tiny_eot.gguf").string();
     copy_with_key(base, with_eot, "tokenizer.ggml.eot_token_id", static_cast<uint32_t>(ids[k]));
-    auto m = Model::load(with_eot, {.threads = 1});
-    CHECK(m->tokenizer().eot() == ids[k]);
+    auto m = test::load_context(with_eot, {.threads = 1});
+    CHECK(m->model().tokenizer().eot() == ids[k]);
     GenerateOptions opts;
     opts.max_gen_toks = {12};
     const Generation g = generate_greedy_uncached(*m, {{1}}, opts, 16)[0];

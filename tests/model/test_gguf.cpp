@@ -15,6 +15,7 @@
 
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
+#include "model/context.hpp"
 #include "model/model.hpp"
 #include "model/random_model.hpp"
 #include "test_support.hpp"
@@ -520,8 +521,9 @@ TEST_SUITE("model.gguf") {
     const std::vector<int32_t> ids = {1, 5, 9, 2};
     std::vector<float> la(4 * static_cast<size_t>(a->hparams().n_vocab)), lb(la.size());
     const int n[] = {4};
-    a->forward(ids, 1, 4, n, Model::Logits::All, la);
-    b->forward(ids, 1, 4, n, Model::Logits::All, lb);
+    Context ca(*a), cb(*b);
+    ca.forward(ids, 1, 4, n, Context::Logits::All, la);
+    cb.forward(ids, 1, 4, n, Context::Logits::All, lb);
     CHECK(std::any_of(la.begin(), la.end(), [](float x) { return x != 0; }));
     CHECK(la == lb);
   }

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/model.hpp"
+#include "context_support.hpp"
 #include "model/random_model.hpp"
 #include "gguf_copy.hpp"
 #include "test_support.hpp"
@@ -22,20 +23,20 @@ using namespace kveval;
 namespace {
 
 /// Cache-free log-probs of tokens[1..] (each given everything before it).
-std::vector<double> full_logprobs(Model& m, const std::vector<int32_t>& tokens) {
+std::vector<double> full_logprobs(Context& m, const std::vector<int32_t>& tokens) {
   ScoreRequest r{tokens, 1};
   return score(m, std::span<const ScoreRequest>(&r, 1), 1)[0].logprobs;
 }
 
 /// The same log-probs from cached passes: the first `prefill` tokens in one
 /// pass, then one token per pass (teacher forcing), in a 1-row cache.
-std::vector<double> cached_logprobs(Model& m, const std::vector<int32_t>& tokens, int prefill) {
-  const size_t V = static_cast<size_t>(m.hparams().n_vocab);
+std::vector<double> cached_logprobs(Context& m, const std::vector<int32_t>& tokens, int prefill) {
+  const size_t V = static_cast<size_t>(m.model().hparams().n_vocab);
   KvCacheScope scope(m, 1, static_cast<int>(tokens.size()));
   std::vector<double> out;
   std::vector<float> logits(static_cast<size_t>(prefill) * V);
   const int n[] = {prefill};
-  m.forward(std::span<const int32_t>(tokens.data(), static_cast<size_t>(prefill)), 1, prefill, n, Model::Logits::All,
+  m.forward(std::span<const int32_t>(tokens.data(), static_cast<size_t>(prefill)), 1, prefill, n, Context::Logits::All,
             logits);
   for (int p = 1; p < prefill; ++p)
     out.push_back(token_logprob(std::span<const float>(logits.data() + static_cast<size_t>(p - 1) * V, V), tokens[static_cast<size_t>(p)]));
@@ -43,7 +44,7 @@ std::vector<double> cached_logprobs(Model& m, const std::vector<int32_t>& tokens
   const int one[] = {1};
   for (size_t p = static_cast<size_t>(prefill); p < tokens.size(); ++p) {
     out.push_back(token_logprob(last, tokens[p]));
-    if (p + 1 < tokens.size()) m.forward(std::span<const int32_t>(&tokens[p], 1), 1, 1, one, Model::Logits::Last, last);
+    if (p + 1 < tokens.size()) m.forward(std::span<const int32_t>(&tokens[p], 1), 1, 1, one, Context::Logits::Last, last);
   }
   return out;
 }
@@ -78,9 +79,9 @@ TEST_SUITE("model.kv_cache_dtype") {
     for (KvCacheDtype d : {KvCacheDtype::BF16, KvCacheDtype::F16}) {
       const std::string dname = to_string(d);
       CAPTURE(dname);
-      auto m = Model::load(test::model_path(), {.threads = 1, .kv_cache_dtype = d});
+      auto m = test::load_context(test::model_path(), {.threads = 1, .kv_cache_dtype = d});
       CHECK(m->kv_cache_dtype() == d);
-      const auto& hp = m->hparams();
+      const auto& hp = m->model().hparams();
       // K and V: 2 x n_layer x rows x n_kv_head x positions x head_dim elements, 2 bytes each
       const size_t elems = 2ull * hp.n_layer * 3 * hp.n_head_kv * 100 * hp.head_dim();
       CHECK(m->cache_bytes_for(3, 100) == elems * 2);
@@ -103,12 +104,12 @@ TEST_SUITE("model.kv_cache_dtype") {
     // departs after its 22nd token (weights rounded to bf16 move stories260K's tokens by
     // up to 0.24 nats: docs/dtypes.md, Fidelity). A K/V row in the wrong place departs
     // from the reference at once.
-    auto m = Model::load(test::model_path(), {.threads = 2, .kv_cache_dtype = KvCacheDtype::BF16});
+    auto m = test::load_context(test::model_path(), {.threads = 2, .kv_cache_dtype = KvCacheDtype::BF16});
     size_t identical = 0, cases = 0;
     for (const auto& g : test::reference_cases("greedy")) {
       const std::string prompt = g["prompt"];
       CAPTURE(prompt);
-      auto p = m->tokenizer().encode(prompt, true);
+      auto p = m->model().tokenizer().encode(prompt, true);
       GenerateOptions o;
       o.max_gen_toks = {g["max_gen_toks"].get<int>()};
       o.stop_at_eos = false;
@@ -125,7 +126,7 @@ TEST_SUITE("model.kv_cache_dtype") {
     }
     CHECK(identical + 1 >= cases);
     // Teacher-forced over a reference story: an 8-token prefill, then one token per pass.
-    auto story = m->tokenizer().encode(test::reference_cases("rolling")[0]["text"].get<std::string>(), true);
+    auto story = m->model().tokenizer().encode(test::reference_cases("rolling")[0]["text"].get<std::string>(), true);
     story.resize(std::min<size_t>(story.size(), 120));
     const auto want = full_logprobs(*m, story);
     const double w = worst_delta(cached_logprobs(*m, story, 8), want);
@@ -141,7 +142,7 @@ TEST_SUITE("model.kv_cache_dtype") {
     // f16 keeps 11 significant bits of K and V (bf16: 8) within ±65504: measured,
     // the worst teacher-forced token moves by 1.9e-3 nats (bf16: 1.2e-2) and all
     // three reference continuations are reproduced whole.
-    auto m = Model::load(test::model_path(), {.threads = 2, .kv_cache_dtype = KvCacheDtype::F16});
+    auto m = test::load_context(test::model_path(), {.threads = 2, .kv_cache_dtype = KvCacheDtype::F16});
     for (const auto& g : test::reference_cases("greedy")) {
       const std::string prompt = g["prompt"];
       CAPTURE(prompt);
@@ -149,10 +150,10 @@ TEST_SUITE("model.kv_cache_dtype") {
       o.max_gen_toks = {g["max_gen_toks"].get<int>()};
       o.stop_at_eos = false;
       KvCacheScope scope(*m, 1, 512);
-      const auto gen = generate_greedy(*m, {m->tokenizer().encode(prompt, true)}, o);
+      const auto gen = generate_greedy(*m, {m->model().tokenizer().encode(prompt, true)}, o);
       CHECK(gen[0].ids == g["ids"].get<std::vector<int32_t>>());
     }
-    auto story = m->tokenizer().encode(test::reference_cases("rolling")[0]["text"].get<std::string>(), true);
+    auto story = m->model().tokenizer().encode(test::reference_cases("rolling")[0]["text"].get<std::string>(), true);
     story.resize(std::min<size_t>(story.size(), 120));
     const auto want = full_logprobs(*m, story);
     const double w = worst_delta(cached_logprobs(*m, story, 8), want);
@@ -172,12 +173,12 @@ TEST_SUITE("model.kv_cache_dtype") {
     for (KvCacheDtype d : {KvCacheDtype::F32, KvCacheDtype::BF16, KvCacheDtype::F16}) {
       const std::string dname = to_string(d);
     CAPTURE(dname);
-      auto m = Model::load(path, {.threads = 1, .kv_cache_dtype = d});
+      auto m = test::load_context(path, {.threads = 1, .kv_cache_dtype = d});
       GenerateOptions o;
       o.max_gen_toks = {5};
       o.stop_at_eos = false;
       KvCacheScope scope(*m, 1, 64);
-      const auto gen = generate_greedy(*m, {m->tokenizer().encode("Once upon a time", true)}, o);
+      const auto gen = generate_greedy(*m, {m->model().tokenizer().encode("Once upon a time", true)}, o);
       if (d == KvCacheDtype::F16) {
         CHECK(gen[0].reason == StopReason::NonFinite);
         CHECK(gen[0].ids.empty());
@@ -205,13 +206,13 @@ TEST_SUITE("model.kv_cache_dtype") {
     const test::ScratchDir dir("kvf16rows");
     const std::string path = dir.file("loud.gguf");
     test::copy_gguf(test::model_path(), path, {}, {}, {{"blk.0.attn_v.weight", 5.5e4f}});
-    auto m = Model::load(path, {.threads = 1, .kv_cache_dtype = KvCacheDtype::F16});
+    auto m = test::load_context(path, {.threads = 1, .kv_cache_dtype = KvCacheDtype::F16});
     GenerateOptions o;
     o.max_gen_toks = {5};
     o.stop_at_eos = false;
     KvCacheScope scope(*m, 2, 64);
     const auto gen = generate_greedy(
-        *m, {m->tokenizer().encode("Once upon a time", true), m->tokenizer().encode("The little dog was very", true)}, o);
+        *m, {m->model().tokenizer().encode("Once upon a time", true), m->model().tokenizer().encode("The little dog was very", true)}, o);
     CHECK(gen[0].reason != StopReason::NonFinite);
     CHECK(gen[0].ids.size() == 5);
     CHECK(gen[0].kv_f16_overflows == 0);
@@ -230,8 +231,8 @@ TEST_SUITE("model.kv_cache_dtype") {
     s.n_ctx = 256;
     const std::string path = dir.file("kv64.gguf");
     write_random_llama(path, s, 7);
-    auto m = Model::load(path, {.threads = 2, .kv_cache_dtype = KvCacheDtype::BF16});
-    REQUIRE(m->hparams().head_dim() == 64);
+    auto m = test::load_context(path, {.threads = 2, .kv_cache_dtype = KvCacheDtype::BF16});
+    REQUIRE(m->model().hparams().head_dim() == 64);
     for (KvCacheDtype d : {KvCacheDtype::BF16, KvCacheDtype::F16}) {
       const std::string dname = to_string(d);
       CAPTURE(dname);

@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "model/model.hpp"
+#include "model/context.hpp"
 #include "util/error.hpp"
 
 using namespace kveval;

@@ -12,6 +12,7 @@
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
 #include "model/model.hpp"
+#include "context_support.hpp"
 #include "test_support.hpp"
 #include "util/error.hpp"
 
@@ -23,15 +24,16 @@ namespace {
 /// 3.9e-6 (a rolling token), 1.5e-6 (a loglikelihood sum); 2e-5 leaves a 5x margin.
 constexpr double kRefTol = 2e-5;
 
-Model& real_model() {
+Context& real_context() {
   static std::unique_ptr<Model> m = Model::load(test::model_path(), {.threads = 2});
-  return *m;
+  static Context c(*m);
+  return c;
 }
 
 std::vector<int32_t> ids_of(const nlohmann::json& j) { return j.get<std::vector<int32_t>>(); }
 
 // Full cache-free log-probs of tokens[from..] given everything before.
-ScoreResult full_score(Model& m, const std::vector<int32_t>& tokens, int from) {
+ScoreResult full_score(Context& m, const std::vector<int32_t>& tokens, int from) {
   ScoreRequest r{tokens, from};
   return score(m, std::span<const ScoreRequest>(&r, 1), 1)[0];
 }
@@ -40,7 +42,7 @@ ScoreResult full_score(Model& m, const std::vector<int32_t>& tokens, int from) {
 
 TEST_SUITE("model.model") {
   TEST_CASE("hyper-parameters of stories260K" * kveval::test::needs_model()) {
-    const auto& hp = real_model().hparams();
+    const auto& hp = real_context().model().hparams();
     CHECK(hp.n_embd == 64);
     CHECK(hp.n_layer == 5);
     CHECK(hp.n_head == 8);
@@ -69,25 +71,25 @@ TEST_SUITE("model.model") {
       w.write(path);
       return path;
     };
-    auto tied = Model::load(write(true), {.threads = 1});
-    auto untied = Model::load(write(false), {.threads = 1});
-    CHECK(tied->hparams().tied_output);
-    CHECK_FALSE(untied->hparams().tied_output);
+    auto tied = test::load_context(write(true), {.threads = 1});
+    auto untied = test::load_context(write(false), {.threads = 1});
+    CHECK(tied->model().hparams().tied_output);
+    CHECK_FALSE(untied->model().hparams().tied_output);
     std::vector<int32_t> t = {1, 403, 407, 261, 378};
     std::vector<int> n = {5};
     std::vector<float> a(5 * 512), b(5 * 512);
-    tied->forward(t, 1, 5, n, Model::Logits::All, a);
-    untied->forward(t, 1, 5, n, Model::Logits::All, b);
+    tied->forward(t, 1, 5, n, Context::Logits::All, a);
+    untied->forward(t, 1, 5, n, Context::Logits::All, b);
     CHECK(a == b);
-    CHECK(tied->weight_bytes() + 512 * 64 * 4 == untied->weight_bytes());
+    CHECK(tied->model().weight_bytes() + 512 * 64 * 4 == untied->model().weight_bytes());
   }
 
   TEST_CASE("greedy generation reproduces the reference ids and text" * kveval::test::needs_model()) {
-    Model& m = real_model();
+    Context& m = real_context();
     for (const auto& g : test::reference_cases("greedy")) {
       const std::string prompt = g["prompt"];
       CAPTURE(prompt);
-      auto p = m.tokenizer().encode(prompt, true);
+      auto p = m.model().tokenizer().encode(prompt, true);
       GenerateOptions o;
       o.max_gen_toks = {g["max_gen_toks"].get<int>()};
       o.stop_at_eos = false;
@@ -95,18 +97,18 @@ TEST_SUITE("model.model") {
       auto gen = generate_greedy(m, {p}, o);
       CHECK(gen[0].ids == ids_of(g["ids"]));
       CHECK(gen[0].reason == StopReason::MaxTokens);
-      CHECK(m.tokenizer().decode(gen[0].ids) == g["text"].get<std::string>());
+      CHECK(m.model().tokenizer().decode(gen[0].ids) == g["text"].get<std::string>());
     }
     CHECK_FALSE(m.caches_are_setup());
   }
 
   TEST_CASE("loglikelihood cases match the reference within 2e-5" * kveval::test::needs_model()) {
-    Model& m = real_model();
+    Context& m = real_context();
     for (const auto& c : test::reference_cases("loglikelihood")) {
       const std::string ctx = c["context"], cont = c["continuation"];
       CAPTURE(ctx); CAPTURE(cont);
-      auto ctx_ids = m.tokenizer().encode(ctx, true);
-      auto whole = m.tokenizer().encode(ctx + cont, true);
+      auto ctx_ids = m.model().tokenizer().encode(ctx, true);
+      auto whole = m.model().tokenizer().encode(ctx + cont, true);
       CHECK(static_cast<int>(ctx_ids.size()) == c["n_context_tokens"].get<int>());
       CHECK(static_cast<int>(whole.size() - ctx_ids.size()) == c["n_continuation_tokens"].get<int>());
       auto r = full_score(m, whole, static_cast<int>(ctx_ids.size()));
@@ -116,9 +118,9 @@ TEST_SUITE("model.model") {
   }
 
   TEST_CASE("rolling log-probs match the reference token by token within 2e-5" * kveval::test::needs_model()) {
-    Model& m = real_model();
+    Context& m = real_context();
     for (const auto& c : test::reference_cases("rolling")) {
-      auto ids = m.tokenizer().encode(c["text"].get<std::string>(), true);
+      auto ids = m.model().tokenizer().encode(c["text"].get<std::string>(), true);
       auto r = full_score(m, ids, 1);
       auto want = c["token_logprobs"].get<std::vector<double>>();
       REQUIRE(r.logprobs.size() == want.size());
@@ -131,11 +133,11 @@ TEST_SUITE("model.model") {
   }
 
   TEST_CASE("batched, padded scoring equals one-by-one scoring" * kveval::test::needs_model()) {
-    Model& m = real_model();
+    Context& m = real_context();
     std::vector<ScoreRequest> reqs;
     for (const char* s : {"Once upon a time", "Lily and Tom went to the park.", "a", "The sun was hot and bright.",
                           "Once upon a time, there was a little girl named Lily. She loved to play outside in the park."})
-      reqs.push_back({m.tokenizer().encode(s, true), 1});
+      reqs.push_back({m.model().tokenizer().encode(s, true), 1});
     auto batched = score(m, reqs, 8);
     for (size_t i = 0; i < reqs.size(); ++i) {
       auto one = full_score(m, reqs[i].tokens, 1);
@@ -146,8 +148,8 @@ TEST_SUITE("model.model") {
   }
 
   TEST_CASE("cached and uncached generation agree (prompts of 1, 7 and 200 tokens, 32 steps)" * kveval::test::needs_model()) {
-    Model& m = real_model();
-    auto story = m.tokenizer().encode(test::reference_cases("rolling")[0]["text"].get<std::string>(), true);
+    Context& m = real_context();
+    auto story = m.model().tokenizer().encode(test::reference_cases("rolling")[0]["text"].get<std::string>(), true);
     std::vector<int32_t> long_prompt;
     while (long_prompt.size() < 200) long_prompt.insert(long_prompt.end(), story.begin() + (long_prompt.empty() ? 0 : 1), story.end());
     long_prompt.resize(200);
@@ -179,7 +181,7 @@ TEST_SUITE("model.model") {
   }
 
   TEST_CASE("cache API: state after each call" * kveval::test::needs_model()) {
-    Model& m = real_model();
+    Context& m = real_context();
     REQUIRE_FALSE(m.caches_are_setup());
     CHECK(m.bytes() == 0);
     CHECK(m.capacity() == 0);
@@ -194,7 +196,7 @@ TEST_SUITE("model.model") {
     std::vector<int32_t> toks = {1, 403, 407, 261, 1, 403, 0, 0};
     std::vector<int> n = {4, 2};
     std::vector<float> logits(2 * 512);
-    m.forward(toks, 2, 4, n, Model::Logits::Last, logits);
+    m.forward(toks, 2, 4, n, Context::Logits::Last, logits);
     CHECK(m.n_past(0) == 4);
     CHECK(m.n_past(1) == 2);
     const size_t bytes = m.bytes();
@@ -213,8 +215,62 @@ TEST_SUITE("model.model") {
     CHECK_THROWS_AS(m.n_past(0), ArgumentError);
   }
 
+  TEST_CASE("two contexts over one model, used in turn, give the logits of each context alone" * kveval::test::needs_model()) {
+    const Model& model = real_context().model();
+    const size_t V = static_cast<size_t>(model.hparams().n_vocab);
+    const std::vector<int32_t> a = {1, 403, 407, 261, 378, 300, 426}, b = {1, 261, 378, 403, 407};
+    // Cached: a 3-token prefill, then one token per pass; every pass's last logits, in order.
+    struct Run {
+      Context ctx;
+      KvCacheScope scope;
+      const std::vector<int32_t>& ids;
+      size_t next = 0;
+      std::vector<float> logits;
+      Run(const Model& m, const std::vector<int32_t>& t) : ctx(m), scope(ctx, 1, 16), ids(t) {}
+      bool step(size_t V) {
+        if (next >= ids.size()) return false;
+        const int n = next == 0 ? 3 : 1;
+        const int nt[] = {n};
+        std::vector<float> out(V);
+        ctx.forward(std::span<const int32_t>(ids.data() + next, static_cast<size_t>(n)), 1, n, nt,
+                    Context::Logits::Last, out);
+        logits.insert(logits.end(), out.begin(), out.end());
+        next += static_cast<size_t>(n);
+        return true;
+      }
+    };
+    auto alone = [&](const std::vector<int32_t>& t) {
+      Run r(model, t);
+      while (r.step(V)) {
+      }
+      return r.logits;
+    };
+    const std::vector<float> want_a = alone(a), want_b = alone(b);
+    REQUIRE(want_a.size() == 5 * V);
+    REQUIRE(want_b.size() == 3 * V);
+    // Interleaved: a step of a, a step of b, and a cache-free score in a third context between them.
+    Run ra(model, a), rb(model, b);
+    Context scorer(model);
+    const ScoreRequest req{a, 1};
+    const ScoreResult scored_alone = score(scorer, std::span<const ScoreRequest>(&req, 1), 1)[0];
+    bool more = true;
+    while (more) {
+      more = ra.step(V);
+      more = rb.step(V) || more;
+      const ScoreResult s = score(scorer, std::span<const ScoreRequest>(&req, 1), 1)[0];
+      CHECK(s.logprobs == scored_alone.logprobs);
+    }
+    CHECK(ra.ctx.n_past(0) == 7);
+    CHECK(rb.ctx.n_past(0) == 5);
+    CHECK(ra.logits == want_a);  // bit for bit
+    CHECK(rb.logits == want_b);
+    CHECK(scorer.stats().forward_calls == 7);  // 1 + one per round; the contexts count apart
+    CHECK(ra.ctx.stats().forward_calls == 5);
+    CHECK_FALSE(scorer.caches_are_setup());
+  }
+
   TEST_CASE("KvCacheScope releases on exit, also through an exception" * kveval::test::needs_model()) {
-    Model& m = real_model();
+    Context& m = real_context();
     {
       KvCacheScope s(m, 1, 32);
       CHECK(m.caches_are_setup());
@@ -234,7 +290,7 @@ TEST_SUITE("model.model") {
   }
 
   TEST_CASE("KvCacheScope with CachePolicy::Reuse keeps the allocation and rewinds" * kveval::test::needs_model()) {
-    Model& m = real_model();
+    Context& m = real_context();
     const auto allocs = m.stats().cache_allocations;
     {
       KvCacheScope s(m, 1, 32, CachePolicy::Reuse);
@@ -254,7 +310,7 @@ TEST_SUITE("model.model") {
   }
 
   TEST_CASE("KvCacheDisabled restores state and leaves contents bit-identical; disabled forward never touches the cache" * kveval::test::needs_model()) {
-    Model& m = real_model();
+    Context& m = real_context();
     CHECK_THROWS_AS(KvCacheDisabled{m}, CacheError);
     KvCacheScope scope(m, 1, 64);
     GenerateOptions o;
@@ -267,7 +323,7 @@ TEST_SUITE("model.model") {
     {
       KvCacheDisabled off(m);
       CHECK_FALSE(m.caches_are_enabled());
-      auto r = full_score(m, m.tokenizer().encode("Lily went to the park and played with a ball.", true), 1);
+      auto r = full_score(m, m.model().tokenizer().encode("Lily went to the park and played with a ball.", true), 1);
       CHECK(r.logprobs.size() > 5);
       auto u = generate_greedy_uncached(m, {{1}}, o, 64);
       CHECK(u[0].ids.size() == 10);
@@ -279,7 +335,7 @@ TEST_SUITE("model.model") {
   }
 
   TEST_CASE("capacity: generation stops with 'context full' after exactly the positions left" * kveval::test::needs_model()) {
-    Model& m = real_model();
+    Context& m = real_context();
     KvCacheScope scope(m, 1, 512);
     GenerateOptions o;
     o.max_gen_toks = {5000};
@@ -292,17 +348,17 @@ TEST_SUITE("model.model") {
   }
 
   TEST_CASE("writing past capacity or beyond the set-up batch raises and leaves the cache intact; extra prompts queue" * kveval::test::needs_model()) {
-    Model& m = real_model();
+    Context& m = real_context();
     KvCacheScope scope(m, 1, 4);
     std::vector<float> logits(3 * 512);
     std::vector<int32_t> t3 = {1, 403, 407};
     std::vector<int> n3 = {3};
-    m.forward(t3, 1, 3, n3, Model::Logits::Last, logits);
+    m.forward(t3, 1, 3, n3, Context::Logits::Last, logits);
     CHECK(m.n_past(0) == 3);
     std::vector<int32_t> t2 = {261, 378};
     std::vector<int> n2 = {2};
     try {
-      m.forward(t2, 1, 2, n2, Model::Logits::Last, logits);
+      m.forward(t2, 1, 2, n2, Context::Logits::Last, logits);
       FAIL("expected CacheError");
     } catch (const CacheError& e) {
       CHECK(std::string(e.what()).find("max_seq_len >= 5") != std::string::npos);
@@ -310,7 +366,7 @@ TEST_SUITE("model.model") {
     CHECK(m.n_past(0) == 3);
     std::vector<int32_t> tb = {1, 1};
     std::vector<int> nb = {1, 1};
-    CHECK_THROWS_AS(m.forward(tb, 2, 1, nb, Model::Logits::Last, logits), CacheError);
+    CHECK_THROWS_AS(m.forward(tb, 2, 1, nb, Context::Logits::Last, logits), CacheError);
     // more prompts than rows queue for the row (dynamic batching), each stopping when the row is full
     auto two = generate_greedy(m, {{1}, {1}}, GenerateOptions{});
     REQUIRE(two.size() == 2);
@@ -321,12 +377,12 @@ TEST_SUITE("model.model") {
   }
 
   TEST_CASE("generation without caches set up is refused with a hint" * kveval::test::needs_model()) {
-    Model& m = real_model();
+    Context& m = real_context();
     CHECK_THROWS_WITH_AS(generate_greedy(m, {{1}}, GenerateOptions{}), doctest::Contains("KvCacheScope"), CacheError);
   }
 
   TEST_CASE("max_gen_toks 0, 1, 2 and 7 give exactly that many tokens; should_stop stops with StopReason::StopString" * kveval::test::needs_model()) {
-    Model& m = real_model();
+    Context& m = real_context();
     KvCacheScope scope(m, 4, 64);
     GenerateOptions o;
     o.max_gen_toks = {0, 1, 2, 7};

@@ -18,6 +18,7 @@
 #include "model/dequantize.hpp"
 #include "model/gguf.hpp"
 #include "model/model.hpp"
+#include "context_support.hpp"
 #include "test_support.hpp"
 
 using namespace kveval;
@@ -102,8 +103,8 @@ TEST_SUITE("model.quant_shared") {
     if (dir.empty()) return;
     for (const auto& [file, fx] : expected(dir)["files"].items()) {
       CAPTURE(file);
-      auto model = Model::load(dir + "/" + file, {.threads = 1});
-      const LoadSummary& s = model->load_summary();
+      auto model = test::load_context(dir + "/" + file, {.threads = 1});
+      const LoadSummary& s = model->model().load_summary();
       CHECK(s.architecture == "llama");
       CHECK(s.weight_dtype == "F32");
       const auto& rolling = fx["rolling"];
@@ -112,7 +113,7 @@ TEST_SUITE("model.quant_shared") {
       for (size_t k = 0; k < rolling.size(); ++k) {
         const auto ids = rolling[k]["ids"].get<std::vector<int32_t>>();
         // The ids are the tokenizer's: the texts tokenize to them.
-        CHECK(model->tokenizer().encode(expected(dir)["texts"][k].get<std::string>(), true) == ids);
+        CHECK(model->model().tokenizer().encode(expected(dir)["texts"][k].get<std::string>(), true) == ids);
         reqs.push_back({ids, 1});
       }
       const auto res = score(*model, reqs, 2);

@@ -17,6 +17,7 @@
 
 #include "model/gguf.hpp"
 #include "model/model.hpp"
+#include "context_support.hpp"
 #include "model/random_model.hpp"
 #include "test_support.hpp"
 
@@ -48,9 +49,10 @@ const std::string& attn_model_path() {
   return path;
 }
 
-Model& attn_model() {
+Context& attn_context() {
   static std::unique_ptr<Model> m = Model::load(attn_model_path(), {.threads = 2});
-  return *m;
+  static Context c(*m);
+  return c;
 }
 
 /// The weights as double, read back from the file with gguf::File.
@@ -210,7 +212,7 @@ double worst_error(const float* got, const std::vector<double>& want) {
 
 TEST_SUITE("model.reference_forward") {
   TEST_CASE("the random model has 32-wide heads, GQA and two layers") {
-    const auto& hp = attn_model().hparams();
+    const auto& hp = attn_context().model().hparams();
     CHECK(hp.head_dim() == 32);
     CHECK(hp.n_head == 4);
     CHECK(hp.n_head_kv == 2);
@@ -219,8 +221,8 @@ TEST_SUITE("model.reference_forward") {
   }
 
   TEST_CASE("cache-free forward equals the naive forward: 9, 20 and 200 tokens, padded rows in one batch") {
-    Model& m = attn_model();
-    const size_t V = size_t(m.hparams().n_vocab);
+    Context& m = attn_context();
+    const size_t V = size_t(m.model().hparams().n_vocab);
     // 9 queries take the loop attention, 20 one oneDNN block, 200 two causal blocks (128 + 72)
     const std::vector<std::vector<int32_t>> rows = {random_tokens(200, 1), random_tokens(20, 2), random_tokens(9, 3)};
     const int seq = 200, batch = int(rows.size());
@@ -231,7 +233,7 @@ TEST_SUITE("model.reference_forward") {
       n[size_t(r)] = int(rows[size_t(r)].size());
     }
     std::vector<float> logits(size_t(batch * seq) * V);
-    m.forward(tokens, batch, seq, n, Model::Logits::All, logits);
+    m.forward(tokens, batch, seq, n, Context::Logits::All, logits);
     for (int r = 0; r < batch; ++r) {
       CAPTURE(r);
       const auto want = naive().logits(rows[size_t(r)]);
@@ -243,8 +245,8 @@ TEST_SUITE("model.reference_forward") {
   }
 
   TEST_CASE("cached forward in chunks (20, 37, 1, 16 tokens) equals the naive forward at every position") {
-    Model& m = attn_model();
-    const size_t V = size_t(m.hparams().n_vocab);
+    Context& m = attn_context();
+    const size_t V = size_t(m.model().hparams().n_vocab);
     const auto all = random_tokens(74, 4);
     const auto want = naive().logits(all);
     KvCacheScope scope(m, 1, 128);
@@ -254,7 +256,7 @@ TEST_SUITE("model.reference_forward") {
       std::vector<int32_t> t(all.begin() + long(at), all.begin() + long(at) + chunk);
       std::vector<int> n = {chunk};
       std::vector<float> logits(size_t(chunk) * V);
-      m.forward(t, 1, chunk, n, Model::Logits::All, logits);
+      m.forward(t, 1, chunk, n, Context::Logits::All, logits);
       double worst = 0;
       for (int i = 0; i < chunk; ++i) worst = std::max(worst, worst_error(logits.data() + size_t(i) * V, want[at + size_t(i)]));
       CHECK(worst < kTol);
@@ -264,7 +266,7 @@ TEST_SUITE("model.reference_forward") {
   }
 
   TEST_CASE("cached greedy generation equals uncached generation and the naive forward's log-probs") {
-    Model& m = attn_model();
+    Context& m = attn_context();
     const std::vector<std::vector<int32_t>> prompts = {random_tokens(40, 5), random_tokens(17, 6)};
     GenerateOptions o;
     o.max_gen_toks = {24};
@@ -298,7 +300,7 @@ TEST_SUITE("model.reference_forward") {
   TEST_CASE("the KV cache holds layer-0 keys rotated by their absolute position and values unrotated") {
     // Attention only sees position differences, so a RoPE position shift is
     // invisible in the logits; the cached keys show it.
-    Model& m = attn_model();
+    Context& m = attn_context();
     const auto& n = naive();
     const auto toks = random_tokens(6, 7);
     KvCacheScope scope(m, 1, 16);

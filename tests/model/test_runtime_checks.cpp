@@ -19,6 +19,7 @@
 
 #include "model/gguf.hpp"
 #include "model/model.hpp"
+#include "context_support.hpp"
 #include "model_variant.hpp"
 #include "test_support.hpp"
 #include "util/error.hpp"
@@ -112,9 +113,9 @@ TEST_SUITE("model.checks") {
       e.set.emplace("llama.attention.layer_norm_rms_epsilon", test::f32_value(1e-6));
       e.set.emplace("llama.rope.scaling.type", gguf::Value{gguf::ValueType::STRING, std::string("none")});
       test::write_variant(test::model_path(), (d.path / "ok.gguf").string(), e);
-      auto m = Model::load((d.path / "ok.gguf").string(), {.threads = 1});
-      CHECK(m->hparams().rope_freq_base == static_cast<float>(base));
-      CHECK(m->hparams().rms_eps == 1e-6f);
+      auto m = test::load_context((d.path / "ok.gguf").string(), {.threads = 1});
+      CHECK(m->model().hparams().rope_freq_base == static_cast<float>(base));
+      CHECK(m->model().hparams().rms_eps == 1e-6f);
     }
   }
 
@@ -122,11 +123,11 @@ TEST_SUITE("model.checks") {
     test::ScratchDir d("sha");
     const std::string copy = (d.path / "m.gguf").string();
     fs::copy_file(test::model_path(), copy);
-    auto m = Model::load(copy, {.threads = 1});
-    CHECK(m->sha256() == kStoriesSha);
+    auto m = test::load_context(copy, {.threads = 1});
+    CHECK(m->model().sha256() == kStoriesSha);
     CHECK(sha256_file(copy) == kStoriesSha);
     fs::resize_file(copy, 1000);  // truncated after the load
-    CHECK(m->sha256() == kStoriesSha);
+    CHECK(m->model().sha256() == kStoriesSha);
     CHECK(sha256_file(copy) != kStoriesSha);
     CHECK(Model::load(test::model_path(), {.threads = 1, .hash = false})->sha256().empty());
   }
@@ -173,10 +174,10 @@ TEST_SUITE("model.checks") {
   }
 
   TEST_CASE("weights are checked against the memory budget before they are copied" * test::needs_model()) {
-    auto m = Model::load(test::model_path(), {.threads = 1});
+    auto m = test::load_context(test::model_path(), {.threads = 1});
     gguf::File f(test::model_path());
     // stories260K stores output.weight: the estimate is every element x 4 bytes, as loaded
-    CHECK(estimate_weight_bytes(f) == m->weight_bytes());
+    CHECK(estimate_weight_bytes(f) == m->model().weight_bytes());
     uint64_t elements = 0;
     for (const auto& t : f.tensors()) elements += t.n_elements;
     CHECK(estimate_weight_bytes(f) == elements * 4);
@@ -196,12 +197,12 @@ TEST_SUITE("model.checks") {
   }
 
   TEST_CASE("activation bytes of a forward pass, by hand for stories260K" * test::needs_model()) {
-    auto m = Model::load(test::model_path(), {.threads = 1});
+    auto m = test::load_context(test::model_path(), {.threads = 1});
     // D 64, KV 32, F 172, V 512, group 2: T = 3 x 10 tokens
     const size_t T = 30;
     const size_t floats = T * (64 + 64 + (64 + 64) + 64 + 2 * 172 + 172) + 3 * 64 + 2 * 10 * 10 + T * 512;
-    CHECK(m->activation_bytes_for(3, 10, true) == floats * 4 + T * 8);
-    CHECK(m->activation_bytes_for(3, 10, false) == (floats - T * 512 + 2 * 3 * 512) * 4 + T * 8);
+    CHECK(m->model().activation_bytes_for(3, 10, true) == floats * 4 + T * 8);
+    CHECK(m->model().activation_bytes_for(3, 10, false) == (floats - T * 512 + 2 * 3 * 512) * 4 + T * 8);
   }
 
   TEST_CASE("token_logprob is NaN when any logit is NaN or +-Inf, else the log-softmax") {
@@ -226,7 +227,7 @@ TEST_SUITE("model.checks") {
       if (name == "blk.0.attn_norm.weight") std::fill(w.begin(), w.end(), 1e30f);
     };
     test::write_variant(test::model_path(), path, e);
-    auto m = Model::load(path, {.threads = 1});
+    auto m = test::load_context(path, {.threads = 1});
     std::vector<ScoreRequest> reqs = {{{1, 403, 407, 261, 378}, 1}, {{1, 261, 378}, 2}};
     auto r = score(*m, reqs, 2);
     CHECK(r[0].nonfinite_at == 1);
@@ -256,8 +257,8 @@ TEST_SUITE("model.checks") {
     ModelOptions no_scan;
     no_scan.threads = 1;
     no_scan.check_finite = false;
-    std::unique_ptr<Model> m = Model::load(path, no_scan);
-    auto clean = Model::load(test::model_path(), {.threads = 1});
+    auto m = test::load_context(path, no_scan);
+    auto clean = test::load_context(test::model_path(), {.threads = 1});
     std::vector<ScoreRequest> reqs = {{{1, 261, 403, 407, 378}, 1}, {{1, 261, 378, 300}, 1}, {{1, 407, 403}, 1}};
     auto r = score(*m, reqs, 3);
     auto want = score(*clean, reqs, 3);
@@ -270,8 +271,8 @@ TEST_SUITE("model.checks") {
   }
 
   TEST_CASE("an untouched KV cache stays unmapped; a written position maps 4 KiB pages, not the cache" * test::needs_model()) {
-    Model& m = *Model::load(test::model_path(), {.threads = 1}).release();
-    std::unique_ptr<Model> own(&m);
+    auto loaded = test::load_context(test::model_path(), {.threads = 1});
+    Context& m = *loaded;
     const int rows = 8, cap = 2048;
     m.setup_caches(rows, cap);
     const size_t half = m.bytes() / 2;  // K (or V): 5 layers x 8 rows x 4 heads x 2048 x 8 floats = 10 MiB
@@ -281,7 +282,7 @@ TEST_SUITE("model.checks") {
     std::vector<int32_t> t(rows, 1);
     std::vector<int> n(rows, 1);
     std::vector<float> logits(rows * 512);
-    m.forward(t, rows, 1, n, Model::Logits::Last, logits);
+    m.forward(t, rows, 1, n, Context::Logits::Last, logits);
     // one position per (layer, row, head) block: 160 pages of 4 KiB each for K and for V
     // (with transparent huge pages each write would map 2 MiB: the whole 10 MiB)
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));

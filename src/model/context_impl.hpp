@@ -1,0 +1,72 @@
+#pragma once
+// Context internals shared by the cache API (context.cpp) and the forward pass
+// (forward.cpp). Not part of the public interface.
+#include <algorithm>
+#include <span>
+#include <vector>
+
+#include "backend/backend.hpp"
+#include "model/context.hpp"
+#include "model/kv_cache.hpp"
+#include "model/model_impl.hpp"
+
+namespace kveval {
+
+struct Context::Impl {
+  explicit Impl(const Model& m)
+      : model(m),
+        w(*m.impl_),
+        cache(m.impl_->hp.n_layer, m.impl_->hp.n_head_kv, m.impl_->hp.head_dim(), m.impl_->kv_dtype) {}
+
+  const Model& model;
+  const Model::Impl& w;  ///< the weights and the shared engine
+  KvCache cache;
+  bool cache_enabled = false;
+  ContextStats stats;
+
+  // ---- activation buffers (grow-only) ----
+  backend::Buffer x, xb, qkv, att, gu, hb, logits, last, scores;
+  backend::RopeTable rope_tab;    // the current forward's RoPE angles, shared by all layers
+  std::vector<int32_t> pos;       // [T]
+  std::vector<int32_t> tok_ids;   // [T]
+  std::vector<int> seq_row, seq_start, seq_len;  // packed sequences
+  std::vector<backend::AttentionSeq> short_att;   // sequences of a layer attended in one parallel loop
+
+  /// What one forward pass decided while packing its batch.
+  struct Pass {
+    bool cached = false;     ///< reads and appends the KV cache
+    bool split = false;      ///< one-token sequences packed first and multiplied apart (see pack_batch)
+    bool inv = false;        ///< batch-invariant matmuls (cache-free passes)
+    bool row_order = false;  ///< the packed sequences are in row order
+    size_t T = 0;            ///< valid tokens packed
+    int64_t Td = 0;          ///< split: tokens of the one-token sequences, packed first
+  };
+
+  void reserve(size_t T, size_t n_rows_last) {
+    const HParams& hp = w.hp;
+    const size_t D = hp.n_embd, F = hp.n_ff, KV = w.kv_dim(), Q = w.q_dim();
+    bool a = false;
+    a |= x.reserve(T * D);
+    a |= xb.reserve(T * D);
+    a |= qkv.reserve(T * (Q + 2 * KV));
+    a |= att.reserve(T * Q);
+    a |= gu.reserve(T * 2 * F);
+    a |= hb.reserve(T * F);
+    a |= last.reserve(std::max<size_t>(1, n_rows_last) * D);
+    if (a) ++stats.buffer_allocations;
+  }
+
+  // The forward pass in named steps (forward.cpp), in the order Context::forward runs them.
+  Pass check_pass(std::span<const int32_t> tokens, int batch, int seq, std::span<const int> n_tokens, Logits mode,
+                  std::span<float> logits_out) const;
+  void pack_batch(Pass& p, int batch, std::span<const int> n_tokens);
+  void zero_padding(int batch, int seq, std::span<const int> n_tokens, Logits mode, std::span<float> logits_out) const;
+  void embed(const Pass& p, std::span<const int32_t> tokens, int seq);
+  void matmul(const Pass& p, const float* in, const backend::Weight& W, float* y, bool accumulate);
+  void attention_block(const Pass& p, int layer);
+  void attend(const Pass& p, int layer, float* q, float* k, float* v);
+  void ffn_block(const Pass& p, int layer);
+  void output_head(const Pass& p, int batch, int seq, Logits mode, std::span<float> logits_out);
+};
+
+}  // namespace kveval

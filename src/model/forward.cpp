@@ -1,0 +1,254 @@
+// Context::forward in named steps: check and pack the batch, embed, per layer
+// attention_block + ffn_block, output_head.
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "backend/backend.hpp"
+#include "model/context_impl.hpp"
+#include "util/error.hpp"
+
+namespace kveval {
+
+namespace be = kveval::backend;
+
+auto Context::Impl::check_pass(std::span<const int32_t> tokens, int batch, int seq, std::span<const int> n_tokens,
+                               Logits mode, std::span<float> logits_out) const -> Pass {
+  if (batch < 1 || seq < 1 || tokens.size() != static_cast<size_t>(batch) * seq || n_tokens.size() != static_cast<size_t>(batch))
+    throw ArgumentError(fmt::format("forward: tokens has {} ids and n_tokens {} rows for batch {} x seq {}", tokens.size(),
+                                    n_tokens.size(), batch, seq));
+  const size_t V = static_cast<size_t>(w.hp.n_vocab);
+  const size_t need = (mode == Logits::All ? static_cast<size_t>(batch) * seq : static_cast<size_t>(batch)) * V;
+  if (logits_out.size() < need)
+    throw ArgumentError(fmt::format("forward: logits_out holds {} floats, {} needed", logits_out.size(), need));
+  Pass p;
+  p.cached = cache_enabled;
+  if (p.cached && batch > cache.batch_size())
+    throw CacheError(fmt::format("forward: batch {} exceeds the KV cache's batch size {}; call setup_caches with batch_size >= {}",
+                                 batch, cache.batch_size(), batch));
+  // When decode steps of a few rows are row-invariant (kveval's kernels: f32 on
+  // AVX-512, bf16 with AVX512-BF16; be::decode_invariant_rows), a cached pass
+  // packs its one-token sequences first and its prompts after: the first go
+  // through the decode path, the others through the batch-invariant one, so a
+  // sequence's bits do not depend on what else shares the pass (static or
+  // dynamic batching, any batch of up to decode_invariant_rows rows). The price:
+  // a pass with both reads the weights twice.
+  // Decided by the compute dtype, not by one matrix (a Q8_0 model may hold an F32 one).
+  // Where every product is row-invariant (bf16 whose decode kernel and oneDNN
+  // sum alike: be::matmul_rows_invariant), one product serves the whole pass.
+  const be::Dtype cdt = w.dtype == ComputeDtype::BF16 ? be::Dtype::BF16 : be::Dtype::F32;
+  p.split = p.cached && (w.dtype == ComputeDtype::F32 || w.dtype == ComputeDtype::BF16) &&
+            !be::matmul_rows_invariant(cdt) && be::decode_invariant_rows(cdt) > 0;
+  // Cache-free passes score log-likelihoods: make every row's result independent
+  // of how requests were batched (bit-identical for batch_size 1 vs 8).
+  p.inv = !p.cached;
+  for (int r = 0; r < batch; ++r) {
+    const int n = n_tokens[static_cast<size_t>(r)];
+    if (n < 0 || n > seq) throw ArgumentError(fmt::format("forward: n_tokens[{}] = {} outside [0, {}]", r, n, seq));
+    if (p.cached && cache.n_past(r) + n > cache.capacity())
+      throw CacheError(fmt::format("KV cache full: row {} holds {} of {} positions and {} more were written; "
+                                   "set up caches with max_seq_len >= {}",
+                                   r, cache.n_past(r), cache.capacity(), n, cache.n_past(r) + n));
+  }
+  return p;
+}
+
+// Packs the valid tokens of all rows: sequence s = row seq_row[s], tokens [seq_start[s], +seq_len[s]).
+void Context::Impl::pack_batch(Pass& p, int batch, std::span<const int> n_tokens) {
+  seq_row.clear();
+  seq_start.clear();
+  seq_len.clear();
+  for (int group = 0; group < (p.split ? 2 : 1); ++group)
+    for (int r = 0; r < batch; ++r) {
+      const int n = n_tokens[static_cast<size_t>(r)];
+      if (n == 0 || (p.split && (n == 1) != (group == 0))) continue;
+      seq_row.push_back(r);
+      seq_start.push_back(static_cast<int>(p.T));
+      seq_len.push_back(n);
+      p.T += static_cast<size_t>(n);
+      if (p.split && group == 0) ++p.Td;
+    }
+  p.row_order = std::is_sorted(seq_row.begin(), seq_row.end());
+}
+
+// Zeroes only what no matmul writes: padding positions and rows without tokens.
+void Context::Impl::zero_padding(int batch, int seq, std::span<const int> n_tokens, Logits mode,
+                                 std::span<float> logits_out) const {
+  const size_t V = static_cast<size_t>(w.hp.n_vocab);
+  auto zero = [&](size_t from, size_t count) {
+    std::fill(logits_out.begin() + static_cast<std::ptrdiff_t>(from * V),
+              logits_out.begin() + static_cast<std::ptrdiff_t>((from + count) * V), 0.0f);
+  };
+  for (int r = 0; r < batch; ++r) {
+    const int n = n_tokens[static_cast<size_t>(r)];
+    if (mode == Logits::All)
+      zero(static_cast<size_t>(r) * seq + n, static_cast<size_t>(seq - n));
+    else if (n == 0)
+      zero(static_cast<size_t>(r), 1);
+  }
+}
+
+// Positions, token ids (checked against the vocabulary) and embedding rows of the packed tokens.
+void Context::Impl::embed(const Pass& p, std::span<const int32_t> tokens, int seq) {
+  const HParams& hp = w.hp;
+  const int D = hp.n_embd;
+  const size_t T = p.T, n_seq = seq_row.size();
+  reserve(T, n_seq);
+  pos.resize(T);
+  tok_ids.resize(T);
+  for (size_t s = 0; s < n_seq; ++s) {
+    const int r = seq_row[s];
+    const int p0 = p.cached ? cache.n_past(r) : 0;
+    for (int i = 0; i < seq_len[s]; ++i) {
+      const int32_t id = tokens[static_cast<size_t>(r) * seq + i];
+      if (id < 0 || id >= hp.n_vocab)
+        throw ArgumentError(fmt::format("forward: token id {} at [{}, {}] outside [0, {})", id, r, i, hp.n_vocab));
+      tok_ids[static_cast<size_t>(seq_start[s] + i)] = id;
+      pos[static_cast<size_t>(seq_start[s] + i)] = p0 + i;
+    }
+  }
+  float* xp = x.data();
+  for (size_t t = 0; t < T; ++t)
+    std::memcpy(xp + t * D, w.tok_embd.data() + static_cast<size_t>(tok_ids[t]) * D, sizeof(float) * D);
+}
+
+// y[T, n_out] (+)= in[T, n_in] · Wᵀ for the pass's packed tokens.
+void Context::Impl::matmul(const Pass& p, const float* in, const be::Weight& W, float* y, bool accumulate) {
+  be::Engine& eng = *w.engine;
+  const int64_t Ti = static_cast<int64_t>(p.T), Td = p.Td;
+  if (!p.split) return be::matmul(eng, in, Ti, W, y, accumulate, p.inv);
+  if (Td > 0) be::matmul(eng, in, Td, W, y, accumulate, false);
+  if (Ti > Td) be::matmul(eng, in + Td * W.n_in(), Ti - Td, W, y + Td * W.n_out(), accumulate, true);
+}
+
+// x += attn_output(attention(rope(q), rope(k), v)) with q, k, v = attn_norm(x) · wqkvᵀ (+ bias, Q/K norms).
+void Context::Impl::attention_block(const Pass& p, int layer) {
+  const HParams& hp = w.hp;
+  const detail::Layer& L = w.layers[static_cast<size_t>(layer)];
+  const int D = hp.n_embd, HD = hp.head_dim(), KV = w.kv_dim(), NQ = w.q_dim();
+  const int64_t Ti = static_cast<int64_t>(p.T);
+  float* xp = x.data();
+  be::rmsnorm(xp, L.attn_norm.data(), xb.data(), Ti, D, hp.rms_eps);
+  // qkv row t: [q (n_head x HD) | k (n_head_kv x HD) | v (n_head_kv x HD)]
+  const int64_t QS = NQ + 2 * KV;
+  float* q = qkv.data();
+  float* k = q + NQ;
+  float* v = k + KV;
+  matmul(p, xb.data(), L.wqkv, q, false);
+  if (!L.bqkv.empty()) be::add_bias(q, L.bqkv.data(), Ti, QS);
+  if (!L.q_norm.empty()) {  // per-head RMSNorm before RoPE (qwen3)
+    be::rmsnorm_heads(q, L.q_norm.data(), Ti, hp.n_head, HD, QS, hp.rms_eps);
+    be::rmsnorm_heads(k, L.k_norm.data(), Ti, hp.n_head_kv, HD, QS, hp.rms_eps);
+  }
+  be::rope(q, hp.n_head, HD, rope_tab, QS);
+  be::rope(k, hp.n_head_kv, HD, rope_tab, QS);
+  attend(p, layer, q, k, v);
+  matmul(p, att.data(), L.wo, xp, /*accumulate=*/true);
+  if (!L.bo.empty()) be::add_bias(xp, L.bo.data(), Ti, D);
+}
+
+// att = attention of each packed sequence over its cached positions (appending
+// its K, V first) or, cache-free, over itself.
+void Context::Impl::attend(const Pass& p, int layer, float* q, float* k, float* v) {
+  const HParams& hp = w.hp;
+  const int HD = hp.head_dim(), NQ = w.q_dim();
+  const int64_t QS = NQ + 2 * w.kv_dim();
+  short_att.clear();
+  for (size_t s = 0; s < seq_row.size(); ++s) {
+    const int r = seq_row[s];
+    const size_t t0 = static_cast<size_t>(seq_start[s]);
+    const int n = seq_len[s];
+    be::KvView view;
+    int64_t past = 0;
+    if (p.cached) {
+      past = cache.n_past(r);
+      // Append K, V of the new tokens at positions [past, past + n).
+      const uint64_t over = cache.append(layer, r, n, k + t0 * QS, v + t0 * QS, QS);
+      stats.kv_f16_overflows += over;
+      view = cache.view(layer, r);
+    } else {
+      view = {k + t0 * QS, v + t0 * QS, QS, HD};
+    }
+    if (be::attention_uses_loop(n, past, HD))  // short blocks (decode steps): one parallel loop for all of them below
+      short_att.push_back({q + t0 * QS, view, att.data() + t0 * NQ, n, past});
+    else
+      be::attention(*w.engine, q + t0 * QS, view, att.data() + t0 * NQ, n, past, hp.n_head, hp.n_head_kv, HD, QS,
+                    scores);
+  }
+  be::attention(short_att, hp.n_head, hp.n_head_kv, HD, QS);
+  short_att.clear();
+}
+
+// x += ffn_down(swiglu(ffn_norm(x) · [gate | up]ᵀ)) (+ biases).
+void Context::Impl::ffn_block(const Pass& p, int layer) {
+  const HParams& hp = w.hp;
+  const detail::Layer& L = w.layers[static_cast<size_t>(layer)];
+  const int D = hp.n_embd, F = hp.n_ff;
+  const int64_t Ti = static_cast<int64_t>(p.T);
+  float* xp = x.data();
+  be::rmsnorm(xp, L.ffn_norm.data(), xb.data(), Ti, D, hp.rms_eps);
+  matmul(p, xb.data(), L.w_gate_up, gu.data(), false);
+  if (!L.b_gate_up.empty()) be::add_bias(gu.data(), L.b_gate_up.data(), Ti, 2 * F);
+  be::swiglu_fused(gu.data(), hb.data(), Ti, F);
+  matmul(p, hb.data(), L.w_down, xp, /*accumulate=*/true);
+  if (!L.b_down.empty()) be::add_bias(xp, L.b_down.data(), Ti, D);
+}
+
+// logits = output_norm(x) · outputᵀ at every valid position (Logits::All) or
+// at each sequence's last one (Logits::Last), written to the rows' places.
+void Context::Impl::output_head(const Pass& p, int batch, int seq, Logits mode, std::span<float> logits_out) {
+  const HParams& hp = w.hp;
+  be::Engine& eng = *w.engine;
+  const int D = hp.n_embd;
+  const size_t V = static_cast<size_t>(hp.n_vocab), n_seq = seq_row.size();
+  const int64_t Ti = static_cast<int64_t>(p.T);
+  float* xp = x.data();
+  if (mode == Logits::Last) {
+    float* lastp = last.data();
+    for (size_t s = 0; s < n_seq; ++s)
+      std::memcpy(lastp + s * D, xp + static_cast<size_t>(seq_start[s] + seq_len[s] - 1) * D, sizeof(float) * D);
+    be::rmsnorm(lastp, w.output_norm.data(), lastp, static_cast<int64_t>(n_seq), D, hp.rms_eps);
+    if (n_seq == static_cast<size_t>(batch) && p.row_order) {
+      be::matmul(eng, lastp, static_cast<int64_t>(n_seq), w.out_weight(), logits_out.data(), false, p.inv);
+    } else {
+      if (logits.reserve(n_seq * V)) ++stats.buffer_allocations;
+      be::matmul(eng, lastp, static_cast<int64_t>(n_seq), w.out_weight(), logits.data(), false, p.inv);
+      for (size_t s = 0; s < n_seq; ++s)
+        std::memcpy(logits_out.data() + static_cast<size_t>(seq_row[s]) * V, logits.data() + s * V, sizeof(float) * V);
+    }
+    return;
+  }
+  be::rmsnorm(xp, w.output_norm.data(), xb.data(), Ti, D, hp.rms_eps);
+  if (p.T == static_cast<size_t>(batch) * seq && p.row_order) {  // no padding: write in place
+    be::matmul(eng, xb.data(), Ti, w.out_weight(), logits_out.data(), false, p.inv);
+  } else {
+    for (size_t s = 0; s < n_seq; ++s)
+      be::matmul(eng, xb.data() + static_cast<size_t>(seq_start[s]) * D, seq_len[s], w.out_weight(),
+                 logits_out.data() + static_cast<size_t>(seq_row[s]) * seq * V, false, p.inv);
+  }
+}
+
+void Context::forward(std::span<const int32_t> tokens, int batch, int seq, std::span<const int> n_tokens, Logits mode,
+                      std::span<float> logits_out) {
+  Impl& im = *impl_;
+  Impl::Pass p = im.check_pass(tokens, batch, seq, n_tokens, mode, logits_out);
+  im.pack_batch(p, batch, n_tokens);
+  im.zero_padding(batch, seq, n_tokens, mode, logits_out);
+  ++im.stats.forward_calls;
+  if (p.cached) ++im.stats.forward_cached;
+  if (im.cache.is_setup()) ++im.stats.forward_with_cache_setup;
+  if (p.T == 0) return;
+  im.stats.tokens_processed += p.T;
+  im.embed(p, tokens, seq);
+  be::rope_table(im.pos.data(), static_cast<int64_t>(p.T), im.w.rope, im.rope_tab);  // angles once, not once per layer
+  for (int l = 0; l < im.w.hp.n_layer; ++l) {
+    im.attention_block(p, l);
+    im.ffn_block(p, l);
+  }
+  if (p.cached)
+    for (size_t s = 0; s < im.seq_row.size(); ++s) im.cache.advance(im.seq_row[s], im.seq_len[s]);
+  im.output_head(p, batch, seq, mode, logits_out);
+}
+
+}  // namespace kveval
