@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <fstream>
 #include <filesystem>
 #include <string>
 
@@ -108,5 +109,29 @@ TEST_SUITE("cli.input_limits") {
     // a real key name is still shown, with its suggestion
     check_refused(run_kveval(d, "run " + quote(d.write("typo.yaml", "tsk: t\n")) + " -m m.gguf"),
                   d.file("typo.yaml") + ":1: tsk: unknown lm-eval task key (did you mean 'task'?)");
+  }
+
+  TEST_CASE("a 200 MB context in one JSONL line is refused by the memory plan with its figures, before tokenizing" * kveval::test::needs_model()) {
+    TempDir d;
+    {
+      std::ofstream f(d.file("big.jsonl"), std::ios::binary);
+      f << "{\"c\": \"";
+      const std::string words = "Lily went to the park. ";  // 23 bytes
+      for (int i = 0; i < 200000000 / 23; ++i) f << words;
+      f << "\", \"x\": \"dog\"}\n";
+    }
+    const std::string spec = d.write("spec.json", "{\"model\": " + json(kveval::test::model_path()).dump() +
+                                                      R"(, "max_length": 64, "tasks": [{"name": "big", "output_type": "loglikelihood",
+                                                      "dataset_path": "big.jsonl", "doc_to_text": "c", "doc_to_target": "x"}]})");
+    // 4 GB for the whole process; the tokenizer alone would need 64 bytes per byte of the 200 MB text
+    Run r = run_kveval(d, "run " + quote(spec) + " -q", "ulimit -v 8000000; KVEVAL_MEMORY_LIMIT_BYTES=4000000000 ");
+    INFO(r.err);
+    CHECK(r.code == 1);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    const uint64_t text = 200000000 / 23 * 23;  // the context; "c" then " " + "dog" make the longest text
+    CHECK(r.err.find("kveval: error: not enough memory for building the requests of " + spec + ": planned ") == 0);
+    CHECK(r.err.find("tokenizer (longest text 190.7 MiB) 11.9 GiB (" + std::to_string((text + 4) * 64) + " bytes)") !=
+          std::string::npos);
+    CHECK(r.err.find("is available (KVEVAL_MEMORY_LIMIT_BYTES 3.7 GiB less") != std::string::npos);
   }
 }
