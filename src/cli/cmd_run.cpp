@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -28,6 +29,7 @@
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
+#include "util/input_file.hpp"
 #include "util/timer.hpp"
 
 namespace kveval::cli {
@@ -70,21 +72,28 @@ CLI::Validator at_least(double lo, bool integer) {
       integer ? fmt::format("INT>={}", lo) : fmt::format("NUMBER>={}", lo));
 }
 
-/// Fault injection for the distributed tests (KVEVAL_FAULT_INJECT="RANK:PHASE:throw|kill"):
-/// rank RANK throws an Error, or kills itself with SIGKILL, when PHASE
-/// ("load", "loglikelihood" or "generation") starts. Unset: nothing.
+/// Fault injection for the tests (KVEVAL_FAULT_INJECT="RANK:PHASE:throw|kill|term|int"):
+/// rank RANK throws an Error, kills itself with SIGKILL, or raises SIGTERM or
+/// SIGINT when PHASE starts: "load", "loglikelihood", "generation", or a stage
+/// of writing the outputs: "samples-temp" (the samples' temporary file
+/// written, not yet renamed), "samples-done" (samples in place, results not yet
+/// written), "results-temp" (the results' temporary file written, not yet
+/// renamed). Unset: nothing.
 std::function<void(std::string_view)> fault_injector(int rank) {
   const char* v = std::getenv("KVEVAL_FAULT_INJECT");
   if (!v || !*v) return {};
   std::string spec(v);
   size_t a = spec.find(':'), b = spec.rfind(':');
-  if (a == std::string::npos || a == b) throw ArgumentError(fmt::format("KVEVAL_FAULT_INJECT={}: expected RANK:PHASE:throw|kill", spec));
+  if (a == std::string::npos || a == b)
+    throw ArgumentError(fmt::format("KVEVAL_FAULT_INJECT={}: expected RANK:PHASE:throw|kill|term|int", spec));
   int r = std::atoi(spec.substr(0, a).c_str());
   std::string phase = spec.substr(a + 1, b - a - 1), action = spec.substr(b + 1);
   if (r != rank) return {};
   return [phase, action](std::string_view p) {
     if (p != phase) return;
     if (action == "kill") ::kill(::getpid(), SIGKILL);
+    if (action == "term") ::raise(SIGTERM);
+    if (action == "int") ::raise(SIGINT);
     throw Error(fmt::format("injected fault in phase {} (KVEVAL_FAULT_INJECT)", phase));
   };
 }
@@ -125,10 +134,11 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
                             : fmt::format("--output and --log-samples name the same file ({})", a.output));
   // 1. the whole spec and every data file, before the model loads
   spec = load_spec(a.spec, a.model);
-  // an output that names an input would replace it (the spec, the model, a task's data)
+  // an output that names an input would replace it (the spec, the model, the baseline the gate reads, a task's data)
   for (const auto& [option, out] : {std::pair<const char*, const std::string&>{"--output", a.output}, {"--log-samples", a.log_samples}}) {
     if (out.empty() || out == "-") continue;
     std::vector<std::pair<std::string, std::string>> inputs = {{"the spec file", a.spec}, {"the model file", spec.model}};
+    if (!a.baseline.empty()) inputs.emplace_back("the --baseline file", a.baseline);
     for (size_t i = 0; i < spec.tasks.size(); ++i) {
       const auto& t = spec.tasks[i];
       for (const auto& [what, path] : {std::pair<const char*, const std::string&>{"dataset_path", t.dataset_path},
@@ -154,15 +164,59 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
       if (t.docs.size() > static_cast<size_t>(a.limit)) t.docs.resize(static_cast<size_t>(a.limit));
   }
   if (dist.rank() == 0 && !a.baseline.empty()) {
-    std::ifstream f(a.baseline, std::ios::binary);
-    if (!f) throw ArgumentError(fmt::format("--baseline: {}: cannot open", a.baseline));
-    std::stringstream ss;
-    ss << f.rdbuf();
-    baseline = parse_json_text(ss.str(), a.baseline);
+    std::string text;
+    try {
+      text = util::read_input_file(a.baseline, util::InputKind::Text);
+    } catch (const SpecError& e) {
+      throw SpecError(fmt::format("--baseline: {}", e.what()));
+    }
+    baseline = parse_json_text(text, a.baseline);
     if (!baseline.is_object() || !baseline.contains("results") || !baseline["results"].is_object())
       throw SpecError(fmt::format("{}: not a kveval results file (no \"results\" object)", a.baseline));
   }
   require_model_file(spec.model, "spec 'model' or --model");
+}
+
+/// The samples (--log-samples), then the results (--output), each all or
+/// nothing (util::AtomicFile; `-` is stdout, every write checked). The results
+/// name the samples they describe ("kveval"."samples": path and sha256 of the
+/// bytes written), and are written only once those samples are in place: a
+/// crash or signal between the two leaves the old results (whose sha256 no
+/// longer matches) or none, never results newer than the samples.
+void write_outputs(const RunArgs& a, const eval::EvalSpec& spec, const eval::RunResult& res,
+                   const std::function<void(std::string_view)>& inject) {
+  using namespace kveval::eval;
+  const auto stage = [&inject](std::string_view s) {
+    if (inject) inject(s);
+  };
+  nlohmann::ordered_json samples_link;
+  if (!a.log_samples.empty()) {
+    std::string text;
+    for (const auto& l : sample_records(spec, res))
+      text += l.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    samples_link = {{"path", a.log_samples}, {"sha256", sha256_hex(text)}};
+    if (a.log_samples == "-") {
+      util::write_all(STDOUT_FILENO, text, "stdout");
+    } else {
+      util::AtomicFile f(a.log_samples);
+      f.write(text);
+      stage("samples-temp");
+      f.commit();
+    }
+    stage("samples-done");
+  }
+  if (a.output.empty()) return;
+  nlohmann::ordered_json results = results_json(spec, res, res.model_sha256);
+  if (!samples_link.is_null()) results["kveval"]["samples"] = samples_link;
+  const std::string text = results.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  if (a.output == "-") {
+    util::write_all(STDOUT_FILENO, text, "stdout");
+  } else {
+    util::AtomicFile f(a.output);
+    f.write(text);
+    stage("results-temp");
+    f.commit();
+  }
 }
 
 int run(const RunArgs& a) {
@@ -191,7 +245,8 @@ int run(const RunArgs& a) {
     if (!a.quiet && dist.rank() == 0) fmt::print(stderr, "kveval: {}\n", line);
   };
   opts.shard = dist.shard();
-  opts.on_phase = fault_injector(dist.rank());
+  const std::function<void(std::string_view)> inject = fault_injector(dist.rank());
+  opts.on_phase = inject;
   if (dist.rank() != 0) opts.progress = nullptr;
   RunResult res = run_spec(spec, opts);
   if (!res.is_root()) return dist.broadcast_exit_code(kOk);  // rank 0 reports and decides
@@ -202,21 +257,7 @@ int run(const RunArgs& a) {
   fmt::print(json_on_stdout ? stderr : stdout, "{}\n{}", format_metrics_table(spec, res), format_phase_table(res));
   std::fflush(stdout);
 
-  nlohmann::ordered_json results;
-  if (!a.output.empty() || !a.baseline.empty()) results = results_json(spec, res, res.model_sha256);
-  // stdout (`-`) is written with every write checked too: `-o - > /dev/full` is exit 1
-  if (a.output == "-")
-    util::write_all(STDOUT_FILENO, results.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", "stdout");
-  else if (!a.output.empty()) write_json(a.output, results);
-  if (a.log_samples == "-") {
-    std::string text;
-    for (const auto& l : sample_records(spec, res))
-      text += l.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-    util::write_all(STDOUT_FILENO, text, "stdout");
-  } else if (!a.log_samples.empty()) {
-    write_jsonl(a.log_samples, sample_records(spec, res));
-  }
-  std::fflush(stdout);
+  write_outputs(a, spec, res, inject);
 
   int code = kOk;
   if (res.n_request_errors > 0) {
@@ -225,7 +266,8 @@ int run(const RunArgs& a) {
     code = kRequestErrors;
   }
   if (!a.baseline.empty()) {
-    BaselineCheck check = compare_baseline(baseline, nlohmann::json::parse(results.dump()), a.tolerance);
+    BaselineCheck check = compare_baseline(baseline, nlohmann::json::parse(results_json(spec, res, res.model_sha256).dump()),
+                                           a.tolerance);
     for (const auto& w : check.warnings) fmt::print(stderr, "kveval: baseline: warning: {}\n", w);
     for (const auto& f : check.failures) fmt::print(stderr, "kveval: baseline: not compared: {}\n", f);
     for (const auto& r : check.regressions)

@@ -9,6 +9,7 @@
 
 #include "cli/commands.hpp"
 #include "model/gguf.hpp"
+#include "util/input_file.hpp"
 #include "model/tokenizer.hpp"
 #include "util/error.hpp"
 
@@ -69,12 +70,7 @@ void add_tokenize_command(CLI::App& app, Action& action) {
       require_model_file(o->model, "--model");
       std::string input = o->text;
       if (file->count()) {
-        std::ifstream in(o->file, std::ios::binary);
-        if (!in) throw ArgumentError(fmt::format("{}: cannot open the file", o->file));
-        std::stringstream ss;
-        ss << in.rdbuf();
-        if (in.bad()) throw ArgumentError(fmt::format("{}: cannot read the file", o->file));
-        input = ss.str();
+        input = util::read_input_file(o->file, util::InputKind::Text);
       }
       gguf::File f(o->model);
       const Tokenizer tok = Tokenizer::from_gguf(f);

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "util/error.hpp"
+#include "util/input_file.hpp"
 
 namespace kveval::eval {
 
@@ -182,12 +183,11 @@ json parse_checked(std::string_view text, const Source& src) {
 json parse_json_text(std::string_view text, const std::string& origin) { return parse_checked(text, Source{origin}); }
 
 std::vector<std::pair<int, json>> read_jsonl(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw SpecError(fmt::format("{}: cannot open data file", path));
+  util::InputFile f(path, util::InputKind::Data);
   std::vector<std::pair<int, json>> out;
   std::string line;
   int n = 0;
-  while (std::getline(f, line)) {
+  while (f.getline(line)) {
     ++n;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     // blank: JSON's own whitespace (RFC 8259), not the text predicate
@@ -197,7 +197,6 @@ std::vector<std::pair<int, json>> read_jsonl(const std::string& path) {
       throw SpecError(fmt::format("{}:{}: expected a JSON object, got {}", path, n, json_excerpt(j)));
     out.emplace_back(n, std::move(j));
   }
-  if (f.bad()) throw SpecError(fmt::format("{}: read error", path));
   return out;
 }
 

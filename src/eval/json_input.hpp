@@ -29,7 +29,8 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& origin)
 /// and tabs). Each line is checked as parse_json_text does, with messages
 /// "file:N:column: ..." or "file:N: path: duplicate key 'k'"; a line that is
 /// not an object is "file:N: expected a JSON object, got ...", and an
-/// unreadable file "file: cannot open data file". Returns (line number, object) pairs.
+/// file that is not a regular file, unreadable or over its size limit one
+/// line from util::InputFile (InputKind::Data). Returns (line number, object) pairs.
 std::vector<std::pair<int, nlohmann::json>> read_jsonl(const std::string& path);
 
 /// A JSON value shown in a message: compact, at most ~40 bytes.

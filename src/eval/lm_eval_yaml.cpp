@@ -1,6 +1,7 @@
 #include "eval/lm_eval_yaml.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "eval/json_input.hpp"
 #include "eval/template/template.hpp"
 #include "util/error.hpp"
+#include "util/input_file.hpp"
 
 namespace kveval::eval {
 
@@ -145,6 +147,16 @@ json to_json(const YAML::Node& n, const std::string& file, const std::string& ke
   return nullptr;
 }
 
+/// `k` for a message when it looks like a key name (letters, digits, '_', '-',
+/// '.', at most 64 bytes), else only its size: a file that is not YAML parses
+/// as keys that are whole lines of its text, which must not reach logs.
+std::string shown_key(const std::string& k) {
+  const bool name = !k.empty() && k.size() <= 64 && std::all_of(k.begin(), k.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+  return name ? k : fmt::format("a key of {} bytes that is not a key name (not shown)", k.size());
+}
+
 /// One file with its includes merged (lm-eval load_yaml: includes in order, then local keys).
 Config load_config(const std::string& path, std::vector<std::string>& stack, const std::string& included_from) {
   std::error_code ec;
@@ -154,9 +166,16 @@ Config load_config(const std::string& path, std::vector<std::string>& stack, con
   if (!fs::is_regular_file(path, ec))
     throw SpecError(included_from.empty() ? fmt::format("{}: not found", path)
                                           : fmt::format("{}: include: file \"{}\" not found", included_from, path));
+  std::string text;
+  try {  // a regular file within the input limit (not /proc/self/mem, /dev/zero, a FIFO)
+    text = util::read_input_file(path, util::InputKind::Text);
+  } catch (const SpecError& e) {
+    if (included_from.empty()) throw;
+    throw SpecError(fmt::format("{}: include: {}", included_from, e.what()));
+  }
   YAML::Node root;
   try {
-    root = YAML::LoadFile(path);
+    root = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     throw SpecError(fmt::format("{}:{}:{}: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
   } catch (const YAML::Exception& e) {
@@ -194,6 +213,9 @@ Config load_config(const std::string& path, std::vector<std::string>& stack, con
     else throw SpecError(fmt::format("{}: include: expected a file name or a list of them, got {}", include_at, json_excerpt(inc)));
     std::string dir = fs::path(path).parent_path().string();
     for (const auto& f : files) {
+      // lm-eval includes task YAML files; any other file is not read (its text never reaches a message)
+      if (!is_yaml_path(f))
+        throw SpecError(fmt::format("{}: include: \"{}\" is not a YAML file (expected a .yaml or .yml task file)", include_at, f));
       std::string p = fs::path(f).is_absolute() || dir.empty() ? f : (fs::path(dir) / f).lexically_normal().string();
       for (auto& [k, v] : load_config(p, stack, include_at)) {
         auto e = std::find_if(merged.begin(), merged.end(), [&key = k](const auto& x) { return x.first == key; });
@@ -256,7 +278,7 @@ LmEvalTask load_lm_eval_yaml(const std::string& path, const json& entry) {
       std::vector<std::string> all = kRead;
       all.insert(all.end(), kIgnored.begin(), kIgnored.end());
       std::string hint = closest(k, all);
-      throw SpecError(fmt::format("{}: {}: unknown lm-eval task key{}", v.where, k,
+      throw SpecError(fmt::format("{}: {}: unknown lm-eval task key{}", v.where, shown_key(k),
                                   hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
     }
     if (v.value.is_object() && !v.value.empty() && (k == "doc_to_text" || k == "doc_to_target"))

@@ -148,6 +148,7 @@ std::vector<Request> build_requests(const EvalSpec& spec, const Tokenizer& tok, 
           if (all.size() > static_cast<size_t>(max_length)) {
             size_t drop = all.size() - static_cast<size_t>(max_length);
             all.erase(all.begin() + 1, all.begin() + 1 + static_cast<long>(drop));  // keep BOS
+            all.shrink_to_fit();  // what is kept is max_length ids, as plan_requests counts
             r.truncated_tokens = static_cast<int>(drop);
             ++n_truncated;
           }
@@ -202,6 +203,7 @@ std::vector<Request> build_requests(const EvalSpec& spec, const Tokenizer& tok, 
             if (r.prompt.size() > room) {
               size_t drop = r.prompt.size() - room;
               r.prompt.erase(r.prompt.begin() + 1, r.prompt.begin() + 1 + static_cast<long>(drop));  // keep BOS
+              r.prompt.shrink_to_fit();
               r.truncated_tokens = static_cast<int>(drop);
               ++n_truncated;
             }
@@ -220,6 +222,43 @@ std::vector<Request> build_requests(const EvalSpec& spec, const Tokenizer& tok, 
                        max_length));
   }
   return out;
+}
+
+RequestsPlan plan_requests(const EvalSpec& spec, int max_length) {
+  RequestsPlan p;
+  const uint64_t cap = static_cast<uint64_t>(std::max(max_length, 1));
+  auto encode = [&](uint64_t text_bytes) {  // one encode() call; returns the most ids it can give
+    p.longest_text = std::max(p.longest_text, text_bytes);
+    return text_bytes + 2;  // BOS, and SentencePiece's space prefix
+  };
+  auto keep = [&](uint64_t ids) { p.token_ids += ids * sizeof(int32_t) + sizeof(Request); };
+  for (const TaskSpec& t : spec.tasks) {
+    uint64_t joined = 0;
+    for (const Doc& d : t.docs) {
+      switch (t.output_type) {
+        case OutputType::Loglikelihood: {
+          const uint64_t n = d.context.size() + t.target_delimiter.size() + d.target.size();
+          keep(std::min(encode(n), cap));  // encode_pair: context + continuation, then the context alone
+          break;
+        }
+        case OutputType::MultipleChoice:
+          for (const auto& c : d.choices)
+            keep(std::min(encode(d.context.size() + t.target_delimiter.size() + c.size()), cap));
+          break;
+        case OutputType::LoglikelihoodRolling:
+          keep(2 * encode(d.target.size()));  // windows overlap: max_length / (max_length - 1) times the ids, at most 2
+          joined += d.target.size() + 2;      // kLlamaCppDocSeparator
+          break;
+        case OutputType::GenerateUntil:
+          keep(std::min(encode(d.context.size()), cap));
+          break;
+      }
+    }
+    if (t.output_type == OutputType::LoglikelihoodRolling && t.rolling_method == RollingMethod::LlamaCpp)
+      keep(encode(joined));
+  }
+  p.tokenizer = p.longest_text * kTokenizerBytesPerTextByte;
+  return p;
 }
 
 std::vector<size_t> canonical_score_order(const EvalSpec& spec, const std::vector<Request>& reqs) {

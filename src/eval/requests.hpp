@@ -97,6 +97,26 @@ inline constexpr const char* kLlamaCppDocSeparator = "\n\n";
 std::vector<Request> build_requests(const EvalSpec& spec, const Tokenizer& tok, int max_length,
                                     std::vector<std::string>* warnings);
 
+/// Memory build_requests needs, planned from the rendered texts before any is
+/// tokenized (bytes).
+struct RequestsPlan {
+  uint64_t token_ids = 0;  ///< the requests it keeps: token ids (at most one per text byte, plus BOS) and their records
+  uint64_t tokenizer = 0;  ///< the largest single encode() call: kTokenizerBytesPerTextByte x its text
+  uint64_t longest_text = 0;  ///< bytes of the longest text encoded in one call
+};
+/// Working memory of one Tokenizer::encode() call per byte of its text: the
+/// SentencePiece path copies the text (spaces escaped to 3 bytes), keeps a
+/// 24-byte symbol per character, a queue of candidate pairs and a map of the
+/// merges made; measured at 48 bytes per byte (peak RSS of `kveval tokenize -f`
+/// on 9.3 MB of English words with stories260K's vocabulary); 64 leaves a
+/// margin. Byte-level BPE splits into words first and needs less.
+inline constexpr uint64_t kTokenizerBytesPerTextByte = 64;
+/// The plan of build_requests(spec, tok, max_length): every request's kept ids
+/// bounded by its text (one id per byte at most, BOS added) and by max_length
+/// after truncation (rolling windows: at most twice the document's ids), and
+/// the largest encode() call. Never throws.
+RequestsPlan plan_requests(const EvalSpec& spec, int max_length);
+
 /// Indices of the runnable (error-free) requests of kind Loglikelihood or
 /// RollingWindow, in canonical order: tokens desc, then task name, doc index,
 /// request index. Independent of the order of tasks in the spec.

@@ -114,6 +114,27 @@ MemoryPlan plan_for(const Model& model, const std::vector<Request>& requests, co
   return p;
 }
 
+/// Refuses (MemoryError, one line with the figures) a spec whose requests
+/// cannot be built in the memory left: the kept token ids and the largest
+/// tokenizer call (plan_requests), before any text is tokenized.
+void check_requests_memory(const EvalSpec& spec, const Model& model, const RunOptions& opts, int max_length) {
+  std::exception_ptr no_memory;
+  try {
+    const RequestsPlan rp = plan_requests(spec, max_length);
+    const MemoryPart parts[] = {
+        {"weights", model.weight_bytes(), true},
+        {"token ids", rp.token_ids},
+        {fmt::format("tokenizer (longest text {})", format_bytes(rp.longest_text)), rp.tokenizer}};
+    check_memory_plan(fmt::format("building the requests of {}", spec.path), parts,
+                      opts.memory_budget ? *opts.memory_budget : memory_budget(),
+                      "shorten the longest documents: a text is tokenized whole before it is truncated to max_length");
+  } catch (...) {
+    if (!opts.shard.agree) throw;
+    no_memory = std::current_exception();
+  }
+  if (opts.shard.agree) opts.shard.agree(no_memory);
+}
+
 void score_phase(const EvalSpec& spec, Context& ctx, const RunOptions& opts, const std::vector<int>& owner,
                  RunResult& res) {
   if (ctx.caches_are_setup())
@@ -360,7 +381,8 @@ RunResult run_eval_impl(const EvalSpec& spec, Context& ctx, const RunOptions& op
     throw SpecError(fmt::format("{}: max_length: the model's context_length {} is too small; set max_length >= 2",
                                 spec.path, res.max_length));
 
-  // build requests (tokenization)
+  // build requests (tokenization), once its memory is planned (every rank stops if one cannot)
+  check_requests_memory(spec, model, opts, res.max_length);
   Stopwatch sw;
   res.warnings = model.load_summary().warnings;  // the model file's own (gguf::File::warnings)
   res.requests = build_requests(spec, model.tokenizer(), res.max_length, &res.warnings);

@@ -14,6 +14,7 @@
 #include "eval/spec_check.hpp"
 #include "eval/task_docs.hpp"
 #include "util/error.hpp"
+#include "util/input_file.hpp"
 
 namespace kveval::eval {
 
@@ -439,8 +440,6 @@ EvalSpec load_spec(const std::string& path, const std::string& model_override) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) throw SpecError(fmt::format("{}: is a directory (expected a JSON spec file)", path));
   if (!fs::exists(path, ec)) throw SpecError(fmt::format("{}: not found", path));
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw SpecError(fmt::format("{}: cannot open spec file", path));
   std::string base = fs::path(path).parent_path().string();
   if (is_yaml_path(path)) {
     // an lm-eval task YAML as the whole spec: one task, the model from --model
@@ -449,9 +448,7 @@ EvalSpec load_spec(const std::string& path, const std::string& model_override) {
     json j = {{"model", model_override}, {"tasks", json::array({{{"lm_eval_yaml", fs::path(path).filename().string()}}})}};
     return parse_spec(j, path, base.empty() ? "." : base, model_override);
   }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string text = ss.str();
+  const std::string text = util::read_input_file(path, util::InputKind::Text);
   json j = parse_json_text(text, path);
   return parse_spec(j, path, base.empty() ? "." : base, model_override);
 }

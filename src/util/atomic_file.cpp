@@ -1,12 +1,16 @@
 #include "util/atomic_file.hpp"
 
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <vector>
 
 #include <fmt/format.h>
@@ -19,6 +23,94 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr size_t kBufferBytes = size_t{1} << 20;
+
+// Temporary files removed on SIGINT, SIGTERM and SIGHUP (see the header).
+// A fixed table the signal handler can read without locks or allocation:
+// each slot is free (0), being filled (1), holding a live temporary path (2)
+// or claimed by the handler (3). The owner fills a free slot and publishes it
+// (1 -> 2, release); it retires it with 2 -> 0, which fails only when the
+// handler has claimed it (2 -> 3) and the process is about to end anyway.
+// More live temporary files than slots, or a longer path, are not registered
+// (their destructor still removes them on every other exit path).
+constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
+constexpr size_t kSlots = 16;
+struct Slot {
+  std::atomic<int> state{0};
+  char path[PATH_MAX];
+};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs lock-free atomics");
+Slot g_slots[kSlots];
+struct sigaction g_previous[std::size(kSignals)];
+
+extern "C" void remove_temp_files_and_reraise(int sig) {
+  const int saved_errno = errno;
+  for (Slot& s : g_slots) {
+    int expected = 2;
+    if (s.state.compare_exchange_strong(expected, 3, std::memory_order_acquire)) ::unlink(s.path);  // async-signal-safe
+  }
+  // the previous disposition (the default: the process ends by this signal, its status says so)
+  for (size_t i = 0; i < std::size(kSignals); ++i)
+    if (kSignals[i] == sig) ::sigaction(sig, &g_previous[i], nullptr);
+  ::raise(sig);  // delivered when this handler returns (the signal is blocked while it runs)
+  errno = saved_errno;
+}
+
+/// Installs the handler for each signal that is not ignored (a command started
+/// in the background by a shell ignores SIGINT: it stays ignored) and whose
+/// handler is not already this one; the disposition it replaces is kept for
+/// the re-raise. Called for every temporary file, so a handler installed by
+/// other code since the last one is chained, not lost. Call with kSignals blocked.
+void install_signal_cleanup() {
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (size_t i = 0; i < std::size(kSignals); ++i) {
+    struct sigaction old {};
+    if (::sigaction(kSignals[i], nullptr, &old) != 0) continue;
+    if (old.sa_handler == SIG_IGN || old.sa_handler == remove_temp_files_and_reraise) continue;
+    g_previous[i] = old;
+    struct sigaction sa {};
+    sa.sa_handler = remove_temp_files_and_reraise;
+    sigemptyset(&sa.sa_mask);
+    for (int s : kSignals) sigaddset(&sa.sa_mask, s);  // one handler at a time
+    sa.sa_flags = SA_RESTART;
+    ::sigaction(kSignals[i], &sa, nullptr);
+  }
+}
+
+/// Publishes `path` for the handler; the slot index, or -1 when none is free.
+int register_temp(const std::string& path) {
+  if (path.size() >= PATH_MAX) return -1;
+  for (size_t i = 0; i < kSlots; ++i) {
+    int expected = 0;
+    if (!g_slots[i].state.compare_exchange_strong(expected, 1, std::memory_order_acquire)) continue;
+    std::memcpy(g_slots[i].path, path.c_str(), path.size() + 1);
+    g_slots[i].state.store(2, std::memory_order_release);
+    return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void unregister_temp(int slot) {
+  if (slot < 0) return;
+  int expected = 2;
+  g_slots[slot].state.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+}
+
+/// Blocks kSignals in this thread for its lifetime: creating a temporary file
+/// and registering it happen together, or not at all, before a signal is handled.
+class SignalsBlocked {
+ public:
+  SignalsBlocked() {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int s : kSignals) sigaddset(&set, s);
+    ::pthread_sigmask(SIG_BLOCK, &set, &old_);
+  }
+  ~SignalsBlocked() { ::pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+
+ private:
+  sigset_t old_;
+};
 }  // namespace
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
@@ -44,12 +136,19 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   std::string tmpl = ((dir.empty() ? fs::path(".") : dir) / ("." + name + ".tmp.XXXXXX")).string();
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
-  fd_ = ::mkostemp(buf.data(), O_CLOEXEC);
+  {
+    SignalsBlocked blocked;
+    install_signal_cleanup();
+    fd_ = ::mkostemp(buf.data(), O_CLOEXEC);
+    if (fd_ >= 0) {
+      tmp_ = buf.data();
+      slot_ = register_temp(tmp_);
+    }
+  }
   if (fd_ < 0) {
     const int e = errno;
     fail(fmt::format("cannot create a temporary file in {}", dir.empty() ? std::string(".") : dir.string()), e);
   }
-  tmp_ = buf.data();
   // mkstemp creates mode 0600; give the file the mode a plain open() would
   // (0666 less the umask), or the mode of the file it replaces.
   mode_t mode;
@@ -76,6 +175,8 @@ void AtomicFile::discard() noexcept {
   fd_ = -1;
   if (!tmp_.empty()) ::unlink(tmp_.c_str());
   tmp_.clear();
+  unregister_temp(slot_);
+  slot_ = -1;
 }
 
 void AtomicFile::fail(const std::string& what, int err) {
@@ -133,6 +234,8 @@ void AtomicFile::commit() {
       fail(fmt::format("cannot rename {} over it", tmp_), e);
     }
     tmp_.clear();
+    unregister_temp(slot_);  // a signal before this finds the name gone: unlink fails harmlessly
+    slot_ = -1;
   }
   committed_ = true;
 }

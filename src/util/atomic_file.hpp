@@ -15,6 +15,14 @@
 // A target that exists and is not a regular file (/dev/stdout, /dev/full, a
 // FIFO) cannot be replaced by rename: it is opened and written directly, still
 // checking every write and the close.
+// SIGINT, SIGTERM and SIGHUP while temporary files exist: a handler (installed
+// when a temporary file is created, for each of these signals the process
+// does not ignore; a handler found in its place is called after it) unlinks every live temporary file (async-signal-safe unlink(2) of
+// paths published in a fixed table when the file was created), restores the
+// signal's previous disposition and raises it again, so the process ends as it
+// would have (killed by that signal) and leaves no `.<name>.tmp.XXXXXX` behind.
+// Targets are never touched by the handler: each is either the old file or the
+// complete new one. SIGKILL cannot be caught: a temporary file may then remain.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -51,6 +59,7 @@ class AtomicFile {
   std::string path_;    // as given, for messages
   std::string target_;  // where the data end up (symlinks resolved)
   std::string tmp_;     // temporary file ("" when writing a non-regular target directly)
+  int slot_ = -1;       // its entry in the signal handler's table (-1: none)
   int fd_ = -1;
   bool committed_ = false;
   uint64_t written_ = 0;

@@ -211,6 +211,40 @@ TEST_SUITE("cli.run") {
     CHECK(junk.err.find("junk.json:1:") != std::string::npos);
   }
 
+  TEST_CASE("--baseline is an input: -o or --log-samples naming it is refused however spelt; a failing gate keeps its bytes" * kveval::test::needs_model()) {
+    TempDir d;
+    std::string spec = d.write("spec.json", spec_with(kLL));
+    Run a = run_kveval(d, "run " + quote(spec) + " -q -o " + quote(d.file("base.json")));
+    REQUIRE(a.code == 0);
+    json base = json::parse(slurp(d.file("base.json")));
+    const double ppl = base["results"]["ll"]["perplexity,none"].get<double>();
+    base["results"]["ll"]["perplexity,none"] = ppl - 0.5;
+    const std::string better = d.write("better.json", base.dump(2));
+    const std::string better_text = slurp(better);
+    std::filesystem::create_symlink("better.json", d.file("link.json"));
+    std::filesystem::create_hard_link(better, d.file("hard.json"));
+    for (const auto& out : {"-o " + quote(better), "-o " + quote(d.path.string() + "/./better.json"),
+                            "--log-samples " + quote(d.file("link.json")), "-o " + quote(d.file("hard.json"))}) {
+      CAPTURE(out);
+      Run r = run_kveval(d, "run " + quote(spec) + " -q --baseline " + quote(better) + " " + out);
+      CHECK(r.code == 2);
+      CHECK(r.out.empty());  // refused before anything ran
+      CHECK(count_lines(r.err) == 1);
+      CHECK(r.err.find("is the --baseline file") != std::string::npos);
+      CHECK(r.err.find(": refusing to overwrite an input\n") != std::string::npos);
+    }
+    // spelt relative to the working directory
+    Run rel = run_kveval(d, "run " + quote(spec) + " -q --baseline better.json -o " + quote(better), "cd " + quote(d.path.string()) + " && ");
+    CHECK(rel.code == 2);
+    CHECK(rel.err == "kveval: error: --output " + better + " is the --baseline file (better.json): refusing to overwrite an input\n");
+    // the gate fails (exit 3) and writes its results elsewhere: the baseline keeps every byte
+    Run worse = run_kveval(d, "run " + quote(spec) + " -q --baseline " + quote(better) + " -o " + quote(d.file("new.json")));
+    CHECK(worse.code == 3);
+    CHECK(worse.err.find("regression: ll perplexity") != std::string::npos);
+    CHECK(slurp(better) == better_text);
+    CHECK(json::parse(slurp(d.file("new.json")))["results"]["ll"]["perplexity,none"].get<double>() == ppl);
+  }
+
   TEST_CASE("--baseline is strict: nothing compared fails (exit 3, one line per problem); --tolerance needs --baseline" * kveval::test::needs_model()) {
     TempDir d;
     std::string spec = d.write("spec.json", spec_with(kLL));

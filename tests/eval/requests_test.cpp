@@ -160,3 +160,40 @@ TEST_SUITE("eval.requests") {
     CHECK_NOTHROW(build_requests(s, tiny(), 9, nullptr));
   }
 }
+
+TEST_SUITE("eval.requests_plan") {
+  TEST_CASE("plan_requests: kept ids bounded by the text and max_length, the largest encode call, hand-computed") {
+    EvalSpec spec;
+    TaskSpec ll;
+    ll.output_type = OutputType::Loglikelihood;
+    ll.target_delimiter = " ";
+    Doc a;
+    a.context = std::string(100, 'c');  // 100 + 1 + 3 = 104 bytes -> at most 106 ids, kept min(106, 32) = 32
+    a.target = "dog";
+    ll.docs.push_back(a);
+    TaskSpec mc;
+    mc.output_type = OutputType::MultipleChoice;
+    mc.target_delimiter = " ";
+    Doc b;
+    b.context = "Q";  // "Q" + " " + "yes" = 5 -> 7 ids; "Q" + " " + "no" = 4 -> 6 ids
+    b.choices = {"yes", "no"};
+    mc.docs.push_back(b);
+    TaskSpec roll;
+    roll.output_type = OutputType::LoglikelihoodRolling;
+    roll.rolling_method = RollingMethod::LlamaCpp;
+    Doc c;
+    c.target = std::string(10, 't');  // 12 ids, windows at most twice: 24; joined text 10 + 2 = 12 -> 14 ids
+    roll.docs.push_back(c);
+    TaskSpec gen;
+    gen.output_type = OutputType::GenerateUntil;
+    Doc g;
+    g.context = std::string(20, 'p');  // 22 ids
+    gen.docs.push_back(g);
+    spec.tasks = {ll, mc, roll, gen};
+    const RequestsPlan p = plan_requests(spec, 32);
+    const uint64_t ids = 32 + 7 + 6 + 24 + 14 + 22, records = 6;
+    CHECK(p.token_ids == ids * 4 + records * sizeof(Request));
+    CHECK(p.longest_text == 104);
+    CHECK(p.tokenizer == 104 * 64);
+  }
+}

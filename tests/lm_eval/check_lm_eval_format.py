@@ -83,6 +83,10 @@ def check(results_path, samples_path, schema_dir):
     jsonschema.validate(results, rs)
     for s in samples:
         jsonschema.validate(s, ss)
+    # the results name the samples file they describe, by the sha256 of its bytes
+    link = results["kveval"]["samples"]
+    assert link["path"] == samples_path, f"results name samples {link['path']}"
+    assert link["sha256"] == hashlib.sha256(open(samples_path, "rb").read()).hexdigest(), "samples sha256 differs"
     for broken in ("null stderr", "no versions"):
         bad = copy.deepcopy(results)
         if broken == "null stderr":

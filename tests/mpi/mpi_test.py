@@ -78,11 +78,14 @@ def main():
             check(open(samples, "rb").read() == s1, f"-np {np}: samples byte-identical to one process")
             # per-rank figures: timings, each rank's cache shape, forward passes (more ranks, more batches)
             timing_keys = {"date", "total_evaluation_time_seconds"}
-            kveval_timing_keys = {"phases", "cache", "distributed", "instrumentation"}
+            kveval_timing_keys = {"phases", "cache", "distributed", "instrumentation", "samples"}
             same = {k: r1[k] == r.get(k) for k in r1 if k not in timing_keys | {"kveval"}}
             same.update({"kveval." + k: r1["kveval"][k] == r["kveval"].get(k) for k in r1["kveval"]
                          if k not in kveval_timing_keys})
             check(all(same.values()), f"-np {np}: results identical except timings ({[k for k, v in same.items() if not v]})")
+            # each results file names its own samples file; the bytes, and so the sha256, are the same
+            check(r["kveval"]["samples"] == {"path": samples, "sha256": r1["kveval"]["samples"]["sha256"]},
+                  f"-np {np}: results name the samples file and its sha256")
             ins = r["kveval"].get("instrumentation", {})
             check(ins.get("loglikelihood_forward_with_cache_setup") == 0 and ins.get("loglikelihood_forward_cached") == 0
                   and ins.get("loglikelihood_forward_calls", 0) > 0,

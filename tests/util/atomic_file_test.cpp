@@ -149,6 +149,59 @@ TEST_SUITE("util.atomic_file") {
     CHECK(n_entries(d.path) == 1);
   }
 
+  TEST_CASE("SIGTERM, SIGINT or SIGHUP while temporary files exist: they are removed, the targets kept, the process ends by the signal") {
+    for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+      CAPTURE(sig);
+      ScratchDir d("atomic_signal");
+      const fs::path a = d.path / "results.json", b = d.path / "samples.jsonl";
+      util::write_file_atomic(a.string(), "old results\n");
+      pid_t pid = ::fork();
+      REQUIRE(pid >= 0);
+      if (pid == 0) {
+        std::signal(sig, SIG_DFL);  // not the test runner's crash handler: the default, as from a terminal
+        util::AtomicFile fa(a.string()), fb(b.string());
+        fa.write("new results\n");
+        fb.write(std::string(3 << 20, 'x'));  // past the buffer: bytes in the temporary file
+        {
+          util::AtomicFile done((d.path / "done.txt").string());  // committed: its slot is free again
+          done.write("x");
+          done.commit();
+        }
+        ::raise(sig);
+        ::_exit(0);  // not reached: the handler raises the signal again with its previous disposition
+      }
+      int st = 0;
+      REQUIRE(::waitpid(pid, &st, 0) == pid);
+      REQUIRE(WIFSIGNALED(st));
+      CHECK(WTERMSIG(st) == sig);
+      CHECK(slurp(a) == "old results\n");
+      CHECK(!fs::exists(b));
+      CHECK(slurp(d.path / "done.txt") == "x");
+      CHECK(n_entries(d.path) == 2);  // results.json and done.txt: no .tmp file left
+    }
+  }
+
+  TEST_CASE("a signal the process ignores stays ignored: the write goes on and commits") {
+    ScratchDir d("atomic_signal");
+    const fs::path a = d.path / "out.txt";
+    pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      std::signal(SIGHUP, SIG_IGN);  // nohup; a shell's background job ignores SIGINT the same way
+      util::AtomicFile f(a.string());
+      f.write("kept\n");
+      ::raise(SIGHUP);
+      f.commit();
+      ::_exit(0);
+    }
+    int st = 0;
+    REQUIRE(::waitpid(pid, &st, 0) == pid);
+    REQUIRE(WIFEXITED(st));
+    CHECK(WEXITSTATUS(st) == 0);
+    CHECK(slurp(a) == "kept\n");
+    CHECK(n_entries(d.path) == 1);
+  }
+
   TEST_CASE("same_output_file: one file however it is named; different files are not") {
     ScratchDir d("same_output");
     util::write_file_atomic(d.file("a.json"), "{}\n");
