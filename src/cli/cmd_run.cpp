@@ -284,7 +284,7 @@ int run(const RunArgs& a) {
 void add_run_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* cmd = app.add_subcommand("run", "Evaluate a model on the tasks of a JSON spec");
-  cmd->add_option("spec", args->spec, "evaluation spec (JSON); see README")->required();
+  cmd->add_option("spec", args->spec, "evaluation spec (JSON); see docs/spec.md")->required();
   cmd->add_option("-m,--model", args->model, "GGUF model path (overrides the spec's 'model')");
   cmd->add_option("--output,-o", args->output, "write results as JSON in lm-eval's shape ('-' = stdout)")
       ->check(non_empty_path());

@@ -28,7 +28,7 @@ std::string message_of(std::exception_ptr ep) {
   } catch (const Error& e) {
     return std::string("error: ") + e.what();
   } catch (const std::bad_alloc&) {
-    return "error: out of memory (an allocation failed beyond what the memory plan counted; README, Memory)";
+    return "error: out of memory (an allocation failed beyond what the memory plan counted; docs/engine.md, Memory plan)";
   } catch (const std::exception& e) {
     return std::string("internal error: ") + e.what();
   } catch (...) {

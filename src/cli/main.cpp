@@ -72,7 +72,7 @@ int run_main(int argc, char** argv) {
   CLI::App app{"kveval: evaluate language models on the CPU with a managed KV cache"};
   app.set_version_flag("--version", fmt::format("kveval {} ({})", version(), git_hash()));
   app.footer(cli::Distributed::built_with_mpi()
-                 ? "Built with MPI: `mpirun -np N kveval run SPEC` spreads one evaluation over N ranks (README)."
+                 ? "Built with MPI: `mpirun -np N kveval run SPEC` spreads one evaluation over N ranks (docs/distributed.md)."
                  : "Built without MPI: `kveval run` runs in one process (install libopenmpi-dev and rebuild for mpirun).");
   app.require_subcommand(1);
   cli::Action action;
