@@ -1,7 +1,7 @@
-// Q4_K and Q6_K weights kept as the file's super-blocks: the exact-mode f32
+// Q4_K, Q5_K and Q6_K weights kept as the file's super-blocks: the exact-mode f32
 // kernel for decode-sized products and the decoder behind the row-chunk
 // widening for long ones (ggml's formats: ggml-common.h block_q4_K,
-// block_q6_K). A format (Q4K, Q6K below) says how a super-block becomes its 16
+// block_q5_K, block_q6_K). A format (Q4K, Q5K, Q6K below) says how a super-block becomes its 16
 // groups of 16 floats; one kernel multiplies them.
 #include "backend/kquants.hpp"
 
@@ -74,6 +74,54 @@ struct Q4K {
       sink.template add<0>(4 * c + 2, _mm512_sub_ps(_mm512_mul_ps(db, _mm512_cvtepi32_ps(_mm512_srli_epi32(q0, 4))), mb));
       sink.template add<1>(4 * c + 3, _mm512_sub_ps(_mm512_mul_ps(db, _mm512_cvtepi32_ps(_mm512_srli_epi32(q1, 4))), mb));
     }
+  }
+};
+
+/// Q5_K: {f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}. Low 4 bits as
+/// Q4_K's nibbles (qs at byte 48), bit 4 of element 32 s + l is bit s of qh[l];
+/// value (d * sc) * q - (dmin * m), scales and mins as Q4_K's.
+struct Q5K {
+  static constexpr int64_t kBytes = 176;
+  static void decode(const uint8_t* b, float* v) {
+    float d1[8], m1[8];
+    Q4K::scales(b, d1, m1);
+    const uint8_t* qh = b + 16;
+    const uint8_t* qs = b + 48;
+    for (int c = 0; c < 4; ++c)
+      for (int k = 0; k < 2; ++k) {
+        const int s = 2 * c + k;
+        for (int l = 0; l < 32; ++l) {
+          const int q = ((qs[32 * c + l] >> (4 * k)) & 15) | (((qh[l] >> s) & 1) << 4);
+          v[32 * s + l] = d1[s] * static_cast<float>(q) - m1[s];
+        }
+      }
+  }
+  template <class Sink>
+  KV_AVX512 static inline void groups(const uint8_t* b, Sink& sink) {
+    float d1[8], m1[8];
+    Q4K::scales(b, d1, m1);
+    const uint8_t* qs = b + 48;
+    const __m512i lo4 = _mm512_set1_epi32(15), one = _mm512_set1_epi32(1);
+    const __m512i h0 = _mm512_cvtepu8_epi32(load16b(b + 16)), h1 = _mm512_cvtepu8_epi32(load16b(b + 32));
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m512i q0 = _mm512_cvtepu8_epi32(load16b(qs + 32 * c)), q1 = _mm512_cvtepu8_epi32(load16b(qs + 32 * c + 16));
+      const int sa = 2 * c, sb = 2 * c + 1;
+      const __m512 da = _mm512_set1_ps(d1[sa]), ma = _mm512_set1_ps(m1[sa]);
+      const __m512 db = _mm512_set1_ps(d1[sb]), mb = _mm512_set1_ps(m1[sb]);
+      const __m512i a0 = _mm512_or_si512(_mm512_and_si512(q0, lo4), hbit(h0, sa, one));
+      const __m512i a1 = _mm512_or_si512(_mm512_and_si512(q1, lo4), hbit(h1, sa, one));
+      const __m512i b0 = _mm512_or_si512(_mm512_srli_epi32(q0, 4), hbit(h0, sb, one));
+      const __m512i b1 = _mm512_or_si512(_mm512_srli_epi32(q1, 4), hbit(h1, sb, one));
+      sink.template add<0>(4 * c, _mm512_sub_ps(_mm512_mul_ps(da, _mm512_cvtepi32_ps(a0)), ma));
+      sink.template add<1>(4 * c + 1, _mm512_sub_ps(_mm512_mul_ps(da, _mm512_cvtepi32_ps(a1)), ma));
+      sink.template add<0>(4 * c + 2, _mm512_sub_ps(_mm512_mul_ps(db, _mm512_cvtepi32_ps(b0)), mb));
+      sink.template add<1>(4 * c + 3, _mm512_sub_ps(_mm512_mul_ps(db, _mm512_cvtepi32_ps(b1)), mb));
+    }
+  }
+  /// Bit s of each lane of h, moved to bit 4.
+  KV_AVX512 static inline __m512i hbit(__m512i h, int s, __m512i one) {
+    return _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(h, _mm512_set1_epi32(s)), one), 4);
   }
 };
 
@@ -265,19 +313,21 @@ void widen_k(const Weight& w, int64_t n0, int64_t nc, float* dst, int64_t ld, in
 }
 
 [[noreturn]] void bad_dtype(Dtype d, const char* who) {
-  throw ArgumentError(fmt::format("{}: a {} weight (Q4_K or Q6_K only)", who, to_string(d)));
+  throw ArgumentError(fmt::format("{}: a {} weight (Q4_K, Q5_K or Q6_K only)", who, to_string(d)));
 }
 
 }  // namespace
 
 void kquant_matmul(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads) {
   if (w.dtype() == Dtype::Q4_K) return matmul_k<Q4K>(x, m, w, y, accumulate, threads);
+  if (w.dtype() == Dtype::Q5_K) return matmul_k<Q5K>(x, m, w, y, accumulate, threads);
   if (w.dtype() == Dtype::Q6_K) return matmul_k<Q6K>(x, m, w, y, accumulate, threads);
   bad_dtype(w.dtype(), "kquant_matmul");
 }
 
 float kquant_dot_scalar(Dtype d, const uint8_t* row, const float* x, int64_t n_in) {
   if (d == Dtype::Q4_K) return dot_scalar<Q4K>(row, x, n_in);
+  if (d == Dtype::Q5_K) return dot_scalar<Q5K>(row, x, n_in);
   if (d == Dtype::Q6_K) return dot_scalar<Q6K>(row, x, n_in);
   bad_dtype(d, "kquant_dot_scalar");
 }
@@ -287,6 +337,8 @@ void kquant_decode(Dtype d, const uint8_t* blocks, float* dst, int64_t n_blocks)
   for (int64_t i = 0; i < n_blocks; ++i) {
     if (d == Dtype::Q4_K)
       Q4K::decode(blocks + i * Q4K::kBytes, dst + i * kKBlock);
+    else if (d == Dtype::Q5_K)
+      Q5K::decode(blocks + i * Q5K::kBytes, dst + i * kKBlock);
     else
       Q6K::decode(blocks + i * Q6K::kBytes, dst + i * kKBlock);
   }
@@ -294,6 +346,7 @@ void kquant_decode(Dtype d, const uint8_t* blocks, float* dst, int64_t n_blocks)
 
 void kquant_widen_rows(const Weight& w, int64_t n0, int64_t nc, float* dst, int64_t ld, int threads) {
   if (w.dtype() == Dtype::Q4_K) return widen_k<Q4K>(w, n0, nc, dst, ld, threads);
+  if (w.dtype() == Dtype::Q5_K) return widen_k<Q5K>(w, n0, nc, dst, ld, threads);
   if (w.dtype() == Dtype::Q6_K) return widen_k<Q6K>(w, n0, nc, dst, ld, threads);
   bad_dtype(w.dtype(), "kquant_widen_rows");
 }

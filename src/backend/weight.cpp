@@ -24,6 +24,7 @@ const char* to_string(Dtype d) {
     case Dtype::Q4_0: return "q4_0";
     case Dtype::F16: return "f16";
     case Dtype::Q4_K: return "q4_k";
+    case Dtype::Q5_K: return "q5_k";
     case Dtype::Q6_K: return "q6_k";
     default: return "f32";
   }

@@ -1,5 +1,5 @@
-// Q4_K and Q6_K weights kept as the file's super-blocks (Dtype::Q4_K,
-// Dtype::Q6_K): decoded values against a naive decoder written from ggml's
+// Q4_K, Q5_K and Q6_K weights kept as the file's super-blocks (Dtype::Q4_K,
+// Q5_K, Q6_K): decoded values against a naive decoder written from ggml's
 // dequantize_row_q4_K / q6_K, the kernel against its scalar twin (same bits)
 // and a float64 reference, the widened path for long products, batch
 // invariance and a warm engine that allocates nothing; every case for both formats.
@@ -26,17 +26,18 @@ namespace {
 
 using kveval::test::randv;
 
-constexpr Dtype kFormats[] = {Dtype::Q4_K, Dtype::Q6_K};
+constexpr Dtype kFormats[] = {Dtype::Q4_K, Dtype::Q5_K, Dtype::Q6_K};
 
 /// f32 a * b, rounded once (the product of two floats is exact in double).
 float mul(float a, float b) { return static_cast<float>(double(a) * double(b)); }
 /// f32 a - b, rounded once (double rounding is innocuous for binary32 in binary64).
 float sub(float a, float b) { return static_cast<float>(double(a) - double(b)); }
 
-/// Super-block i of a row as floats, from ggml's dequantize_row_q4_K and
-/// dequantize_row_q6_K (ggml-quants.c), each product and difference rounded to f32.
+/// Super-block i of a row as floats, from ggml's dequantize_row_q4_K, q5_K
+/// and q6_K (ggml-quants.c), each product and difference rounded to f32.
 void naive_decode(Dtype dt, const uint8_t* b, float* y) {
-  if (dt == Dtype::Q4_K) {
+  if (dt == Dtype::Q4_K || dt == Dtype::Q5_K) {
+    const bool five = dt == Dtype::Q5_K;
     const float d = kveval::util::f16_to_f32(static_cast<uint16_t>(b[0] | b[1] << 8));
     const float dmin = kveval::util::f16_to_f32(static_cast<uint16_t>(b[2] | b[3] << 8));
     const uint8_t* q = b + 4;  // scales[12]
@@ -49,18 +50,22 @@ void naive_decode(Dtype dt, const uint8_t* b, float* y) {
         m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
       }
     };
-    const uint8_t* qs = b + 16;
+    const uint8_t* qs = b + (five ? 48 : 16);
+    const uint8_t* qh = b + 16;  // Q5_K only
     int is = 0;
+    uint8_t u1 = 1, u2 = 2;
     for (int j = 0; j < 256; j += 64) {
       int sc, m;
       scale_min(is, sc, m);
       const float d1 = mul(d, float(sc)), m1 = mul(dmin, float(m));
       scale_min(is + 1, sc, m);
       const float d2 = mul(d, float(sc)), m2 = mul(dmin, float(m));
-      for (int l = 0; l < 32; ++l) *y++ = sub(mul(d1, float(qs[l] & 0xF)), m1);
-      for (int l = 0; l < 32; ++l) *y++ = sub(mul(d2, float(qs[l] >> 4)), m2);
+      for (int l = 0; l < 32; ++l) *y++ = sub(mul(d1, float((qs[l] & 0xF) + (five && (qh[l] & u1) ? 16 : 0))), m1);
+      for (int l = 0; l < 32; ++l) *y++ = sub(mul(d2, float((qs[l] >> 4) + (five && (qh[l] & u2) ? 16 : 0))), m2);
       qs += 32;
       is += 2;
+      u1 = static_cast<uint8_t>(u1 << 2);
+      u2 = static_cast<uint8_t>(u2 << 2);
     }
     return;
   }
@@ -87,7 +92,7 @@ void naive_decode(Dtype dt, const uint8_t* b, float* y) {
   }
 }
 
-/// A random Q4_K or Q6_K matrix [n_out, n_in] in the file's bytes. Super-blocks
+/// A random Q4_K, Q5_K or Q6_K matrix [n_out, n_in] in the file's bytes. Super-blocks
 /// cycle through kinds: random bytes with d (and dmin) of moderate size and
 /// either sign; extreme scales (d = 65504, the largest f16, or the smallest
 /// subnormal 2^-24, with every 6-bit scale 63 and every quant at its end);
@@ -113,7 +118,7 @@ struct KBlocks {
       if (kind == 4) dh = mh = 0x7BFF;          // 65504
       if (kind == 5) dh = mh = 0x0001;          // 2^-24, with every bit of scales and quants set
       if (kind == 6) dh = mh = 0;               // all-zero block
-      if (t == Dtype::Q4_K) {
+      if (t != Dtype::Q6_K) {
         p[0] = dh & 0xFF, p[1] = dh >> 8, p[2] = mh & 0xFF, p[3] = mh >> 8;
         if (kind == 4) std::fill(p + 4, p + 16, uint8_t{0xFF});  // every sc and m 63
       } else {
@@ -144,7 +149,7 @@ struct KBlocks {
 }  // namespace
 
 TEST_SUITE("backend.kquants") {
-  TEST_CASE("Q4_K and Q6_K decode to ggml's values, every element, on every path") {
+  TEST_CASE("Q4_K, Q5_K and Q6_K decode to ggml's values, every element, on every path") {
     for (Dtype dt : kFormats) {
       INFO(std::string(to_string(dt)));
       const KBlocks mat(dt, 9, 1792, 21);  // 63 super-blocks: every kind 9 times
@@ -168,7 +173,7 @@ TEST_SUITE("backend.kquants") {
     }
   }
 
-  TEST_CASE("the Q4_K and Q6_K kernels give the scalar twin's bits and the double reference within f32 rounding") {
+  TEST_CASE("the Q4_K, Q5_K and Q6_K kernels give the scalar twin's bits and the double reference within f32 rounding") {
     MESSAGE("K-quant kernel: " << std::string(kernel_isa_name(kernel_isa())));
     for (Dtype dt : kFormats)
       for (int64_t n_in : {256, 512, 1792, 4096}) {
@@ -247,7 +252,7 @@ TEST_SUITE("backend.kquants") {
     CHECK(t[200] == 16.0f);
   }
 
-  TEST_CASE("long and batch-invariant Q4_K/Q6_K products: widened chunks match the reference, rows alone match rows in a batch") {
+  TEST_CASE("long and batch-invariant K-quant products: widened chunks match the reference, rows alone match rows in a batch") {
     // n_out 3000 > one chunk of widened rows for n_in 512 (2048 rows), so two chunks.
     for (Dtype dt : kFormats) {
       INFO(std::string(to_string(dt)));
@@ -279,7 +284,7 @@ TEST_SUITE("backend.kquants") {
     }
   }
 
-  TEST_CASE("warm Q4_K/Q6_K products create no primitive and allocate nothing") {
+  TEST_CASE("warm K-quant products create no primitive and allocate nothing") {
     for (Dtype dt : kFormats) {
       const KBlocks mat(dt, 1024, 256, 3);
       const Weight w = mat.weight();
@@ -297,7 +302,7 @@ TEST_SUITE("backend.kquants") {
     }
   }
 
-  TEST_CASE("Q4_K and Q6_K weights refuse bad shapes and the other setters") {
+  TEST_CASE("K-quant weights refuse bad shapes and the other setters") {
     CHECK_THROWS_AS(Weight(4, 288, Dtype::Q4_K), kveval::ArgumentError);
     CHECK_THROWS_AS(Weight(4, 128, Dtype::Q6_K), kveval::ArgumentError);
     Weight w(4, 256, Dtype::Q6_K);
@@ -313,7 +318,9 @@ TEST_SUITE("backend.kquants") {
     CHECK_THROWS_AS(kquant_matmul(f.data(), 1, w8, y.data(), false, 1), kveval::ArgumentError);
     CHECK_THROWS_AS(q8_0_matmul(f.data(), 1, w, y.data(), false, 1), kveval::ArgumentError);
     CHECK(std::string(to_string(Dtype::Q4_K)) == "q4_k");
+    CHECK(std::string(to_string(Dtype::Q5_K)) == "q5_k");
     CHECK(std::string(to_string(Dtype::Q6_K)) == "q6_k");
+    CHECK(kquant_bytes(Dtype::Q5_K, 512) == 352);
     CHECK(kquant_bytes(Dtype::Q4_K, 512) == 288);
     CHECK(kquant_bytes(Dtype::Q6_K, 512) == 420);
   }

@@ -1,4 +1,4 @@
-// Q4_K and Q6_K matrices of files quantized by llama.cpp (../shared/quant)
+// Q4_K, Q5_K and Q6_K matrices of files quantized by llama.cpp (../shared/quant)
 // kept as blocks in a backend::Weight: widened rows equal the model layer's
 // dequantizer (bit-identical to gguf-py's numpy) element for element, and the
 // exact-mode block kernel matches a float64 product of those values within f32
@@ -22,18 +22,22 @@
 using namespace kveval;
 
 TEST_SUITE("model.kquant_blocks") {
-  TEST_CASE("llama.cpp's Q4_K and Q6_K tensors kept as blocks: widened rows equal the dequantizer, products the float64 reference") {
+  TEST_CASE("llama.cpp's Q4_K, Q5_K and Q6_K tensors kept as blocks: widened rows equal the dequantizer, products the float64 reference") {
     const std::string shared = test::shared_dir();
     if (shared.empty() || !std::ifstream(shared + "/quant/model-Q4_K_M.gguf")) {
       MESSAGE("skipped: no ../shared/quant fixtures (KVEVAL_SHARED_DIR or <source>/../shared)");
       return;
     }
-    int checked[2] = {0, 0};
-    for (const char* name : {"model-Q4_K.gguf", "model-Q6_K.gguf", "model-Q4_K_M.gguf"}) {
+    int checked[3] = {0, 0, 0};
+    for (const char* name : {"model-Q4_K.gguf", "model-Q5_K.gguf", "model-Q6_K.gguf", "model-Q4_K_M.gguf", "model-Q5_K_M.gguf"}) {
       const gguf::File file(shared + "/quant/" + name);
       for (const auto& t : file.tensors()) {
-        if (t.dims.size() != 2 || (t.type != gguf::TensorType::Q4_K && t.type != gguf::TensorType::Q6_K)) continue;
-        const auto dt = t.type == gguf::TensorType::Q4_K ? backend::Dtype::Q4_K : backend::Dtype::Q6_K;
+        if (t.dims.size() != 2) continue;
+        const auto dt = t.type == gguf::TensorType::Q4_K   ? backend::Dtype::Q4_K
+                        : t.type == gguf::TensorType::Q5_K ? backend::Dtype::Q5_K
+                        : t.type == gguf::TensorType::Q6_K ? backend::Dtype::Q6_K
+                                                           : backend::Dtype::F32;
+        if (dt == backend::Dtype::F32) continue;
         const auto K = static_cast<int64_t>(t.row_length()), N = static_cast<int64_t>(t.n_rows());
         INFO(name << " " << t.name);
         backend::Weight w(N, K, dt);
@@ -60,10 +64,11 @@ TEST_SUITE("model.kquant_blocks") {
             worst = std::max(worst, std::fabs(double(y[static_cast<size_t>(r * N + n)]) - s) / (a + 1e-30));
           }
         CHECK(worst < double(K / 32 + 5) * 0x1p-24);
-        ++checked[dt == backend::Dtype::Q4_K ? 0 : 1];
+        ++checked[dt == backend::Dtype::Q4_K ? 0 : dt == backend::Dtype::Q5_K ? 1 : 2];
       }
     }
     CHECK(checked[0] > 0);
     CHECK(checked[1] > 0);
+    CHECK(checked[2] > 0);
   }
 }
