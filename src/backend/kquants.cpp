@@ -48,6 +48,7 @@ struct Q4K {
       m1[j + 4] = dmin * static_cast<float>((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
     }
   }
+  /// The 256 values in element order: the scalar spec the vector decoder matches.
   static void decode(const uint8_t* b, float* v) {
     float d1[8], m1[8];
     scales(b, d1, m1);
@@ -96,6 +97,7 @@ struct Q5K {
         }
       }
   }
+  /// The 16 groups in order, as Q4K::groups.
   template <class Sink>
   KV_AVX512 static inline void groups(const uint8_t* b, Sink& sink) {
     float d1[8], m1[8];
