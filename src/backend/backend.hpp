@@ -23,9 +23,14 @@ class Buffer;
 /// block along n_in; value = scale * quant), multiplied in f32 without
 /// widening the matrix (see matmul). Q4_0: ggml's Q4_0 blocks kept likewise
 /// (32 4-bit quants, two per byte, and one scale per block; value = scale *
-/// (quant - 8)). Q8_0 and Q4_0 are the block dtypes (is_blocks). F16 (IEEE
-/// half) is a KV-cache element type only (KvView), never a weight's.
-enum class Dtype { F32, BF16, Q8_0, Q4_0, F16 };
+/// (quant - 8)). Q8_0 and Q4_0 are the block dtypes (is_blocks). Q4_K, Q5_K
+/// and Q6_K: ggml's K-quant super-blocks of 256 elements kept byte for byte as
+/// the GGUF file holds them (block_q4_K: 144 bytes, 4.5 bits per weight;
+/// block_q5_K: 176 bytes, 5.5 bits; block_q6_K: 210 bytes, 6.5625 bits),
+/// multiplied in f32 without widening
+/// (is_kquant; kquants.hpp). F16 (IEEE half) is a KV-cache element type only
+/// (KvView), never a weight's.
+enum class Dtype { F32, BF16, Q8_0, Q4_0, F16, Q4_K, Q6_K, Q5_K };
 /// Elements per block of Dtype::Q8_0 and Dtype::Q4_0 (ggml-common.h QK8_0 = QK4_0 = 32).
 inline constexpr int64_t kQBlock = 32;
 /// Rows of a block-dtype weight interleaved block by block (see Weight::raw).
@@ -41,11 +46,24 @@ inline constexpr int64_t block_quant_bytes(Dtype d) { return d == Dtype::Q4_0 ? 
 inline constexpr uint64_t blocks_bytes(Dtype d, uint64_t n_elements) {
   return n_elements / kQBlock * static_cast<uint64_t>(block_quant_bytes(d) + 4);
 }
+/// Elements per super-block of Dtype::Q4_K, Q5_K and Q6_K (ggml-common.h QK_K).
+inline constexpr int64_t kKBlock = 256;
+/// True for the K-quant dtypes (Q4_K, Q5_K, Q6_K): the file's super-blocks, row by row.
+inline constexpr bool is_kquant(Dtype d) { return d == Dtype::Q4_K || d == Dtype::Q5_K || d == Dtype::Q6_K; }
+/// Bytes of one super-block: 144 for Q4_K ({f16 d, dmin; u8 scales[12]; u8
+/// qs[128]}), 176 for Q5_K ({f16 d, dmin; u8 scales[12]; u8 qh[32]; u8
+/// qs[128]}), 210 for Q6_K ({u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}).
+inline constexpr int64_t kquant_block_bytes(Dtype d) { return d == Dtype::Q4_K ? 144 : d == Dtype::Q5_K ? 176 : 210; }
+/// Bytes of `n_elements` (a multiple of kKBlock) as K-quant dtype `d`: the
+/// file's bytes (Q4_K 0.5625 per element, Q5_K 0.6875, Q6_K 0.8203125).
+inline constexpr uint64_t kquant_bytes(Dtype d, uint64_t n_elements) {
+  return n_elements / kKBlock * static_cast<uint64_t>(kquant_block_bytes(d));
+}
 /// Bytes of `n_elements` as Dtype::Q8_0: 1.125 per element.
 inline constexpr uint64_t q8_0_bytes(uint64_t n_elements) { return blocks_bytes(Dtype::Q8_0, n_elements); }
 /// Bytes of `n_elements` as Dtype::Q4_0: n/2 + n/32 * 4, 0.625 per element.
 inline constexpr uint64_t q4_0_bytes(uint64_t n_elements) { return blocks_bytes(Dtype::Q4_0, n_elements); }
-/// "f32" / "bf16" / "q8_0" / "q4_0" / "f16".
+/// "f32" / "bf16" / "q8_0" / "q4_0" / "f16" / "q4_k" / "q5_k" / "q6_k".
 const char* to_string(Dtype d);
 
 /// float -> bfloat16 bits, round to nearest even (NaN stays NaN). Source: the
@@ -131,7 +149,8 @@ class Weight {
   /// bf16 for Dtype::BF16). Throws ArgumentError on size mismatch.
   Weight(std::span<const float> data, int64_t n_out, int64_t n_in, Dtype dtype = Dtype::F32);
   /// Uninitialised matrix, to be filled with set_rows() (set_rows_q8_0() for
-  /// Dtype::Q8_0, set_rows_q4_0() for Dtype::Q4_0; both need n_in % kQBlock == 0).
+  /// Dtype::Q8_0, set_rows_q4_0() for Dtype::Q4_0; both need n_in % kQBlock == 0;
+  /// set_rows_kquant() for Q4_K, Q5_K and Q6_K, which need n_in % kKBlock == 0).
   /// Throws ArgumentError.
   Weight(int64_t n_out, int64_t n_in, Dtype dtype = Dtype::F32);
   /// Writes rows [row0, row0 + rows) of W from `src` ([rows, n_in] row-major,
@@ -150,6 +169,11 @@ class Weight {
   /// in the low nibble of byte j, element j + 16 in its high nibble), and
   /// `scales` [rows, n_in / kQBlock]. Throws ArgumentError as set_rows_q8_0.
   void set_rows_q4_0(int64_t row0, const uint8_t* packed, const float* scales, int64_t rows);
+  /// As set_rows, for the K-quant dtypes (Q4_K, Q5_K, Q6_K) only: `blocks` holds
+  /// rows [rows, n_in / kKBlock] super-blocks in the GGUF tensor's byte layout
+  /// (ggml-common.h block_q4_K / block_q5_K / block_q6_K, any alignment), copied as they are.
+  /// Throws ArgumentError on another dtype or rows outside [0, n_out).
+  void set_rows_kquant(int64_t row0, const void* blocks, int64_t rows);
   int64_t n_out() const { return n_out_; }
   int64_t n_in() const { return n_in_; }
   Dtype dtype() const { return dtype_; }
@@ -187,11 +211,14 @@ class Weight {
   /// multiple of 4 KiB (a power-of-two stride maps every row to the same cache
   /// sets and slows a decode step several times: docs/design/matmul-paths.md).
   /// Q8_0, Q4_0: bytes of one row's quants (n_in, n_in / 2; rows are interleaved, see raw()).
+  /// Q4_K, Q5_K, Q6_K: bytes of one row's super-blocks (n_in / kKBlock * kquant_block_bytes);
+  /// row n's blocks are the file's bytes at raw() + n * ld(), rows back to back.
   int64_t ld() const { return ld_; }
-  /// Bytes of the matrix elements (4 or 2 per element; Q8_0, Q4_0: blocks_bytes),
-  /// without the zero padding of BF16 panels or padded rows.
+  /// Bytes of the matrix elements (4 or 2 per element; Q8_0, Q4_0: blocks_bytes;
+  /// Q4_K, Q5_K, Q6_K: kquant_bytes), without the zero padding of BF16 panels or padded rows.
   size_t bytes() const {
     const auto n = static_cast<size_t>(n_out_ * n_in_);
+    if (is_kquant(dtype_)) return kquant_bytes(dtype_, n);
     return is_blocks(dtype_) ? blocks_bytes(dtype_, n) : n * (dtype_ == Dtype::BF16 ? 2 : 4);
   }
 
@@ -227,7 +254,7 @@ class Weight {
 ///   summation order) below 16 rows, so fewer rows are padded to 16 (oneDNN
 ///   2.6: rows agree bit for bit for every M >= 16 on AVX-512; on AVX2 rows go
 ///   in blocks of 192/96/48/24/16, see matmul.cpp).
-/// - Q8_0 or Q4_0 weights: products that are not batch-invariant of up to 20
+/// - Q8_0, Q4_0 or K-quant (Q4_K, Q5_K, Q6_K) weights: products that are not batch-invariant of up to 20
 ///   rows (1 thread) or 32 rows (2+ threads: decode steps, short prompts
 ///   prefilled during dynamic batching) in kveval's block kernel; longer or
 ///   batch-invariant ones through sgemm on rows widened to f32 a chunk at a

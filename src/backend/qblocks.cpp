@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "backend/kernel_isa.hpp"
+#include "backend/kquants.hpp"
 #include "util/error.hpp"
 
 // GCC 12's AVX-512 conversion intrinsics warn about their own undefined
@@ -311,11 +312,13 @@ void q4_0_matmul(const float* x, int64_t m, const Weight& w, float* y, bool accu
 }
 
 void blocks_matmul(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads) {
+  if (is_kquant(w.dtype())) return kquant_matmul(x, m, w, y, accumulate, threads);
   if (w.dtype() == Dtype::Q4_0) return q4_0_matmul(x, m, w, y, accumulate, threads);
   q8_0_matmul(x, m, w, y, accumulate, threads);  // throws for another dtype
 }
 
 void widen_rows(const Weight& w, int64_t n0, int64_t nc, float* dst, int64_t ld, int threads) {
+  if (is_kquant(w.dtype())) return kquant_widen_rows(w, n0, nc, dst, ld, threads);
   if (w.dtype() == Dtype::Q4_0) return widen<Q4>(w, n0, nc, dst, ld, threads);
   require(w, Dtype::Q8_0, "widen_rows");
   widen<Q8>(w, n0, nc, dst, ld, threads);

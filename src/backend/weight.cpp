@@ -23,6 +23,9 @@ const char* to_string(Dtype d) {
     case Dtype::Q8_0: return "q8_0";
     case Dtype::Q4_0: return "q4_0";
     case Dtype::F16: return "f16";
+    case Dtype::Q4_K: return "q4_k";
+    case Dtype::Q5_K: return "q5_k";
+    case Dtype::Q6_K: return "q6_k";
     default: return "f32";
   }
 }
@@ -133,6 +136,14 @@ Weight::Weight(std::span<const float> data, int64_t n_out, int64_t n_in, Dtype d
 
 Weight::Weight(int64_t n_out, int64_t n_in, Dtype dtype) : n_out_(n_out), n_in_(n_in), dtype_(dtype) {
   if (n_out <= 0 || n_in <= 0) throw ArgumentError(fmt::format("Weight: bad shape [{}, {}]", n_out, n_in));
+  if (is_kquant(dtype)) {  // the file's super-blocks, rows back to back
+    if (n_in % kKBlock != 0)
+      throw ArgumentError(fmt::format("Weight: {} needs n_in divisible by {} (shape [{}, {}])", to_string(dtype), kKBlock,
+                                      n_out, n_in));
+    ld_ = n_in / kKBlock * kquant_block_bytes(dtype);
+    data_.reset(alloc_floats((static_cast<size_t>(n_out * ld_) + 3) / 4));
+    return;
+  }
   if (is_blocks(dtype)) {
     if (n_in % kQBlock != 0)
       throw ArgumentError(fmt::format("Weight: {} needs n_in divisible by {} (shape [{}, {}])", to_string(dtype), kQBlock,
@@ -191,7 +202,15 @@ void Weight::set_rows_q4_0(int64_t row0, const uint8_t* packed, const float* sca
   set_block_rows(Dtype::Q4_0, row0, packed, scales, rows);
 }
 
+void Weight::set_rows_kquant(int64_t row0, const void* blocks, int64_t rows) {
+  if (!is_kquant(dtype_)) throw ArgumentError(fmt::format("Weight::set_rows_kquant on a {} matrix", to_string(dtype_)));
+  if (row0 < 0 || rows < 0 || row0 + rows > n_out_)
+    throw ArgumentError(fmt::format("Weight::set_rows_kquant: rows [{}, {}) outside [0, {})", row0, row0 + rows, n_out_));
+  std::memcpy(reinterpret_cast<std::byte*>(data_.get()) + row0 * ld_, blocks, static_cast<size_t>(rows * ld_));
+}
+
 void Weight::set_rows(int64_t row0, const float* src, int64_t rows) {
+  if (is_kquant(dtype_)) throw ArgumentError(fmt::format("Weight::set_rows on a {} matrix (use set_rows_kquant)", to_string(dtype_)));
   if (is_blocks(dtype_))
     throw ArgumentError(fmt::format("Weight::set_rows on a {0} matrix (use set_rows_{0})", to_string(dtype_)));
   if (row0 < 0 || rows < 0 || row0 + rows > n_out_)
@@ -224,6 +243,8 @@ void Weight::set_rows(int64_t row0, const float* src, int64_t rows) {
 }
 
 void Weight::set_rows_bf16(int64_t row0, const uint16_t* src, int64_t rows) {
+  if (is_kquant(dtype_))
+    throw ArgumentError(fmt::format("Weight::set_rows_bf16 on a {} matrix (use set_rows_kquant)", to_string(dtype_)));
   if (is_blocks(dtype_))
     throw ArgumentError(fmt::format("Weight::set_rows_bf16 on a {0} matrix (use set_rows_{0})", to_string(dtype_)));
   if (row0 < 0 || rows < 0 || row0 + rows > n_out_)
