@@ -51,7 +51,29 @@ struct RunArgs {
   std::string cache_policy = "release";
   std::string batching = "dynamic";
   std::string dtype, kv_cache_dtype;
+  std::vector<std::string> tasks;          ///< --tasks: task, tag and group names (no spec file)
+  std::vector<std::string> include_paths;  ///< --include-path
+  int num_fewshot = -1;                    ///< --num-fewshot (-1: each task's own)
+  double limit_fraction = 0;               ///< --limit in (0, 1): that share of each task's documents
+  std::string limit_text;                  ///< --limit as given
 };
+
+/// Validator of --limit, as lm-eval's: an integer >= 0 (documents per task) or
+/// a fraction in (0, 1) of each task's documents.
+CLI::Validator limit_validator() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const double x = std::strtod(v.c_str(), &end);
+        if (!v.empty() && end && *end == '\0' && errno != ERANGE && x < 0) return fmt::format("must be >= 0, got {}", v);
+        const bool integer = v.find_first_not_of("0123456789") == std::string::npos && !v.empty();
+        if (integer && x <= 2147483647.0) return "";
+        if (!v.empty() && end && *end == '\0' && !integer && x > 0 && x < 1) return "";
+        return fmt::format("expected an integer >= 0 or a fraction in (0, 1), got {}", v);
+      },
+      "N|FRACTION");
+}
 
 /// Validator for a number option: `lo` or more; an integer when `integer`.
 /// Its message reads "--batch-size: must be >= 1, got 0" (CLI11 prefixes the option name).
@@ -124,7 +146,9 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
                             ? std::string("--output and --log-samples both go to stdout: only one of them can")
                             : fmt::format("--output and --log-samples name the same file ({})", a.output));
   // 1. the whole spec and every data file, before the model loads
-  spec = load_spec(a.spec, a.model);
+  TaskOverrides over{a.num_fewshot >= 0 ? std::optional<int>(a.num_fewshot) : std::nullopt, a.include_paths};
+  if (a.tasks.empty()) spec = load_spec(a.spec, a.model, over);
+  else spec = parse_spec({{"model", a.model}, {"tasks", a.tasks}}, "--tasks", ".", a.model, over);
   // an output that names an input would replace it (the spec, the model, a task's data)
   for (const auto& [option, out] : {std::pair<const char*, const std::string&>{"--output", a.output}, {"--log-samples", a.log_samples}}) {
     if (out.empty() || out == "-") continue;
@@ -153,6 +177,9 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
     for (auto& t : spec.tasks)
       if (t.docs.size() > static_cast<size_t>(a.limit)) t.docs.resize(static_cast<size_t>(a.limit));
   }
+  for (auto& t : spec.tasks)  // lm-eval: ceil(len(eval_docs) * limit) documents
+    if (a.limit_fraction > 0)
+      t.docs.resize(std::min(t.docs.size(), static_cast<size_t>(std::ceil(t.n_docs_total * a.limit_fraction))));
   if (dist.rank() == 0 && !a.baseline.empty()) {
     std::ifstream f(a.baseline, std::ios::binary);
     if (!f) throw ArgumentError(fmt::format("--baseline: {}: cannot open", a.baseline));
@@ -242,7 +269,18 @@ int run(const RunArgs& a) {
 void add_run_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* cmd = app.add_subcommand("run", "Evaluate a model on the tasks of a JSON spec");
-  cmd->add_option("spec", args->spec, "evaluation spec (JSON); see README")->required();
+  CLI::Option* spec_opt = cmd->add_option("spec", args->spec, "evaluation spec (JSON); see README");
+  CLI::Option* tasks_opt = cmd->add_option("--tasks", args->tasks,
+                                           "task, tag or group names, comma-separated, run without a spec file (needs --model)")
+                               ->delimiter(',')
+                               ->allow_extra_args(false)
+                               ->excludes(spec_opt);
+  cmd->add_option("--include-path,--include_path", args->include_paths,
+                  "directory of lm-eval task YAMLs where task names are looked up (repeatable)")
+      ->allow_extra_args(false)
+      ->check(non_empty_path());
+  cmd->add_option("--num-fewshot,--num_fewshot", args->num_fewshot, "few-shot examples for every task (overrides each task's)")
+      ->check(int_in(0, 1 << 20));
   cmd->add_option("-m,--model", args->model, "GGUF model path (overrides the spec's 'model')");
   cmd->add_option("--output,-o", args->output, "write results as JSON in lm-eval's shape ('-' = stdout)")
       ->check(non_empty_path());
@@ -262,7 +300,9 @@ void add_run_command(CLI::App& app, Action& action) {
                   "KV-cache element type: f32, bf16, f16 or auto (overrides the spec; default auto: bf16 when the compute "
                   "dtype is bf16, else f32)");
   cmd->add_option("--batch-size", args->batch_size, "rows per batch (overrides the spec)")->check(at_least(1, true));
-  cmd->add_option("--limit", args->limit, "documents per task at most (overrides the spec)")->check(at_least(0, true));
+  cmd->add_option("--limit", args->limit_text,
+                  "documents per task at most, or a fraction in (0, 1) of each task's (overrides the spec)")
+      ->check(limit_validator());
   cmd->add_option("--bootstrap-iters", args->bootstrap_iters,
                   "bootstrap resamples for the stderr of perplexity (lm-eval's default 100000; 0 = no stderr)")
       ->check(int_in(0, 100000000));  // the spec's bootstrap_iters range
@@ -277,8 +317,16 @@ void add_run_command(CLI::App& app, Action& action) {
                   "generation rows: dynamic (a finished row takes the next request at once, default) or static "
                   "(batches of batch_size decode until their longest row ends); same outputs")
       ->check(CLI::IsMember({"dynamic", "static"}));
-  cmd->callback([args, tol, &action] {
+  cmd->callback([args, tol, spec_opt, tasks_opt, &action] {
     args->tolerance_given = tol->count() > 0;
+    if (!args->limit_text.empty()) {
+      const double x = std::strtod(args->limit_text.c_str(), nullptr);
+      if (x < 1) args->limit_fraction = x;
+      if (args->limit_text.find('.') == std::string::npos) args->limit = static_cast<int>(x), args->limit_fraction = 0;
+    }
+    if (spec_opt->count() == 0 && tasks_opt->count() == 0)
+      throw CLI::ValidationError("run", "give a spec file or --tasks NAMES (see --help)");
+    if (tasks_opt->count() > 0 && args->model.empty()) throw CLI::ValidationError("--tasks", "needs --model (-m)");
     action = [args] { return run(*args); };
   });
 }
