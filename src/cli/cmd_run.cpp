@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +22,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/distributed.hpp"
+#include "cli/output_path.hpp"
 #include "cli/progress.hpp"
 #include "eval/report.hpp"
 #include "eval/runner.hpp"
@@ -56,7 +58,12 @@ struct RunArgs {
   int num_fewshot = -1;                    ///< --num-fewshot (-1: each task's own)
   double limit_fraction = 0;               ///< --limit in (0, 1): that share of each task's documents
   std::string limit_text;                  ///< --limit as given
+  std::string output_path;                 ///< --output-path DIR: lm-eval's file layout (output_path.hpp)
+  bool samples_to_dir = false;             ///< --log-samples with no value: samples files in --output-path
 };
+
+/// The value of a --log-samples given without one (no file name is a newline).
+constexpr const char* kSamplesToOutputPath = "\n";
 
 /// Validator of --limit, as lm-eval's: an integer >= 0 (documents per task) or
 /// a fraction in (0, 1) of each task's documents.
@@ -146,6 +153,9 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
                             ? std::string("--output and --log-samples both go to stdout: only one of them can")
                             : fmt::format("--output and --log-samples name the same file ({})", a.output));
   // 1. the whole spec and every data file, before the model loads
+  std::error_code ec;
+  if (!a.output_path.empty() && std::filesystem::exists(a.output_path, ec) && !std::filesystem::is_directory(a.output_path, ec))
+    throw ArgumentError(fmt::format("--output-path {}: not a directory", a.output_path));
   TaskOverrides over{a.num_fewshot >= 0 ? std::optional<int>(a.num_fewshot) : std::nullopt, a.include_paths};
   if (a.tasks.empty()) spec = load_spec(a.spec, a.model, over);
   else spec = parse_spec({{"model", a.model}, {"tasks", a.tasks}}, "--tasks", ".", a.model, over);
@@ -212,7 +222,7 @@ int run(const RunArgs& a) {
   opts.cache_policy = parse_cache_policy(a.cache_policy);
   opts.batching = a.batching == "static" ? Batching::Static : Batching::Dynamic;
   // the results record it, and ranks compare it: hashed at load, from the bytes loaded
-  opts.hash_model = !a.output.empty() || !a.baseline.empty() || dist.size() > 1;
+  opts.hash_model = !a.output.empty() || !a.output_path.empty() || !a.baseline.empty() || dist.size() > 1;
   opts.progress = [&progress](std::string_view p, size_t d, size_t t, int64_t tok) { progress.update(p, d, t, tok); };
   opts.log = [&a, &dist](const std::string& line) {
     if (!a.quiet && dist.rank() == 0) fmt::print(stderr, "kveval: {}\n", line);
@@ -230,7 +240,7 @@ int run(const RunArgs& a) {
   std::fflush(stdout);
 
   nlohmann::ordered_json results;
-  if (!a.output.empty() || !a.baseline.empty()) results = results_json(spec, res, res.model_sha256);
+  if (!a.output.empty() || !a.output_path.empty() || !a.baseline.empty()) results = results_json(spec, res, res.model_sha256);
   // stdout (`-`) is written with every write checked too: `-o - > /dev/full` is exit 1
   if (a.output == "-")
     util::write_all(STDOUT_FILENO, results.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", "stdout");
@@ -242,6 +252,11 @@ int run(const RunArgs& a) {
     util::write_all(STDOUT_FILENO, text, "stdout");
   } else if (!a.log_samples.empty()) {
     write_jsonl(a.log_samples, sample_records(spec, res));
+  }
+  if (!a.output_path.empty()) {
+    const std::vector<nlohmann::ordered_json> recs = a.samples_to_dir ? sample_records(spec, res) : std::vector<nlohmann::ordered_json>{};
+    write_output_path(a.output_path, a.model.empty() ? spec.model : a.model, lm_eval_date_id(std::chrono::system_clock::now()),
+                      results, a.samples_to_dir ? &recs : nullptr);
   }
   std::fflush(stdout);
 
@@ -284,7 +299,14 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("-m,--model", args->model, "GGUF model path (overrides the spec's 'model')");
   cmd->add_option("--output,-o", args->output, "write results as JSON in lm-eval's shape ('-' = stdout)")
       ->check(non_empty_path());
-  cmd->add_option("--log-samples", args->log_samples, "write lm-eval samples, one JSON line per document ('-' = stdout)")
+  cmd->add_option("--log-samples,--log_samples", args->log_samples,
+                  "write lm-eval samples, one JSON line per document ('-' = stdout; no value: per task in --output-path)")
+      ->expected(0, 1)
+      ->default_str(kSamplesToOutputPath)
+      ->option_text("[FILE]")
+      ->check(non_empty_path());
+  cmd->add_option("--output-path,--output_path", args->output_path,
+                  "write DIR/<model>/results_<date>.json as lm-eval does (and samples_<task>_<date>.jsonl with --log-samples)")
       ->check(non_empty_path());
   cmd->add_option("--baseline", args->baseline, "results JSON of an earlier run; exit 3 if a metric got worse")
       ->check(non_empty_path());
@@ -323,6 +345,11 @@ void add_run_command(CLI::App& app, Action& action) {
       const double x = std::strtod(args->limit_text.c_str(), nullptr);
       if (x < 1) args->limit_fraction = x;
       if (args->limit_text.find('.') == std::string::npos) args->limit = static_cast<int>(x), args->limit_fraction = 0;
+    }
+    if (args->log_samples == kSamplesToOutputPath) {
+      if (args->output_path.empty()) throw CLI::ValidationError("--log-samples", "needs a file, or --output-path DIR to write into");
+      args->log_samples.clear();
+      args->samples_to_dir = true;
     }
     if (spec_opt->count() == 0 && tasks_opt->count() == 0)
       throw CLI::ValidationError("run", "give a spec file or --tasks NAMES (see --help)");
