@@ -299,7 +299,7 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("-m,--model", args->model, "GGUF model path (overrides the spec's 'model')");
   cmd->add_option("--output,-o", args->output, "write results as JSON in lm-eval's shape ('-' = stdout)")
       ->check(non_empty_path());
-  cmd->add_option("--log-samples,--log_samples", args->log_samples,
+  CLI::Option* samples_opt = cmd->add_option("--log-samples,--log_samples", args->log_samples,
                   "write lm-eval samples, one JSON line per document ('-' = stdout; no value: per task in --output-path)")
       ->expected(0, 1)
       ->default_str(kSamplesToOutputPath)
@@ -339,13 +339,15 @@ void add_run_command(CLI::App& app, Action& action) {
                   "generation rows: dynamic (a finished row takes the next request at once, default) or static "
                   "(batches of batch_size decode until their longest row ends); same outputs")
       ->check(CLI::IsMember({"dynamic", "static"}));
-  cmd->callback([args, tol, spec_opt, tasks_opt, &action] {
+  cmd->callback([args, tol, spec_opt, tasks_opt, samples_opt, &action] {
     args->tolerance_given = tol->count() > 0;
     if (!args->limit_text.empty()) {
       const double x = std::strtod(args->limit_text.c_str(), nullptr);
       if (x < 1) args->limit_fraction = x;
-      if (args->limit_text.find('.') == std::string::npos) args->limit = static_cast<int>(x), args->limit_fraction = 0;
+      if (args->limit_text.find_first_not_of("0123456789") == std::string::npos) args->limit = static_cast<int>(x), args->limit_fraction = 0;
     }
+    // an empty value is refused, not read as "no samples" (CLI11 takes '' as no value given)
+    if (samples_opt->count() > 0 && args->log_samples.empty()) throw CLI::ValidationError("--log-samples", "empty path");
     if (args->log_samples == kSamplesToOutputPath) {
       if (args->output_path.empty()) throw CLI::ValidationError("--log-samples", "needs a file, or --output-path DIR to write into");
       args->log_samples.clear();
