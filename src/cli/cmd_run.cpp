@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +23,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/distributed.hpp"
+#include "cli/output_path.hpp"
 #include "cli/progress.hpp"
 #include "eval/report.hpp"
 #include "eval/runner.hpp"
@@ -53,7 +55,34 @@ struct RunArgs {
   std::string cache_policy = "release";
   std::string batching = "dynamic";
   std::string dtype, kv_cache_dtype;
+  std::vector<std::string> tasks;          ///< --tasks: task, tag and group names (no spec file)
+  std::vector<std::string> include_paths;  ///< --include-path
+  int num_fewshot = -1;                    ///< --num-fewshot (-1: each task's own)
+  double limit_fraction = 0;               ///< --limit in (0, 1): that share of each task's documents
+  std::string limit_text;                  ///< --limit as given
+  std::string output_path;                 ///< --output-path DIR: lm-eval's file layout (output_path.hpp)
+  bool samples_to_dir = false;             ///< --log-samples with no value: samples files in --output-path
 };
+
+/// The value of a --log-samples given without one (no file name is a newline).
+constexpr const char* kSamplesToOutputPath = "\n";
+
+/// Validator of --limit, as lm-eval's: an integer >= 0 (documents per task) or
+/// a fraction in (0, 1) of each task's documents.
+CLI::Validator limit_validator() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const double x = std::strtod(v.c_str(), &end);
+        if (!v.empty() && end && *end == '\0' && errno != ERANGE && x < 0) return fmt::format("must be >= 0, got {}", v);
+        const bool integer = v.find_first_not_of("0123456789") == std::string::npos && !v.empty();
+        if (integer && x <= 2147483647.0) return "";
+        if (!v.empty() && end && *end == '\0' && !integer && x > 0 && x < 1) return "";
+        return fmt::format("expected an integer >= 0 or a fraction in (0, 1), got {}", v);
+      },
+      "N|FRACTION");
+}
 
 /// Validator for a number option: `lo` or more; an integer when `integer`.
 /// Its message reads "--batch-size: must be >= 1, got 0" (CLI11 prefixes the option name).
@@ -133,7 +162,12 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
                             ? std::string("--output and --log-samples both go to stdout: only one of them can")
                             : fmt::format("--output and --log-samples name the same file ({})", a.output));
   // 1. the whole spec and every data file, before the model loads
-  spec = load_spec(a.spec, a.model);
+  std::error_code ec;
+  if (!a.output_path.empty() && std::filesystem::exists(a.output_path, ec) && !std::filesystem::is_directory(a.output_path, ec))
+    throw ArgumentError(fmt::format("--output-path {}: not a directory", a.output_path));
+  TaskOverrides over{a.num_fewshot >= 0 ? std::optional<int>(a.num_fewshot) : std::nullopt, a.include_paths};
+  if (a.tasks.empty()) spec = load_spec(a.spec, a.model, over);
+  else spec = parse_spec({{"model", a.model}, {"tasks", a.tasks}}, "--tasks", ".", a.model, over);
   // an output that names an input would replace it (the spec, the model, the baseline the gate reads, a task's data)
   for (const auto& [option, out] : {std::pair<const char*, const std::string&>{"--output", a.output}, {"--log-samples", a.log_samples}}) {
     if (out.empty() || out == "-") continue;
@@ -163,6 +197,9 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
     for (auto& t : spec.tasks)
       if (t.docs.size() > static_cast<size_t>(a.limit)) t.docs.resize(static_cast<size_t>(a.limit));
   }
+  for (auto& t : spec.tasks)  // lm-eval: ceil(len(eval_docs) * limit) documents
+    if (a.limit_fraction > 0)
+      t.docs.resize(std::min(t.docs.size(), static_cast<size_t>(std::ceil(t.n_docs_total * a.limit_fraction))));
   if (dist.rank() == 0 && !a.baseline.empty()) {
     std::string text;
     try {
@@ -205,17 +242,25 @@ void write_outputs(const RunArgs& a, const eval::EvalSpec& spec, const eval::Run
     }
     stage("samples-done");
   }
-  if (a.output.empty()) return;
+  if (a.output.empty() && a.output_path.empty()) return;
   nlohmann::ordered_json results = results_json(spec, res, res.model_sha256);
   if (!samples_link.is_null()) results["kveval"]["samples"] = samples_link;
-  const std::string text = results.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  if (a.output == "-") {
-    util::write_all(STDOUT_FILENO, text, "stdout");
-  } else {
-    util::AtomicFile f(a.output);
-    f.write(text);
-    stage("results-temp");
-    f.commit();
+  if (!a.output.empty()) {
+    const std::string text = results.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    if (a.output == "-") {
+      util::write_all(STDOUT_FILENO, text, "stdout");
+    } else {
+      util::AtomicFile f(a.output);
+      f.write(text);
+      stage("results-temp");
+      f.commit();
+    }
+  }
+  if (!a.output_path.empty()) {  // lm-eval's layout: samples files first, then results (output_path.hpp)
+    const std::vector<nlohmann::ordered_json> recs =
+        a.samples_to_dir ? sample_records(spec, res) : std::vector<nlohmann::ordered_json>{};
+    write_output_path(a.output_path, a.model.empty() ? spec.model : a.model,
+                      lm_eval_date_id(std::chrono::system_clock::now()), results, a.samples_to_dir ? &recs : nullptr);
   }
 }
 
@@ -239,7 +284,7 @@ int run(const RunArgs& a) {
   opts.cache_policy = parse_cache_policy(a.cache_policy);
   opts.batching = a.batching == "static" ? Batching::Static : Batching::Dynamic;
   // the results record it, and ranks compare it: hashed at load, from the bytes loaded
-  opts.hash_model = !a.output.empty() || !a.baseline.empty() || dist.size() > 1;
+  opts.hash_model = !a.output.empty() || !a.output_path.empty() || !a.baseline.empty() || dist.size() > 1;
   opts.progress = [&progress](std::string_view p, size_t d, size_t t, int64_t tok) { progress.update(p, d, t, tok); };
   opts.log = [&a, &dist](const std::string& line) {
     if (!a.quiet && dist.rank() == 0) fmt::print(stderr, "kveval: {}\n", line);
@@ -284,11 +329,29 @@ int run(const RunArgs& a) {
 void add_run_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* cmd = app.add_subcommand("run", "Evaluate a model on the tasks of a JSON spec");
-  cmd->add_option("spec", args->spec, "evaluation spec (JSON); see docs/spec.md")->required();
+  CLI::Option* spec_opt = cmd->add_option("spec", args->spec, "evaluation spec (JSON); see docs/spec.md");
+  CLI::Option* tasks_opt = cmd->add_option("--tasks", args->tasks,
+                                           "task, tag or group names, comma-separated, run without a spec file (needs --model)")
+                               ->delimiter(',')
+                               ->allow_extra_args(false)
+                               ->excludes(spec_opt);
+  cmd->add_option("--include-path,--include_path", args->include_paths,
+                  "directory of lm-eval task YAMLs where task names are looked up (repeatable)")
+      ->allow_extra_args(false)
+      ->check(non_empty_path());
+  cmd->add_option("--num-fewshot,--num_fewshot", args->num_fewshot, "few-shot examples for every task (overrides each task's)")
+      ->check(int_in(0, 1 << 20));
   cmd->add_option("-m,--model", args->model, "GGUF model path (overrides the spec's 'model')");
   cmd->add_option("--output,-o", args->output, "write results as JSON in lm-eval's shape ('-' = stdout)")
       ->check(non_empty_path());
-  cmd->add_option("--log-samples", args->log_samples, "write lm-eval samples, one JSON line per document ('-' = stdout)")
+  CLI::Option* samples_opt = cmd->add_option("--log-samples,--log_samples", args->log_samples,
+                  "write lm-eval samples, one JSON line per document ('-' = stdout; no value: per task in --output-path)")
+      ->expected(0, 1)
+      ->default_str(kSamplesToOutputPath)
+      ->option_text("[FILE]")
+      ->check(non_empty_path());
+  cmd->add_option("--output-path,--output_path", args->output_path,
+                  "write DIR/<model>/results_<date>.json as lm-eval does (and samples_<task>_<date>.jsonl with --log-samples)")
       ->check(non_empty_path());
   cmd->add_option("--baseline", args->baseline, "results JSON of an earlier run; exit 3 if a metric got worse")
       ->check(non_empty_path());
@@ -304,7 +367,9 @@ void add_run_command(CLI::App& app, Action& action) {
                   "KV-cache element type: f32, bf16, f16 or auto (overrides the spec; default auto: bf16 when the compute "
                   "dtype is bf16, else f32)");
   cmd->add_option("--batch-size", args->batch_size, "rows per batch (overrides the spec)")->check(at_least(1, true));
-  cmd->add_option("--limit", args->limit, "documents per task at most (overrides the spec)")->check(at_least(0, true));
+  cmd->add_option("--limit", args->limit_text,
+                  "documents per task at most, or a fraction in (0, 1) of each task's (overrides the spec)")
+      ->check(limit_validator());
   cmd->add_option("--bootstrap-iters", args->bootstrap_iters,
                   "bootstrap resamples for the stderr of perplexity (lm-eval's default 100000; 0 = no stderr)")
       ->check(int_in(0, 100000000));  // the spec's bootstrap_iters range
@@ -319,8 +384,23 @@ void add_run_command(CLI::App& app, Action& action) {
                   "generation rows: dynamic (a finished row takes the next request at once, default) or static "
                   "(batches of batch_size decode until their longest row ends); same outputs")
       ->check(CLI::IsMember({"dynamic", "static"}));
-  cmd->callback([args, tol, &action] {
+  cmd->callback([args, tol, spec_opt, tasks_opt, samples_opt, &action] {
     args->tolerance_given = tol->count() > 0;
+    if (!args->limit_text.empty()) {
+      const double x = std::strtod(args->limit_text.c_str(), nullptr);
+      if (x < 1) args->limit_fraction = x;
+      if (args->limit_text.find_first_not_of("0123456789") == std::string::npos) args->limit = static_cast<int>(x), args->limit_fraction = 0;
+    }
+    // an empty value is refused, not read as "no samples" (CLI11 takes '' as no value given)
+    if (samples_opt->count() > 0 && args->log_samples.empty()) throw CLI::ValidationError("--log-samples", "empty path");
+    if (args->log_samples == kSamplesToOutputPath) {
+      if (args->output_path.empty()) throw CLI::ValidationError("--log-samples", "needs a file, or --output-path DIR to write into");
+      args->log_samples.clear();
+      args->samples_to_dir = true;
+    }
+    if (spec_opt->count() == 0 && tasks_opt->count() == 0)
+      throw CLI::ValidationError("run", "give a spec file or --tasks NAMES (see --help)");
+    if (tasks_opt->count() > 0 && args->model.empty()) throw CLI::ValidationError("--tasks", "needs --model (-m)");
     action = [args] { return run(*args); };
   });
 }

@@ -90,5 +90,6 @@ void add_bench_command(CLI::App& app, Action& action);
 void add_make_model_command(CLI::App& app, Action& action);
 void add_generate_command(CLI::App& app, Action& action);
 void add_tokenize_command(CLI::App& app, Action& action);
+void add_tasks_command(CLI::App& app, Action& action);
 
 }  // namespace kveval::cli

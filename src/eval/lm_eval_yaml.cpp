@@ -403,4 +403,11 @@ LmEvalTask load_lm_eval_yaml(const std::string& path, const json& entry) {
   return out;
 }
 
+json load_lm_eval_yaml_keys(const std::string& path) {
+  std::vector<std::string> stack;
+  json out = json::object();
+  for (auto& [k, v] : load_config(path, stack, "")) out[k] = std::move(v.value);
+  return out;
+}
+
 }  // namespace kveval::eval

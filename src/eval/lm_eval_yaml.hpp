@@ -31,6 +31,11 @@ struct LmEvalTask {
 /// limit, name) and overriding the YAML. Throws SpecError "file:line: key: message".
 LmEvalTask load_lm_eval_yaml(const std::string& path, const nlohmann::json& entry);
 
+/// The top-level keys of the YAML at `path` with its includes merged (the same
+/// reading as load_lm_eval_yaml, before any key is checked): what lm-eval's
+/// TaskManager indexes (`task`, `tag`, `group`). Throws SpecError "file:line: ...".
+nlohmann::json load_lm_eval_yaml_keys(const std::string& path);
+
 /// True when `path` names a YAML file (.yaml or .yml).
 bool is_yaml_path(const std::string& path);
 

@@ -12,6 +12,7 @@
 #include "eval/json_input.hpp"
 #include "eval/lm_eval_yaml.hpp"
 #include "eval/spec_check.hpp"
+#include "eval/task_index.hpp"
 #include "eval/task_docs.hpp"
 #include "util/error.hpp"
 #include "util/input_file.hpp"
@@ -379,13 +380,39 @@ TaskSpec parse_yaml_task(const json& tj, const Where& w, const std::string& base
   return t;
 }
 
+/// The spec's tasks with task, tag and group names expanded (expand_task_names);
+/// the index is built from include_path, then `o.include_paths`, then the environment.
+std::vector<std::pair<size_t, json>> named_tasks(const json& j, const Where& w, const std::string& base_dir,
+                                                 const TaskOverrides& o) {
+  std::optional<TaskIndex> index;
+  auto build = [&]() -> const TaskIndex& {
+    if (index) return *index;
+    std::vector<std::pair<std::string, std::string>> dirs;
+    if (j.contains("include_path")) {
+      const json& p = j["include_path"];
+      const std::vector<json> items = p.is_array() ? std::vector<json>(p.begin(), p.end()) : std::vector<json>{p};
+      for (size_t k = 0; k < items.size(); ++k) {
+        Where pw = p.is_array() ? w.key("include_path").index(k) : w.key("include_path");
+        dirs.emplace_back(pw.text() + ":", resolve_path(base_dir, expect_path(items[k], pw)));
+      }
+    }
+    for (const auto& d : o.include_paths) dirs.emplace_back("--include-path", d);
+    for (const auto& d : include_paths_from_env()) dirs.emplace_back(std::string(kIncludePathEnv) + ":", d);
+    index = TaskIndex::build(dirs);
+    return *index;
+  };
+  const bool cli = w.origin == "--tasks";  // `run --tasks`: the names are the option's
+  return expand_task_names(j["tasks"], build, [&](size_t i) { return cli ? w.origin : w.key("tasks").index(i).text(); },
+                           o.num_fewshot);
+}
+
 }  // namespace
 
 EvalSpec parse_spec(const json& j, const std::string& origin, const std::string& base_dir,
-                    const std::string& model_override) {
+                    const std::string& model_override, const TaskOverrides& o) {
   Where w{origin, ""};
   if (!j.is_object()) w.fail(fmt::format("expected a JSON object at the top level, got {}", json_excerpt(j)));
-  check_keys(j, w, {"model", "threads", "dtype", "kv_cache_dtype", "batch_size", "max_length", "seed", "limit", "bootstrap_iters", "tasks"});
+  check_keys(j, w, {"model", "threads", "dtype", "kv_cache_dtype", "batch_size", "max_length", "seed", "limit", "bootstrap_iters", "tasks", "include_path"});
   EvalSpec s;
   s.path = origin;
   s.raw = j;
@@ -425,10 +452,10 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
   if (!tasks.is_array()) w.key("tasks").fail(fmt::format("expected a list of tasks, got {}", json_excerpt(tasks)));
   if (tasks.empty()) w.key("tasks").fail("no tasks");
   std::set<std::string> names;
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    TaskSpec t = tasks[i].is_object() && tasks[i].contains("lm_eval_yaml")
-                     ? parse_yaml_task(tasks[i], w.key("tasks").index(i), base_dir, s)
-                     : parse_task(tasks[i], w.key("tasks").index(i), base_dir, s);
+  for (const auto& [i, entry] : named_tasks(j, w, base_dir, o)) {
+    TaskSpec t = entry.is_object() && entry.contains("lm_eval_yaml")
+                     ? parse_yaml_task(entry, w.key("tasks").index(i), base_dir, s)
+                     : parse_task(entry, w.key("tasks").index(i), base_dir, s);
     if (!names.insert(t.name).second)
       w.key("tasks").index(i).key("name").fail(fmt::format("duplicate task name \"{}\"", t.name));
     s.tasks.push_back(std::move(t));
@@ -436,7 +463,7 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
   return s;
 }
 
-EvalSpec load_spec(const std::string& path, const std::string& model_override) {
+EvalSpec load_spec(const std::string& path, const std::string& model_override, const TaskOverrides& o) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) throw SpecError(fmt::format("{}: is a directory (expected a JSON spec file)", path));
   if (!fs::exists(path, ec)) throw SpecError(fmt::format("{}: not found", path));
@@ -446,11 +473,11 @@ EvalSpec load_spec(const std::string& path, const std::string& model_override) {
     if (model_override.empty())
       throw SpecError(fmt::format("{}: an lm-eval task YAML given as the spec needs --model (it names no model)", path));
     json j = {{"model", model_override}, {"tasks", json::array({{{"lm_eval_yaml", fs::path(path).filename().string()}}})}};
-    return parse_spec(j, path, base.empty() ? "." : base, model_override);
+    return parse_spec(j, path, base.empty() ? "." : base, model_override, o);
   }
   const std::string text = util::read_input_file(path, util::InputKind::Text);
   json j = parse_json_text(text, path);
-  return parse_spec(j, path, base.empty() ? "." : base, model_override);
+  return parse_spec(j, path, base.empty() ? "." : base, model_override, o);
 }
 
 }  // namespace kveval::eval

@@ -134,15 +134,24 @@ const std::vector<std::string>& default_metrics_for(OutputType t);
 /// The metric of rolling_method "llama.cpp": llama-perplexity's chunked perplexity.
 inline constexpr const char* kPerplexityLlamaCpp = "perplexity_llamacpp";
 
+/// Command-line settings that reach into every task of a spec (`kveval run`).
+struct TaskOverrides {
+  std::optional<int> num_fewshot;          ///< --num-fewshot: set on every task
+  std::vector<std::string> include_paths;  ///< --include-path: where task names are looked up (task_index.hpp)
+};
+
 /// Reads, validates and renders the spec at `path` and every data file it names.
 /// Relative paths (model, dataset_path, fewshot_split) are relative to the
 /// spec's directory. `model_override` (from `--model`) replaces `model` and is
 /// taken as given (relative to the working directory). Throws SpecError.
-EvalSpec load_spec(const std::string& path, const std::string& model_override = "");
+/// Task names in `tasks` ("arc_easy", {"task": "ai2_arc", ...}) are looked up in
+/// the spec's `include_path` (a directory or a list, relative to the spec), then
+/// `o.include_paths`, then $KVEVAL_INCLUDE_PATH (TaskIndex).
+EvalSpec load_spec(const std::string& path, const std::string& model_override = "", const TaskOverrides& o = {});
 
 /// Same as load_spec for a spec already in memory; `origin` names it in
 /// messages and `base_dir` resolves its relative paths. Throws SpecError.
 EvalSpec parse_spec(const nlohmann::json& j, const std::string& origin, const std::string& base_dir,
-                    const std::string& model_override = "");
+                    const std::string& model_override = "", const TaskOverrides& o = {});
 
 }  // namespace kveval::eval

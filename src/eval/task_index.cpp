@@ -1,0 +1,209 @@
+#include "eval/task_index.hpp"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "eval/json_input.hpp"
+#include "eval/lm_eval_yaml.hpp"
+#include "util/error.hpp"
+
+namespace kveval::eval {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const char* to_string(TaskKind k) {
+  switch (k) {
+    case TaskKind::Task: return "task";
+    case TaskKind::Tag: return "tag";
+    case TaskKind::Group: return "group";
+  }
+  return "?";
+}
+
+std::vector<std::string> include_paths_from_env() {
+  std::vector<std::string> out;
+  const char* v = std::getenv(kIncludePathEnv);
+  if (!v) return out;
+  std::string s(v);
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(':', start);
+    if (end == std::string::npos) end = s.size();
+    if (end > start) out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+bool glob_match(const std::string& pattern, const std::string& name) {
+  return ::fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
+}
+
+namespace {
+
+/// The *.yaml files under `dir`, recursively, in sorted path order
+/// (lm-eval's os.walk skips __pycache__ and .ipynb_checkpoints).
+std::vector<std::string> yaml_files(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(dir, fs::directory_options::follow_directory_symlink, ec), end;
+  if (ec) throw ArgumentError(fmt::format("{}: cannot list: {}", dir, ec.message()));
+  for (; it != end; it.increment(ec)) {
+    if (ec) throw ArgumentError(fmt::format("{}: cannot list: {}", dir, ec.message()));
+    const fs::path& p = it->path();
+    const std::string leaf = p.filename().string();
+    if (it->is_directory(ec) && (leaf == "__pycache__" || leaf == ".ipynb_checkpoints")) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (p.extension() == ".yaml" && it->is_regular_file(ec)) out.push_back(p.string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// `v` as a list of strings (a string is a list of one); throws SpecError naming file and key.
+std::vector<std::string> string_list(const json& v, const std::string& file, const char* key) {
+  std::vector<std::string> out;
+  if (v.is_string()) return {v.get<std::string>()};
+  if (!v.is_array()) throw SpecError(fmt::format("{}: {}: expected a name or a list of names, got {}", file, key, json_excerpt(v)));
+  for (const auto& e : v) {
+    if (!e.is_string()) throw SpecError(fmt::format("{}: {}: expected names, got {}", file, key, json_excerpt(e)));
+    out.push_back(e.get<std::string>());
+  }
+  return out;
+}
+
+}  // namespace
+
+TaskIndex TaskIndex::build(const std::vector<std::pair<std::string, std::string>>& paths) {
+  TaskIndex idx;
+  std::map<std::string, TaskIndexEntry> tags;
+  auto define = [&idx](TaskIndexEntry e) {
+    auto [it, fresh] = idx.entries_.try_emplace(e.name, e);
+    if (!fresh)
+      throw SpecError(fmt::format("duplicate task name '{}': {} ({}) and {} ({})", e.name, it->second.file,
+                                  to_string(it->second.kind), e.file, to_string(e.kind)));
+  };
+  for (const auto& [what, dir] : paths) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec))
+      throw ArgumentError(fmt::format("{} {}: {}", what, dir, fs::exists(dir, ec) ? "not a directory" : "no such directory"));
+    idx.dirs_.push_back(dir);
+    for (const std::string& file : yaml_files(dir)) {
+      const json c = load_lm_eval_yaml_keys(file);
+      if (!c.contains("task")) continue;  // an include base, or a file lm-eval does not index
+      if (c["task"].is_string()) {
+        TaskIndexEntry e{c["task"].get<std::string>(), TaskKind::Task, file, {}};
+        define(e);
+        if (c.contains("tag") && !c["tag"].is_null())
+          for (const std::string& t : string_list(c["tag"], file, "tag")) {
+            auto [it, fresh] = tags.try_emplace(t, TaskIndexEntry{t, TaskKind::Tag, file, {}});
+            it->second.members.push_back(e.name);
+          }
+      } else if (c["task"].is_array()) {
+        if (!c.contains("group") || !c["group"].is_string())
+          throw SpecError(fmt::format("{}: group: a list under 'task' needs a 'group' name", file));
+        TaskIndexEntry g{c["group"].get<std::string>(), TaskKind::Group, file, {}};
+        for (const auto& m : c["task"]) {
+          if (!m.is_string())
+            throw SpecError(fmt::format("{}: task: {}: only task, tag and group names are supported in a group's list "
+                                        "(an inline task config is not)", file, json_excerpt(m)));
+          g.members.push_back(m.get<std::string>());
+        }
+        define(g);
+      }
+    }
+  }
+  for (auto& [name, t] : tags) idx.entries_.try_emplace(name, std::move(t));  // a task or group of that name wins
+  return idx;
+}
+
+const TaskIndexEntry* TaskIndex::find(const std::string& name) const {
+  auto it = entries_.find(name);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+std::string TaskIndex::unknown(const std::string& name, const std::string& origin) const {
+  // the closest names by edit distance (all of the smallest distance, at most three)
+  const int limit = std::max(2, static_cast<int>(name.size()) / 3);
+  int best = limit + 1;
+  std::vector<std::string> near;
+  for (const auto& [n, e] : entries_) {
+    const int d = edit_distance(name, n);
+    if (d < best) best = d, near.clear();
+    if (d == best && near.size() < 3) near.push_back(n);
+  }
+  std::string hint;
+  for (const auto& n : near) hint += (hint.empty() ? "" : ", ") + fmt::format("'{}'", n);
+  std::string where;
+  for (const auto& d : dirs_) where += (where.empty() ? "" : ", ") + d;
+  return fmt::format("{}: unknown task, tag or group '{}'{} (searched {})", origin, name,
+                     hint.empty() ? "" : fmt::format("; did you mean {}?", hint),
+                     where.empty() ? "no include path: give --include-path or set KVEVAL_INCLUDE_PATH" : where);
+}
+
+void TaskIndex::expand_one(const std::string& name, const std::string& origin, std::vector<std::string>& stack,
+                           std::vector<std::string>& out) const {
+  const TaskIndexEntry* e = find(name);
+  if (!e) throw SpecError(unknown(name, stack.empty() ? origin : fmt::format("{} (group '{}')", origin, stack.back())));
+  if (e->kind == TaskKind::Task) {
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+    return;
+  }
+  if (std::find(stack.begin(), stack.end(), name) != stack.end())
+    throw SpecError(fmt::format("{}: group '{}' lists itself (through '{}')", e->file, name, stack.back()));
+  stack.push_back(name);
+  for (const auto& m : e->members) expand_one(m, origin, stack, out);
+  stack.pop_back();
+}
+
+std::vector<std::string> TaskIndex::expand(const std::vector<std::string>& names, const std::string& origin) const {
+  std::vector<std::string> out, stack;
+  for (const auto& n : names) expand_one(n, origin, stack, out);
+  return out;
+}
+
+std::vector<std::pair<size_t, json>> expand_task_names(const json& tasks, const std::function<const TaskIndex&()>& index,
+                                                       const std::function<std::string(size_t)>& origin,
+                                                       std::optional<int> num_fewshot) {
+  std::vector<std::pair<size_t, json>> out;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const json& e = tasks[i];
+    const bool named = e.is_string() || (e.is_object() && e.contains("task"));
+    if (!named) {
+      out.emplace_back(i, e);
+      if (num_fewshot && out.back().second.is_object()) out.back().second["num_fewshot"] = *num_fewshot;
+      continue;
+    }
+    json rest = json::object();
+    std::string name;
+    if (e.is_string()) {
+      name = e.get<std::string>();
+    } else {
+      for (auto it = e.begin(); it != e.end(); ++it)
+        if (it.key() != "task" && it.key() != "num_fewshot" && it.key() != "limit")
+          throw SpecError(fmt::format("{}.{}: not allowed with 'task' (a named task takes num_fewshot and limit)", origin(i), it.key()));
+      if (!e["task"].is_string()) throw SpecError(fmt::format("{}.task: expected a task, tag or group name, got {}", origin(i), json_excerpt(e["task"])));
+      name = e["task"].get<std::string>();
+      rest = e;
+      rest.erase("task");
+    }
+    const TaskIndex& idx = index();
+    for (const std::string& t : idx.expand({name}, e.is_string() ? origin(i) : origin(i) + ".task")) {
+      json entry = {{"lm_eval_yaml", idx.file_of(t)}};
+      entry.update(rest);
+      if (num_fewshot) entry["num_fewshot"] = *num_fewshot;
+      out.emplace_back(i, std::move(entry));
+    }
+  }
+  return out;
+}
+
+}  // namespace kveval::eval

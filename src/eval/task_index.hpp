@@ -1,0 +1,89 @@
+#pragma once
+// Task names from include paths, as lm-evaluation-harness's TaskManager
+// indexes them (lm_eval/tasks/__init__.py _get_task_and_group): every *.yaml
+// under each include path (recursively, sorted) is read with its includes
+// merged (load_lm_eval_yaml_keys); a `task:` string is a task, a `task:` list
+// with a `group:` name is a group, and each `tag:` (string or list) of a task
+// names a tag whose members are the tasks that carry it. A YAML with no
+// `task:` of its own (an `include` base) is not indexed. A name defined by two
+// files (two tasks, two groups, or a task and a group) is an error naming both;
+// a tag that has the name of a task or group is not registered (lm-eval keeps
+// the task or group).
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kveval::eval {
+
+/// What a name in the index stands for.
+enum class TaskKind { Task, Tag, Group };
+/// "task", "tag", "group".
+const char* to_string(TaskKind k);
+
+/// One indexed name.
+struct TaskIndexEntry {
+  std::string name;
+  TaskKind kind = TaskKind::Task;
+  std::string file;                  ///< the YAML (task, group); for a tag, the first task's YAML
+  std::vector<std::string> members;  ///< tag: its tasks in index order; group: its `task:` list as written
+};
+
+/// The environment variable naming extra include paths, colon-separated.
+inline constexpr const char* kIncludePathEnv = "KVEVAL_INCLUDE_PATH";
+
+/// The directories of $KVEVAL_INCLUDE_PATH (empty items skipped); none when unset.
+std::vector<std::string> include_paths_from_env();
+
+/// The index of every task, tag and group under some include paths.
+class TaskIndex {
+ public:
+  /// Reads every *.yaml under `paths`. `what` names the source of the paths in
+  /// messages ("--include-path", "spec.json: include_path"). Throws
+  /// ArgumentError "<what> DIR: not a directory", SpecError for a YAML that
+  /// cannot be read, and SpecError "duplicate task name 'x': a.yaml and b.yaml".
+  static TaskIndex build(const std::vector<std::pair<std::string, std::string>>& paths);
+
+  /// All names, sorted.
+  const std::map<std::string, TaskIndexEntry>& entries() const { return entries_; }
+  /// The entry of `name`, or nullptr.
+  const TaskIndexEntry* find(const std::string& name) const;
+  /// The tasks `names` stand for, in order, each once: a task itself, a tag
+  /// its member tasks, a group its `task:` list with nested groups and tags
+  /// expanded. Throws SpecError "unknown task, tag or group 'x' (did you mean
+  /// 'y'?)" naming `origin`; a group listing an inline task config or itself is
+  /// refused the same way.
+  std::vector<std::string> expand(const std::vector<std::string>& names, const std::string& origin) const;
+  /// The YAML file of task `name` (which must be a task).
+  const std::string& file_of(const std::string& name) const { return entries_.at(name).file; }
+  /// The include directories read, as given.
+  const std::vector<std::string>& dirs() const { return dirs_; }
+
+ private:
+  void expand_one(const std::string& name, const std::string& origin, std::vector<std::string>& stack,
+                  std::vector<std::string>& out) const;
+  std::string unknown(const std::string& name, const std::string& origin) const;
+  std::map<std::string, TaskIndexEntry> entries_;
+  std::vector<std::string> dirs_;
+};
+
+/// A spec's `tasks` list with every named entry replaced by the task entries
+/// it stands for: "arc_easy" or {"task": "ai2_arc", "num_fewshot": 5, "limit": 10}
+/// become {"lm_eval_yaml": FILE, ...the object's other keys} for each task the
+/// name expands to (TaskIndex::expand); other entries are kept. `num_fewshot`,
+/// when given, is set on every entry. `index` is called once, on the first
+/// named entry. Each result keeps the position of the entry it came from (for
+/// messages). `origin(i)` names entry i in messages. Throws SpecError.
+std::vector<std::pair<size_t, nlohmann::json>> expand_task_names(const nlohmann::json& tasks,
+                                                                 const std::function<const TaskIndex&()>& index,
+                                                                 const std::function<std::string(size_t)>& origin,
+                                                                 std::optional<int> num_fewshot);
+
+/// Whether `name` matches the shell glob `pattern` (`*`, `?`, `[...]`; Python
+/// fnmatch.fnmatchcase, as `lm_eval --tasks list` filters).
+bool glob_match(const std::string& pattern, const std::string& name);
+
+}  // namespace kveval::eval
