@@ -150,7 +150,7 @@ ojson sample_of(const TaskSpec& task, int t, size_t di, const FilterPipeline& pi
           try {
             filtered_text = apply_filter_pipeline(pipe, ro.output);
             f = *filtered_text;
-          } catch (const std::exception& e) {  // e.g. group_select past the matches: no value for this doc
+          } catch (const std::exception& e) {  // a regex the PCRE2 matcher cannot run: no value for this doc
             filter_error = e.what();
           }
         }

@@ -182,7 +182,7 @@ const std::vector<std::string> kRead = {
     "task", "output_type", "dataset_path", "dataset_name", "dataset_kwargs", "training_split", "validation_split",
     "test_split", "fewshot_split", "doc_to_text", "doc_to_target", "doc_to_choice", "target_delimiter",
     "fewshot_delimiter", "description", "num_fewshot", "fewshot_config", "generation_kwargs", "metric_list",
-    "filter_list", "metadata", "repeats"};
+    "filter_list", "metadata", "repeats", "gen_prefix"};
 // Keys that change nothing in what kveval computes (registry labels, decontamination, which lm-eval only runs on request).
 const std::vector<std::string> kIgnored = {"tag", "task_alias", "should_decontaminate", "doc_to_decontamination_query",
                                            "unsafe_code"};
@@ -194,7 +194,6 @@ const std::vector<std::pair<std::string, std::string>> kRefused = {
     {"use_prompt", "promptsource prompts"},
     {"doc_to_image", "image inputs"},
     {"doc_to_audio", "audio inputs"},
-    {"gen_prefix", "generation prefixes"},
     {"group", "task groups (list the tasks in the spec instead)"},
     {"task_list", "task groups (list the tasks in the spec instead)"},
     {"class", "Python task classes"}};
@@ -254,7 +253,8 @@ LmEvalTask load_lm_eval_yaml(const std::string& path, const json& entry) {
         if (e.is_number() || e.is_boolean()) e = tmpl::python_str(e);  // lm-eval formats choices with str()
     t[k] = v;
   }
-  for (const char* k : {"target_delimiter", "fewshot_delimiter", "description", "fewshot_config", "metric_list", "filter_list"})
+  for (const char* k : {"target_delimiter", "fewshot_delimiter", "description", "fewshot_config", "metric_list", "filter_list",
+                        "gen_prefix"})
     if (has(k)) t[k] = c[k];
   if (has("num_fewshot")) t["num_fewshot"] = c["num_fewshot"];
   if (entry.contains("num_fewshot")) t["num_fewshot"] = entry["num_fewshot"];
@@ -332,9 +332,14 @@ LmEvalTask load_lm_eval_yaml(const std::string& path, const json& entry) {
                                 "\"docs.jsonl\" next to \"lm_eval_yaml\" in the spec, or use dataset_path: json with "
                                 "dataset_kwargs.data_files", w("dataset_path"), name));
   }
-  // few-shot documents: fewshot_split, else training, else validation split (lm-eval Task.fewshot_docs); else the task's own
+  // few-shot documents: fewshot_split, else fewshot_config.samples, else training, else validation split
+  // (lm-eval FewshotConfig.get_docs, Task.fewshot_docs); else the task's own
+  const bool has_samples = has("fewshot_config") && c["fewshot_config"].is_object() &&
+                           c["fewshot_config"].contains("samples") && !c["fewshot_config"]["samples"].is_null();
   if (entry.contains("fewshot_split")) {
     t["fewshot_split"] = entry["fewshot_split"];
+  } else if (local && (fewshot.empty() && has_samples)) {
+    // the inline samples
   } else if (local) {
     std::string fs_file = !fewshot.empty() ? file_of(fewshot, "fewshot_split")
                           : !train.empty() ? file_of(train, "training_split")
@@ -342,6 +347,9 @@ LmEvalTask load_lm_eval_yaml(const std::string& path, const json& entry) {
                                            : "";
     if (!fs_file.empty() && fs_file != t["dataset_path"].get<std::string>()) t["fewshot_split"] = fs_file;
   }
+  // lm-eval's ContextSampler draws one example more, and drops the document, exactly when
+  // fewshot_split == test_split as configured names (None == None included)
+  out.fewshot_same_split = fewshot == test;
   out.task = std::move(t);
   out.where = where;
   return out;

@@ -24,6 +24,8 @@ struct LmEvalTask {
   /// "file.yaml:LINE" of each top-level key of `task` (where the key was written,
   /// possibly in an included file), for messages.
   std::shared_ptr<const std::map<std::string, std::string>> where;
+  /// lm-eval's few-shot rule: fewshot_split == test_split as names (both absent counts as equal).
+  bool fewshot_same_split = true;
 };
 
 /// Reads `path` (and its includes). `entry` holds the spec entry's own keys,

@@ -61,7 +61,8 @@ const std::vector<std::string>& default_metrics_for(OutputType t) {
 
 namespace {
 
-TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec);
+TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec,
+                    std::optional<bool> fewshot_same_split = std::nullopt);
 
 /// lm-eval's higher_is_better of each metric kveval reports.
 bool higher_is_better_metric(const std::string& m) { return m == "acc" || m == "acc_norm" || m == "exact_match"; }
@@ -108,11 +109,33 @@ void parse_lm_eval_extras(TaskSpec& t, const json& tj, const Where& w) {
   if (tj.contains("fewshot_config") && !tj["fewshot_config"].is_null()) {
     Where fw = w.key("fewshot_config");
     const json& f = expect_object(tj["fewshot_config"], fw);
-    check_keys(f, fw, {"sampler"});
+    // target_delimiter / fewshot_delimiter here are accepted and, as in lm-eval's ContextSampler
+    // (which takes both from the task), change nothing
+    check_keys(f, fw, {"sampler", "samples", "doc_to_text", "doc_to_target", "doc_to_choice", "target_delimiter",
+                       "fewshot_delimiter"});
     if (f.contains("sampler")) {
       t.fewshot_sampler = expect_string(f["sampler"], fw.key("sampler"));
       if (t.fewshot_sampler != "default" && t.fewshot_sampler != "first_n")
         fw.key("sampler").fail(fmt::format("unknown sampler \"{}\" (lm-eval's samplers: default, first_n)", t.fewshot_sampler));
+    }
+    if (f.contains("samples")) {
+      const json& s = f["samples"];
+      if (!s.is_array()) fw.key("samples").fail(fmt::format("expected a list of documents, got {}", json_excerpt(s)));
+      for (size_t i = 0; i < s.size(); ++i) expect_object(s[i], fw.key("samples").index(i));
+      t.fewshot_samples = s;
+    }
+    for (const char* k : {"doc_to_text", "doc_to_target", "target_delimiter", "fewshot_delimiter"})
+      if (f.contains(k)) expect_string(f[k], fw.key(k));
+    if (f.contains("doc_to_text")) t.fewshot_doc_to_text = f["doc_to_text"].get<std::string>();
+    if (f.contains("doc_to_target")) t.fewshot_doc_to_target = f["doc_to_target"].get<std::string>();
+    if (f.contains("doc_to_choice")) {
+      const json& c = f["doc_to_choice"];
+      if (c.is_array()) {
+        for (size_t i = 0; i < c.size(); ++i) expect_string(c[i], fw.key("doc_to_choice").index(i));
+      } else {
+        expect_string(c, fw.key("doc_to_choice"));
+      }
+      t.fewshot_doc_to_choice = c;
     }
   }
   if (tj.contains("metadata") && !tj["metadata"].is_null()) {
@@ -186,12 +209,14 @@ void parse_rolling_method(const json& tj, const Where& w, TaskSpec& t) {
   }
 }
 
-TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec) {
+TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec,
+                    std::optional<bool> fewshot_same_split) {
   expect_object(tj, w);
   static const std::vector<std::string> keys = {
       "name", "output_type", "dataset_path", "docs", "doc_to_text", "doc_to_target", "doc_to_choice",
       "target_delimiter", "description", "generation_kwargs", "metric_list", "num_fewshot", "fewshot_split",
-      "fewshot_delimiter", "fewshot_config", "filter_list", "metadata", "limit", "rolling_method", "context_length"};
+      "fewshot_delimiter", "fewshot_config", "filter_list", "metadata", "limit", "rolling_method", "context_length",
+      "gen_prefix"};
   check_keys(tj, w, keys);
   TaskSpec t;
   if (!tj.contains("name")) w.fail("missing required key 'name'");
@@ -226,6 +251,7 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
   opt_string("target_delimiter", t.target_delimiter);
   opt_string("description", t.description);
   opt_string("fewshot_delimiter", t.fewshot_delimiter);
+  if (tj.contains("gen_prefix") && !tj["gen_prefix"].is_null()) t.gen_prefix = expect_string(tj["gen_prefix"], w.key("gen_prefix"));
   if (tj.contains("doc_to_choice")) {
     const json& c = tj["doc_to_choice"];
     if (c.is_array()) {
@@ -349,6 +375,7 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
   }
 
   validate_filters(t, w.text());
+  t.fewshot_same_split = fewshot_same_split;
   build_task_docs(t, tj, w, base_dir, spec);
   return t;
 }
@@ -372,7 +399,7 @@ TaskSpec parse_yaml_task(const json& tj, const Where& w, const std::string& base
     if (tj.contains(k)) (*lines)[k] = w.key(k).text();
   if (tj.contains("name")) (*lines)["name"] = w.key("name").text();
   Where yw{yaml, "", lines};
-  TaskSpec t = parse_task(lt.task, yw, "", spec);
+  TaskSpec t = parse_task(lt.task, yw, "", spec, lt.fewshot_same_split);
   t.source = yaml;
   t.loglikelihood_delimiter = false;  // lm-eval: loglikelihood arguments are (context, doc_to_target)
   return t;
