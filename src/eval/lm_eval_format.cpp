@@ -224,7 +224,8 @@ ojson results_json(const EvalSpec& spec, const RunResult& res, const std::string
     results[task.name] = r;
     group_subtasks[task.name] = ojson::array();
     configs[task.name] = task_config(task);
-    versions[task.name] = task.version ? ojson(*task.version) : ojson(nullptr);
+    // lm-eval's ConfigurableTask.VERSION: "Yaml" for a YAML task without metadata.version
+    versions[task.name] = task.version ? ojson(*task.version) : !task.source.empty() ? ojson("Yaml") : ojson(nullptr);
     n_shot[task.name] = task.num_fewshot;
     hib[task.name] = th;
     n_samples[task.name] = {{"original", task.n_docs_total}, {"effective", static_cast<int>(task.docs.size())}};

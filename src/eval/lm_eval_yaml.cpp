@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <regex>
 #include <vector>
 
@@ -12,6 +14,7 @@
 
 #include "eval/json_input.hpp"
 #include "eval/template/template.hpp"
+#include "eval/yaml_scalar.hpp"
 #include "util/error.hpp"
 
 namespace kveval::eval {
@@ -64,6 +67,24 @@ json resolve_plain(const std::string& s) {
   return s;
 }
 
+/// The bytes of a YAML file.
+std::string read_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw SpecError(fmt::format("{}: cannot be read", path));
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+/// A quoted scalar as PyYAML reads it, from the file's bytes at the node's position.
+std::string quoted_scalar(const YAML::Node& n, const std::string& file, const std::string& src, const std::string& key) {
+  const size_t pos = static_cast<size_t>(n.Mark().pos);
+  if (pos >= src.size() || (src[pos] != '"' && src[pos] != '\'')) return n.Scalar();  // a tagged "!" plain scalar
+  try {
+    return read_quoted_scalar(src, pos);
+  } catch (const SpecError& e) {
+    throw SpecError(fmt::format("{}: {}: {}", at(file, n.Mark()), key, e.what()));
+  }
+}
+
 /// Values one file may expand to: an alias (*a) repeats the whole value it
 /// names, so a few hundred bytes of nested aliases can stand for billions of
 /// values ("billion laughs"); PyYAML shares them, kveval copies them into JSON.
@@ -71,7 +92,9 @@ constexpr size_t kMaxYamlValues = 1000000;
 
 /// The value of node `n` as JSON; `values` counts the values converted so far
 /// in this file (kMaxYamlValues). Throws SpecError naming file:line and key.
-json to_json(const YAML::Node& n, const std::string& file, const std::string& key, size_t& values, int depth = 0) {
+/// `src` is the file's text: quoted scalars are re-read from it (yaml_scalar.hpp).
+json to_json(const YAML::Node& n, const std::string& file, const std::string& src, const std::string& key, size_t& values,
+             int depth = 0) {
   if (depth > 64) throw SpecError(fmt::format("{}: {}: nested deeper than 64 levels", at(file, n.Mark()), key));
   if (++values > kMaxYamlValues)
     throw SpecError(fmt::format("{}: {}: the file expands to more than {} values (YAML aliases repeat what they name; "
@@ -85,7 +108,8 @@ json to_json(const YAML::Node& n, const std::string& file, const std::string& ke
   switch (n.Type()) {
     case YAML::NodeType::Null: case YAML::NodeType::Undefined: return nullptr;
     case YAML::NodeType::Scalar: {
-      if (tag == "!" || tag == "tag:yaml.org,2002:str") return n.Scalar();  // quoted or !!str
+      if (tag == "!") return quoted_scalar(n, file, src, key);
+      if (tag == "tag:yaml.org,2002:str") return n.Scalar();
       try {
         return resolve_plain(n.Scalar());
       } catch (const SpecError& e) {
@@ -94,7 +118,7 @@ json to_json(const YAML::Node& n, const std::string& file, const std::string& ke
     }
     case YAML::NodeType::Sequence: {
       json a = json::array();
-      for (size_t i = 0; i < n.size(); ++i) a.push_back(to_json(n[i], file, fmt::format("{}[{}]", key, i), values, depth + 1));
+      for (size_t i = 0; i < n.size(); ++i) a.push_back(to_json(n[i], file, src, fmt::format("{}[{}]", key, i), values, depth + 1));
       return a;
     }
     case YAML::NodeType::Map: {
@@ -103,7 +127,7 @@ json to_json(const YAML::Node& n, const std::string& file, const std::string& ke
         std::string k = it->first.Scalar();
         if (k == "<<") throw SpecError(fmt::format("{}: {}: YAML merge keys ('<<') are not supported", at(file, it->first.Mark()), key));
         if (o.contains(k)) throw SpecError(fmt::format("{}: {}: duplicate key '{}'", at(file, it->first.Mark()), key, k));
-        o[k] = to_json(it->second, file, key.empty() ? k : key + "." + k, values, depth + 1);
+        o[k] = to_json(it->second, file, src, key.empty() ? k : key + "." + k, values, depth + 1);
       }
       return o;
     }
@@ -121,8 +145,10 @@ Config load_config(const std::string& path, std::vector<std::string>& stack, con
     throw SpecError(included_from.empty() ? fmt::format("{}: not found", path)
                                           : fmt::format("{}: include: file \"{}\" not found", included_from, path));
   YAML::Node root;
+  std::string src;
   try {
-    root = YAML::LoadFile(path);
+    src = read_text_file(path);
+    root = YAML::Load(src);
   } catch (const YAML::ParserException& e) {
     throw SpecError(fmt::format("{}:{}:{}: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
   } catch (const YAML::Exception& e) {
@@ -146,11 +172,11 @@ Config load_config(const std::string& path, std::vector<std::string>& stack, con
     }
     for (const auto& [lk, lv] : local)
       if (lk == k) throw SpecError(fmt::format("{}: duplicate key '{}'", w, k));
-    local.push_back({k, {to_json(it->second, path, k, values), w}});
+    local.push_back({k, {to_json(it->second, path, src, k, values), w}});
   }
   if (has_include) {
     std::vector<std::string> files;
-    json inc = to_json(include, path, "include", values);
+    json inc = to_json(include, path, src, "include", values);
     if (inc.is_string()) files.push_back(inc.get<std::string>());
     else if (inc.is_array())
       for (const auto& f : inc) {
@@ -199,6 +225,18 @@ const std::vector<std::pair<std::string, std::string>> kRefused = {
     {"class", "Python task classes"}};
 
 }  // namespace
+
+json yaml_file_values(const std::string& path) {
+  std::string src = read_text_file(path);
+  YAML::Node root;
+  try {
+    root = YAML::Load(src);
+  } catch (const YAML::ParserException& e) {
+    throw SpecError(fmt::format("{}:{}:{}: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+  size_t values = 0;
+  return to_json(root, path, src, "", values);
+}
 
 bool is_yaml_path(const std::string& path) {
   std::string ext = fs::path(path).extension().string();

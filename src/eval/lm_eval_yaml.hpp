@@ -33,6 +33,11 @@ struct LmEvalTask {
 /// limit, name) and overriding the YAML. Throws SpecError "file:line: key: message".
 LmEvalTask load_lm_eval_yaml(const std::string& path, const nlohmann::json& entry);
 
+/// Every value of the YAML file `path` as JSON, read as the task loader reads
+/// them (PyYAML's scalars; no include, no task keys checked): for comparing the
+/// loader with PyYAML (the eval.yaml_pyyaml test). Throws SpecError.
+nlohmann::json yaml_file_values(const std::string& path);
+
 /// True when `path` names a YAML file (.yaml or .yml).
 bool is_yaml_path(const std::string& path);
 
