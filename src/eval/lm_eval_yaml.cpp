@@ -208,9 +208,9 @@ const std::vector<std::string> kRead = {
     "task", "output_type", "dataset_path", "dataset_name", "dataset_kwargs", "training_split", "validation_split",
     "test_split", "fewshot_split", "doc_to_text", "doc_to_target", "doc_to_choice", "target_delimiter",
     "fewshot_delimiter", "description", "num_fewshot", "fewshot_config", "generation_kwargs", "metric_list",
-    "filter_list", "metadata", "repeats", "gen_prefix"};
+    "filter_list", "metadata", "repeats", "gen_prefix", "task_alias"};
 // Keys that change nothing in what kveval computes (registry labels, decontamination, which lm-eval only runs on request).
-const std::vector<std::string> kIgnored = {"tag", "task_alias", "should_decontaminate", "doc_to_decontamination_query",
+const std::vector<std::string> kIgnored = {"tag", "should_decontaminate", "doc_to_decontamination_query",
                                            "unsafe_code"};
 // Keys that need Python or features kveval does not have.
 const std::vector<std::pair<std::string, std::string>> kRefused = {
@@ -292,7 +292,7 @@ LmEvalTask load_lm_eval_yaml(const std::string& path, const json& entry) {
     t[k] = v;
   }
   for (const char* k : {"target_delimiter", "fewshot_delimiter", "description", "fewshot_config", "metric_list", "filter_list",
-                        "gen_prefix"})
+                        "gen_prefix", "task_alias"})
     if (has(k)) t[k] = c[k];
   if (has("num_fewshot")) t["num_fewshot"] = c["num_fewshot"];
   if (entry.contains("num_fewshot")) t["num_fewshot"] = entry["num_fewshot"];

@@ -216,7 +216,7 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
       "name", "output_type", "dataset_path", "docs", "doc_to_text", "doc_to_target", "doc_to_choice",
       "target_delimiter", "description", "generation_kwargs", "metric_list", "num_fewshot", "fewshot_split",
       "fewshot_delimiter", "fewshot_config", "filter_list", "metadata", "limit", "rolling_method", "context_length",
-      "gen_prefix"};
+      "gen_prefix", "task_alias"};
   check_keys(tj, w, keys);
   TaskSpec t;
   if (!tj.contains("name")) w.fail("missing required key 'name'");
@@ -226,6 +226,12 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
     if (c < 0x20 || c == 0x7F || c == '|')
       w.key("name").fail(fmt::format("{} (task names are printable text without '|', they head table rows)",
                                      c == '|' ? std::string("contains '|'") : fmt::format("contains control byte 0x{:02x}", c)));
+  if (tj.contains("task_alias") && !tj["task_alias"].is_null()) {
+    t.task_alias = expect_string(tj["task_alias"], w.key("task_alias"));
+    for (unsigned char c : t.task_alias)
+      if (c < 0x20 || c == 0x7F || c == '|')
+        w.key("task_alias").fail("contains '|' or a control byte (an alias heads table rows)");
+  }
   if (!tj.contains("output_type"))
     w.fail("missing required key 'output_type' (one of loglikelihood, multiple_choice, loglikelihood_rolling, generate_until)");
   {

@@ -40,6 +40,8 @@ struct Doc {
   bool has_target = false;           ///< doc_to_target was given
   std::vector<std::string> choices;  ///< multiple_choice: doc_to_choice
   nlohmann::json raw;                ///< the document as read (for the samples file)
+  std::string raw_text;              ///< its JSONL line ("" for inline docs): the samples' `doc` keeps its key order
+  nlohmann::json target_value;       ///< doc_to_target's value as lm-eval returns it (int, str or list; samples' `target`)
   int gold = -1;                     ///< multiple_choice: index of the gold choice (the first of `golds`)
   /// generate_until whose doc_to_target is a list: every reference answer (lm-eval's
   /// multiple_target; `target` is the first); empty for one answer.
@@ -86,6 +88,7 @@ enum class RollingMethod { LmEval, LlamaCpp };
 /// One task of the spec, validated, with its documents rendered.
 struct TaskSpec {
   std::string name;
+  std::string task_alias;            ///< lm-eval's task_alias: the name tables and results' `alias` show ("" = name)
   OutputType output_type = OutputType::Loglikelihood;
   std::string dataset_path;          ///< resolved path of the JSONL file ("" for inline docs)
   std::string doc_to_text;           ///< field name or `{{field}}` template ("" = none)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 
@@ -20,6 +21,7 @@ namespace {
 struct RawDoc {
   std::string origin;
   json doc;
+  std::string text;  ///< the JSONL line ("" for inline documents)
 };
 
 /// The task's doc_to_* mappings, compiled once.
@@ -85,10 +87,12 @@ Doc render_doc(const TaskSpec& t, const Mappings& m, const RawDoc& rd) {
   Doc d;
   d.origin = rd.origin;
   d.raw = rd.doc;
+  d.raw_text = rd.text;
   if (m.text) d.context = value_text(m.text->resolve(rd.doc, rd.origin), rd.origin, "doc_to_text");
   json target_raw;
   if (m.target) {
     target_raw = m.target->resolve(rd.doc, rd.origin);
+    d.target_value = target_raw;
     if (target_raw.is_array()) {
       set_target_list(t, target_raw, rd.origin, d);
     } else {
@@ -179,7 +183,13 @@ std::string field_or_template(const std::string& source, const tmpl::Template& t
 
 std::vector<RawDoc> load_docs_file(const std::string& path) {
   std::vector<RawDoc> out;
-  for (auto& [line, j] : read_jsonl(path)) out.push_back({fmt::format("{}:{}", path, line), std::move(j)});
+  for (auto& [line, j] : read_jsonl(path)) out.push_back({fmt::format("{}:{}", path, line), std::move(j), ""});
+  // each document's line as written, for its key order in the samples file
+  std::ifstream f(path, std::ios::binary);
+  std::string text;
+  size_t k = 0;
+  for (int n = 1; k < out.size() && std::getline(f, text); ++n)
+    if (out[k].origin == fmt::format("{}:{}", path, n)) out[k++].text = std::move(text);
   if (out.empty()) throw SpecError(fmt::format("{}: no documents (the file is empty or blank)", path));
   return out;
 }
