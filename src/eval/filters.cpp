@@ -1,5 +1,6 @@
 #include "eval/filters.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -122,6 +123,115 @@ std::string PyRegex::remove_all(const std::string& text) const {
   return out;
 }
 
+namespace {
+
+/// One piece of a parsed replacement: literal text, or a group number (>= 0).
+struct ReplPiece {
+  std::string text;
+  int group = -1;
+};
+
+std::vector<ReplPiece> parse_repl(const std::string& repl, void* code, int groups, const std::string& pattern) {
+  std::vector<ReplPiece> out;
+  auto lit = [&](const std::string& s) {
+    if (out.empty() || out.back().group >= 0) out.push_back({});
+    out.back().text += s;
+  };
+  auto group = [&](int g) {
+    if (g > groups) throw SpecError(fmt::format("regex \"{}\": invalid group reference {} in the replacement", pattern, g));
+    out.push_back({"", g});
+  };
+  auto is_oct = [](char c) { return c >= '0' && c <= '7'; };
+  for (size_t i = 0; i < repl.size(); ++i) {
+    char c = repl[i];
+    if (c != '\\' || i + 1 == repl.size()) {
+      if (c == '\\') throw SpecError(fmt::format("regex \"{}\": bad escape (end of pattern) in the replacement", pattern));
+      lit(std::string(1, c));
+      continue;
+    }
+    char e = repl[++i];
+    if (e == 'g') {
+      size_t close = repl.find('>', i + 1);
+      if (i + 1 >= repl.size() || repl[i + 1] != '<' || close == std::string::npos)
+        throw SpecError(fmt::format("regex \"{}\": missing group name in \\g<...> in the replacement", pattern));
+      std::string name = repl.substr(i + 2, close - i - 2);
+      i = close;
+      if (!name.empty() && std::all_of(name.begin(), name.end(), ::isdigit) && name.size() < 6) {
+        group(std::stoi(name));
+      } else {
+        int n = pcre2_substring_number_from_name(code_of(code), reinterpret_cast<PCRE2_SPTR>(name.c_str()));
+        if (n < 0) throw SpecError(fmt::format("regex \"{}\": unknown group name '{}' in the replacement", pattern, name));
+        group(n);
+      }
+    } else if (e == '0' || (is_oct(e) && i + 2 < repl.size() && is_oct(repl[i + 1]) && is_oct(repl[i + 2]))) {
+      // octal: \0, \0o, \0oo, or three octal digits
+      size_t j = i, end = std::min(repl.size(), i + (e == '0' ? 3 : 3));
+      int v = 0;
+      while (j < end && is_oct(repl[j])) v = v * 8 + (repl[j++] - '0');
+      if (v > 0377) throw SpecError(fmt::format("regex \"{}\": octal escape value > 0o377 in the replacement", pattern));
+      i = j - 1;
+      std::string u;  // the code point v as UTF-8
+      if (v < 0x80) u += static_cast<char>(v);
+      else u += static_cast<char>(0xC0 | (v >> 6)), u += static_cast<char>(0x80 | (v & 0x3F));
+      lit(u);
+    } else if (e >= '1' && e <= '9') {
+      int g = e - '0';
+      if (i + 1 < repl.size() && ::isdigit(static_cast<unsigned char>(repl[i + 1]))) g = g * 10 + (repl[++i] - '0');
+      group(g);
+    } else {
+      static const std::string from = "ntrfvab\\", to = "\n\t\r\f\v\a\b\\";
+      size_t k = from.find(e);
+      if (k != std::string::npos) {
+        lit(std::string(1, to[k]));
+      } else if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z')) {
+        throw SpecError(fmt::format("regex \"{}\": bad escape \\{} in the replacement", pattern, e));
+      } else {
+        lit(std::string{'\\', e});
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string PyRegex::sub(const std::string& text, const std::string& repl, int64_t count, size_t max_bytes) const {
+  const std::vector<ReplPiece> pieces = parse_repl(repl, code_, groups_, pattern_);
+  std::string out;
+  MatchData m(code_of(code_));
+  PCRE2_SIZE start = 0, kept = 0;
+  uint32_t opts = 0;
+  int64_t done = 0;
+  while (start <= text.size() && (count == 0 || done < count)) {
+    int rc = pcre2_match(code_of(code_), reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), start, opts, m.md, nullptr);
+    if (rc == PCRE2_ERROR_NOMATCH) {
+      if (opts == 0) break;
+      opts = 0;
+      ++start;
+      while (start < text.size() && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) ++start;
+      continue;
+    }
+    if (rc < 0) throw SpecError(fmt::format("regex \"{}\": match error {}", pattern_, rc));
+    PCRE2_SIZE* ov = pcre2_get_ovector_pointer(m.md);
+    out.append(text, kept, ov[0] - kept);
+    for (const auto& p : pieces) {
+      if (p.group < 0) {
+        out += p.text;
+      } else if (p.group < rc && ov[2 * p.group] != PCRE2_UNSET) {
+        out.append(text, ov[2 * p.group], ov[2 * p.group + 1] - ov[2 * p.group]);
+      }
+    }
+    if (out.size() > max_bytes)
+      throw SpecError(fmt::format("regex \"{}\": the result would be longer than {} bytes", pattern_, max_bytes));
+    ++done;
+    kept = ov[1];
+    opts = ov[0] == ov[1] ? (PCRE2_NOTEMPTY_ATSTART | PCRE2_ANCHORED) : 0;
+    start = ov[1];
+  }
+  out.append(text, kept, std::string::npos);
+  return out;
+}
+
 void validate_filters(const TaskSpec& t, const std::string& where) {
   for (const auto& p : t.filter_list)
     for (const auto& s : p.steps)
@@ -152,9 +262,10 @@ std::string apply_filter_pipeline(const FilterPipeline& p, const std::string& ou
         continue;
       }
       int n = static_cast<int>(matches.size()), g = s.group_select < 0 ? s.group_select + n : s.group_select;
-      if (g < 0 || g >= n)
-        throw SpecError(fmt::format("filter '{}': group_select {} but the regex found {} match{} (lm-eval raises IndexError)",
-                                    p.name, s.group_select, n, n == 1 ? "" : "es"));
+      if (g < 0 || g >= n) {  // too few matches for group_select: the fallback (lm-eval PR #3997)
+        r = s.fallback;
+        continue;
+      }
       const auto& m = matches[static_cast<size_t>(g)];
       std::string v;
       if (m.size() == 1) {

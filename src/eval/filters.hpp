@@ -28,6 +28,13 @@ class PyRegex {
   std::vector<std::vector<std::string>> findall(const std::string& text) const;
   /// re.sub(pattern, "", text).
   std::string remove_all(const std::string& text) const;
+  /// re.sub(pattern, repl, text, count) (count 0: every match; negative: none) with Python's
+  /// replacement syntax: \1..\99 and \g<n>/\g<name> (an unmatched group is ""),
+  /// \0 and \ooo octal, \n \t \r \f \v \a \b \\; another backslash before an
+  /// ASCII letter, or a group the pattern lacks, throws SpecError as Python's re.error;
+  /// so does a result longer than `max_bytes`.
+  std::string sub(const std::string& text, const std::string& repl, int64_t count = 0,
+                  size_t max_bytes = std::string().max_size()) const;
   int groups() const { return groups_; }
 
  private:
@@ -41,8 +48,10 @@ class PyRegex {
 void validate_filters(const TaskSpec& t, const std::string& where);
 
 /// Applies one pipeline to a generated text (one response per document, as
-/// lm-eval with repeats = 1): regex = findall()[group_select] (for several
-/// groups the first non-empty one), stripped, or the fallback; take_first
+/// lm-eval with repeats = 1): regex = findall()[group_select] (a Python index,
+/// negative from the end; for several groups the first non-empty one), stripped;
+/// the fallback when nothing matches, when group_select is past the matches
+/// or when every group of the selected match is empty; take_first
 /// keeps the response; lowercase/uppercase = str.lower()/upper();
 /// remove_whitespace = str.strip().
 std::string apply_filter_pipeline(const FilterPipeline& p, const std::string& output);

@@ -10,6 +10,7 @@
 #include "eval/filters.hpp"
 #include "eval/metrics.hpp"
 #include "eval/report.hpp"
+#include "eval/template/template.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
 
@@ -42,10 +43,24 @@ ojson finite_or(const std::optional<double>& v, ojson otherwise) {
   return v && std::isfinite(*v) ? ojson(*v) : otherwise;
 }
 
-/// lm-eval's str(target) of a document: the gold index for multiple choice, else the target text.
-std::string target_string(const TaskSpec& t, const Doc& d) {
-  if (t.output_type == OutputType::MultipleChoice) return std::to_string(d.gold);
+/// lm-eval's logged target: doc_to_target(doc) as it returns it (an int index or a choice's text for
+/// multiple choice, a list of references, ...); the target text when there is no value.
+ojson target_of(const TaskSpec& t, const Doc& d) {
+  if (!d.target_value.is_null()) return ojson::parse(d.target_value.dump());
+  if (t.output_type == OutputType::MultipleChoice) return d.gold;
   return d.target;
+}
+
+/// The document as lm-eval logs it: its keys in the order of its JSONL line when it has one.
+ojson doc_of(const Doc& d) {
+  if (!d.raw_text.empty()) {
+    try {
+      ojson o = ojson::parse(d.raw_text);
+      if (json::parse(d.raw_text) == d.raw) return o;
+    } catch (const std::exception&) {  // read_jsonl accepted it; fall back to the parsed value
+    }
+  }
+  return ojson::parse(d.raw.dump());
 }
 
 /// The task's configuration with lm-eval's TaskConfig keys.
@@ -105,7 +120,7 @@ ojson sample_of(const TaskSpec& task, int t, size_t di, const FilterPipeline& pi
   const DocOutcome* o = static_cast<size_t>(t) < res.docs.size() && di < res.docs[static_cast<size_t>(t)].size()
                             ? &res.docs[static_cast<size_t>(t)][di]
                             : nullptr;
-  const std::string target = target_string(task, d);
+  const ojson target = target_of(task, d);
   ojson arguments = ojson::object(), resps = ojson::array(), filtered = ojson::array(), extra = ojson::array();
   auto add_args = [&](size_t k, std::vector<ojson> args) {
     ojson a = ojson::object();
@@ -150,7 +165,7 @@ ojson sample_of(const TaskSpec& task, int t, size_t di, const FilterPipeline& pi
           try {
             filtered_text = apply_filter_pipeline(pipe, ro.output);
             f = *filtered_text;
-          } catch (const std::exception& e) {  // e.g. group_select past the matches: no value for this doc
+          } catch (const std::exception& e) {  // a regex the PCRE2 matcher cannot run: no value for this doc
             filter_error = e.what();
           }
         }
@@ -180,7 +195,7 @@ ojson sample_of(const TaskSpec& task, int t, size_t di, const FilterPipeline& pi
     values = doc_metric_values(task, d, *o, filtered_text ? &*filtered_text : nullptr);
   ojson s;
   s["doc_id"] = di;
-  const ojson doc = ojson::parse(d.raw.dump());
+  const ojson doc = doc_of(d);
   s["doc"] = doc;
   s["target"] = target;
   s["arguments"] = arguments;
@@ -192,7 +207,7 @@ ojson sample_of(const TaskSpec& task, int t, size_t di, const FilterPipeline& pi
   s["metrics"] = names;
   s["doc_hash"] = hash_string(doc.dump(2, ' ', false, ojson::error_handler_t::replace));
   s["prompt_hash"] = hash_string(prompt);
-  s["target_hash"] = hash_string(target);
+  s["target_hash"] = hash_string(target.is_string() ? target.get<std::string>() : tmpl::python_str(json::parse(target.dump())));
   for (const auto& [name, v] : values) s[name] = ojson::parse(v.dump());
   if (o && !o->ok) s["error"] = o->error;
   else if (!filter_error.empty()) s["error"] = "filter " + pipe.name + ": " + filter_error;
@@ -211,7 +226,7 @@ ojson results_json(const EvalSpec& spec, const RunResult& res, const std::string
   for (size_t t = 0; t < spec.tasks.size(); ++t) {
     const TaskSpec& task = spec.tasks[t];
     ojson r;
-    r["alias"] = task.name;
+    r["alias"] = task.task_alias.empty() ? task.name : task.task_alias;  // lm-eval: task_alias, else the name
     ojson tn = ojson::object(), th = ojson::object();
     if (t < res.metrics.size()) {
       for (const auto& m : res.metrics[t]) {
@@ -224,7 +239,8 @@ ojson results_json(const EvalSpec& spec, const RunResult& res, const std::string
     results[task.name] = r;
     group_subtasks[task.name] = ojson::array();
     configs[task.name] = task_config(task);
-    versions[task.name] = task.version ? ojson(*task.version) : ojson(nullptr);
+    // lm-eval's ConfigurableTask.VERSION: "Yaml" for a YAML task without metadata.version
+    versions[task.name] = task.version ? ojson(*task.version) : !task.source.empty() ? ojson("Yaml") : ojson(nullptr);
     n_shot[task.name] = task.num_fewshot;
     hib[task.name] = th;
     n_samples[task.name] = {{"original", task.n_docs_total}, {"effective", static_cast<int>(task.docs.size())}};

@@ -16,6 +16,7 @@
 
 #include "eval/json_input.hpp"
 #include "eval/template/template.hpp"
+#include "eval/yaml_scalar.hpp"
 #include "util/error.hpp"
 #include "util/input_file.hpp"
 
@@ -100,6 +101,20 @@ json resolve_plain(const std::string& s) {
   return s;
 }
 
+/// The bytes of a YAML file: a regular file within the input limit (util/input_file.hpp).
+std::string read_text_file(const std::string& path) { return util::read_input_file(path, util::InputKind::Text); }
+
+/// A quoted scalar as PyYAML reads it, from the file's bytes at the node's position.
+std::string quoted_scalar(const YAML::Node& n, const std::string& file, const std::string& src, const std::string& key) {
+  const size_t pos = static_cast<size_t>(n.Mark().pos);
+  if (pos >= src.size() || (src[pos] != '"' && src[pos] != '\'')) return n.Scalar();  // a tagged "!" plain scalar
+  try {
+    return read_quoted_scalar(src, pos);
+  } catch (const SpecError& e) {
+    throw SpecError(fmt::format("{}: {}: {}", at(file, n.Mark()), key, e.what()));
+  }
+}
+
 /// Values one file may expand to: an alias (*a) repeats the whole value it
 /// names, so a few hundred bytes of nested aliases can stand for billions of
 /// values ("billion laughs"); PyYAML shares them, kveval copies them into JSON.
@@ -107,7 +122,9 @@ constexpr size_t kMaxYamlValues = 1000000;
 
 /// The value of node `n` as JSON; `values` counts the values converted so far
 /// in this file (kMaxYamlValues). Throws SpecError naming file:line and key.
-json to_json(const YAML::Node& n, const std::string& file, const std::string& key, size_t& values, int depth = 0) {
+/// `src` is the file's text: quoted scalars are re-read from it (yaml_scalar.hpp).
+json to_json(const YAML::Node& n, const std::string& file, const std::string& src, const std::string& key, size_t& values,
+             int depth = 0) {
   if (depth > 64) throw SpecError(fmt::format("{}: {}: nested deeper than 64 levels", at(file, n.Mark()), key));
   if (++values > kMaxYamlValues)
     throw SpecError(fmt::format("{}: {}: the file expands to more than {} values (YAML aliases repeat what they name; "
@@ -121,7 +138,8 @@ json to_json(const YAML::Node& n, const std::string& file, const std::string& ke
   switch (n.Type()) {
     case YAML::NodeType::Null: case YAML::NodeType::Undefined: return nullptr;
     case YAML::NodeType::Scalar: {
-      if (tag == "!" || tag == "tag:yaml.org,2002:str") return n.Scalar();  // quoted or !!str
+      if (tag == "!") return quoted_scalar(n, file, src, key);
+      if (tag == "tag:yaml.org,2002:str") return n.Scalar();
       try {
         return resolve_plain(n.Scalar());
       } catch (const SpecError& e) {
@@ -130,7 +148,7 @@ json to_json(const YAML::Node& n, const std::string& file, const std::string& ke
     }
     case YAML::NodeType::Sequence: {
       json a = json::array();
-      for (size_t i = 0; i < n.size(); ++i) a.push_back(to_json(n[i], file, fmt::format("{}[{}]", key, i), values, depth + 1));
+      for (size_t i = 0; i < n.size(); ++i) a.push_back(to_json(n[i], file, src, fmt::format("{}[{}]", key, i), values, depth + 1));
       return a;
     }
     case YAML::NodeType::Map: {
@@ -139,7 +157,7 @@ json to_json(const YAML::Node& n, const std::string& file, const std::string& ke
         std::string k = it->first.Scalar();
         if (k == "<<") throw SpecError(fmt::format("{}: {}: YAML merge keys ('<<') are not supported", at(file, it->first.Mark()), key));
         if (o.contains(k)) throw SpecError(fmt::format("{}: {}: duplicate key '{}'", at(file, it->first.Mark()), key, k));
-        o[k] = to_json(it->second, file, key.empty() ? k : key + "." + k, values, depth + 1);
+        o[k] = to_json(it->second, file, src, key.empty() ? k : key + "." + k, values, depth + 1);
       }
       return o;
     }
@@ -174,8 +192,10 @@ Config load_config(const std::string& path, std::vector<std::string>& stack, con
     throw SpecError(fmt::format("{}: include: {}", included_from, e.what()));
   }
   YAML::Node root;
+  std::string src;
   try {
-    root = YAML::Load(text);
+    src = text;
+    root = YAML::Load(src);
   } catch (const YAML::ParserException& e) {
     throw SpecError(fmt::format("{}:{}:{}: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
   } catch (const YAML::Exception& e) {
@@ -199,11 +219,11 @@ Config load_config(const std::string& path, std::vector<std::string>& stack, con
     }
     for (const auto& [lk, lv] : local)
       if (lk == k) throw SpecError(fmt::format("{}: duplicate key '{}'", w, k));
-    local.push_back({k, {to_json(it->second, path, k, values), w}});
+    local.push_back({k, {to_json(it->second, path, src, k, values), w}});
   }
   if (has_include) {
     std::vector<std::string> files;
-    json inc = to_json(include, path, "include", values);
+    json inc = to_json(include, path, src, "include", values);
     if (inc.is_string()) files.push_back(inc.get<std::string>());
     else if (inc.is_array())
       for (const auto& f : inc) {
@@ -238,9 +258,9 @@ const std::vector<std::string> kRead = {
     "task", "output_type", "dataset_path", "dataset_name", "dataset_kwargs", "training_split", "validation_split",
     "test_split", "fewshot_split", "doc_to_text", "doc_to_target", "doc_to_choice", "target_delimiter",
     "fewshot_delimiter", "description", "num_fewshot", "fewshot_config", "generation_kwargs", "metric_list",
-    "filter_list", "metadata", "repeats"};
+    "filter_list", "metadata", "repeats", "gen_prefix", "task_alias"};
 // Keys that change nothing in what kveval computes (registry labels, decontamination, which lm-eval only runs on request).
-const std::vector<std::string> kIgnored = {"tag", "task_alias", "should_decontaminate", "doc_to_decontamination_query",
+const std::vector<std::string> kIgnored = {"tag", "should_decontaminate", "doc_to_decontamination_query",
                                            "unsafe_code"};
 // Keys that need Python or features kveval does not have.
 const std::vector<std::pair<std::string, std::string>> kRefused = {
@@ -250,12 +270,23 @@ const std::vector<std::pair<std::string, std::string>> kRefused = {
     {"use_prompt", "promptsource prompts"},
     {"doc_to_image", "image inputs"},
     {"doc_to_audio", "audio inputs"},
-    {"gen_prefix", "generation prefixes"},
     {"group", "task groups (list the tasks in the spec instead)"},
     {"task_list", "task groups (list the tasks in the spec instead)"},
     {"class", "Python task classes"}};
 
 }  // namespace
+
+json yaml_file_values(const std::string& path) {
+  std::string src = read_text_file(path);
+  YAML::Node root;
+  try {
+    root = YAML::Load(src);
+  } catch (const YAML::ParserException& e) {
+    throw SpecError(fmt::format("{}:{}:{}: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+  size_t values = 0;
+  return to_json(root, path, src, "", values);
+}
 
 bool is_yaml_path(const std::string& path) {
   std::string ext = fs::path(path).extension().string();
@@ -310,7 +341,8 @@ LmEvalTask load_lm_eval_yaml(const std::string& path, const json& entry) {
         if (e.is_number() || e.is_boolean()) e = tmpl::python_str(e);  // lm-eval formats choices with str()
     t[k] = v;
   }
-  for (const char* k : {"target_delimiter", "fewshot_delimiter", "description", "fewshot_config", "metric_list", "filter_list"})
+  for (const char* k : {"target_delimiter", "fewshot_delimiter", "description", "fewshot_config", "metric_list", "filter_list",
+                        "gen_prefix", "task_alias"})
     if (has(k)) t[k] = c[k];
   if (has("num_fewshot")) t["num_fewshot"] = c["num_fewshot"];
   if (entry.contains("num_fewshot")) t["num_fewshot"] = entry["num_fewshot"];
@@ -388,9 +420,14 @@ LmEvalTask load_lm_eval_yaml(const std::string& path, const json& entry) {
                                 "\"docs.jsonl\" next to \"lm_eval_yaml\" in the spec, or use dataset_path: json with "
                                 "dataset_kwargs.data_files", w("dataset_path"), name));
   }
-  // few-shot documents: fewshot_split, else training, else validation split (lm-eval Task.fewshot_docs); else the task's own
+  // few-shot documents: fewshot_split, else fewshot_config.samples, else training, else validation split
+  // (lm-eval FewshotConfig.get_docs, Task.fewshot_docs); else the task's own
+  const bool has_samples = has("fewshot_config") && c["fewshot_config"].is_object() &&
+                           c["fewshot_config"].contains("samples") && !c["fewshot_config"]["samples"].is_null();
   if (entry.contains("fewshot_split")) {
     t["fewshot_split"] = entry["fewshot_split"];
+  } else if (local && (fewshot.empty() && has_samples)) {
+    // the inline samples
   } else if (local) {
     std::string fs_file = !fewshot.empty() ? file_of(fewshot, "fewshot_split")
                           : !train.empty() ? file_of(train, "training_split")
@@ -398,6 +435,9 @@ LmEvalTask load_lm_eval_yaml(const std::string& path, const json& entry) {
                                            : "";
     if (!fs_file.empty() && fs_file != t["dataset_path"].get<std::string>()) t["fewshot_split"] = fs_file;
   }
+  // lm-eval's ContextSampler draws one example more, and drops the document, exactly when
+  // fewshot_split == test_split as configured names (None == None included)
+  out.fewshot_same_split = fewshot == test;
   out.task = std::move(t);
   out.where = where;
   return out;

@@ -24,6 +24,8 @@ struct LmEvalTask {
   /// "file.yaml:LINE" of each top-level key of `task` (where the key was written,
   /// possibly in an included file), for messages.
   std::shared_ptr<const std::map<std::string, std::string>> where;
+  /// lm-eval's few-shot rule: fewshot_split == test_split as names (both absent counts as equal).
+  bool fewshot_same_split = true;
 };
 
 /// Reads `path` (and its includes). `entry` holds the spec entry's own keys,
@@ -35,6 +37,11 @@ LmEvalTask load_lm_eval_yaml(const std::string& path, const nlohmann::json& entr
 /// reading as load_lm_eval_yaml, before any key is checked): what lm-eval's
 /// TaskManager indexes (`task`, `tag`, `group`). Throws SpecError "file:line: ...".
 nlohmann::json load_lm_eval_yaml_keys(const std::string& path);
+
+/// Every value of the YAML file `path` as JSON, read as the task loader reads
+/// them (PyYAML's scalars; no include, no task keys checked): for comparing the
+/// loader with PyYAML (the eval.yaml_pyyaml test). Throws SpecError.
+nlohmann::json yaml_file_values(const std::string& path);
 
 /// True when `path` names a YAML file (.yaml or .yml).
 bool is_yaml_path(const std::string& path);

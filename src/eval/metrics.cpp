@@ -105,6 +105,21 @@ std::vector<double> normalized(const std::vector<double>& ll, const std::vector<
   return out;
 }
 
+/// lm-eval's multiple_choice acc/acc_norm: pred == gold, or pred in gold for a list of gold indices.
+bool is_gold(const Doc& d, int pred) {
+  return d.golds.empty() ? pred == d.gold : std::find(d.golds.begin(), d.golds.end(), pred) != d.golds.end();
+}
+
+/// lm-eval's exact_match of one output: against the target, or, for a list of references
+/// (multiple_target), 1 when any reference matches; both sides after the exact_match options.
+bool exact_match_hit(const ExactMatchOptions& o, const std::string& output, const Doc& d) {
+  const std::string p = exact_match_normalize(o, output);
+  if (d.targets.empty()) return p == exact_match_normalize(o, d.target);
+  for (const auto& t : d.targets)
+    if (p == exact_match_normalize(o, t)) return true;
+  return false;
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, nlohmann::json>> doc_metric_values(const TaskSpec& task, const Doc& d,
@@ -119,9 +134,9 @@ std::vector<std::pair<std::string, nlohmann::json>> doc_metric_values(const Task
         else if (name == "acc") v = o.is_greedy ? 1 : 0;
         break;
       case OutputType::MultipleChoice:
-        if (name == "acc") v = argmax_first(o.choice_logprobs) == d.gold ? 1.0 : 0.0;
-        else if (name == "acc_norm") v = argmax_first(normalized(o.choice_logprobs, d.choices, false)) == d.gold ? 1.0 : 0.0;
-        else if (name == "acc_bytes") v = argmax_first(normalized(o.choice_logprobs, d.choices, true)) == d.gold ? 1.0 : 0.0;
+        if (name == "acc") v = is_gold(d, argmax_first(o.choice_logprobs)) ? 1.0 : 0.0;
+        else if (name == "acc_norm") v = is_gold(d, argmax_first(normalized(o.choice_logprobs, d.choices, false))) ? 1.0 : 0.0;
+        else if (name == "acc_bytes") v = is_gold(d, argmax_first(normalized(o.choice_logprobs, d.choices, true))) ? 1.0 : 0.0;
         break;
       case OutputType::LoglikelihoodRolling:
         if (name == "word_perplexity") v = {o.logprob, count_words(d.target)};
@@ -131,8 +146,7 @@ std::vector<std::pair<std::string, nlohmann::json>> doc_metric_values(const Task
       case OutputType::GenerateUntil:
         if (name == "exact_match" && d.has_target) {
           const std::string& out = filtered ? *filtered : o.output;
-          v = exact_match_normalize(task.exact_match, out) == exact_match_normalize(task.exact_match, d.target) ? 1.0
-                                                                                                              : 0.0;
+          v = exact_match_hit(task.exact_match, out, d) ? 1.0 : 0.0;
         }
         break;
     }
@@ -243,9 +257,9 @@ std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const D
         ll.push_back(o.logprob);
         break;
       case OutputType::MultipleChoice:
-        acc.push_back(argmax_first(o.choice_logprobs) == d.gold ? 1.0 : 0.0);
-        acc_norm.push_back(argmax_first(normalized(o.choice_logprobs, d.choices, false)) == d.gold ? 1.0 : 0.0);
-        acc_bytes.push_back(argmax_first(normalized(o.choice_logprobs, d.choices, true)) == d.gold ? 1.0 : 0.0);
+        acc.push_back(is_gold(d, argmax_first(o.choice_logprobs)) ? 1.0 : 0.0);
+        acc_norm.push_back(is_gold(d, argmax_first(normalized(o.choice_logprobs, d.choices, false))) ? 1.0 : 0.0);
+        acc_bytes.push_back(is_gold(d, argmax_first(normalized(o.choice_logprobs, d.choices, true))) ? 1.0 : 0.0);
         break;
       case OutputType::LoglikelihoodRolling:
         sum_ll += o.logprob;
@@ -258,10 +272,10 @@ std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const D
         for (size_t p = 0; p < pipes.size(); ++p) {
           try {
             std::string out = apply_filter_pipeline(pipes[p], o.output);
-            bool hit = exact_match_normalize(task.exact_match, out) == exact_match_normalize(task.exact_match, d.target);
+            bool hit = exact_match_hit(task.exact_match, out, d);
             em[p].push_back(hit ? 1.0 : 0.0);
           } catch (const std::exception& e) {
-            // e.g. group_select past the matches (lm-eval raises): left out of the metric, counted in its note
+            // a regex the PCRE2 matcher cannot run (e.g. its match limit): left out of the metric, counted in its note
             if (filter_failed[p]++ == 0) filter_errors[p] = e.what();
           }
         }

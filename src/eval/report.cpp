@@ -66,7 +66,8 @@ std::string format_metrics_table(const EvalSpec& spec, const RunResult& res) {
       std::string val = m.value ? format_table_number(*m.value, 4) : "n/a";
       std::string se = m.stderr_ ? "± " + format_table_number(*m.stderr_, 4) : "";
       std::string note = m.value ? (m.stderr_ ? "" : m.note) : m.note;
-      rows.push_back({spec.tasks[t].name, metric_key(m.name, m.filter), val, se, std::to_string(m.n), note});
+      const TaskSpec& task = spec.tasks[t];
+      rows.push_back({task.task_alias.empty() ? task.name : task.task_alias, metric_key(m.name, m.filter), val, se, std::to_string(m.n), note});
     }
   }
   std::string out = table({"task", "metric", "value", "stderr", "n", "note"}, rows,

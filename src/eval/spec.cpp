@@ -63,7 +63,8 @@ const std::vector<std::string>& default_metrics_for(OutputType t) {
 
 namespace {
 
-TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec);
+TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec,
+                    std::optional<bool> fewshot_same_split = std::nullopt);
 
 /// lm-eval's higher_is_better of each metric kveval reports.
 bool higher_is_better_metric(const std::string& m) { return m == "acc" || m == "acc_norm" || m == "exact_match"; }
@@ -110,11 +111,33 @@ void parse_lm_eval_extras(TaskSpec& t, const json& tj, const Where& w) {
   if (tj.contains("fewshot_config") && !tj["fewshot_config"].is_null()) {
     Where fw = w.key("fewshot_config");
     const json& f = expect_object(tj["fewshot_config"], fw);
-    check_keys(f, fw, {"sampler"});
+    // target_delimiter / fewshot_delimiter here are accepted and, as in lm-eval's ContextSampler
+    // (which takes both from the task), change nothing
+    check_keys(f, fw, {"sampler", "samples", "doc_to_text", "doc_to_target", "doc_to_choice", "target_delimiter",
+                       "fewshot_delimiter"});
     if (f.contains("sampler")) {
       t.fewshot_sampler = expect_string(f["sampler"], fw.key("sampler"));
       if (t.fewshot_sampler != "default" && t.fewshot_sampler != "first_n")
         fw.key("sampler").fail(fmt::format("unknown sampler \"{}\" (lm-eval's samplers: default, first_n)", t.fewshot_sampler));
+    }
+    if (f.contains("samples")) {
+      const json& s = f["samples"];
+      if (!s.is_array()) fw.key("samples").fail(fmt::format("expected a list of documents, got {}", json_excerpt(s)));
+      for (size_t i = 0; i < s.size(); ++i) expect_object(s[i], fw.key("samples").index(i));
+      t.fewshot_samples = s;
+    }
+    for (const char* k : {"doc_to_text", "doc_to_target", "target_delimiter", "fewshot_delimiter"})
+      if (f.contains(k)) expect_string(f[k], fw.key(k));
+    if (f.contains("doc_to_text")) t.fewshot_doc_to_text = f["doc_to_text"].get<std::string>();
+    if (f.contains("doc_to_target")) t.fewshot_doc_to_target = f["doc_to_target"].get<std::string>();
+    if (f.contains("doc_to_choice")) {
+      const json& c = f["doc_to_choice"];
+      if (c.is_array()) {
+        for (size_t i = 0; i < c.size(); ++i) expect_string(c[i], fw.key("doc_to_choice").index(i));
+      } else {
+        expect_string(c, fw.key("doc_to_choice"));
+      }
+      t.fewshot_doc_to_choice = c;
     }
   }
   if (tj.contains("metadata") && !tj["metadata"].is_null()) {
@@ -188,12 +211,14 @@ void parse_rolling_method(const json& tj, const Where& w, TaskSpec& t) {
   }
 }
 
-TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec) {
+TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec,
+                    std::optional<bool> fewshot_same_split) {
   expect_object(tj, w);
   static const std::vector<std::string> keys = {
       "name", "output_type", "dataset_path", "docs", "doc_to_text", "doc_to_target", "doc_to_choice",
       "target_delimiter", "description", "generation_kwargs", "metric_list", "num_fewshot", "fewshot_split",
-      "fewshot_delimiter", "fewshot_config", "filter_list", "metadata", "limit", "rolling_method", "context_length"};
+      "fewshot_delimiter", "fewshot_config", "filter_list", "metadata", "limit", "rolling_method", "context_length",
+      "gen_prefix", "task_alias"};
   check_keys(tj, w, keys);
   TaskSpec t;
   if (!tj.contains("name")) w.fail("missing required key 'name'");
@@ -203,6 +228,12 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
     if (c < 0x20 || c == 0x7F || c == '|')
       w.key("name").fail(fmt::format("{} (task names are printable text without '|', they head table rows)",
                                      c == '|' ? std::string("contains '|'") : fmt::format("contains control byte 0x{:02x}", c)));
+  if (tj.contains("task_alias") && !tj["task_alias"].is_null()) {
+    t.task_alias = expect_string(tj["task_alias"], w.key("task_alias"));
+    for (unsigned char c : t.task_alias)
+      if (c < 0x20 || c == 0x7F || c == '|')
+        w.key("task_alias").fail("contains '|' or a control byte (an alias heads table rows)");
+  }
   if (!tj.contains("output_type"))
     w.fail("missing required key 'output_type' (one of loglikelihood, multiple_choice, loglikelihood_rolling, generate_until)");
   {
@@ -228,6 +259,7 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
   opt_string("target_delimiter", t.target_delimiter);
   opt_string("description", t.description);
   opt_string("fewshot_delimiter", t.fewshot_delimiter);
+  if (tj.contains("gen_prefix") && !tj["gen_prefix"].is_null()) t.gen_prefix = expect_string(tj["gen_prefix"], w.key("gen_prefix"));
   if (tj.contains("doc_to_choice")) {
     const json& c = tj["doc_to_choice"];
     if (c.is_array()) {
@@ -351,6 +383,7 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
   }
 
   validate_filters(t, w.text());
+  t.fewshot_same_split = fewshot_same_split;
   build_task_docs(t, tj, w, base_dir, spec);
   return t;
 }
@@ -374,7 +407,7 @@ TaskSpec parse_yaml_task(const json& tj, const Where& w, const std::string& base
     if (tj.contains(k)) (*lines)[k] = w.key(k).text();
   if (tj.contains("name")) (*lines)["name"] = w.key("name").text();
   Where yw{yaml, "", lines};
-  TaskSpec t = parse_task(lt.task, yw, "", spec);
+  TaskSpec t = parse_task(lt.task, yw, "", spec, lt.fewshot_same_split);
   t.source = yaml;
   t.loglikelihood_delimiter = false;  // lm-eval: loglikelihood arguments are (context, doc_to_target)
   return t;

@@ -40,7 +40,15 @@ struct Doc {
   bool has_target = false;           ///< doc_to_target was given
   std::vector<std::string> choices;  ///< multiple_choice: doc_to_choice
   nlohmann::json raw;                ///< the document as read (for the samples file)
-  int gold = -1;                     ///< multiple_choice: index of the gold choice
+  std::string raw_text;              ///< its JSONL line ("" for inline docs): the samples' `doc` keeps its key order
+  nlohmann::json target_value;       ///< doc_to_target's value as lm-eval returns it (int, str or list; samples' `target`)
+  int gold = -1;                     ///< multiple_choice: index of the gold choice (the first of `golds`)
+  /// generate_until whose doc_to_target is a list: every reference answer (lm-eval's
+  /// multiple_target; `target` is the first); empty for one answer.
+  std::vector<std::string> targets;
+  /// multiple_choice whose doc_to_target is a list of indices (AGIEval): every gold
+  /// index, in order; empty for one gold index.
+  std::vector<int> golds;
 };
 
 /// exact_match options of lm-eval's metric_list entry (lm_eval/api/metrics.py
@@ -80,19 +88,35 @@ enum class RollingMethod { LmEval, LlamaCpp };
 /// One task of the spec, validated, with its documents rendered.
 struct TaskSpec {
   std::string name;
+  std::string task_alias;            ///< lm-eval's task_alias: the name tables and results' `alias` show ("" = name)
   OutputType output_type = OutputType::Loglikelihood;
   std::string dataset_path;          ///< resolved path of the JSONL file ("" for inline docs)
   std::string doc_to_text;           ///< field name or `{{field}}` template ("" = none)
   std::string doc_to_target;         ///< field name or template ("" = none)
   nlohmann::json doc_to_choice;      ///< field name / template string, or array of templates (null = none)
   std::string target_delimiter = " ";
-  std::string description;           ///< text prepended to every context
+  std::string description;           ///< template rendered per document, prepended to its context
   GenerationKwargs generation_kwargs;
   std::vector<std::string> metric_list;  ///< resolved: defaults to default_metrics_for(output_type)
   int num_fewshot = 0;
   std::string fewshot_split;         ///< resolved JSONL path of few-shot examples ("" = the task's own docs)
   std::string fewshot_delimiter = "\n\n";
   std::string fewshot_sampler = "default";  ///< fewshot_config.sampler: "default" (seeded sample) or "first_n"
+  /// fewshot_config.samples: inline few-shot documents (a JSON array of objects; null = none),
+  /// used when there is no fewshot_split.
+  nlohmann::json fewshot_samples;
+  /// fewshot_config.doc_to_text / doc_to_target / doc_to_choice: the mappings of the
+  /// few-shot examples ("" / null = the task's own).
+  std::string fewshot_doc_to_text, fewshot_doc_to_target;
+  nlohmann::json fewshot_doc_to_choice;
+  /// lm-eval's self-exclusion rule: true when fewshot_split == test_split by name (None ==
+  /// None included): draw num_fewshot + 1 examples; false: draw num_fewshot. Either way
+  /// a drawn example equal to the document is dropped. Unset (JSON specs): true exactly
+  /// when the examples are the task's own documents.
+  std::optional<bool> fewshot_same_split;
+  /// gen_prefix: a field name or template rendered per document; the context ends with
+  /// target_delimiter + prefix, and each few-shot target is preceded by prefix + " ".
+  std::optional<std::string> gen_prefix;
   ExactMatchOptions exact_match;     ///< options of the exact_match entry of metric_list
   std::vector<FilterPipeline> filter_list;  ///< generate_until: filters on the output (empty = lm-eval's "none")
   std::optional<double> version;     ///< metadata.version (lm-eval task version), when given

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 
@@ -20,6 +21,7 @@ namespace {
 struct RawDoc {
   std::string origin;
   json doc;
+  std::string text;  ///< the JSONL line ("" for inline documents)
 };
 
 /// The task's doc_to_* mappings, compiled once.
@@ -52,6 +54,32 @@ Mappings compile_mappings(const TaskSpec& t, const Where& w) {
   return m;
 }
 
+/// A list doc_to_target: generate_until's references (lm-eval multiple_target:
+/// exact_match when any matches) or multiple_choice's gold indices (AGIEval: acc
+/// when the prediction is any of them). `target` becomes lm-eval's few-shot text
+/// of a list, str(doc_to_target[0]). Other output types refuse a list.
+void set_target_list(const TaskSpec& t, const json& v, const std::string& origin, Doc& d) {
+  if (v.empty()) throw SpecError(fmt::format("{}: doc_to_target: an empty list of targets", origin));
+  if (t.output_type == OutputType::GenerateUntil) {
+    for (size_t k = 0; k < v.size(); ++k)
+      d.targets.push_back(value_text(v[k], origin, fmt::format("doc_to_target[{}]", k)));
+    d.target = d.targets[0];
+  } else if (t.output_type == OutputType::MultipleChoice) {
+    for (size_t k = 0; k < v.size(); ++k) {
+      if (!v[k].is_number_integer() || v[k].get<int64_t>() < 0 || v[k].get<int64_t>() > 1000000)
+        throw SpecError(fmt::format("{}: doc_to_target[{}]: expected a choice index, got {} (a list target of "
+                                    "multiple_choice lists gold indices)",
+                                    origin, k, json_excerpt(v[k])));
+      d.golds.push_back(static_cast<int>(v[k].get<int64_t>()));
+    }
+    d.target = std::to_string(d.golds[0]);
+  } else {
+    throw SpecError(fmt::format("{}: doc_to_target: a list of targets ({}) needs output_type generate_until or "
+                                "multiple_choice",
+                                origin, json_excerpt(v)));
+  }
+}
+
 /// Renders text/target/choices/gold of one raw document (no few-shot yet), with
 /// lm-eval's rules for the values (lm_eval/api/task.py process_results: an int
 /// target is the gold index, a str target the gold choice's text).
@@ -59,14 +87,17 @@ Doc render_doc(const TaskSpec& t, const Mappings& m, const RawDoc& rd) {
   Doc d;
   d.origin = rd.origin;
   d.raw = rd.doc;
+  d.raw_text = rd.text;
   if (m.text) d.context = value_text(m.text->resolve(rd.doc, rd.origin), rd.origin, "doc_to_text");
   json target_raw;
   if (m.target) {
     target_raw = m.target->resolve(rd.doc, rd.origin);
-    if (target_raw.is_array())
-      throw SpecError(fmt::format("{}: doc_to_target: a list of targets ({}) is not supported (one gold answer per document)",
-                                  rd.origin, json_excerpt(target_raw)));
-    d.target = value_text(target_raw, rd.origin, "doc_to_target");
+    d.target_value = target_raw;
+    if (target_raw.is_array()) {
+      set_target_list(t, target_raw, rd.origin, d);
+    } else {
+      d.target = value_text(target_raw, rd.origin, "doc_to_target");
+    }
     d.has_target = true;
   }
   if (t.output_type == OutputType::MultipleChoice) {
@@ -90,7 +121,14 @@ Doc render_doc(const TaskSpec& t, const Mappings& m, const RawDoc& rd) {
     }
     // gold: an int is an index; a str is the gold choice's text (lm-eval), or a string of digits (an index; kveval)
     int64_t gold = -1;
-    if (target_raw.is_number_integer()) {
+    if (!d.golds.empty()) {
+      for (size_t k = 0; k < d.golds.size(); ++k)
+        if (d.golds[k] >= static_cast<int64_t>(d.choices.size()))
+          throw SpecError(fmt::format("{}: doc_to_target[{}]: gold index {} out of range [0, {})", rd.origin, k,
+                                      d.golds[k], d.choices.size()));
+      d.gold = d.golds[0];
+      return d;  // target stays str(doc_to_target[0]): lm-eval's few-shot text for a list
+    } else if (target_raw.is_number_integer()) {
       gold = target_raw.get<int64_t>();
     } else if (target_raw.is_string()) {
       auto it = std::find(d.choices.begin(), d.choices.end(), d.target);
@@ -115,10 +153,97 @@ Doc render_doc(const TaskSpec& t, const Mappings& m, const RawDoc& rd) {
   return d;
 }
 
+/// A task-level template (description, gen_prefix), parsed once; errors name `w`.
+tmpl::Template parse_template(const std::string& source, const Where& w) {
+  try {
+    return tmpl::Template::parse(source);
+  } catch (const tmpl::TemplateError& e) {
+    w.fail(fmt::format("template line {}, column {}: {}", e.line, e.column, e.message));
+  }
+}
+
+/// lm-eval's utils.apply_template(template, doc); errors name the document and the key.
+std::string render_template(const tmpl::Template& t, const json& doc, const std::string& origin, const char* key) {
+  try {
+    return t.render(doc);
+  } catch (const tmpl::TemplateError& e) {
+    throw SpecError(fmt::format("{}: {}: template line {}, column {}: {}", origin, key, e.line, e.column, e.message));
+  }
+}
+
+/// lm-eval's doc_to_prefix: the document's field named `source` when it has one, else the template.
+std::string field_or_template(const std::string& source, const tmpl::Template& t, const json& doc,
+                              const std::string& origin, const char* key) {
+  if (doc.is_object()) {
+    auto it = doc.find(source);
+    if (it != doc.end()) return value_text(*it, origin, key);
+  }
+  return render_template(t, doc, origin, key);
+}
+
 std::vector<RawDoc> load_docs_file(const std::string& path) {
   std::vector<RawDoc> out;
-  for (auto& [line, j] : read_jsonl(path)) out.push_back({fmt::format("{}:{}", path, line), std::move(j)});
+  for (auto& [line, j] : read_jsonl(path)) out.push_back({fmt::format("{}:{}", path, line), std::move(j), ""});
+  // each document's line as written, for its key order in the samples file
+  std::ifstream f(path, std::ios::binary);
+  std::string text;
+  size_t k = 0;
+  for (int n = 1; k < out.size() && std::getline(f, text); ++n)
+    if (out[k].origin == fmt::format("{}:{}", path, n)) out[k++].text = std::move(text);
   if (out.empty()) throw SpecError(fmt::format("{}: no documents (the file is empty or blank)", path));
+  return out;
+}
+
+/// The few-shot documents: fewshot_split, else fewshot_config.samples, else the task's own
+/// documents (`own` = true). A fewshot_split that is the same file as dataset_path however it is
+/// spelt (std::filesystem::equivalent: "./x", symlinks and hard links count) is the task's own.
+std::vector<RawDoc> fewshot_source(const TaskSpec& t, const json& tj, const Where& w, const std::vector<RawDoc>& raw,
+                                   bool& own) {
+  std::vector<RawDoc> shot_raw;
+  own = true;
+  if (!t.fewshot_split.empty()) {
+    std::error_code ec;
+    if (!fs::is_regular_file(t.fewshot_split, ec))
+      w.key("fewshot_split").fail(fmt::format("data file \"{}\" not found", t.fewshot_split));
+    const bool same_file = !t.dataset_path.empty() && fs::equivalent(t.fewshot_split, t.dataset_path, ec) && !ec;
+    if (!same_file) shot_raw = load_docs_file(t.fewshot_split), own = false;
+  } else if (tj.contains("fewshot_split")) {
+    w.key("fewshot_split").fail("empty path");
+  } else if (t.fewshot_samples.is_array()) {
+    if (t.num_fewshot > 0 && t.fewshot_samples.empty()) w.key("fewshot_config").key("samples").fail("an empty list");
+    for (size_t k = 0; k < t.fewshot_samples.size(); ++k) {
+      Where sw = w.key("fewshot_config").key("samples").index(k);
+      shot_raw.push_back({fmt::format("{}: {}", sw.origin, sw.path), t.fewshot_samples[k]});
+    }
+    own = false;
+  }
+  if (own) shot_raw = raw;
+  return shot_raw;
+}
+
+/// lm-eval's ContextSampler.get_context for the document `doc`: `draw` examples (rnd.sample for
+/// `default`, the first ones for `first_n`), those equal to `doc` dropped, the first num_fewshot
+/// kept; each is text + target_delimiter [+ gen_prefix + " "] + target + fewshot_delimiter, or the
+/// text alone when its target is "".
+std::string fewshot_examples(const TaskSpec& t, const std::vector<RawDoc>& shot_raw, const std::vector<Doc>& shots,
+                             size_t draw, const json& doc, const std::optional<std::string>& gp, PyRandom& rnd) {
+  const size_t n = static_cast<size_t>(t.num_fewshot);
+  std::vector<size_t> drawn;
+  if (t.fewshot_sampler == "first_n") {
+    for (size_t k = 0; k < draw; ++k) drawn.push_back(k);
+  } else {
+    drawn = rnd.sample(shots.size(), draw);
+  }
+  std::string out;
+  size_t kept = 0;
+  for (size_t k : drawn) {
+    if (shot_raw[k].doc == doc || kept == n) continue;
+    ++kept;
+    const Doc& s = shots[k];
+    out += s.context;
+    if (!s.target.empty())
+      out += t.target_delimiter + (gp && !gp->empty() ? *gp + " " : "") + s.target + t.fewshot_delimiter;
+  }
   return out;
 }
 
@@ -154,37 +279,32 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
   rendered.reserve(raw.size());
   for (const auto& rd : raw) rendered.push_back(render_doc(t, maps, rd));
 
-  // Few-shot examples: from fewshot_split, else the task's own documents.
-  // A fewshot_split that is the same file as dataset_path however it is spelt
-  // (std::filesystem::equivalent: "./x", symlinks and hard links count) is the
-  // same split: its examples are the task's own documents, so the scored
-  // document is dropped from them as lm-eval does for the same split (below).
-  std::vector<Doc> shots_own;
-  const std::vector<Doc>* shots = &rendered;
-  if (!t.fewshot_split.empty()) {
-    std::error_code ec;
-    if (!fs::is_regular_file(t.fewshot_split, ec))
-      w.key("fewshot_split").fail(fmt::format("data file \"{}\" not found", t.fewshot_split));
-    const bool same_file = !t.dataset_path.empty() && fs::equivalent(t.fewshot_split, t.dataset_path, ec) && !ec;
-    if (!same_file) {
-      for (const auto& rd : load_docs_file(t.fewshot_split)) shots_own.push_back(render_doc(t, maps, rd));
-      shots = &shots_own;
-    }
-  } else if (tj.contains("fewshot_split")) {
-    w.key("fewshot_split").fail("empty path");
-  }
-  const bool own_docs = shots == &rendered;
+  bool own_docs = true;
+  std::vector<RawDoc> shot_raw = fewshot_source(t, tj, w, raw, own_docs);
+  // lm-eval's ContextSampler: n + 1 drawn exactly when fewshot_split == test_split by name
+  const bool extra = t.fewshot_same_split.value_or(own_docs);
+  std::vector<Doc> shots;
+  const size_t draw = static_cast<size_t>(t.num_fewshot) + (extra ? 1 : 0);
   if (t.num_fewshot > 0) {
-    size_t avail = shots->size() - (own_docs ? 1 : 0);
-    if (shots->size() == 0 || avail < static_cast<size_t>(t.num_fewshot))
-      w.key("num_fewshot").fail(fmt::format("{} examples requested but only {} available{}", t.num_fewshot, avail,
-                                            own_docs ? " (a document is never its own example)" : ""));
+    if (shot_raw.size() < draw)
+      w.key("num_fewshot").fail(fmt::format("{} examples requested but only {} available{}", t.num_fewshot,
+                                            extra ? shot_raw.size() - std::min<size_t>(shot_raw.size(), 1) : shot_raw.size(),
+                                            extra ? " (a document is never its own example)" : ""));
+    // the examples' own mappings: fewshot_config's doc_to_* overrides, else the task's
+    TaskSpec ft = t;
+    if (!t.fewshot_doc_to_text.empty()) ft.doc_to_text = t.fewshot_doc_to_text;
+    if (!t.fewshot_doc_to_target.empty()) ft.doc_to_target = t.fewshot_doc_to_target;
+    if (!t.fewshot_doc_to_choice.is_null()) ft.doc_to_choice = t.fewshot_doc_to_choice;
+    Mappings fmaps = compile_mappings(ft, w.key("fewshot_config"));
+    for (const auto& rd : shot_raw) shots.push_back(render_doc(ft, fmaps, rd));
   }
+  std::optional<tmpl::Template> description, gen_prefix;
+  if (!t.description.empty()) description = parse_template(t.description, w.key("description"));
+  if (t.gen_prefix) gen_prefix = parse_template(*t.gen_prefix, w.key("gen_prefix"));
 
   size_t n_use = limit ? std::min<size_t>(rendered.size(), static_cast<size_t>(*limit)) : rendered.size();
-  // lm-eval's default sampler (lm_eval/api/samplers.py ContextSampler): one random.Random(seed) per
-  // task, consumed document after document; from the task's own documents it draws n + 1 and drops
-  // the document being scored (by equality, as rm_eval_doc), so an example never contains its own answer
+  // lm-eval's samplers (lm_eval/api/samplers.py): one random.Random(seed) per task, consumed
+  // document after document
   PyRandom rnd(spec.seed);
   for (size_t i = 0; i < n_use; ++i) {
     Doc d = rendered[i];
@@ -193,25 +313,12 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
       if (!d.has_target) d.target = d.context, d.has_target = true;
       d.context.clear();
     } else {
-      std::string prefix = t.description;
-      if (t.num_fewshot > 0) {
-        const bool same = shots == &rendered;
-        const size_t n = static_cast<size_t>(t.num_fewshot);
-        std::vector<size_t> picks;
-        if (t.fewshot_sampler == "first_n") {
-          // lm-eval FirstNSampler: the first n documents in order (the document itself left out)
-          for (size_t k = 0; k < shots->size() && picks.size() < n; ++k)
-            if (!same || (*shots)[k].raw != rendered[i].raw) picks.push_back(k);
-        } else {
-          for (size_t k : rnd.sample(shots->size(), same ? n + 1 : n))
-            if ((!same || (*shots)[k].raw != rendered[i].raw) && picks.size() < n) picks.push_back(k);
-        }
-        for (size_t k : picks) {
-          const Doc& s = (*shots)[k];
-          prefix += s.context + t.target_delimiter + s.target + t.fewshot_delimiter;
-        }
-      }
-      d.context = prefix + d.context;
+      const json& doc = raw[i].doc;
+      std::string prefix = description ? render_template(*description, doc, raw[i].origin, "description") : "";
+      std::optional<std::string> gp;
+      if (gen_prefix) gp = field_or_template(*t.gen_prefix, *gen_prefix, doc, raw[i].origin, "gen_prefix");
+      if (t.num_fewshot > 0) prefix += fewshot_examples(t, shot_raw, shots, draw, doc, gp, rnd);
+      d.context = prefix + d.context + (gp ? t.target_delimiter + *gp : "");
     }
     t.docs.push_back(std::move(d));
   }

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "eval/filters.hpp"
 #include "eval/template/runtime.hpp"
 #include "eval/template/text.hpp"
 
@@ -271,7 +272,9 @@ int64_t float_to_int(double d) {
   return static_cast<int64_t>(tr);
 }
 
-const char* kFilters = "join, int, float, length, count, trim, lower, upper, capitalize, replace, first, last, default, d, string, list";
+const char* kFilters =
+    "join, int, float, length, count, trim, lower, upper, capitalize, replace, first, last, default, d, string, list, "
+    "regex_replace";
 
 }  // namespace
 
@@ -340,6 +343,18 @@ Value apply_filter(const std::string& name, const Value& v, const std::vector<Va
     arity(what, args, 2, 3);
     int64_t count = args.size() > 2 && !args[2].get().is_null() ? int_arg(what, args[2]) : -1;
     return checked_replace(py_str(j), py_str(args[0].get()), py_str(args[1].get()), count);
+  }
+  if (name == "regex_replace") {
+    // lm-eval's own filter (lm_eval/utils.py regex_replace): re.sub(pattern, repl, s, count=count)
+    arity(what, args, 2, 3);
+    int64_t count = args.size() > 2 ? int_arg(what, args[2]) : 0;
+    try {
+      std::string r = PyRegex(str_arg(what, args[0])).sub(py_str(j), str_arg(what, args[1]), count, kMaxTemplateValueSize);
+      check_size(r.size(), "the result of regex_replace");
+      return r;
+    } catch (const SpecError& e) {
+      fail(fmt::format("filter 'regex_replace': {}", e.what()));
+    }
   }
   if (name == "first" || name == "last") {
     arity(what, args, 0, 0);

@@ -18,7 +18,8 @@ const char* kSupportedTags = "if, elif, else, endif, for, endfor, set, endset, r
 // Names checked when the template is parsed (Jinja refuses unknown filters and
 // tests at compile time; a method outside the subset could only fail later).
 const std::vector<std::string> kFilters = {"join", "int", "float", "length", "count", "trim", "lower", "upper",
-                                           "capitalize", "replace", "first", "last", "default", "d", "string", "list"};
+                                           "capitalize", "replace", "first", "last", "default", "d", "string", "list",
+                                           "regex_replace"};
 const std::vector<std::string> kTests = {"defined", "undefined", "none", "string", "number", "integer", "float",
                                          "boolean", "sequence", "mapping"};
 const std::vector<std::string> kMethods = {"strip", "lstrip", "rstrip", "split", "lower", "upper", "capitalize", "replace",

@@ -1,0 +1,237 @@
+// Few-shot prompts as lm-eval builds them (lm_eval/api/samplers.py ContextSampler,
+// lm_eval/api/task.py fewshot_context, lm_eval/config/task.py FewshotConfig):
+// small task YAMLs in lm-eval's syntax, rendered against prompts written here
+// by hand. The sampled indices are CPython's random.Random(1234).sample, drawn
+// num_fewshot + 1 at a time exactly when fewshot_split == test_split by name.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "eval/eval_test_util.hpp"
+#include "eval/filters.hpp"
+#include "eval/lm_eval_format.hpp"
+#include "eval/report.hpp"
+#include "eval/runner.hpp"
+#include "eval/spec.hpp"
+#include "util/error.hpp"
+
+using namespace kveval::eval;
+using kveval::test::TempDir;
+using nlohmann::json;
+
+namespace {
+
+/// Five training documents t0..t4 (answers A0..A4) and three evaluation documents v0..v2 (B0..B2).
+void write_data(const TempDir& d) {
+  std::string train, val;
+  for (int i = 0; i < 5; ++i) train += "{\"q\": \"t" + std::to_string(i) + "\", \"a\": \"A" + std::to_string(i) + "\"}\n";
+  for (int i = 0; i < 3; ++i) val += "{\"q\": \"v" + std::to_string(i) + "\", \"a\": \"B" + std::to_string(i) + "\"}\n";
+  d.write("train.jsonl", train);
+  d.write("val.jsonl", val);
+  d.write("val_copy.jsonl", val);
+}
+
+const char* kTaskHead = R"(task: t
+output_type: generate_until
+dataset_path: json
+doc_to_text: "Q: {{q}}\nA:"
+doc_to_target: a
+generation_kwargs:
+  until: ["\n"]
+)";
+
+std::vector<std::string> contexts(const TempDir& d, const std::string& yaml_body) {
+  std::string y = d.write("task.yaml", std::string(kTaskHead) + yaml_body);
+  EvalSpec s = parse_spec({{"model", "m.gguf"}, {"tasks", {{{"lm_eval_yaml", y}}}}}, "spec.json", d.path.string());
+  std::vector<std::string> out;
+  for (const auto& doc : s.tasks[0].docs) out.push_back(doc.context);
+  return out;
+}
+
+}  // namespace
+
+TEST_SUITE("eval.fewshot_lm_eval") {
+  TEST_CASE("validation-only task with a training split: None == None, so n + 1 drawn from train") {
+    TempDir d;
+    write_data(d);
+    auto c = contexts(d, R"(dataset_kwargs:
+  data_files: {train: train.jsonl, validation: val.jsonl}
+training_split: train
+validation_split: validation
+num_fewshot: 2
+)");
+    REQUIRE(c.size() == 3);
+    CHECK(c[0] == "Q: t3\nA: A3\n\nQ: t0\nA: A0\n\nQ: v0\nA:");
+    CHECK(c[1] == "Q: t0\nA: A0\n\nQ: t4\nA: A4\n\nQ: v1\nA:");
+    CHECK(c[2] == "Q: t0\nA: A0\n\nQ: t4\nA: A4\n\nQ: v2\nA:");  // drawing n would give t4, t0 here
+  }
+
+  TEST_CASE("validation-only task without a few-shot file: its own documents, n + 1 drawn, itself dropped") {
+    TempDir d;
+    write_data(d);
+    auto c = contexts(d, R"(dataset_kwargs:
+  data_files: {validation: val.jsonl}
+validation_split: validation
+num_fewshot: 2
+)");
+    REQUIRE(c.size() == 3);
+    CHECK(c[0] == "Q: v1\nA: B1\n\nQ: v2\nA: B2\n\nQ: v0\nA:");
+    CHECK(c[1] == "Q: v0\nA: B0\n\nQ: v2\nA: B2\n\nQ: v1\nA:");
+    CHECK(c[2] == "Q: v0\nA: B0\n\nQ: v1\nA: B1\n\nQ: v2\nA:");
+  }
+
+  TEST_CASE("few-shot split with another name but the same documents: n drawn, the document dropped if drawn") {
+    TempDir d;
+    write_data(d);
+    const std::vector<std::string> want = {"Q: v1\nA: B1\n\nQ: v0\nA:",  // drew v1, v0: only one example left
+                                           "Q: v0\nA: B0\n\nQ: v2\nA: B2\n\nQ: v1\nA:",
+                                           "Q: v0\nA: B0\n\nQ: v2\nA:"};  // drew v0, v2
+    // another file with the same documents
+    CHECK(contexts(d, R"(dataset_kwargs:
+  data_files: {test: val.jsonl, validation: val_copy.jsonl}
+test_split: test
+fewshot_split: validation
+num_fewshot: 2
+)") == want);
+    // test_split only: lm-eval falls back to the test documents, and None != "test"
+    CHECK(contexts(d, R"(dataset_kwargs:
+  data_files: {test: val.jsonl}
+test_split: test
+num_fewshot: 2
+)") == want);
+  }
+
+  TEST_CASE("inline samples, first_n, fewshot_config doc_to_* overrides, description template, gen_prefix") {
+    TempDir d;
+    d.write("test.jsonl", "{\"topic\": \"maths\", \"q\": \"four?\", \"a\": \"4\"}\n"
+                          "{\"topic\": \"sums\", \"q\": \"five?\", \"a\": \"5\"}\n");
+    auto c = contexts(d, R"(dataset_kwargs:
+  data_files: {test: test.jsonl}
+test_split: test
+description: "Topic: {{topic}}\n\n"
+target_delimiter: "\nA:"
+gen_prefix: "Let's think."
+num_fewshot: 2
+fewshot_config:
+  sampler: first_n
+  doc_to_text: "Question: {{question}}"
+  doc_to_target: "{{answer}}!"
+  target_delimiter: " (lm-eval's sampler takes the task's) "
+  samples:
+    - {question: "one?", answer: "1"}
+    - {question: "two?", answer: "2"}
+    - {question: "three?", answer: "3"}
+)");
+    REQUIRE(c.size() == 2);
+    CHECK(c[0] == "Topic: maths\n\nQuestion: one?\nA:Let's think. 1!\n\nQuestion: two?\nA:Let's think. 2!\n\n"
+                  "Q: four?\nA:\nA:Let's think.");  // doc_to_text ends in "\nA:", then target_delimiter + gen_prefix
+    CHECK(c[1] == "Topic: sums\n\nQuestion: one?\nA:Let's think. 1!\n\nQuestion: two?\nA:Let's think. 2!\n\n"
+                  "Q: five?\nA:\nA:Let's think.");
+  }
+
+  TEST_CASE("gen_prefix naming a field, and an empty few-shot target adds no delimiters") {
+    json task = {{"name", "g"},
+                 {"output_type", "generate_until"},
+                 {"doc_to_text", "q"},
+                 {"doc_to_target", "a"},
+                 {"gen_prefix", "p"},
+                 {"num_fewshot", 1},
+                 {"fewshot_config", {{"sampler", "first_n"}}},
+                 {"docs", {{{"q", "x"}, {"a", ""}, {"p", "P1"}}, {{"q", "y"}, {"a", "Y"}, {"p", "P2"}}}}};
+    EvalSpec s = parse_spec({{"model", "m.gguf"}, {"tasks", {task}}}, "spec.json", ".");
+    REQUIRE(s.tasks[0].docs.size() == 2);
+    CHECK(s.tasks[0].docs[0].context == "y P1 Y\n\nx P1");  // the document's own prefix in its examples
+    CHECK(s.tasks[0].docs[1].context == "xy P2");           // x's empty target: no delimiters
+  }
+
+  TEST_CASE("regex_replace: lm-eval's Jinja filter, re.sub with Python's replacement syntax") {
+    json task = {{"name", "r"},
+                 {"output_type", "generate_until"},
+                 {"doc_to_text", "{{ q | regex_replace('(\\\\w+) (\\\\w+)', '\\\\2 \\\\1') }}|{{ q | regex_replace('o', '0', 1) }}"},
+                 {"docs", {{{"q", "hello world foo bar"}}}}};
+    EvalSpec s = parse_spec({{"model", "m.gguf"}, {"tasks", {task}}}, "spec.json", ".");
+    CHECK(s.tasks[0].docs[0].context == "world hello bar foo|hell0 world foo bar");
+    task["doc_to_text"] = "{{ q | regex_replace('o', '\\\\q') }}";
+    try {
+      parse_spec({{"model", "m.gguf"}, {"tasks", {task}}}, "spec.json", ".");
+      FAIL("no error");
+    } catch (const kveval::SpecError& e) {
+      CHECK(std::string(e.what()).find("bad escape \\q in the replacement") != std::string::npos);
+    }
+  }
+
+  TEST_CASE("PyRegex::sub matches CPython 3.11's re.sub") {
+    CHECK(PyRegex("x*").sub("abxd", "-") == "-a-b--d-");
+    CHECK(PyRegex("(?P<n>\\d+)").sub("a1b22", "[\\g<n>|\\g<0>]") == "a[1|1]b[22|22]");
+    CHECK(PyRegex("(a)|(b)").sub("ab", "[\\1\\2]") == "[a][b]");
+    CHECK(PyRegex("a").sub("a", "\\n\\t\\\\") == "\n\t\\");
+    CHECK(PyRegex("\\d").sub("1 2 3", "#", 2) == "# # 3");
+    CHECK(PyRegex("\\d").sub("1 2 3", "#", -1) == "1 2 3");
+    CHECK(PyRegex("b").sub("abc", "\\101\\0") == std::string("aA\0c", 4));
+    CHECK(PyRegex("b").sub("abc", "\\&") == "a\\&c");
+    CHECK(PyRegex("é").sub("café é", "e") == "cafe e");
+    CHECK(PyRegex("").sub("é", "-") == "-é-");
+    CHECK_THROWS_WITH_AS(PyRegex("a").sub("a", "\\1"), doctest::Contains("invalid group reference 1"), kveval::SpecError);
+    CHECK_THROWS_WITH_AS(PyRegex("(a)").sub("a", "\\g<x>"), doctest::Contains("unknown group name 'x'"), kveval::SpecError);
+  }
+}
+
+TEST_SUITE("eval.lm_eval_output") {
+  TEST_CASE("task_alias names the table row and results' alias; versions is \"Yaml\" without metadata.version") {
+    TempDir d;
+    d.write("test.jsonl", "{\"q\": \"x\", \"a\": \"y\"}\n");
+    std::string y = d.write("task.yaml", std::string(kTaskHead) + R"(task_alias: "My task alias"
+dataset_kwargs:
+  data_files: {test: test.jsonl}
+test_split: test
+)");
+    EvalSpec s = parse_spec({{"model", "m.gguf"}, {"tasks", {{{"lm_eval_yaml", y}}}}}, "spec.json", d.path.string());
+    CHECK(s.tasks[0].name == "t");
+    CHECK(s.tasks[0].task_alias == "My task alias");
+    RunResult r;
+    MetricValue m;
+    m.name = "exact_match";
+    m.value = 1.0;
+    m.n = 1;
+    r.metrics = {{m}};
+    r.docs = {{}};
+    r.task_errors = {0};
+    r.chunked.resize(1);
+    const std::string table = format_metrics_table(s, r);
+    CHECK(table.find("My task alias") != std::string::npos);
+    auto j = results_json(s, r, "");
+    CHECK(j["results"]["t"]["alias"] == "My task alias");
+    CHECK(j["versions"]["t"] == "Yaml");
+  }
+}
+
+TEST_SUITE("eval.lm_eval_output") {
+  TEST_CASE("samples keep the document's key order and log doc_to_target's value as lm-eval") {
+    TempDir d;
+    d.write("test.jsonl", "{\"zeta\": \"Which?\", \"choices\": [\"p\", \"q\"], \"answer\": \"q\", \"alpha\": 1}\n");
+    std::string y = d.write("mc.yaml", R"(task: mc
+output_type: multiple_choice
+dataset_path: json
+dataset_kwargs:
+  data_files: {test: test.jsonl}
+test_split: test
+doc_to_text: zeta
+doc_to_choice: choices
+doc_to_target: answer
+)");
+    EvalSpec s = parse_spec({{"model", "m.gguf"}, {"tasks", {{{"lm_eval_yaml", y}}}}}, "spec.json", d.path.string());
+    RunResult r;
+    r.docs = {{DocOutcome{}}};
+    r.metrics = {{}};
+    r.task_errors = {0};
+    r.chunked.resize(1);
+    auto samples = sample_records(s, r);
+    REQUIRE(samples.size() == 1);
+    std::vector<std::string> keys;
+    for (auto it = samples[0]["doc"].begin(); it != samples[0]["doc"].end(); ++it) keys.push_back(it.key());
+    CHECK(keys == std::vector<std::string>{"zeta", "choices", "answer", "alpha"});
+    CHECK(samples[0]["target"] == "q");  // the choice's text, as doc_to_target gives it (gold index 1)
+    CHECK(s.tasks[0].docs[0].gold == 1);
+  }
+}
