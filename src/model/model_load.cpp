@@ -149,6 +149,292 @@ FileKinds file_kinds(const gguf::File& f) {
   return k;
 }
 
+
+/// The architecture description named by general.architecture; throws FormatError naming the
+/// supported ones (control bytes of the name shown as \xNN) when kveval has none.
+const arch::Description& find_arch(const gguf::File& f, const std::string& path) {
+  const std::string arch_name = f.get_string_or("general.architecture", "");
+  const arch::Description* desc = arch::find(arch_name);
+  if (!desc) {
+    std::string shown;  // control bytes (a NUL would end the line on a terminal) as \xNN
+    for (unsigned char c : arch_name)
+      shown += c < 0x20 || c == 0x7f ? fmt::format("\\x{:02x}", c) : std::string(1, static_cast<char>(c));
+    throw FormatError(fmt::format("{}: unsupported architecture '{}' (general.architecture); kveval supports {}", path,
+                                  shown, arch::names()));
+  }
+  return *desc;
+}
+
+/// token_embd, checked to be [n_embd, n_vocab] with n_vocab <= 2^24; sets hp.n_vocab.
+const gguf::TensorInfo& read_vocab_size(const gguf::File& f, const std::string& path, HParams& hp) {
+  const auto& te = f.tensor(arch::kTokenEmbd);
+  if (te.dims.size() != 2 || te.dims[0] != static_cast<uint64_t>(hp.n_embd))
+    throw FormatError(fmt::format("{}: tensor '{}' has shape {} (expected [{}, n_vocab])", path, arch::kTokenEmbd,
+                                  fmt::join(te.dims, "x"), hp.n_embd));
+  if (te.dims[1] > (uint64_t{1} << 24))
+    throw FormatError(fmt::format("{}: tensor '{}' has {} rows (n_vocab), more than {}", path, arch::kTokenEmbd,
+                                  te.dims[1], uint64_t{1} << 24));
+  hp.n_vocab = static_cast<int>(te.dims[1]);
+  return te;
+}
+
+/// The file's tokenizer; throws when its vocabulary size differs from token_embd's rows.
+std::unique_ptr<Tokenizer> load_tokenizer(const gguf::File& f, const std::string& path, int n_vocab) {
+  auto tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(f));
+  if (tok->n_vocab() != n_vocab)
+    throw FormatError(
+        fmt::format("{}: tokenizer has {} tokens but {} has {} rows", path, tok->n_vocab(), arch::kTokenEmbd, n_vocab));
+  return tok;
+}
+
+/// The compute dtype for `requested` and a note on how it was chosen (Model::dtype_note).
+ComputeDtype choose_dtype(const gguf::File& f, ComputeDtype requested, std::string& note) {
+  const FileKinds kinds = file_kinds(f);
+  const bool file_f32 = kinds.f32, file_q8_0 = kinds.q8_0, file_q4_0 = kinds.q4_0;
+  const bool cpu_bf16 = be::cpu_has_bf16();
+  const ComputeDtype dtype = resolve_dtype(requested, cpu_bf16, file_f32, file_q8_0);
+  note = fmt::format("{} -> {} (file {}, oneDNN ISA {}{})", to_string(requested), to_string(dtype),
+                     file_f32 ? "F32" : (file_q8_0 ? "Q8_0" : (file_q4_0 ? "Q4_0" : "not F32")), be::cpu_isa_name(),
+                     cpu_bf16 ? ", bf16" : ", no bf16");
+  return dtype;
+}
+
+/// Throws when the weights (matrices as `mat_dtype`, token_embd F32) do not fit the memory budget.
+void check_weight_memory(const gguf::File& f, const std::string& path, const gguf::TensorInfo& te, DType mat_dtype,
+                         ComputeDtype dtype) {
+  // token_embd stays F32 whatever the matrix dtype
+  const uint64_t embd_extra = (dtype_size(DType::F32) - dtype_size(mat_dtype)) * te.n_elements;
+  const MemoryPart weights{"weights", estimate_weight_bytes(f, mat_dtype, dtype) + embd_extra};
+  check_memory_plan(fmt::format("the model {}", path), std::span(&weights, 1), memory_budget(),
+                    "use a smaller model or raise the memory limit");
+}
+
+/// The SHA-256 (hex) of `bytes`, the mapping the weights are copied from; a truncation while reading is an error.
+std::string hash_mapped(const std::string& path, std::span<const std::byte> bytes) {
+  Sha256 sha;
+  if (!read_catching_sigbus(bytes.data(), bytes.size(), [&] { sha.update(bytes.data(), bytes.size()); }))
+    changed_while_loading(path, "it was truncated while being hashed");
+  return sha.hex();
+}
+
+using Parts = std::initializer_list<std::pair<std::string, uint64_t>>;
+
+/// Reads tensors of a GGUF file into the forward pass's layout: checks each
+/// shape, converts to the matrix dtype (or keeps Q8_0/Q4_0 blocks), counts the
+/// bytes it stores and records which tensors were used.
+class TensorReader {
+ public:
+  TensorReader(const gguf::File& f, const std::string& path, const ModelOptions& opts, detail::KeptBlocks keep,
+               DType mat_dtype, size_t& weight_bytes)
+      : f_(f), path_(path), opts_(opts), keep_(keep), mat_dtype_(mat_dtype),
+        wdt_(mat_dtype == DType::BF16 ? be::Dtype::BF16 : be::Dtype::F32), weight_bytes_(weight_bytes) {}
+
+  /// Tensor `name`, checked to have ggml dims {n_in, n_out} ({n_in} when n_out is 0).
+  const gguf::TensorInfo& shaped(const std::string& name, uint64_t n_in, uint64_t n_out) const {
+    const gguf::TensorInfo& t = f_.tensor(name);
+    const std::vector<uint64_t> want = n_out == 0 ? std::vector<uint64_t>{n_in} : std::vector<uint64_t>{n_in, n_out};
+    const bool ok = gguf::same_shape(t.dims, want);
+    if (!ok)
+      throw FormatError(fmt::format("{}: tensor '{}' has shape [{}], expected [{}]", path_, name,
+                                    fmt::join(t.dims, ", "),
+                                    n_out == 0 ? fmt::format("{}", n_in) : fmt::format("{}, {}", n_in, n_out)));
+    return t;
+  }
+
+  /// Converts tensor `name` (ggml dims {n_in, n_out}, any supported type) into dst ([n_out, n_in]) as `dt`.
+  void fill(void* dst, const std::string& name, uint64_t n_in, uint64_t n_out, DType dt = DType::F32) {
+    const gguf::TensorInfo& t = shaped(name, n_in, n_out);
+    // a file truncated under the mapping faults (SIGBUS) in whichever thread reads it: that becomes an error
+    const bool read_ok = read_catching_sigbus(t.data, t.n_bytes, [&] {
+      dequantize_rows(f_, t, 0, t.n_rows(), dt, dst, {opts_.check_finite, opts_.threads});
+    });
+    if (!read_ok) changed_while_loading(path_, fmt::format("truncated while reading tensor '{}'", name));
+    weight_bytes_ += t.n_elements * dtype_size(dt);
+    used_.insert(name);
+  }
+
+  /// Rows [row0, row0 + n) of block weight w (keep.dtype) from tensor `name` (ggml dims {n_in, n}, keep.type).
+  void put_blocks(be::Weight& w, int64_t row0, const std::string& name, uint64_t n_in, uint64_t n) {
+    const gguf::TensorInfo& t = shaped(name, n_in, n);
+    quants_.resize(n * n_in / be::kQBlock * static_cast<uint64_t>(be::block_quant_bytes(keep_.dtype)));
+    scales_.resize(n * n_in / be::kQBlock);
+    if (!read_catching_sigbus(t.data, t.n_bytes, [&] {
+          split_block_rows(f_, t, 0, n, quants_.data(), scales_.data(), opts_.check_finite);
+        }))
+      changed_while_loading(path_, fmt::format("truncated while reading tensor '{}'", name));
+    if (keep_.dtype == be::Dtype::Q4_0)
+      w.set_rows_q4_0(row0, quants_.data(), scales_.data(), static_cast<int64_t>(n));
+    else
+      w.set_rows_q8_0(row0, reinterpret_cast<const int8_t*>(quants_.data()), scales_.data(), static_cast<int64_t>(n));
+  }
+
+  /// One weight from several tensors stacked along n_out (fused projections): one block weight when every
+  /// part is of the kept type, else each part converted to the matrix dtype and transposed once into the
+  /// matmul layout.
+  be::Weight stacked(Parts parts, uint64_t n_in) {
+    uint64_t n_out = 0;
+    bool blocks = keep_.keeps && n_in % be::kQBlock == 0;  // every part of the kept type: one block weight
+    for (const auto& p : parts) {
+      n_out += p.second;
+      const gguf::TensorInfo* t = f_.find_tensor(p.first);
+      blocks = blocks && t && t->type == keep_.type;
+    }
+    if (blocks) {
+      be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in), keep_.dtype);
+      int64_t row0 = 0;
+      for (const auto& [name, n] : parts) {
+        put_blocks(w, row0, name, n_in, n);
+        used_.insert(name);
+        row0 += static_cast<int64_t>(n);
+      }
+      weight_bytes_ += w.bytes();
+      return w;
+    }
+    be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in), wdt_);
+    int64_t row0 = 0;
+    for (const auto& [name, n] : parts) {
+      if (mat_dtype_ == DType::BF16) {
+        rows16_.resize(n * n_in);
+        fill(rows16_.data(), name, n_in, n, mat_dtype_);
+        w.set_rows_bf16(row0, rows16_.data(), static_cast<int64_t>(n));
+      } else {
+        rows_.resize(n * n_in);
+        fill(rows_.data(), name, n_in, n, mat_dtype_);
+        w.set_rows(row0, rows_.data(), static_cast<int64_t>(n));
+      }
+      row0 += static_cast<int64_t>(n);
+    }
+    return w;
+  }
+
+  /// Matrix `name` (ggml dims {n_in, n_out}) as a weight [n_out, n_in].
+  be::Weight mat(const std::string& name, uint64_t n_in, uint64_t n_out) { return stacked({{name, n_out}}, n_in); }
+
+  /// 1-D tensor `name` [n] as F32.
+  std::vector<float> vec(const std::string& name, uint64_t n) {
+    std::vector<float> v(n);
+    fill(v.data(), name, n, 0);
+    return v;
+  }
+
+  /// Optional/required 1-D tensors concatenated (zeros for a missing optional
+  /// part); empty when none is present. Absent parts in the file are left for
+  /// the unused-tensor check.
+  std::vector<float> vecs(arch::Presence presence, Parts parts) {
+    std::vector<float> v;
+    if (presence == arch::Presence::Absent) return v;
+    bool any = presence == arch::Presence::Required;
+    for (const auto& p : parts) any = any || f_.find_tensor(p.first) != nullptr;
+    if (!any) return v;
+    for (const auto& [name, n] : parts) {
+      const size_t at = v.size();
+      v.resize(at + n, 0.0f);
+      if (presence == arch::Presence::Required || f_.find_tensor(name)) fill(v.data() + at, name, n, 0);
+    }
+    return v;
+  }
+
+  /// Throws when a tensor of the file was not read: it would be silently
+  /// ignored and the numbers silently wrong (llama.cpp refuses such files too).
+  void check_all_used(const std::string& arch_name) const {
+    for (const auto& t : f_.tensors())
+      if (!used_.count(t.name))
+        throw FormatError(fmt::format(
+            "{}: tensor '{}' is not used by architecture '{}' ({} tensors expected, {} found)", path_, t.name,
+            arch_name, used_.size(), f_.tensors().size()));
+  }
+
+  const gguf::File& file() const { return f_; }
+  detail::KeptBlocks keep() const { return keep_; }
+  be::Dtype wdt() const { return wdt_; }
+
+ private:
+  const gguf::File& f_;
+  const std::string& path_;
+  const ModelOptions& opts_;
+  const detail::KeptBlocks keep_;
+  const DType mat_dtype_;  // matrices in memory
+  const be::Dtype wdt_;
+  size_t& weight_bytes_;
+  std::unordered_set<std::string> used_;  // every tensor of the file must be used
+  std::vector<float> rows_;               // F32 matrices
+  std::vector<uint16_t> rows16_;          // BF16 matrices
+  std::vector<uint8_t> quants_;           // Q8_0/Q4_0 matrices kept as blocks
+  std::vector<float> scales_;
+};
+
+/// token_embd into tok_embd ([n_vocab, n_embd] F32) and the output projection: output.weight, or when it is
+/// absent (tied) token_embd's blocks (kept type) or a copy of tok_embd. Sets hp.tied_output.
+void load_embedding_output(TensorReader& r, HParams& hp, const gguf::TensorInfo& te, std::vector<float>& tok_embd,
+                           be::Weight& output) {
+  const uint64_t D = hp.n_embd, V = hp.n_vocab;
+  const detail::KeptBlocks keep = r.keep();
+  tok_embd.resize(V * D);
+  r.fill(tok_embd.data(), std::string(arch::kTokenEmbd), D, V);
+  hp.tied_output = r.file().find_tensor(arch::kOutput) == nullptr;
+  if (hp.tied_output && keep.keeps && te.type == keep.type) {  // the output keeps token_embd's blocks
+    output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D), keep.dtype);
+    r.put_blocks(output, 0, std::string(arch::kTokenEmbd), D, V);
+  } else if (hp.tied_output) {
+    output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D), r.wdt());
+    output.set_rows(0, tok_embd.data(), static_cast<int64_t>(V));
+  } else {
+    output = r.mat(std::string(arch::kOutput), D, V);
+  }
+}
+
+/// rope_freqs.weight [n_rot/2] (each in [0.001, 1000]) when the architecture has it, else empty.
+std::vector<float> load_rope_factors(TensorReader& r, const arch::Description& d, const HParams& hp,
+                                     const std::string& path) {
+  std::vector<float> factors =
+      r.vecs(d.rope_freqs, {{std::string(arch::kRopeFreqs), static_cast<uint64_t>(hp.n_rot / 2)}});
+  for (size_t i = 0; i < factors.size(); ++i)
+    if (!(factors[i] >= 1e-3f && factors[i] <= 1e3f))  // Llama 3.1: 1 .. 8
+      throw FormatError(fmt::format("{}: tensor '{}' element {} = {} (frequency factors must be in [0.001, 1000])",
+                                    path, arch::kRopeFreqs, i, factors[i]));
+  return factors;
+}
+
+/// Block `l` (blk.{l}.*) of architecture `d` into L: the common Llama block plus the
+/// description's optional biases and Q/K norms.
+void load_layer(TensorReader& r, const arch::Description& d, const HParams& hp, int l, detail::Layer& L,
+                const std::string& path) {
+  const uint64_t D = hp.n_embd, F = hp.n_ff, KV = static_cast<uint64_t>(hp.n_head_kv * hp.head_dim()),
+                 Q = static_cast<uint64_t>(hp.n_embd_q()), HD = static_cast<uint64_t>(hp.head_dim());
+  auto w = [&](const char* base) { return arch::blk_tensor(l, base); };
+  auto b = [&](const char* base) { return arch::blk_tensor(l, base, "bias"); };
+  L.attn_norm = r.vec(w("attn_norm"), D);
+  L.wqkv = r.stacked({{w("attn_q"), Q}, {w("attn_k"), KV}, {w("attn_v"), KV}}, D);
+  L.bqkv = r.vecs(d.qkv_bias, {{b("attn_q"), Q}, {b("attn_k"), KV}, {b("attn_v"), KV}});
+  L.q_norm = r.vecs(d.qk_norm, {{w("attn_q_norm"), HD}});
+  L.k_norm = r.vecs(d.qk_norm, {{w("attn_k_norm"), HD}});
+  if (L.q_norm.empty() != L.k_norm.empty())
+    throw FormatError(fmt::format("{}: layer {} has only one of attn_q_norm and attn_k_norm", path, l));
+  L.wo = r.mat(w("attn_output"), Q, D);
+  L.bo = r.vecs(d.out_bias, {{b("attn_output"), D}});
+  L.ffn_norm = r.vec(w("ffn_norm"), D);
+  L.w_gate_up = r.stacked({{w("ffn_gate"), F}, {w("ffn_up"), F}}, D);
+  L.b_gate_up = r.vecs(d.ffn_bias, {{b("ffn_gate"), F}, {b("ffn_up"), F}});
+  L.w_down = r.mat(w("ffn_down"), F, D);
+  L.b_down = r.vecs(d.ffn_bias, {{b("ffn_down"), D}});
+}
+
+/// The summary's weight dtype when blocks are kept ("Q8_0", "Q4_0", "Q8_0+F32", "F32"), and appends to
+/// `note` how many matrices were widened to F32.
+std::string kept_weight_dtype(detail::KeptBlocks keep, const be::Weight& output,
+                              const std::vector<detail::Layer>& layers, std::string& note) {
+  const std::string type = gguf::type_name(keep.type);  // "Q8_0", "Q4_0"
+  size_t kept = output.dtype() == keep.dtype, all = 1;
+  for (const auto& L : layers)
+    for (const be::Weight* w : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down}) {
+      kept += w->dtype() == keep.dtype;
+      ++all;
+    }
+  if (kept == 0) note += fmt::format("; no {} matrix in the file: every matrix widened to F32", type);
+  else if (kept < all) note += fmt::format("; {} of {} matrices {}, the others widened to F32", kept, all, type);
+  return kept == all ? type : (kept == 0 ? "F32" : type + "+F32");
+}
+
 }  // namespace
 
 ComputeDtype resolve_dtype_for_file(const std::string& path, ComputeDtype requested) {
@@ -166,240 +452,49 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   const std::span<const std::byte> file_bytes = f.bytes();
   if (!at_open) changed_while_loading(path, "it could not be stat()ed before opening");
   check_unchanged(path, *at_open, file_bytes.size());
-  const std::string arch_name = f.get_string_or("general.architecture", "");
-  const arch::Description* desc = arch::find(arch_name);
-  if (!desc) {
-    std::string shown;  // control bytes (a NUL would end the line on a terminal) as \xNN
-    for (unsigned char c : arch_name)
-      shown += c < 0x20 || c == 0x7f ? fmt::format("\\x{:02x}", c) : std::string(1, static_cast<char>(c));
-    throw FormatError(fmt::format("{}: unsupported architecture '{}' (general.architecture); kveval supports {}", path,
-                                  shown, arch::names()));
-  }
+  const arch::Description& desc = find_arch(f, path);
   std::unique_ptr<Model> m(new Model());
   auto& im = *m->impl_;
   im.path = path;
-  im.desc = desc;
+  im.desc = &desc;
   HParams& hp = im.hp;
-  read_hparams(f, *desc, hp);
-
-  const auto& te = f.tensor(arch::kTokenEmbd);
-  if (te.dims.size() != 2 || te.dims[0] != static_cast<uint64_t>(hp.n_embd))
-    throw FormatError(fmt::format("{}: tensor '{}' has shape {} (expected [{}, n_vocab])", path, arch::kTokenEmbd,
-                                  fmt::join(te.dims, "x"), hp.n_embd));
-  if (te.dims[1] > (uint64_t{1} << 24))
-    throw FormatError(fmt::format("{}: tensor '{}' has {} rows (n_vocab), more than {}", path, arch::kTokenEmbd,
-                                  te.dims[1], uint64_t{1} << 24));
-  hp.n_vocab = static_cast<int>(te.dims[1]);
-  im.tok = std::make_unique<Tokenizer>(Tokenizer::from_gguf(f));
-  if (im.tok->n_vocab() != hp.n_vocab)
-    throw FormatError(fmt::format("{}: tokenizer has {} tokens but {} has {} rows", path, im.tok->n_vocab(),
-                                  arch::kTokenEmbd, hp.n_vocab));
-  const FileKinds kinds = file_kinds(f);
-  const bool file_f32 = kinds.f32, file_q8_0 = kinds.q8_0, file_q4_0 = kinds.q4_0;
-  const bool cpu_bf16 = be::cpu_has_bf16();
-  im.dtype = resolve_dtype(opts.dtype, cpu_bf16, file_f32, file_q8_0);
-  im.dtype_note = fmt::format("{} -> {} (file {}, oneDNN ISA {}{})", to_string(opts.dtype), to_string(im.dtype),
-                              file_f32 ? "F32" : (file_q8_0 ? "Q8_0" : (file_q4_0 ? "Q4_0" : "not F32")),
-                              be::cpu_isa_name(), cpu_bf16 ? ", bf16" : ", no bf16");
+  read_hparams(f, desc, hp);
+  const gguf::TensorInfo& te = read_vocab_size(f, path, hp);
+  im.tok = load_tokenizer(f, path, hp.n_vocab);
+  im.dtype = choose_dtype(f, opts.dtype, im.dtype_note);
   im.kv_dtype = resolve_kv_cache_dtype(opts.kv_cache_dtype, im.dtype);
   // q8_0, q4_0: the file's matrices of that type stay as blocks
   const detail::KeptBlocks keep = detail::kept_blocks(im.dtype);
   if (im.dtype == ComputeDtype::BF16 && !be::bf16_matmul_available())
     throw ArgumentError(fmt::format("{}: dtype bf16: oneDNN has no bf16 matmul on this CPU (ISA {}); use f32 or auto",
                                     path, be::cpu_isa_name()));
-  const be::Dtype wdt = im.dtype == ComputeDtype::BF16 ? be::Dtype::BF16 : be::Dtype::F32;
   const DType mat_dtype = im.dtype == ComputeDtype::BF16 ? DType::BF16 : DType::F32;  // matrices in memory
-  if (opts.check_memory) {
-    // token_embd stays F32 whatever the matrix dtype
-    const uint64_t embd_extra = (dtype_size(DType::F32) - dtype_size(mat_dtype)) * te.n_elements;
-    const MemoryPart weights{"weights", estimate_weight_bytes(f, mat_dtype, im.dtype) + embd_extra};
-    check_memory_plan(fmt::format("the model {}", path), std::span(&weights, 1), memory_budget(),
-                      "use a smaller model or raise the memory limit");
-  }
+  if (opts.check_memory) check_weight_memory(f, path, te, mat_dtype, im.dtype);
   if (opts.on_load_stage) opts.on_load_stage("mapped");
   // The file's SHA-256 from the very bytes the weights are copied from.
-  if (opts.hash) {
-    Sha256 sha;
-    if (!read_catching_sigbus(file_bytes.data(), file_bytes.size(),
-                              [&] { sha.update(file_bytes.data(), file_bytes.size()); }))
-      changed_while_loading(path, "it was truncated while being hashed");
-    im.sha256 = sha.hex();
-  }
+  if (opts.hash) im.sha256 = hash_mapped(path, file_bytes);
   check_unchanged(path, *at_open, file_bytes.size());  // again, just before copying
   if (opts.on_load_stage) opts.on_load_stage("copy");
 
-  const uint64_t D = hp.n_embd, F = hp.n_ff, V = hp.n_vocab, KV = static_cast<uint64_t>(im.kv_dim()),
-                 Q = static_cast<uint64_t>(im.q_dim()), HD = static_cast<uint64_t>(hp.head_dim());
-  std::unordered_set<std::string> used;  // every tensor of the file must be used
-  // Tensor `name`, checked to have ggml dims {n_in, n_out} ({n_in} when n_out is 0).
-  auto shaped = [&](const std::string& name, uint64_t n_in, uint64_t n_out) -> const gguf::TensorInfo& {
-    const gguf::TensorInfo& t = f.tensor(name);
-    const std::vector<uint64_t> want = n_out == 0 ? std::vector<uint64_t>{n_in} : std::vector<uint64_t>{n_in, n_out};
-    const bool ok = gguf::same_shape(t.dims, want);
-    if (!ok)
-      throw FormatError(fmt::format("{}: tensor '{}' has shape [{}], expected [{}]", path, name, fmt::join(t.dims, ", "),
-                                    n_out == 0 ? fmt::format("{}", n_in) : fmt::format("{}, {}", n_in, n_out)));
-    return t;
-  };
-  // Converts tensor `name` (ggml dims {n_in, n_out}, any supported type) into dst ([n_out, n_in]) as `dt`.
-  auto fill = [&](void* dst, const std::string& name, uint64_t n_in, uint64_t n_out, DType dt = DType::F32) {
-    const gguf::TensorInfo& t = shaped(name, n_in, n_out);
-    // a file truncated under the mapping faults (SIGBUS) in whichever thread reads it: that becomes an error
-    const bool read_ok = read_catching_sigbus(t.data, t.n_bytes, [&] {
-      dequantize_rows(f, t, 0, t.n_rows(), dt, dst, {opts.check_finite, opts.threads});
-    });
-    if (!read_ok) changed_while_loading(path, fmt::format("truncated while reading tensor '{}'", name));
-    im.weight_bytes += t.n_elements * dtype_size(dt);
-    used.insert(name);
-  };
-  // One weight from several tensors stacked along n_out (fused projections),
-  // each converted to the matrix dtype and transposed once into the matmul layout.
-  std::vector<float> rows;       // F32 matrices
-  std::vector<uint16_t> rows16;  // BF16 matrices
-  std::vector<uint8_t> quants;   // Q8_0/Q4_0 matrices kept as blocks
-  std::vector<float> scales;
-  // Rows [row0, row0 + n) of block weight w (keep.dtype) from tensor `name` (ggml dims {n_in, n}, keep.type).
-  auto put_blocks = [&](be::Weight& w, int64_t row0, const std::string& name, uint64_t n_in, uint64_t n) {
-    const gguf::TensorInfo& t = shaped(name, n_in, n);
-    quants.resize(n * n_in / be::kQBlock * static_cast<uint64_t>(be::block_quant_bytes(keep.dtype)));
-    scales.resize(n * n_in / be::kQBlock);
-    if (!read_catching_sigbus(t.data, t.n_bytes, [&] {
-          split_block_rows(f, t, 0, n, quants.data(), scales.data(), opts.check_finite);
-        }))
-      changed_while_loading(path, fmt::format("truncated while reading tensor '{}'", name));
-    if (keep.dtype == be::Dtype::Q4_0)
-      w.set_rows_q4_0(row0, quants.data(), scales.data(), static_cast<int64_t>(n));
-    else
-      w.set_rows_q8_0(row0, reinterpret_cast<const int8_t*>(quants.data()), scales.data(), static_cast<int64_t>(n));
-  };
-  auto stacked = [&](std::initializer_list<std::pair<std::string, uint64_t>> parts, uint64_t n_in) {
-    uint64_t n_out = 0;
-    bool blocks = keep.keeps && n_in % be::kQBlock == 0;  // every part of the kept type: one block weight
-    for (const auto& p : parts) {
-      n_out += p.second;
-      const gguf::TensorInfo* t = f.find_tensor(p.first);
-      blocks = blocks && t && t->type == keep.type;
-    }
-    if (blocks) {
-      be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in), keep.dtype);
-      int64_t row0 = 0;
-      for (const auto& [name, n] : parts) {
-        put_blocks(w, row0, name, n_in, n);
-        used.insert(name);
-        row0 += static_cast<int64_t>(n);
-      }
-      im.weight_bytes += w.bytes();
-      return w;
-    }
-    be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in), wdt);
-    int64_t row0 = 0;
-    for (const auto& [name, n] : parts) {
-      if (mat_dtype == DType::BF16) {
-        rows16.resize(n * n_in);
-        fill(rows16.data(), name, n_in, n, mat_dtype);
-        w.set_rows_bf16(row0, rows16.data(), static_cast<int64_t>(n));
-      } else {
-        rows.resize(n * n_in);
-        fill(rows.data(), name, n_in, n, mat_dtype);
-        w.set_rows(row0, rows.data(), static_cast<int64_t>(n));
-      }
-      row0 += static_cast<int64_t>(n);
-    }
-    return w;
-  };
-  auto mat = [&](const std::string& name, uint64_t n_in, uint64_t n_out) { return stacked({{name, n_out}}, n_in); };
-  auto vec = [&](const std::string& name, uint64_t n) {
-    std::vector<float> v(n);
-    fill(v.data(), name, n, 0);
-    return v;
-  };
-  // Optional/required 1-D tensors concatenated (zeros for a missing optional
-  // part); empty when none is present. Absent parts in the file are left for
-  // the unused-tensor check below.
-  auto vecs = [&](arch::Presence presence, std::initializer_list<std::pair<std::string, uint64_t>> parts) {
-    std::vector<float> v;
-    if (presence == arch::Presence::Absent) return v;
-    bool any = presence == arch::Presence::Required;
-    for (const auto& p : parts) any = any || f.find_tensor(p.first) != nullptr;
-    if (!any) return v;
-    for (const auto& [name, n] : parts) {
-      const size_t at = v.size();
-      v.resize(at + n, 0.0f);
-      if (presence == arch::Presence::Required || f.find_tensor(name)) fill(v.data() + at, name, n, 0);
-    }
-    return v;
-  };
-
-  im.tok_embd.resize(V * D);
-  fill(im.tok_embd.data(), std::string(arch::kTokenEmbd), D, V);
-  im.output_norm = vec(std::string(arch::kOutputNorm), D);
-  hp.tied_output = f.find_tensor(arch::kOutput) == nullptr;
-  if (hp.tied_output && keep.keeps && te.type == keep.type) {  // the output keeps token_embd's blocks
-    im.output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D), keep.dtype);
-    put_blocks(im.output, 0, std::string(arch::kTokenEmbd), D, V);
-  } else if (hp.tied_output) {
-    im.output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D), wdt);
-    im.output.set_rows(0, im.tok_embd.data(), static_cast<int64_t>(V));
-  } else {
-    im.output = mat(std::string(arch::kOutput), D, V);
-  }
-  im.rope_factors = vecs(desc->rope_freqs, {{std::string(arch::kRopeFreqs), static_cast<uint64_t>(hp.n_rot / 2)}});
-  for (size_t i = 0; i < im.rope_factors.size(); ++i)
-    if (!(im.rope_factors[i] >= 1e-3f && im.rope_factors[i] <= 1e3f))  // Llama 3.1: 1 .. 8
-      throw FormatError(fmt::format("{}: tensor '{}' element {} = {} (frequency factors must be in [0.001, 1000])",
-                                    path, arch::kRopeFreqs, i, im.rope_factors[i]));
+  TensorReader r(f, path, opts, keep, mat_dtype, im.weight_bytes);
+  load_embedding_output(r, hp, te, im.tok_embd, im.output);
+  im.output_norm = r.vec(std::string(arch::kOutputNorm), hp.n_embd);
+  im.rope_factors = load_rope_factors(r, desc, hp, path);
   hp.rope_freq_factors = !im.rope_factors.empty();
   im.rope = be::RopeParams{hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale,
                            hp.rope_freq_factors ? im.rope_factors.data() : nullptr,
                            hp.rope_style == arch::RopeStyle::Neox};
-
   im.layers.resize(static_cast<size_t>(hp.n_layer));
-  for (int l = 0; l < hp.n_layer; ++l) {
-    auto& L = im.layers[static_cast<size_t>(l)];
-    auto w = [&](const char* base) { return arch::blk_tensor(l, base); };
-    auto b = [&](const char* base) { return arch::blk_tensor(l, base, "bias"); };
-    L.attn_norm = vec(w("attn_norm"), D);
-    L.wqkv = stacked({{w("attn_q"), Q}, {w("attn_k"), KV}, {w("attn_v"), KV}}, D);
-    L.bqkv = vecs(desc->qkv_bias, {{b("attn_q"), Q}, {b("attn_k"), KV}, {b("attn_v"), KV}});
-    L.q_norm = vecs(desc->qk_norm, {{w("attn_q_norm"), HD}});
-    L.k_norm = vecs(desc->qk_norm, {{w("attn_k_norm"), HD}});
-    if (L.q_norm.empty() != L.k_norm.empty())
-      throw FormatError(fmt::format("{}: layer {} has only one of attn_q_norm and attn_k_norm", path, l));
-    L.wo = mat(w("attn_output"), Q, D);
-    L.bo = vecs(desc->out_bias, {{b("attn_output"), D}});
-    L.ffn_norm = vec(w("ffn_norm"), D);
-    L.w_gate_up = stacked({{w("ffn_gate"), F}, {w("ffn_up"), F}}, D);
-    L.b_gate_up = vecs(desc->ffn_bias, {{b("ffn_gate"), F}, {b("ffn_up"), F}});
-    L.w_down = mat(w("ffn_down"), F, D);
-    L.b_down = vecs(desc->ffn_bias, {{b("ffn_down"), D}});
-    if (l == 0) {
-      hp.qkv_bias = !L.bqkv.empty();
-      hp.qk_norm = !L.q_norm.empty();
-    }
-  }
-  // A tensor the architecture does not use would be silently ignored and the
-  // numbers silently wrong (llama.cpp refuses such files too).
-  for (const auto& t : f.tensors())
-    if (!used.count(t.name))
-      throw FormatError(fmt::format("{}: tensor '{}' is not used by architecture '{}' ({} tensors expected, {} found)",
-                                    path, t.name, hp.arch, used.size(), f.tensors().size()));
+  for (int l = 0; l < hp.n_layer; ++l) load_layer(r, desc, hp, l, im.layers[static_cast<size_t>(l)], path);
+  hp.qkv_bias = !im.layers[0].bqkv.empty();
+  hp.qk_norm = !im.layers[0].q_norm.empty();
+  r.check_all_used(hp.arch);
   check_unchanged(path, *at_open, file_bytes.size());  // and after: the copy saw one version of the file
   im.engine = std::make_unique<be::Engine>(opts.threads);
   im.summary = summarize_gguf(f);
   // weight_bytes: matrices in mat_dtype (or kept blocks), token_embd and norms F32; a tied output adds its copy.
-  im.summary.weight_dtype = dtype_name(mat_dtype);
-  if (keep.keeps) {
-    const std::string type = gguf::type_name(keep.type);  // "Q8_0", "Q4_0"
-    size_t kept = im.output.dtype() == keep.dtype, all = 1;
-    for (const auto& L : im.layers)
-      for (const be::Weight* w : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down}) {
-        kept += w->dtype() == keep.dtype;
-        ++all;
-      }
-    im.summary.weight_dtype = kept == all ? type : (kept == 0 ? "F32" : type + "+F32");
-    if (kept == 0) im.dtype_note += fmt::format("; no {} matrix in the file: every matrix widened to F32", type);
-    else if (kept < all) im.dtype_note += fmt::format("; {} of {} matrices {}, the others widened to F32", kept, all, type);
-  }
+  im.summary.weight_dtype =
+      keep.keeps ? kept_weight_dtype(keep, im.output, im.layers, im.dtype_note) : dtype_name(mat_dtype);
   im.summary.resident_bytes = im.weight_bytes + (hp.tied_output ? im.output.bytes() : 0);
   im.summary.load_seconds = load_time.seconds();
   return m;
