@@ -97,31 +97,7 @@ std::vector<std::vector<std::string>> PyRegex::findall(const std::string& text) 
   return out;
 }
 
-std::string PyRegex::remove_all(const std::string& text) const {
-  // re.sub(p, "", s): keep what lies between matches (empty matches remove nothing)
-  std::string out;
-  MatchData m(code_of(code_));
-  PCRE2_SIZE start = 0, kept = 0;
-  uint32_t opts = 0;
-  while (start <= text.size()) {
-    int rc = pcre2_match(code_of(code_), reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), start, opts, m.md, nullptr);
-    if (rc == PCRE2_ERROR_NOMATCH) {
-      if (opts == 0) break;
-      opts = 0;
-      ++start;
-      while (start < text.size() && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) ++start;
-      continue;
-    }
-    if (rc < 0) throw SpecError(fmt::format("regex \"{}\": match error {}", pattern_, rc));
-    PCRE2_SIZE* ov = pcre2_get_ovector_pointer(m.md);
-    out.append(text, kept, ov[0] - kept);
-    kept = ov[1];
-    opts = ov[0] == ov[1] ? (PCRE2_NOTEMPTY_ATSTART | PCRE2_ANCHORED) : 0;
-    start = ov[1];
-  }
-  out.append(text, kept, std::string::npos);
-  return out;
-}
+std::string PyRegex::remove_all(const std::string& text) const { return sub(text, ""); }
 
 namespace {
 
