@@ -4,29 +4,12 @@
 
 #include <fmt/format.h>
 
+#include "eval/template/text.hpp"
 #include "util/error.hpp"
 
 namespace kveval::eval {
 
 namespace {
-
-void append_utf8(std::string& out, uint32_t c) {
-  if (c < 0x80) {
-    out += static_cast<char>(c);
-  } else if (c < 0x800) {
-    out += static_cast<char>(0xC0 | (c >> 6));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    out += static_cast<char>(0xE0 | (c >> 12));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (c >> 18));
-    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  }
-}
 
 /// PyYAML's scanner state over one quoted scalar.
 struct Scanner {
@@ -74,7 +57,7 @@ struct Scanner {
       out += to[k];
       ++i;
     } else if (e == 'N' || e == '_' || e == 'L' || e == 'P') {
-      append_utf8(out, e == 'N' ? 0x85 : e == '_' ? 0xA0 : e == 'L' ? 0x2028 : 0x2029);
+      tmpl::utf8_append(out, e == 'N' ? 0x85 : e == '_' ? 0xA0 : e == 'L' ? 0x2028 : 0x2029);
       ++i;
     } else if (e == 'x' || e == 'u' || e == 'U') {
       size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
@@ -90,7 +73,7 @@ struct Scanner {
       i += n;
       if ((code >= 0xD800 && code <= 0xDFFF) || code > 0x10FFFF)
         throw SpecError(fmt::format("double-quoted scalar: \\{} escape U+{:X} is not a Unicode scalar value", e, code));
-      append_utf8(out, code);
+      tmpl::utf8_append(out, code);
     } else if (is_break()) {
       line_break();
       breaks(out);
