@@ -17,6 +17,7 @@
 #include "backend/kquants.hpp"
 #include "backend/qblocks.hpp"
 #include "backend/random_values.hpp"
+#include "backend/warm_products.hpp"
 #include "util/error.hpp"
 #include "util/half.hpp"
 
@@ -287,18 +288,7 @@ TEST_SUITE("backend.kquants") {
   TEST_CASE("warm K-quant products create no primitive and allocate nothing") {
     for (Dtype dt : kFormats) {
       const KBlocks mat(dt, 1024, 256, 3);
-      const Weight w = mat.weight();
-      const auto x = randv(static_cast<size_t>(64 * 256), 4);
-      std::vector<float> y(static_cast<size_t>(64 * 1024));
-      Engine eng(2);
-      for (int64_t m : {64, 1, 4}) matmul(eng, x.data(), m, w, y.data(), true);
-      matmul(eng, x.data(), 3, w, y.data(), false, true);
-      const auto p0 = eng.primitives_created(), a0 = eng.buffer_allocations();
-      for (int step = 0; step < 20; ++step) matmul(eng, x.data(), step % 2 ? 1 : 4, w, y.data(), true);
-      matmul(eng, x.data(), 64, w, y.data(), true);
-      matmul(eng, x.data(), 3, w, y.data(), false, true);
-      CHECK(eng.primitives_created() == p0);
-      CHECK(eng.buffer_allocations() == a0);
+      kveval::test::check_warm_products_allocate_nothing(mat.weight());
     }
   }
 
