@@ -201,7 +201,9 @@ struct ScoreResult {
   /// not finite (NaN/Inf); -1 when all were. Scoring of the request stopped
   /// there: logprobs/is_greedy hold only the positions before it.
   int nonfinite_at = -1;
+  /// Sum of `logprobs` (nats): the continuation's log-likelihood.
   double sum() const;
+  /// True when every scored position was the argmax (lm-eval's is_greedy).
   bool all_greedy() const;
 };
 /// Scores `requests` cache-free in one forward pass per batch of up to
