@@ -127,14 +127,22 @@ std::function<void(std::string_view)> fault_injector(int rank) {
   };
 }
 
-/// The spec file and every data file of `spec` that is a regular file (dataset_path,
-/// fewshot_split, the task's YAML), each once, with its size and the sha256 of its bytes.
-std::vector<eval::InputFingerprint> spec_inputs(const std::string& spec_path, const eval::EvalSpec& spec) {
-  std::vector<std::pair<std::string, std::string>> files = {{"the spec file", spec_path}};
+/// The files the tasks of `spec` read, as (what, path): each task's dataset_path,
+/// fewshot_split and task file, where given; the names used in messages.
+std::vector<std::pair<std::string, std::string>> task_input_files(const eval::EvalSpec& spec) {
+  std::vector<std::pair<std::string, std::string>> files;
   for (const auto& t : spec.tasks)
     for (const auto& [what, path] : {std::pair<const char*, const std::string&>{"dataset_path", t.dataset_path},
                                      {"fewshot_split", t.fewshot_split}, {"task file", t.source}})
       if (!path.empty()) files.emplace_back(fmt::format("{} of task '{}'", what, t.name), path);
+  return files;
+}
+
+/// The spec file and every data file of `spec` that is a regular file (dataset_path,
+/// fewshot_split, the task's YAML), each once, with its size and the sha256 of its bytes.
+std::vector<eval::InputFingerprint> spec_inputs(const std::string& spec_path, const eval::EvalSpec& spec) {
+  std::vector<std::pair<std::string, std::string>> files = {{"the spec file", spec_path}};
+  for (auto& f : task_input_files(spec)) files.push_back(std::move(f));
   std::vector<eval::InputFingerprint> out;
   std::set<std::string> seen;
   for (const auto& [what, path] : files) {
@@ -173,12 +181,7 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
     if (out.empty() || out == "-") continue;
     std::vector<std::pair<std::string, std::string>> inputs = {{"the spec file", a.spec}, {"the model file", spec.model}};
     if (!a.baseline.empty()) inputs.emplace_back("the --baseline file", a.baseline);
-    for (size_t i = 0; i < spec.tasks.size(); ++i) {
-      const auto& t = spec.tasks[i];
-      for (const auto& [what, path] : {std::pair<const char*, const std::string&>{"dataset_path", t.dataset_path},
-                                       {"fewshot_split", t.fewshot_split}, {"task file", t.source}})
-        if (!path.empty()) inputs.emplace_back(fmt::format("{} of task '{}'", what, t.name), path);
-    }
+    for (auto& f : task_input_files(spec)) inputs.push_back(std::move(f));
     for (const auto& [what, path] : inputs)
       if (util::same_output_file(out, path))
         throw ArgumentError(fmt::format("{} {} is {}{}: refusing to overwrite an input", option, out, what,
