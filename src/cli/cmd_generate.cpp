@@ -16,13 +16,152 @@
 
 namespace kveval::cli {
 
-void add_generate_command(CLI::App& app, Action& action) {
-  struct Opts {
-    std::string model, prompt, dtype = "auto", kv_cache_dtype = "auto";
-    int max_gen_toks = 128, threads = 0, max_length = 0;
-    bool no_cache = false, ignore_eos = false;
+namespace {
+
+/// The options of `kveval generate`.
+struct GenerateArgs {
+  std::string model, prompt, dtype = "auto", kv_cache_dtype = "auto";
+  int max_gen_toks = 128, threads = 0, max_length = 0;
+  bool no_cache = false, ignore_eos = false;
+};
+
+/// The options' own checks (ArgumentError), before the model is read.
+void check_args(const GenerateArgs& o) {
+  if (o.max_gen_toks < 0) throw ArgumentError(fmt::format("--max-gen-toks: must be >= 0, got {}", o.max_gen_toks));
+  if (const size_t bad = first_invalid_utf8(o.prompt); bad != std::string::npos)
+    throw ArgumentError(fmt::format("--prompt: invalid UTF-8 at byte {} (0x{:02x}); prompts must be UTF-8 text",
+                                    bad, static_cast<unsigned char>(o.prompt[bad])));
+  if (o.max_length < 0) throw ArgumentError(fmt::format("--max-length: must be >= 0, got {}", o.max_length));
+  require_model_file(o.model, "--model");
+}
+
+/// The context positions --max-length gives (the model's context_length when 0);
+/// ArgumentError when it exceeds the model's.
+int resolve_max_length(const Model& model, const GenerateArgs& o) {
+  const int n_ctx = model.hparams().n_ctx_train;
+  if (o.max_length > n_ctx)
+    throw ArgumentError(fmt::format("--max-length {} exceeds the model's context_length {}", o.max_length, n_ctx));
+  return o.max_length > 0 ? o.max_length : n_ctx;
+}
+
+/// Refuses a generation whose weights, KV cache and prefill activations do not
+/// fit the memory budget (MemoryError), before allocating them; then a prompt
+/// the context cannot hold with room for a generated token (ArgumentError).
+void check_fits(const Model& model, const GenerateArgs& o, size_t prompt_tokens, int max_length) {
+  const int ctx_plan = static_cast<int>(std::min<int64_t>(max_length, static_cast<int64_t>(prompt_tokens) + o.max_gen_toks));
+  const MemoryPart parts[] = {
+      {"weights", model.weight_bytes(), true},
+      {fmt::format("KV cache (1 row x {} positions)", ctx_plan), o.no_cache ? 0 : model.cache_bytes_for(1, std::max(ctx_plan, 1))},
+      {"activations", model.activation_bytes_for(1, std::max(ctx_plan, 1), false)}};
+  check_memory_plan("the generation", parts, memory_budget(), "lower --max-gen-toks or --max-length");
+  if (static_cast<int64_t>(prompt_tokens) > max_length ||
+      (static_cast<int64_t>(prompt_tokens) == max_length && o.max_gen_toks > 0))
+    throw ArgumentError(fmt::format("--prompt has {} tokens (BOS included); the context holds {} (--max-length){}",
+                                    prompt_tokens, max_length,
+                                    static_cast<int64_t>(prompt_tokens) == max_length ? ", no room for a generated token" : ""));
+}
+
+/// The load summary, its warnings and the compute dtype and KV cache on stderr.
+void print_setup(const Model& model, const GenerateArgs& o) {
+  fmt::print(stderr, "kveval: {}\n", format_load_summary(model.load_summary()));
+  for (const auto& w : model.load_summary().warnings) fmt::print(stderr, "kveval: warning: {}\n", w);
+  fmt::print(stderr, "kveval: compute dtype {}; {}\n", model.dtype_note(),
+             o.no_cache ? fmt::format("no KV cache (--no-cache{})",
+                                      o.kv_cache_dtype == "auto"
+                                          ? std::string()
+                                          : fmt::format("; --kv-cache-dtype {} ignored", o.kv_cache_dtype))
+                        : fmt::format("KV cache {}", to_string(model.kv_cache_dtype())));
+}
+
+/// One generation and its timings (seconds).
+struct GenerateRun {
+  Generation g;
+  GenerateTiming t;
+  double setup_s = 0, teardown_s = 0;  ///< KV-cache scope set-up and teardown
+};
+
+/// Generates greedily from `prompt` in a context of `ctx` positions (a KV
+/// cache scope of 1 row x ctx, or none with --no-cache), streaming the prompt
+/// text and each generated token's text to stdout.
+GenerateRun generate_streamed(const Model& model, const GenerateArgs& o, const std::vector<int32_t>& prompt, int ctx) {
+  IncrementalDetokenizer detok(model.tokenizer());
+  std::fputs(o.prompt.c_str(), stdout);
+  size_t shown = 0;
+  GenerateOptions go;
+  go.max_gen_toks = {o.max_gen_toks};
+  go.stop_at_eos = !o.ignore_eos;
+  go.should_stop = [&](int, std::span<const int32_t> ids) {
+    for (; shown < ids.size(); ++shown) std::fputs(detok.push(ids[shown]).c_str(), stdout);
+    std::fflush(stdout);
+    return false;
   };
-  auto o = std::make_shared<Opts>();
+  Context context(model);
+  GenerateRun run;
+  std::vector<Generation> g;
+  if (o.no_cache) {
+    g = generate_greedy_uncached(context, {prompt}, go, std::max(ctx, 1), &run.t);
+  } else {
+    Stopwatch sw;
+    auto scope = std::make_unique<KvCacheScope>(context, 1, ctx);
+    run.setup_s = sw.seconds();
+    g = generate_greedy(context, {prompt}, go, &run.t);
+    sw.reset();
+    scope.reset();
+    run.teardown_s = sw.seconds();
+  }
+  std::fputs(detok.flush().c_str(), stdout);
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
+  run.g = std::move(g[0]);
+  return run;
+}
+
+/// The stop reason and llama.cpp-style per-phase timings on stderr.
+void print_timings(const Model& model, const GenerateArgs& o, const GenerateRun& run, double load_s, int ctx) {
+  auto rate = [](int64_t n, double s) { return s > 0 ? n / s : 0.0; };
+  const GenerateTiming& t = run.t;
+  fmt::print(stderr, "stop: {} after {} tokens\n", to_string(run.g.reason), run.g.ids.size());
+  fmt::print(stderr, "load          {:9.2f} ms\n", load_s * 1e3);
+  if (!o.no_cache)
+    fmt::print(stderr, "cache setup   {:9.3f} ms ({} bytes)\n", run.setup_s * 1e3, model.cache_bytes_for(1, ctx));
+  fmt::print(stderr, "prefill       {:9.2f} ms / {:5} tokens ({:9.1f} tokens/s)\n", t.prefill_seconds * 1e3,
+             t.prefill_tokens, rate(t.prefill_tokens, t.prefill_seconds));
+  fmt::print(stderr, "decode        {:9.2f} ms / {:5} tokens ({:9.1f} tokens/s)\n", t.decode_seconds * 1e3,
+             t.decode_tokens, rate(t.decode_tokens, t.decode_seconds));
+  if (!o.no_cache) fmt::print(stderr, "cache teardown{:9.3f} ms\n", run.teardown_s * 1e3);
+}
+
+/// `kveval generate`: checks, loads the model, generates and reports.
+int run_generate(const GenerateArgs& o) {
+  check_args(o);
+  Stopwatch sw;
+  auto model = Model::load(o.model, {.threads = o.threads,
+                                     .dtype = parse_compute_dtype(o.dtype, "--dtype"),
+                                     .kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype, "--kv-cache-dtype"),
+                                     .hash = false});
+  const double load_s = sw.seconds();
+  const int max_length = resolve_max_length(*model, o);
+  auto prompt = model->tokenizer().encode(o.prompt, true);
+  check_fits(*model, o, prompt.size(), max_length);
+  print_setup(*model, o);
+  // The cache holds what this generation can use, never more than the context.
+  const int ctx = static_cast<int>(std::min<int64_t>(max_length, static_cast<int64_t>(prompt.size()) + o.max_gen_toks));
+  const GenerateRun run = generate_streamed(*model, o, prompt, ctx);
+  const Generation& g = run.g;
+  if (g.reason == StopReason::NonFinite)
+    throw Error(fmt::format(
+        "non-finite logits (NaN or Inf) at token position {} (after {} generated tokens): generation stopped; {}",
+        g.prompt_tokens + static_cast<int>(g.ids.size()), g.ids.size(),
+        g.kv_f16_overflows > 0 ? kv_f16_overflow_note(g.kv_f16_overflows)
+                               : std::string("the model's activations overflowed")));
+  print_timings(*model, o, run, load_s, ctx);
+  return kOk;
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app, Action& action) {
+  auto o = std::make_shared<GenerateArgs>();
   auto* cmd = app.add_subcommand("generate", "Greedy generation from a prompt (KV cache on by default)");
   cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
   cmd->add_option("-p,--prompt", o->prompt, "prompt text (BOS is prepended)");
@@ -40,93 +179,7 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_flag("--no-cache", o->no_cache, "re-run the whole sequence every step (no KV cache)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating after EOS");
   cmd->callback([o, &action] {
-    action = [o] {
-      if (o->max_gen_toks < 0) throw ArgumentError(fmt::format("--max-gen-toks: must be >= 0, got {}", o->max_gen_toks));
-      if (const size_t bad = first_invalid_utf8(o->prompt); bad != std::string::npos)
-        throw ArgumentError(fmt::format("--prompt: invalid UTF-8 at byte {} (0x{:02x}); prompts must be UTF-8 text",
-                                        bad, static_cast<unsigned char>(o->prompt[bad])));
-      if (o->max_length < 0) throw ArgumentError(fmt::format("--max-length: must be >= 0, got {}", o->max_length));
-      require_model_file(o->model, "--model");
-      Stopwatch sw;
-      auto model = Model::load(o->model, {.threads = o->threads,
-                                          .dtype = parse_compute_dtype(o->dtype, "--dtype"),
-                                          .kv_cache_dtype = parse_kv_cache_dtype(o->kv_cache_dtype, "--kv-cache-dtype"),
-                                          .hash = false});
-      const double load_s = sw.seconds();
-      const int n_ctx = model->hparams().n_ctx_train;
-      if (o->max_length > n_ctx)
-        throw ArgumentError(fmt::format("--max-length {} exceeds the model's context_length {}", o->max_length, n_ctx));
-      const int max_length = o->max_length > 0 ? o->max_length : n_ctx;
-      auto prompt = model->tokenizer().encode(o->prompt, true);
-      // the cache and the activations of the prefill, before allocating them
-      const int ctx_plan = static_cast<int>(std::min<int64_t>(max_length, static_cast<int64_t>(prompt.size()) + o->max_gen_toks));
-      const MemoryPart parts[] = {
-          {"weights", model->weight_bytes(), true},
-          {fmt::format("KV cache (1 row x {} positions)", ctx_plan), o->no_cache ? 0 : model->cache_bytes_for(1, std::max(ctx_plan, 1))},
-          {"activations", model->activation_bytes_for(1, std::max(ctx_plan, 1), false)}};
-      check_memory_plan("the generation", parts, memory_budget(), "lower --max-gen-toks or --max-length");
-      if (static_cast<int64_t>(prompt.size()) > max_length ||
-          (static_cast<int64_t>(prompt.size()) == max_length && o->max_gen_toks > 0))
-        throw ArgumentError(fmt::format("--prompt has {} tokens (BOS included); the context holds {} (--max-length){}",
-                                        prompt.size(), max_length,
-                                        static_cast<int64_t>(prompt.size()) == max_length ? ", no room for a generated token" : ""));
-      fmt::print(stderr, "kveval: {}\n", format_load_summary(model->load_summary()));
-      for (const auto& w : model->load_summary().warnings) fmt::print(stderr, "kveval: warning: {}\n", w);
-      fmt::print(stderr, "kveval: compute dtype {}; {}\n", model->dtype_note(),
-                 o->no_cache ? fmt::format("no KV cache (--no-cache{})",
-                                           o->kv_cache_dtype == "auto"
-                                               ? std::string()
-                                               : fmt::format("; --kv-cache-dtype {} ignored", o->kv_cache_dtype))
-                             : fmt::format("KV cache {}", to_string(model->kv_cache_dtype())));
-      // The cache holds what this generation can use, never more than the context.
-      const int ctx = static_cast<int>(std::min<int64_t>(max_length, static_cast<int64_t>(prompt.size()) + o->max_gen_toks));
-      IncrementalDetokenizer detok(model->tokenizer());
-      std::fputs(o->prompt.c_str(), stdout);
-      size_t shown = 0;
-      GenerateOptions go;
-      go.max_gen_toks = {o->max_gen_toks};
-      go.stop_at_eos = !o->ignore_eos;
-      go.should_stop = [&](int, std::span<const int32_t> ids) {
-        for (; shown < ids.size(); ++shown) std::fputs(detok.push(ids[shown]).c_str(), stdout);
-        std::fflush(stdout);
-        return false;
-      };
-      Context context(*model);
-      GenerateTiming t;
-      double setup_s = 0, teardown_s = 0;
-      std::vector<Generation> g;
-      if (o->no_cache) {
-        g = generate_greedy_uncached(context, {prompt}, go, std::max(ctx, 1), &t);
-      } else {
-        sw.reset();
-        auto scope = std::make_unique<KvCacheScope>(context, 1, ctx);
-        setup_s = sw.seconds();
-        g = generate_greedy(context, {prompt}, go, &t);
-        sw.reset();
-        scope.reset();
-        teardown_s = sw.seconds();
-      }
-      std::fputs(detok.flush().c_str(), stdout);
-      std::fputs("\n", stdout);
-      std::fflush(stdout);
-      if (g[0].reason == StopReason::NonFinite)
-        throw Error(fmt::format(
-            "non-finite logits (NaN or Inf) at token position {} (after {} generated tokens): generation stopped; {}",
-            g[0].prompt_tokens + static_cast<int>(g[0].ids.size()), g[0].ids.size(),
-            g[0].kv_f16_overflows > 0 ? kv_f16_overflow_note(g[0].kv_f16_overflows)
-                                      : std::string("the model's activations overflowed")));
-      auto rate = [](int64_t n, double s) { return s > 0 ? n / s : 0.0; };
-      fmt::print(stderr, "stop: {} after {} tokens\n", to_string(g[0].reason), g[0].ids.size());
-      fmt::print(stderr, "load          {:9.2f} ms\n", load_s * 1e3);
-      if (!o->no_cache)
-        fmt::print(stderr, "cache setup   {:9.3f} ms ({} bytes)\n", setup_s * 1e3, model->cache_bytes_for(1, ctx));
-      fmt::print(stderr, "prefill       {:9.2f} ms / {:5} tokens ({:9.1f} tokens/s)\n", t.prefill_seconds * 1e3,
-                 t.prefill_tokens, rate(t.prefill_tokens, t.prefill_seconds));
-      fmt::print(stderr, "decode        {:9.2f} ms / {:5} tokens ({:9.1f} tokens/s)\n", t.decode_seconds * 1e3,
-                 t.decode_tokens, rate(t.decode_tokens, t.decode_seconds));
-      if (!o->no_cache) fmt::print(stderr, "cache teardown{:9.3f} ms\n", teardown_s * 1e3);
-      return kOk;
-    };
+    action = [o] { return run_generate(*o); };
   });
 }
 

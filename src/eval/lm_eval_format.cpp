@@ -113,23 +113,27 @@ ojson task_config(const TaskSpec& t) {
   return c;
 }
 
-/// The lm-eval sample of one document after one filter pipeline (see sample_records).
-ojson sample_of(const TaskSpec& task, int t, size_t di, const FilterPipeline& pipe, const RunResult& res,
-                const std::vector<size_t>& reqs) {
-  const Doc& d = task.docs[di];
-  const DocOutcome* o = static_cast<size_t>(t) < res.docs.size() && di < res.docs[static_cast<size_t>(t)].size()
-                            ? &res.docs[static_cast<size_t>(t)][di]
-                            : nullptr;
-  const ojson target = target_of(task, d);
-  ojson arguments = ojson::object(), resps = ojson::array(), filtered = ojson::array(), extra = ojson::array();
+/// What lm-eval logs of a document's requests: their arguments, responses and
+/// filtered responses, the prompt hashed as prompt_hash; for generate_until the
+/// output after the filter pipeline (or the pipeline's error).
+struct SampleResponses {
+  ojson arguments = ojson::object(), resps = ojson::array(), filtered = ojson::array();
+  std::string prompt;
+  std::optional<std::string> filtered_text;  ///< generate_until: the output after the pipeline
+  std::string filter_error;
+};
+
+/// The responses of the requests `reqs` of document `d` (outcome `o`, may be
+/// null) after the filter pipeline `pipe`.
+SampleResponses responses_of(const TaskSpec& task, const Doc& d, const DocOutcome* o, const FilterPipeline& pipe,
+                             const RunResult& res, const std::vector<size_t>& reqs) {
+  SampleResponses s;
   auto add_args = [&](size_t k, std::vector<ojson> args) {
     ojson a = ojson::object();
     for (size_t j = 0; j < args.size(); ++j) a[fmt::format("arg_{}", j)] = std::move(args[j]);
-    arguments[fmt::format("gen_args_{}", k)] = std::move(a);
+    s.arguments[fmt::format("gen_args_{}", k)] = std::move(a);
   };
-  std::string prompt = d.context;
-  std::optional<std::string> filtered_text;  // generate_until: the output after `pipe`
-  std::string filter_error;
+  s.prompt = d.context;
   switch (task.output_type) {
     case OutputType::Loglikelihood:
     case OutputType::MultipleChoice:
@@ -141,17 +145,17 @@ ojson sample_of(const TaskSpec& task, int t, size_t di, const FilterPipeline& pi
                                         : (task.loglikelihood_delimiter ? task.target_delimiter : std::string()) + d.target;
         add_args(k, {d.context, cont});
         ojson pair = ro.ran ? ojson::array({ro.logprob, ro.is_greedy}) : ojson(nullptr);
-        resps.push_back(ojson::array({pair}));
-        filtered.push_back(pair);
+        s.resps.push_back(ojson::array({pair}));
+        s.filtered.push_back(pair);
       }
       break;
     case OutputType::LoglikelihoodRolling: {
       // lm-eval sends one request per document; kveval's windows add up to it
-      prompt = d.target;
+      s.prompt = d.target;
       add_args(0, {d.target});
       ojson ll = o && o->ok ? ojson(o->logprob) : ojson(nullptr);
-      resps.push_back(ojson::array({ll}));
-      filtered.push_back(ll);
+      s.resps.push_back(ojson::array({ll}));
+      s.filtered.push_back(ll);
       break;
     }
     case OutputType::GenerateUntil:
@@ -159,20 +163,27 @@ ojson sample_of(const TaskSpec& task, int t, size_t di, const FilterPipeline& pi
         const RequestOutcome& ro = res.outcomes[reqs[k]];
         add_args(k, {d.context, ojson{{"until", task.generation_kwargs.until},
                                       {"max_gen_toks", task.generation_kwargs.max_gen_toks}}});
-        resps.push_back(ojson::array({ro.ran ? ojson(ro.output) : ojson(nullptr)}));
+        s.resps.push_back(ojson::array({ro.ran ? ojson(ro.output) : ojson(nullptr)}));
         ojson f = nullptr;
         if (ro.ran) {
           try {
-            filtered_text = apply_filter_pipeline(pipe, ro.output);
-            f = *filtered_text;
+            s.filtered_text = apply_filter_pipeline(pipe, ro.output);
+            f = *s.filtered_text;
           } catch (const std::exception& e) {  // a regex the PCRE2 matcher cannot run: no value for this doc
-            filter_error = e.what();
+            s.filter_error = e.what();
           }
         }
-        filtered.push_back(f);
+        s.filtered.push_back(f);
       }
       break;
   }
+  return s;
+}
+
+/// kveval's own record of each request of a sample: kind, index, token
+/// counts, stop reason (generation) and error.
+ojson request_details(const RunResult& res, const std::vector<size_t>& reqs) {
+  ojson extra = ojson::array();
   for (size_t i : reqs) {
     const Request& r = res.requests[i];
     const RequestOutcome& ro = res.outcomes[i];
@@ -190,39 +201,56 @@ ojson sample_of(const TaskSpec& task, int t, size_t di, const FilterPipeline& pi
                                      : ojson("not run");
     extra.push_back(std::move(e));
   }
+  return extra;
+}
+
+/// The lm-eval sample of one document after one filter pipeline (see sample_records).
+ojson sample_of(const TaskSpec& task, int t, size_t di, const FilterPipeline& pipe, const RunResult& res,
+                const std::vector<size_t>& reqs) {
+  const Doc& d = task.docs[di];
+  const DocOutcome* o = static_cast<size_t>(t) < res.docs.size() && di < res.docs[static_cast<size_t>(t)].size()
+                            ? &res.docs[static_cast<size_t>(t)][di]
+                            : nullptr;
+  const ojson target = target_of(task, d);
+  const SampleResponses r = responses_of(task, d, o, pipe, res, reqs);
+  const ojson extra = request_details(res, reqs);
   std::vector<std::pair<std::string, json>> values;
-  if (o && (task.output_type != OutputType::GenerateUntil || filtered_text))
-    values = doc_metric_values(task, d, *o, filtered_text ? &*filtered_text : nullptr);
+  if (o && (task.output_type != OutputType::GenerateUntil || r.filtered_text))
+    values = doc_metric_values(task, d, *o, r.filtered_text ? &*r.filtered_text : nullptr);
   ojson s;
   s["doc_id"] = di;
   const ojson doc = doc_of(d);
   s["doc"] = doc;
   s["target"] = target;
-  s["arguments"] = arguments;
-  s["resps"] = resps;
-  s["filtered_resps"] = filtered;
+  s["arguments"] = r.arguments;
+  s["resps"] = r.resps;
+  s["filtered_resps"] = r.filtered;
   s["filter"] = pipe.name;
   ojson names = ojson::array();
   for (const auto& [name, v] : values) names.push_back(name);
   s["metrics"] = names;
   s["doc_hash"] = hash_string(doc.dump(2, ' ', false, ojson::error_handler_t::replace));
-  s["prompt_hash"] = hash_string(prompt);
+  s["prompt_hash"] = hash_string(r.prompt);
   s["target_hash"] = hash_string(target.is_string() ? target.get<std::string>() : tmpl::python_str(json::parse(target.dump())));
   for (const auto& [name, v] : values) s[name] = ojson::parse(v.dump());
   if (o && !o->ok) s["error"] = o->error;
-  else if (!filter_error.empty()) s["error"] = "filter " + pipe.name + ": " + filter_error;
+  else if (!r.filter_error.empty()) s["error"] = "filter " + pipe.name + ": " + r.filter_error;
   s["task"] = task.name;
   s["kveval"] = {{"requests", extra}};
   return s;
 }
 
-}  // namespace
-
-ojson results_json(const EvalSpec& spec, const RunResult& res, const std::string& model_sha256) {
-  ojson j;
+/// The per-task tables of lm-eval's results file (each keyed by task name),
+/// with kveval's per-task metric notes and request-error counts.
+struct TaskTables {
   ojson results = ojson::object(), group_subtasks = ojson::object(), configs = ojson::object(),
         versions = ojson::object(), n_shot = ojson::object(), hib = ojson::object(), n_samples = ojson::object(),
         notes = ojson::object(), errors = ojson::object();
+};
+
+/// The per-task tables of the run `res` of `spec` (spec order).
+TaskTables task_tables(const EvalSpec& spec, const RunResult& res) {
+  TaskTables tt;
   for (size_t t = 0; t < spec.tasks.size(); ++t) {
     const TaskSpec& task = spec.tasks[t];
     ojson r;
@@ -236,66 +264,57 @@ ojson results_json(const EvalSpec& spec, const RunResult& res, const std::string
         th[m.name] = m.higher_is_better;
       }
     }
-    results[task.name] = r;
-    group_subtasks[task.name] = ojson::array();
-    configs[task.name] = task_config(task);
+    tt.results[task.name] = r;
+    tt.group_subtasks[task.name] = ojson::array();
+    tt.configs[task.name] = task_config(task);
     // lm-eval's ConfigurableTask.VERSION: "Yaml" for a YAML task without metadata.version
-    versions[task.name] = task.version ? ojson(*task.version) : !task.source.empty() ? ojson("Yaml") : ojson(nullptr);
-    n_shot[task.name] = task.num_fewshot;
-    hib[task.name] = th;
-    n_samples[task.name] = {{"original", task.n_docs_total}, {"effective", static_cast<int>(task.docs.size())}};
-    if (!tn.empty()) notes[task.name] = tn;
-    errors[task.name] = t < res.task_errors.size() ? res.task_errors[t] : 0;
+    tt.versions[task.name] = task.version ? ojson(*task.version) : !task.source.empty() ? ojson("Yaml") : ojson(nullptr);
+    tt.n_shot[task.name] = task.num_fewshot;
+    tt.hib[task.name] = th;
+    tt.n_samples[task.name] = {{"original", task.n_docs_total}, {"effective", static_cast<int>(task.docs.size())}};
+    if (!tn.empty()) tt.notes[task.name] = tn;
+    tt.errors[task.name] = t < res.task_errors.size() ? res.task_errors[t] : 0;
   }
-  j["results"] = results;
-  j["group_subtasks"] = group_subtasks;
-  j["configs"] = configs;
-  j["versions"] = versions;
-  j["n-shot"] = n_shot;
-  j["higher_is_better"] = hib;
-  j["n-samples"] = n_samples;
-  j["config"] = {{"model", "kveval"},
-                 {"model_args", fmt::format("pretrained={},dtype={},kv_cache_dtype={},threads={}", res.model_path,
-                                            res.dtype == "bf16" ? "bfloat16" : "float32",
-                                            torch_dtype_name(res.kv_cache_dtype), res.threads)},
-                 {"model_dtype", res.dtype == "bf16" ? "bfloat16" : "float32"},
-                 {"batch_size", spec.batch_size},
-                 {"batch_sizes", ojson::array()},
-                 {"device", "cpu"},
-                 {"use_cache", nullptr},
-                 {"limit", spec.limit ? ojson(*spec.limit) : ojson(nullptr)},
-                 {"bootstrap_iters", spec.bootstrap_iters},
-                 {"gen_kwargs", nullptr},
-                 {"random_seed", 0},
-                 {"numpy_seed", 1234},
-                 {"torch_seed", 1234},
-                 {"fewshot_seed", spec.seed}};
-  j["git_hash"] = git_hash();
-  double total = 0;
-  for (const auto& p : res.phases) total += p.seconds;
-  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  j["date"] = now - total;
-  j["total_evaluation_time_seconds"] = fmt::format("{}", total);
+  return tt;
+}
 
-  // everything kveval-specific
-  ojson k;
-  k["version"] = version();
-  k["git_hash"] = git_hash();
-  k["model"] = {{"path", res.model_path}, {"sha256", model_sha256}};
+/// lm-eval's "config": the model arguments and the run's settings.
+ojson run_config(const EvalSpec& spec, const RunResult& res) {
+  return {{"model", "kveval"},
+          {"model_args", fmt::format("pretrained={},dtype={},kv_cache_dtype={},threads={}", res.model_path,
+                                     res.dtype == "bf16" ? "bfloat16" : "float32",
+                                     torch_dtype_name(res.kv_cache_dtype), res.threads)},
+          {"model_dtype", res.dtype == "bf16" ? "bfloat16" : "float32"},
+          {"batch_size", spec.batch_size},
+          {"batch_sizes", ojson::array()},
+          {"device", "cpu"},
+          {"use_cache", nullptr},
+          {"limit", spec.limit ? ojson(*spec.limit) : ojson(nullptr)},
+          {"bootstrap_iters", spec.bootstrap_iters},
+          {"gen_kwargs", nullptr},
+          {"random_seed", 0},
+          {"numpy_seed", 1234},
+          {"torch_seed", 1234},
+          {"fewshot_seed", spec.seed}};
+}
+
+/// kveval's "model": file, sha256 and the load summary.
+ojson model_json(const RunResult& res, const std::string& model_sha256) {
+  ojson m = {{"path", res.model_path}, {"sha256", model_sha256}};
   ojson types = ojson::object();
   for (const auto& [name, n] : res.load.tensor_types) types[name] = n;
-  k["model"]["architecture"] = res.load.architecture;
-  k["model"]["parameters"] = res.load.parameters;
-  k["model"]["tensor_types"] = types;
-  k["model"]["weight_dtype"] = res.load.weight_dtype;
-  k["model"]["resident_weight_bytes"] = res.load.resident_bytes;
-  k["model"]["context_length"] = res.load.context_length;
-  k["model"]["tokenizer"] = {{"model", res.load.tokenizer_model}, {"pre", res.load.tokenizer_pre}};
-  k["spec"] = spec.path;
-  k["threads"] = res.threads;
-  k["max_length"] = res.max_length;
-  k["request_errors"] = {{"total", res.n_request_errors}, {"per_task", errors}};
-  k["notes"] = notes;
+  m["architecture"] = res.load.architecture;
+  m["parameters"] = res.load.parameters;
+  m["tensor_types"] = types;
+  m["weight_dtype"] = res.load.weight_dtype;
+  m["resident_weight_bytes"] = res.load.resident_bytes;
+  m["context_length"] = res.load.context_length;
+  m["tokenizer"] = {{"model", res.load.tokenizer_model}, {"pre", res.load.tokenizer_pre}};
+  return m;
+}
+
+/// kveval's "phases": seconds, tokens and tokens per second of each phase.
+ojson phases_json(const RunResult& res) {
   ojson phases = ojson::array();
   for (const auto& p : res.phases)
     phases.push_back({{"name", p.name},
@@ -303,7 +322,41 @@ ojson results_json(const EvalSpec& spec, const RunResult& res, const std::string
                       {"tokens", p.tokens},
                       {"tokens_per_second", p.tokens > 0 && p.seconds > 0 ? ojson(static_cast<double>(p.tokens) / p.seconds)
                                                                          : ojson(nullptr)}});
-  k["phases"] = phases;
+  return phases;
+}
+
+/// kveval's "distributed" (runs over several ranks): ranks, hosts, each
+/// phase's wall and CPU seconds over the ranks, and the inputs every rank read.
+ojson distributed_json(const RunResult& res) {
+  ojson dp = ojson::array();
+  for (const auto& d : distributed_phases(res))
+    dp.push_back({{"name", d.name},
+                  {"wall_seconds", d.wall_seconds},
+                  {"cpu_seconds", d.cpu_seconds},
+                  {"tokens", d.tokens},
+                  {"tokens_per_second", d.tokens > 0 && d.wall_seconds > 0
+                                            ? ojson(static_cast<double>(d.tokens) / d.wall_seconds)
+                                            : ojson(nullptr)},
+                  {"imbalance", d.imbalance ? ojson(*d.imbalance) : ojson(nullptr)},
+                  {"rank_seconds", d.rank_seconds}});
+  ojson inputs = ojson::array();  // what every rank read, byte for byte (Shard::same_inputs)
+  for (const auto& f : res.agreed_inputs)
+    inputs.push_back({{"file", f.what}, {"path", f.path}, {"bytes", f.size}, {"sha256", f.sha256}});
+  return {{"ranks", res.n_ranks}, {"hosts", res.hosts}, {"phases", dp}, {"inputs", inputs}};
+}
+
+/// Everything kveval-specific in the results file ("kveval").
+ojson kveval_json(const EvalSpec& spec, const RunResult& res, const std::string& model_sha256, const TaskTables& tt) {
+  ojson k;
+  k["version"] = version();
+  k["git_hash"] = git_hash();
+  k["model"] = model_json(res, model_sha256);
+  k["spec"] = spec.path;
+  k["threads"] = res.threads;
+  k["max_length"] = res.max_length;
+  k["request_errors"] = {{"total", res.n_request_errors}, {"per_task", tt.errors}};
+  k["notes"] = tt.notes;
+  k["phases"] = phases_json(res);
   k["cache"] = {{"bytes_before_generation", res.cache_bytes_before},
                 {"bytes_at_setup", res.cache_bytes_setup},
                 {"bytes_after_teardown", res.cache_bytes_after},
@@ -314,24 +367,30 @@ ojson results_json(const EvalSpec& spec, const RunResult& res, const std::string
                           {"loglikelihood_forward_with_cache_setup", res.ll_forward_with_cache_setup},
                           {"loglikelihood_forward_cached", res.ll_forward_cached}};
   k["warnings"] = res.warnings;
-  if (res.n_ranks > 1) {
-    ojson dp = ojson::array();
-    for (const auto& d : distributed_phases(res))
-      dp.push_back({{"name", d.name},
-                    {"wall_seconds", d.wall_seconds},
-                    {"cpu_seconds", d.cpu_seconds},
-                    {"tokens", d.tokens},
-                    {"tokens_per_second", d.tokens > 0 && d.wall_seconds > 0
-                                              ? ojson(static_cast<double>(d.tokens) / d.wall_seconds)
-                                              : ojson(nullptr)},
-                    {"imbalance", d.imbalance ? ojson(*d.imbalance) : ojson(nullptr)},
-                    {"rank_seconds", d.rank_seconds}});
-    ojson inputs = ojson::array();  // what every rank read, byte for byte (Shard::same_inputs)
-    for (const auto& f : res.agreed_inputs)
-      inputs.push_back({{"file", f.what}, {"path", f.path}, {"bytes", f.size}, {"sha256", f.sha256}});
-    k["distributed"] = {{"ranks", res.n_ranks}, {"hosts", res.hosts}, {"phases", dp}, {"inputs", inputs}};
-  }
-  j["kveval"] = k;
+  if (res.n_ranks > 1) k["distributed"] = distributed_json(res);
+  return k;
+}
+
+}  // namespace
+
+ojson results_json(const EvalSpec& spec, const RunResult& res, const std::string& model_sha256) {
+  ojson j;
+  const TaskTables tt = task_tables(spec, res);
+  j["results"] = tt.results;
+  j["group_subtasks"] = tt.group_subtasks;
+  j["configs"] = tt.configs;
+  j["versions"] = tt.versions;
+  j["n-shot"] = tt.n_shot;
+  j["higher_is_better"] = tt.hib;
+  j["n-samples"] = tt.n_samples;
+  j["config"] = run_config(spec, res);
+  j["git_hash"] = git_hash();
+  double total = 0;
+  for (const auto& p : res.phases) total += p.seconds;
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  j["date"] = now - total;
+  j["total_evaluation_time_seconds"] = fmt::format("{}", total);
+  j["kveval"] = kveval_json(spec, res, model_sha256, tt);
   return j;
 }
 

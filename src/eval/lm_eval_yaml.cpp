@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <new>
 #include <vector>
@@ -293,13 +294,36 @@ bool is_yaml_path(const std::string& path) {
   return ext == ".yaml" || ext == ".yml";
 }
 
-LmEvalTask load_lm_eval_yaml(const std::string& path, const json& entry) {
+namespace {
+
+/// The checked top-level keys of one task YAML (includes merged), with where
+/// each was written, and the "file:line: key: message" errors naming them.
+struct TaskKeys {
+  std::string path;                    ///< the YAML file
+  std::map<std::string, json> values;  ///< key -> value
+  std::shared_ptr<std::map<std::string, std::string>> where = std::make_shared<std::map<std::string, std::string>>();
+
+  /// "file:line" of key `k`, else the file.
+  std::string w(const std::string& k) const { return where->count(k) ? where->at(k) : path; }
+  [[noreturn]] void fail(const std::string& k, const std::string& msg) const {
+    throw SpecError(fmt::format("{}: {}: {}", w(k), k, msg));
+  }
+  /// Present and not null.
+  bool has(const std::string& k) const {
+    auto it = values.find(k);
+    return it != values.end() && !it->second.is_null();
+  }
+  /// The value of a key that is present.
+  const json& at(const std::string& k) const { return values.at(k); }
+};
+
+/// Reads `path` (and its includes), refusing the keys that need Python (kRefused)
+/// and unknown keys (with a close match), and doc_to_text/doc_to_target mappings.
+TaskKeys read_task_keys(const std::string& path) {
   std::vector<std::string> stack;
   Config cfg = load_config(path, stack, "");
-  LmEvalTask out;
-  out.file = path;
-  auto where = std::make_shared<std::map<std::string, std::string>>();
-  std::map<std::string, json> c;
+  TaskKeys keys;
+  keys.path = path;
   for (auto& [k, v] : cfg) {
     for (const auto& [rk, why] : kRefused)
       if (k == rk) throw SpecError(fmt::format("{}: {}: not supported by kveval ({})", v.where, k, why));
@@ -314,28 +338,46 @@ LmEvalTask load_lm_eval_yaml(const std::string& path, const json& entry) {
     }
     if (v.value.is_object() && !v.value.empty() && (k == "doc_to_text" || k == "doc_to_target"))
       throw SpecError(fmt::format("{}: {}: expected a template or field name", v.where, k));
-    (*where)[k] = v.where;
-    c[k] = v.value;
+    (*keys.where)[k] = v.where;
+    keys.values[k] = v.value;
   }
-  auto w = [&](const std::string& k) { return where->count(k) ? where->at(k) : path; };
-  auto fail = [&](const std::string& k, const std::string& msg) -> void { throw SpecError(fmt::format("{}: {}: {}", w(k), k, msg)); };
-  auto has = [&](const std::string& k) { return c.count(k) && !c[k].is_null(); };
+  return keys;
+}
 
+/// generation_kwargs of the task entry: a generate_until task without `until`
+/// stops at the fewshot delimiter (lm-eval, config/task.py).
+void set_generation_kwargs(const TaskKeys& c, const std::string& output_type, json& t) {
+  if (output_type == "generate_until") {
+    json g = c.has("generation_kwargs") ? c.at("generation_kwargs") : json::object();
+    if (!g.is_object()) c.fail("generation_kwargs", "expected a mapping");
+    if (!g.contains("until")) g["until"] = json::array({c.has("fewshot_delimiter") ? c.at("fewshot_delimiter") : json("\n\n")});
+    t["generation_kwargs"] = g;
+    if (!c.has("generation_kwargs")) (*c.where)["generation_kwargs"] = c.path;
+  } else if (c.has("generation_kwargs")) {
+    t["generation_kwargs"] = c.at("generation_kwargs");
+  }
+}
+
+/// The task entry's keys other than its data: name, output_type (lm-eval's
+/// default generate_until), mappings, delimiters, few-shot and metric keys,
+/// metadata.version, generation_kwargs; the spec `entry`'s name, num_fewshot
+/// and limit win.
+json task_fields(const TaskKeys& c, const json& entry) {
   json t = json::object();
-  if (!has("task")) throw SpecError(fmt::format("{}: missing required key 'task' (the task name)", path));
-  if (!c["task"].is_string()) fail("task", fmt::format("expected a string, got {}", json_excerpt(c["task"])));
-  t["name"] = entry.contains("name") ? entry["name"] : c["task"];
-  (*where)["name"] = w("task");
-  std::string output_type = has("output_type") ? (c["output_type"].is_string() ? c["output_type"].get<std::string>() : "") : "generate_until";
-  t["output_type"] = has("output_type") ? c["output_type"] : json("generate_until");  // lm-eval's default
-  if (has("repeats") && c["repeats"] != json(1)) fail("repeats", "only repeats: 1 is supported");
+  if (!c.has("task")) throw SpecError(fmt::format("{}: missing required key 'task' (the task name)", c.path));
+  if (!c.at("task").is_string()) c.fail("task", fmt::format("expected a string, got {}", json_excerpt(c.at("task"))));
+  t["name"] = entry.contains("name") ? entry["name"] : c.at("task");
+  (*c.where)["name"] = c.w("task");
+  std::string output_type = c.has("output_type") ? (c.at("output_type").is_string() ? c.at("output_type").get<std::string>() : "") : "generate_until";
+  t["output_type"] = c.has("output_type") ? c.at("output_type") : json("generate_until");  // lm-eval's default
+  if (c.has("repeats") && c.at("repeats") != json(1)) c.fail("repeats", "only repeats: 1 is supported");
 
   // mappings: lm-eval allows an int doc_to_target (a fixed gold index) and a list/dict doc_to_choice
   for (const char* k : {"doc_to_text", "doc_to_target", "doc_to_choice"}) {
-    if (!c.count(k) || c[k].is_null()) continue;
-    json v = c[k];
+    if (!c.has(k)) continue;
+    json v = c.at(k);
     if (std::string(k) == "doc_to_target" && v.is_number_integer()) v = fmt::format("{{{{{}}}}}", v.get<int64_t>());
-    if (std::string(k) == "doc_to_choice" && v.is_object()) fail(k, "a mapping of choices is not supported (its order is lost); write a list");
+    if (std::string(k) == "doc_to_choice" && v.is_object()) c.fail(k, "a mapping of choices is not supported (its order is lost); write a list");
     if (std::string(k) == "doc_to_choice" && v.is_array())
       for (auto& e : v)
         if (e.is_number() || e.is_boolean()) e = tmpl::python_str(e);  // lm-eval formats choices with str()
@@ -343,57 +385,60 @@ LmEvalTask load_lm_eval_yaml(const std::string& path, const json& entry) {
   }
   for (const char* k : {"target_delimiter", "fewshot_delimiter", "description", "fewshot_config", "metric_list", "filter_list",
                         "gen_prefix", "task_alias"})
-    if (has(k)) t[k] = c[k];
-  if (has("num_fewshot")) t["num_fewshot"] = c["num_fewshot"];
+    if (c.has(k)) t[k] = c.at(k);
+  if (c.has("num_fewshot")) t["num_fewshot"] = c.at("num_fewshot");
   if (entry.contains("num_fewshot")) t["num_fewshot"] = entry["num_fewshot"];
   if (entry.contains("limit")) t["limit"] = entry["limit"];
-  if (has("metadata")) {
-    if (!c["metadata"].is_object()) fail("metadata", "expected a mapping");
-    if (c["metadata"].contains("version")) t["metadata"] = {{"version", c["metadata"]["version"]}};
+  if (c.has("metadata")) {
+    if (!c.at("metadata").is_object()) c.fail("metadata", "expected a mapping");
+    if (c.at("metadata").contains("version")) t["metadata"] = {{"version", c.at("metadata")["version"]}};
   }
-  if (output_type == "generate_until") {
-    // lm-eval (config/task.py): without `until`, generation stops at the fewshot delimiter
-    json g = has("generation_kwargs") ? c["generation_kwargs"] : json::object();
-    if (!g.is_object()) fail("generation_kwargs", "expected a mapping");
-    if (!g.contains("until")) g["until"] = json::array({has("fewshot_delimiter") ? c["fewshot_delimiter"] : json("\n\n")});
-    t["generation_kwargs"] = g;
-    if (!has("generation_kwargs")) (*where)["generation_kwargs"] = path;
-  } else if (has("generation_kwargs")) {
-    t["generation_kwargs"] = c["generation_kwargs"];
-  }
+  set_generation_kwargs(c, output_type, t);
+  return t;
+}
 
-  // data: the spec entry's files, else dataset_path: json + dataset_kwargs.data_files
-  std::string dir = fs::path(path).parent_path().string();
+/// dataset_path: json with dataset_kwargs.data_files: each split's file,
+/// resolved relative to the YAML (a bare file list is the "train" split).
+std::map<std::string, std::string> local_data_files(const TaskKeys& c) {
+  std::string dir = fs::path(c.path).parent_path().string();
   auto resolve = [&](const std::string& p) {
     return fs::path(p).is_absolute() || dir.empty() ? p : (fs::path(dir) / p).lexically_normal().string();
   };
   std::map<std::string, std::string> files;  // split -> file
-  bool local = has("dataset_path") && c["dataset_path"] == json("json");
-  if (local) {
-    if (has("dataset_name")) fail("dataset_name", "must be null for local json data");
-    if (!has("dataset_kwargs") || !c["dataset_kwargs"].is_object() || !c["dataset_kwargs"].contains("data_files"))
-      fail("dataset_path", "'json' needs dataset_kwargs.data_files (the local files of each split)");
-    for (auto it = c["dataset_kwargs"].begin(); it != c["dataset_kwargs"].end(); ++it)
-      if (it.key() != "data_files") fail("dataset_kwargs", fmt::format("'{}' is not supported (only data_files)", it.key()));
-    const json& df = c["dataset_kwargs"]["data_files"];
-    auto one = [&](const json& v, const std::string& split) {
-      json f = v;
-      if (f.is_array() && f.size() == 1) f = f[0];
-      if (!f.is_string()) fail("dataset_kwargs", fmt::format("data_files.{}: expected one file name, got {}", split, json_excerpt(v)));
-      files[split] = resolve(f.get<std::string>());
-    };
-    if (df.is_object()) {
-      for (auto it = df.begin(); it != df.end(); ++it) one(it.value(), it.key());
-    } else {
-      one(df, "train");  // datasets: a bare file list is the "train" split
-    }
-  } else if (has("dataset_kwargs")) {
-    fail("dataset_kwargs", "only used with dataset_path: json");
+  if (c.has("dataset_name")) c.fail("dataset_name", "must be null for local json data");
+  if (!c.has("dataset_kwargs") || !c.at("dataset_kwargs").is_object() || !c.at("dataset_kwargs").contains("data_files"))
+    c.fail("dataset_path", "'json' needs dataset_kwargs.data_files (the local files of each split)");
+  for (auto it = c.at("dataset_kwargs").begin(); it != c.at("dataset_kwargs").end(); ++it)
+    if (it.key() != "data_files") c.fail("dataset_kwargs", fmt::format("'{}' is not supported (only data_files)", it.key()));
+  const json& df = c.at("dataset_kwargs")["data_files"];
+  auto one = [&](const json& v, const std::string& split) {
+    json f = v;
+    if (f.is_array() && f.size() == 1) f = f[0];
+    if (!f.is_string()) c.fail("dataset_kwargs", fmt::format("data_files.{}: expected one file name, got {}", split, json_excerpt(v)));
+    files[split] = resolve(f.get<std::string>());
+  };
+  if (df.is_object()) {
+    for (auto it = df.begin(); it != df.end(); ++it) one(it.value(), it.key());
+  } else {
+    one(df, "train");  // datasets: a bare file list is the "train" split
   }
+  return files;
+}
+
+/// The task entry's dataset_path and fewshot_split: the spec entry's files,
+/// else the local json splits (test, else validation split evaluated; few-shot
+/// documents from fewshot_split, else fewshot_config.samples, else the training,
+/// else the validation split: lm-eval FewshotConfig.get_docs, Task.fewshot_docs);
+/// and lm-eval's few-shot rule in out.fewshot_same_split.
+void set_data_paths(const TaskKeys& c, const json& entry, json& t, LmEvalTask& out) {
+  std::map<std::string, std::string> files;  // split -> file
+  bool local = c.has("dataset_path") && c.at("dataset_path") == json("json");
+  if (local) files = local_data_files(c);
+  else if (c.has("dataset_kwargs")) c.fail("dataset_kwargs", "only used with dataset_path: json");
   auto split_name = [&](const char* k) -> std::string {
-    if (!has(k)) return "";
-    if (!c[k].is_string()) fail(k, fmt::format("expected a split name, got {}", json_excerpt(c[k])));
-    return c[k].get<std::string>();
+    if (!c.has(k)) return "";
+    if (!c.at(k).is_string()) c.fail(k, fmt::format("expected a split name, got {}", json_excerpt(c.at(k))));
+    return c.at(k).get<std::string>();
   };
   std::string test = split_name("test_split"), val = split_name("validation_split"), train = split_name("training_split"),
               fewshot = split_name("fewshot_split");
@@ -403,27 +448,27 @@ LmEvalTask load_lm_eval_yaml(const std::string& path, const json& entry) {
     if (it == files.end()) {
       std::string have;
       for (const auto& [s, f] : files) have += (have.empty() ? "" : ", ") + s;
-      fail(key, fmt::format("split '{}' has no file in dataset_kwargs.data_files (splits: {})", split, have));
+      c.fail(key, fmt::format("split '{}' has no file in dataset_kwargs.data_files (splits: {})", split, have));
     }
     return it->second;
   };
   if (entry.contains("dataset_path")) {
     t["dataset_path"] = entry["dataset_path"];
-    (*where)["dataset_path"] = "spec";
+    (*c.where)["dataset_path"] = "spec";
   } else if (local) {
     std::string eval_split = !test.empty() ? test : val;
-    if (eval_split.empty()) fail("dataset_path", "no test_split or validation_split names the documents to evaluate");
+    if (eval_split.empty()) c.fail("dataset_path", "no test_split or validation_split names the documents to evaluate");
     t["dataset_path"] = file_of(eval_split, !test.empty() ? "test_split" : "validation_split");
   } else {
-    std::string name = has("dataset_path") ? json_excerpt(c["dataset_path"]) : std::string("none");
+    std::string name = c.has("dataset_path") ? json_excerpt(c.at("dataset_path")) : std::string("none");
     throw SpecError(fmt::format("{}: dataset_path: {} is not a local file: kveval reads local JSONL only; give \"dataset_path\": "
                                 "\"docs.jsonl\" next to \"lm_eval_yaml\" in the spec, or use dataset_path: json with "
-                                "dataset_kwargs.data_files", w("dataset_path"), name));
+                                "dataset_kwargs.data_files", c.w("dataset_path"), name));
   }
   // few-shot documents: fewshot_split, else fewshot_config.samples, else training, else validation split
   // (lm-eval FewshotConfig.get_docs, Task.fewshot_docs); else the task's own
-  const bool has_samples = has("fewshot_config") && c["fewshot_config"].is_object() &&
-                           c["fewshot_config"].contains("samples") && !c["fewshot_config"]["samples"].is_null();
+  const bool has_samples = c.has("fewshot_config") && c.at("fewshot_config").is_object() &&
+                           c.at("fewshot_config").contains("samples") && !c.at("fewshot_config")["samples"].is_null();
   if (entry.contains("fewshot_split")) {
     t["fewshot_split"] = entry["fewshot_split"];
   } else if (local && (fewshot.empty() && has_samples)) {
@@ -438,8 +483,18 @@ LmEvalTask load_lm_eval_yaml(const std::string& path, const json& entry) {
   // lm-eval's ContextSampler draws one example more, and drops the document, exactly when
   // fewshot_split == test_split as configured names (None == None included)
   out.fewshot_same_split = fewshot == test;
+}
+
+}  // namespace
+
+LmEvalTask load_lm_eval_yaml(const std::string& path, const json& entry) {
+  TaskKeys keys = read_task_keys(path);
+  LmEvalTask out;
+  out.file = path;
+  json t = task_fields(keys, entry);
+  set_data_paths(keys, entry, t, out);
   out.task = std::move(t);
-  out.where = where;
+  out.where = keys.where;
   return out;
 }
 

@@ -225,20 +225,42 @@ MetricValue llamacpp_metric(const ChunkedOutcome* c) {
   return m;
 }
 
-}  // namespace
-
-std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const DocOutcome> outcomes, int bootstrap_iters,
-                                         const ChunkedOutcome* chunked) {
-  std::vector<MetricValue> all;
-  std::vector<double> acc, acc_norm, acc_bytes, ll;
+/// The per-document values a task's metrics aggregate, over its ok documents.
+struct DocScores {
+  std::vector<double> acc, acc_norm, acc_bytes, ll;  ///< per document: 0/1 hits; loglikelihood log-probs
   // generate_until: one exact_match list per filter pipeline ("none": the raw output)
-  std::vector<FilterPipeline> pipes = task.filter_list;
-  if (pipes.empty()) pipes.push_back({"none", {}});
-  std::vector<std::vector<double>> em(pipes.size());
-  std::vector<std::string> filter_errors(pipes.size());
-  std::vector<int> filter_failed(pipes.size(), 0);
-  double sum_ll = 0, sum_words = 0, sum_bytes = 0, sum_tokens = 0;
-  int n_ok = 0, n_requests = 0;
+  std::vector<FilterPipeline> pipes;
+  std::vector<std::vector<double>> em;      ///< em[p]: hits of pipes[p]
+  std::vector<std::string> filter_errors;   ///< the first error of pipes[p]
+  std::vector<int> filter_failed;           ///< documents pipes[p] could not run on
+  double sum_ll = 0, sum_words = 0, sum_bytes = 0, sum_tokens = 0;  ///< loglikelihood_rolling sums
+  int n_ok = 0, n_requests = 0;             ///< ok documents and their requests
+};
+
+/// exact_match of one generate_until output under every filter pipeline of `s`.
+void add_exact_match(const TaskSpec& task, const Doc& d, const DocOutcome& o, DocScores& s) {
+  if (!d.has_target) return;
+  for (size_t p = 0; p < s.pipes.size(); ++p) {
+    try {
+      std::string out = apply_filter_pipeline(s.pipes[p], o.output);
+      bool hit = exact_match_hit(task.exact_match, out, d);
+      s.em[p].push_back(hit ? 1.0 : 0.0);
+    } catch (const std::exception& e) {
+      // a regex the PCRE2 matcher cannot run (e.g. its match limit): left out of the metric, counted in its note
+      if (s.filter_failed[p]++ == 0) s.filter_errors[p] = e.what();
+    }
+  }
+}
+
+/// The values of the ok documents of `outcomes` (document order). Throws Error
+/// (internal) for a non-finite log-prob in a document marked ok.
+DocScores collect_scores(const TaskSpec& task, std::span<const DocOutcome> outcomes) {
+  DocScores s;
+  s.pipes = task.filter_list;
+  if (s.pipes.empty()) s.pipes.push_back({"none", {}});
+  s.em.resize(s.pipes.size());
+  s.filter_errors.resize(s.pipes.size());
+  s.filter_failed.assign(s.pipes.size(), 0);
   for (size_t i = 0; i < outcomes.size() && i < task.docs.size(); ++i) {
     const DocOutcome& o = outcomes[i];
     if (!o.ok) continue;
@@ -248,100 +270,113 @@ std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const D
       throw Error(fmt::format("internal: task '{}' doc {}: a non-finite log-prob reached the metrics (such requests "
                               "must fail upstream)",
                               task.name, i));
-    ++n_ok;
-    n_requests += o.requests;
+    ++s.n_ok;
+    s.n_requests += o.requests;
     const Doc& d = task.docs[i];
     switch (task.output_type) {
       case OutputType::Loglikelihood:
-        acc.push_back(o.is_greedy ? 1.0 : 0.0);
-        ll.push_back(o.logprob);
+        s.acc.push_back(o.is_greedy ? 1.0 : 0.0);
+        s.ll.push_back(o.logprob);
         break;
       case OutputType::MultipleChoice:
-        acc.push_back(is_gold(d, argmax_first(o.choice_logprobs)) ? 1.0 : 0.0);
-        acc_norm.push_back(is_gold(d, argmax_first(normalized(o.choice_logprobs, d.choices, false))) ? 1.0 : 0.0);
-        acc_bytes.push_back(is_gold(d, argmax_first(normalized(o.choice_logprobs, d.choices, true))) ? 1.0 : 0.0);
+        s.acc.push_back(is_gold(d, argmax_first(o.choice_logprobs)) ? 1.0 : 0.0);
+        s.acc_norm.push_back(is_gold(d, argmax_first(normalized(o.choice_logprobs, d.choices, false))) ? 1.0 : 0.0);
+        s.acc_bytes.push_back(is_gold(d, argmax_first(normalized(o.choice_logprobs, d.choices, true))) ? 1.0 : 0.0);
         break;
       case OutputType::LoglikelihoodRolling:
-        sum_ll += o.logprob;
-        sum_words += static_cast<double>(count_words(d.target));
-        sum_bytes += static_cast<double>(d.target.size());
-        sum_tokens += static_cast<double>(o.tokens);
+        s.sum_ll += o.logprob;
+        s.sum_words += static_cast<double>(count_words(d.target));
+        s.sum_bytes += static_cast<double>(d.target.size());
+        s.sum_tokens += static_cast<double>(o.tokens);
         break;
       case OutputType::GenerateUntil:
-        if (!d.has_target) break;
-        for (size_t p = 0; p < pipes.size(); ++p) {
-          try {
-            std::string out = apply_filter_pipeline(pipes[p], o.output);
-            bool hit = exact_match_hit(task.exact_match, out, d);
-            em[p].push_back(hit ? 1.0 : 0.0);
-          } catch (const std::exception& e) {
-            // a regex the PCRE2 matcher cannot run (e.g. its match limit): left out of the metric, counted in its note
-            if (filter_failed[p]++ == 0) filter_errors[p] = e.what();
-          }
-        }
+        add_exact_match(task, d, o, s);
         break;
     }
   }
-  auto mean_metric = [bootstrap_iters](const std::string& name, const std::vector<double>& v) {
-    MetricValue m = eval::mean_metric(name, v);
-    if (bootstrap_iters < 1 && m.value) m.stderr_.reset(), m.note = "bootstrap_iters 0: no stderr";
+  return s;
+}
+
+/// `perplexity` of loglikelihood tasks: exp(-mean log-prob) with lm-eval's
+/// bootstrap stderr (a bootstrappable aggregation, lm_eval/api/metrics.py
+/// stderr_for_metric); n/a with a note when there is nothing or it overflows.
+MetricValue perplexity_metric(const std::string& name, const std::vector<double>& ll, int bootstrap_iters,
+                              int n_requests) {
+  MetricValue m;
+  m.name = name;
+  m.higher_is_better = false;
+  m.n = static_cast<int>(ll.size());
+  auto mu = mean(ll);
+  if (!mu) {
+    m.note = "no documents";
     return m;
+  }
+  double p = std::exp(-*mu);
+  if (!std::isfinite(p)) {
+    m.note = overflow_note(-*mu, m.n, n_requests);
+    return m;
+  }
+  m.value = p;
+  m.stderr_ = bootstrap_stderr_perplexity(ll, bootstrap_iters);
+  if (!m.stderr_)
+    m.note = bootstrap_iters < 1 ? "bootstrap_iters 0: no stderr"
+             : bootstrap_iters < 2 ? "bootstrap_iters 1: a stderr needs 2 resamples"
+                                   : "stderr needs n >= 2";
+  if (m.stderr_ && !std::isfinite(*m.stderr_)) {  // resamples beyond exp's range
+    m.note = fmt::format("overflow: the bootstrap stderr of perplexity {:.6g} exceeds the double range", p);
+    m.stderr_.reset();
+  }
+  return m;
+}
+
+/// mean_metric without a stderr when bootstrap_iters is 0 (lm-eval's --bootstrap_iters 0).
+MetricValue mean_metric_iters(const std::string& name, const std::vector<double>& v, int bootstrap_iters) {
+  MetricValue m = mean_metric(name, v);
+  if (bootstrap_iters < 1 && m.value) m.stderr_.reset(), m.note = "bootstrap_iters 0: no stderr";
+  return m;
+}
+
+}  // namespace
+
+std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const DocOutcome> outcomes, int bootstrap_iters,
+                                         const ChunkedOutcome* chunked) {
+  std::vector<MetricValue> all;
+  const DocScores s = collect_scores(task, outcomes);
+  // loglikelihood_rolling: corpus-level ratios (lm-eval's weighted_perplexity, bits_per_byte)
+  struct Ratio {
+    const char* name;
+    double denom;
+    bool exp, bits;
   };
+  const Ratio ratios[] = {{"word_perplexity", s.sum_words, true, false},
+                          {"byte_perplexity", s.sum_bytes, true, false},
+                          {"bits_per_byte", s.sum_bytes, false, true},
+                          {"token_perplexity", s.sum_tokens, true, false}};
   for (const auto& name : task.metric_list) {
     if (name == "acc") {
-      all.push_back(mean_metric(name, acc));
+      all.push_back(mean_metric_iters(name, s.acc, bootstrap_iters));
     } else if (name == "acc_norm") {
-      all.push_back(mean_metric(name, acc_norm));
+      all.push_back(mean_metric_iters(name, s.acc_norm, bootstrap_iters));
     } else if (name == "acc_bytes") {
-      all.push_back(mean_metric(name, acc_bytes));
+      all.push_back(mean_metric_iters(name, s.acc_bytes, bootstrap_iters));
     } else if (name == "perplexity") {
-      MetricValue m;
-      m.name = name;
-      m.higher_is_better = false;
-      m.n = static_cast<int>(ll.size());
-      auto mu = mean(ll);
-      if (!mu) {
-        m.note = "no documents";
-      } else {
-        double p = std::exp(-*mu);
-        if (std::isfinite(p)) {
-          m.value = p;
-          // lm-eval: perplexity is a bootstrappable aggregation (lm_eval/api/metrics.py stderr_for_metric)
-          m.stderr_ = bootstrap_stderr_perplexity(ll, bootstrap_iters);
-          if (!m.stderr_)
-            m.note = bootstrap_iters < 1 ? "bootstrap_iters 0: no stderr"
-                     : bootstrap_iters < 2 ? "bootstrap_iters 1: a stderr needs 2 resamples"
-                                           : "stderr needs n >= 2";
-          if (m.stderr_ && !std::isfinite(*m.stderr_)) {  // resamples beyond exp's range
-            m.note = fmt::format("overflow: the bootstrap stderr of perplexity {:.6g} exceeds the double range", p);
-            m.stderr_.reset();
-          }
-        } else {
-          m.note = overflow_note(-*mu, m.n, n_requests);
-        }
-      }
-      all.push_back(m);
-    } else if (name == "word_perplexity") {
-      all.push_back(ratio_metric(name, sum_ll, sum_words, n_ok, true, false, n_requests));
-    } else if (name == "byte_perplexity") {
-      all.push_back(ratio_metric(name, sum_ll, sum_bytes, n_ok, true, false, n_requests));
-    } else if (name == "bits_per_byte") {
-      all.push_back(ratio_metric(name, sum_ll, sum_bytes, n_ok, false, true, n_requests));
-    } else if (name == "token_perplexity") {
-      all.push_back(ratio_metric(name, sum_ll, sum_tokens, n_ok, true, false, n_requests));
+      all.push_back(perplexity_metric(name, s.ll, bootstrap_iters, s.n_requests));
     } else if (name == kPerplexityLlamaCpp) {
       MetricValue m = llamacpp_metric(chunked);
       if (bootstrap_iters < 1 && m.value) m.stderr_.reset(), m.note = "bootstrap_iters 0: no stderr";
       all.push_back(m);
     } else if (name == "exact_match") {
-      for (size_t p = 0; p < pipes.size(); ++p) {
-        MetricValue m = mean_metric(name, em[p]);
-        m.filter = pipes[p].name;
-        if (em[p].empty() && n_ok > 0 && !filter_failed[p]) m.note = "no doc_to_target: outputs only";
-        if (filter_failed[p])
-          m.note = fmt::format("{} document(s) left out: {}", filter_failed[p], filter_errors[p]);
+      for (size_t p = 0; p < s.pipes.size(); ++p) {
+        MetricValue m = mean_metric_iters(name, s.em[p], bootstrap_iters);
+        m.filter = s.pipes[p].name;
+        if (s.em[p].empty() && s.n_ok > 0 && !s.filter_failed[p]) m.note = "no doc_to_target: outputs only";
+        if (s.filter_failed[p])
+          m.note = fmt::format("{} document(s) left out: {}", s.filter_failed[p], s.filter_errors[p]);
         all.push_back(m);
       }
+    } else {
+      for (const Ratio& r : ratios)
+        if (name == r.name) all.push_back(ratio_metric(name, s.sum_ll, r.denom, s.n_ok, r.exp, r.bits, s.n_requests));
     }
   }
   return all;

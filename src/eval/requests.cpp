@@ -108,14 +108,126 @@ void add_llamacpp_chunks(const EvalSpec& spec, size_t ti, const Tokenizer& tok, 
   }
 }
 
+/// A request of document `di` of task `ti`.
+Request doc_request(size_t ti, size_t di, RequestKind kind) {
+  Request r;
+  r.task = static_cast<int>(ti);
+  r.doc = static_cast<int>(di);
+  r.kind = kind;
+  return r;
+}
+
+/// The Loglikelihood request of context d.context and continuation `cont`
+/// (choice `index`, -1 for a loglikelihood task): lm-eval's encode_pair,
+/// left-truncated to `max_length` (BOS kept, counted in `n_truncated`);
+/// a per-request error for a zero-token or too long continuation.
+Request loglikelihood_request(const Tokenizer& tok, const Doc& d, size_t ti, size_t di, const std::string& cont,
+                              int index, int max_length, int& n_truncated) {
+  Request r = doc_request(ti, di, RequestKind::Loglikelihood);
+  r.index = index;
+  EncodedPair p = encode_pair(tok, d.context, cont);
+  r.n_context_tokens = static_cast<int>(p.context.size());
+  r.n_continuation_tokens = static_cast<int>(p.continuation.size());
+  // a multiple-choice document has one request per choice: name it
+  const std::string which = index >= 0 ? fmt::format(" choice {}:", index) : std::string();
+  if (p.continuation.empty()) {
+    r.error = fmt::format("{}:{} continuation \"{}\" has zero tokens after the context/continuation split", d.origin,
+                          which, cont);
+  } else if (p.continuation.size() > static_cast<size_t>(max_length - 1)) {
+    r.error = fmt::format("{}:{} continuation of {} tokens does not fit max_length {}", d.origin, which,
+                          p.continuation.size(), max_length);
+  } else {
+    std::vector<int32_t> all = std::move(p.context);
+    all.insert(all.end(), p.continuation.begin(), p.continuation.end());
+    if (all.size() > static_cast<size_t>(max_length)) {
+      size_t drop = all.size() - static_cast<size_t>(max_length);
+      all.erase(all.begin() + 1, all.begin() + 1 + static_cast<long>(drop));  // keep BOS
+      all.shrink_to_fit();  // what is kept is max_length ids, as plan_requests counts
+      r.truncated_tokens = static_cast<int>(drop);
+      ++n_truncated;
+    }
+    r.score.score_from = static_cast<int>(all.size() - r.n_continuation_tokens);
+    r.score.tokens = std::move(all);
+  }
+  return r;
+}
+
+/// The RollingWindow requests of document `d` (a per-request error when it has no token to score).
+void add_rolling_requests(const Tokenizer& tok, const Doc& d, size_t ti, size_t di, int max_length,
+                          std::vector<Request>& out) {
+  std::vector<int32_t> seq = tok.encode(d.target, true);
+  auto wins = rolling_windows(seq, max_length);
+  if (wins.empty()) {
+    Request r = doc_request(ti, di, RequestKind::RollingWindow);
+    r.index = 0;
+    r.error = fmt::format("{}: empty document: no tokens to score", d.origin);
+    out.push_back(std::move(r));
+  }
+  for (size_t k = 0; k < wins.size(); ++k) {
+    Request r = doc_request(ti, di, RequestKind::RollingWindow);
+    r.index = static_cast<int>(k);
+    r.n_context_tokens = wins[k].score_from;
+    r.n_continuation_tokens = static_cast<int>(wins[k].tokens.size()) - wins[k].score_from;
+    r.score = std::move(wins[k]);
+    out.push_back(std::move(r));
+  }
+}
+
+/// The Generate request of document `d`: its prompt left-truncated so that
+/// max_gen_toks fit `max_length` (BOS kept, counted in `n_truncated`).
+Request generate_request(const Tokenizer& tok, const TaskSpec& t, const Doc& d, size_t ti, size_t di, int max_length,
+                         int& n_truncated) {
+  Request r = doc_request(ti, di, RequestKind::Generate);
+  r.max_gen_toks = t.generation_kwargs.max_gen_toks;
+  r.until = t.generation_kwargs.until;
+  r.prompt = tok.encode(d.context, true);
+  r.n_context_tokens = static_cast<int>(r.prompt.size());
+  size_t room = static_cast<size_t>(max_length - r.max_gen_toks);  // >= 1
+  if (r.prompt.size() > room) {
+    size_t drop = r.prompt.size() - room;
+    r.prompt.erase(r.prompt.begin() + 1, r.prompt.begin() + 1 + static_cast<long>(drop));  // keep BOS
+    r.prompt.shrink_to_fit();
+    r.truncated_tokens = static_cast<int>(drop);
+    ++n_truncated;
+  }
+  return r;
+}
+
+/// The requests of document `di` of task `ti`, by output type; a text the
+/// tokenizer cannot encode is a FormatError naming the document.
+void add_doc_requests(const EvalSpec& spec, size_t ti, size_t di, const Tokenizer& tok, int max_length,
+                      std::vector<Request>& out, int& n_truncated) {
+  const TaskSpec& t = spec.tasks[ti];
+  const Doc& d = t.docs[di];
+  try {
+    switch (t.output_type) {
+      case OutputType::Loglikelihood:
+        out.push_back(loglikelihood_request(tok, d, ti, di,
+                                            (t.loglikelihood_delimiter ? t.target_delimiter : std::string()) + d.target,
+                                            -1, max_length, n_truncated));
+        break;
+      case OutputType::MultipleChoice:
+        for (size_t c = 0; c < d.choices.size(); ++c)
+          out.push_back(loglikelihood_request(tok, d, ti, di, t.target_delimiter + d.choices[c], static_cast<int>(c),
+                                              max_length, n_truncated));
+        break;
+      case OutputType::LoglikelihoodRolling:
+        add_rolling_requests(tok, d, ti, di, max_length, out);
+        break;
+      case OutputType::GenerateUntil:
+        out.push_back(generate_request(tok, t, d, ti, di, max_length, n_truncated));
+        break;
+    }
+  } catch (const FormatError& e) {
+    throw FormatError(fmt::format("{}: {}", d.origin, e.what()));
+  }
+}
+
 }  // namespace
 
 std::vector<Request> build_requests(const EvalSpec& spec, const Tokenizer& tok, int max_length,
                                     std::vector<std::string>* warnings) {
   std::vector<Request> out;
-  auto warn = [&](const std::string& s) {
-    if (warnings) warnings->push_back(s);
-  };
   for (size_t ti = 0; ti < spec.tasks.size(); ++ti) {
     const TaskSpec& t = spec.tasks[ti];
     int n_truncated = 0;
@@ -123,103 +235,12 @@ std::vector<Request> build_requests(const EvalSpec& spec, const Tokenizer& tok, 
       throw SpecError(fmt::format("{}: tasks[{}].generation_kwargs.max_gen_toks: {} tokens do not fit max_length {} "
                                   "(the prompt needs at least BOS)",
                                   spec.path, ti, t.generation_kwargs.max_gen_toks, max_length));
-    for (size_t di = 0; di < t.docs.size(); ++di) {
-      const Doc& d = t.docs[di];
-      auto loglik = [&](const std::string& cont, int index) {
-        Request r;
-        r.task = static_cast<int>(ti);
-        r.doc = static_cast<int>(di);
-        r.index = index;
-        r.kind = RequestKind::Loglikelihood;
-        EncodedPair p = encode_pair(tok, d.context, cont);
-        r.n_context_tokens = static_cast<int>(p.context.size());
-        r.n_continuation_tokens = static_cast<int>(p.continuation.size());
-        // a multiple-choice document has one request per choice: name it
-        const std::string which = index >= 0 ? fmt::format(" choice {}:", index) : std::string();
-        if (p.continuation.empty()) {
-          r.error = fmt::format("{}:{} continuation \"{}\" has zero tokens after the context/continuation split", d.origin,
-                                which, cont);
-        } else if (p.continuation.size() > static_cast<size_t>(max_length - 1)) {
-          r.error = fmt::format("{}:{} continuation of {} tokens does not fit max_length {}", d.origin, which,
-                                p.continuation.size(), max_length);
-        } else {
-          std::vector<int32_t> all = std::move(p.context);
-          all.insert(all.end(), p.continuation.begin(), p.continuation.end());
-          if (all.size() > static_cast<size_t>(max_length)) {
-            size_t drop = all.size() - static_cast<size_t>(max_length);
-            all.erase(all.begin() + 1, all.begin() + 1 + static_cast<long>(drop));  // keep BOS
-            all.shrink_to_fit();  // what is kept is max_length ids, as plan_requests counts
-            r.truncated_tokens = static_cast<int>(drop);
-            ++n_truncated;
-          }
-          r.score.score_from = static_cast<int>(all.size() - r.n_continuation_tokens);
-          r.score.tokens = std::move(all);
-        }
-        out.push_back(std::move(r));
-      };
-      try {  // a text the tokenizer cannot encode is named by its document
-        switch (t.output_type) {
-          case OutputType::Loglikelihood:
-            loglik((t.loglikelihood_delimiter ? t.target_delimiter : std::string()) + d.target, -1);
-            break;
-          case OutputType::MultipleChoice:
-            for (size_t c = 0; c < d.choices.size(); ++c) loglik(t.target_delimiter + d.choices[c], static_cast<int>(c));
-            break;
-          case OutputType::LoglikelihoodRolling: {
-            std::vector<int32_t> seq = tok.encode(d.target, true);
-            auto wins = rolling_windows(seq, max_length);
-            if (wins.empty()) {
-              Request r;
-              r.task = static_cast<int>(ti);
-              r.doc = static_cast<int>(di);
-              r.index = 0;
-              r.kind = RequestKind::RollingWindow;
-              r.error = fmt::format("{}: empty document: no tokens to score", d.origin);
-              out.push_back(std::move(r));
-            }
-            for (size_t k = 0; k < wins.size(); ++k) {
-              Request r;
-              r.task = static_cast<int>(ti);
-              r.doc = static_cast<int>(di);
-              r.index = static_cast<int>(k);
-              r.kind = RequestKind::RollingWindow;
-              r.n_context_tokens = wins[k].score_from;
-              r.n_continuation_tokens = static_cast<int>(wins[k].tokens.size()) - wins[k].score_from;
-              r.score = std::move(wins[k]);
-              out.push_back(std::move(r));
-            }
-            break;
-          }
-          case OutputType::GenerateUntil: {
-            Request r;
-            r.task = static_cast<int>(ti);
-            r.doc = static_cast<int>(di);
-            r.kind = RequestKind::Generate;
-            r.max_gen_toks = t.generation_kwargs.max_gen_toks;
-            r.until = t.generation_kwargs.until;
-            r.prompt = tok.encode(d.context, true);
-            r.n_context_tokens = static_cast<int>(r.prompt.size());
-            size_t room = static_cast<size_t>(max_length - r.max_gen_toks);  // >= 1
-            if (r.prompt.size() > room) {
-              size_t drop = r.prompt.size() - room;
-              r.prompt.erase(r.prompt.begin() + 1, r.prompt.begin() + 1 + static_cast<long>(drop));  // keep BOS
-              r.prompt.shrink_to_fit();
-              r.truncated_tokens = static_cast<int>(drop);
-              ++n_truncated;
-            }
-            out.push_back(std::move(r));
-            break;
-          }
-        }
-      } catch (const FormatError& e) {
-        throw FormatError(fmt::format("{}: {}", d.origin, e.what()));
-      }
-    }
+    for (size_t di = 0; di < t.docs.size(); ++di) add_doc_requests(spec, ti, di, tok, max_length, out, n_truncated);
     if (t.output_type == OutputType::LoglikelihoodRolling && t.rolling_method == RollingMethod::LlamaCpp)
       add_llamacpp_chunks(spec, ti, tok, max_length, out);
-    if (n_truncated > 0)
-      warn(fmt::format("task {}: {} request(s) left-truncated to fit max_length {} (BOS kept)", t.name, n_truncated,
-                       max_length));
+    if (n_truncated > 0 && warnings)
+      warnings->push_back(fmt::format("task {}: {} request(s) left-truncated to fit max_length {} (BOS kept)", t.name,
+                                      n_truncated, max_length));
   }
   return out;
 }

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "eval/aggregate.hpp"
 #include "model/cost.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
@@ -135,6 +136,9 @@ void check_requests_memory(const EvalSpec& spec, const Model& model, const RunOp
   if (opts.shard.agree) opts.shard.agree(no_memory);
 }
 
+/// The loglikelihood phase: scores this rank's requests cache-free in
+/// canonical order (batches of batch_size), a row with non-finite logits
+/// failing alone. Throws CacheError when caches are set up on entry.
 void score_phase(const EvalSpec& spec, Context& ctx, const RunOptions& opts, const std::vector<int>& owner,
                  RunResult& res) {
   if (ctx.caches_are_setup())
@@ -188,6 +192,101 @@ void score_phase(const EvalSpec& spec, Context& ctx, const RunOptions& opts, con
                             res.ll_forward_with_cache_setup, res.ll_forward_cached));
 }
 
+/// The rows of one generate_greedy call: prompts, the stop-string state of
+/// each and the progress counters its callbacks update.
+struct GenerationRows {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<RowState> states;  ///< states[k] of prompts[k]
+  size_t done = 0;               ///< generations finished
+  int64_t done_tokens = 0;       ///< their prompt and generated tokens
+};
+
+/// The generation requests of `gen` (canonical order) as one generate_greedy
+/// call over `batch` (filled here; it must outlive the options): their prompts,
+/// token budgets and stop strings (checked incrementally by should_stop),
+/// progress and batch callbacks.
+GenerateOptions generation_options(const std::vector<size_t>& gen, const std::vector<Request>& requests,
+                                   const RunOptions& opts, int rows, const Tokenizer& tok, GenerationRows& batch) {
+  std::vector<std::vector<int32_t>>& prompts = batch.prompts;
+  std::vector<RowState>& states = batch.states;
+  prompts.reserve(gen.size());
+  states.reserve(gen.size());
+  GenerateOptions go;
+  go.max_gen_toks.clear();
+  go.stop_at_eos = true;
+  go.batching = opts.batching;
+  go.logprobs = false;  // the results use ids, texts and stop reasons only
+  for (size_t i : gen) {
+    const Request& r = requests[i];
+    prompts.push_back(r.prompt);
+    go.max_gen_toks.push_back(r.max_gen_toks);
+    states.emplace_back(tok);
+    states.back().until = &r.until;
+    for (const auto& s : r.until) states.back().longest_stop = std::max(states.back().longest_stop, s.size());
+  }
+  go.should_stop = [&states](int index, std::span<const int32_t> generated) {
+    RowState& st = states.at(static_cast<size_t>(index));
+    if (st.until->empty()) return false;
+    size_t before = st.text.size();
+    while (st.consumed < generated.size()) st.text += st.detok.push(generated[st.consumed++]);
+    if (st.text.size() == before) return false;
+    // only a match that ends in the new text can be new
+    size_t from = before >= st.longest_stop ? before - st.longest_stop + 1 : 0;
+    return find_stop(st.text, *st.until, from) != std::string::npos;
+  };
+  go.on_admit = [&opts, rows](size_t k) {
+    if (opts.before_generation_batch && k % static_cast<size_t>(rows) == 0)
+      opts.before_generation_batch(k / static_cast<size_t>(rows));
+  };
+  go.on_finish = [&opts, &batch, n = gen.size()](size_t, const Generation& g) {
+    ++batch.done;
+    batch.done_tokens += g.prompt_tokens + static_cast<int64_t>(g.ids.size());
+    if (opts.progress) opts.progress("generation", batch.done, n, batch.done_tokens);
+  };
+  return go;
+}
+
+/// Records the generations `out` of the requests `gen` as their outcomes: the
+/// detokenized text cut at the first stop string and the stop reason, or a
+/// per-request error for a row whose logits became non-finite.
+void record_generations(const EvalSpec& spec, const Tokenizer& tok, const std::vector<size_t>& gen,
+                        std::vector<Generation>& out, RunResult& res) {
+  for (size_t k = 0; k < gen.size(); ++k) {
+    const Request& r = res.requests[gen[k]];
+    Generation& g = out[k];
+    RequestOutcome& o = res.outcomes[gen[k]];
+    if (g.reason == StopReason::NonFinite) {  // stopped: its text is never scored
+      // An f16 cache stores K/V values with |x| >= 65520 as Inf: say so when this row's did.
+      const std::string overflow_hint =
+          g.kv_f16_overflows == 0 ? std::string() : " (" + kv_f16_overflow_note(g.kv_f16_overflows) + ")";
+      o.error = fmt::format("{}: non-finite logits (NaN or Inf) at token position {} (after {} generated tokens); "
+                            "generation stopped and the output is not scored{}",
+                            request_label(spec, r), g.prompt_tokens + static_cast<int>(g.ids.size()), g.ids.size(),
+                            overflow_hint);
+      continue;
+    }
+    o.ran = true;
+    o.tokens = static_cast<int>(g.ids.size());
+    IncrementalDetokenizer d(tok);
+    std::string text;
+    for (int32_t id : g.ids) text += d.push(id);
+    text += d.flush();
+    size_t cut = find_stop(text, r.until);
+    if (cut != std::string::npos) {
+      text.resize(cut);
+      o.stop_reason = to_string(StopReason::StopString);
+    } else {
+      o.stop_reason = to_string(g.reason == StopReason::StopString ? StopReason::MaxTokens : g.reason);
+    }
+    o.output = std::move(text);
+    o.output_ids = std::move(g.ids);
+  }
+}
+
+/// The generate_until phase: requests with max_gen_toks 0 finish without a
+/// forward pass; the others run in one KV-cache scope sized by plan_generation
+/// (phases "cache setup", "prefill", "decode", "cache teardown", all zero when
+/// nothing generates).
 void generation_phase(const EvalSpec& spec, Context& ctx, const RunOptions& opts, const std::vector<int>& owner,
                       RunResult& res) {
   if (opts.on_phase) opts.on_phase("generation");
@@ -226,77 +325,13 @@ void generation_phase(const EvalSpec& spec, Context& ctx, const RunOptions& opts
                              res.cache_bytes_setup, to_string(ctx.kv_cache_dtype())));
   // One call over every generation request: with Batching::Dynamic a row that
   // ends is rewound and refilled with the next request while the others decode.
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<RowState> states;
-  prompts.reserve(gen.size());
-  states.reserve(gen.size());
-  GenerateOptions go;
-  go.max_gen_toks.clear();
-  go.stop_at_eos = true;
-  go.batching = opts.batching;
-  go.logprobs = false;  // the results use ids, texts and stop reasons only
-  for (size_t i : gen) {
-    const Request& r = res.requests[i];
-    prompts.push_back(r.prompt);
-    go.max_gen_toks.push_back(r.max_gen_toks);
-    states.emplace_back(tok);
-    states.back().until = &r.until;
-    for (const auto& s : r.until) states.back().longest_stop = std::max(states.back().longest_stop, s.size());
-  }
-  go.should_stop = [&states](int index, std::span<const int32_t> generated) {
-    RowState& st = states.at(static_cast<size_t>(index));
-    if (st.until->empty()) return false;
-    size_t before = st.text.size();
-    while (st.consumed < generated.size()) st.text += st.detok.push(generated[st.consumed++]);
-    if (st.text.size() == before) return false;
-    // only a match that ends in the new text can be new
-    size_t from = before >= st.longest_stop ? before - st.longest_stop + 1 : 0;
-    return find_stop(st.text, *st.until, from) != std::string::npos;
-  };
-  go.on_admit = [&](size_t k) {
-    if (opts.before_generation_batch && k % static_cast<size_t>(rows) == 0)
-      opts.before_generation_batch(k / static_cast<size_t>(rows));
-  };
-  size_t done = 0;
-  int64_t done_tokens = 0;
-  go.on_finish = [&](size_t k, const Generation& g) {
-    ++done;
-    done_tokens += g.prompt_tokens + static_cast<int64_t>(g.ids.size());
-    if (opts.progress) opts.progress("generation", done, gen.size(), done_tokens);
-  };
-  std::vector<Generation> out = generate_greedy(ctx, prompts, go, &timing);
-  if (out.size() != prompts.size())
-    throw Error(fmt::format("internal: generate_greedy returned {} results for {} prompts", out.size(), prompts.size()));
-  for (size_t k = 0; k < gen.size(); ++k) {
-    const Request& r = res.requests[gen[k]];
-    Generation& g = out[k];
-    RequestOutcome& o = res.outcomes[gen[k]];
-    if (g.reason == StopReason::NonFinite) {  // stopped: its text is never scored
-      // An f16 cache stores K/V values with |x| >= 65520 as Inf: say so when this row's did.
-      const std::string overflow_hint =
-          g.kv_f16_overflows == 0 ? std::string() : " (" + kv_f16_overflow_note(g.kv_f16_overflows) + ")";
-      o.error = fmt::format("{}: non-finite logits (NaN or Inf) at token position {} (after {} generated tokens); "
-                            "generation stopped and the output is not scored{}",
-                            request_label(spec, r), g.prompt_tokens + static_cast<int>(g.ids.size()), g.ids.size(),
-                            overflow_hint);
-      continue;
-    }
-    o.ran = true;
-    o.tokens = static_cast<int>(g.ids.size());
-    IncrementalDetokenizer d(tok);
-    std::string text;
-    for (int32_t id : g.ids) text += d.push(id);
-    text += d.flush();
-    size_t cut = find_stop(text, r.until);
-    if (cut != std::string::npos) {
-      text.resize(cut);
-      o.stop_reason = to_string(StopReason::StopString);
-    } else {
-      o.stop_reason = to_string(g.reason == StopReason::StopString ? StopReason::MaxTokens : g.reason);
-    }
-    o.output = std::move(text);
-    o.output_ids = std::move(g.ids);
-  }
+  GenerationRows batch;
+  const GenerateOptions go = generation_options(gen, res.requests, opts, rows, tok, batch);
+  std::vector<Generation> out = generate_greedy(ctx, batch.prompts, go, &timing);
+  if (out.size() != batch.prompts.size())
+    throw Error(fmt::format("internal: generate_greedy returned {} results for {} prompts", out.size(),
+                            batch.prompts.size()));
+  record_generations(spec, tok, gen, out, res);
   res.phases.push_back({"prefill", timing.prefill_seconds, timing.prefill_tokens});
   res.phases.push_back({"decode", timing.decode_seconds, timing.decode_tokens});
   Stopwatch sw_down;
@@ -352,7 +387,10 @@ void gather_ranks(const Shard& shard, const std::vector<int>& owner, RunResult& 
   }
 }
 
-RunResult run_eval_impl(const EvalSpec& spec, Context& ctx, const RunOptions& opts, std::vector<Phase> phases) {
+/// The model's facts, the shard and the resolved max_length in a new result
+/// whose phases start with `phases`. Throws ArgumentError for an invalid shard,
+/// SpecError for a max_length the model's context cannot hold.
+RunResult start_result(const EvalSpec& spec, const Context& ctx, const RunOptions& opts, std::vector<Phase> phases) {
   const Model& model = ctx.model();
   RunResult res;
   res.phases = std::move(phases);
@@ -380,8 +418,13 @@ RunResult run_eval_impl(const EvalSpec& spec, Context& ctx, const RunOptions& op
   if (res.max_length < 2)
     throw SpecError(fmt::format("{}: max_length: the model's context_length {} is too small; set max_length >= 2",
                                 spec.path, res.max_length));
+  return res;
+}
 
-  // build requests (tokenization), once its memory is planned (every rank stops if one cannot)
+/// Phase "requests": tokenizes the spec into res.requests once its memory is
+/// planned (every rank stops if one cannot), with the model's and the
+/// requests' warnings, and one empty outcome per request.
+void requests_phase(const EvalSpec& spec, const Model& model, const RunOptions& opts, RunResult& res) {
   check_requests_memory(spec, model, opts, res.max_length);
   Stopwatch sw;
   res.warnings = model.load_summary().warnings;  // the model file's own (gguf::File::warnings)
@@ -391,16 +434,17 @@ RunResult run_eval_impl(const EvalSpec& spec, Context& ctx, const RunOptions& op
   res.phases.push_back({"requests", sw.seconds(), built_tokens});
   for (const auto& w : res.warnings) log_line(opts, "warning: " + w);
   res.outcomes.assign(res.requests.size(), RequestOutcome{});
+}
 
-  std::vector<int> owner;
-  if (res.n_ranks > 1) {
-    const HParams& hp = model.hparams();
-    owner = assign_requests(res.requests, res.n_ranks, matmul_params(hp), hp.n_layer, hp.n_embd);
-  }
-  // Before any forward pass: does this rank's plan fit in memory? (every rank stops if one cannot)
+/// Refuses (MemoryError) this rank's share of the run when its KV cache and
+/// activations do not fit the memory budget, before any forward pass (every
+/// rank stops if one cannot).
+void check_run_memory(const EvalSpec& spec, const Context& ctx, const RunOptions& opts, const std::vector<int>& owner,
+                      const RunResult& res) {
   std::exception_ptr no_memory;
   try {
-    const MemoryPlan mp = plan_for(model, res.requests, mine(canonical_score_order(spec, res.requests), owner, res.rank),
+    const MemoryPlan mp = plan_for(ctx.model(), res.requests,
+                                   mine(canonical_score_order(spec, res.requests), owner, res.rank),
                                    mine(canonical_generate_order(spec, res.requests), owner, res.rank), res.batch_size,
                                    res.max_length);
     const MemoryPart parts[] = {
@@ -417,93 +461,29 @@ RunResult run_eval_impl(const EvalSpec& spec, Context& ctx, const RunOptions& op
     no_memory = std::current_exception();
   }
   if (opts.shard.agree) opts.shard.agree(no_memory);
+}
 
+/// The phases of a run: requests, the loglikelihood phase (cache-free), the
+/// generation phase in its KV-cache scope, the ranks' gathering, the outcomes
+/// and the metrics (rank 0).
+RunResult run_eval_impl(const EvalSpec& spec, Context& ctx, const RunOptions& opts, std::vector<Phase> phases) {
+  const Model& model = ctx.model();
+  RunResult res = start_result(spec, ctx, opts, std::move(phases));
+  requests_phase(spec, model, opts, res);
+  std::vector<int> owner;
+  if (res.n_ranks > 1) {
+    const HParams& hp = model.hparams();
+    owner = assign_requests(res.requests, res.n_ranks, matmul_params(hp), hp.n_layer, hp.n_embd);
+  }
+  check_run_memory(spec, ctx, opts, owner, res);
   score_phase(spec, ctx, opts, owner, res);
   generation_phase(spec, ctx, opts, owner, res);
   if (res.n_ranks > 1) {
     gather_ranks(opts.shard, owner, res);
     if (!res.is_root()) return res;
   }
-  // failures while running (non-finite logits) become the requests' errors
-  for (size_t i = 0; i < res.requests.size(); ++i)
-    if (!res.outcomes[i].error.empty() && res.requests[i].error.empty()) res.requests[i].error = res.outcomes[i].error;
-
-  // per-document outcomes and metrics
-  res.docs.resize(spec.tasks.size());
-  res.chunked.assign(spec.tasks.size(), ChunkedOutcome{});
-  for (size_t t = 0; t < spec.tasks.size(); ++t) res.chunked[t].ok = true;
-  res.task_errors.assign(spec.tasks.size(), 0);
-  for (size_t t = 0; t < spec.tasks.size(); ++t) {
-    res.docs[t].assign(spec.tasks[t].docs.size(), DocOutcome{});
-    for (size_t d = 0; d < spec.tasks[t].docs.size(); ++d) {
-      res.docs[t][d].ok = true;
-      if (spec.tasks[t].output_type == OutputType::MultipleChoice)
-        res.docs[t][d].choice_logprobs.assign(spec.tasks[t].docs[d].choices.size(), 0.0);
-    }
-  }
-  for (size_t i = 0; i < res.requests.size(); ++i) {
-    const Request& r = res.requests[i];
-    const RequestOutcome& o = res.outcomes[i];
-    if (r.kind == RequestKind::PerplexityChunk) {  // task-level, not a document's
-      ChunkedOutcome& c = res.chunked[static_cast<size_t>(r.task)];
-      if (!r.error.empty() || !o.ran) {
-        ++res.n_request_errors;
-        ++res.task_errors[static_cast<size_t>(r.task)];
-        if (c.ok) c.error = r.error.empty() ? "not run" : r.error;
-        c.ok = false;
-        continue;
-      }
-      ++c.chunks;
-      c.tokens += o.tokens;
-      c.sum_nll -= o.logprob;
-      c.sum_nll_sq += o.logprob_sq;
-      continue;
-    }
-    DocOutcome& d = res.docs[static_cast<size_t>(r.task)][static_cast<size_t>(r.doc)];
-    ++d.requests;
-    if (!r.error.empty() || !o.ran) {
-      ++res.n_request_errors;
-      ++res.task_errors[static_cast<size_t>(r.task)];
-      if (d.ok) d.error = !r.error.empty() ? r.error : !o.error.empty() ? o.error : "not run";
-      d.ok = false;
-      continue;
-    }
-    switch (r.kind) {
-      case RequestKind::Loglikelihood:
-        if (r.index >= 0) {
-          d.choice_logprobs[static_cast<size_t>(r.index)] = o.logprob;
-        } else {
-          d.logprob = o.logprob;
-          d.is_greedy = o.is_greedy;
-        }
-        d.tokens += o.tokens;
-        break;
-      case RequestKind::RollingWindow:
-        d.logprob += o.logprob;
-        d.tokens += o.tokens;
-        break;
-      case RequestKind::Generate:
-        d.output = o.output;
-        d.tokens = o.tokens;
-        break;
-      case RequestKind::PerplexityChunk:
-        break;  // handled above
-    }
-  }
-  std::vector<int> task_requests(spec.tasks.size(), 0);
-  for (const Request& r : res.requests) ++task_requests[static_cast<size_t>(r.task)];
-  for (size_t t = 0; t < spec.tasks.size(); ++t) {
-    res.metrics.push_back(compute_metrics(spec.tasks[t], res.docs[t], spec.bootstrap_iters, &res.chunked[t]));
-    // every document failed: say so instead of compute_metrics' "no documents"
-    bool any_ok = std::any_of(res.docs[t].begin(), res.docs[t].end(), [](const DocOutcome& d) { return d.ok; });
-    if (res.docs[t].empty() || any_ok) continue;
-    std::string why = res.task_errors[t] == task_requests[t]
-                          ? fmt::format("all {} requests failed", task_requests[t])
-                          : fmt::format("all {} documents failed ({} of {} requests)", res.docs[t].size(),
-                                        res.task_errors[t], task_requests[t]);
-    for (auto& m : res.metrics.back())
-      if (!m.value) m.note = why;
-  }
+  collect_outcomes(spec, res);
+  compute_task_metrics(spec, res);
   return res;
 }
 

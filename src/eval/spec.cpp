@@ -106,87 +106,101 @@ void parse_metric_options(TaskSpec& t, const std::string& name, const json& m, c
   }
 }
 
-/// fewshot_config, filter_list, metadata (lm-eval task keys).
+/// fewshot_config (lm-eval's sampler, samples and few-shot mappings).
+void parse_fewshot_config(TaskSpec& t, const json& tj, const Where& w) {
+  if (!tj.contains("fewshot_config") || tj["fewshot_config"].is_null()) return;
+  Where fw = w.key("fewshot_config");
+  const json& f = expect_object(tj["fewshot_config"], fw);
+  // target_delimiter / fewshot_delimiter here are accepted and, as in lm-eval's ContextSampler
+  // (which takes both from the task), change nothing
+  check_keys(f, fw, {"sampler", "samples", "doc_to_text", "doc_to_target", "doc_to_choice", "target_delimiter",
+                     "fewshot_delimiter"});
+  if (f.contains("sampler")) {
+    t.fewshot_sampler = expect_string(f["sampler"], fw.key("sampler"));
+    if (t.fewshot_sampler != "default" && t.fewshot_sampler != "first_n")
+      fw.key("sampler").fail(fmt::format("unknown sampler \"{}\" (lm-eval's samplers: default, first_n)", t.fewshot_sampler));
+  }
+  if (f.contains("samples")) {
+    const json& s = f["samples"];
+    if (!s.is_array()) fw.key("samples").fail(fmt::format("expected a list of documents, got {}", json_excerpt(s)));
+    for (size_t i = 0; i < s.size(); ++i) expect_object(s[i], fw.key("samples").index(i));
+    t.fewshot_samples = s;
+  }
+  for (const char* k : {"doc_to_text", "doc_to_target", "target_delimiter", "fewshot_delimiter"})
+    if (f.contains(k)) expect_string(f[k], fw.key(k));
+  if (f.contains("doc_to_text")) t.fewshot_doc_to_text = f["doc_to_text"].get<std::string>();
+  if (f.contains("doc_to_target")) t.fewshot_doc_to_target = f["doc_to_target"].get<std::string>();
+  if (f.contains("doc_to_choice")) {
+    const json& c = f["doc_to_choice"];
+    if (c.is_array()) {
+      for (size_t i = 0; i < c.size(); ++i) expect_string(c[i], fw.key("doc_to_choice").index(i));
+    } else {
+      expect_string(c, fw.key("doc_to_choice"));
+    }
+    t.fewshot_doc_to_choice = c;
+  }
+}
+
+/// metadata: only its numeric `version`.
+void parse_metadata(TaskSpec& t, const json& tj, const Where& w) {
+  if (!tj.contains("metadata") || tj["metadata"].is_null()) return;
+  const json& m = expect_object(tj["metadata"], w.key("metadata"));
+  check_keys(m, w.key("metadata"), {"version"});
+  if (m.contains("version")) {
+    if (!m["version"].is_number()) w.key("metadata").key("version").fail(fmt::format("expected a number, got {}", json_excerpt(m["version"])));
+    t.version = m["version"].get<double>();
+  }
+}
+
+/// One step {"function": ..., regex options} of a filter pipeline.
+FilterStep parse_filter_step(const json& step, const Where& sw) {
+  const json& st = expect_object(step, sw);
+  if (!st.contains("function")) sw.fail("missing required key 'function'");
+  FilterStep fs;
+  fs.function = expect_string(st["function"], sw.key("function"));
+  static const std::vector<std::string> fns = {"regex", "take_first", "lowercase", "uppercase", "remove_whitespace"};
+  if (std::find(fns.begin(), fns.end(), fs.function) == fns.end())
+    sw.key("function").fail(fmt::format("filter function \"{}\" is not supported (supported: regex, take_first, lowercase, "
+                                        "uppercase, remove_whitespace)", fs.function));
+  if (fs.function == "regex") {
+    check_keys(st, sw, {"function", "regex_pattern", "group_select", "fallback"});
+    if (st.contains("regex_pattern")) fs.regex_pattern = expect_string(st["regex_pattern"], sw.key("regex_pattern"));
+    if (st.contains("group_select")) fs.group_select = static_cast<int>(expect_int(st["group_select"], sw.key("group_select"), -1000, 1000));
+    if (st.contains("fallback")) fs.fallback = expect_string(st["fallback"], sw.key("fallback"));
+  } else {
+    check_keys(st, sw, {"function"});
+  }
+  return fs;
+}
+
+/// filter_list: named pipelines of filter steps (generate_until tasks only).
+void parse_filter_list(TaskSpec& t, const json& tj, const Where& w) {
+  if (!tj.contains("filter_list") || tj["filter_list"].is_null()) return;
+  Where lw = w.key("filter_list");
+  if (t.output_type != OutputType::GenerateUntil) lw.fail("only generate_until tasks take filters");
+  const json& fl = tj["filter_list"];
+  if (!fl.is_array() || fl.empty()) lw.fail(fmt::format("expected a non-empty list of filters, got {}", json_excerpt(fl)));
+  for (size_t i = 0; i < fl.size(); ++i) {
+    Where pw = lw.index(i);
+    const json& p = expect_object(fl[i], pw);
+    check_keys(p, pw, {"name", "filter"});
+    FilterPipeline fp;
+    if (!p.contains("name")) pw.fail("missing required key 'name'");
+    fp.name = expect_string(p["name"], pw.key("name"));
+    if (fp.name.empty() || fp.name.find_first_of(",|") != std::string::npos) pw.key("name").fail("must be non-empty, without ',' or '|'");
+    for (const auto& other : t.filter_list)
+      if (other.name == fp.name) pw.key("name").fail(fmt::format("duplicate filter name \"{}\"", fp.name));
+    if (!p.contains("filter") || !p["filter"].is_array() || p["filter"].empty()) pw.key("filter").fail("expected a non-empty list of steps");
+    for (size_t k = 0; k < p["filter"].size(); ++k) fp.steps.push_back(parse_filter_step(p["filter"][k], pw.key("filter").index(k)));
+    t.filter_list.push_back(std::move(fp));
+  }
+}
+
+/// fewshot_config, metadata, filter_list (lm-eval task keys).
 void parse_lm_eval_extras(TaskSpec& t, const json& tj, const Where& w) {
-  if (tj.contains("fewshot_config") && !tj["fewshot_config"].is_null()) {
-    Where fw = w.key("fewshot_config");
-    const json& f = expect_object(tj["fewshot_config"], fw);
-    // target_delimiter / fewshot_delimiter here are accepted and, as in lm-eval's ContextSampler
-    // (which takes both from the task), change nothing
-    check_keys(f, fw, {"sampler", "samples", "doc_to_text", "doc_to_target", "doc_to_choice", "target_delimiter",
-                       "fewshot_delimiter"});
-    if (f.contains("sampler")) {
-      t.fewshot_sampler = expect_string(f["sampler"], fw.key("sampler"));
-      if (t.fewshot_sampler != "default" && t.fewshot_sampler != "first_n")
-        fw.key("sampler").fail(fmt::format("unknown sampler \"{}\" (lm-eval's samplers: default, first_n)", t.fewshot_sampler));
-    }
-    if (f.contains("samples")) {
-      const json& s = f["samples"];
-      if (!s.is_array()) fw.key("samples").fail(fmt::format("expected a list of documents, got {}", json_excerpt(s)));
-      for (size_t i = 0; i < s.size(); ++i) expect_object(s[i], fw.key("samples").index(i));
-      t.fewshot_samples = s;
-    }
-    for (const char* k : {"doc_to_text", "doc_to_target", "target_delimiter", "fewshot_delimiter"})
-      if (f.contains(k)) expect_string(f[k], fw.key(k));
-    if (f.contains("doc_to_text")) t.fewshot_doc_to_text = f["doc_to_text"].get<std::string>();
-    if (f.contains("doc_to_target")) t.fewshot_doc_to_target = f["doc_to_target"].get<std::string>();
-    if (f.contains("doc_to_choice")) {
-      const json& c = f["doc_to_choice"];
-      if (c.is_array()) {
-        for (size_t i = 0; i < c.size(); ++i) expect_string(c[i], fw.key("doc_to_choice").index(i));
-      } else {
-        expect_string(c, fw.key("doc_to_choice"));
-      }
-      t.fewshot_doc_to_choice = c;
-    }
-  }
-  if (tj.contains("metadata") && !tj["metadata"].is_null()) {
-    const json& m = expect_object(tj["metadata"], w.key("metadata"));
-    check_keys(m, w.key("metadata"), {"version"});
-    if (m.contains("version")) {
-      if (!m["version"].is_number()) w.key("metadata").key("version").fail(fmt::format("expected a number, got {}", json_excerpt(m["version"])));
-      t.version = m["version"].get<double>();
-    }
-  }
-  if (tj.contains("filter_list") && !tj["filter_list"].is_null()) {
-    Where lw = w.key("filter_list");
-    if (t.output_type != OutputType::GenerateUntil) lw.fail("only generate_until tasks take filters");
-    const json& fl = tj["filter_list"];
-    if (!fl.is_array() || fl.empty()) lw.fail(fmt::format("expected a non-empty list of filters, got {}", json_excerpt(fl)));
-    for (size_t i = 0; i < fl.size(); ++i) {
-      Where pw = lw.index(i);
-      const json& p = expect_object(fl[i], pw);
-      check_keys(p, pw, {"name", "filter"});
-      FilterPipeline fp;
-      if (!p.contains("name")) pw.fail("missing required key 'name'");
-      fp.name = expect_string(p["name"], pw.key("name"));
-      if (fp.name.empty() || fp.name.find_first_of(",|") != std::string::npos) pw.key("name").fail("must be non-empty, without ',' or '|'");
-      for (const auto& other : t.filter_list)
-        if (other.name == fp.name) pw.key("name").fail(fmt::format("duplicate filter name \"{}\"", fp.name));
-      if (!p.contains("filter") || !p["filter"].is_array() || p["filter"].empty()) pw.key("filter").fail("expected a non-empty list of steps");
-      for (size_t k = 0; k < p["filter"].size(); ++k) {
-        Where sw = pw.key("filter").index(k);
-        const json& st = expect_object(p["filter"][k], sw);
-        if (!st.contains("function")) sw.fail("missing required key 'function'");
-        FilterStep fs;
-        fs.function = expect_string(st["function"], sw.key("function"));
-        static const std::vector<std::string> fns = {"regex", "take_first", "lowercase", "uppercase", "remove_whitespace"};
-        if (std::find(fns.begin(), fns.end(), fs.function) == fns.end())
-          sw.key("function").fail(fmt::format("filter function \"{}\" is not supported (supported: regex, take_first, lowercase, "
-                                              "uppercase, remove_whitespace)", fs.function));
-        if (fs.function == "regex") {
-          check_keys(st, sw, {"function", "regex_pattern", "group_select", "fallback"});
-          if (st.contains("regex_pattern")) fs.regex_pattern = expect_string(st["regex_pattern"], sw.key("regex_pattern"));
-          if (st.contains("group_select")) fs.group_select = static_cast<int>(expect_int(st["group_select"], sw.key("group_select"), -1000, 1000));
-          if (st.contains("fallback")) fs.fallback = expect_string(st["fallback"], sw.key("fallback"));
-        } else {
-          check_keys(st, sw, {"function"});
-        }
-        fp.steps.push_back(fs);
-      }
-      t.filter_list.push_back(std::move(fp));
-    }
-  }
+  parse_fewshot_config(t, tj, w);
+  parse_metadata(t, tj, w);
+  parse_filter_list(t, tj, w);
 }
 
 /// `rolling_method` ("lm-eval" default, "llama.cpp") and `context_length`
@@ -211,16 +225,8 @@ void parse_rolling_method(const json& tj, const Where& w, TaskSpec& t) {
   }
 }
 
-TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec,
-                    std::optional<bool> fewshot_same_split) {
-  expect_object(tj, w);
-  static const std::vector<std::string> keys = {
-      "name", "output_type", "dataset_path", "docs", "doc_to_text", "doc_to_target", "doc_to_choice",
-      "target_delimiter", "description", "generation_kwargs", "metric_list", "num_fewshot", "fewshot_split",
-      "fewshot_delimiter", "fewshot_config", "filter_list", "metadata", "limit", "rolling_method", "context_length",
-      "gen_prefix", "task_alias"};
-  check_keys(tj, w, keys);
-  TaskSpec t;
+/// `name` (required, printable, without '|') and the optional `task_alias`.
+void parse_task_name(const json& tj, const Where& w, TaskSpec& t) {
   if (!tj.contains("name")) w.fail("missing required key 'name'");
   t.name = expect_string(tj["name"], w.key("name"));
   if (t.name.empty()) w.key("name").fail("must not be empty");
@@ -234,23 +240,28 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
       if (c < 0x20 || c == 0x7F || c == '|')
         w.key("task_alias").fail("contains '|' or a control byte (an alias heads table rows)");
   }
+}
+
+/// The required `output_type`, one of lm-eval's four (a close misspelling is named).
+OutputType parse_output_type(const json& tj, const Where& w) {
   if (!tj.contains("output_type"))
     w.fail("missing required key 'output_type' (one of loglikelihood, multiple_choice, loglikelihood_rolling, generate_until)");
-  {
-    std::string ot = expect_string(tj["output_type"], w.key("output_type"));
-    std::vector<std::string> names;
-    bool found = false;
-    for (OutputType o : {OutputType::Loglikelihood, OutputType::MultipleChoice, OutputType::LoglikelihoodRolling,
-                         OutputType::GenerateUntil}) {
-      names.push_back(to_string(o));
-      if (ot == to_string(o)) t.output_type = o, found = true;
-    }
-    if (!found) {
-      std::string hint = closest(ot, names);
-      w.key("output_type").fail(fmt::format("unknown output_type \"{}\"{}; expected one of loglikelihood, multiple_choice, loglikelihood_rolling, generate_until",
-                                            ot, hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
-    }
+  std::string ot = expect_string(tj["output_type"], w.key("output_type"));
+  std::vector<std::string> names;
+  for (OutputType o : {OutputType::Loglikelihood, OutputType::MultipleChoice, OutputType::LoglikelihoodRolling,
+                       OutputType::GenerateUntil}) {
+    names.push_back(to_string(o));
+    if (ot == to_string(o)) return o;
   }
+  std::string hint = closest(ot, names);
+  w.key("output_type").fail(fmt::format("unknown output_type \"{}\"{}; expected one of loglikelihood, multiple_choice, loglikelihood_rolling, generate_until",
+                                        ot, hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
+}
+
+/// The prompt mappings and delimiters (doc_to_text, doc_to_target,
+/// doc_to_choice, target_delimiter, description, fewshot_delimiter,
+/// gen_prefix), `limit` and `num_fewshot`.
+void parse_prompt_fields(const json& tj, const Where& w, TaskSpec& t) {
   auto opt_string = [&](const char* k, std::string& dst) {
     if (tj.contains(k)) dst = expect_string(tj[k], w.key(k));
   };
@@ -273,16 +284,10 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
   if (tj.contains("limit")) t.limit = static_cast<int>(expect_int(tj["limit"], w.key("limit"), 0, 1 << 30));
   if (tj.contains("num_fewshot") && !tj["num_fewshot"].is_null())
     t.num_fewshot = static_cast<int>(expect_int(tj["num_fewshot"], w.key("num_fewshot"), 0, 1 << 20));
-  parse_lm_eval_extras(t, tj, w);
-  if (tj.contains("fewshot_split")) {
-    std::string p = expect_path(tj["fewshot_split"], w.key("fewshot_split"));
-    t.fewshot_split = resolve_path(base_dir, p);
-  }
-  parse_rolling_method(tj, w, t);
-  if (t.context_length > 0 && spec.max_length && t.context_length > *spec.max_length)
-    w.key("context_length").fail(fmt::format("{} tokens per chunk do not fit max_length {}", t.context_length, *spec.max_length));
+}
 
-  // required mappings per output type
+/// The mappings each output type requires; doc_to_choice only on multiple_choice.
+void check_required_mappings(const json& tj, const Where& w, const TaskSpec& t) {
   switch (t.output_type) {
     case OutputType::Loglikelihood:
       if (!tj.contains("doc_to_text")) w.fail("loglikelihood task needs 'doc_to_text' (the context)");
@@ -304,27 +309,34 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
   }
   if (!t.doc_to_choice.is_null() && t.output_type != OutputType::MultipleChoice)
     w.key("doc_to_choice").fail(fmt::format("only multiple_choice tasks take choices (this task is {})", to_string(t.output_type)));
+}
 
+/// generation_kwargs.until: one stop string or a list of them, none empty.
+void parse_until(const json& u, const Where& uw, std::vector<std::string>& until) {
+  if (u.is_string()) {
+    if (u.get<std::string>().empty()) uw.fail("empty stop string");
+    until.push_back(u.get<std::string>());
+    return;
+  }
+  if (!u.is_array()) uw.fail(fmt::format("expected a list of strings, got {}", json_excerpt(u)));
+  for (size_t i = 0; i < u.size(); ++i) {
+    std::string s = expect_string(u[i], uw.index(i));
+    if (s.empty()) uw.index(i).fail("empty stop string");
+    until.push_back(s);
+  }
+}
+
+/// generation_kwargs (generate_until tasks only): until, max_gen_toks (fits
+/// max_length), greedy do_sample/temperature. Without `until` a generate_until
+/// task stops at its fewshot_delimiter (lm-eval, lm_eval/config/task.py).
+void parse_generation_kwargs(const json& tj, const Where& w, const EvalSpec& spec, TaskSpec& t) {
   bool given_until = false;
   if (tj.contains("generation_kwargs")) {
     Where gw = w.key("generation_kwargs");
     if (t.output_type != OutputType::GenerateUntil) gw.fail("only generate_until tasks take generation_kwargs");
     const json& g = expect_object(tj["generation_kwargs"], gw);
     check_keys(g, gw, {"until", "max_gen_toks", "do_sample", "temperature"});
-    if (g.contains("until")) {
-      const json& u = g["until"];
-      if (u.is_string()) {
-        if (u.get<std::string>().empty()) gw.key("until").fail("empty stop string");
-        t.generation_kwargs.until.push_back(u.get<std::string>());
-      } else {
-        if (!u.is_array()) gw.key("until").fail(fmt::format("expected a list of strings, got {}", json_excerpt(u)));
-        for (size_t i = 0; i < u.size(); ++i) {
-          std::string s = expect_string(u[i], gw.key("until").index(i));
-          if (s.empty()) gw.key("until").index(i).fail("empty stop string");
-          t.generation_kwargs.until.push_back(s);
-        }
-      }
-    }
+    if (g.contains("until")) parse_until(g["until"], gw.key("until"), t.generation_kwargs.until);
     if (g.contains("max_gen_toks")) {
       int64_t hi = spec.max_length ? *spec.max_length - 1 : (1 << 24);
       const json& m = g["max_gen_toks"];
@@ -345,43 +357,72 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
   }
   // lm-eval (lm_eval/config/task.py): a generate_until task without `until` stops at its fewshot_delimiter
   if (t.output_type == OutputType::GenerateUntil && !given_until) t.generation_kwargs.until = {t.fewshot_delimiter};
+}
 
-  if (tj.contains("metric_list")) {
-    Where mw = w.key("metric_list");
-    const json& ml = tj["metric_list"];
-    if (!ml.is_array()) mw.fail(fmt::format("expected a list, got {}", json_excerpt(ml)));
-    std::vector<std::string> allowed = metrics_for(t.output_type);
-    if (t.rolling_method == RollingMethod::LlamaCpp) allowed.push_back(kPerplexityLlamaCpp);
-    for (size_t i = 0; i < ml.size(); ++i) {
-      Where iw = mw.index(i);
-      std::string name;
-      if (ml[i].is_object()) {
-        check_keys(ml[i], iw, {"metric", "aggregation", "higher_is_better", "ignore_case", "ignore_punctuation", "regexes_to_ignore"});
-        if (!ml[i].contains("metric")) iw.fail("missing required key 'metric'");
-        name = expect_string(ml[i]["metric"], iw.key("metric"));
-        parse_metric_options(t, name, ml[i], iw);
-        iw = iw.key("metric");
-      } else {
-        name = expect_string(ml[i], iw);
-      }
-      if (name == kPerplexityLlamaCpp && t.rolling_method != RollingMethod::LlamaCpp)
-        iw.fail(fmt::format("metric \"{}\" needs \"rolling_method\": \"llama.cpp\" and \"context_length\" "
-                            "on a loglikelihood_rolling task", name));
-      if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
-        std::string list;
-        for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-        std::string hint = closest(name, allowed);
-        iw.fail(fmt::format("metric \"{}\" is not available for {}{}; available: {}", name, to_string(t.output_type),
-                            hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint), list));
-      }
-      if (std::find(t.metric_list.begin(), t.metric_list.end(), name) == t.metric_list.end()) t.metric_list.push_back(name);
-    }
-    if (t.metric_list.empty()) mw.fail("empty metric list");
-  } else {
+/// metric_list: metric names or objects with options, each available for the
+/// output type (duplicates kept once); without it, the type's default metrics.
+void parse_metric_list(const json& tj, const Where& w, TaskSpec& t) {
+  if (!tj.contains("metric_list")) {
     t.metric_list = default_metrics_for(t.output_type);
     if (t.rolling_method == RollingMethod::LlamaCpp) t.metric_list.push_back(kPerplexityLlamaCpp);
+    return;
   }
+  Where mw = w.key("metric_list");
+  const json& ml = tj["metric_list"];
+  if (!ml.is_array()) mw.fail(fmt::format("expected a list, got {}", json_excerpt(ml)));
+  std::vector<std::string> allowed = metrics_for(t.output_type);
+  if (t.rolling_method == RollingMethod::LlamaCpp) allowed.push_back(kPerplexityLlamaCpp);
+  for (size_t i = 0; i < ml.size(); ++i) {
+    Where iw = mw.index(i);
+    std::string name;
+    if (ml[i].is_object()) {
+      check_keys(ml[i], iw, {"metric", "aggregation", "higher_is_better", "ignore_case", "ignore_punctuation", "regexes_to_ignore"});
+      if (!ml[i].contains("metric")) iw.fail("missing required key 'metric'");
+      name = expect_string(ml[i]["metric"], iw.key("metric"));
+      parse_metric_options(t, name, ml[i], iw);
+      iw = iw.key("metric");
+    } else {
+      name = expect_string(ml[i], iw);
+    }
+    if (name == kPerplexityLlamaCpp && t.rolling_method != RollingMethod::LlamaCpp)
+      iw.fail(fmt::format("metric \"{}\" needs \"rolling_method\": \"llama.cpp\" and \"context_length\" "
+                          "on a loglikelihood_rolling task", name));
+    if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      std::string hint = closest(name, allowed);
+      iw.fail(fmt::format("metric \"{}\" is not available for {}{}; available: {}", name, to_string(t.output_type),
+                          hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint), list));
+    }
+    if (std::find(t.metric_list.begin(), t.metric_list.end(), name) == t.metric_list.end()) t.metric_list.push_back(name);
+  }
+  if (t.metric_list.empty()) mw.fail("empty metric list");
+}
 
+TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec,
+                    std::optional<bool> fewshot_same_split) {
+  expect_object(tj, w);
+  static const std::vector<std::string> keys = {
+      "name", "output_type", "dataset_path", "docs", "doc_to_text", "doc_to_target", "doc_to_choice",
+      "target_delimiter", "description", "generation_kwargs", "metric_list", "num_fewshot", "fewshot_split",
+      "fewshot_delimiter", "fewshot_config", "filter_list", "metadata", "limit", "rolling_method", "context_length",
+      "gen_prefix", "task_alias"};
+  check_keys(tj, w, keys);
+  TaskSpec t;
+  parse_task_name(tj, w, t);
+  t.output_type = parse_output_type(tj, w);
+  parse_prompt_fields(tj, w, t);
+  parse_lm_eval_extras(t, tj, w);
+  if (tj.contains("fewshot_split")) {
+    std::string p = expect_path(tj["fewshot_split"], w.key("fewshot_split"));
+    t.fewshot_split = resolve_path(base_dir, p);
+  }
+  parse_rolling_method(tj, w, t);
+  if (t.context_length > 0 && spec.max_length && t.context_length > *spec.max_length)
+    w.key("context_length").fail(fmt::format("{} tokens per chunk do not fit max_length {}", t.context_length, *spec.max_length));
+  check_required_mappings(tj, w, t);
+  parse_generation_kwargs(tj, w, spec, t);
+  parse_metric_list(tj, w, t);
   validate_filters(t, w.text());
   t.fewshot_same_split = fewshot_same_split;
   build_task_docs(t, tj, w, base_dir, spec);

@@ -214,6 +214,149 @@ std::vector<Generation> decode_loop(const Model& model, const std::vector<std::v
   return gens;
 }
 
+/// The longest prompt (at least 1); throws CacheError for a prompt longer than `capacity`.
+size_t longest_prompt(const std::vector<std::vector<int32_t>>& prompts, int capacity) {
+  size_t longest = 1;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (static_cast<int>(prompts[i].size()) > capacity)
+      throw CacheError(fmt::format("generate: prompt {} has {} tokens but the context holds {}; set up caches with "
+                                   "max_seq_len >= {}",
+                                   i, prompts[i].size(), capacity, prompts[i].size()));
+    longest = std::max(longest, prompts[i].size());
+  }
+  return longest;
+}
+
+/// One empty Generation per prompt, its ids (and log-probs) reserved for the
+/// most tokens it can produce: no reallocation while decoding.
+std::vector<Generation> new_generations(const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& opts,
+                                        int capacity) {
+  std::vector<Generation> gens(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    gens[i].prompt_tokens = static_cast<int>(prompts[i].size());
+    const size_t most = static_cast<size_t>(std::max(0, std::min(max_toks_for(opts, i), capacity - gens[i].prompt_tokens)));
+    gens[i].ids.reserve(most);
+    if (opts.logprobs) gens[i].logprobs.reserve(most);
+  }
+  return gens;
+}
+
+/// The cache rows of a cached greedy generation and the prompts they serve:
+/// each round takes a token for the rows with new logits, admits waiting
+/// prompts into free rows and runs one forward pass.
+class RowScheduler {
+ public:
+  RowScheduler(Context& ctx, const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& opts,
+               GenerateTiming* timing, std::vector<Generation>& gens, size_t longest)
+      : ctx_(ctx), prompts_(prompts), opts_(opts), timing_(timing), gens_(gens), tok_(ctx.model().tokenizer()),
+        capacity_(ctx.capacity()),
+        rows_(static_cast<int>(std::min(prompts.size(), static_cast<size_t>(ctx.cache_batch_size())))),
+        R_(static_cast<size_t>(rows_)), V_(static_cast<size_t>(ctx.model().hparams().n_vocab)),
+        slot_(R_, -1), fresh_(R_, 0), prefill_(R_, 0), logits_(R_ * V_), n_tokens_(R_, 0) {
+    tokens_.reserve(R_ * longest);
+  }
+
+  /// Rows serving a prompt.
+  int busy() const { return busy_; }
+
+  /// Chooses a token for every row whose logits are new; frees the rows that stop.
+  void take_tokens() {
+    for (size_t r = 0; r < R_; ++r) {
+      if (!fresh_[r]) continue;
+      fresh_[r] = 0;
+      const size_t i = static_cast<size_t>(slot_[r]);
+      if (take_token(tok_, opts_, i, std::span<const float>(logits_.data() + r * V_, V_), capacity_, gens_[i], timing_)) {
+        if (gens_[i].reason == StopReason::NonFinite) gens_[i].kv_f16_overflows = ctx_.kv_f16_overflows(static_cast<int>(r));
+        slot_[r] = -1;
+        --busy_;
+        finish(i);
+      }
+    }
+  }
+
+  /// Admits waiting prompts into the free rows (each row reset first); a
+  /// prompt with nothing to generate or no room finishes without a row.
+  void admit() {
+    for (size_t r = 0; r < R_; ++r) {
+      while (slot_[r] < 0 && next_ < prompts_.size()) {
+        const size_t i = next_++;
+        if (opts_.on_admit) opts_.on_admit(i);
+        if (max_toks_for(opts_, i) == 0) {
+          gens_[i].reason = StopReason::MaxTokens;
+          finish(i);
+        } else if (gens_[i].prompt_tokens >= capacity_) {
+          gens_[i].reason = StopReason::ContextFull;
+          finish(i);
+        } else {
+          ctx_.reset_cache_row(static_cast<int>(r));  // torchtune-style per-row reset: n_past(r) = 0
+          slot_[r] = static_cast<ptrdiff_t>(i);
+          prefill_[r] = 1;
+          ++busy_;
+        }
+      }
+    }
+  }
+
+  /// One forward pass: new rows take their prompt, the others their last
+  /// token. Returns the prompt tokens' share of its seconds.
+  double forward_pass() {
+    int seq = 1;
+    for (size_t r = 0; r < R_; ++r)
+      if (prefill_[r]) seq = std::max(seq, gens_[static_cast<size_t>(slot_[r])].prompt_tokens);
+    tokens_.assign(R_ * static_cast<size_t>(seq), 0);
+    int64_t pt = 0, dt = 0;
+    for (size_t r = 0; r < R_; ++r) {
+      n_tokens_[r] = 0;
+      if (slot_[r] < 0) continue;
+      const size_t i = static_cast<size_t>(slot_[r]);
+      if (prefill_[r]) {
+        std::copy(prompts_[i].begin(), prompts_[i].end(), tokens_.begin() + static_cast<ptrdiff_t>(r * static_cast<size_t>(seq)));
+        n_tokens_[r] = gens_[i].prompt_tokens;
+        pt += n_tokens_[r];
+      } else {
+        tokens_[r * static_cast<size_t>(seq)] = gens_[i].ids.back();
+        n_tokens_[r] = 1;
+        ++dt;
+      }
+    }
+    Stopwatch pass;
+    ctx_.forward(tokens_, rows_, seq, n_tokens_, Context::Logits::Last, logits_);
+    const double prefill_s = pass.seconds() * static_cast<double>(pt) / static_cast<double>(pt + dt);
+    if (timing_) {
+      timing_->prefill_tokens += pt;
+      ++timing_->forward_passes;
+    }
+    for (size_t r = 0; r < R_; ++r) {
+      fresh_[r] = slot_[r] >= 0 ? 1 : 0;
+      prefill_[r] = 0;
+    }
+    return prefill_s;
+  }
+
+ private:
+  void finish(size_t i) {
+    if (opts_.on_finish) opts_.on_finish(i, gens_[i]);
+  }
+
+  Context& ctx_;
+  const std::vector<std::vector<int32_t>>& prompts_;
+  const GenerateOptions& opts_;
+  GenerateTiming* timing_;
+  std::vector<Generation>& gens_;
+  const Tokenizer& tok_;
+  const int capacity_, rows_;
+  const size_t R_, V_;
+  // Row state: the prompt it serves (-1: free), whether its logits hold an
+  // unconsumed next-token distribution, whether the next pass prefills it.
+  std::vector<ptrdiff_t> slot_;
+  std::vector<uint8_t> fresh_, prefill_;
+  std::vector<float> logits_;  ///< [rows, V]: each row's last-position logits
+  std::vector<int32_t> tokens_;
+  std::vector<int> n_tokens_;
+  size_t next_ = 0;  ///< first prompt not yet admitted
+  int busy_ = 0;
+};
+
 }  // namespace
 
 std::string kv_f16_overflow_note(uint64_t overflows) {
@@ -224,115 +367,24 @@ std::string kv_f16_overflow_note(uint64_t overflows) {
 
 std::vector<Generation> generate_greedy(Context& ctx, const std::vector<std::vector<int32_t>>& prompts,
                                         const GenerateOptions& opts, GenerateTiming* timing) {
-  const Model& model = ctx.model();
   if (!ctx.caches_are_setup())
     throw CacheError("generate_greedy: KV caches are not set up; enter a KvCacheScope or call setup_caches first");
   if (!ctx.caches_are_enabled())
     throw CacheError("generate_greedy: KV caches are disabled; leave the KvCacheDisabled scope first");
   check_prompts(prompts, opts);
-  const size_t n = prompts.size();
   const int capacity = ctx.capacity();
-  size_t longest = 1;
-  for (size_t i = 0; i < n; ++i) {
-    if (static_cast<int>(prompts[i].size()) > capacity)
-      throw CacheError(fmt::format("generate: prompt {} has {} tokens but the context holds {}; set up caches with "
-                                   "max_seq_len >= {}",
-                                   i, prompts[i].size(), capacity, prompts[i].size()));
-    longest = std::max(longest, prompts[i].size());
-  }
-  std::vector<Generation> gens(n);
-  for (size_t i = 0; i < n; ++i) {  // no reallocation while decoding
-    gens[i].prompt_tokens = static_cast<int>(prompts[i].size());
-    const size_t most = static_cast<size_t>(std::max(0, std::min(max_toks_for(opts, i), capacity - gens[i].prompt_tokens)));
-    gens[i].ids.reserve(most);
-    if (opts.logprobs) gens[i].logprobs.reserve(most);
-  }
-  if (n == 0) return gens;
-  const int rows = static_cast<int>(std::min(n, static_cast<size_t>(ctx.cache_batch_size())));
-  const size_t R = static_cast<size_t>(rows), V = static_cast<size_t>(model.hparams().n_vocab);
-  const Tokenizer& tok = model.tokenizer();
-  // Row state: the prompt it serves (-1: free), whether its logits hold an
-  // unconsumed next-token distribution, whether the next pass prefills it.
-  std::vector<ptrdiff_t> slot(R, -1);
-  std::vector<uint8_t> fresh(R, 0), prefill(R, 0);
-  std::vector<float> logits(R * V);
-  std::vector<int32_t> tokens;
-  tokens.reserve(R * longest);
-  std::vector<int> n_tokens(R, 0);
-  size_t next = 0;  // first prompt not yet admitted
-  int busy = 0;
-  auto finish = [&](size_t i) {
-    if (opts.on_finish) opts.on_finish(i, gens[i]);
-  };
+  const size_t longest = longest_prompt(prompts, capacity);
+  std::vector<Generation> gens = new_generations(prompts, opts, capacity);
+  if (prompts.empty()) return gens;
+  RowScheduler rows(ctx, prompts, opts, timing, gens, longest);
   Stopwatch total;
   double prefill_s = 0;
   while (true) {
-    // 1. Choose a token for every row whose logits are new; free the rows that stop.
-    for (size_t r = 0; r < R; ++r) {
-      if (!fresh[r]) continue;
-      fresh[r] = 0;
-      const size_t i = static_cast<size_t>(slot[r]);
-      if (take_token(tok, opts, i, std::span<const float>(logits.data() + r * V, V), capacity, gens[i], timing)) {
-        if (gens[i].reason == StopReason::NonFinite) gens[i].kv_f16_overflows = ctx.kv_f16_overflows(static_cast<int>(r));
-        slot[r] = -1;
-        --busy;
-        finish(i);
-      }
-    }
-    // 2. Admit waiting prompts into free rows: any free row (dynamic), or all
-    //    rows once the whole group has ended (static).
-    if (opts.batching == Batching::Dynamic || busy == 0) {
-      for (size_t r = 0; r < R; ++r) {
-        while (slot[r] < 0 && next < n) {
-          const size_t i = next++;
-          if (opts.on_admit) opts.on_admit(i);
-          if (max_toks_for(opts, i) == 0) {
-            gens[i].reason = StopReason::MaxTokens;
-            finish(i);
-          } else if (gens[i].prompt_tokens >= capacity) {
-            gens[i].reason = StopReason::ContextFull;
-            finish(i);
-          } else {
-            ctx.reset_cache_row(static_cast<int>(r));  // torchtune-style per-row reset: n_past(r) = 0
-            slot[r] = static_cast<ptrdiff_t>(i);
-            prefill[r] = 1;
-            ++busy;
-          }
-        }
-      }
-    }
-    if (busy == 0) break;  // every row free and nothing waiting
-    // 3. One forward pass: new rows take their prompt, the others their last token.
-    int seq = 1;
-    for (size_t r = 0; r < R; ++r)
-      if (prefill[r]) seq = std::max(seq, gens[static_cast<size_t>(slot[r])].prompt_tokens);
-    tokens.assign(R * static_cast<size_t>(seq), 0);
-    int64_t pt = 0, dt = 0;
-    for (size_t r = 0; r < R; ++r) {
-      n_tokens[r] = 0;
-      if (slot[r] < 0) continue;
-      const size_t i = static_cast<size_t>(slot[r]);
-      if (prefill[r]) {
-        std::copy(prompts[i].begin(), prompts[i].end(), tokens.begin() + static_cast<ptrdiff_t>(r * static_cast<size_t>(seq)));
-        n_tokens[r] = gens[i].prompt_tokens;
-        pt += n_tokens[r];
-      } else {
-        tokens[r * static_cast<size_t>(seq)] = gens[i].ids.back();
-        n_tokens[r] = 1;
-        ++dt;
-      }
-    }
-    Stopwatch pass;
-    ctx.forward(tokens, rows, seq, n_tokens, Context::Logits::Last, logits);
-    prefill_s += pass.seconds() * static_cast<double>(pt) / static_cast<double>(pt + dt);
-    if (timing) {
-      timing->prefill_tokens += pt;
-      ++timing->forward_passes;
-    }
-    for (size_t r = 0; r < R; ++r) {
-      fresh[r] = slot[r] >= 0 ? 1 : 0;
-      prefill[r] = 0;
-    }
+    rows.take_tokens();
+    // any free row (dynamic), or all rows once the whole group has ended (static)
+    if (opts.batching == Batching::Dynamic || rows.busy() == 0) rows.admit();
+    if (rows.busy() == 0) break;  // every row free and nothing waiting
+    prefill_s += rows.forward_pass();
   }
   if (timing) {
     const double all = total.seconds();

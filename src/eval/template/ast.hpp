@@ -26,6 +26,10 @@ struct Token {
 /// most source.size(), since tokens are positioned in one forward pass.
 std::vector<Token> lex(const std::string& source, uint64_t* chars_scanned = nullptr);
 
+/// A token as parser messages name it: "'{{'", "'name'", "a string",
+/// "number 3", "end of template", ...
+std::string describe(const Token& k);
+
 enum class ExprKind {
   Const, Name, List, Dict, Getattr, Getitem, Slice, Call, Filter, Test,
   Neg, Pos, Not, And, Or, Binary, Concat, Compare, CondExpr

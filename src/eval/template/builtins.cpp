@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <string_view>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -276,6 +278,129 @@ const char* kFilters =
     "join, int, float, length, count, trim, lower, upper, capitalize, replace, first, last, default, d, string, list, "
     "regex_replace";
 
+/// A filter of a defined value `v` (json `j`), called as `what` ("filter 'name'").
+using FilterFn = Value (*)(const std::string& what, const Value& v, const json& j, const std::vector<Value>& args);
+
+Value filter_join(const std::string& what, const Value& v, const json&, const std::vector<Value>& args) {
+  arity(what, args, 0, 1);
+  std::string sep = args.empty() ? "" : py_str(args[0].get());
+  std::string out;
+  size_t k = 0;
+  for (const auto& e : iterate(v)) {
+    if (k++) out += sep;
+    out += py_str(e);
+    check_size(out.size(), "the join filter's result");
+  }
+  return out;
+}
+
+Value filter_int(const std::string& what, const Value&, const json& j, const std::vector<Value>& args) {
+  arity(what, args, 0, 2);
+  if (args.size() > 1 && int_arg(what, args[1]) != 10) fail("filter 'int': only base 10 is supported");
+  json dflt = args.empty() ? json(0) : args[0].get();
+  if (auto i = as_int(j)) return *i;
+  if (j.is_number_float()) return std::isnan(j.get<double>()) ? dflt : json(float_to_int(j.get<double>()));
+  if (j.is_string()) {
+    if (auto i = parse_py_int(j.get<std::string>())) return *i;
+    if (auto d = parse_py_float(j.get<std::string>())) return std::isnan(*d) ? dflt : json(float_to_int(*d));
+  }
+  return dflt;
+}
+
+Value filter_float(const std::string& what, const Value&, const json& j, const std::vector<Value>& args) {
+  arity(what, args, 0, 1);
+  json dflt = args.empty() ? json(0.0) : args[0].get();
+  if (is_number(j)) return j.is_number_float() ? j.get<double>() : static_cast<double>(*as_int(j));
+  if (j.is_string())
+    if (auto d = parse_py_float(j.get<std::string>())) return *d;
+  return dflt;
+}
+
+/// length and count: len() of a str (code points), list or dict.
+Value filter_length(const std::string& what, const Value&, const json& j, const std::vector<Value>& args) {
+  arity(what, args, 0, 0);
+  if (j.is_string()) return static_cast<int64_t>(utf8_length(j.get_ref<const std::string&>()));
+  if (j.is_array() || j.is_object()) return static_cast<int64_t>(j.size());
+  fail(fmt::format("object of type '{}' has no len()", py_type(j)));
+}
+
+Value filter_trim(const std::string& what, const Value&, const json& j, const std::vector<Value>& args) {
+  arity(what, args, 0, 1);
+  std::u32string chars;
+  bool has = !args.empty() && !args[0].get().is_null();
+  if (has) chars = utf8_decode(str_arg(what, args[0]));
+  return py_strip(py_str(j), true, true, has ? &chars : nullptr);
+}
+
+Value filter_lower(const std::string& what, const Value&, const json& j, const std::vector<Value>& args) {
+  return arity(what, args, 0, 0), Value(py_lower(py_str(j)));
+}
+
+Value filter_upper(const std::string& what, const Value&, const json& j, const std::vector<Value>& args) {
+  return arity(what, args, 0, 0), Value(py_upper(py_str(j)));
+}
+
+/// Jinja's do_capitalize: soft_str(s).capitalize()
+Value filter_capitalize(const std::string& what, const Value&, const json& j, const std::vector<Value>& args) {
+  arity(what, args, 0, 0);
+  return py_capitalize(py_str(j));
+}
+
+Value filter_replace(const std::string& what, const Value&, const json& j, const std::vector<Value>& args) {
+  arity(what, args, 2, 3);
+  int64_t count = args.size() > 2 && !args[2].get().is_null() ? int_arg(what, args[2]) : -1;
+  return checked_replace(py_str(j), py_str(args[0].get()), py_str(args[1].get()), count);
+}
+
+/// lm-eval's own filter (lm_eval/utils.py regex_replace): re.sub(pattern, repl, s, count=count)
+Value filter_regex_replace(const std::string& what, const Value&, const json& j, const std::vector<Value>& args) {
+  arity(what, args, 2, 3);
+  int64_t count = args.size() > 2 ? int_arg(what, args[2]) : 0;
+  try {
+    std::string r = PyRegex(str_arg(what, args[0])).sub(py_str(j), str_arg(what, args[1]), count, kMaxTemplateValueSize);
+    check_size(r.size(), "the result of regex_replace");
+    return r;
+  } catch (const SpecError& e) {
+    fail(fmt::format("filter 'regex_replace': {}", e.what()));
+  }
+}
+
+/// first and last item (undefined, with Jinja's message, when there is none).
+Value filter_first_last(const std::string& what, const Value& v, const json&, const std::vector<Value>& args, bool first) {
+  arity(what, args, 0, 0);
+  std::vector<json> items = iterate(v);
+  if (items.empty()) return Value::undef(fmt::format("No {} item, sequence was empty.", first ? "first" : "last"));
+  return first ? items.front() : items.back();
+}
+
+Value filter_first(const std::string& what, const Value& v, const json& j, const std::vector<Value>& args) {
+  return filter_first_last(what, v, j, args, true);
+}
+
+Value filter_last(const std::string& what, const Value& v, const json& j, const std::vector<Value>& args) {
+  return filter_first_last(what, v, j, args, false);
+}
+
+Value filter_string(const std::string& what, const Value&, const json& j, const std::vector<Value>& args) {
+  return arity(what, args, 0, 0), Value(py_str(j));
+}
+
+Value filter_list(const std::string& what, const Value& v, const json&, const std::vector<Value>& args) {
+  arity(what, args, 0, 0);
+  json out = json::array();
+  for (auto& e : iterate(v)) out.push_back(std::move(e));
+  return out;
+}
+
+/// The filters of defined values by name ("default"/"d" take undefined values: apply_filter).
+const std::vector<std::pair<std::string_view, FilterFn>> kFilterTable = {
+    {"join", filter_join},       {"int", filter_int},         {"float", filter_float},
+    {"length", filter_length},   {"count", filter_length},    {"trim", filter_trim},
+    {"lower", filter_lower},     {"upper", filter_upper},     {"capitalize", filter_capitalize},
+    {"replace", filter_replace}, {"regex_replace", filter_regex_replace},
+    {"first", filter_first},     {"last", filter_last},       {"string", filter_string},
+    {"list", filter_list}};
+
 }  // namespace
 
 Value apply_filter(const std::string& name, const Value& v, const std::vector<Value>& args) {
@@ -287,88 +412,8 @@ Value apply_filter(const std::string& name, const Value& v, const std::vector<Va
     return v;
   }
   const json& j = v.get();
-  if (name == "join") {
-    arity(what, args, 0, 1);
-    std::string sep = args.empty() ? "" : py_str(args[0].get());
-    std::string out;
-    size_t k = 0;
-    for (const auto& e : iterate(v)) {
-      if (k++) out += sep;
-      out += py_str(e);
-      check_size(out.size(), "the join filter's result");
-    }
-    return out;
-  }
-  if (name == "int") {
-    arity(what, args, 0, 2);
-    if (args.size() > 1 && int_arg(what, args[1]) != 10) fail("filter 'int': only base 10 is supported");
-    json dflt = args.empty() ? json(0) : args[0].get();
-    if (auto i = as_int(j)) return *i;
-    if (j.is_number_float()) return std::isnan(j.get<double>()) ? dflt : json(float_to_int(j.get<double>()));
-    if (j.is_string()) {
-      if (auto i = parse_py_int(j.get<std::string>())) return *i;
-      if (auto d = parse_py_float(j.get<std::string>())) return std::isnan(*d) ? dflt : json(float_to_int(*d));
-    }
-    return dflt;
-  }
-  if (name == "float") {
-    arity(what, args, 0, 1);
-    json dflt = args.empty() ? json(0.0) : args[0].get();
-    if (is_number(j)) return j.is_number_float() ? j.get<double>() : static_cast<double>(*as_int(j));
-    if (j.is_string())
-      if (auto d = parse_py_float(j.get<std::string>())) return *d;
-    return dflt;
-  }
-  if (name == "length" || name == "count") {
-    arity(what, args, 0, 0);
-    if (j.is_string()) return static_cast<int64_t>(utf8_length(j.get_ref<const std::string&>()));
-    if (j.is_array() || j.is_object()) return static_cast<int64_t>(j.size());
-    fail(fmt::format("object of type '{}' has no len()", py_type(j)));
-  }
-  if (name == "trim") {
-    arity(what, args, 0, 1);
-    std::u32string chars;
-    bool has = !args.empty() && !args[0].get().is_null();
-    if (has) chars = utf8_decode(str_arg(what, args[0]));
-    return py_strip(py_str(j), true, true, has ? &chars : nullptr);
-  }
-  if (name == "lower") return arity(what, args, 0, 0), Value(py_lower(py_str(j)));
-  if (name == "upper") return arity(what, args, 0, 0), Value(py_upper(py_str(j)));
-  if (name == "capitalize") {
-    // Jinja's do_capitalize: soft_str(s).capitalize()
-    arity(what, args, 0, 0);
-    return py_capitalize(py_str(j));
-  }
-  if (name == "replace") {
-    arity(what, args, 2, 3);
-    int64_t count = args.size() > 2 && !args[2].get().is_null() ? int_arg(what, args[2]) : -1;
-    return checked_replace(py_str(j), py_str(args[0].get()), py_str(args[1].get()), count);
-  }
-  if (name == "regex_replace") {
-    // lm-eval's own filter (lm_eval/utils.py regex_replace): re.sub(pattern, repl, s, count=count)
-    arity(what, args, 2, 3);
-    int64_t count = args.size() > 2 ? int_arg(what, args[2]) : 0;
-    try {
-      std::string r = PyRegex(str_arg(what, args[0])).sub(py_str(j), str_arg(what, args[1]), count, kMaxTemplateValueSize);
-      check_size(r.size(), "the result of regex_replace");
-      return r;
-    } catch (const SpecError& e) {
-      fail(fmt::format("filter 'regex_replace': {}", e.what()));
-    }
-  }
-  if (name == "first" || name == "last") {
-    arity(what, args, 0, 0);
-    std::vector<json> items = iterate(v);
-    if (items.empty()) return Value::undef(fmt::format("No {} item, sequence was empty.", name));
-    return name == "first" ? items.front() : items.back();
-  }
-  if (name == "string") return arity(what, args, 0, 0), Value(py_str(j));
-  if (name == "list") {
-    arity(what, args, 0, 0);
-    json out = json::array();
-    for (auto& e : iterate(v)) out.push_back(std::move(e));
-    return out;
-  }
+  for (const auto& [filter, fn] : kFilterTable)
+    if (name == filter) return fn(what, v, j, args);
   fail(fmt::format("the filter '{}' is not supported (supported filters: {})", name, kFilters));
 }
 

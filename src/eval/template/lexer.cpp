@@ -335,4 +335,20 @@ std::vector<Token> lex(const std::string& source, uint64_t* chars_scanned) {
   return std::move(lx.out);
 }
 
+std::string describe(const Token& k) {
+  switch (k.kind) {
+    case TokKind::Data: return "template text";
+    case TokKind::VarBegin: return "'{{'";
+    case TokKind::VarEnd: return "'}}'";
+    case TokKind::BlockBegin: return "'{%'";
+    case TokKind::BlockEnd: return "'%}'";
+    case TokKind::Name: return fmt::format("'{}'", k.text);
+    case TokKind::String: return "a string";
+    case TokKind::Integer: case TokKind::Float: return fmt::format("number {}", k.text);
+    case TokKind::Op: return fmt::format("'{}'", k.text);
+    case TokKind::Eof: return "end of template";
+  }
+  return "?";
+}
+
 }  // namespace kveval::eval::tmpl

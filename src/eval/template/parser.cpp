@@ -74,21 +74,6 @@ struct Parser {
   const Token& peek(size_t k = 1) const { return t[std::min(i + k, t.size() - 1)]; }
   [[noreturn]] void fail(const Token& at, const std::string& msg) const { throw TemplateError(at.line, at.col, msg); }
 
-  static std::string describe(const Token& k) {
-    switch (k.kind) {
-      case TokKind::Data: return "template text";
-      case TokKind::VarBegin: return "'{{'";
-      case TokKind::VarEnd: return "'}}'";
-      case TokKind::BlockBegin: return "'{%'";
-      case TokKind::BlockEnd: return "'%}'";
-      case TokKind::Name: return fmt::format("'{}'", k.text);
-      case TokKind::String: return "a string";
-      case TokKind::Integer: case TokKind::Float: return fmt::format("number {}", k.text);
-      case TokKind::Op: return fmt::format("'{}'", k.text);
-      case TokKind::Eof: return "end of template";
-    }
-    return "?";
-  }
   bool is_op(const char* op) const { return cur().kind == TokKind::Op && cur().text == op; }
   bool is_name(const char* n) const { return cur().kind == TokKind::Name && cur().text == n; }
   bool skip_op(const char* op) {

@@ -187,33 +187,89 @@ json repeat(const json& seq, int64_t n) {
   return out;
 }
 
+[[noreturn]] void operand_type_error(const std::string& op, const json& a, const json& b) {
+  fail(fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, py_type(a), py_type(b)));
+}
+
+/// a + b: ints (overflow refused), numbers, str + str, list + list.
+json py_add(const json& a, const json& b) {
+  if (as_int(a).has_value() && as_int(b).has_value()) {
+    int64_t r = 0;
+    bool overflow = __builtin_add_overflow(*as_int(a), *as_int(b), &r);
+    return checked(overflow, r, "+");
+  }
+  if (is_number(a) && is_number(b)) return as_double(a) + as_double(b);
+  if (a.is_string() && b.is_string()) {
+    check_size(a.get_ref<const std::string&>().size() + b.get_ref<const std::string&>().size(), "the sum of two strings");
+    return a.get<std::string>() + b.get<std::string>();
+  }
+  if (a.is_array() && b.is_array()) {
+    check_size(a.size() + b.size(), "the sum of two lists");
+    json r = a;
+    for (const auto& e : b) r.push_back(e);
+    return r;
+  }
+  operand_type_error("+", a, b);
+}
+
+/// a * b: ints (overflow refused), numbers, a str or list repeated by an int.
+json py_mul(const json& a, const json& b) {
+  if (as_int(a).has_value() && as_int(b).has_value()) {
+    int64_t r = 0;
+    bool overflow = __builtin_mul_overflow(*as_int(a), *as_int(b), &r);
+    return checked(overflow, r, "*");
+  }
+  if (is_number(a) && is_number(b)) return as_double(a) * as_double(b);
+  if ((a.is_string() || a.is_array()) && as_int(b)) return repeat(a, *as_int(b));
+  if ((b.is_string() || b.is_array()) && as_int(a)) return repeat(b, *as_int(a));
+  operand_type_error("*", a, b);
+}
+
+/// a // b and a % b (`op`) with Python's floor semantics; no printf-style str %.
+json py_floordiv_mod(const std::string& op, const json& a, const json& b) {
+  if (a.is_string() && op == "%") fail("printf-style string formatting ('...' % x) is not supported");
+  if (!(is_number(a) && is_number(b))) operand_type_error(op, a, b);
+  if (as_int(a).has_value() && as_int(b).has_value()) {
+    int64_t x = *as_int(a), y = *as_int(b);
+    if (y == 0) fail(op == "//" ? "integer division by zero" : "integer modulo by zero");
+    if (x == std::numeric_limits<int64_t>::min() && y == -1) {  // -2^63 // -1 = 2^63 does not fit; the remainder is 0
+      if (op == "%") return int64_t{0};
+      fail("integer overflow in '//'");
+    }
+    int64_t q = x / y, r = x % y;
+    if (r != 0 && ((r < 0) != (y < 0))) --q, r += y;  // floor toward -inf, remainder with the divisor's sign
+    return op == "//" ? q : r;
+  }
+  auto [q, r] = float_divmod(as_double(a), as_double(b));
+  return op == "//" ? q : r;
+}
+
+/// a ** b: exact for an int base and non-negative int exponent (overflow refused), else pow().
+json py_pow(const json& a, const json& b) {
+  if (!(is_number(a) && is_number(b))) operand_type_error("**", a, b);
+  if (as_int(a).has_value() && as_int(b).has_value() && *as_int(b) >= 0) {
+    int64_t base = *as_int(a), e = *as_int(b), r = 1;
+    while (e > 0) {
+      if (e & 1) checked(__builtin_mul_overflow(r, base, &r), 0, "**");
+      e >>= 1;
+      if (e > 0) checked(__builtin_mul_overflow(base, base, &base), 0, "**");
+    }
+    return r;
+  }
+  double x = as_double(a), y = as_double(b);
+  if (x == 0.0 && y < 0) fail("0.0 cannot be raised to a negative power");
+  if (x < 0 && y != std::floor(y)) fail("a negative number raised to a fractional power is complex (not supported)");
+  double r = std::pow(x, y);
+  if (std::isinf(r) && std::isfinite(x) && std::isfinite(y)) fail("numerical result out of range in '**'");
+  return r;
+}
+
 }  // namespace
 
 json py_binary(const std::string& op, const json& a, const json& b) {
-  auto type_error = [&]() -> json {
-    fail(fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, py_type(a), py_type(b)));
-  };
-  bool ints = as_int(a).has_value() && as_int(b).has_value();
-  bool nums = is_number(a) && is_number(b);
-  if (op == "+") {
-    if (ints) {
-      int64_t r = 0;
-      bool overflow = __builtin_add_overflow(*as_int(a), *as_int(b), &r);
-      return checked(overflow, r, "+");
-    }
-    if (nums) return as_double(a) + as_double(b);
-    if (a.is_string() && b.is_string()) {
-      check_size(a.get_ref<const std::string&>().size() + b.get_ref<const std::string&>().size(), "the sum of two strings");
-      return a.get<std::string>() + b.get<std::string>();
-    }
-    if (a.is_array() && b.is_array()) {
-      check_size(a.size() + b.size(), "the sum of two lists");
-      json r = a;
-      for (const auto& e : b) r.push_back(e);
-      return r;
-    }
-    return type_error();
-  }
+  const bool ints = as_int(a).has_value() && as_int(b).has_value();
+  const bool nums = is_number(a) && is_number(b);
+  if (op == "+") return py_add(a, b);
   if (op == "-") {
     if (ints) {
       int64_t r = 0;
@@ -221,59 +277,16 @@ json py_binary(const std::string& op, const json& a, const json& b) {
       return checked(overflow, r, "-");
     }
     if (nums) return as_double(a) - as_double(b);
-    return type_error();
+    operand_type_error(op, a, b);
   }
-  if (op == "*") {
-    if (ints) {
-      int64_t r = 0;
-      bool overflow = __builtin_mul_overflow(*as_int(a), *as_int(b), &r);
-      return checked(overflow, r, "*");
-    }
-    if (nums) return as_double(a) * as_double(b);
-    if ((a.is_string() || a.is_array()) && as_int(b)) return repeat(a, *as_int(b));
-    if ((b.is_string() || b.is_array()) && as_int(a)) return repeat(b, *as_int(a));
-    return type_error();
-  }
+  if (op == "*") return py_mul(a, b);
   if (op == "/") {
-    if (!nums) return type_error();
+    if (!nums) operand_type_error(op, a, b);
     if (as_double(b) == 0.0) fail("division by zero");
     return as_double(a) / as_double(b);
   }
-  if (op == "//" || op == "%") {
-    if (a.is_string() && op == "%") fail("printf-style string formatting ('...' % x) is not supported");
-    if (!nums) return type_error();
-    if (ints) {
-      int64_t x = *as_int(a), y = *as_int(b);
-      if (y == 0) fail(op == "//" ? "integer division by zero" : "integer modulo by zero");
-      if (x == std::numeric_limits<int64_t>::min() && y == -1) {  // -2^63 // -1 = 2^63 does not fit; the remainder is 0
-        if (op == "%") return int64_t{0};
-        fail("integer overflow in '//'");
-      }
-      int64_t q = x / y, r = x % y;
-      if (r != 0 && ((r < 0) != (y < 0))) --q, r += y;  // floor toward -inf, remainder with the divisor's sign
-      return op == "//" ? q : r;
-    }
-    auto [q, r] = float_divmod(as_double(a), as_double(b));
-    return op == "//" ? q : r;
-  }
-  if (op == "**") {
-    if (!nums) return type_error();
-    if (ints && *as_int(b) >= 0) {
-      int64_t base = *as_int(a), e = *as_int(b), r = 1;
-      while (e > 0) {
-        if (e & 1) checked(__builtin_mul_overflow(r, base, &r), 0, "**");
-        e >>= 1;
-        if (e > 0) checked(__builtin_mul_overflow(base, base, &base), 0, "**");
-      }
-      return r;
-    }
-    double x = as_double(a), y = as_double(b);
-    if (x == 0.0 && y < 0) fail("0.0 cannot be raised to a negative power");
-    if (x < 0 && y != std::floor(y)) fail("a negative number raised to a fractional power is complex (not supported)");
-    double r = std::pow(x, y);
-    if (std::isinf(r) && std::isfinite(x) && std::isfinite(y)) fail("numerical result out of range in '**'");
-    return r;
-  }
+  if (op == "//" || op == "%") return py_floordiv_mod(op, a, b);
+  if (op == "**") return py_pow(a, b);
   fail(fmt::format("unknown operator '{}'", op));
 }
 
