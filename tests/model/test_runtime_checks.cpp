@@ -20,7 +20,7 @@
 #include "model/gguf.hpp"
 #include "model/model.hpp"
 #include "context_support.hpp"
-#include "model_variant.hpp"
+#include "gguf_copy.hpp"
 #include "test_support.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
