@@ -1,10 +1,12 @@
 #pragma once
-// Tests' handle on a loaded model with one Context over it (model, eval and cli tests).
+// Tests' handle on a loaded model with one Context over it (model, eval and cli
+// tests), and the real model's Context shared by a test binary's suites.
 #include <memory>
 #include <string>
 
 #include "model/context.hpp"
 #include "model/model.hpp"
+#include "test_support.hpp"
 
 namespace kveval::test {
 
@@ -24,6 +26,14 @@ inline LoadedContext load_context(const std::string& path, const ModelOptions& o
   l.owner = Model::load(path, opts);
   l.ctx = std::make_unique<Context>(*l.owner);
   return l;
+}
+
+/// The real model (test::model_path(), 2 threads), loaded once per process, and one
+/// Context over it. Only from test cases decorated with needs_model(); a case that
+/// sets up caches (KvCacheScope) releases them before it ends.
+inline Context& real_context() {
+  static const LoadedContext l = load_context(model_path(), {.threads = 2});
+  return *l;
 }
 
 }  // namespace kveval::test

@@ -17,13 +17,6 @@
 #include "bench/run.hpp"
 #include "cli_run.hpp"
 #include "model/random_model.hpp"
-#include "test_support.hpp"
-
-using kveval::test::quote;
-using kveval::test::Run;
-using kveval::test::run_kveval;
-using kveval::test::ScratchDir;
-using nlohmann::json;
 
 namespace {
 
@@ -75,7 +68,7 @@ TEST_SUITE("cli.bench_limits") {
   TEST_CASE("a short context skips gen-mixed, switch and ll with a warning; the other tests are still reported") {
     ScratchDir d("bench_limits");
     const std::string ctx8 = tiny_model(d, 8), ctx1 = tiny_model(d, 1), ctx33 = tiny_model(d, 33);
-    // was: tg measured, then "gen-mixed: 64 prompts, max_gen_toks up to 256, context 8 (need ...)", exit 2, nothing reported
+    // a context of 8: tg is measured and reported, gen-mixed skipped with a warning (not an error)
     Run r = run_kveval(d, "bench -m " + quote(ctx8) + " --tests tg,gen-mixed -n 2 --tg-prompt 1 -r 1 -t 1 -o csv");
     INFO(r.err);
     CHECK(r.code == 0);
@@ -90,7 +83,7 @@ TEST_SUITE("cli.bench_limits") {
     CHECK(ok.code == 0);
     CHECK(count(ok.out, "\ngen-mixed,") == 3);  // static, dynamic, speedup
 
-    // was: "synthetic_prompts: batch 4 x 0 tokens", exit 2
+    // a context of 1: switch alone is skipped with a warning and bench fails as having measured nothing
     Run sw = run_kveval(d, "bench -m " + quote(ctx1) + " --tests switch -r 1 -t 1");
     CHECK(sw.code == 2);
     CHECK(sw.out.empty());
@@ -99,7 +92,7 @@ TEST_SUITE("cli.bench_limits") {
     CHECK(sw.err.find("kveval: error: bench measured nothing (every selected test was skipped; the warnings above say "
                       "why)") != std::string::npos);
     CHECK(sw.err.find("synthetic_prompts") == std::string::npos);
-    // was: ll reported 64 requests with 0 tokens scored
+    // ll needs one scored token: skipped with a warning rather than reporting requests with 0 tokens scored
     Run mix = run_kveval(d, "bench -m " + quote(ctx1) + " --tests switch,ll,cache --cache-shapes 2x4 -r 1 -t 1 -o csv");
     INFO(mix.err);
     CHECK(mix.code == 0);
@@ -143,7 +136,7 @@ TEST_SUITE("cli.bench_limits") {
     const json docs = {{{"c", "the cat sat on the"}, {"x", "mat"}},
                        {{"c", "a b"}, {"x", "zebra quilt jumps over lazy dogs"}}};  // too long for 4 tokens
 
-    // was: "max abs dlogprob | 0 nats | 0 tokens", exit 0
+    // no document after limit 0: refused, not a row of 0 tokens
     const std::string none = d.file("limit0.json");
     write(none, ll_spec(docs, 64, 0));
     Run r0 = run_kveval(d, bench + quote(none));
@@ -151,7 +144,7 @@ TEST_SUITE("cli.bench_limits") {
     CHECK(r0.out.empty());
     CHECK(r0.err == "kveval: error: --spec " + none + ": no document to compare (every task has 0 documents after 'limit')\n");
 
-    // every request fails: refused, naming the spec (was: exit 0 with 0 tokens)
+    // every request fails: refused, naming the spec (no row of 0 tokens)
     const std::string all = d.file("all_fail.json");
     write(all, ll_spec(json::array({docs[1]}), 4));
     Run ra = run_kveval(d, bench + quote(all));
@@ -163,7 +156,7 @@ TEST_SUITE("cli.bench_limits") {
                       "requests failed (f32 run: 1, q8_0 run: 1; first: ") != std::string::npos);
     CHECK(ra.err.find("continuation of ") != std::string::npos);
 
-    // one of two fails: measured, with a warning giving the count (was: exit 0, no warning)
+    // one of two fails: measured, with a warning giving the count
     const std::string part = d.file("part_fail.json");
     write(part, ll_spec(docs, 4));
     Run rp = run_kveval(d, bench + quote(part) + " -o json");

@@ -21,6 +21,24 @@ struct TempDir : ScratchDir {
   }
 };
 
+/// A loglikelihood task "t" reading data.jsonl next to the spec (context "q", target "a").
+inline constexpr const char* kTask =
+    R"({"name": "t", "output_type": "loglikelihood", "dataset_path": "data.jsonl", "doc_to_text": "q", "doc_to_target": "a"})";
+
+/// The head of an lm-eval YAML task "t": generate_until over a json dataset, "Q: {{q}}\nA:" with target a,
+/// until a newline (the caller appends dataset_kwargs, splits and few-shot keys).
+inline constexpr const char* kYamlTaskHead = R"(task: t
+output_type: generate_until
+dataset_path: json
+doc_to_text: "Q: {{q}}\nA:"
+doc_to_target: a
+generation_kwargs:
+  until: ["\n"]
+)";
+
+/// tests/data/task_tree: an lm-eval style tree of task YAMLs, groups and tags.
+inline std::string task_tree() { return source_dir() + "/tests/data/task_tree"; }
+
 /// A `generate_until` task (inline docs, field "p") of one document per
 /// prompt, stopping at `until` or after `max_gen_toks` tokens.
 inline nlohmann::json gen_task(const std::string& name, const std::vector<std::string>& prompts, int max_gen_toks,

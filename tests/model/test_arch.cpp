@@ -1,7 +1,7 @@
 // Architectures (llama with Llama 3.1 / linear rope scaling, qwen2, qwen3):
 // random models written by write_random_model, their forward pass (every
-// position's logits) against a naive double-precision reference written here
-// from the GGUF weights and llama.cpp's / Hugging Face's definitions, cached vs
+// position's logits) against the naive double-precision reference of
+// reference_forward.hpp (llama.cpp's / Hugging Face's definitions), cached vs
 // uncached greedy generation, and negative controls showing that each feature
 // (rope layout, biases, Q/K norms, frequency factors, linear scaling) changes
 // the logits by far more than the tolerance (so the comparison can fail).
@@ -19,11 +19,14 @@
 #include "model/model.hpp"
 #include "context_support.hpp"
 #include "model/random_model.hpp"
+#include "model/reference_forward.hpp"
 #include "model/tokenizer.hpp"
 #include "test_support.hpp"
 #include "util/error.hpp"
 
 using namespace kveval;
+using test::Ablation;
+using test::ReferenceModel;
 namespace fs = std::filesystem;
 
 namespace {
@@ -32,188 +35,6 @@ fs::path arch_dir() {
   static const test::ScratchDir dir("arch");
   return dir.path;
 }
-
-// ---- the reference ---------------------------------------------------------
-
-/// Features the reference can leave out (negative controls).
-struct Ablation {
-  bool swap_rope_style = false;
-  bool no_bias = false;
-  bool no_qk_norm = false;
-  bool no_rope_factors = false;
-  bool no_linear_scale = false;
-};
-
-/// A GGUF model's weights in double, read with gguf::File only (no Model code).
-struct RefModel {
-  std::string arch;
-  int n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0, n_vocab = 0, n_rot = 0;
-  double eps = 0, base = 0, scale = 1;
-  bool neox = false;
-  std::vector<double> rope_factors;  // [n_rot/2] or empty
-  std::vector<double> tok_embd, output, output_norm;
-  struct Layer {
-    std::vector<double> attn_norm, wq, wk, wv, wo, bq, bk, bv, bo, q_norm, k_norm, ffn_norm, wg, wu, wd, bg, bu, bd;
-  };
-  std::vector<Layer> layers;
-
-  explicit RefModel(const std::string& path) {
-    gguf::File f(path);
-    arch = f.get_string("general.architecture");
-    // llama.cpp llama_model_rope_type: LLAMA is NORM; QWEN2, QWEN3 are NEOX.
-    neox = arch == "qwen2" || arch == "qwen3";
-    auto k = [&](const char* s) { return arch + "." + s; };
-    n_embd = static_cast<int>(f.get_uint(k("embedding_length")));
-    n_layer = static_cast<int>(f.get_uint(k("block_count")));
-    n_head = static_cast<int>(f.get_uint(k("attention.head_count")));
-    n_head_kv = static_cast<int>(f.get_uint(k("attention.head_count_kv")));
-    head_dim = static_cast<int>(f.get_uint_or(k("attention.key_length"), static_cast<uint64_t>(n_embd / n_head)));
-    n_rot = static_cast<int>(f.get_uint_or(k("rope.dimension_count"), static_cast<uint64_t>(head_dim)));
-    n_ff = static_cast<int>(f.get_uint(k("feed_forward_length")));
-    eps = f.get_float(k("attention.layer_norm_rms_epsilon"));
-    base = f.get_float_or(k("rope.freq_base"), 10000.0);
-    if (f.get_string_or(k("rope.scaling.type"), "linear") == "linear") {
-      const double factor = f.get_float_or(k("rope.scaling.factor"), 0.0);
-      scale = factor > 0 ? 1.0 / factor : 1.0;
-    }
-    auto get = [&](const std::string& name, std::vector<uint64_t> dims) {
-      const auto v = f.tensor_f32(name, dims);
-      return std::vector<double>(v.begin(), v.end());
-    };
-    auto opt = [&](const std::string& name, std::vector<uint64_t> dims) {
-      return f.find_tensor(name) ? get(name, dims) : std::vector<double>{};
-    };
-    const uint64_t E = n_embd, Q = uint64_t(n_head) * head_dim, KV = uint64_t(n_head_kv) * head_dim, F = n_ff,
-                   HD = head_dim;
-    n_vocab = static_cast<int>(f.tensor("token_embd.weight").dims[1]);
-    const uint64_t V = n_vocab;
-    tok_embd = get("token_embd.weight", {E, V});
-    output = f.find_tensor("output.weight") ? get("output.weight", {E, V}) : tok_embd;
-    output_norm = get("output_norm.weight", {E});
-    rope_factors = opt("rope_freqs.weight", {uint64_t(n_rot / 2)});
-    for (int l = 0; l < n_layer; ++l) {
-      const std::string p = "blk." + std::to_string(l) + ".";
-      Layer L;
-      L.attn_norm = get(p + "attn_norm.weight", {E});
-      L.wq = get(p + "attn_q.weight", {E, Q});
-      L.wk = get(p + "attn_k.weight", {E, KV});
-      L.wv = get(p + "attn_v.weight", {E, KV});
-      L.wo = get(p + "attn_output.weight", {Q, E});
-      L.bq = opt(p + "attn_q.bias", {Q});
-      L.bk = opt(p + "attn_k.bias", {KV});
-      L.bv = opt(p + "attn_v.bias", {KV});
-      L.bo = opt(p + "attn_output.bias", {E});
-      L.q_norm = opt(p + "attn_q_norm.weight", {HD});
-      L.k_norm = opt(p + "attn_k_norm.weight", {HD});
-      L.ffn_norm = get(p + "ffn_norm.weight", {E});
-      L.wg = get(p + "ffn_gate.weight", {E, F});
-      L.wu = get(p + "ffn_up.weight", {E, F});
-      L.wd = get(p + "ffn_down.weight", {F, E});
-      L.bg = opt(p + "ffn_gate.bias", {F});
-      L.bu = opt(p + "ffn_up.bias", {F});
-      L.bd = opt(p + "ffn_down.bias", {E});
-      layers.push_back(std::move(L));
-    }
-  }
-
-  // y[o] = sum_i W[o, i] x[i] (+ b[o]); W is GGUF {n_in, n_out}: n_out rows of n_in.
-  static std::vector<double> linear(const std::vector<double>& W, const std::vector<double>& x,
-                                    const std::vector<double>& b, bool use_bias) {
-    const size_t n_in = x.size(), n_out = W.size() / n_in;
-    std::vector<double> y(n_out, 0.0);
-    for (size_t o = 0; o < n_out; ++o) {
-      double s = 0;
-      for (size_t i = 0; i < n_in; ++i) s += W[o * n_in + i] * x[i];
-      y[o] = s + (use_bias && !b.empty() ? b[o] : 0.0);
-    }
-    return y;
-  }
-  // RMSNorm of x[off, off + n) in place, times w (Zhang & Sennrich 2019).
-  void rmsnorm(std::vector<double>& x, size_t off, size_t n, const std::vector<double>& w) const {
-    double ss = 0;
-    for (size_t i = 0; i < n; ++i) ss += x[off + i] * x[off + i];
-    const double s = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
-    for (size_t i = 0; i < n; ++i) x[off + i] = x[off + i] * s * w[i];
-  }
-  // RoPE of one head at position pos: pair i rotated by pos * base^(-2i/n_rot) * scale / factor_i;
-  // NORM pairs (2i, 2i+1), NEOX pairs (i, i + n_rot/2) (ggml rope_norm / rope_neox).
-  void rope(double* v, int pos, const Ablation& ab) const {
-    const bool nx = neox != ab.swap_rope_style;
-    for (int i = 0; i < n_rot / 2; ++i) {
-      double th = pos * std::pow(base, -2.0 * i / n_rot);
-      if (!ab.no_linear_scale) th *= scale;
-      if (!rope_factors.empty() && !ab.no_rope_factors) th /= rope_factors[size_t(i)];
-      const int a = nx ? i : 2 * i, b = nx ? i + n_rot / 2 : 2 * i + 1;
-      const double x0 = v[a], x1 = v[b];
-      v[a] = x0 * std::cos(th) - x1 * std::sin(th);
-      v[b] = x0 * std::sin(th) + x1 * std::cos(th);
-    }
-  }
-
-  /// Logits [T, n_vocab] of the sequence `ids` at positions 0..T-1.
-  std::vector<double> logits(const std::vector<int32_t>& ids, const Ablation& ab = {}) const {
-    const size_t T = ids.size(), E = n_embd, HD = head_dim, Q = size_t(n_head) * HD, KV = size_t(n_head_kv) * HD;
-    std::vector<std::vector<double>> x(T);
-    for (size_t t = 0; t < T; ++t) x[t].assign(tok_embd.begin() + ids[t] * E, tok_embd.begin() + (ids[t] + 1) * E);
-    const bool bias = !ab.no_bias;
-    for (const Layer& L : layers) {
-      std::vector<std::vector<double>> q(T), k(T), v(T);
-      for (size_t t = 0; t < T; ++t) {
-        std::vector<double> h = x[t];
-        rmsnorm(h, 0, E, L.attn_norm);
-        q[t] = linear(L.wq, h, L.bq, bias);
-        k[t] = linear(L.wk, h, L.bk, bias);
-        v[t] = linear(L.wv, h, L.bv, bias);
-        for (int hh = 0; hh < n_head; ++hh) {
-          if (!L.q_norm.empty() && !ab.no_qk_norm) rmsnorm(q[t], hh * HD, HD, L.q_norm);
-          rope(q[t].data() + hh * HD, static_cast<int>(t), ab);
-        }
-        for (int hh = 0; hh < n_head_kv; ++hh) {
-          if (!L.k_norm.empty() && !ab.no_qk_norm) rmsnorm(k[t], hh * HD, HD, L.k_norm);
-          rope(k[t].data() + hh * HD, static_cast<int>(t), ab);
-        }
-      }
-      const int group = n_head / n_head_kv;
-      for (size_t t = 0; t < T; ++t) {
-        std::vector<double> att(Q, 0.0);
-        for (int hh = 0; hh < n_head; ++hh) {
-          const size_t kh = size_t(hh / group) * HD, qh = size_t(hh) * HD;
-          std::vector<double> s(t + 1);
-          double mx = -1e300;
-          for (size_t p = 0; p <= t; ++p) {
-            double d = 0;
-            for (size_t i = 0; i < HD; ++i) d += q[t][qh + i] * k[p][kh + i];
-            s[p] = d / std::sqrt(static_cast<double>(HD));
-            mx = std::max(mx, s[p]);
-          }
-          double z = 0;
-          for (auto& e : s) z += (e = std::exp(e - mx));
-          for (size_t p = 0; p <= t; ++p)
-            for (size_t i = 0; i < HD; ++i) att[qh + i] += s[p] / z * v[p][kh + i];
-        }
-        const auto o = linear(L.wo, att, L.bo, bias);
-        for (size_t i = 0; i < E; ++i) x[t][i] += o[i];
-        std::vector<double> h = x[t];
-        rmsnorm(h, 0, E, L.ffn_norm);
-        const auto g = linear(L.wg, h, L.bg, bias), u = linear(L.wu, h, L.bu, bias);
-        std::vector<double> a(g.size());
-        for (size_t i = 0; i < g.size(); ++i) a[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];  // SwiGLU
-        const auto d = linear(L.wd, a, L.bd, bias);
-        for (size_t i = 0; i < E; ++i) x[t][i] += d[i];
-      }
-      (void)KV;
-    }
-    std::vector<double> out;
-    out.reserve(T * size_t(n_vocab));
-    for (size_t t = 0; t < T; ++t) {
-      std::vector<double> h = x[t];
-      rmsnorm(h, 0, E, output_norm);
-      const auto y = linear(output, h, {}, false);
-      out.insert(out.end(), y.begin(), y.end());
-    }
-    return out;
-  }
-};
 
 double max_abs_diff(std::span<const float> a, const std::vector<double>& b) {
   REQUIRE(a.size() == b.size());
@@ -260,7 +81,7 @@ std::vector<int32_t> test_ids(const Context& m, size_t n) {
 
 /// Forward of `ids` (Logits::All) as row 1 of a padded batch of two (row 0
 /// holds a shorter sequence), compared with the reference; also row 0.
-double forward_error(Context& m, const RefModel& ref, const std::vector<int32_t>& ids) {
+double forward_error(Context& m, const ReferenceModel& ref, const std::vector<int32_t>& ids) {
   const int T = static_cast<int>(ids.size()), V = m.model().hparams().n_vocab, T0 = T / 2;
   std::vector<int32_t> toks(2 * size_t(T), 0);
   std::copy(ids.begin(), ids.begin() + T0, toks.begin());
@@ -268,7 +89,7 @@ double forward_error(Context& m, const RefModel& ref, const std::vector<int32_t>
   std::vector<int> n = {T0, T};
   std::vector<float> logits(2 * size_t(T) * V);
   m.forward(toks, 2, T, n, Context::Logits::All, logits);
-  const auto want = ref.logits(ids);
+  const auto want = ref.flat_logits(ids);
   const double e1 = max_abs_diff(std::span<const float>(logits).subspan(size_t(T) * V), want);
   const std::vector<double> want0(want.begin(), want.begin() + size_t(T0) * V);
   const double e0 = max_abs_diff(std::span<const float>(logits).first(size_t(T0) * V), want0);
@@ -299,13 +120,13 @@ void check_cached_equals_uncached(Context& m, const std::vector<int32_t>& ids) {
 }
 
 /// The negative controls: reference logits with `ab` differ from the engine by more than `min_diff`.
-void check_feature_matters(Context& m, const RefModel& ref, const std::vector<int32_t>& ids, const Ablation& ab,
+void check_feature_matters(Context& m, const ReferenceModel& ref, const std::vector<int32_t>& ids, const Ablation& ab,
                            const std::string& what, double min_diff = 1e-2) {
   const int T = static_cast<int>(ids.size()), V = m.model().hparams().n_vocab;
   std::vector<float> logits(size_t(T) * V);
   std::vector<int> n = {T};
   m.forward(ids, 1, T, n, Context::Logits::All, logits);
-  const double d = max_abs_diff(logits, ref.logits(ids, ab));
+  const double d = max_abs_diff(logits, ref.flat_logits(ids, ab));
   CAPTURE(what);
   CAPTURE(d);
   CHECK(d > min_diff);
@@ -345,7 +166,7 @@ TEST_SUITE("model.arch") {
     CHECK(hp.rope_freq_factors);
     CHECK(hp.tied_output);
     CHECK(hp.head_dim() == 32);
-    const RefModel ref(p);
+    const ReferenceModel ref(p);
     const auto f = llama3_rope_factors(s.llama3, s.rope_freq_base, 32);
     CHECK(std::count(f.begin(), f.end(), 1.0f) >= 1);
     CHECK(std::count(f.begin(), f.end(), 8.0f) >= 1);
@@ -367,7 +188,7 @@ TEST_SUITE("model.arch") {
     CHECK(m->model().hparams().rope_freq_scale == 0.25f);
     CHECK(m->model().hparams().qkv_bias);
     CHECK_FALSE(m->model().hparams().tied_output);
-    const RefModel ref(p);
+    const ReferenceModel ref(p);
     const auto ids = test_ids(*m, 24);
     const double err = forward_error(*m, ref, ids);
     MESSAGE("llama (linear x4, all biases): max |logit - double reference| = " << err);
@@ -386,7 +207,7 @@ TEST_SUITE("model.arch") {
     CHECK(m->model().hparams().qkv_bias);
     CHECK(m->model().hparams().rms_eps == 1e-6f);
     CHECK(m->model().hparams().rope_freq_base == 1e6f);
-    const RefModel ref(p);
+    const ReferenceModel ref(p);
     const auto ids = test_ids(*m, 24);
     const double err = forward_error(*m, ref, ids);
     MESSAGE("qwen2 (biases, GQA 4/2): max |logit - double reference| = " << err);
@@ -404,7 +225,7 @@ TEST_SUITE("model.arch") {
     CHECK(m->model().hparams().head_dim() == 32);
     CHECK(m->model().hparams().n_embd_q() == 128);
     CHECK(m->model().hparams().qk_norm);
-    const RefModel ref(p);
+    const ReferenceModel ref(p);
     const auto ids = test_ids(*m, 40);
     const double err = forward_error(*m, ref, ids);
     MESSAGE("qwen3 (q/k norm, head_dim 32, GQA 4/2, tied): max |logit - double reference| = " << err);
@@ -435,7 +256,7 @@ TEST_SUITE("model.arch") {
       const std::string p = write(s, std::string(c.flavour) + "_real.gguf");
       auto m = test::load_context(p, {.threads = 2});
       CHECK(m->model().hparams().n_vocab >= 32000);
-      const RefModel ref(p);
+      const ReferenceModel ref(p);
       const auto ids = test_ids(*m, 20);
       const double err = forward_error(*m, ref, ids);
       MESSAGE(flavour << " with " << std::string(c.vocab) << ": max |logit - double reference| = " << err);

@@ -381,9 +381,7 @@ TEST_SUITE("model.dynamic_batching") {
 TEST_SUITE("model.dynamic_batching") {
   TEST_CASE("stories260K: dynamic = static = batch size 1 for 10 prompts over 4 rows, stop at '.' for some" *
             kveval::test::needs_model()) {
-    static std::unique_ptr<Model> mp = Model::load(test::model_path(), {.threads = 2});
-    static Context mc(*mp);
-    Context& m = mc;
+    Context& m = test::real_context();
     const auto story = m.model().tokenizer().encode(test::reference_cases("rolling")[0]["text"].get<std::string>(), true);
     REQUIRE(story.size() >= 44);
     std::vector<std::vector<int32_t>> prompts;

@@ -16,6 +16,7 @@
 #include "test_support.hpp"
 #include "util/error.hpp"
 
+using kveval::test::real_context;
 using namespace kveval;
 
 namespace {
@@ -23,12 +24,6 @@ namespace {
 /// Agreement with the reference values (nats): the measured worst error is
 /// 3.9e-6 (a rolling token), 1.5e-6 (a loglikelihood sum); 2e-5 leaves a 5x margin.
 constexpr double kRefTol = 2e-5;
-
-Context& real_context() {
-  static std::unique_ptr<Model> m = Model::load(test::model_path(), {.threads = 2});
-  static Context c(*m);
-  return c;
-}
 
 std::vector<int32_t> ids_of(const nlohmann::json& j) { return j.get<std::vector<int32_t>>(); }
 

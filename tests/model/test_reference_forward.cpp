@@ -1,5 +1,5 @@
-// The whole Llama forward pass against a naive double-precision forward written
-// here from the formulas (RMSNorm, adjacent-pair RoPE at absolute positions,
+// The whole Llama forward pass against the naive double-precision forward of
+// reference_forward.hpp (RMSNorm, adjacent-pair RoPE at absolute positions,
 // causal GQA attention with scale 1/sqrt(head_dim), SwiGLU, residuals), on a
 // random model whose heads are 32 wide, like real models' (32-128): their
 // attention takes the AVX-512 head kernel (decode steps, and blocks of up to 64
@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf.hpp"
 #include "model/model.hpp"
 #include "context_support.hpp"
 #include "model/random_model.hpp"
+#include "model/reference_forward.hpp"
 #include "test_support.hpp"
 
 using namespace kveval;
@@ -55,130 +55,8 @@ Context& attn_context() {
   return c;
 }
 
-/// The weights as double, read back from the file with gguf::File.
-struct Naive {
-  int D, L, H, HKV, HD, F, V, n_rot;
-  double eps, base;
-  std::vector<double> emb, out_norm, out;  // emb/out: [V][D]
-  struct Layer {
-    std::vector<double> attn_norm, wq, wk, wv, wo, ffn_norm, wg, wu, wd;  // [n_out][n_in]
-  };
-  std::vector<Layer> layers;
-
-  explicit Naive(const std::string& path) {
-    gguf::File f(path);
-    D = int(f.get_uint("llama.embedding_length"));
-    L = int(f.get_uint("llama.block_count"));
-    H = int(f.get_uint("llama.attention.head_count"));
-    HKV = int(f.get_uint("llama.attention.head_count_kv"));
-    F = int(f.get_uint("llama.feed_forward_length"));
-    HD = D / H;
-    n_rot = int(f.get_uint_or("llama.rope.dimension_count", uint64_t(HD)));
-    eps = f.get_float("llama.attention.layer_norm_rms_epsilon");
-    base = f.get_float_or("llama.rope.freq_base", 10000.0);
-    auto get = [&](const std::string& name) {
-      const auto& t = f.tensor(name);
-      auto v = f.tensor_f32(name, t.dims);
-      return std::vector<double>(v.begin(), v.end());
-    };
-    emb = get("token_embd.weight");
-    V = int(emb.size() / size_t(D));
-    out_norm = get("output_norm.weight");
-    out = get("output.weight");
-    for (int l = 0; l < L; ++l) {
-      const std::string p = "blk." + std::to_string(l) + ".";
-      layers.push_back({get(p + "attn_norm.weight"), get(p + "attn_q.weight"), get(p + "attn_k.weight"),
-                        get(p + "attn_v.weight"), get(p + "attn_output.weight"), get(p + "ffn_norm.weight"),
-                        get(p + "ffn_gate.weight"), get(p + "ffn_up.weight"), get(p + "ffn_down.weight")});
-    }
-  }
-
-  // y[n_out] = W[n_out][n_in] x
-  static std::vector<double> mv(const std::vector<double>& w, const std::vector<double>& x) {
-    const size_t n_in = x.size(), n_out = w.size() / n_in;
-    std::vector<double> y(n_out, 0.0);
-    for (size_t o = 0; o < n_out; ++o)
-      for (size_t i = 0; i < n_in; ++i) y[o] += w[o * n_in + i] * x[i];
-    return y;
-  }
-  std::vector<double> rmsnorm(const std::vector<double>& x, const std::vector<double>& g) const {
-    double ss = 0;
-    for (double v : x) ss += v * v;
-    const double s = 1.0 / std::sqrt(ss / double(x.size()) + eps);
-    std::vector<double> y(x.size());
-    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * s * g[i];
-    return y;
-  }
-  /// Rotates each head of `v` ([n_heads][HD]) by absolute position `pos`.
-  void rope(std::vector<double>& v, int pos) const {
-    for (size_t h = 0; h < v.size() / size_t(HD); ++h)
-      for (int i = 0; i < n_rot / 2; ++i) {
-        const double th = pos * std::pow(base, -2.0 * i / n_rot);
-        double& a = v[h * size_t(HD) + 2 * size_t(i)];
-        double& b = v[h * size_t(HD) + 2 * size_t(i) + 1];
-        const double a0 = a, b0 = b;
-        a = a0 * std::cos(th) - b0 * std::sin(th);
-        b = a0 * std::sin(th) + b0 * std::cos(th);
-      }
-  }
-  /// Layer-0 key and value of token `tok` at position `pos` ([HKV * HD] each).
-  std::pair<std::vector<double>, std::vector<double>> layer0_kv(int32_t tok, int pos) const {
-    std::vector<double> x(emb.begin() + long(tok) * D, emb.begin() + long(tok + 1) * D);
-    auto xn = rmsnorm(x, layers[0].attn_norm);
-    auto k = mv(layers[0].wk, xn);
-    rope(k, pos);
-    return {k, mv(layers[0].wv, xn)};
-  }
-  /// Logits [T][V] of a sequence at positions 0..T-1.
-  std::vector<std::vector<double>> logits(const std::vector<int32_t>& toks) const {
-    const size_t T = toks.size();
-    std::vector<std::vector<double>> x(T);
-    for (size_t t = 0; t < T; ++t) x[t].assign(emb.begin() + long(toks[t]) * D, emb.begin() + long(toks[t] + 1) * D);
-    const int group = H / HKV;
-    for (const Layer& ly : layers) {
-      std::vector<std::vector<double>> q(T), k(T), v(T);
-      for (size_t t = 0; t < T; ++t) {
-        auto xn = rmsnorm(x[t], ly.attn_norm);
-        q[t] = mv(ly.wq, xn);
-        k[t] = mv(ly.wk, xn);
-        v[t] = mv(ly.wv, xn);
-        rope(q[t], int(t));
-        rope(k[t], int(t));
-      }
-      for (size_t t = 0; t < T; ++t) {
-        std::vector<double> att(size_t(D), 0.0);
-        for (int h = 0; h < H; ++h) {
-          const int hk = h / group;
-          std::vector<double> s(t + 1);
-          double mx = -1e300;
-          for (size_t p = 0; p <= t; ++p) {
-            double d = 0;
-            for (int e = 0; e < HD; ++e) d += q[t][size_t(h * HD + e)] * k[p][size_t(hk * HD + e)];
-            s[p] = d / std::sqrt(double(HD));
-            mx = std::max(mx, s[p]);
-          }
-          double sum = 0;
-          for (double& e : s) sum += (e = std::exp(e - mx));
-          for (size_t p = 0; p <= t; ++p)
-            for (int e = 0; e < HD; ++e) att[size_t(h * HD + e)] += s[p] / sum * v[p][size_t(hk * HD + e)];
-        }
-        auto o = mv(ly.wo, att);
-        for (int i = 0; i < D; ++i) x[t][size_t(i)] += o[size_t(i)];
-        auto xn = rmsnorm(x[t], ly.ffn_norm);
-        auto g = mv(ly.wg, xn), u = mv(ly.wu, xn);
-        for (int i = 0; i < F; ++i) g[size_t(i)] = g[size_t(i)] / (1.0 + std::exp(-g[size_t(i)])) * u[size_t(i)];
-        auto dn = mv(ly.wd, g);
-        for (int i = 0; i < D; ++i) x[t][size_t(i)] += dn[size_t(i)];
-      }
-    }
-    std::vector<std::vector<double>> out_logits(T);
-    for (size_t t = 0; t < T; ++t) out_logits[t] = mv(out, rmsnorm(x[t], out_norm));
-    return out_logits;
-  }
-};
-
-const Naive& naive() {
-  static const Naive n(attn_model_path());
+const test::ReferenceModel& naive() {
+  static const test::ReferenceModel n(attn_model_path());
   return n;
 }
 
@@ -309,13 +187,13 @@ TEST_SUITE("model.reference_forward") {
     o.stop_at_eos = false;
     const auto g = generate_greedy(m, {std::vector<int32_t>(toks.begin(), toks.begin() + 5)}, o);
     REQUIRE(m.n_past(0) == 6);  // 5 prompt tokens and the first generated one
-    const int HD = n.HD, cap = m.capacity();
+    const int HD = n.head_dim, cap = m.capacity();
     for (int pos = 0; pos < 6; ++pos) {
       CAPTURE(pos);
       const int32_t tok = pos < 5 ? toks[size_t(pos)] : g[0].ids[0];
       const auto [k, v] = n.layer0_kv(tok, pos);
       double worst_k = 0, worst_v = 0;
-      for (int h = 0; h < n.HKV; ++h)
+      for (int h = 0; h < n.n_head_kv; ++h)
         for (int e = 0; e < HD; ++e) {
           const size_t off = (size_t(h) * size_t(cap) + size_t(pos)) * size_t(HD) + size_t(e);  // layer 0, row 0
           worst_k = std::max(worst_k, std::abs(m.cache_data(0)[off] - k[size_t(h * HD + e)]));

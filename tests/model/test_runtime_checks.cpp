@@ -20,7 +20,7 @@
 #include "model/gguf.hpp"
 #include "model/model.hpp"
 #include "context_support.hpp"
-#include "model_variant.hpp"
+#include "gguf_copy.hpp"
 #include "test_support.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
@@ -57,7 +57,7 @@ std::string one_line(const std::string& s) { return s.find('\n') == std::string:
 
 }  // namespace
 
-TEST_SUITE("model.checks") {
+TEST_SUITE("model.runtime_checks") {
   TEST_CASE("every out-of-range or unsupported hyper-parameter is refused by key, in one line" * test::needs_model()) {
     test::ScratchDir d("hparams");
     const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();

@@ -17,7 +17,7 @@
 
 using namespace kveval;
 
-TEST_SUITE("util.sigbus") {
+TEST_SUITE("util.sigbus_guard") {
   TEST_CASE("a copy from a mapping whose file shrank returns false; a good copy returns true") {
     test::ScratchDir d("sigbus");
     const std::string path = (d.path / "f.bin").string();

@@ -3,7 +3,7 @@
 rendered by Debian's python3-jinja2 with lm-eval's environment (lm_eval/utils.py
 apply_template: BaseLoader, StrictUndefined, keep_trailing_newline=True, the
 regex_replace filter) gives the case's `expected` text, the text kveval's own
-engine must give too (tests/eval/template/template_test.cpp). A case marked
+engine must give too (tests/eval/template/test_template.cpp). A case marked
 "jinja2_differs": "<reason>" must differ from jinja2 (so the mark cannot go stale).
 
 Usage: jinja2_check.py SOURCE_DIR
@@ -15,7 +15,7 @@ import re
 import sys
 
 # A truncated or emptied case file fails instead of passing with fewer cases
-# (template_test.cpp checks the same minimum).
+# (test_template.cpp checks the same minimum).
 MIN_CASES = 96
 
 

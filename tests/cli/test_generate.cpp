@@ -6,9 +6,6 @@
 #include <string>
 
 #include "cli_run.hpp"
-#include "test_support.hpp"
-
-using kveval::test::run_kveval;
 
 TEST_SUITE("cli.generate") {
   TEST_CASE("streamed greedy text equals the reference, with and without the cache" * kveval::test::needs_model()) {

@@ -9,7 +9,9 @@
 #include "eval_test_util.hpp"
 #include "test_support.hpp"
 #include "util/error.hpp"
+#include "context_support.hpp"
 
+using kveval::test::real_context;
 using namespace kveval;
 using namespace kveval::eval;
 using nlohmann::json;
@@ -19,12 +21,6 @@ namespace {
 
 /// Agreement with the reference values (nats): measured worst 3.9e-6 (tests/model/test_model.cpp).
 constexpr double kRefTol = 2e-5;
-
-Context& context() {
-  static std::unique_ptr<Model> m = Model::load(kveval::test::model_path(), ModelOptions{2});
-  static Context c(*m);
-  return c;
-}
 
 EvalSpec spec_of(json j) {
   j["model"] = kveval::test::model_path();
@@ -95,7 +91,7 @@ TEST_SUITE("eval.runner") {
     const json& rr = kveval::test::reference_cases("rolling")[0];
     for (int bs : {1, 8}) {
       EvalSpec s = spec_of(reference_spec(bs));
-      RunResult r = run_eval(s, context());
+      RunResult r = run_eval(s, real_context());
       CHECK(r.n_request_errors == 0);
       for (size_t i = 0; i < lls.size(); ++i) {
         const json& c = lls[i];
@@ -122,7 +118,7 @@ TEST_SUITE("eval.runner") {
                 {"tasks", {{{"name", "r"}, {"output_type", "loglikelihood_rolling"}, {"docs", {{{"t", rr["text"]}}}},
                             {"doc_to_target", "t"}}}}};
       EvalSpec s = spec_of(j);
-      RunResult r = run_eval(s, context());
+      RunResult r = run_eval(s, real_context());
       REQUIRE(r.docs[0][0].ok);
       CHECK(r.docs[0][0].tokens == n - 1);
       if (w >= n) {
@@ -140,16 +136,16 @@ TEST_SUITE("eval.runner") {
     json one = {{"tasks", {{{"name", "r"}, {"output_type", "loglikelihood_rolling"}, {"docs", {{{"t", rr["text"]}}}},
                             {"doc_to_target", "t"}}}}};
     one["max_length"] = n;
-    RunResult a = run_eval(spec_of(one), context());
+    RunResult a = run_eval(spec_of(one), real_context());
     one["max_length"] = 2 * n;
-    RunResult b = run_eval(spec_of(one), context());
+    RunResult b = run_eval(spec_of(one), real_context());
     CHECK(std::abs(a.docs[0][0].logprob - b.docs[0][0].logprob) < 1e-5);
   }
 
   TEST_CASE("the log-likelihood phase runs cache-free before generation; cache bytes 0 before and after" * kveval::test::needs_model()) {
     EvalSpec s = spec_of(mixed_spec(4, true));
-    uint64_t setup_before = context().stats().forward_with_cache_setup;
-    RunResult r = run_eval(s, context());
+    uint64_t setup_before = real_context().stats().forward_with_cache_setup;
+    RunResult r = run_eval(s, real_context());
     CHECK(r.ll_forward_calls > 0);
     CHECK(r.ll_forward_with_cache_setup == 0);
     CHECK(r.ll_forward_cached == 0);
@@ -158,13 +154,13 @@ TEST_SUITE("eval.runner") {
     CHECK(phase_index(r, "decode") < phase_index(r, "cache teardown"));
     CHECK(r.cache_bytes_before == 0);
     CHECK(r.cache_bytes_setup > 0);
-    CHECK(r.cache_bytes_setup == context().cache_bytes_for(r.cache_rows, r.cache_positions));
+    CHECK(r.cache_bytes_setup == real_context().cache_bytes_for(r.cache_rows, r.cache_positions));
     CHECK(r.cache_rows == 3);  // min(batch_size 4, 3 prompts)
     CHECK(r.cache_positions <= 32);
     CHECK(r.cache_bytes_after == 0);
-    CHECK(context().bytes() == 0);
-    CHECK(!context().caches_are_setup());
-    CHECK(context().stats().forward_with_cache_setup > setup_before);  // generation did use the cache
+    CHECK(real_context().bytes() == 0);
+    CHECK(!real_context().caches_are_setup());
+    CHECK(real_context().stats().forward_with_cache_setup > setup_before);  // generation did use the cache
   }
 
   TEST_CASE("a request that throws inside the generation scope leaves no cache behind" * kveval::test::needs_model()) {
@@ -173,43 +169,43 @@ TEST_SUITE("eval.runner") {
     size_t calls = 0;
     o.before_generation_batch = [&](size_t b) {
       ++calls;
-      CHECK(context().bytes() > 0);
+      CHECK(real_context().bytes() > 0);
       if (b == 1) throw CacheError("test: injected failure in generation batch 1");
     };
-    CHECK_THROWS_WITH_AS(run_eval(s, context(), o), "test: injected failure in generation batch 1", CacheError);
+    CHECK_THROWS_WITH_AS(run_eval(s, real_context(), o), "test: injected failure in generation batch 1", CacheError);
     CHECK(calls == 2);
-    CHECK(context().bytes() == 0);
-    CHECK(!context().caches_are_setup());
+    CHECK(real_context().bytes() == 0);
+    CHECK(!real_context().caches_are_setup());
     // and the model is usable again
-    RunResult r = run_eval(s, context());
+    RunResult r = run_eval(s, real_context());
     CHECK(r.n_request_errors == 0);
   }
 
   TEST_CASE("--cache-policy reuse keeps the allocation after the run and gives the same results" * kveval::test::needs_model()) {
     EvalSpec s = spec_of(mixed_spec(4, true));
-    RunResult released = run_eval(s, context());
+    RunResult released = run_eval(s, real_context());
     RunOptions o;
     o.cache_policy = CachePolicy::Reuse;
-    RunResult kept = run_eval(s, context(), o);
+    RunResult kept = run_eval(s, real_context(), o);
     CHECK(kept.cache_bytes_setup == released.cache_bytes_setup);
     CHECK(kept.cache_bytes_after == kept.cache_bytes_setup);  // allocation kept, only rewound
-    CHECK(context().caches_are_setup());
-    CHECK_FALSE(context().caches_are_enabled());
+    CHECK(real_context().caches_are_setup());
+    CHECK_FALSE(real_context().caches_are_enabled());
     REQUIRE(kept.outcomes.size() == released.outcomes.size());
     for (size_t i = 0; i < kept.outcomes.size(); ++i) {
       CHECK(kept.outcomes[i].logprob == released.outcomes[i].logprob);
       CHECK(kept.outcomes[i].output == released.outcomes[i].output);
     }
-    context().delete_caches();
-    CHECK(context().bytes() == 0);
+    real_context().delete_caches();
+    CHECK(real_context().bytes() == 0);
   }
 
   TEST_CASE("bit-identical across runs, spec orders and batch 1 vs 8 (batch-invariant scoring)" * kveval::test::needs_model()) {
     EvalSpec first = spec_of(mixed_spec(8, true)), last = spec_of(mixed_spec(8, false)), one = spec_of(mixed_spec(1, true));
-    RunResult a = run_eval(first, context());
-    RunResult b = run_eval(first, context());
-    RunResult c = run_eval(last, context());
-    RunResult d = run_eval(one, context());
+    RunResult a = run_eval(first, real_context());
+    RunResult b = run_eval(first, real_context());
+    RunResult c = run_eval(last, real_context());
+    RunResult d = run_eval(one, real_context());
     for (const auto& [task, doc, idx] : std::vector<std::tuple<std::string, int, int>>{
              {"mc", 0, 0}, {"mc", 0, 3}, {"mc", 1, 1}, {"mc", 2, 2}, {"roll", 0, 0}, {"roll", 1, 0}, {"roll", 1, 1}}) {
       const auto& oa = outcome(first, a, task, doc, idx);
@@ -251,7 +247,7 @@ TEST_SUITE("eval.runner") {
       if (g["prompt"].get<std::string>().empty()) continue;  // an empty prompt is not a spec document case
       int n = g["max_gen_toks"].get<int>();
       EvalSpec s = spec_of({{"max_length", 128}, {"tasks", {gen_task("g", {g["prompt"].get<std::string>()}, n)}}});
-      RunResult r = run_eval(s, context());
+      RunResult r = run_eval(s, real_context());
       const auto& o = r.outcomes[0];
       std::vector<int32_t> ids = g["ids"].get<std::vector<int32_t>>();
       // EOS stops kveval, not the reference: compare up to our length
@@ -265,7 +261,7 @@ TEST_SUITE("eval.runner") {
     json tasks = json::array();
     for (int k : {0, 1, 2, 7}) tasks.push_back(gen_task("g" + std::to_string(k), {"Once upon a time"}, k));
     EvalSpec s = spec_of({{"batch_size", 4}, {"max_length", 64}, {"tasks", tasks}});
-    RunResult r = run_eval(s, context());
+    RunResult r = run_eval(s, real_context());
     for (size_t t = 0; t < 4; ++t) {
       int k = s.tasks[t].generation_kwargs.max_gen_toks;
       const auto& o = outcome(s, r, s.tasks[t].name, 0);
@@ -274,10 +270,10 @@ TEST_SUITE("eval.runner") {
       CHECK(o.stop_reason == "max_gen_toks");
     }
     CHECK(r.cache_rows == 3);  // the max_gen_toks 0 request takes no row
-    uint64_t before = context().stats().forward_calls;
+    uint64_t before = real_context().stats().forward_calls;
     EvalSpec z = spec_of({{"max_length", 64}, {"tasks", {gen_task("z", {"Once upon a time", "Tom"}, 0)}}});
-    RunResult rz = run_eval(z, context());
-    CHECK(context().stats().forward_calls == before);
+    RunResult rz = run_eval(z, real_context());
+    CHECK(real_context().stats().forward_calls == before);
     CHECK(rz.cache_bytes_setup == 0);
     CHECK(rz.outcomes[0].output.empty());
   }
@@ -285,10 +281,10 @@ TEST_SUITE("eval.runner") {
   TEST_CASE("stop strings: a stop spanning two tokens cuts before it; each task keeps its own until" * kveval::test::needs_model()) {
     // the unstopped continuation and its token boundaries
     EvalSpec free = spec_of({{"max_length", 64}, {"tasks", {gen_task("free", {"Once upon a time"}, 16)}}});
-    RunResult rf = run_eval(free, context());
+    RunResult rf = run_eval(free, real_context());
     const auto& of = rf.outcomes[0];
     REQUIRE(of.output_ids.size() == 16);
-    const Tokenizer& tok = context().model().tokenizer();
+    const Tokenizer& tok = real_context().model().tokenizer();
     std::string text;
     std::string stop;
     size_t stop_at = 0;
@@ -309,7 +305,7 @@ TEST_SUITE("eval.runner") {
                           {"tasks",
                            {gen_task("span", {"Once upon a time"}, 16, {stop}),
                             gen_task("was", {"Once upon a time"}, 16, {"was"})}}});
-    RunResult r = run_eval(s, context());
+    RunResult r = run_eval(s, real_context());
     CHECK(r.cache_rows == 2);  // both rows in one batch
     const auto& a = outcome(s, r, "span", 0);
     const auto& b = outcome(s, r, "was", 0);
@@ -323,16 +319,16 @@ TEST_SUITE("eval.runner") {
   TEST_CASE("long prompts are left-truncated with a warning; max_gen_toks >= max_length is a SpecError" * kveval::test::needs_model()) {
     std::string prompt = kveval::test::reference_cases("rolling")[0]["text"];
     EvalSpec s = spec_of({{"max_length", 16}, {"tasks", {gen_task("g", {prompt}, 4)}}});
-    RunResult r = run_eval(s, context());
+    RunResult r = run_eval(s, real_context());
     CHECK(r.requests[0].prompt.size() == 12);
     CHECK(r.requests[0].truncated_tokens > 0);
     CHECK(r.outcomes[0].tokens == 4);
     REQUIRE(r.warnings.size() == 1);
     CHECK(r.cache_positions == 16);
     EvalSpec bad = spec_of({{"tasks", {gen_task("g", {"Hi"}, 4096)}}});  // default max_length = context_length (2048)
-    CHECK_THROWS_AS(run_eval(bad, context()), SpecError);
-    CHECK_THROWS_AS(run_eval(spec_of({{"max_length", 100000}, {"tasks", {gen_task("g", {"Hi"}, 1)}}}), context()), SpecError);
-    CHECK(context().bytes() == 0);
+    CHECK_THROWS_AS(run_eval(bad, real_context()), SpecError);
+    CHECK_THROWS_AS(run_eval(spec_of({{"max_length", 100000}, {"tasks", {gen_task("g", {"Hi"}, 1)}}}), real_context()), SpecError);
+    CHECK(real_context().bytes() == 0);
   }
 
   TEST_CASE("empty continuation and empty rolling document are per-request errors; metrics stay finite" * kveval::test::needs_model()) {
@@ -342,7 +338,7 @@ TEST_SUITE("eval.runner") {
                  {"doc_to_text", "c"}, {"doc_to_target", "x"}},
                 {{"name", "roll"}, {"output_type", "loglikelihood_rolling"}, {"docs", {{{"t", ""}}}}, {"doc_to_target", "t"}}}}};
     EvalSpec s = spec_of(j);
-    RunResult r = run_eval(s, context());
+    RunResult r = run_eval(s, real_context());
     CHECK(r.n_request_errors == 2);
     CHECK(r.task_errors == std::vector<int>{1, 1});
     CHECK(r.metrics[0][0].n == 1);
@@ -369,7 +365,7 @@ TEST_SUITE("eval.runner") {
                  {"docs", {{{"c", "Lily went to the"}, {"x", "park"}}, {{"c", "Tom saw a"}, {"x", "dog"}}}},
                  {"doc_to_text", "c"}, {"doc_to_target", "x"}}}}};
     EvalSpec s = spec_of(j);
-    RunResult r = run_eval(s, context());
+    RunResult r = run_eval(s, real_context());
     REQUIRE(r.n_request_errors == 2);
     REQUIRE(r.metrics[0].size() == 2);
     for (const auto& m : r.metrics[0]) {

@@ -14,7 +14,9 @@
 #include "eval/runner.hpp"
 #include "test_skip.hpp"
 #include "test_support.hpp"
+#include "context_support.hpp"
 
+using kveval::test::real_context;
 using namespace kveval;
 using namespace kveval::eval;
 using nlohmann::json;
@@ -28,12 +30,6 @@ std::string nbsp_story() {
   return std::string("Once upon a time, there was a little girl named Lily.") + kNbsp +
          "She loved to play outside in the park." + kNbsp + "One day, she saw a big, red ball." + kNbsp +
          "She kicked it and laughed.";
-}
-
-Context& context() {
-  static std::unique_ptr<Model> m = Model::load(kveval::test::model_path(), ModelOptions{2});
-  static Context c(*m);
-  return c;
 }
 
 EvalSpec spec_of(json j) {
@@ -54,7 +50,7 @@ TEST_SUITE("eval.whitespace") {
     EvalSpec s = spec_of({{"tasks",
                            {{{"name", "nbsp"}, {"output_type", "loglikelihood_rolling"},
                              {"docs", {{{"text", nbsp_story()}}}}, {"doc_to_target", "text"}}}}});
-    RunResult r = run_eval(s, context());
+    RunResult r = run_eval(s, real_context());
     REQUIRE(r.docs[0][0].ok);
     const double ll = r.docs[0][0].logprob;
     CHECK(ll == doctest::Approx(-138.5239).epsilon(1e-6));
@@ -71,7 +67,7 @@ TEST_SUITE("eval.whitespace") {
                            {{{"name", "nbsp"}, {"output_type", "loglikelihood"},
                              {"docs", {{{"c", std::string("Lily went to the") + kNbsp}, {"x", "park"}}}},
                              {"doc_to_text", "c"}, {"doc_to_target", "x"}, {"target_delimiter", ""}}}}});
-    RunResult r = run_eval(s, context());
+    RunResult r = run_eval(s, real_context());
     REQUIRE(r.outcomes.size() == 1);
     CHECK(r.outcomes[0].tokens == 4);                          // U+00A0 takes tokens of its own (kveval kept it: 3)
     // the value (kveval had -13.6945), printed to 4 decimals: 5e-5 of rounding plus 5e-5 for the
@@ -82,9 +78,9 @@ TEST_SUITE("eval.whitespace") {
                                {{{"name", "plain"}, {"output_type", "loglikelihood"},
                                  {"docs", {{{"c", "Lily went to the"}, {"x", "park"}}}},
                                  {"doc_to_text", "c"}, {"doc_to_target", "x"}, {"target_delimiter", ""}}}}});
-    RunResult p = run_eval(plain, context());
+    RunResult p = run_eval(plain, real_context());
     CHECK(r.requests[0].n_context_tokens == p.requests[0].n_context_tokens);
-    const Tokenizer& tok = context().model().tokenizer();
+    const Tokenizer& tok = real_context().model().tokenizer();
     const std::string ideographic = std::string("Lily went to the \u3000\u2029");
     CHECK(encode_pair(tok, ideographic, "park").context == tok.encode("Lily went to the", true));
     CHECK(encode_pair(tok, "Lily went to the\u200b", "park").context != tok.encode("Lily went to the", true));

@@ -11,20 +11,17 @@
 
 #include "eval/runner.hpp"
 #include "context_support.hpp"
+#include "eval_test_util.hpp"
 #include "gguf_copy.hpp"
 #include "test_support.hpp"
 
+using kveval::test::gen_task;
+using kveval::test::real_context;
 using namespace kveval;
 using namespace kveval::eval;
 using nlohmann::json;
 
 namespace {
-
-Context& context() {
-  static std::unique_ptr<Model> m = Model::load(kveval::test::model_path(), ModelOptions{2});
-  static Context c(*m);
-  return c;
-}
 
 /// The reference greedy case for `prompt`: its ids and the byte offset where each id's piece ends.
 struct RefContinuation {
@@ -39,7 +36,7 @@ RefContinuation reference_continuation(const std::string& prompt) {
     RefContinuation c{prompt, g["text"], g["ids"].get<std::vector<int32_t>>(), {}};
     std::string acc;
     for (int32_t id : c.ids) {
-      acc += context().model().tokenizer().token_to_piece(id);
+      acc += real_context().model().tokenizer().token_to_piece(id);
       c.ends.push_back(acc.size());
     }
     REQUIRE(acc == c.text);  // plain ASCII pieces: the pieces concatenate to the text
@@ -47,14 +44,6 @@ RefContinuation reference_continuation(const std::string& prompt) {
   }
   FAIL("no reference greedy case for prompt '" << prompt << "'");
   return {};
-}
-
-json gen_task(const std::string& name, const std::string& prompt, int max_gen_toks, const std::vector<std::string>& until) {
-  return {{"name", name},
-          {"output_type", "generate_until"},
-          {"docs", {{{"p", prompt}}}},
-          {"doc_to_text", "p"},
-          {"generation_kwargs", {{"until", until}, {"max_gen_toks", max_gen_toks}}}};
 }
 
 /// A stop string and what it must do: stop after `tokens` generated tokens, leave `output`.
@@ -69,10 +58,10 @@ struct StopCase {
 void check_stops(const std::string& prompt, const std::vector<StopCase>& cases, int max_gen_toks) {
   REQUIRE(!cases.empty());
   json tasks = json::array();
-  for (size_t i = 0; i < cases.size(); ++i) tasks.push_back(gen_task("stop" + std::to_string(i), prompt, max_gen_toks, {cases[i].stop}));
+  for (size_t i = 0; i < cases.size(); ++i) tasks.push_back(gen_task("stop" + std::to_string(i), {prompt}, max_gen_toks, {cases[i].stop}));
   json j = {{"model", kveval::test::model_path()}, {"batch_size", 8}, {"max_length", 128}, {"tasks", tasks}};
   EvalSpec s = parse_spec(j, "stops.json", ".");
-  RunResult r = run_eval(s, context());
+  RunResult r = run_eval(s, real_context());
   REQUIRE(r.outcomes.size() == cases.size());
   for (size_t i = 0; i < cases.size(); ++i) {
     CAPTURE(cases[i].stop);
@@ -123,9 +112,9 @@ TEST_SUITE("eval.stop") {
     REQUIRE(c.text.substr(0, c.ends[19]).find("upon") == std::string::npos);
     json j = {{"model", kveval::test::model_path()},
               {"max_length", 64},
-              {"tasks", {gen_task("prompt_only", c.prompt, 20, {"upon"})}}};
+              {"tasks", {gen_task("prompt_only", {c.prompt}, 20, {"upon"})}}};
     EvalSpec s = parse_spec(j, "stops.json", ".");
-    RunResult r = run_eval(s, context());
+    RunResult r = run_eval(s, real_context());
     CHECK(r.outcomes[0].tokens == 20);
     CHECK(r.outcomes[0].output == c.text.substr(0, c.ends[19]));
     CHECK(r.outcomes[0].stop_reason == "max_gen_toks");
@@ -141,7 +130,7 @@ TEST_SUITE("eval.stop") {
     std::vector<RefContinuation> refs;
     for (const std::string prompt : {"Once upon a time", "Tom had a red ball"}) {
       refs.push_back(reference_continuation(prompt));
-      tasks.push_back(gen_task("eos" + std::to_string(refs.size()), prompt, 40, {}));
+      tasks.push_back(gen_task("eos" + std::to_string(refs.size()), {prompt}, 40, {}));
     }
     json j = {{"model", path}, {"batch_size", 2}, {"max_length", 128}, {"tasks", tasks}};
     EvalSpec s = parse_spec(j, "eos.json", ".");

@@ -18,6 +18,8 @@ using kveval::eval::tmpl::TemplateError;
 using nlohmann::json;
 namespace tmpl = kveval::eval::tmpl;
 
+TEST_SUITE_BEGIN("eval.template");
+
 TEST_CASE("template: rendering cases (tests/data/template_cases.json) equal their expected outputs") {
   const std::string path = kveval::test::source_dir() + "/tests/data/template_cases.json";
   std::ifstream f(path);
@@ -255,3 +257,5 @@ x)";
     CHECK_THROWS_WITH_AS(tmpl::literal_eval(std::string("'") + esc + "'"), doctest::Contains(message), kveval::ArgumentError);
   }
 }
+
+TEST_SUITE_END();

@@ -9,19 +9,15 @@
 #include "eval/runner.hpp"
 #include "eval_test_util.hpp"
 #include "test_support.hpp"
+#include "context_support.hpp"
 
+using kveval::test::real_context;
 using namespace kveval;
 using namespace kveval::eval;
 using nlohmann::json;
 using kveval::test::gen_task;
 
 namespace {
-
-Context& context() {
-  static std::unique_ptr<Model> m = Model::load(kveval::test::model_path(), ModelOptions{2});
-  static Context c(*m);
-  return c;
-}
 
 /// 11 generation requests in three tasks: stops at ".", at "\n" or at "Lily", lengths 1..96.
 EvalSpec spec(int batch_size) {
@@ -38,7 +34,7 @@ EvalSpec spec(int batch_size) {
 RunResult run(int batch_size, Batching b) {
   RunOptions o;
   o.batching = b;
-  return run_eval(spec(batch_size), context(), o);
+  return run_eval(spec(batch_size), real_context(), o);
 }
 
 void check_same(const RunResult& got, const RunResult& want) {

@@ -12,18 +12,9 @@
 #include <sstream>
 #include <string>
 
-#include "../eval/eval_test_util.hpp"
 #include "backend/roofline.hpp"
-#include "model_variant.hpp"
+#include "gguf_copy.hpp"
 #include "cli_run.hpp"
-#include "test_support.hpp"
-
-using kveval::test::Run;
-using kveval::test::TempDir;
-using kveval::test::quote;
-using kveval::test::run_kveval;
-using kveval::test::slurp;
-using nlohmann::json;
 
 namespace {
 
@@ -222,7 +213,7 @@ TEST_SUITE("cli.runtime") {
     CHECK(half.err.find("; lower batch_size, max_length or max_gen_toks\n") != std::string::npos);
 
     // bench: a size that does not fit is skipped with the planned bytes (a 10 GiB cache, 256 MiB of pp logits),
-    // the others are measured; nothing fits: exit 2 (was: the 10 GiB cache allocated, exit 0)
+    // the others are measured; nothing fits: exit 2 (the 10 GiB cache is never allocated)
     Run bench = run_kveval(d, "bench -m " + quote(model()) + " --tests cache,pp --cache-shapes 4096x2048,1x64 -p 2048,8 -b 4 -r 1 -t 1 -o csv",
                            "KVEVAL_MEMORY_LIMIT_BYTES=2147483648 ");
     INFO(bench.err);
@@ -256,8 +247,8 @@ TEST_SUITE("cli.runtime") {
     REQUIRE(at != std::string::npos);
     const long limit_mib = static_cast<long>(std::stod(probe.err.substr(at + 6))) + 40;
     const std::string limit = "KVEVAL_MEMORY_LIMIT_BYTES=" + std::to_string(limit_mib * 1048576) + " ";
-    // was: switch allocated 1024 rows (peak 149 MiB under a 48 MiB limit), the roofline its whole stream buffer and
-    // dequant 192 MiB, exit 0
+    // under the limit, switch (1024 rows), the roofline (a 1024 MiB stream buffer) and dequant are each capped or
+    // skipped before they allocate more than the limit allows
     Run r = run_kveval(d, "bench -m " + quote(model()) +
                               " --tests roofline,switch,ll,dequant --stream-mib 1024 --switch-batch 1024 --switch-rounds 1"
                               " --switch-gen 2 --ll-requests 1000 -b 1000 -r 1 -t 1 -o csv",

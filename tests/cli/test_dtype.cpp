@@ -15,27 +15,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "../eval/eval_test_util.hpp"
 #include "backend/backend.hpp"
 #include "cli_run.hpp"
 #include "gguf_copy.hpp"
-#include "test_support.hpp"
-
-using kveval::test::Run;
-using kveval::test::run_kveval;
-using kveval::test::slurp;
-using kveval::test::TempDir;
-using nlohmann::json;
-
-namespace {
-
-size_t lines(const std::string& s) {
-  size_t n = 0;
-  for (char c : s) n += c == '\n';
-  return n;
-}
-
-}  // namespace
 
 TEST_SUITE("cli.dtype") {
   TEST_CASE("run --dtype bf16 records bfloat16 and the bf16 resident bytes; f32 records float32" * kveval::test::needs_model()) {
@@ -360,7 +342,7 @@ TEST_SUITE("cli.dtype") {
     const std::string junk = d.write("junk.gguf", "not a model");  // the dtype is refused before the file is read
     Run r = run_kveval(d, "generate -m " + junk + " -p hi --dtype fp16");
     CHECK(r.code != 0);
-    CHECK(lines(r.err) == 1);
+    CHECK(count_lines(r.err) == 1);
     CHECK(r.err.find("--dtype") != std::string::npos);
     CHECK(r.err.find("fp16") != std::string::npos);
     {
@@ -369,7 +351,7 @@ TEST_SUITE("cli.dtype") {
     }
     Run s = run_kveval(d, "run " + d.file("spec.json"));
     CHECK(s.code != 0);
-    CHECK(lines(s.err) == 1);
+    CHECK(count_lines(s.err) == 1);
     CHECK(s.err.find("dtype") != std::string::npos);
     CHECK(s.err.find("fp16") != std::string::npos);
     // --kv-cache-dtype: one line naming the option and the value, before the model is read
@@ -384,16 +366,16 @@ TEST_SUITE("cli.dtype") {
       CAPTURE(cmd);
       Run k = run_kveval(d, cmd);
       CHECK(k.code != 0);
-      CHECK(lines(k.err) == 1);
+      CHECK(count_lines(k.err) == 1);
       CHECK(k.err.find("--kv-cache-dtype 'fp8': expected 'f32', 'bf16', 'f16' or 'auto'") != std::string::npos);
     }
     Run list = run_kveval(d, "bench -m " + junk + " --kv-cache-dtype f16,fp8");  // a list, each value checked
     CHECK(list.code != 0);
-    CHECK(lines(list.err) == 1);
+    CHECK(count_lines(list.err) == 1);
     CHECK(list.err.find("--kv-cache-dtype 'fp8': expected") != std::string::npos);
     Run fid = run_kveval(d, "bench -m " + junk + " --kv-cache-dtype f16,bf16 --tests fidelity --spec " + d.file("kv.json"));
     CHECK(fid.code != 0);
-    CHECK(lines(fid.err) == 1);
+    CHECK(count_lines(fid.err) == 1);
     CHECK(fid.err.find("--kv-cache-dtype f16,bf16: --tests fidelity takes one KV-cache type") != std::string::npos);
   }
 
@@ -415,7 +397,7 @@ TEST_SUITE("cli.dtype") {
     CHECK(json::parse(slurp(d.file("r.json")))["config"]["model_dtype"] == "float32");
     Run b = sh("generate -m " + model + " -p hi -n 2 --dtype bf16");
     CHECK(b.code != 0);
-    CHECK(lines(b.err) == 1);
+    CHECK(count_lines(b.err) == 1);
     CHECK(b.err.find("oneDNN has no bf16 matmul on this CPU (ISA avx2)") != std::string::npos);
   }
 

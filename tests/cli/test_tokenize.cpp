@@ -13,10 +13,6 @@
 
 #include "cli_run.hpp"
 #include "model/gguf_writer.hpp"
-#include "test_support.hpp"
-
-using kveval::test::Run;
-using kveval::test::run_kveval;
 
 namespace {
 

@@ -11,6 +11,7 @@
 
 using namespace kveval;
 using namespace kveval::eval;
+using kveval::test::kTask;
 using kveval::test::TempDir;
 
 namespace {
@@ -41,8 +42,6 @@ std::string nested_objects(size_t depth) {
   s += "1";
   return s + std::string(depth, '}');
 }
-
-const char* kTask = R"({"name": "t", "output_type": "loglikelihood", "dataset_path": "data.jsonl", "doc_to_text": "q", "doc_to_target": "a"})";
 
 }  // namespace
 

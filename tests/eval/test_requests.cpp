@@ -161,7 +161,7 @@ TEST_SUITE("eval.requests") {
   }
 }
 
-TEST_SUITE("eval.requests_plan") {
+TEST_SUITE("eval.requests") {
   TEST_CASE("plan_requests: kept ids bounded by the text and max_length, the largest encode call, hand-computed") {
     EvalSpec spec;
     TaskSpec ll;

@@ -14,15 +14,14 @@
 #include "test_support.hpp"
 #include "util/error.hpp"
 
+using kveval::test::task_tree;
 using kveval::test::TempDir;
 using namespace kveval::eval;
 using Names = std::vector<std::string>;
 
 namespace {
 
-std::string tree() { return kveval::test::source_dir() + "/tests/data/task_tree"; }
-
-TaskIndex tree_index() { return TaskIndex::build({{"--include-path", tree()}}); }
+TaskIndex tree_index() { return TaskIndex::build({{"--include-path", task_tree()}}); }
 
 std::string message_of(const std::function<void()>& f) {
   try {
@@ -42,8 +41,8 @@ TEST_SUITE("eval.task_index") {
     for (const auto& [n, e] : idx.entries()) names.push_back(n + ":" + to_string(e.kind));
     CHECK(names == Names{"all_of_it:group", "chores:task", "daily:group", "everyday:tag", "last_word:task", "pets:task",
                          "pets_fewshot:task", "tree_all:tag", "words:tag"});
-    CHECK(idx.file_of("pets_fewshot") == tree() + "/everyday/pets/pets_fewshot.yaml");
-    CHECK(idx.find("daily")->file == tree() + "/groups/daily.yaml");
+    CHECK(idx.file_of("pets_fewshot") == task_tree() + "/everyday/pets/pets_fewshot.yaml");
+    CHECK(idx.find("daily")->file == task_tree() + "/groups/daily.yaml");
     CHECK(idx.find("_choice_base") == nullptr);
   }
 
@@ -61,9 +60,9 @@ TEST_SUITE("eval.task_index") {
   TEST_CASE("an unknown name suggests the closest names") {
     const TaskIndex idx = tree_index();
     CHECK(message_of([&] { idx.expand({"chore"}, "--tasks"); }) ==
-          "--tasks: unknown task, tag or group 'chore'; did you mean 'chores'? (searched " + tree() + ")");
+          "--tasks: unknown task, tag or group 'chore'; did you mean 'chores'? (searched " + task_tree() + ")");
     CHECK(message_of([&] { idx.expand({"zzzzzzzzzz"}, "--tasks"); }) ==
-          "--tasks: unknown task, tag or group 'zzzzzzzzzz' (searched " + tree() + ")");
+          "--tasks: unknown task, tag or group 'zzzzzzzzzz' (searched " + task_tree() + ")");
     const TaskIndex none = TaskIndex::build({});
     CHECK(message_of([&] { none.expand({"x"}, "--tasks"); }).find("no include path") != std::string::npos);
   }
@@ -96,21 +95,21 @@ TEST_SUITE("eval.task_index") {
   TEST_CASE("a spec lists tasks by name with include_path; num_fewshot overrides every task") {
     TempDir d;
     const std::string spec = d.write(
-        "spec.json", "{\"model\": \"m.gguf\", \"include_path\": \"" + tree() +
+        "spec.json", "{\"model\": \"m.gguf\", \"include_path\": \"" + task_tree() +
                          "\", \"tasks\": [\"daily\", {\"task\": \"last_word\", \"limit\": 2}]}");
     EvalSpec s = load_spec(spec);
     Names got;
     for (const auto& t : s.tasks) got.push_back(t.name);
     CHECK(got == Names{"pets", "pets_fewshot", "chores", "last_word"});
-    CHECK(s.tasks[0].source == tree() + "/everyday/pets/pets.yaml");
+    CHECK(s.tasks[0].source == task_tree() + "/everyday/pets/pets.yaml");
     CHECK(s.tasks[1].num_fewshot == 1);
     CHECK(s.tasks[3].docs.size() == 2);
     EvalSpec o = load_spec(spec, "", TaskOverrides{2, {}});
     CHECK(o.tasks[0].num_fewshot == 2);
     CHECK(o.tasks[1].num_fewshot == 2);
     CHECK(o.tasks[3].num_fewshot == 2);
-    const std::string bad = d.write("bad.json", "{\"model\": \"m.gguf\", \"include_path\": \"" + tree() + "\", \"tasks\": [\"chores\", \"dayly\"]}");
+    const std::string bad = d.write("bad.json", "{\"model\": \"m.gguf\", \"include_path\": \"" + task_tree() + "\", \"tasks\": [\"chores\", \"dayly\"]}");
     CHECK(message_of([&] { load_spec(bad); }) ==
-          bad + ": tasks[1]: unknown task, tag or group 'dayly'; did you mean 'daily'? (searched " + tree() + ")");
+          bad + ": tasks[1]: unknown task, tag or group 'dayly'; did you mean 'daily'? (searched " + task_tree() + ")");
   }
 }

@@ -13,7 +13,7 @@
 #include "eval/metrics.hpp"
 #include "eval/runner.hpp"
 #include "model/context.hpp"
-#include "model_variant.hpp"
+#include "gguf_copy.hpp"
 #include "test_support.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"

@@ -18,7 +18,7 @@ using namespace kveval;
 using namespace kveval::eval;
 using nlohmann::json;
 
-TEST_SUITE("shard") {
+TEST_SUITE("eval.shard") {
   TEST_CASE("balance_by_cost: longest first to the least-loaded rank (hand-computed)") {
     // costs 7,5,4,3,1 on 2 ranks: 7->r0, 5->r1, 4->r1 (5 < 7), 3->r0 (7 < 9), 1->r1 (10 > 9)
     std::vector<int> o = balance_by_cost({4, 7, 1, 5, 3}, 2);

@@ -6,16 +6,7 @@
 #include <algorithm>
 #include <string>
 
-#include "../eval/eval_test_util.hpp"
 #include "cli_run.hpp"
-#include "test_support.hpp"
-
-using kveval::test::quote;
-using kveval::test::Run;
-using kveval::test::run_kveval;
-using kveval::test::slurp;
-using kveval::test::TempDir;
-using nlohmann::json;
 
 TEST_SUITE("cli.lm_eval") {
   TEST_CASE("the five lm-eval YAML fixtures run to completion on stories260K" * kveval::test::needs_model()) {

@@ -13,24 +13,13 @@
 
 #include <sys/wait.h>
 
-#include "../eval/eval_test_util.hpp"
 #include "test_skip.hpp"
 #include "cli_run.hpp"
-#include "test_support.hpp"
-
-using kveval::test::Run;
-using kveval::test::TempDir;
-using kveval::test::quote;
-using kveval::test::run_kveval;
-using kveval::test::slurp;
-using nlohmann::json;
 
 namespace {
 
 /// The model as a spec's JSON string (only for cases that run the model).
 std::string model_json() { return json(kveval::test::model_path()).dump(); }
-
-const char* kTask = R"({"name": "t", "output_type": "loglikelihood", "dataset_path": "data.jsonl", "doc_to_text": "q", "doc_to_target": "a"})";
 
 /// An input error: exit 2, exactly one line `kveval: error: <expected>...`, no "internal error".
 void check_input_error(const Run& r, const std::string& expected_start) {
@@ -39,13 +28,6 @@ void check_input_error(const Run& r, const std::string& expected_start) {
   CHECK(r.err.rfind("kveval: error: " + expected_start, 0) == 0);
   CHECK(r.err.find("internal error") == std::string::npos);
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
-}
-
-size_t temp_files(const std::filesystem::path& dir) {
-  size_t n = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir))
-    if (e.path().filename().string().find(".tmp.") != std::string::npos) ++n;
-  return n;
 }
 
 }  // namespace

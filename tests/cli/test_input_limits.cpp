@@ -11,15 +11,7 @@
 #include <filesystem>
 #include <string>
 
-#include "../eval/eval_test_util.hpp"
 #include "cli_run.hpp"
-#include "test_support.hpp"
-
-using kveval::test::Run;
-using kveval::test::TempDir;
-using kveval::test::quote;
-using kveval::test::run_kveval;
-using nlohmann::json;
 
 namespace {
 
@@ -44,8 +36,6 @@ std::string limit_msg(const std::string& file, const std::string& human, uint64_
   return file + ": larger than the input file limit of " + human + " (" + std::to_string(bytes) +
          " bytes; set KVEVAL_MAX_INPUT_BYTES to change it)";
 }
-
-const char* kTask = R"({"name": "t", "output_type": "loglikelihood", "dataset_path": "data.jsonl", "doc_to_text": "q", "doc_to_target": "a"})";
 
 }  // namespace
 

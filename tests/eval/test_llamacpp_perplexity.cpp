@@ -22,18 +22,14 @@
 #include "model/random_model.hpp"
 #include "test_support.hpp"
 #include "util/error.hpp"
+#include "context_support.hpp"
 
+using kveval::test::real_context;
 using namespace kveval;
 using namespace kveval::eval;
 using nlohmann::json;
 
 namespace {
-
-Context& context() {
-  static std::unique_ptr<Model> m = Model::load(kveval::test::model_path(), ModelOptions{2});
-  static Context c(*m);
-  return c;
-}
 
 /// The demo's short stories (tasks/short_stories.jsonl), in file order.
 std::vector<std::string> demo_stories() {
@@ -178,11 +174,11 @@ TEST_SUITE("eval.llamacpp_perplexity") {
     for (size_t i = 0; i < stories.size(); ++i) joined += (i ? "\n\n" : "") + stories[i];
     for (int n_ctx : {64, 128, 37}) {
       CAPTURE(n_ctx);
-      REQUIRE(context().model().tokenizer().add_bos());  // the SentencePiece vocabulary adds BOS
-      const Naive want = naive_llamacpp_perplexity(context(), joined, n_ctx, true);
+      REQUIRE(real_context().model().tokenizer().add_bos());  // the SentencePiece vocabulary adds BOS
+      const Naive want = naive_llamacpp_perplexity(real_context(), joined, n_ctx, true);
       for (int bs : {1, 8}) {
         EvalSpec s = spec_of({rolling_task(stories, n_ctx)}, bs);
-        RunResult r = run_eval(s, context());
+        RunResult r = run_eval(s, real_context());
         REQUIRE(r.n_request_errors == 0);
         const MetricValue& m = metric(r, "perplexity_llamacpp");
         REQUIRE(m.value);
@@ -214,7 +210,7 @@ TEST_SUITE("eval.llamacpp_perplexity") {
     for (const auto& run : expect["runs"]) {
       const int n_ctx = run["context_length"].get<int>();
       CAPTURE(n_ctx);
-      RunResult r = run_eval(spec_of({rolling_task(demo_stories(), n_ctx, {"perplexity_llamacpp"})}), context());
+      RunResult r = run_eval(spec_of({rolling_task(demo_stories(), n_ctx, {"perplexity_llamacpp"})}), real_context());
       const MetricValue& m = metric(r, "perplexity_llamacpp");
       REQUIRE(m.value);
       REQUIRE(m.stderr_);
@@ -228,7 +224,7 @@ TEST_SUITE("eval.llamacpp_perplexity") {
   TEST_CASE("only perplexity_llamacpp listed; a text too short is a per-request error, not NaN" * kveval::test::needs_model()) {
     const std::vector<std::string> stories = demo_stories();
     EvalSpec s = spec_of({rolling_task(stories, 64, {"perplexity_llamacpp"})});
-    RunResult r = run_eval(s, context());
+    RunResult r = run_eval(s, real_context());
     int chunks = 0;
     for (const auto& q : r.requests) chunks += q.kind == RequestKind::PerplexityChunk;
     CHECK(chunks == 12);  // whole chunks of 64 tokens in the joined stories
@@ -238,7 +234,7 @@ TEST_SUITE("eval.llamacpp_perplexity") {
     for (const auto& d : r.docs[0]) CHECK(d.logprob < 0);
 
     EvalSpec short_spec = spec_of({rolling_task({"Once upon a time, there was a little girl."}, 64)});
-    RunResult rs = run_eval(short_spec, context());
+    RunResult rs = run_eval(short_spec, real_context());
     CHECK(rs.n_request_errors == 1);
     const MetricValue& m = metric(rs, "perplexity_llamacpp");
     CHECK(!m.value);

@@ -11,20 +11,9 @@
 #include <filesystem>
 #include <string>
 
-#include "../eval/eval_test_util.hpp"
 #include "cli_run.hpp"
-#include "test_support.hpp"
-
-using kveval::test::Run;
-using kveval::test::TempDir;
-using kveval::test::quote;
-using kveval::test::run_kveval;
-using kveval::test::slurp;
-using nlohmann::json;
 
 namespace {
-
-const char* kLL = R"({"name": "ll", "output_type": "loglikelihood", "docs": [{"c": "Lily went to the", "x": "park"}, {"c": "Tom saw a", "x": "dog"}], "doc_to_text": "c", "doc_to_target": "x"})";
 
 /// sha256 of a file by coreutils' sha256sum (independent of kveval's).
 std::string sha256sum(const std::string& path) {
@@ -35,13 +24,6 @@ std::string sha256sum(const std::string& path) {
   ::pclose(p);
   REQUIRE(n == 64);
   return std::string(buf, 64);
-}
-
-size_t temp_files(const std::filesystem::path& dir) {
-  size_t n = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir))
-    if (e.path().filename().string().find(".tmp.") != std::string::npos) ++n;
-  return n;
 }
 
 /// Modification time in nanoseconds.

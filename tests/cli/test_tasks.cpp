@@ -1,33 +1,17 @@
 // `kveval tasks` and `kveval run --tasks` on tests/data/task_tree/ (an lm-eval
 // style tree): the listing, results equal to the same tasks run through a
-// spec, lm-eval's --limit fraction, lm-eval's --output-path layout, and one
-// line with exit 2 for each bad input.
+// spec, lm-eval's --limit fraction, and one line with exit 2 for each bad input.
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
-#include <ctime>
 #include <filesystem>
-#include <regex>
 #include <string>
 #include <vector>
 
-#include "../eval/eval_test_util.hpp"
-#include "cli/output_path.hpp"
 #include "cli_run.hpp"
-#include "test_support.hpp"
-
-using kveval::test::quote;
-using kveval::test::Run;
-using kveval::test::run_kveval;
-using kveval::test::slurp;
-using kveval::test::TempDir;
-using nlohmann::json;
 
 namespace {
-
-std::string tree() { return kveval::test::source_dir() + "/tests/data/task_tree"; }
 
 /// One row of the listing: the name padded to the widest ("pets_fewshot"), the kind to 5.
 std::string row(std::string name, std::string kind, const std::string& file) {
@@ -36,18 +20,12 @@ std::string row(std::string name, std::string kind, const std::string& file) {
   return name + "  " + kind + "  " + file + "\n";
 }
 
-/// The error output is exactly `line` and a newline.
-void check_one_line(const Run& r, const std::string& line) {
-  CHECK(r.code == 2);
-  CHECK(r.err == line + "\n");
-}
-
 }  // namespace
 
 TEST_SUITE("cli.tasks") {
   TEST_CASE("kveval tasks lists every task, tag and group with its kind and file; PATTERN is a glob") {
     TempDir d;
-    const std::string t = tree();
+    const std::string t = task_tree();
     Run r = run_kveval(d, "tasks --include-path " + quote(t));
     INFO(r.err);
     REQUIRE(r.code == 0);
@@ -70,7 +48,7 @@ TEST_SUITE("cli.tasks") {
 
   TEST_CASE("run --tasks: unknown name, duplicate name, missing include path, bad --limit: one line, exit 2, before the model") {
     TempDir d;
-    const std::string t = tree(), inc = " --include-path " + quote(t);
+    const std::string t = task_tree(), inc = " --include-path " + quote(t);
     const std::string model = " -m " + quote(d.file("absent.gguf"));
     check_one_line(run_kveval(d, "run --tasks chores,dayly" + model + inc),
                    "kveval: error: --tasks: unknown task, tag or group 'dayly'; did you mean 'daily'? (searched " + t + ")");
@@ -95,7 +73,7 @@ TEST_SUITE("cli.tasks") {
 
   TEST_CASE("run --tasks gives the results of the same tasks run through a spec" * kveval::test::needs_model()) {
     TempDir d;
-    const std::string t = tree(), model = quote(kveval::test::model_path());
+    const std::string t = task_tree(), model = quote(kveval::test::model_path());
     Run a = run_kveval(d, "run --tasks all_of_it -m " + model + " --include-path " + quote(t) + " -q -o " + quote(d.file("a.json")));
     INFO(a.err);
     REQUIRE(a.code == 0);
@@ -125,52 +103,5 @@ TEST_SUITE("cli.tasks") {
     CHECK(rc["results"] == re["results"]);
     CHECK(rc["n-samples"]["chores"]["effective"] == 2);
     CHECK(rc["n-samples"] == re["n-samples"]);
-  }
-}
-
-TEST_SUITE("cli.output_path") {
-  TEST_CASE("lm-eval's model name sanitising and date id") {
-    CHECK(kveval::cli::sanitize_model_name("models/m.gguf") == "models__m.gguf");
-    CHECK(kveval::cli::sanitize_model_name("/a//b:c?d[e]") == "__a__b__c__d__e__");  // each run of the characters is one "__"
-    CHECK(kveval::cli::sanitize_model_name("org/name-1.5B") == "org__name-1.5B");
-    ::setenv("TZ", "UTC", 1);
-    ::tzset();
-    // 2026-12-06T08:41:07.123456 UTC; Python: datetime(...).isoformat().replace(":", "-")
-    const auto t = std::chrono::system_clock::time_point(std::chrono::microseconds(1796546467123456LL));
-    CHECK(kveval::cli::lm_eval_date_id(t) == "2026-12-06T08-41-07.123456");
-    CHECK(kveval::cli::lm_eval_date_id(std::chrono::system_clock::time_point(std::chrono::seconds(1796546467))) ==
-          "2026-12-06T08-41-07");  // isoformat leaves out zero microseconds
-  }
-
-  TEST_CASE("--output-path DIR writes DIR/<model>/results_<date>.json and, with --log-samples, samples per task" *
-            kveval::test::needs_model()) {
-    TempDir d;
-    const std::string model = kveval::test::model_path();
-    Run r = run_kveval(d, "run --tasks daily -m " + quote(model) + " --include-path " + quote(tree()) + " -q -o " +
-                              quote(d.file("one.json")) + " --output-path " + quote(d.file("out")) + " --log-samples");
-    INFO(r.err);
-    REQUIRE(r.code == 0);
-    const std::string sub = std::regex_replace(model, std::regex(R"([\"<>:/|\\?*\[\]]+)"), "__");
-    std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(d.file("out/" + sub))) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    REQUIRE(names.size() == 4);
-    std::smatch m;
-    REQUIRE(std::regex_match(names[0], m, std::regex(R"(results_(\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d(\.\d{6})?)\.json)")));
-    const std::string id = m[1];
-    CHECK(names[1] == "samples_chores_" + id + ".jsonl");
-    CHECK(names[2] == "samples_pets_" + id + ".jsonl");
-    CHECK(names[3] == "samples_pets_fewshot_" + id + ".jsonl");
-    json res = json::parse(slurp(d.file("out/" + sub + "/" + names[0]))), one = json::parse(slurp(d.file("one.json")));
-    CHECK(res["results"] == one["results"]);
-    const std::string chores = slurp(d.file("out/" + sub + "/" + names[1]));
-    CHECK(std::count(chores.begin(), chores.end(), '\n') == 4);
-    CHECK(json::parse(chores.substr(0, chores.find('\n')))["task"] == "chores");
-    // --log-samples with no value needs the folder; the folder must not be a file
-    check_one_line(run_kveval(d, "run --tasks daily -m " + quote(model) + " --include-path " + quote(tree()) + " --log-samples"),
-                   "kveval: error: --log-samples: needs a file, or --output-path DIR to write into (see --help)");
-    check_one_line(run_kveval(d, "run --tasks daily -m " + quote(model) + " --include-path " + quote(tree()) + " --output-path " +
-                                     quote(d.file("one.json"))),
-                   "kveval: error: --output-path " + d.file("one.json") + ": not a directory");
   }
 }

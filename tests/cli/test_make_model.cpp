@@ -1,0 +1,51 @@
+// `kveval make-model` end to end: every --arch with a --vocab taken from
+// another model generates the same ids cached and uncached; bad --arch and
+// --vocab values are one-line errors that leave no output file.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <string>
+
+#include "cli_run.hpp"
+
+TEST_SUITE("cli.make_model") {
+  TEST_CASE("make-model --arch and --vocab write models that generate the same ids cached and uncached") {
+    TempDir d;
+    // The vocabulary source: a model written by make-model itself (synthetic SentencePiece, 300 pieces).
+    const std::string vocab = d.file("vocab_src.gguf");
+    REQUIRE(run_kveval(d, "make-model --preset tiny --seed 3 -o " + quote(vocab)).code == 0);
+    for (const char* arch : {"llama", "llama3", "qwen2", "qwen3"}) {
+      CAPTURE(std::string(arch));
+      const std::string m = d.file(std::string(arch) + ".gguf");
+      Run w = run_kveval(d, std::string("make-model --preset tiny --arch ") + arch + " --vocab " + quote(vocab) +
+                                " --tied --seed 5 -o " + quote(m));
+      CHECK(w.code == 0);
+      CHECK(w.out.find(std::string("arch ") + arch) != std::string::npos);
+      CHECK(w.out.find("n_vocab 300 from " + vocab) != std::string::npos);
+      CHECK(w.out.find("tied output") != std::string::npos);
+      const std::string gen = "generate -t 1 --ignore-eos -n 12 -p 'once upon a time' -m " + quote(m);
+      Run cached = run_kveval(d, gen);
+      Run uncached = run_kveval(d, gen + " --no-cache");
+      CHECK(cached.code == 0);
+      CHECK(uncached.code == 0);
+      CHECK(cached.out.find("once upon a time") == 0);
+      CHECK(cached.out == uncached.out);
+    }
+    Run q3 = run_kveval(d, "make-model --preset tiny --arch qwen3 -o " + quote(d.file("q3.gguf")));
+    CHECK(q3.code == 0);
+    CHECK(q3.out.find("head_dim 128") != std::string::npos);
+    Run bad_arch = run_kveval(d, "make-model --preset tiny --arch gemma -o " + quote(d.file("x.gguf")));
+    CHECK(bad_arch.code == 2);
+    CHECK(bad_arch.err.find("--arch: gemma not in {llama,llama3,qwen2,qwen3}") != std::string::npos);
+    Run no_vocab = run_kveval(d, "make-model --preset tiny --vocab " + quote(d.file("none.gguf")) + " -o " +
+                                     quote(d.file("x.gguf")));
+    CHECK(no_vocab.code == 2);
+    CHECK(no_vocab.err.find("--vocab " + d.file("none.gguf") + ": no such file") != std::string::npos);
+    const std::string not_gguf = d.write("v.txt", "hello");
+    Run bad_vocab = run_kveval(d, "make-model --preset tiny --vocab " + quote(not_gguf) + " -o " + quote(d.file("x.gguf")));
+    CHECK(bad_vocab.code == 1);
+    CHECK(count_lines(bad_vocab.err) == 1);
+    CHECK(bad_vocab.err.find(not_gguf) != std::string::npos);
+    CHECK(!std::ifstream(d.file("x.gguf")).good());
+  }
+}

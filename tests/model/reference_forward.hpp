@@ -1,0 +1,279 @@
+#pragma once
+// A naive double-precision forward pass of a Llama-like GGUF model, written
+// from the formulas and read with gguf::File only (no Model code): the
+// reference the engine's logits and KV cache are checked against.
+//
+// The architecture description (arch::Description: RoPE layout, which
+// biases, Q/K norms, rope_freqs) says which tensors to read and which steps
+// apply; the GGUF gives the weights and hyper-parameters. One forward is four
+// separate steps, each a function below:
+//   embed            token_embd rows
+//   attention_block  RMSNorm, Q/K/V (+ biases), Q/K norms, RoPE, causal GQA
+//                    softmax(q k / sqrt(head_dim)) v, output projection, residual
+//   ffn_block        RMSNorm, SwiGLU gate/up (+ biases), down (+ bias), residual
+//   output_head      output_norm, output (tied to token_embd when absent)
+// Formulas: RMSNorm (Zhang & Sennrich 2019); RoPE (Su et al. 2021) with
+// ggml's rope_norm / rope_neox pairing and llama.cpp's linear scaling and
+// rope_freqs divisors; SwiGLU (Shazeer 2020).
+//
+// Ablation leaves one feature out, for negative controls showing that a
+// comparison against this reference can fail.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/arch/arch.hpp"
+#include "model/gguf.hpp"
+
+namespace kveval::test {
+
+/// Features the reference can leave out (negative controls).
+struct Ablation {
+  bool swap_rope_style = false;
+  bool no_bias = false;
+  bool no_qk_norm = false;
+  bool no_rope_factors = false;
+  bool no_linear_scale = false;
+};
+
+/// A GGUF model's weights in double and its forward pass.
+class ReferenceModel {
+ public:
+  using Rows = std::vector<std::vector<double>>;  ///< [T][n]: one vector per position
+
+  /// The weights of the GGUF at `path`, for the architecture named by its general.architecture.
+  explicit ReferenceModel(const std::string& path) : ReferenceModel(path, description_of(path)) {}
+  /// The weights of the GGUF at `path` read as architecture `desc`.
+  ReferenceModel(const std::string& path, const arch::Description& desc) : desc_(desc) { load(path); }
+
+  const arch::Description& desc() const { return desc_; }
+  int n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0, n_vocab = 0, n_rot = 0;
+  double eps = 0, freq_base = 0, freq_scale = 1;
+
+  /// Logits [T][n_vocab] of the sequence `ids` at positions 0..T-1.
+  Rows logits(const std::vector<int32_t>& ids, const Ablation& ab = {}) const {
+    Rows x = embed(ids);
+    for (const Layer& L : layers_) {
+      attention_block(L, x, ab);
+      ffn_block(L, x, ab);
+    }
+    return output_head(x);
+  }
+  /// The same logits as one row-major vector [T * n_vocab].
+  std::vector<double> flat_logits(const std::vector<int32_t>& ids, const Ablation& ab = {}) const {
+    std::vector<double> out;
+    out.reserve(ids.size() * size_t(n_vocab));
+    for (const auto& row : logits(ids, ab)) out.insert(out.end(), row.begin(), row.end());
+    return out;
+  }
+  /// Layer-0 key (after Q/K norm and RoPE at absolute position `pos`) and value of token `tok`,
+  /// [n_head_kv * head_dim] each: what the KV cache holds for that position.
+  std::pair<std::vector<double>, std::vector<double>> layer0_kv(int32_t tok, int pos) const {
+    const Layer& L = layers_.at(0);
+    std::vector<double> h = embed({tok})[0];
+    rmsnorm(h, 0, h.size(), L.attn_norm);
+    std::vector<double> k = linear(L.wk, h, L.bk, true);
+    norm_and_rope_heads(k, n_head_kv, L.k_norm, pos, {});
+    return {std::move(k), linear(L.wv, h, L.bv, true)};
+  }
+
+ private:
+  struct Layer {
+    std::vector<double> attn_norm, wq, wk, wv, wo, bq, bk, bv, bo, q_norm, k_norm;  // weights [n_out][n_in]
+    std::vector<double> ffn_norm, wg, wu, wd, bg, bu, bd;
+  };
+  const arch::Description& desc_;
+  std::vector<double> rope_factors_;  // [n_rot/2] or empty
+  std::vector<double> tok_embd_, output_, output_norm_;
+  std::vector<Layer> layers_;
+
+  static const arch::Description& description_of(const std::string& path) {
+    const std::string name = gguf::File(path).get_string("general.architecture");
+    const arch::Description* d = arch::find(name);
+    REQUIRE_MESSAGE(d != nullptr, "reference: no architecture description for '" << name << "'");
+    return *d;
+  }
+
+  void load(const std::string& path) {
+    gguf::File f(path);
+    const std::string a(desc_.name);
+    auto k = [&](const char* s) { return a + "." + s; };
+    n_embd = static_cast<int>(f.get_uint(k("embedding_length")));
+    n_layer = static_cast<int>(f.get_uint(k("block_count")));
+    n_head = static_cast<int>(f.get_uint(k("attention.head_count")));
+    n_head_kv = static_cast<int>(f.get_uint(k("attention.head_count_kv")));
+    head_dim = static_cast<int>(f.get_uint_or(k("attention.key_length"), static_cast<uint64_t>(n_embd / n_head)));
+    n_rot = static_cast<int>(f.get_uint_or(k("rope.dimension_count"), static_cast<uint64_t>(head_dim)));
+    n_ff = static_cast<int>(f.get_uint(k("feed_forward_length")));
+    eps = f.get_float(k("attention.layer_norm_rms_epsilon"));
+    freq_base = f.get_float_or(k("rope.freq_base"), 10000.0);
+    if (f.get_string_or(k("rope.scaling.type"), "linear") == "linear") {
+      const double factor = f.get_float_or(k("rope.scaling.factor"), 0.0);
+      freq_scale = factor > 0 ? 1.0 / factor : 1.0;
+    }
+    auto get = [&](const std::string& name, std::vector<uint64_t> dims) {
+      const auto v = f.tensor_f32(name, dims);
+      return std::vector<double>(v.begin(), v.end());
+    };
+    // A tensor the description allows is read when the file has it; one it excludes is never read.
+    auto opt = [&](arch::Presence p, const std::string& name, std::vector<uint64_t> dims) {
+      return p != arch::Presence::Absent && f.find_tensor(name) ? get(name, dims) : std::vector<double>{};
+    };
+    const uint64_t E = n_embd, Q = uint64_t(n_head) * head_dim, KV = uint64_t(n_head_kv) * head_dim, F = n_ff,
+                   HD = head_dim;
+    n_vocab = static_cast<int>(f.tensor(arch::kTokenEmbd).dims[1]);
+    const uint64_t V = n_vocab;
+    tok_embd_ = get(std::string(arch::kTokenEmbd), {E, V});
+    output_ = f.find_tensor(arch::kOutput) ? get(std::string(arch::kOutput), {E, V}) : tok_embd_;
+    output_norm_ = get(std::string(arch::kOutputNorm), {E});
+    rope_factors_ = opt(desc_.rope_freqs, std::string(arch::kRopeFreqs), {uint64_t(n_rot / 2)});
+    for (int l = 0; l < n_layer; ++l) {
+      auto t = [&](const char* base, const char* kind = "weight") { return arch::blk_tensor(l, base, kind); };
+      Layer L;
+      L.attn_norm = get(t("attn_norm"), {E});
+      L.wq = get(t("attn_q"), {E, Q});
+      L.wk = get(t("attn_k"), {E, KV});
+      L.wv = get(t("attn_v"), {E, KV});
+      L.wo = get(t("attn_output"), {Q, E});
+      L.bq = opt(desc_.qkv_bias, t("attn_q", "bias"), {Q});
+      L.bk = opt(desc_.qkv_bias, t("attn_k", "bias"), {KV});
+      L.bv = opt(desc_.qkv_bias, t("attn_v", "bias"), {KV});
+      L.bo = opt(desc_.out_bias, t("attn_output", "bias"), {E});
+      L.q_norm = opt(desc_.qk_norm, t("attn_q_norm"), {HD});
+      L.k_norm = opt(desc_.qk_norm, t("attn_k_norm"), {HD});
+      L.ffn_norm = get(t("ffn_norm"), {E});
+      L.wg = get(t("ffn_gate"), {E, F});
+      L.wu = get(t("ffn_up"), {E, F});
+      L.wd = get(t("ffn_down"), {F, E});
+      L.bg = opt(desc_.ffn_bias, t("ffn_gate", "bias"), {F});
+      L.bu = opt(desc_.ffn_bias, t("ffn_up", "bias"), {F});
+      L.bd = opt(desc_.ffn_bias, t("ffn_down", "bias"), {E});
+      layers_.push_back(std::move(L));
+    }
+  }
+
+  // ---- the formulas ---------------------------------------------------------
+
+  /// y[o] = sum_i W[o, i] x[i] (+ b[o]); W is GGUF {n_in, n_out}: n_out rows of n_in.
+  static std::vector<double> linear(const std::vector<double>& W, const std::vector<double>& x,
+                                    const std::vector<double>& b, bool use_bias) {
+    const size_t n_in = x.size(), n_out = W.size() / n_in;
+    std::vector<double> y(n_out, 0.0);
+    for (size_t o = 0; o < n_out; ++o) {
+      double s = 0;
+      for (size_t i = 0; i < n_in; ++i) s += W[o * n_in + i] * x[i];
+      y[o] = s + (use_bias && !b.empty() ? b[o] : 0.0);
+    }
+    return y;
+  }
+  /// RMSNorm of x[off, off + n) in place, times w.
+  void rmsnorm(std::vector<double>& x, size_t off, size_t n, const std::vector<double>& w) const {
+    double ss = 0;
+    for (size_t i = 0; i < n; ++i) ss += x[off + i] * x[off + i];
+    const double s = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
+    for (size_t i = 0; i < n; ++i) x[off + i] = x[off + i] * s * w[i];
+  }
+  /// RoPE of one head at position pos: pair i rotated by pos * base^(-2i/n_rot) * scale / factor_i;
+  /// Normal pairs (2i, 2i+1), Neox pairs (i, i + n_rot/2); dimensions from n_rot on are not rotated.
+  void rope(double* v, int pos, const Ablation& ab) const {
+    const bool neox = (desc_.rope == arch::RopeStyle::Neox) != ab.swap_rope_style;
+    for (int i = 0; i < n_rot / 2; ++i) {
+      double th = pos * std::pow(freq_base, -2.0 * i / n_rot);
+      if (!ab.no_linear_scale) th *= freq_scale;
+      if (!rope_factors_.empty() && !ab.no_rope_factors) th /= rope_factors_[size_t(i)];
+      const int a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
+      const double x0 = v[a], x1 = v[b];
+      v[a] = x0 * std::cos(th) - x1 * std::sin(th);
+      v[b] = x0 * std::sin(th) + x1 * std::cos(th);
+    }
+  }
+  /// Per head of `v` ([n_heads][head_dim]): the Q/K norm (when the layer has one), then RoPE at `pos`.
+  void norm_and_rope_heads(std::vector<double>& v, int n_heads, const std::vector<double>& norm, int pos,
+                           const Ablation& ab) const {
+    const size_t HD = size_t(head_dim);
+    for (int h = 0; h < n_heads; ++h) {
+      if (!norm.empty() && !ab.no_qk_norm) rmsnorm(v, size_t(h) * HD, HD, norm);
+      rope(v.data() + size_t(h) * HD, pos, ab);
+    }
+  }
+
+  // ---- the steps ------------------------------------------------------------
+
+  /// Rows of token_embd for `ids`: [T][n_embd].
+  Rows embed(const std::vector<int32_t>& ids) const {
+    const size_t E = size_t(n_embd);
+    Rows x(ids.size());
+    for (size_t t = 0; t < ids.size(); ++t)
+      x[t].assign(tok_embd_.begin() + long(ids[t]) * long(E), tok_embd_.begin() + long(ids[t] + 1) * long(E));
+    return x;
+  }
+
+  /// x[t] += attn_output(causal GQA attention of RMSNorm(x)) for every position t.
+  void attention_block(const Layer& L, Rows& x, const Ablation& ab) const {
+    const size_t T = x.size(), HD = size_t(head_dim), Q = size_t(n_head) * HD;
+    const bool bias = !ab.no_bias;
+    Rows q(T), k(T), v(T);
+    for (size_t t = 0; t < T; ++t) {
+      std::vector<double> h = x[t];
+      rmsnorm(h, 0, h.size(), L.attn_norm);
+      q[t] = linear(L.wq, h, L.bq, bias);
+      k[t] = linear(L.wk, h, L.bk, bias);
+      v[t] = linear(L.wv, h, L.bv, bias);
+      norm_and_rope_heads(q[t], n_head, L.q_norm, static_cast<int>(t), ab);
+      norm_and_rope_heads(k[t], n_head_kv, L.k_norm, static_cast<int>(t), ab);
+    }
+    const int group = n_head / n_head_kv;
+    for (size_t t = 0; t < T; ++t) {
+      std::vector<double> att(Q, 0.0);
+      for (int hh = 0; hh < n_head; ++hh) {
+        const size_t kh = size_t(hh / group) * HD, qh = size_t(hh) * HD;
+        std::vector<double> s(t + 1);
+        double mx = -1e300;
+        for (size_t p = 0; p <= t; ++p) {
+          double d = 0;
+          for (size_t i = 0; i < HD; ++i) d += q[t][qh + i] * k[p][kh + i];
+          s[p] = d / std::sqrt(static_cast<double>(HD));
+          mx = std::max(mx, s[p]);
+        }
+        double z = 0;
+        for (auto& e : s) z += (e = std::exp(e - mx));
+        for (size_t p = 0; p <= t; ++p)
+          for (size_t i = 0; i < HD; ++i) att[qh + i] += s[p] / z * v[p][kh + i];
+      }
+      const auto o = linear(L.wo, att, L.bo, bias);
+      for (size_t i = 0; i < o.size(); ++i) x[t][i] += o[i];
+    }
+  }
+
+  /// x[t] += ffn_down(silu(ffn_gate(h)) * ffn_up(h)) with h = RMSNorm(x[t]), for every position t.
+  void ffn_block(const Layer& L, Rows& x, const Ablation& ab) const {
+    const bool bias = !ab.no_bias;
+    for (auto& xt : x) {
+      std::vector<double> h = xt;
+      rmsnorm(h, 0, h.size(), L.ffn_norm);
+      const auto g = linear(L.wg, h, L.bg, bias), u = linear(L.wu, h, L.bu, bias);
+      std::vector<double> a(g.size());
+      for (size_t i = 0; i < g.size(); ++i) a[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];  // SwiGLU
+      const auto d = linear(L.wd, a, L.bd, bias);
+      for (size_t i = 0; i < d.size(); ++i) xt[i] += d[i];
+    }
+  }
+
+  /// output(RMSNorm(x[t])) for every position t: [T][n_vocab].
+  Rows output_head(const Rows& x) const {
+    Rows out(x.size());
+    for (size_t t = 0; t < x.size(); ++t) {
+      std::vector<double> h = x[t];
+      rmsnorm(h, 0, h.size(), output_norm_);
+      out[t] = linear(output_, h, {}, false);
+    }
+    return out;
+  }
+};
+
+}  // namespace kveval::test
