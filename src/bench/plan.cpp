@@ -7,6 +7,7 @@
 
 #include "bench/gen.hpp"
 #include "model/gguf.hpp"
+#include "util/error.hpp"
 
 namespace kveval::bench {
 
@@ -39,8 +40,12 @@ ModelFacts model_facts(const Options& o) {
   if (given.empty()) given.push_back(ComputeDtype::Auto);
   for (ComputeDtype d : given) f.dtypes.push_back(to_string(resolve_dtype_for_file(o.model_path, d)));
   const gguf::File file(o.model_path);
-  const std::string arch = file.get_string_or("general.architecture", "llama");
-  f.n_ctx = static_cast<int>(std::min<uint64_t>(file.get_uint_or(arch + ".context_length", 0), 1 << 24));
+  try {  // a key of the wrong type is Model::load's error to report, in its words
+    const std::string arch = file.get_string_or("general.architecture", "llama");
+    f.n_ctx = static_cast<int>(std::min<uint64_t>(file.get_uint_or(arch + ".context_length", 0), 1 << 24));
+  } catch (const FormatError&) {
+    f.n_ctx = 0;
+  }
   return f;
 }
 
