@@ -160,10 +160,68 @@ StreamResult stream_read_bandwidth(int threads, size_t bytes, int passes) {
   return StreamReader(threads, bytes).measure(passes);
 }
 
-SgemmResult sgemm_throughput(int threads, const std::vector<GemmShape>& shapes, int passes) {
+namespace {
+
+/// One shape's matmul, its weights reordered once (as a model's at load), and plain copies for the check.
+struct PreparedGemm {
+  GemmShape shape;
+  dnnl::matmul prim;
+  dnnl::memory a, b, c, scratch;
+  std::vector<float> a_host, b_host;
+};
+
+PreparedGemm prepare_gemm(const GemmShape& s, dnnl::engine& eng, dnnl::stream& strm, std::mt19937& rng) {
   using namespace dnnl;
   using tag = memory::format_tag;
   using dt = memory::data_type;
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  PreparedGemm p;
+  p.shape = s;
+  memory::desc a_md({s.m, s.k}, dt::f32, tag::ab);
+  memory::desc b_plain({s.k, s.n}, dt::f32, tag::ab);
+  memory::desc b_any({s.k, s.n}, dt::f32, tag::any);
+  memory::desc c_md({s.m, s.n}, dt::f32, tag::ab);
+  primitive_attr attr;
+  attr.set_scratchpad_mode(scratchpad_mode::user);
+  matmul::primitive_desc pd(matmul::desc(a_md, b_any, c_md), attr, eng);
+  p.prim = matmul(pd);
+  p.a_host.resize(static_cast<size_t>(s.m * s.k));
+  p.b_host.resize(static_cast<size_t>(s.k * s.n));
+  for (auto& v : p.a_host) v = uni(rng);
+  for (auto& v : p.b_host) v = uni(rng);
+  p.a = memory(a_md, eng);
+  std::copy(p.a_host.begin(), p.a_host.end(), static_cast<float*>(p.a.get_data_handle()));
+  memory b_user(b_plain, eng, p.b_host.data());
+  p.b = memory(pd.weights_desc(), eng);
+  reorder(b_user, p.b).execute(strm, b_user, p.b);  // once, like a model's weights at load
+  p.c = memory(c_md, eng);
+  p.scratch = memory(pd.scratchpad_desc(), eng);
+  return p;
+}
+
+/// Largest |error| of 16 sampled entries per shape against a naive double-precision dot product.
+double sampled_max_error(const std::vector<PreparedGemm>& prep) {
+  double err = 0;
+  std::mt19937 pick(7);
+  for (const auto& p : prep) {
+    const float* c = static_cast<const float*>(p.c.get_data_handle());
+    for (int t = 0; t < 16; ++t) {
+      const int64_t i = static_cast<int64_t>(pick() % static_cast<uint64_t>(p.shape.m));
+      const int64_t j = static_cast<int64_t>(pick() % static_cast<uint64_t>(p.shape.n));
+      double ref = 0;
+      for (int64_t q = 0; q < p.shape.k; ++q)
+        ref += static_cast<double>(p.a_host[static_cast<size_t>(i * p.shape.k + q)]) *
+               p.b_host[static_cast<size_t>(q * p.shape.n + j)];
+      err = std::max(err, std::abs(ref - c[i * p.shape.n + j]));
+    }
+  }
+  return err;
+}
+
+}  // namespace
+
+SgemmResult sgemm_throughput(int threads, const std::vector<GemmShape>& shapes, int passes) {
+  using namespace dnnl;
   if (shapes.empty()) throw ArgumentError("sgemm_throughput: no shapes");
   if (passes < 1) throw ArgumentError("sgemm_throughput: passes must be >= 1, got " + std::to_string(passes));
   for (const auto& s : shapes) {
@@ -177,38 +235,10 @@ SgemmResult sgemm_throughput(int threads, const std::vector<GemmShape>& shapes, 
   try {
     engine eng(engine::kind::cpu, 0);
     stream strm(eng);
-    struct Prepared {
-      GemmShape shape;
-      matmul prim;
-      memory a, b, c, scratch;
-      std::vector<float> a_host, b_host;  // plain copies for the correctness check
-    };
-    std::vector<Prepared> prep;
+    std::vector<PreparedGemm> prep;
     std::mt19937 rng(12345);
-    std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
     for (const auto& s : shapes) {
-      Prepared p;
-      p.shape = s;
-      memory::desc a_md({s.m, s.k}, dt::f32, tag::ab);
-      memory::desc b_plain({s.k, s.n}, dt::f32, tag::ab);
-      memory::desc b_any({s.k, s.n}, dt::f32, tag::any);
-      memory::desc c_md({s.m, s.n}, dt::f32, tag::ab);
-      primitive_attr attr;
-      attr.set_scratchpad_mode(scratchpad_mode::user);
-      matmul::primitive_desc pd(matmul::desc(a_md, b_any, c_md), attr, eng);
-      p.prim = matmul(pd);
-      p.a_host.resize(static_cast<size_t>(s.m * s.k));
-      p.b_host.resize(static_cast<size_t>(s.k * s.n));
-      for (auto& v : p.a_host) v = uni(rng);
-      for (auto& v : p.b_host) v = uni(rng);
-      p.a = memory(a_md, eng);
-      std::copy(p.a_host.begin(), p.a_host.end(), static_cast<float*>(p.a.get_data_handle()));
-      memory b_user(b_plain, eng, p.b_host.data());
-      p.b = memory(pd.weights_desc(), eng);
-      reorder(b_user, p.b).execute(strm, b_user, p.b);  // once, like a model's weights at load
-      p.c = memory(c_md, eng);
-      p.scratch = memory(pd.scratchpad_desc(), eng);
-      prep.push_back(std::move(p));
+      prep.push_back(prepare_gemm(s, eng, strm, rng));
       r.flops_per_pass += s.flops();
     }
     strm.wait();
@@ -230,20 +260,7 @@ SgemmResult sgemm_throughput(int threads, const std::vector<GemmShape>& shapes, 
     }
     r.seconds_per_pass = median_of(times);
     r.gflops = r.flops_per_pass / r.seconds_per_pass / 1e9;
-    // Correctness: sampled entries against a naive double-precision dot product.
-    std::mt19937 pick(7);
-    for (const auto& p : prep) {
-      const float* c = static_cast<const float*>(p.c.get_data_handle());
-      for (int t = 0; t < 16; ++t) {
-        const int64_t i = static_cast<int64_t>(pick() % static_cast<uint64_t>(p.shape.m));
-        const int64_t j = static_cast<int64_t>(pick() % static_cast<uint64_t>(p.shape.n));
-        double ref = 0;
-        for (int64_t q = 0; q < p.shape.k; ++q)
-          ref += static_cast<double>(p.a_host[static_cast<size_t>(i * p.shape.k + q)]) *
-                 p.b_host[static_cast<size_t>(q * p.shape.n + j)];
-        r.max_abs_error = std::max(r.max_abs_error, std::abs(ref - c[i * p.shape.n + j]));
-      }
-    }
+    r.max_abs_error = sampled_max_error(prep);
   } catch (const dnnl::error& e) {
     throw BackendError(std::string("sgemm_throughput: oneDNN error: ") + e.what() + " (status " +
                        std::to_string(static_cast<int>(e.status)) + ")");

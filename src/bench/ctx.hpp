@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 
 #include "backend/roofline.hpp"
 #include "model/cost.hpp"
+#include "bench/plan.hpp"
 #include "bench/report.hpp"
 #include "bench/run.hpp"
 #include "model/context.hpp"
@@ -22,6 +24,10 @@
 #include "util/memory.hpp"
 
 namespace kveval::bench::detail {
+
+/// A run of consecutive plan steps of one test (plan.hpp): its Test steps are
+/// measured, its Warning steps added to the report, in turn.
+using Steps = std::span<const Instance>;
 
 /// One warm-up call of `f`, then `reps` timed calls; `f` returns its sample.
 template <class F>
@@ -115,24 +121,26 @@ struct TgVariant {
   Ctx* c;           ///< the load (its model, compute dtype and report)
   KvCacheDtype kv;  ///< set on c->context before each of its generations
 };
-/// Test "tg" over `variants` (one or more: KV-cache types of one load, or of
-/// several loads of other compute dtypes resident together), interleaved: one
-/// warm-up of each, then each repetition runs every variant once, in turn, so
-/// that the machine's drift falls on all alike (their ratios are measured in
-/// one run). With `reader` (the roofline's stream buffer), each repetition is
-/// preceded by a stream read and frac_of_stream is the median of the paired
-/// ratios. A variant whose generation stops early is skipped with a warning
-/// (tg.cpp). Each model's caches are dropped at the end.
-void run_tg(const std::vector<TgVariant>& variants, backend::StreamReader* reader);
+/// Test "tg" at the shapes (batch, n_prompt, n_gen) of the Test steps in
+/// `steps` (each shape once, in order; the Warning steps added in turn) over
+/// `variants` (one or more: KV-cache types of one load, or of several loads of
+/// other compute dtypes resident together), interleaved: one warm-up of each,
+/// then each repetition runs every variant once, in turn, so that the
+/// machine's drift falls on all alike (their ratios are measured in one run).
+/// With `reader` (the roofline's stream buffer), each repetition is preceded by
+/// a stream read and frac_of_stream is the median of the paired ratios. A
+/// variant whose generation stops early is skipped with a warning (tg.cpp).
+/// Each model's caches are dropped at the end.
+void run_tg(const std::vector<TgVariant>& variants, backend::StreamReader* reader, Steps steps);
 /// run_tg over the KV-cache types of one load, with a stream buffer when the
 /// roofline ran (make_stream_reader; released after). The model's type is left at the last.
-void run_tg(Ctx& c, const std::vector<KvCacheDtype>& kv_types);
+void run_tg(Ctx& c, const std::vector<KvCacheDtype>& kv_types, Steps steps);
 /// tg's paired yardstick: a stream buffer of the size the roofline measured at
 /// this load, allocated now (tg.cpp). nullptr when the roofline did not
 /// run; also nullptr, with a warning that tg reports no frac_of_stream, when
 /// the buffer does not fit the memory budget.
 std::unique_ptr<backend::StreamReader> make_stream_reader(Ctx& c);
-/// A load whose tg runs after the other dtypes' tests (run_bench with several compute dtypes).
+/// A load whose tg runs after the other dtypes' tests (execute with several compute dtypes).
 struct Kept {
   std::unique_ptr<Model> model;
   std::unique_ptr<Ctx> ctx;  // refers to *model (its Context too)
@@ -140,18 +148,26 @@ struct Kept {
   ModelOptions options;      // to load it again (run_kept_tg's fallback)
 };
 
-/// tg of all kept loads, their compute dtypes and KV-cache types interleaved,
-/// with one stream buffer for the paired yardstick when the roofline ran; then
-/// released (kept is left empty). When some tg shape does not fit with every
-/// load's cache at once, every load is released first and each is loaded again
-/// alone for its tg, with a warning (tg.cpp).
-void run_kept_tg(std::vector<Kept>& kept);
+/// tg (`steps`: the tg steps of this thread count) of all kept loads, their
+/// compute dtypes and KV-cache types interleaved, with one stream buffer for
+/// the paired yardstick when the roofline ran; then released (kept is left
+/// empty). When some tg shape does not fit with every load's cache at once,
+/// every load is released first and each is loaded again alone for its tg,
+/// with a warning (tg.cpp).
+void run_kept_tg(std::vector<Kept>& kept, Steps steps);
 /// Test "tg-nocache": generation re-running the whole sequence every step, and
 /// its speedup against the cached path (tg.cpp).
-void run_tg_nocache(Ctx& c);
-/// Test "cache": KV-cache set-up, reset and teardown cost per shape (cache.cpp).
-void run_cache(Ctx& c);
+void run_tg_nocache(Ctx& c, Steps steps);
+/// Test "cache": KV-cache set-up, reset and teardown cost per shape (batch, positions) (cache.cpp).
+void run_cache(Ctx& c, Steps steps);
 /// Test "switch": generate/score alternation under both cache policies (cache.cpp).
-void run_switch(Ctx& c);
+void run_switch(Ctx& c, Steps steps);
+/// Test "roofline": stream read bandwidth and sgemm at M = 1 (pp.cpp).
+void run_roofline(Ctx& c);
+/// Test "pp": cache-free forward at each (batch, n_prompt), logits at every
+/// position and at the last only (pp.cpp).
+void run_pp(Ctx& c, Steps steps);
+/// Test "ll": kveval::score throughput on synthetic requests at each batch (pp.cpp).
+void run_ll(Ctx& c, Steps steps);
 
 }  // namespace kveval::bench::detail

@@ -108,45 +108,51 @@ nlohmann::json to_json(const Report& rep) {
   return j;
 }
 
-std::string to_markdown(const Report& rep) {
+namespace {
+
+/// ", KV cache bf16" where the report recorded the cache type (meta.dtypes), or the list of several.
+std::string kv_suffix(const nlohmann::json& d) {
+  if (d.contains("kv_cache_dtypes") && d["kv_cache_dtypes"].is_array()) {  // several, swept in one load
+    std::vector<std::string> names;
+    for (const auto& n : d["kv_cache_dtypes"]) names.push_back(n.get<std::string>());
+    return fmt::format(", KV cache {}", fmt::join(names, ", "));
+  }
+  return d.contains("kv_cache_dtype") ? ", KV cache " + d["kv_cache_dtype"].get<std::string>() : std::string();
+}
+
+/// The markdown header's model part: ", model PATH (weights, N M parameters)".
+std::string markdown_model(const nlohmann::json& m) {
+  const auto& mo = m["model"];
+  std::string weights = fmt::format("{:.1f} MiB of {} weights", mo.value("weight_bytes", 0.0) / 1048576.0,
+                                    mo.value("weight_dtype", "F32"));
+  if (m.contains("dtypes") && m["dtypes"].size() == 1) weights += kv_suffix(m["dtypes"].begin().value());
+  const bool several = m.contains("dtypes") && m["dtypes"].size() > 1;
+  if (several) {  // one figure per compute dtype compared, "; " apart (a KV-cache list has commas)
+    weights.clear();
+    // in the order measured (meta.dtype_order) when recorded; meta.dtypes itself is sorted by name
+    std::vector<std::string> order;
+    if (m.contains("dtype_order"))
+      for (const auto& n : m["dtype_order"])
+        if (m["dtypes"].contains(n.get<std::string>())) order.push_back(n.get<std::string>());
+    for (const auto& [name, d] : m["dtypes"].items())
+      if (std::find(order.begin(), order.end(), name) == order.end()) order.push_back(name);
+    for (const auto& name : order) {
+      const auto& d = m["dtypes"][name];
+      weights += fmt::format("{}{}: {:.1f} MiB of {} weights{}", weights.empty() ? "" : "; ", name,
+                             d.value("weight_bytes", 0.0) / 1048576.0, d.value("weight_dtype", "F32"), kv_suffix(d));
+    }
+  }
+  // "; " before the parameter count when the weights part is a list of its own
+  return fmt::format(", model {} ({}{} {:.2f} M parameters)", mo.value("path", ""), weights,
+                     weights.find(',') != std::string::npos || several ? ";" : ",", mo.value("n_params", 0.0) / 1e6);
+}
+
+/// The markdown header line: version, model, machine (empty when the meta has none).
+std::string markdown_header(const nlohmann::json& m) {
   std::string out;
-  const auto& m = rep.meta;
   if (m.contains("kveval_version"))
     out += fmt::format("kveval {} ({})", m.value("kveval_version", ""), m.value("git_hash", ""));
-  if (m.contains("model")) {
-    const auto& mo = m["model"];
-    std::string weights = fmt::format("{:.1f} MiB of {} weights", mo.value("weight_bytes", 0.0) / 1048576.0,
-                                      mo.value("weight_dtype", "F32"));
-    // ", KV cache bf16" where the report recorded the cache type (meta.dtypes)
-    auto kv = [](const nlohmann::json& d) {
-      if (d.contains("kv_cache_dtypes") && d["kv_cache_dtypes"].is_array()) {  // several, swept in one load
-        std::vector<std::string> names;
-        for (const auto& n : d["kv_cache_dtypes"]) names.push_back(n.get<std::string>());
-        return fmt::format(", KV cache {}", fmt::join(names, ", "));
-      }
-      return d.contains("kv_cache_dtype") ? ", KV cache " + d["kv_cache_dtype"].get<std::string>() : std::string();
-    };
-    if (m.contains("dtypes") && m["dtypes"].size() == 1) weights += kv(m["dtypes"].begin().value());
-    const bool several = m.contains("dtypes") && m["dtypes"].size() > 1;
-    if (several) {  // one figure per compute dtype compared, "; " apart (a KV-cache list has commas)
-      weights.clear();
-      // in the order measured (meta.dtype_order) when recorded; meta.dtypes itself is sorted by name
-      std::vector<std::string> order;
-      if (m.contains("dtype_order"))
-        for (const auto& n : m["dtype_order"])
-          if (m["dtypes"].contains(n.get<std::string>())) order.push_back(n.get<std::string>());
-      for (const auto& [name, d] : m["dtypes"].items())
-        if (std::find(order.begin(), order.end(), name) == order.end()) order.push_back(name);
-      for (const auto& name : order) {
-        const auto& d = m["dtypes"][name];
-        weights += fmt::format("{}{}: {:.1f} MiB of {} weights{}", weights.empty() ? "" : "; ", name,
-                               d.value("weight_bytes", 0.0) / 1048576.0, d.value("weight_dtype", "F32"), kv(d));
-      }
-    }
-    // "; " before the parameter count when the weights part is a list of its own
-    out += fmt::format(", model {} ({}{} {:.2f} M parameters)", mo.value("path", ""), weights,
-                       weights.find(',') != std::string::npos || several ? ";" : ",", mo.value("n_params", 0.0) / 1e6);
-  }
+  if (m.contains("model")) out += markdown_model(m);
   if (m.contains("machine")) {
     out += fmt::format(", machine threads {}", m["machine"].value("threads", 0));
     const auto& mach = m["machine"];
@@ -156,6 +162,56 @@ std::string to_markdown(const Report& rep) {
       out += fmt::format(", {:.2f} at end", mach["loadavg_end"][0].get<double>());
   }
   if (!out.empty()) out += "\n";
+  return out;
+}
+
+/// One test's markdown table. `several_dtypes`: the names show the dtype.
+std::string markdown_table(const Report& rep, const std::string& t, bool several_dtypes) {
+  const auto& m = rep.meta;
+  std::vector<const Row*> rows;
+  for (const auto& r : rep.rows)
+    if (r.test == t) rows.push_back(&r);
+  const auto keys = field_union(rows);
+  // The name shows the KV-cache type when rows of this test and one dtype differ in it, or when a test
+  // that uses a cache ran with a list of types (one may have been skipped, leaving a single row).
+  bool several_kv = false;
+  const bool cache_test = t == "tg" || t == "cache" || t == "switch" || t == "gen-mixed";
+  for (const Row* r : rows) {
+    for (const Row* q : rows)
+      if (r->dtype == q->dtype && r->kv_cache_dtype != q->kv_cache_dtype) several_kv = true;
+    if (cache_test && m.contains("dtypes") && m["dtypes"].contains(r->dtype) &&
+        m["dtypes"][r->dtype].contains("kv_cache_dtypes"))
+      several_kv = true;
+  }
+  std::string out = fmt::format("\n### {}\n\n| threads | batch | test | value |", t);
+  for (const auto& k : keys) out += " " + k + " |";
+  out += "\n|---:|---:|:---|---:|";
+  for (size_t i = 0; i < keys.size(); ++i) out += "---:|";
+  out += "\n";
+  for (const Row* r : rows) {
+    std::string name = r->name;
+    if (several_dtypes && !r->dtype.empty()) name += " " + r->dtype;
+    if (several_kv && !r->kv_cache_dtype.empty()) name += " KV " + r->kv_cache_dtype;
+    if (r->positions > 0 && r->test != "pp" && r->test != "tg") name += fmt::format(" @{}", r->positions);
+    if (r->n_prompt > 0 && (r->test == "tg" || r->test == "tg-nocache" || r->test == "speedup" || r->test == "switch"))
+      name += fmt::format(" (p{})", r->n_prompt);
+    std::string value = fmt_num(r->value.median) + " " + r->unit;
+    if (r->value.n > 1) value = fmt_num(r->value.median) + " ± " + fmt_num(r->value.stddev) + " " + r->unit;
+    out += fmt::format("| {} | {} | {} | {} |", r->threads, r->batch > 0 ? std::to_string(r->batch) : "", name, value);
+    for (const auto& k : keys) {
+      out += ' ';
+      if (r->has_field(k)) out += fmt_num(r->field(k));
+      out += " |";
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string to_markdown(const Report& rep) {
+  std::string out = markdown_header(rep.meta);
   std::vector<std::string> tests;
   for (const auto& r : rep.rows)
     if (std::find(tests.begin(), tests.end(), r.test) == tests.end()) tests.push_back(r.test);
@@ -169,46 +225,7 @@ std::string to_markdown(const Report& rep) {
     if (first_dtype.empty()) first_dtype = r.dtype;
     if (r.dtype != first_dtype) several_dtypes = true;
   }
-  for (const auto& t : tests) {
-    std::vector<const Row*> rows;
-    for (const auto& r : rep.rows)
-      if (r.test == t) rows.push_back(&r);
-    const auto keys = field_union(rows);
-    // The name shows the KV-cache type when rows of this test and one dtype differ in it, or when a test
-    // that uses a cache ran with a list of types (one may have been skipped, leaving a single row).
-    bool several_kv = false;
-    const bool cache_test = t == "tg" || t == "cache" || t == "switch" || t == "gen-mixed";
-    for (const Row* r : rows) {
-      for (const Row* q : rows)
-        if (r->dtype == q->dtype && r->kv_cache_dtype != q->kv_cache_dtype) several_kv = true;
-      if (cache_test && m.contains("dtypes") && m["dtypes"].contains(r->dtype) &&
-          m["dtypes"][r->dtype].contains("kv_cache_dtypes"))
-        several_kv = true;
-    }
-    out += fmt::format("\n### {}\n\n| threads | batch | test | value |", t);
-    for (const auto& k : keys) out += " " + k + " |";
-    out += "\n|---:|---:|:---|---:|";
-    for (size_t i = 0; i < keys.size(); ++i) out += "---:|";
-    out += "\n";
-    for (const Row* r : rows) {
-      std::string name = r->name;
-      if (several_dtypes && !r->dtype.empty()) name += " " + r->dtype;
-      if (several_kv && !r->kv_cache_dtype.empty()) name += " KV " + r->kv_cache_dtype;
-      if (r->positions > 0 && r->test != "pp" && r->test != "tg") name += fmt::format(" @{}", r->positions);
-      if (r->n_prompt > 0 && (r->test == "tg" || r->test == "tg-nocache" || r->test == "speedup" || r->test == "switch"))
-        name += fmt::format(" (p{})", r->n_prompt);
-      std::string value = fmt_num(r->value.median) + " " + r->unit;
-      if (r->value.n > 1) value = fmt_num(r->value.median) + " ± " + fmt_num(r->value.stddev) + " " + r->unit;
-      out += fmt::format("| {} | {} | {} | {} |", r->threads, r->batch > 0 ? std::to_string(r->batch) : "",
-                         name, value);
-      for (const auto& k : keys) {
-        out += ' ';
-        if (r->has_field(k)) out += fmt_num(r->field(k));
-        out += " |";
-      }
-      out += "\n";
-    }
-  }
+  for (const auto& t : tests) out += markdown_table(rep, t, several_dtypes);
   if (!rep.notes.empty()) {
     out += "\nNotes:\n";
     for (const auto& n : rep.notes) out += "- " + n + "\n";

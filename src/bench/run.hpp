@@ -58,9 +58,10 @@ struct Options {
 /// Checks `o` (lists non-empty, values >= 1, known test names); throws ArgumentError naming the option.
 void validate(const Options& o);
 
-/// Runs every selected test at every thread count. `progress` (may be empty)
-/// receives one line per measurement; `info` (may be empty) the load summary
-/// line of the first model load. Throws what Model::load and the engine throw,
+/// Runs every selected test at every thread count: validate, model_facts, then
+/// execute(plan(...)) (plan.hpp). `progress` (may be empty) receives one line per
+/// measurement; `info` (may be empty) the load summary line of each compute
+/// dtype's first load. Throws what Model::load and the engine throw,
 /// ArgumentError for invalid options.
 Report run_bench(const Options& o, const std::function<void(const std::string&)>& progress = {},
                  const std::function<void(const std::string&)>& info = {});

@@ -45,21 +45,18 @@ void drop_repeats(std::vector<T>& v) {
   v = std::move(out);
 }
 
-}  // namespace
+/// The bench command's parsed options.
+struct BenchState {
+  bench::Options o;
+  std::vector<std::string> shapes = {"1x512", "4x2048", "8x4096"};
+  std::string output = "md";
+  int stream_mib = 0;
+  bool progress = false;
+  std::string json_out;
+};
 
-void add_bench_command(CLI::App& app, Action& action) {
-  struct State {
-    bench::Options o;
-    std::vector<std::string> shapes = {"1x512", "4x2048", "8x4096"};
-    std::string output = "md";
-    int stream_mib = 0;
-    bool progress = false;
-    std::string json_out;
-  };
-  auto st = std::make_shared<State>();
-  auto* sub = app.add_subcommand(
-      "bench", "Measure throughput (pp, tg, tg-nocache), KV-cache lifecycle cost (cache, switch), scoring (ll) and the "
-               "machine's roofline (stream bandwidth, oneDNN sgemm)");
+/// Registers the bench options on `sub`, bound to `st`.
+void add_bench_options(CLI::App* sub, const std::shared_ptr<BenchState>& st) {
   sub->add_option("-m,--model", st->o.model_path, "GGUF model")->required();
   sub->add_option("-t,--threads", st->o.threads, "thread counts, comma-separated (default and 0: all cores)")
       ->delimiter(',')
@@ -99,58 +96,69 @@ void add_bench_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   sub->add_option("--json-out", st->json_out, "also write the JSON report to this file")->check(non_empty_path());
   sub->add_flag("--progress", st->progress, "print each measurement to stderr as it starts");
-  sub->callback([st, &action] {
-    action = [st]() -> int {
-      bench::Options o = st->o;
-      const int all_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      if (o.threads.empty()) o.threads = {all_cores};
-      for (int& t : o.threads)
-        if (t == 0) t = all_cores;
-      o.cache_shapes.clear();
-      for (const auto& s : st->shapes) o.cache_shapes.push_back(parse_shape(s));
-      drop_repeats(o.threads);  // after 0 became the core count: -t 0,2 on 2 cores is -t 2
-      drop_repeats(o.batches);
-      drop_repeats(o.n_prompt);
-      drop_repeats(o.n_gen);
-      drop_repeats(o.tg_prompt);
-      drop_repeats(o.tests);
-      drop_repeats(o.dtypes);
-      drop_repeats(o.cache_shapes);
-      drop_repeats(o.kv_cache_dtypes);
-      for (const auto& k : o.kv_cache_dtypes) parse_kv_cache_dtype(k, "--kv-cache-dtype");  // before anything is read
-      if (st->stream_mib < 0) throw ArgumentError(fmt::format("--stream-mib: must be >= 0, got {}", st->stream_mib));
-      o.stream_bytes = static_cast<size_t>(st->stream_mib) << 20;
-      require_model_file(o.model_path, "--model");
-      if (!st->json_out.empty()) {  // before measuring anything
-        util::check_writable("--json-out", st->json_out);
-        for (const auto& [what, path] : {std::pair<const char*, const std::string&>{"the model file", st->o.model_path},
-                                         {"the --spec file", st->o.spec}})
-          if (!path.empty() && util::same_output_file(st->json_out, path))
-            throw ArgumentError(fmt::format("--json-out {} is {}: refusing to overwrite an input", st->json_out, what));
-      }
-      if (std::find(o.tests.begin(), o.tests.end(), "fidelity") == o.tests.end() && !o.spec.empty()) {
-        fmt::print(stderr, "kveval bench: warning: --spec is read only by --tests fidelity; ignored\n");
-      }
-      std::function<void(const std::string&)> progress;
-      if (st->progress) progress = [](const std::string& s) { fmt::print(stderr, "kveval bench: {}\n", s); };
-      const bench::Report rep =
-          bench::run_bench(o, progress, [](const std::string& s) { fmt::print(stderr, "kveval: {}\n", s); });
-      // Skipped or capped sizes go to stderr in every format (csv and jsonl
-      // have no place for notes; md and json also keep them with the notes).
-      for (const auto& w : rep.warnings) fmt::print(stderr, "kveval bench: warning: {}\n", w);
-      if (rep.rows.empty()) {  // nothing measured: no empty report, no --json-out file
-        fmt::print(stderr, "kveval: error: bench measured nothing (every selected test was skipped{})\n",
-                   rep.warnings.empty() ? "" : "; the warnings above say why");
-        return kUsage;
-      }
-      const std::string text = bench::format_report(rep, st->output);
-      std::fwrite(text.data(), 1, text.size(), stdout);
-      std::fflush(stdout);
-      // The report is out before the file is written: a failing write loses nothing measured.
-      if (!st->json_out.empty()) util::write_file_atomic(st->json_out, bench::format_report(rep, "json"));
-      return kOk;
-    };
-  });
+}
+
+/// `kveval bench` with the parsed options: checks, measures, prints; the exit code.
+int run_bench_command(const BenchState& st) {
+  bench::Options o = st.o;
+  const int all_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (o.threads.empty()) o.threads = {all_cores};
+  for (int& t : o.threads)
+    if (t == 0) t = all_cores;
+  o.cache_shapes.clear();
+  for (const auto& s : st.shapes) o.cache_shapes.push_back(parse_shape(s));
+  drop_repeats(o.threads);  // after 0 became the core count: -t 0,2 on 2 cores is -t 2
+  drop_repeats(o.batches);
+  drop_repeats(o.n_prompt);
+  drop_repeats(o.n_gen);
+  drop_repeats(o.tg_prompt);
+  drop_repeats(o.tests);
+  drop_repeats(o.dtypes);
+  drop_repeats(o.cache_shapes);
+  drop_repeats(o.kv_cache_dtypes);
+  for (const auto& k : o.kv_cache_dtypes) parse_kv_cache_dtype(k, "--kv-cache-dtype");  // before anything is read
+  if (st.stream_mib < 0) throw ArgumentError(fmt::format("--stream-mib: must be >= 0, got {}", st.stream_mib));
+  o.stream_bytes = static_cast<size_t>(st.stream_mib) << 20;
+  require_model_file(o.model_path, "--model");
+  if (!st.json_out.empty()) {  // before measuring anything
+    util::check_writable("--json-out", st.json_out);
+    for (const auto& [what, path] : {std::pair<const char*, const std::string&>{"the model file", st.o.model_path},
+                                     {"the --spec file", st.o.spec}})
+      if (!path.empty() && util::same_output_file(st.json_out, path))
+        throw ArgumentError(fmt::format("--json-out {} is {}: refusing to overwrite an input", st.json_out, what));
+  }
+  if (std::find(o.tests.begin(), o.tests.end(), "fidelity") == o.tests.end() && !o.spec.empty()) {
+    fmt::print(stderr, "kveval bench: warning: --spec is read only by --tests fidelity; ignored\n");
+  }
+  std::function<void(const std::string&)> progress;
+  if (st.progress) progress = [](const std::string& s) { fmt::print(stderr, "kveval bench: {}\n", s); };
+  const bench::Report rep =
+      bench::run_bench(o, progress, [](const std::string& s) { fmt::print(stderr, "kveval: {}\n", s); });
+  // Skipped or capped sizes go to stderr in every format (csv and jsonl
+  // have no place for notes; md and json also keep them with the notes).
+  for (const auto& w : rep.warnings) fmt::print(stderr, "kveval bench: warning: {}\n", w);
+  if (rep.rows.empty()) {  // nothing measured: no empty report, no --json-out file
+    fmt::print(stderr, "kveval: error: bench measured nothing (every selected test was skipped{})\n",
+               rep.warnings.empty() ? "" : "; the warnings above say why");
+    return kUsage;
+  }
+  const std::string text = bench::format_report(rep, st.output);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+  // The report is out before the file is written: a failing write loses nothing measured.
+  if (!st.json_out.empty()) util::write_file_atomic(st.json_out, bench::format_report(rep, "json"));
+  return kOk;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, Action& action) {
+  auto st = std::make_shared<BenchState>();
+  auto* sub = app.add_subcommand(
+      "bench", "Measure throughput (pp, tg, tg-nocache), KV-cache lifecycle cost (cache, switch), scoring (ll) and the "
+               "machine's roofline (stream bandwidth, oneDNN sgemm)");
+  add_bench_options(sub, st);
+  sub->callback([st, &action] { action = [st]() -> int { return run_bench_command(*st); }; });
 }
 
 }  // namespace kveval::cli
