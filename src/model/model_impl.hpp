@@ -3,6 +3,7 @@
 // (model.cpp) and the forward pass of a Context (context_impl.hpp). Not part
 // of the public interface.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,18 +31,18 @@ struct Layer {
   std::vector<float> b_down;  // [n_embd] or empty
 };
 
-/// What compute dtype `d` keeps as blocks: the file's matrices (token_embd
-/// aside) of GGUF type `type`, held as backend `dtype`; `keeps` is false for
-/// F32, BF16 and Auto, which keep none.
+/// What compute dtype `d` keeps as blocks (its kComputeDtypes row): the file's matrices (token_embd
+/// aside) of GGUF type `type`, held as backend `dtype` (the storage type's kept-block kernel); `keeps`
+/// is false for a row that keeps none (f32, bf16, auto).
 struct KeptBlocks {
   bool keeps = false;
   gguf::TensorType type = gguf::TensorType::F32;
   backend::Dtype dtype = backend::Dtype::F32;
 };
 inline KeptBlocks kept_blocks(ComputeDtype d) {
-  if (d == ComputeDtype::Q8_0) return {true, gguf::TensorType::Q8_0, backend::Dtype::Q8_0};
-  if (d == ComputeDtype::Q4_0) return {true, gguf::TensorType::Q4_0, backend::Dtype::Q4_0};
-  return {};
+  const std::optional<gguf::TensorType> type = compute_dtype_info(d).kept;
+  if (!type) return {};
+  return {true, *type, *kept_backend_dtype(d)};
 }
 
 }  // namespace detail

@@ -133,22 +133,28 @@ void check_unchanged(const std::string& path, const FileStamp& at_open, uint64_t
   if (now->mtime_ns != at_open.mtime_ns) changed_while_loading(path, "modified since it was opened");
 }
 
-/// What the file's matrices are, for resolve_dtype: every matrix F32; every matrix but token_embd
-/// Q8_0; every one but token_embd Q4_0.
+/// What the file's matrices are, for resolve_dtype: every matrix F32 (`f32`); the one GGUF type of every
+/// matrix but token_embd when they share one that a compute dtype keeps as blocks (`kept`).
 struct FileKinds {
-  bool f32 = true, q8_0 = true, q4_0 = true;
+  bool f32 = true;
+  std::optional<gguf::TensorType> kept;
 };
 FileKinds file_kinds(const gguf::File& f) {
   FileKinds k;
+  std::optional<gguf::TensorType> shared;  // the type of the matrices but token_embd seen so far
+  bool uniform = true;
   for (const auto& t : f.tensors())
     if (t.dims.size() >= 2) {
       if (t.type != gguf::TensorType::F32) k.f32 = false;
-      if (t.type != gguf::TensorType::Q8_0 && t.name != arch::kTokenEmbd) k.q8_0 = false;
-      if (t.type != gguf::TensorType::Q4_0 && t.name != arch::kTokenEmbd) k.q4_0 = false;
+      if (t.name == arch::kTokenEmbd) continue;
+      uniform = uniform && (!shared || *shared == t.type);
+      shared = t.type;
     }
+  if (uniform && shared)
+    for (const ComputeDtypeInfo& i : kComputeDtypes)
+      if (i.kept == shared) k.kept = shared;
   return k;
 }
-
 
 /// The architecture description named by general.architecture; throws FormatError naming the
 /// supported ones (control bytes of the name shown as \xNN) when kveval has none.
@@ -190,11 +196,10 @@ std::unique_ptr<Tokenizer> load_tokenizer(const gguf::File& f, const std::string
 /// The compute dtype for `requested` and a note on how it was chosen (Model::dtype_note).
 ComputeDtype choose_dtype(const gguf::File& f, ComputeDtype requested, std::string& note) {
   const FileKinds kinds = file_kinds(f);
-  const bool file_f32 = kinds.f32, file_q8_0 = kinds.q8_0, file_q4_0 = kinds.q4_0;
   const bool cpu_bf16 = be::cpu_has_bf16();
-  const ComputeDtype dtype = resolve_dtype(requested, cpu_bf16, file_f32, file_q8_0);
+  const ComputeDtype dtype = resolve_dtype(requested, cpu_bf16, kinds.f32, kinds.kept);
   note = fmt::format("{} -> {} (file {}, oneDNN ISA {}{})", to_string(requested), to_string(dtype),
-                     file_f32 ? "F32" : (file_q8_0 ? "Q8_0" : (file_q4_0 ? "Q4_0" : "not F32")), be::cpu_isa_name(),
+                     kinds.f32 ? "F32" : (kinds.kept ? gguf::type_name(*kinds.kept) : "not F32"), be::cpu_isa_name(),
                      cpu_bf16 ? ", bf16" : ", no bf16");
   return dtype;
 }
@@ -440,7 +445,7 @@ std::string kept_weight_dtype(detail::KeptBlocks keep, const be::Weight& output,
 ComputeDtype resolve_dtype_for_file(const std::string& path, ComputeDtype requested) {
   if (requested != ComputeDtype::Auto) return requested;
   const FileKinds k = file_kinds(gguf::File(path));
-  return resolve_dtype(requested, be::cpu_has_bf16(), k.f32, k.q8_0);
+  return resolve_dtype(requested, be::cpu_has_bf16(), k.f32, k.kept);
 }
 
 std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& opts) {
@@ -463,12 +468,12 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   im.tok = load_tokenizer(f, path, hp.n_vocab);
   im.dtype = choose_dtype(f, opts.dtype, im.dtype_note);
   im.kv_dtype = resolve_kv_cache_dtype(opts.kv_cache_dtype, im.dtype);
-  // q8_0, q4_0: the file's matrices of that type stay as blocks
+  // a compute dtype that keeps a storage type (q8_0, q4_0): the file's matrices of that type stay as blocks
   const detail::KeptBlocks keep = detail::kept_blocks(im.dtype);
   if (im.dtype == ComputeDtype::BF16 && !be::bf16_matmul_available())
     throw ArgumentError(fmt::format("{}: dtype bf16: oneDNN has no bf16 matmul on this CPU (ISA {}); use f32 or auto",
                                     path, be::cpu_isa_name()));
-  const DType mat_dtype = im.dtype == ComputeDtype::BF16 ? DType::BF16 : DType::F32;  // matrices in memory
+  const DType mat_dtype = compute_dtype_info(im.dtype).matrices;  // matrices in memory
   if (opts.check_memory) check_weight_memory(f, path, te, mat_dtype, im.dtype);
   if (opts.on_load_stage) opts.on_load_stage("mapped");
   // The file's SHA-256 from the very bytes the weights are copied from.
