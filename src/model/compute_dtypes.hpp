@@ -23,9 +23,12 @@ namespace kveval {
 /// chunks), other matrices load as F32; exact to f32 rounding against the
 /// file's dequantized values. Q4_0: the same for the file's Q4_0 matrices
 /// (ggml-common.h block_q4_0: 0.625 bytes per weight held, 4-bit quants and an
-/// f32 scale per 32). Auto: see resolve_dtype. The facts of each are its row of
+/// f32 scale per 32). Blocks: every matrix whose GGUF type has a kept-block
+/// kernel (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) stays in its own blocks, so a mixed file
+/// (Q4_K_M: Q4_K and Q6_K) stays resident at about its file size; the others
+/// load as F32. Auto: see resolve_dtype. The facts of each are its row of
 /// kComputeDtypes.
-enum class ComputeDtype { F32, BF16, Auto, Q8_0, Q4_0 };
+enum class ComputeDtype { F32, BF16, Auto, Q8_0, Q4_0, Blocks };
 
 /// One row of the compute dtypes table.
 struct ComputeDtypeInfo {
@@ -35,8 +38,10 @@ struct ComputeDtypeInfo {
   /// its dtype_size is their bytes per weight in the memory estimate.
   DType matrices;
   /// The GGUF storage type whose matrices stay resident as blocks (token_embd aside), multiplied by that
-  /// type's kept-block kernel (TypeInfo::kept); none for f32, bf16 and auto.
+  /// type's kept-block kernel (TypeInfo::kept); none for f32, bf16, auto and blocks.
   std::optional<gguf::TensorType> kept;
+  /// Keeps every matrix whose storage type has a kept-block kernel, each in its own type's blocks.
+  bool keeps_kernel_types;
   /// `auto` may resolve to it (resolve_dtype).
   bool auto_candidate;
   /// The KV-cache element type `--kv-cache-dtype auto` resolves to with it (vLLM's auto: the model's dtype).
@@ -45,11 +50,12 @@ struct ComputeDtypeInfo {
 
 /// The table, in the order the CLI help and the parse error list the names.
 inline constexpr ComputeDtypeInfo kComputeDtypes[] = {
-    {ComputeDtype::F32, "f32", DType::F32, std::nullopt, true, KvCacheDtype::F32},
-    {ComputeDtype::BF16, "bf16", DType::BF16, std::nullopt, true, KvCacheDtype::BF16},
-    {ComputeDtype::Q8_0, "q8_0", DType::F32, gguf::TensorType::Q8_0, true, KvCacheDtype::F32},
-    {ComputeDtype::Q4_0, "q4_0", DType::F32, gguf::TensorType::Q4_0, false, KvCacheDtype::F32},
-    {ComputeDtype::Auto, "auto", DType::F32, std::nullopt, false, KvCacheDtype::F32},
+    {ComputeDtype::F32, "f32", DType::F32, std::nullopt, false, true, KvCacheDtype::F32},
+    {ComputeDtype::BF16, "bf16", DType::BF16, std::nullopt, false, true, KvCacheDtype::BF16},
+    {ComputeDtype::Q8_0, "q8_0", DType::F32, gguf::TensorType::Q8_0, false, true, KvCacheDtype::F32},
+    {ComputeDtype::Q4_0, "q4_0", DType::F32, gguf::TensorType::Q4_0, false, false, KvCacheDtype::F32},
+    {ComputeDtype::Blocks, "blocks", DType::F32, std::nullopt, true, false, KvCacheDtype::F32},
+    {ComputeDtype::Auto, "auto", DType::F32, std::nullopt, false, false, KvCacheDtype::F32},
 };
 
 /// The row of `d` (every enum value has one).
@@ -59,17 +65,18 @@ constexpr const ComputeDtypeInfo& compute_dtype_info(ComputeDtype d) {
   return kComputeDtypes[0];  // unreachable for a value of the enum
 }
 
-/// The backend weight dtype of a matrix `d` keeps as blocks (the kept storage type's kernel), or nullopt
-/// when `d` keeps nothing.
-constexpr std::optional<backend::Dtype> kept_backend_dtype(ComputeDtype d) {
-  const auto& kept = compute_dtype_info(d).kept;
-  if (!kept) return std::nullopt;
-  return gguf::type_info(static_cast<uint32_t>(*kept))->kept;
+/// Whether compute dtype `d` keeps a matrix of GGUF type `t` in its blocks: `t` has a kept-block
+/// kernel and the row keeps `t` (kept) or every such type (keeps_kernel_types).
+constexpr bool keeps(ComputeDtype d, gguf::TensorType t) {
+  const ComputeDtypeInfo& row = compute_dtype_info(d);
+  const gguf::TypeInfo* ti = gguf::type_info(static_cast<uint32_t>(t));
+  return ti != nullptr && ti->kept.has_value() && (row.keeps_kernel_types || row.kept == t);
 }
 
-/// Bytes `n_elements` of a matrix take in memory under compute dtype `d`: as its kept blocks when
-/// `kept` (backend::blocks_bytes or kquant_bytes of the kernel's dtype), else dtype_size(row.matrices) each.
-uint64_t matrix_bytes(ComputeDtype d, bool kept, uint64_t n_elements);
+/// Bytes `n_elements` of a matrix of GGUF type `t` take in memory under compute dtype `d`: its kept
+/// blocks when `kept` and keeps(d, t) (backend::blocks_bytes or kquant_bytes of the kernel's dtype),
+/// else dtype_size(row.matrices) each.
+uint64_t matrix_bytes(ComputeDtype d, gguf::TensorType t, bool kept, uint64_t n_elements);
 
 /// The names of kComputeDtypes in table order ("f32", "bf16", "q8_0", "q4_0", "auto"); with `reduced`
 /// only the rows other than f32 and auto (the dtypes `bench --tests fidelity` compares with f32).
@@ -84,7 +91,8 @@ std::string join_names(const std::vector<std::string>& names, const std::string&
 // Every kept storage type has a kept-block kernel.
 static_assert([] {
   for (const ComputeDtypeInfo& i : kComputeDtypes)
-    if (i.kept && !gguf::type_info(static_cast<uint32_t>(*i.kept))->kept) return false;
+    if ((i.kept && !gguf::type_info(static_cast<uint32_t>(*i.kept))->kept) || (i.kept && i.keeps_kernel_types))
+      return false;
   return true;
 }());
 

@@ -31,19 +31,19 @@ struct Layer {
   std::vector<float> b_down;  // [n_embd] or empty
 };
 
-/// What compute dtype `d` keeps as blocks (its kComputeDtypes row): the file's matrices (token_embd
-/// aside) of GGUF type `type`, held as backend `dtype` (the storage type's kept-block kernel); `keeps`
-/// is false for a row that keeps none (f32, bf16, auto).
+/// What compute dtype `dtype` keeps as blocks (its kComputeDtypes row, through kveval::keeps): a matrix
+/// of GGUF type t (token_embd aside) stays in its blocks, held as the backend dtype of t's kept-block
+/// kernel (weight_dtype); `any` is false for a row that keeps none (f32, bf16, auto).
 struct KeptBlocks {
-  bool keeps = false;
-  gguf::TensorType type = gguf::TensorType::F32;
-  backend::Dtype dtype = backend::Dtype::F32;
+  ComputeDtype dtype = ComputeDtype::F32;
+  bool keeps(gguf::TensorType t) const { return kveval::keeps(dtype, t); }
+  backend::Dtype weight_dtype(gguf::TensorType t) const { return *gguf::type_info(t).kept; }
+  bool any() const {
+    const ComputeDtypeInfo& row = compute_dtype_info(dtype);
+    return row.kept.has_value() || row.keeps_kernel_types;
+  }
 };
-inline KeptBlocks kept_blocks(ComputeDtype d) {
-  const std::optional<gguf::TensorType> type = compute_dtype_info(d).kept;
-  if (!type) return {};
-  return {true, *type, *kept_backend_dtype(d)};
-}
+inline KeptBlocks kept_blocks(ComputeDtype d) { return {d}; }
 
 }  // namespace detail
 

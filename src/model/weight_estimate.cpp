@@ -36,32 +36,33 @@ std::vector<std::string> fused_parts(const std::string& name) {
 
 }  // namespace
 
-uint64_t matrix_bytes(ComputeDtype d, bool kept, uint64_t n_elements) {
-  const std::optional<backend::Dtype> k = kept_backend_dtype(d);
-  if (!kept || !k) return n_elements * dtype_size(compute_dtype_info(d).matrices);
-  return backend::is_kquant(*k) ? backend::kquant_bytes(*k, n_elements) : backend::blocks_bytes(*k, n_elements);
+uint64_t matrix_bytes(ComputeDtype d, gguf::TensorType t, bool kept, uint64_t n_elements) {
+  if (!kept || !keeps(d, t)) return n_elements * dtype_size(compute_dtype_info(d).matrices);
+  const backend::Dtype k = *gguf::type_info(t).kept;
+  return backend::is_kquant(k) ? backend::kquant_bytes(k, n_elements) : backend::blocks_bytes(k, n_elements);
 }
 
 uint64_t estimate_weight_bytes(const gguf::File& f, DType dtype, ComputeDtype kept) {
-  const std::optional<gguf::TensorType> keep = compute_dtype_info(kept).kept;
-  auto kept_type = [&](const gguf::TensorInfo& t) { return keep && t.type == *keep; };
-  auto all_parts_kept = [&](const gguf::TensorInfo& t) {
+  auto kept_type = [&](const gguf::TensorInfo& t) { return keeps(kept, t.type); };
+  auto all_parts_kept = [&](const gguf::TensorInfo& t) {  // every part of the kept type of `t`
     for (const std::string& p : fused_parts(t.name)) {
       const gguf::TensorInfo* pt = f.find_tensor(p);
-      if (pt == nullptr || !kept_type(*pt)) return false;
+      if (pt == nullptr || pt->type != t.type || !kept_type(*pt)) return false;
     }
     return true;
   };
-  // Bytes of a matrix of n elements: kept blocks, or `dtype` (the loader's matrix dtype) each.
-  auto bytes_of = [&](bool blocks, uint64_t n) { return blocks ? matrix_bytes(kept, true, n) : n * dtype_size(dtype); };
+  // Bytes of a matrix: its kept blocks, or `dtype` (the loader's matrix dtype) each.
+  auto bytes_of = [&](bool blocks, const gguf::TensorInfo& t) {
+    return blocks ? matrix_bytes(kept, t.type, true, t.n_elements) : t.n_elements * dtype_size(dtype);
+  };
   uint64_t bytes = 0;
   for (const gguf::TensorInfo& t : f.tensors()) {
     const bool blocks = kept_type(t) && t.dims.size() == 2 && t.name != arch::kTokenEmbd && all_parts_kept(t);
-    bytes += bytes_of(blocks, t.n_elements);
+    bytes += bytes_of(blocks, t);
   }
   // A tied output projection is a second copy of token_embd (kept blocks or the matrix dtype).
   if (f.find_tensor(arch::kOutput) == nullptr)
-    if (const gguf::TensorInfo* te = f.find_tensor(arch::kTokenEmbd)) bytes += bytes_of(kept_type(*te), te->n_elements);
+    if (const gguf::TensorInfo* te = f.find_tensor(arch::kTokenEmbd)) bytes += bytes_of(kept_type(*te), *te);
   return bytes;
 }
 

@@ -118,27 +118,40 @@ TEST_SUITE("model.tensor_types") {
   }
 
   TEST_CASE("compute dtypes table: names, kept storage types, auto and KV-cache defaults") {
-    CHECK(join_names(compute_dtype_name_list()) == "f32, bf16, q8_0, q4_0 or auto");
-    CHECK(join_names(compute_dtype_name_list(true), ", ") == "bf16, q8_0, q4_0");
+    CHECK(join_names(compute_dtype_name_list()) == "f32, bf16, q8_0, q4_0, blocks or auto");
+    CHECK(join_names(compute_dtype_name_list(true), ", ") == "bf16, q8_0, q4_0, blocks");
     CHECK(join_names(kv_cache_dtype_name_list(), " or ", "'") == "'f32', 'bf16', 'f16' or 'auto'");
     for (const ComputeDtypeInfo& i : kComputeDtypes) {
       CAPTURE(i.name);
       CHECK(parse_compute_dtype(i.name) == i.dtype);
       CHECK(std::string(to_string(i.dtype)) == i.name);
     }
-    CHECK_THROWS_WITH(parse_compute_dtype("q5_k"), "--dtype 'q5_k': expected 'f32', 'bf16', 'q8_0', 'q4_0' or 'auto'");
-    CHECK(kept_backend_dtype(ComputeDtype::Q8_0) == backend::Dtype::Q8_0);
-    CHECK(kept_backend_dtype(ComputeDtype::Q4_0) == backend::Dtype::Q4_0);
-    CHECK_FALSE(kept_backend_dtype(ComputeDtype::BF16).has_value());
+    CHECK_THROWS_WITH(parse_compute_dtype("q5_k"),
+                      "--dtype 'q5_k': expected 'f32', 'bf16', 'q8_0', 'q4_0', 'blocks' or 'auto'");
+    // which storage types each compute dtype keeps as blocks
+    for (const gguf::TypeInfo& ti : gguf::kTensorTypes) {
+      CAPTURE(ti.name);
+      CHECK(keeps(ComputeDtype::Q8_0, ti.type) == (ti.type == TensorType::Q8_0));
+      CHECK(keeps(ComputeDtype::Q4_0, ti.type) == (ti.type == TensorType::Q4_0));
+      CHECK(keeps(ComputeDtype::Blocks, ti.type) == ti.kept.has_value());
+      for (ComputeDtype d : {ComputeDtype::F32, ComputeDtype::BF16, ComputeDtype::Auto}) CHECK_FALSE(keeps(d, ti.type));
+    }
     CHECK(resolve_kv_cache_dtype(KvCacheDtype::Auto, ComputeDtype::BF16) == KvCacheDtype::BF16);
     for (ComputeDtype d : {ComputeDtype::F32, ComputeDtype::Q8_0, ComputeDtype::Q4_0})
       CHECK(resolve_kv_cache_dtype(KvCacheDtype::Auto, d) == KvCacheDtype::F32);
     // Bytes per weight: f32 4, bf16 2; Q8_0 blocks 32 quants + an f32 scale per 32, Q4_0 16 + 4 per 32.
-    CHECK(matrix_bytes(ComputeDtype::F32, false, 4096) == 16384);
-    CHECK(matrix_bytes(ComputeDtype::BF16, false, 4096) == 8192);
-    CHECK(matrix_bytes(ComputeDtype::Q8_0, true, 4096) == 4096 / 32 * 36);
-    CHECK(matrix_bytes(ComputeDtype::Q4_0, true, 4096) == 4096 / 32 * 20);
-    CHECK(matrix_bytes(ComputeDtype::Q8_0, false, 4096) == 16384);
+    // K-quants kept: the file's 144 / 176 / 210 bytes per 256.
+    CHECK(matrix_bytes(ComputeDtype::F32, TensorType::Q8_0, true, 4096) == 16384);
+    CHECK(matrix_bytes(ComputeDtype::BF16, TensorType::Q4_K, true, 4096) == 8192);
+    CHECK(matrix_bytes(ComputeDtype::Q8_0, TensorType::Q8_0, true, 4096) == 4096 / 32 * 36);
+    CHECK(matrix_bytes(ComputeDtype::Q4_0, TensorType::Q4_0, true, 4096) == 4096 / 32 * 20);
+    CHECK(matrix_bytes(ComputeDtype::Q8_0, TensorType::Q8_0, false, 4096) == 16384);
+    CHECK(matrix_bytes(ComputeDtype::Q8_0, TensorType::Q4_0, true, 4096) == 16384);
+    CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q8_0, true, 4096) == 4096 / 32 * 36);
+    CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q4_K, true, 4096) == 4096 / 256 * 144);
+    CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q5_K, true, 4096) == 4096 / 256 * 176);
+    CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q6_K, true, 4096) == 4096 / 256 * 210);
+    CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q3_K, true, 4096) == 16384);
     // auto picks a kept dtype only for a file of that type on a CPU without bf16, and never q4_0
     CHECK(resolve_dtype(ComputeDtype::Auto, false, false, std::optional(TensorType::Q8_0)) == ComputeDtype::Q8_0);
     CHECK(resolve_dtype(ComputeDtype::Auto, false, false, std::optional(TensorType::Q4_0)) == ComputeDtype::F32);
