@@ -61,14 +61,19 @@ void add_bench_options(CLI::App* sub, const std::shared_ptr<BenchState>& st) {
   sub->add_option("-t,--threads", st->o.threads, "thread counts, comma-separated (default and 0: all cores)")
       ->delimiter(',')
       ->check(int_in(0, kMaxThreads));
-  sub->add_option("--dtype", st->o.dtypes, "compute dtypes, comma-separated: f32, bf16, q8_0, q4_0, auto (default auto); "
-                  "fidelity compares f32 with the first of bf16/q8_0/q4_0 named (default bf16)")
+  std::string reduced;  // "bf16/q8_0/q4_0": the dtypes fidelity compares with f32
+  for (const std::string& n : compute_dtype_name_list(true)) reduced += (reduced.empty() ? "" : "/") + n;
+  sub->add_option("--dtype", st->o.dtypes,
+                  fmt::format("compute dtypes, comma-separated: {} (default auto); fidelity compares f32 with the "
+                              "first of {} named (default bf16)",
+                              join_names(compute_dtype_name_list(), ", "), reduced))
       ->delimiter(',')->capture_default_str();
   sub->add_option("--kv-cache-dtype", st->o.kv_cache_dtypes,
-                  "KV-cache element types, comma-separated: f32, bf16, f16 or auto (bf16 when the compute dtype is bf16, "
+                  fmt::format("KV-cache element types, comma-separated: {} (bf16 when the compute dtype is bf16, "
                   "else f32); tg (interleaved), cache, switch and gen-mixed run once per type, the other tests once per --dtype "
                   "and thread count with the first type; fidelity takes one type; a type whose generation stops early "
-                  "(non-finite logits) is skipped with a warning")
+                  "(non-finite logits) is skipped with a warning",
+                              join_names(kv_cache_dtype_name_list())))
       ->delimiter(',')->capture_default_str();
   sub->add_option("-b,--batch-size", st->o.batches, "rows per forward, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("-p,--n-prompt", st->o.n_prompt, "pp: prompt tokens, comma-separated")->delimiter(',')->capture_default_str();
@@ -89,7 +94,9 @@ void add_bench_options(CLI::App* sub, const std::shared_ptr<BenchState>& st) {
   sub->add_option("--gen-mixed-rows", st->o.gen_mixed_rows, "gen-mixed: cache rows (default when -b has no value >= 2)")
       ->capture_default_str();
   sub->add_option("--stream-mib", st->stream_mib, "roofline: read buffer in MiB (default: max(4 x LLC, 256 MiB), <= 2 GiB)");
-  sub->add_option("--spec", st->o.spec, "fidelity: evaluation spec scored in f32 and in the first of bf16/q8_0/q4_0 --dtype names (its tasks; the model is --model)");
+  sub->add_option("--spec", st->o.spec, fmt::format("fidelity: evaluation spec scored in f32 and in the first of {} --dtype names (its tasks; "
+                              "the model is --model)",
+                              reduced));
   sub->add_option("--seed", st->o.seed, "seed of the synthetic token ids")->check(seed_validator())->capture_default_str();
   sub->add_option("-o,--output", st->output, "md, csv, json or jsonl")
       ->check(CLI::IsMember({"md", "csv", "json", "jsonl"}))

@@ -167,11 +167,14 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_option("-p,--prompt", o->prompt, "prompt text (BOS is prepended)");
   cmd->add_option("-n,--max-gen-toks", o->max_gen_toks, "tokens to generate at most (default 128)");
   cmd->add_option("-t,--threads", o->threads, "compute threads (0 = all cores)")->check(int_in(0, kMaxThreads));
-  cmd->add_option("--dtype", o->dtype, "compute dtype: f32, bf16, q8_0, q4_0 or auto (bf16 on a bf16 CPU for a non-F32 file; q8_0 for a Q8_0 file "
-                  "without bf16)")
+  cmd->add_option("--dtype", o->dtype,
+                  fmt::format("compute dtype: {} (bf16 on a bf16 CPU for a non-F32 file; q8_0 for a Q8_0 file "
+                              "without bf16)",
+                              join_names(compute_dtype_name_list())))
       ->capture_default_str();
   cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype,
-                  "KV-cache element type: f32, bf16, f16 or auto (bf16 when the compute dtype is bf16, else f32)")
+                  fmt::format("KV-cache element type: {} (bf16 when the compute dtype is bf16, else f32)",
+                              join_names(kv_cache_dtype_name_list())))
       ->capture_default_str();
   cmd->add_option("--max-length", o->max_length,
                   "context positions, prompt included (0 = the model's context_length); the KV cache holds "

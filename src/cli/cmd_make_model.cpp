@@ -51,10 +51,16 @@ void add_make_model_command(CLI::App& app, Action& action) {
       ->check(seed_validator())
       ->capture_default_str();
   std::vector<std::string> types;
-  for (gguf::TensorType t : gguf::supported_types()) types.push_back(lower(gguf::type_name(t)));
+  std::string plain, quantized;  // the table's element types (block size 1) and block types, for the help
+  for (gguf::TensorType t : gguf::supported_types()) {
+    types.push_back(lower(gguf::type_name(t)));
+    std::string& list = gguf::type_info(t).block_size == 1 ? plain : quantized;
+    list += (list.empty() ? "" : ", ") + types.back();
+  }
   sub->add_option("--type", args->type,
-                  "tensor type: f32, f16, bf16, or a quantized type (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, "
-                  "q5_k, q6_k: every matrix in that type, norms in f32; K-quants need n_embd and n_ff multiples of 256)")
+                  fmt::format("tensor type: {}, or a quantized type ({}: every matrix in that type, norms in f32; "
+                              "K-quants need n_embd and n_ff multiples of 256)",
+                              plain, quantized))
       ->check(CLI::IsMember(types))
       ->capture_default_str();
   sub->add_option("-o,--output", args->out, "output .gguf path")->required()->check(non_empty_path());

@@ -364,11 +364,13 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("-t,--threads", args->threads, "compute threads (overrides the spec; 0 = all cores)")
       ->check(int_in(0, kMaxThreads));
   cmd->add_option("--dtype", args->dtype,
-                  "compute dtype: f32, bf16, q8_0, q4_0 or auto (overrides the spec; default auto: bf16 on a bf16 CPU for a "
-                  "non-F32 file, q8_0 for a Q8_0 file without bf16)");
+                  fmt::format("compute dtype: {} (overrides the spec; default auto: bf16 on a bf16 CPU for a "
+                              "non-F32 file, q8_0 for a Q8_0 file without bf16)",
+                              join_names(compute_dtype_name_list())));
   cmd->add_option("--kv-cache-dtype", args->kv_cache_dtype,
-                  "KV-cache element type: f32, bf16, f16 or auto (overrides the spec; default auto: bf16 when the compute "
-                  "dtype is bf16, else f32)");
+                  fmt::format("KV-cache element type: {} (overrides the spec; default auto: bf16 when the compute "
+                              "dtype is bf16, else f32)",
+                              join_names(kv_cache_dtype_name_list())));
   cmd->add_option("--batch-size", args->batch_size, "rows per batch (overrides the spec)")->check(at_least(1, true));
   cmd->add_option("--limit", args->limit_text,
                   "documents per task at most, or a fraction in (0, 1) of each task's (overrides the spec)")

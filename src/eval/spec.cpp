@@ -498,7 +498,7 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
     try {
       s.dtype = parse_compute_dtype(d);
     } catch (const ArgumentError&) {
-      w.key("dtype").fail(fmt::format("\"{}\": expected \"f32\", \"bf16\", \"q8_0\", \"q4_0\" or \"auto\"", d));
+      w.key("dtype").fail(fmt::format("\"{}\": expected {}", d, join_names(compute_dtype_name_list(), " or ", "\"")));
     }
   }
   if (j.contains("kv_cache_dtype")) {
@@ -506,7 +506,8 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
     try {
       s.kv_cache_dtype = parse_kv_cache_dtype(d);
     } catch (const ArgumentError&) {
-      w.key("kv_cache_dtype").fail(fmt::format("\"{}\": expected \"f32\", \"bf16\", \"f16\" or \"auto\"", d));
+      w.key("kv_cache_dtype").fail(
+          fmt::format("\"{}\": expected {}", d, join_names(kv_cache_dtype_name_list(), " or ", "\"")));
     }
   }
   if (j.contains("threads")) s.threads = static_cast<int>(expect_int(j["threads"], w.key("threads"), 0, 4096));

@@ -23,46 +23,13 @@ namespace kveval {
 
 namespace {
 
-struct Codec {
-  quant::DequantizeFn dequantize;
-  quant::QuantizeFn quantize;
-};
-
-const Codec* codec(gguf::TensorType t) {
-  using gguf::TensorType;
-  static const Codec f32{quant::dequantize_f32, quant::quantize_f32}, f16{quant::dequantize_f16, quant::quantize_f16},
-      bf16{quant::dequantize_bf16, quant::quantize_bf16}, q4_0{quant::dequantize_q4_0, quant::quantize_q4_0},
-      q4_1{quant::dequantize_q4_1, quant::quantize_q4_1}, q5_0{quant::dequantize_q5_0, quant::quantize_q5_0},
-      q5_1{quant::dequantize_q5_1, quant::quantize_q5_1}, q8_0{quant::dequantize_q8_0, quant::quantize_q8_0},
-      q2_k{quant::dequantize_q2_k, quant::quantize_q2_k}, q3_k{quant::dequantize_q3_k, quant::quantize_q3_k},
-      q4_k{quant::dequantize_q4_k, quant::quantize_q4_k}, q5_k{quant::dequantize_q5_k, quant::quantize_q5_k},
-      q6_k{quant::dequantize_q6_k, quant::quantize_q6_k};
-  switch (t) {
-    case TensorType::F32: return &f32;
-    case TensorType::F16: return &f16;
-    case TensorType::BF16: return &bf16;
-    case TensorType::Q4_0: return &q4_0;
-    case TensorType::Q4_1: return &q4_1;
-    case TensorType::Q5_0: return &q5_0;
-    case TensorType::Q5_1: return &q5_1;
-    case TensorType::Q8_0: return &q8_0;
-    case TensorType::Q2_K: return &q2_k;
-    case TensorType::Q3_K: return &q3_k;
-    case TensorType::Q4_K: return &q4_k;
-    case TensorType::Q5_K: return &q5_k;
-    case TensorType::Q6_K: return &q6_k;
-    default: return nullptr;
-  }
-}
-
-/// The type's table row and codec; ArgumentError for a type kveval does not read.
-std::pair<const gguf::TypeInfo*, const Codec*> lookup(gguf::TensorType type) {
+/// The type's table row; ArgumentError for a type kveval does not read.
+const gguf::TypeInfo& lookup(gguf::TensorType type) {
   const gguf::TypeInfo* ti = gguf::type_info(static_cast<uint32_t>(type));
-  const Codec* c = codec(type);
-  if (!ti || !c || !ti->supported)
+  if (!ti || !ti->supported())
     throw ArgumentError(fmt::format("tensor type {} ({}) is not supported", gguf::type_name(type),
                                     static_cast<uint32_t>(type)));
-  return {ti, c};
+  return *ti;
 }
 
 /// Output elements per chunk: 64 KiB of float32, a multiple of every block size.
@@ -118,7 +85,7 @@ size_t dtype_size(DType d) {
 }
 
 uint64_t tensor_bytes(gguf::TensorType type, uint64_t n_elements) {
-  const gguf::TypeInfo* ti = lookup(type).first;
+  const gguf::TypeInfo* ti = &lookup(type);
   if (n_elements % ti->block_size != 0)
     throw ArgumentError(fmt::format("{} elements of {} are not a multiple of its block size {}", n_elements, ti->name,
                                     ti->block_size));
@@ -127,15 +94,13 @@ uint64_t tensor_bytes(gguf::TensorType type, uint64_t n_elements) {
 
 uint64_t dequantize(gguf::TensorType type, const std::byte* src, float* dst, uint64_t n_elements, int threads,
                     bool check_finite) {
-  const auto tc = lookup(type);
-  const gguf::TypeInfo* ti = tc.first;
-  const Codec* c = tc.second;
+  const gguf::TypeInfo* ti = &lookup(type);
   const uint64_t bs = ti->block_size, ts = ti->type_size;
   const uint64_t n_blocks = tensor_bytes(type, n_elements) / ts;
   return for_chunks(n_blocks, std::max<uint64_t>(1, kChunkElements / bs), threads,
                     [&](uint64_t b0, uint64_t nb) -> uint64_t {
                       float* y = dst + b0 * bs;
-                      c->dequantize(src + b0 * ts, y, static_cast<int64_t>(nb));
+                      ti->dequantize(src + b0 * ts, y, static_cast<int64_t>(nb));
                       if (!check_finite || all_finite(y, nb * bs)) return std::numeric_limits<uint64_t>::max();
                       uint64_t i = 0;
                       while (std::isfinite(y[i])) ++i;
@@ -173,8 +138,8 @@ void dequantize_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t
     }
     case DType::BF16: {
       // Whole blocks per chunk through an F32 buffer in cache, then rounded.
-      const auto tc = lookup(t.type);
-      const uint64_t bs = tc.first->block_size, ts = tc.first->type_size;
+      const gguf::TypeInfo& ti = lookup(t.type);
+      const uint64_t bs = ti.block_size, ts = ti.type_size;
       const uint64_t per_chunk = std::max<uint64_t>(1, kChunkElements / bs);
       auto* out = static_cast<uint16_t*>(dst);
       const uint64_t n_blocks = tensor_bytes(t.type, rows * row_len) / ts;
@@ -182,7 +147,7 @@ void dequantize_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t
         thread_local std::vector<float> buf;
         buf.resize(per_chunk * bs);
         const uint64_t n = nb * bs;
-        tc.second->dequantize(src + b0 * ts, buf.data(), static_cast<int64_t>(nb));
+        ti.dequantize(src + b0 * ts, buf.data(), static_cast<int64_t>(nb));
         uint16_t* y = out + b0 * bs;
         util::f32_to_bf16_n(buf.data(), y, n);
         if (!opts.check_finite) return std::numeric_limits<uint64_t>::max();
@@ -204,14 +169,14 @@ void dequantize_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t
 
 void split_block_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t row0, uint64_t rows, uint8_t* quants,
                       float* scales, bool check_finite) {
-  if (t.type != gguf::TensorType::Q8_0 && t.type != gguf::TensorType::Q4_0)
+  const gguf::TypeInfo& ti = gguf::type_info(t.type);
+  if (!ti.kept || !backend::is_blocks(*ti.kept))
     throw ArgumentError(fmt::format("split_block_rows: tensor '{}' is {}, not Q8_0 or Q4_0", t.name, gguf::type_name(t.type)));
   const uint64_t n_rows = t.n_rows();
   if (row0 > n_rows || rows > n_rows - row0)
     throw ArgumentError(fmt::format("split_block_rows: rows [{}, {}) outside tensor '{}' of {} rows", row0, row0 + rows,
                                     t.name, n_rows));
   // ggml-common.h block_q8_0 / block_q4_0: ggml_half d, then the quant bytes (32 / 16); 32 elements either way
-  const gguf::TypeInfo& ti = gguf::type_info(t.type);
   const uint64_t bs = ti.block_size, block_bytes = ti.type_size, qbytes = block_bytes - 2;
   const uint64_t row_len = t.row_length(), n_blocks = rows * row_len / bs;
   const std::byte* src = t.data + row0 * t.row_bytes();
@@ -225,13 +190,11 @@ void split_block_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_
 }
 
 void quantize(gguf::TensorType type, const float* src, std::byte* dst, uint64_t n_elements, int threads) {
-  const auto tc = lookup(type);
-  const gguf::TypeInfo* ti = tc.first;
-  const Codec* c = tc.second;
+  const gguf::TypeInfo* ti = &lookup(type);
   const uint64_t bs = ti->block_size, ts = ti->type_size;
   const uint64_t n_blocks = tensor_bytes(type, n_elements) / ts;
   for_chunks(n_blocks, std::max<uint64_t>(1, kChunkElements / bs), threads, [&](uint64_t b0, uint64_t nb) {
-    c->quantize(src + b0 * bs, dst + b0 * ts, static_cast<int64_t>(nb));
+    ti->quantize(src + b0 * bs, dst + b0 * ts, static_cast<int64_t>(nb));
     return std::numeric_limits<uint64_t>::max();
   });
 }

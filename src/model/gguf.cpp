@@ -65,65 +65,6 @@ uint64_t min_size(uint32_t t) {
 
 bool valid_value_type(uint32_t t) { return t <= static_cast<uint32_t>(ValueType::FLOAT64); }
 
-/// ggml's type table (ggml.h enum ggml_type; block sizes and bytes per block
-/// as gguf-py's GGML_QUANT_SIZES, block layouts in ggml-common.h).
-constexpr uint32_t kQK_K = 256;
-constexpr TypeInfo kTypes[] = {
-    {TensorType::F32, "F32", 1, 4, true},
-    {TensorType::F16, "F16", 1, 2, true},
-    {TensorType::Q4_0, "Q4_0", 32, 2 + 16, true},
-    {TensorType::Q4_1, "Q4_1", 32, 2 + 2 + 16, true},
-    {TensorType::Q5_0, "Q5_0", 32, 2 + 4 + 16, true},
-    {TensorType::Q5_1, "Q5_1", 32, 2 + 2 + 4 + 16, true},
-    {TensorType::Q8_0, "Q8_0", 32, 2 + 32, true},
-    {TensorType::Q8_1, "Q8_1", 32, 4 + 4 + 32, false},
-    {TensorType::Q2_K, "Q2_K", kQK_K, 2 + 2 + kQK_K / 16 + kQK_K / 4, true},
-    {TensorType::Q3_K, "Q3_K", kQK_K, 2 + kQK_K / 4 + kQK_K / 8 + 12, true},
-    {TensorType::Q4_K, "Q4_K", kQK_K, 2 + 2 + kQK_K / 2 + 12, true},
-    {TensorType::Q5_K, "Q5_K", kQK_K, 2 + 2 + kQK_K / 2 + kQK_K / 8 + 12, true},
-    {TensorType::Q6_K, "Q6_K", kQK_K, 2 + kQK_K / 2 + kQK_K / 4 + kQK_K / 16, true},
-    {TensorType::Q8_K, "Q8_K", kQK_K, 4 + kQK_K + kQK_K / 8, false},
-    {TensorType::IQ2_XXS, "IQ2_XXS", kQK_K, 2 + kQK_K / 4, false},
-    {TensorType::IQ2_XS, "IQ2_XS", kQK_K, 2 + kQK_K / 4 + kQK_K / 32, false},
-    {TensorType::IQ3_XXS, "IQ3_XXS", kQK_K, 2 + kQK_K / 4 + kQK_K / 8, false},
-    {TensorType::IQ1_S, "IQ1_S", kQK_K, 2 + kQK_K / 8 + kQK_K / 16, false},
-    {TensorType::IQ4_NL, "IQ4_NL", 32, 2 + 16, false},
-    {TensorType::IQ3_S, "IQ3_S", kQK_K, 2 + kQK_K / 4 + kQK_K / 8 + kQK_K / 32 + 4, false},
-    {TensorType::IQ2_S, "IQ2_S", kQK_K, 2 + kQK_K / 4 + kQK_K / 16, false},
-    {TensorType::IQ4_XS, "IQ4_XS", kQK_K, 2 + 2 + kQK_K / 2 + kQK_K / 64, false},
-    {TensorType::I8, "I8", 1, 1, false},
-    {TensorType::I16, "I16", 1, 2, false},
-    {TensorType::I32, "I32", 1, 4, false},
-    {TensorType::I64, "I64", 1, 8, false},
-    {TensorType::F64, "F64", 1, 8, false},
-    {TensorType::IQ1_M, "IQ1_M", kQK_K, kQK_K / 8 + kQK_K / 16 + kQK_K / 32, false},
-    {TensorType::BF16, "BF16", 1, 2, true},
-    {TensorType::TQ1_0, "TQ1_0", kQK_K, 2 + 4 * 13, false},
-    {TensorType::TQ2_0, "TQ2_0", kQK_K, 2 + 64, false},
-    {TensorType::MXFP4, "MXFP4", 32, 1 + 16, false},
-};
-
-/// Numbers ggml once used and removed (for a clearer refusal), else nullptr.
-const char* removed_type_name(uint32_t t) {
-  switch (t) {
-    case 4: return "Q4_2";
-    case 5: return "Q4_3";
-    case 31: return "Q4_0_4_4";
-    case 32: return "Q4_0_4_8";
-    case 33: return "Q4_0_8_8";
-    case 36: return "IQ4_NL_4_4";
-    case 37: return "IQ4_NL_4_8";
-    case 38: return "IQ4_NL_8_8";
-    default: return nullptr;
-  }
-}
-
-std::string supported_list() {
-  std::string s;
-  for (TensorType t : supported_types()) s += (s.empty() ? "" : ", ") + std::string(type_name(t));
-  return s;
-}
-
 std::string dims_str(std::span<const uint64_t> d) {
   return fmt::format("[{}]", fmt::join(d, ", "));
 }
@@ -242,6 +183,24 @@ struct File::Impl {
 
   [[noreturn]] void fail(const std::string& what) const { throw FormatError(fmt::format("{}: {}", path, what)); }
 
+  // The steps of File::File, in order.
+  /// Maps `path` read-only (map, map_size); fails for a missing, unreadable, non-regular or too small file.
+  void map_file();
+  /// Magic and version; returns the tensor and metadata counts, checked to fit the file.
+  std::pair<uint64_t, uint64_t> read_header(Cursor& c);
+  /// The n_kv key-value pairs into kv / kv_index (duplicate keys refused).
+  void read_metadata(Cursor& c, uint64_t n_kv);
+  /// general.alignment, when present: a power of two up to 2^30.
+  void read_alignment();
+  /// Tensor info #i: name, dims, type (its table row: refused when ggml removed it, never had it or
+  /// kveval does not read it), byte size and offset.
+  TensorInfo read_tensor_info(Cursor& c, uint64_t i);
+  /// The tensor type field of tensor `name`, checked against the storage types table.
+  const TypeInfo& read_tensor_type(Cursor& c, const std::string& name) const;
+  /// Starts the data section at `header_end` rounded up to the alignment and points each tensor into
+  /// it; fails for data past the end or overlapping tensors; records the alignment warning.
+  void place_tensors(const Cursor& c, uint64_t header_end);
+
   const Value& get(std::string_view key) const {
     auto it = kv_index.find(key);
     if (it == kv_index.end()) fail(fmt::format("missing key '{}'", key));
@@ -268,154 +227,178 @@ struct File::Impl {
 File::File(const std::string& path) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.path = path;
+  m.map_file();
+  // The header and metadata are read from the mapping: a file truncated meanwhile
+  // faults (SIGBUS) there; that becomes a FormatError instead of killing the process.
+  auto parse = [&] {
+    Cursor c{m.path, static_cast<const uint8_t*>(m.map), m.map_size, 0, {}, 0};
+    const auto [n_tensors, n_kv] = m.read_header(c);
+    m.read_metadata(c, n_kv);
+    m.read_alignment();
+    m.tensors.reserve(n_tensors);
+    for (uint64_t i = 0; i < n_tensors; ++i) {
+      TensorInfo t = m.read_tensor_info(c, i);
+      m.tensor_index.emplace(t.name, m.tensors.size());
+      m.tensors.push_back(std::move(t));
+    }
+    m.place_tensors(c, c.pos);
+  };
+  if (!read_catching_sigbus(m.map, m.map_size, parse))
+    m.fail("file changed while loading (truncated while its header and metadata were read)");
+}
+
+void File::Impl::map_file() {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) m.fail(fmt::format("cannot open: {}", std::strerror(errno)));
+  if (fd < 0) fail(fmt::format("cannot open: {}", std::strerror(errno)));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     int e = errno;
     ::close(fd);
-    m.fail(fmt::format("cannot stat: {}", std::strerror(e)));
+    fail(fmt::format("cannot stat: {}", std::strerror(e)));
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    m.fail("not a regular file");
+    fail("not a regular file");
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < 24) {
     ::close(fd);
-    m.fail(fmt::format("file of {} bytes is too small for a GGUF header (24 bytes)", size));
+    fail(fmt::format("file of {} bytes is too small for a GGUF header (24 bytes)", size));
   }
   void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   int e = errno;
   ::close(fd);
-  if (p == MAP_FAILED) m.fail(fmt::format("cannot mmap: {}", std::strerror(e)));
-  m.map = p;
-  m.map_size = size;
+  if (p == MAP_FAILED) fail(fmt::format("cannot mmap: {}", std::strerror(e)));
+  map = p;
+  map_size = size;
+}
 
-  // The header and metadata are read from the mapping: a file truncated meanwhile
-  // faults (SIGBUS) there; that becomes a FormatError instead of killing the process.
-  auto parse = [&] {
-    Cursor c{m.path, static_cast<const uint8_t*>(p), size, 0, {}, 0};
-    c.where = "header";
-    if (std::memcmp(c.base, "GGUF", 4) != 0)
-      c.fail(fmt::format("bad magic {:02x} {:02x} {:02x} {:02x}, expected \"GGUF\" (not a GGUF file)", c.base[0],
-                         c.base[1], c.base[2], c.base[3]));
-    c.pos = 4;
-    m.version = c.read<uint32_t>("version");
-    if (m.version == 1) c.fail("GGUF version 1 is not supported (kveval reads versions 2 and 3; re-convert the model)");
-    if (m.version != 2 && m.version != 3) {
-      c.pos -= 4;
-      if (__builtin_bswap32(m.version) == 2 || __builtin_bswap32(m.version) == 3)
-        c.fail(fmt::format("GGUF version {} looks byte-swapped: big-endian files are not supported", m.version));
-      c.fail(fmt::format("unsupported GGUF version {} (kveval reads versions 2 and 3)", m.version));
-    }
-    const uint64_t n_tensors = c.read<uint64_t>("tensor count");
-    const uint64_t n_kv = c.read<uint64_t>("metadata count");
-    // Each key-value needs >= 13 bytes (key length, type, 1-byte value); each
-    // tensor info >= 32 bytes (name length, n_dims, 1 dim, type, offset).
-    if (n_kv > c.left() / 13)
-      c.fail(fmt::format("metadata count {} cannot fit in the {} bytes left in the file", n_kv, c.left()));
-    if (n_tensors > c.left() / 32)
-      c.fail(fmt::format("tensor count {} cannot fit in the {} bytes left in the file", n_tensors, c.left()));
+std::pair<uint64_t, uint64_t> File::Impl::read_header(Cursor& c) {
+  c.where = "header";
+  if (std::memcmp(c.base, "GGUF", 4) != 0)
+    c.fail(fmt::format("bad magic {:02x} {:02x} {:02x} {:02x}, expected \"GGUF\" (not a GGUF file)", c.base[0],
+                       c.base[1], c.base[2], c.base[3]));
+  c.pos = 4;
+  version = c.read<uint32_t>("version");
+  if (version == 1) c.fail("GGUF version 1 is not supported (kveval reads versions 2 and 3; re-convert the model)");
+  if (version != 2 && version != 3) {
+    c.pos -= 4;
+    if (__builtin_bswap32(version) == 2 || __builtin_bswap32(version) == 3)
+      c.fail(fmt::format("GGUF version {} looks byte-swapped: big-endian files are not supported", version));
+    c.fail(fmt::format("unsupported GGUF version {} (kveval reads versions 2 and 3)", version));
+  }
+  const uint64_t n_tensors = c.read<uint64_t>("tensor count");
+  const uint64_t n_kv = c.read<uint64_t>("metadata count");
+  // Each key-value needs >= 13 bytes (key length, type, 1-byte value); each
+  // tensor info >= 32 bytes (name length, n_dims, 1 dim, type, offset).
+  if (n_kv > c.left() / 13)
+    c.fail(fmt::format("metadata count {} cannot fit in the {} bytes left in the file", n_kv, c.left()));
+  if (n_tensors > c.left() / 32)
+    c.fail(fmt::format("tensor count {} cannot fit in the {} bytes left in the file", n_tensors, c.left()));
+  return {n_tensors, n_kv};
+}
 
-    m.kv.reserve(n_kv);
-    for (uint64_t i = 0; i < n_kv; ++i) {
-      c.where = fmt::format("key #{}", i);
-      std::string key = c.read_string("key");
-      c.where = fmt::format("key '{}'", key);
-      if (m.kv_index.count(key)) c.fail("duplicate key");
-      uint32_t type = c.read<uint32_t>("value type");
-      Value v = read_value(c, type, 0);
-      m.kv_index.emplace(key, m.kv.size());
-      m.kv.emplace_back(std::move(key), std::move(v));
-    }
+void File::Impl::read_metadata(Cursor& c, uint64_t n_kv) {
+  kv.reserve(n_kv);
+  for (uint64_t i = 0; i < n_kv; ++i) {
+    c.where = fmt::format("key #{}", i);
+    std::string key = c.read_string("key");
+    c.where = fmt::format("key '{}'", key);
+    if (kv_index.count(key)) c.fail("duplicate key");
+    uint32_t type = c.read<uint32_t>("value type");
+    Value v = read_value(c, type, 0);
+    kv_index.emplace(key, kv.size());
+    kv.emplace_back(std::move(key), std::move(v));
+  }
+}
 
-    if (const Value* a = find("general.alignment")) {
-      c.where = "key 'general.alignment'";
-      if (!is_integer(a->type)) m.fail(fmt::format("key 'general.alignment' has type {}, expected uint32", type_label(*a)));
-      uint64_t al = m.as_uint("general.alignment", *a);
-      if (al == 0 || !std::has_single_bit(al) || al > (1u << 30))
-        m.fail(fmt::format("general.alignment {} is not a nonzero power of two (key 'general.alignment')", al));
-      m.alignment = al;
-    }
+void File::Impl::read_alignment() {
+  const auto it = kv_index.find("general.alignment");
+  if (it == kv_index.end()) return;
+  const Value& a = kv[it->second].second;
+  if (!is_integer(a.type)) fail(fmt::format("key 'general.alignment' has type {}, expected uint32", type_label(a)));
+  uint64_t al = as_uint("general.alignment", a);
+  if (al == 0 || !std::has_single_bit(al) || al > (1u << 30))
+    fail(fmt::format("general.alignment {} is not a nonzero power of two (key 'general.alignment')", al));
+  alignment = al;
+}
 
-    m.tensors.reserve(n_tensors);
-    for (uint64_t i = 0; i < n_tensors; ++i) {
-      c.where = fmt::format("tensor #{}", i);
-      TensorInfo t;
-      t.name = c.read_string("tensor name");
-      c.where = fmt::format("tensor '{}'", t.name);
-      if (m.tensor_index.count(t.name)) c.fail("duplicate tensor name");
-      uint32_t n_dims = c.read<uint32_t>("n_dims");
-      if (n_dims < 1 || n_dims > kMaxDims) c.fail(fmt::format("n_dims {} is outside 1..{}", n_dims, kMaxDims));
-      uint64_t n = 1;
-      for (uint32_t d = 0; d < n_dims; ++d) {
-        uint64_t dim = c.read<uint64_t>("dimension");
-        if (dim == 0) c.fail(fmt::format("dimension {} is 0", d));
-        if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / n)
-          c.fail(fmt::format("element count overflows at dimension {} ({})", d, dim));
-        n *= dim;
-        t.dims.push_back(dim);
-      }
-      t.dims = trim_trailing_ones(t.dims);  // [64, 1, 1, 1] is [64], as in ggml
-      uint32_t type = c.read<uint32_t>("tensor type");
-      const TypeInfo* ti = type_info(type);
-      if (!ti) {
-        if (const char* old_name = removed_type_name(type))
-          m.fail(fmt::format("tensor '{}' has type {} ({}), which ggml removed (re-quantize the model); kveval reads {}",
-                             t.name, old_name, type, supported_list()));
-        m.fail(fmt::format("tensor '{}' has unknown type {} (not a ggml type); kveval reads {}", t.name, type,
-                           supported_list()));
-      }
-      if (!ti->supported)
-        m.fail(fmt::format("tensor '{}' has type {} ({}), which kveval does not read; kveval reads {}", t.name, ti->name,
-                           type, supported_list()));
-      t.type = ti->type;
-      if (t.dims[0] % ti->block_size != 0)
-        m.fail(fmt::format("tensor '{}' of type {} has rows of {} elements, not a multiple of its block size {}", t.name,
-                           ti->name, t.dims[0], ti->block_size));
-      const uint64_t n_blocks = n / ti->block_size;
-      if (n_blocks > std::numeric_limits<uint64_t>::max() / 2 / ti->type_size) c.fail("tensor byte size overflows");
-      t.n_elements = n;
-      t.n_bytes = n_blocks * ti->type_size;
-      t.offset = c.read<uint64_t>("tensor offset");
-      if (t.offset % m.alignment != 0)
-        c.fail(fmt::format("data offset {} is not a multiple of the alignment {}", t.offset, m.alignment));
-      m.tensor_index.emplace(t.name, m.tensors.size());
-      m.tensors.push_back(std::move(t));
-    }
+const TypeInfo& File::Impl::read_tensor_type(Cursor& c, const std::string& name) const {
+  uint32_t type = c.read<uint32_t>("tensor type");
+  const TypeInfo* ti = type_info(type);
+  if (!ti) {
+    if (const char* old_name = removed_type_name(type))
+      fail(fmt::format("tensor '{}' has type {} ({}), which ggml removed (re-quantize the model); kveval reads {}", name,
+                       old_name, type, supported_type_list()));
+    fail(fmt::format("tensor '{}' has unknown type {} (not a ggml type); kveval reads {}", name, type,
+                     supported_type_list()));
+  }
+  if (!ti->supported())
+    fail(fmt::format("tensor '{}' has type {} ({}), which kveval does not read; kveval reads {}", name, ti->name, type,
+                     supported_type_list()));
+  return *ti;
+}
 
-    const uint64_t header_end = c.pos;
-    const uint64_t data_start = (header_end + m.alignment - 1) / m.alignment * m.alignment;
-    m.data_start = data_start;
-    if (!m.tensors.empty()) {
-      if (data_start > size)
-        m.fail(fmt::format("data section starts at offset {}, past the end of the file ({} bytes)", data_start, size));
-      const uint64_t data_size = size - data_start;
-      for (TensorInfo& t : m.tensors) {
-        if (t.offset > data_size || t.n_bytes > data_size - t.offset) {
-          const uint64_t end = t.n_bytes > UINT64_MAX - t.offset ? UINT64_MAX : t.offset + t.n_bytes;
-          m.fail(fmt::format("tensor data [{}, {}) extends past the end of the {}-byte data section; file truncated? "
-                             "(tensor '{}')",
-                             t.offset, end, data_size, t.name));
-        }
-        t.data = reinterpret_cast<const std::byte*>(c.base + data_start + t.offset);
-      }
-      // Overlapping tensors: sort by offset and compare neighbours.
-      std::vector<const TensorInfo*> by_off;
-      for (const auto& t : m.tensors) by_off.push_back(&t);
-      std::sort(by_off.begin(), by_off.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
-      for (size_t i = 1; i < by_off.size(); ++i)
-        if (by_off[i - 1]->offset + by_off[i - 1]->n_bytes > by_off[i]->offset)
-          m.fail(fmt::format("tensors '{}' and '{}' overlap (data offsets {} and {})", by_off[i - 1]->name,
-                             by_off[i]->name, by_off[i - 1]->offset, by_off[i]->offset));
-      std::string w = alignment_warning(m.path, m.alignment, find("general.alignment") != nullptr, header_end,
-                                        {c.base, size}, m.tensors);
-      if (!w.empty()) m.warnings.push_back(std::move(w));
+TensorInfo File::Impl::read_tensor_info(Cursor& c, uint64_t i) {
+  c.where = fmt::format("tensor #{}", i);
+  TensorInfo t;
+  t.name = c.read_string("tensor name");
+  c.where = fmt::format("tensor '{}'", t.name);
+  if (tensor_index.count(t.name)) c.fail("duplicate tensor name");
+  uint32_t n_dims = c.read<uint32_t>("n_dims");
+  if (n_dims < 1 || n_dims > kMaxDims) c.fail(fmt::format("n_dims {} is outside 1..{}", n_dims, kMaxDims));
+  uint64_t n = 1;
+  for (uint32_t d = 0; d < n_dims; ++d) {
+    uint64_t dim = c.read<uint64_t>("dimension");
+    if (dim == 0) c.fail(fmt::format("dimension {} is 0", d));
+    if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / n)
+      c.fail(fmt::format("element count overflows at dimension {} ({})", d, dim));
+    n *= dim;
+    t.dims.push_back(dim);
+  }
+  t.dims = trim_trailing_ones(t.dims);  // [64, 1, 1, 1] is [64], as in ggml
+  const TypeInfo& ti = read_tensor_type(c, t.name);
+  t.type = ti.type;
+  if (t.dims[0] % ti.block_size != 0)
+    fail(fmt::format("tensor '{}' of type {} has rows of {} elements, not a multiple of its block size {}", t.name,
+                     ti.name, t.dims[0], ti.block_size));
+  const uint64_t n_blocks = n / ti.block_size;
+  if (n_blocks > std::numeric_limits<uint64_t>::max() / 2 / ti.type_size) c.fail("tensor byte size overflows");
+  t.n_elements = n;
+  t.n_bytes = n_blocks * ti.type_size;
+  t.offset = c.read<uint64_t>("tensor offset");
+  if (t.offset % alignment != 0)
+    c.fail(fmt::format("data offset {} is not a multiple of the alignment {}", t.offset, alignment));
+  return t;
+}
+
+void File::Impl::place_tensors(const Cursor& c, uint64_t header_end) {
+  data_start = (header_end + alignment - 1) / alignment * alignment;
+  if (tensors.empty()) return;
+  const uint64_t size = c.size;
+  if (data_start > size)
+    fail(fmt::format("data section starts at offset {}, past the end of the file ({} bytes)", data_start, size));
+  const uint64_t data_size = size - data_start;
+  for (TensorInfo& t : tensors) {
+    if (t.offset > data_size || t.n_bytes > data_size - t.offset) {
+      const uint64_t end = t.n_bytes > UINT64_MAX - t.offset ? UINT64_MAX : t.offset + t.n_bytes;
+      fail(fmt::format("tensor data [{}, {}) extends past the end of the {}-byte data section; file truncated? "
+                       "(tensor '{}')",
+                       t.offset, end, data_size, t.name));
     }
-  };
-  if (!read_catching_sigbus(p, size, parse))
-    m.fail("file changed while loading (truncated while its header and metadata were read)");
+    t.data = reinterpret_cast<const std::byte*>(c.base + data_start + t.offset);
+  }
+  // Overlapping tensors: sort by offset and compare neighbours.
+  std::vector<const TensorInfo*> by_off;
+  for (const auto& t : tensors) by_off.push_back(&t);
+  std::sort(by_off.begin(), by_off.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_off.size(); ++i)
+    if (by_off[i - 1]->offset + by_off[i - 1]->n_bytes > by_off[i]->offset)
+      fail(fmt::format("tensors '{}' and '{}' overlap (data offsets {} and {})", by_off[i - 1]->name, by_off[i]->name,
+                       by_off[i - 1]->offset, by_off[i]->offset));
+  std::string w = alignment_warning(path, alignment, kv_index.count("general.alignment") != 0, header_end,
+                                    {c.base, size}, tensors);
+  if (!w.empty()) warnings.push_back(std::move(w));
 }
 
 File::~File() = default;
@@ -498,24 +481,21 @@ std::vector<int64_t> File::get_int_array(std::string_view key) const {
   return out;
 }
 
-const TypeInfo* type_info(uint32_t t) {
-  for (const TypeInfo& i : kTypes)
-    if (static_cast<uint32_t>(i.type) == t) return &i;
-  return nullptr;
-}
 const TypeInfo& type_info(TensorType t) {
   const TypeInfo* i = type_info(static_cast<uint32_t>(t));
   if (!i) throw ArgumentError(fmt::format("tensor type {} is not in ggml's type table", static_cast<uint32_t>(t)));
   return *i;
 }
-const char* type_name(TensorType t) {
-  const TypeInfo* i = type_info(static_cast<uint32_t>(t));
-  return i ? i->name : "unknown";
-}
 std::vector<TensorType> supported_types() {
-  return {TensorType::F32,  TensorType::F16,  TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
-          TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K,
-          TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+  std::vector<TensorType> v;
+  for (const TypeInfo& i : kTensorTypes)
+    if (i.supported()) v.push_back(i.type);
+  return v;
+}
+std::string supported_type_list() {
+  std::string s;
+  for (TensorType t : supported_types()) s += (s.empty() ? "" : ", ") + std::string(type_name(t));
+  return s;
 }
 
 const std::vector<TensorInfo>& File::tensors() const { return impl_->tensors; }

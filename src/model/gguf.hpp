@@ -12,6 +12,8 @@
 #include <variant>
 #include <vector>
 
+#include "model/tensor_types.hpp"
+
 namespace kveval::gguf {
 
 /// Metadata value types, numbered as in the GGUF spec.
@@ -19,38 +21,6 @@ enum class ValueType : uint32_t {
   UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6,
   BOOL = 7, STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
 };
-
-/// Tensor element types, numbered as ggml's `enum ggml_type` (ggml.h; gguf-py
-/// GGMLQuantizationType). kveval reads the types whose TypeInfo::supported is
-/// true; a file holding any other type is refused naming the tensor and type.
-enum class TensorType : uint32_t {
-  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
-  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
-  IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22, IQ4_XS = 23,
-  I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30,
-  TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39,
-};
-
-/// One row of the tensor type table: a tensor of `block_size`-element blocks
-/// stores each block in `type_size` bytes (gguf-py GGML_QUANT_SIZES; block
-/// layouts in ggml's ggml-common.h). Rows (dims[0]) must be a multiple of
-/// block_size.
-struct TypeInfo {
-  TensorType type;
-  const char* name;     ///< ggml's name, e.g. "Q4_K"
-  uint32_t block_size;  ///< elements per block (1 for F32/F16/BF16)
-  uint32_t type_size;   ///< bytes per block
-  bool supported;       ///< kveval reads and dequantizes it
-};
-/// The table entry of ggml type number `t`, or nullptr when ggml defines no such type
-/// (numbers of removed types such as 4, 5 or 31-33 included).
-const TypeInfo* type_info(uint32_t t);
-/// The table entry of a type of the enum; throws ArgumentError for a value outside the table.
-const TypeInfo& type_info(TensorType t);
-/// ggml's name of `t` ("Q4_K"), or "unknown".
-const char* type_name(TensorType t);
-/// The supported types, in the order of the table in docs/models.md.
-std::vector<TensorType> supported_types();
 
 /// A metadata value. Arrays hold their elements as a vector of Value
 /// (strings of an array of strings, numbers widened to the variant below).

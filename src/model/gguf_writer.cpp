@@ -106,7 +106,7 @@ void encode(std::span<const float> src, TensorType type, uint8_t* dst) {
 /// for an unsupported type or rows that are not a multiple of the block size.
 uint64_t byte_size(const std::string& name, const std::vector<uint64_t>& dims, uint64_t n, TensorType type) {
   const TypeInfo* ti = type_info(static_cast<uint32_t>(type));
-  if (!ti || !ti->supported)
+  if (!ti || !ti->supported())
     throw ArgumentError(fmt::format("gguf writer: tensor '{}': type {} cannot be written", name, type_name(type)));
   if (dims[0] % ti->block_size != 0)
     throw ArgumentError(fmt::format("gguf writer: tensor '{}': rows of {} elements are not a multiple of the {} block size {}",

@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "model/arch/arch.hpp"
+#include "model/compute_dtypes.hpp"
 #include "model/dequantize.hpp"
 #include "model/kv_cache.hpp"
 #include "model/load_summary.hpp"
@@ -53,26 +55,21 @@ struct HParams {
   int n_embd_q() const { return n_head * head_dim(); }
 };
 
-/// Compute dtype of weights and matmuls. F32: exact. BF16: weights stored in
-/// bfloat16, matmuls in oneDNN bf16 kernels with f32 accumulation and output
-/// (norms, softmax, RoPE, residuals, log-softmax stay f32). Q8_0: the file's
-/// Q8_0 matrices stay as blocks (1.0625 bytes per weight) and are multiplied in
-/// f32 (decode: backend's Q8_0 kernel; longer products: f32 sgemm on widened
-/// chunks), other matrices load as F32; exact to f32 rounding against the
-/// file's dequantized values. Q4_0: the same for the file's Q4_0 matrices
-/// (ggml-common.h block_q4_0: 0.625 bytes per weight held, 4-bit quants and an
-/// f32 scale per 32). Auto: see resolve_dtype.
-enum class ComputeDtype { F32, BF16, Auto, Q8_0, Q4_0 };
-/// "f32" / "bf16" / "auto" / "q8_0" / "q4_0".
+/// The row's name: "f32" / "bf16" / "auto" / "q8_0" / "q4_0".
 const char* to_string(ComputeDtype d);
-/// Parses "f32", "bf16", "q8_0", "q4_0" or "auto"; throws ArgumentError naming `what` otherwise.
+/// Parses a name of kComputeDtypes ("f32", "bf16", "q8_0", "q4_0" or "auto"); throws ArgumentError naming
+/// `what` and listing the names otherwise.
 ComputeDtype parse_compute_dtype(const std::string& s, const std::string& what = "--dtype");
-/// Resolves a request: Auto -> Q8_0 when every matrix but token_embd is Q8_0
-/// (`file_q8_0`) and the CPU has no bf16 (on AVX2 the alternative is f32 at 4x
-/// the bytes), else BF16 when `cpu_bf16` (oneDNN's effective ISA
+/// Resolves a request: Auto -> the kComputeDtypes row with auto_candidate that
+/// keeps `file_type` (the one GGUF type of every matrix but token_embd, when
+/// they share one: Q8_0) when the CPU has no bf16 (on AVX2 the alternative is
+/// f32 at 4x the bytes), else BF16 when `cpu_bf16` (oneDNN's effective ISA
 /// >= avx512_core_bf16) and the file is not F32 (`file_f32`: every matrix
 /// F32), else F32; explicit dtypes are kept as asked. Auto never picks Q4_0
 /// (a Q4_0 file loads as bf16 or f32 unless q4_0 is asked for).
+ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32,
+                           std::optional<gguf::TensorType> file_type);
+/// resolve_dtype with `file_q8_0` standing for a file whose matrices but token_embd are all Q8_0.
 ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32, bool file_q8_0 = false);
 
 /// The dtype `requested` resolves to for the GGUF file at `path` on this CPU, as
@@ -81,7 +78,7 @@ ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32,
 /// (IoError, FormatError).
 ComputeDtype resolve_dtype_for_file(const std::string& path, ComputeDtype requested);
 
-/// Auto -> BF16 for a BF16 compute dtype, else F32; F32, BF16 and F16 are kept.
+/// Auto -> the compute dtype row's kv_cache (BF16 for bf16, else F32); F32, BF16 and F16 are kept.
 KvCacheDtype resolve_kv_cache_dtype(KvCacheDtype requested, ComputeDtype compute);
 
 /// Bytes the weights of `f` will take once loaded as `dtype` (dtype_size
@@ -90,9 +87,9 @@ KvCacheDtype resolve_kv_cache_dtype(KvCacheDtype requested, ComputeDtype compute
 /// it against the memory budget before converting anything. Within a few
 /// percent of the resident bytes (matrices whose rows are 4 KiB multiples get
 /// 16 elements of padding per row).
-/// With `kept` q8_0 or q4_0 (the compute dtype), that type's matrices other
-/// than token_embd count as blocks (backend::blocks_bytes: 1.125 or 0.625 bytes
-/// per element, quants and an f32 scale per 32), a tied output from such a
+/// With `kept` a compute dtype whose row keeps a storage type (q8_0, q4_0), that
+/// type's matrices other than token_embd count as blocks (matrix_bytes: 1.125
+/// or 0.625 bytes per element, quants and an f32 scale per 32), a tied output from such a
 /// token_embd too, and a part of a fused projection (attn_q/k/v, ffn_gate/up)
 /// only when every part is of that type (the loader widens the whole fused
 /// matrix otherwise); any other `kept` keeps nothing.

@@ -3,6 +3,7 @@
 // (model.cpp) and the forward pass of a Context (context_impl.hpp). Not part
 // of the public interface.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,19 +31,19 @@ struct Layer {
   std::vector<float> b_down;  // [n_embd] or empty
 };
 
-/// What compute dtype `d` keeps as blocks: the file's matrices (token_embd
-/// aside) of GGUF type `type`, held as backend `dtype`; `keeps` is false for
-/// F32, BF16 and Auto, which keep none.
+/// What compute dtype `dtype` keeps as blocks (its kComputeDtypes row, through kveval::keeps): a matrix
+/// of GGUF type t (token_embd aside) stays in its blocks, held as the backend dtype of t's kept-block
+/// kernel (weight_dtype); `any` is false for a row that keeps none (f32, bf16, auto).
 struct KeptBlocks {
-  bool keeps = false;
-  gguf::TensorType type = gguf::TensorType::F32;
-  backend::Dtype dtype = backend::Dtype::F32;
+  ComputeDtype dtype = ComputeDtype::F32;
+  bool keeps(gguf::TensorType t) const { return kveval::keeps(dtype, t); }
+  backend::Dtype weight_dtype(gguf::TensorType t) const { return *gguf::type_info(t).kept; }
+  bool any() const {
+    const ComputeDtypeInfo& row = compute_dtype_info(dtype);
+    return row.kept.has_value() || row.keeps_kernel_types;
+  }
 };
-inline KeptBlocks kept_blocks(ComputeDtype d) {
-  if (d == ComputeDtype::Q8_0) return {true, gguf::TensorType::Q8_0, backend::Dtype::Q8_0};
-  if (d == ComputeDtype::Q4_0) return {true, gguf::TensorType::Q4_0, backend::Dtype::Q4_0};
-  return {};
-}
+inline KeptBlocks kept_blocks(ComputeDtype d) { return {d}; }
 
 }  // namespace detail
 

@@ -2,6 +2,7 @@
 // (model/arch/), validated and laid out for the forward pass (model.cpp).
 // Keys and defaults follow llama.cpp's llama_model::load_hparams; tensor names
 // and shapes its load_tensors.
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <unordered_set>
@@ -133,22 +134,28 @@ void check_unchanged(const std::string& path, const FileStamp& at_open, uint64_t
   if (now->mtime_ns != at_open.mtime_ns) changed_while_loading(path, "modified since it was opened");
 }
 
-/// What the file's matrices are, for resolve_dtype: every matrix F32; every matrix but token_embd
-/// Q8_0; every one but token_embd Q4_0.
+/// What the file's matrices are, for resolve_dtype: every matrix F32 (`f32`); the one GGUF type of every
+/// matrix but token_embd when they share one that a compute dtype keeps as blocks (`kept`).
 struct FileKinds {
-  bool f32 = true, q8_0 = true, q4_0 = true;
+  bool f32 = true;
+  std::optional<gguf::TensorType> kept;
 };
 FileKinds file_kinds(const gguf::File& f) {
   FileKinds k;
+  std::optional<gguf::TensorType> shared;  // the type of the matrices but token_embd seen so far
+  bool uniform = true;
   for (const auto& t : f.tensors())
     if (t.dims.size() >= 2) {
       if (t.type != gguf::TensorType::F32) k.f32 = false;
-      if (t.type != gguf::TensorType::Q8_0 && t.name != arch::kTokenEmbd) k.q8_0 = false;
-      if (t.type != gguf::TensorType::Q4_0 && t.name != arch::kTokenEmbd) k.q4_0 = false;
+      if (t.name == arch::kTokenEmbd) continue;
+      uniform = uniform && (!shared || *shared == t.type);
+      shared = t.type;
     }
+  if (uniform && shared)
+    for (const ComputeDtypeInfo& i : kComputeDtypes)
+      if (i.kept == shared) k.kept = shared;
   return k;
 }
-
 
 /// The architecture description named by general.architecture; throws FormatError naming the
 /// supported ones (control bytes of the name shown as \xNN) when kveval has none.
@@ -190,11 +197,10 @@ std::unique_ptr<Tokenizer> load_tokenizer(const gguf::File& f, const std::string
 /// The compute dtype for `requested` and a note on how it was chosen (Model::dtype_note).
 ComputeDtype choose_dtype(const gguf::File& f, ComputeDtype requested, std::string& note) {
   const FileKinds kinds = file_kinds(f);
-  const bool file_f32 = kinds.f32, file_q8_0 = kinds.q8_0, file_q4_0 = kinds.q4_0;
   const bool cpu_bf16 = be::cpu_has_bf16();
-  const ComputeDtype dtype = resolve_dtype(requested, cpu_bf16, file_f32, file_q8_0);
+  const ComputeDtype dtype = resolve_dtype(requested, cpu_bf16, kinds.f32, kinds.kept);
   note = fmt::format("{} -> {} (file {}, oneDNN ISA {}{})", to_string(requested), to_string(dtype),
-                     file_f32 ? "F32" : (file_q8_0 ? "Q8_0" : (file_q4_0 ? "Q4_0" : "not F32")), be::cpu_isa_name(),
+                     kinds.f32 ? "F32" : (kinds.kept ? gguf::type_name(*kinds.kept) : "not F32"), be::cpu_isa_name(),
                      cpu_bf16 ? ", bf16" : ", no bf16");
   return dtype;
 }
@@ -253,34 +259,51 @@ class TensorReader {
     used_.insert(name);
   }
 
-  /// Rows [row0, row0 + n) of block weight w (keep.dtype) from tensor `name` (ggml dims {n_in, n}, keep.type).
+  /// Rows [row0, row0 + n) of block weight w (the kernel dtype of the tensor's type) from tensor `name`
+  /// (ggml dims {n_in, n}, a type keep_ keeps).
   void put_blocks(be::Weight& w, int64_t row0, const std::string& name, uint64_t n_in, uint64_t n) {
     const gguf::TensorInfo& t = shaped(name, n_in, n);
-    quants_.resize(n * n_in / be::kQBlock * static_cast<uint64_t>(be::block_quant_bytes(keep_.dtype)));
+    if (be::is_kquant(w.dtype())) return put_kquant_blocks(w, row0, t);
+    quants_.resize(n * n_in / be::kQBlock * static_cast<uint64_t>(be::block_quant_bytes(w.dtype())));
     scales_.resize(n * n_in / be::kQBlock);
     if (!read_catching_sigbus(t.data, t.n_bytes, [&] {
           split_block_rows(f_, t, 0, n, quants_.data(), scales_.data(), opts_.check_finite);
         }))
       changed_while_loading(path_, fmt::format("truncated while reading tensor '{}'", name));
-    if (keep_.dtype == be::Dtype::Q4_0)
+    if (w.dtype() == be::Dtype::Q4_0)
       w.set_rows_q4_0(row0, quants_.data(), scales_.data(), static_cast<int64_t>(n));
     else
       w.set_rows_q8_0(row0, reinterpret_cast<const int8_t*>(quants_.data()), scales_.data(), static_cast<int64_t>(n));
   }
 
+  /// K-quant rows: the tensor's super-blocks copied as they are; with check_finite, decoded once (the
+  /// values the kernel multiplies) to refuse a NaN/Inf weight by element.
+  void put_kquant_blocks(be::Weight& w, int64_t row0, const gguf::TensorInfo& t) {
+    if (!read_catching_sigbus(t.data, t.n_bytes, [&] {
+          if (opts_.check_finite) {
+            rows_.resize(t.n_elements);
+            dequantize_rows(f_, t, 0, t.n_rows(), DType::F32, rows_.data(), {true, opts_.threads});
+          }
+          w.set_rows_kquant(row0, t.data, static_cast<int64_t>(t.n_rows()));
+        }))
+      changed_while_loading(path_, fmt::format("truncated while reading tensor '{}'", t.name));
+  }
+
   /// One weight from several tensors stacked along n_out (fused projections): one block weight when every
-  /// part is of the kept type, else each part converted to the matrix dtype and transposed once into the
+  /// part is of one type the compute dtype keeps, else each part converted to the matrix dtype and transposed once into the
   /// matmul layout.
   be::Weight stacked(Parts parts, uint64_t n_in) {
     uint64_t n_out = 0;
-    bool blocks = keep_.keeps && n_in % be::kQBlock == 0;  // every part of the kept type: one block weight
+    const gguf::TensorInfo* first = f_.find_tensor(parts.begin()->first);
+    // every part of one kept type: one block weight
+    bool blocks = first && keep_.keeps(first->type) && n_in % gguf::type_info(first->type).block_size == 0;
     for (const auto& p : parts) {
       n_out += p.second;
       const gguf::TensorInfo* t = f_.find_tensor(p.first);
-      blocks = blocks && t && t->type == keep_.type;
+      blocks = blocks && t && t->type == first->type;
     }
     if (blocks) {
-      be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in), keep_.dtype);
+      be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in), keep_.weight_dtype(first->type));
       int64_t row0 = 0;
       for (const auto& [name, n] : parts) {
         put_blocks(w, row0, name, n_in, n);
@@ -359,7 +382,7 @@ class TensorReader {
   std::unordered_set<std::string> used_;  // every tensor of the file must be used
   std::vector<float> rows_;               // F32 matrices
   std::vector<uint16_t> rows16_;          // BF16 matrices
-  std::vector<uint8_t> quants_;           // Q8_0/Q4_0 matrices kept as blocks
+  std::vector<uint8_t> quants_;           // Q8_0/Q4_0 matrices kept as blocks (K-quant rows are copied whole)
   std::vector<float> scales_;
 };
 
@@ -372,8 +395,8 @@ void load_embedding_output(TensorReader& r, HParams& hp, const gguf::TensorInfo&
   tok_embd.resize(V * D);
   r.fill(tok_embd.data(), std::string(arch::kTokenEmbd), D, V);
   hp.tied_output = r.file().find_tensor(arch::kOutput) == nullptr;
-  if (hp.tied_output && keep.keeps && te.type == keep.type) {  // the output keeps token_embd's blocks
-    output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D), keep.dtype);
+  if (hp.tied_output && keep.keeps(te.type)) {  // the output keeps token_embd's blocks
+    output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D), keep.weight_dtype(te.type));
     r.put_blocks(output, 0, std::string(arch::kTokenEmbd), D, V);
   } else if (hp.tied_output) {
     output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D), r.wdt());
@@ -419,20 +442,31 @@ void load_layer(TensorReader& r, const arch::Description& d, const HParams& hp, 
   L.b_down = r.vecs(d.ffn_bias, {{b("ffn_down"), D}});
 }
 
-/// The summary's weight dtype when blocks are kept ("Q8_0", "Q4_0", "Q8_0+F32", "F32"), and appends to
-/// `note` how many matrices were widened to F32.
+/// The summary's weight dtype when blocks are kept ("Q8_0", "Q4_0", "Q4_K+Q6_K", "Q8_0+F32", "F32": the kept
+/// storage types in table order, "+F32" when some matrix was widened), and appends to `note` how many
+/// matrices were widened to F32.
 std::string kept_weight_dtype(detail::KeptBlocks keep, const be::Weight& output,
                               const std::vector<detail::Layer>& layers, std::string& note) {
-  const std::string type = gguf::type_name(keep.type);  // "Q8_0", "Q4_0"
-  size_t kept = output.dtype() == keep.dtype, all = 1;
+  std::vector<const be::Weight*> all = {&output};
   for (const auto& L : layers)
-    for (const be::Weight* w : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down}) {
-      kept += w->dtype() == keep.dtype;
-      ++all;
+    for (const be::Weight* w : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down}) all.push_back(w);
+  std::string types;  // the kept storage types' names, "Q4_K+Q6_K"
+  size_t kept = 0;
+  for (const gguf::TypeInfo& ti : gguf::kTensorTypes) {
+    if (!ti.kept || !keep.keeps(ti.type)) continue;
+    const size_t n = static_cast<size_t>(
+        std::count_if(all.begin(), all.end(), [&](const be::Weight* w) { return w->dtype() == *ti.kept; }));
+    if (n > 0) {
+      if (!types.empty()) types += '+';
+      types += ti.name;
     }
-  if (kept == 0) note += fmt::format("; no {} matrix in the file: every matrix widened to F32", type);
-  else if (kept < all) note += fmt::format("; {} of {} matrices {}, the others widened to F32", kept, all, type);
-  return kept == all ? type : (kept == 0 ? "F32" : type + "+F32");
+    kept += n;
+  }
+  const ComputeDtypeInfo& row = compute_dtype_info(keep.dtype);
+  const std::string label = row.kept ? gguf::type_name(*row.kept) : "kept-block";  // "Q8_0", "Q4_0"
+  if (kept == 0) note += fmt::format("; no {} matrix in the file: every matrix widened to F32", label);
+  else if (kept < all.size()) note += fmt::format("; {} of {} matrices {}, the others widened to F32", kept, all.size(), types);
+  return kept == all.size() ? types : (kept == 0 ? "F32" : types + "+F32");
 }
 
 }  // namespace
@@ -440,7 +474,7 @@ std::string kept_weight_dtype(detail::KeptBlocks keep, const be::Weight& output,
 ComputeDtype resolve_dtype_for_file(const std::string& path, ComputeDtype requested) {
   if (requested != ComputeDtype::Auto) return requested;
   const FileKinds k = file_kinds(gguf::File(path));
-  return resolve_dtype(requested, be::cpu_has_bf16(), k.f32, k.q8_0);
+  return resolve_dtype(requested, be::cpu_has_bf16(), k.f32, k.kept);
 }
 
 std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& opts) {
@@ -463,12 +497,12 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   im.tok = load_tokenizer(f, path, hp.n_vocab);
   im.dtype = choose_dtype(f, opts.dtype, im.dtype_note);
   im.kv_dtype = resolve_kv_cache_dtype(opts.kv_cache_dtype, im.dtype);
-  // q8_0, q4_0: the file's matrices of that type stay as blocks
+  // a compute dtype that keeps storage types (q8_0, q4_0, blocks): the file's matrices of those types stay as blocks
   const detail::KeptBlocks keep = detail::kept_blocks(im.dtype);
   if (im.dtype == ComputeDtype::BF16 && !be::bf16_matmul_available())
     throw ArgumentError(fmt::format("{}: dtype bf16: oneDNN has no bf16 matmul on this CPU (ISA {}); use f32 or auto",
                                     path, be::cpu_isa_name()));
-  const DType mat_dtype = im.dtype == ComputeDtype::BF16 ? DType::BF16 : DType::F32;  // matrices in memory
+  const DType mat_dtype = compute_dtype_info(im.dtype).matrices;  // matrices in memory
   if (opts.check_memory) check_weight_memory(f, path, te, mat_dtype, im.dtype);
   if (opts.on_load_stage) opts.on_load_stage("mapped");
   // The file's SHA-256 from the very bytes the weights are copied from.
@@ -494,7 +528,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   im.summary = summarize_gguf(f);
   // weight_bytes: matrices in mat_dtype (or kept blocks), token_embd and norms F32; a tied output adds its copy.
   im.summary.weight_dtype =
-      keep.keeps ? kept_weight_dtype(keep, im.output, im.layers, im.dtype_note) : dtype_name(mat_dtype);
+      keep.any() ? kept_weight_dtype(keep, im.output, im.layers, im.dtype_note) : dtype_name(mat_dtype);
   im.summary.resident_bytes = im.weight_bytes + (hp.tied_output ? im.output.bytes() : 0);
   im.summary.load_seconds = load_time.seconds();
   return m;

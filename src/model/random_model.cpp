@@ -225,12 +225,12 @@ uint64_t random_model_parameters(const RandomModelSpec& spec) {
   return n;
 }
 
-uint64_t write_random_model(const std::string& path, const RandomModelSpec& spec, uint64_t seed,
-                            gguf::TensorType type) {
-  const arch::Description& d = check_spec(spec);
+namespace {
+
+/// general.* and the {arch}.* hyper-parameters of `spec`.
+void add_hparams(gguf::Writer& w, const RandomModelSpec& spec) {
   const std::string a = spec.arch;
   auto key = [&](const char* k) { return a + "." + k; };
-  gguf::Writer w;
   w.add_string("general.architecture", a);
   w.add_string("general.name", "random-" + spec.name);
   w.add_uint32("general.alignment", 32);
@@ -251,7 +251,10 @@ uint64_t write_random_model(const std::string& path, const RandomModelSpec& spec
     w.add_string(key("rope.scaling.type"), "linear");
     w.add_float32(key("rope.scaling.factor"), spec.rope_linear_factor);
   }
+}
 
+/// The tokenizer.* keys: spec.vocab's (its token count must be n_vocab), or the synthetic vocabulary.
+void add_vocab(gguf::Writer& w, const RandomModelSpec& spec) {
   if (!spec.vocab.empty()) {
     const int n = random_model_vocab_size(spec.vocab);
     if (n != spec.n_vocab)
@@ -260,64 +263,77 @@ uint64_t write_random_model(const std::string& path, const RandomModelSpec& spec
     gguf::File vf(spec.vocab);
     for (const auto& [k, v] : vf.metadata())
       if (k.starts_with("tokenizer.")) w.add(k, v);
-  } else {
-    std::vector<std::string> tokens;
-    std::vector<float> scores;
-    std::vector<int32_t> types;
-    synthetic_vocab(spec.n_vocab, tokens, scores, types);
-    w.add_string("tokenizer.ggml.model", "llama");
-    w.add_string_array("tokenizer.ggml.tokens", tokens);
-    w.add_float32_array("tokenizer.ggml.scores", scores);
-    w.add_int32_array("tokenizer.ggml.token_type", types);
-    w.add_uint32("tokenizer.ggml.bos_token_id", 1);
-    w.add_uint32("tokenizer.ggml.eos_token_id", 2);
-    w.add_uint32("tokenizer.ggml.unknown_token_id", 0);
-    w.add_bool("tokenizer.ggml.add_space_prefix", true);
+    return;
   }
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  synthetic_vocab(spec.n_vocab, tokens, scores, types);
+  w.add_string("tokenizer.ggml.model", "llama");
+  w.add_string_array("tokenizer.ggml.tokens", tokens);
+  w.add_float32_array("tokenizer.ggml.scores", scores);
+  w.add_int32_array("tokenizer.ggml.token_type", types);
+  w.add_uint32("tokenizer.ggml.bos_token_id", 1);
+  w.add_uint32("tokenizer.ggml.eos_token_id", 2);
+  w.add_uint32("tokenizer.ggml.unknown_token_id", 0);
+  w.add_bool("tokenizer.ggml.add_space_prefix", true);
+}
 
-  const auto specs = tensor_specs(spec, d);
-  for (size_t ti = 0; ti < specs.size(); ++ti) {
-    const auto& t = specs[ti];
-    switch (t.fill) {
-      case Fill::Ones:
-        // Norm vectors stay F32 whatever `type` is, as llama.cpp's converters
-        // write them (conversion/base.py: "n_dims <= 1 or *_norm.weight" ->
-        // F32) and its quantizer keeps them; its CPU backend multiplies F32
-        // activations only by F32 vectors (ggml-cpu/binary-ops.cpp) and aborts
-        // on an F16 norm.
-        w.add_tensor(t.name, t.dims, [](uint64_t, std::span<float> out) { std::fill(out.begin(), out.end(), 1.0f); },
-                     gguf::TensorType::F32);
-        continue;
-      case Fill::RopeFreqs:
-        w.add_tensor(t.name, t.dims, llama3_rope_factors(spec.llama3, spec.rope_freq_base, spec.head_dim()),
-                     gguf::TensorType::F32);
-        continue;
-      default:
-        break;
-    }
-    // Uniform on [-a, a): u is an integer in [-2^23, 2^23), exact in float;
-    // one multiply by a float scale (and for Q/K norms one add), so the
-    // result is the same under any FP contraction. Matrices: a = sqrt(3 / n_in),
-    // variance a^2/3 = 1/n_in.
-    const double amp = t.fill == Fill::Matrix ? std::sqrt(3.0 / static_cast<double>(t.dims[0])) : 0.5;
-    const float scale = static_cast<float>(amp / 8388608.0);
-    const float offset = t.fill == Fill::QkNorm ? 1.0f : 0.0f;
-    const uint64_t key_t = mix64(seed + kGolden * (ti + 1)) ^ mix64(~seed);
-    w.add_tensor(
-        t.name, t.dims,
-        [key_t, scale, offset](uint64_t first, std::span<float> out) {
-          const int64_t n = static_cast<int64_t>(out.size());
-#pragma omp parallel for schedule(static)
-          for (int64_t j = 0; j < n; ++j) {
-            const uint64_t r = mix64(key_t + kGolden * (first + static_cast<uint64_t>(j) + 1));
-            const int32_t u = static_cast<int32_t>(r >> 40) - (1 << 23);
-            const float x = static_cast<float>(u) * scale;
-            out[static_cast<size_t>(j)] = offset == 0.0f ? x : x + offset;
-          }
-        },
-        t.fill != Fill::Matrix ? gguf::TensorType::F32
-                               : (spec.matrix_types.contains(t.name) ? spec.matrix_types.at(t.name) : type));
+/// Tensor `t` (index `ti` of tensor_specs) filled from the seed's stream: matrices as `type` (or
+/// spec.matrix_types' override), every other tensor F32.
+void add_random_tensor(gguf::Writer& w, const RandomModelSpec& spec, const TensorSpec& t, size_t ti, uint64_t seed,
+                       gguf::TensorType type) {
+  switch (t.fill) {
+    case Fill::Ones:
+      // Norm vectors stay F32 whatever `type` is, as llama.cpp's converters
+      // write them (conversion/base.py: "n_dims <= 1 or *_norm.weight" ->
+      // F32) and its quantizer keeps them; its CPU backend multiplies F32
+      // activations only by F32 vectors (ggml-cpu/binary-ops.cpp) and aborts
+      // on an F16 norm.
+      w.add_tensor(t.name, t.dims, [](uint64_t, std::span<float> out) { std::fill(out.begin(), out.end(), 1.0f); },
+                   gguf::TensorType::F32);
+      return;
+    case Fill::RopeFreqs:
+      w.add_tensor(t.name, t.dims, llama3_rope_factors(spec.llama3, spec.rope_freq_base, spec.head_dim()),
+                   gguf::TensorType::F32);
+      return;
+    default:
+      break;
   }
+  // Uniform on [-a, a): u is an integer in [-2^23, 2^23), exact in float;
+  // one multiply by a float scale (and for Q/K norms one add), so the
+  // result is the same under any FP contraction. Matrices: a = sqrt(3 / n_in),
+  // variance a^2/3 = 1/n_in.
+  const double amp = t.fill == Fill::Matrix ? std::sqrt(3.0 / static_cast<double>(t.dims[0])) : 0.5;
+  const float scale = static_cast<float>(amp / 8388608.0);
+  const float offset = t.fill == Fill::QkNorm ? 1.0f : 0.0f;
+  const uint64_t key_t = mix64(seed + kGolden * (ti + 1)) ^ mix64(~seed);
+  w.add_tensor(
+      t.name, t.dims,
+      [key_t, scale, offset](uint64_t first, std::span<float> out) {
+        const int64_t n = static_cast<int64_t>(out.size());
+#pragma omp parallel for schedule(static)
+        for (int64_t j = 0; j < n; ++j) {
+          const uint64_t r = mix64(key_t + kGolden * (first + static_cast<uint64_t>(j) + 1));
+          const int32_t u = static_cast<int32_t>(r >> 40) - (1 << 23);
+          const float x = static_cast<float>(u) * scale;
+          out[static_cast<size_t>(j)] = offset == 0.0f ? x : x + offset;
+        }
+      },
+      t.fill != Fill::Matrix ? gguf::TensorType::F32
+                             : (spec.matrix_types.contains(t.name) ? spec.matrix_types.at(t.name) : type));
+}
+
+}  // namespace
+
+uint64_t write_random_model(const std::string& path, const RandomModelSpec& spec, uint64_t seed,
+                            gguf::TensorType type) {
+  const arch::Description& d = check_spec(spec);
+  gguf::Writer w;
+  add_hparams(w, spec);
+  add_vocab(w, spec);
+  const auto specs = tensor_specs(spec, d);
+  for (size_t ti = 0; ti < specs.size(); ++ti) add_random_tensor(w, spec, specs[ti], ti, seed, type);
   return w.write(path);
 }
 

@@ -2,6 +2,7 @@
 // GGUF model before loading it, for the memory plan. The hyper-parameters
 // themselves are read and range-checked in model_load.cpp.
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,7 +10,6 @@
 #include "model/arch/arch.hpp"
 #include "model/gguf.hpp"
 #include "model/model.hpp"
-#include "model/model_impl.hpp"
 
 namespace kveval {
 
@@ -36,25 +36,33 @@ std::vector<std::string> fused_parts(const std::string& name) {
 
 }  // namespace
 
+uint64_t matrix_bytes(ComputeDtype d, gguf::TensorType t, bool kept, uint64_t n_elements) {
+  if (!kept || !keeps(d, t)) return n_elements * dtype_size(compute_dtype_info(d).matrices);
+  const backend::Dtype k = *gguf::type_info(t).kept;
+  return backend::is_kquant(k) ? backend::kquant_bytes(k, n_elements) : backend::blocks_bytes(k, n_elements);
+}
+
 uint64_t estimate_weight_bytes(const gguf::File& f, DType dtype, ComputeDtype kept) {
-  const detail::KeptBlocks keep = detail::kept_blocks(kept);
-  auto kept_type = [&](const gguf::TensorInfo& t) { return keep.keeps && t.type == keep.type; };
-  auto all_parts_kept = [&](const gguf::TensorInfo& t) {
+  auto kept_type = [&](const gguf::TensorInfo& t) { return keeps(kept, t.type); };
+  auto all_parts_kept = [&](const gguf::TensorInfo& t) {  // every part of the kept type of `t`
     for (const std::string& p : fused_parts(t.name)) {
       const gguf::TensorInfo* pt = f.find_tensor(p);
-      if (pt == nullptr || !kept_type(*pt)) return false;
+      if (pt == nullptr || pt->type != t.type || !kept_type(*pt)) return false;
     }
     return true;
+  };
+  // Bytes of a matrix: its kept blocks, or `dtype` (the loader's matrix dtype) each.
+  auto bytes_of = [&](bool blocks, const gguf::TensorInfo& t) {
+    return blocks ? matrix_bytes(kept, t.type, true, t.n_elements) : t.n_elements * dtype_size(dtype);
   };
   uint64_t bytes = 0;
   for (const gguf::TensorInfo& t : f.tensors()) {
     const bool blocks = kept_type(t) && t.dims.size() == 2 && t.name != arch::kTokenEmbd && all_parts_kept(t);
-    bytes += blocks ? backend::blocks_bytes(keep.dtype, t.n_elements) : t.n_elements * dtype_size(dtype);
+    bytes += bytes_of(blocks, t);
   }
   // A tied output projection is a second copy of token_embd (kept blocks or the matrix dtype).
   if (f.find_tensor(arch::kOutput) == nullptr)
-    if (const gguf::TensorInfo* te = f.find_tensor(arch::kTokenEmbd))
-      bytes += kept_type(*te) ? backend::blocks_bytes(keep.dtype, te->n_elements) : te->n_elements * dtype_size(dtype);
+    if (const gguf::TensorInfo* te = f.find_tensor(arch::kTokenEmbd)) bytes += bytes_of(kept_type(*te), *te);
   return bytes;
 }
 

@@ -47,7 +47,7 @@ TEST_SUITE("model.dtype") {
     CHECK(parse_compute_dtype("bf16") == D::BF16);
     CHECK(parse_compute_dtype("auto") == D::Auto);
     CHECK(std::string(to_string(D::F32)) == "f32");
-    CHECK_THROWS_WITH_AS(parse_compute_dtype("fp16", "--dtype"), "--dtype 'fp16': expected 'f32', 'bf16', 'q8_0', 'q4_0' or 'auto'",
+    CHECK_THROWS_WITH_AS(parse_compute_dtype("fp16", "--dtype"), "--dtype 'fp16': expected 'f32', 'bf16', 'q8_0', 'q4_0', 'blocks' or 'auto'",
                          ArgumentError);
   }
 

@@ -265,9 +265,9 @@ TEST_SUITE("model.quant") {
       CHECK(gguf::type_info(t).type_size == bs.second);
     }
     CHECK(gguf::supported_types().size() == 13);
-    for (TensorType t : gguf::supported_types()) CHECK(gguf::type_info(t).supported);
+    for (TensorType t : gguf::supported_types()) CHECK(gguf::type_info(t).supported());
     for (TensorType t : {TensorType::Q8_K, TensorType::IQ2_XXS, TensorType::TQ1_0, TensorType::MXFP4, TensorType::Q8_1})
-      CHECK_FALSE(gguf::type_info(t).supported);
+      CHECK_FALSE(gguf::type_info(t).supported());
     CHECK(gguf::type_info(4u) == nullptr);   // Q4_2, removed
     CHECK(gguf::type_info(31u) == nullptr);  // Q4_0_4_4, removed
     CHECK(std::string(gguf::type_name(static_cast<TensorType>(99))) == "unknown");
