@@ -55,9 +55,9 @@ struct HParams {
   int n_embd_q() const { return n_head * head_dim(); }
 };
 
-/// The row's name: "f32" / "bf16" / "auto" / "q8_0" / "q4_0".
+/// The row's name: "f32" / "bf16" / "auto" / "q8_0" / "q4_0" / "blocks".
 const char* to_string(ComputeDtype d);
-/// Parses a name of kComputeDtypes ("f32", "bf16", "q8_0", "q4_0" or "auto"); throws ArgumentError naming
+/// Parses a name of kComputeDtypes ("f32", "bf16", "q8_0", "q4_0", "blocks" or "auto"); throws ArgumentError naming
 /// `what` and listing the names otherwise.
 ComputeDtype parse_compute_dtype(const std::string& s, const std::string& what = "--dtype");
 /// Resolves a request: Auto -> the kComputeDtypes row with auto_candidate that
@@ -87,7 +87,7 @@ KvCacheDtype resolve_kv_cache_dtype(KvCacheDtype requested, ComputeDtype compute
 /// it against the memory budget before converting anything. Within a few
 /// percent of the resident bytes (matrices whose rows are 4 KiB multiples get
 /// 16 elements of padding per row).
-/// With `kept` a compute dtype whose row keeps a storage type (q8_0, q4_0), that
+/// With `kept` a compute dtype whose row keeps a storage type (q8_0, q4_0, blocks), that
 /// type's matrices other than token_embd count as blocks (matrix_bytes: 1.125
 /// or 0.625 bytes per element, quants and an f32 scale per 32), a tied output from such a
 /// token_embd too, and a part of a fused projection (attn_q/k/v, ffn_gate/up)
