@@ -46,7 +46,8 @@ RandomModelSpec make_model_spec(const MakeModelArgs& a, bool arch_given) {
   spec.tied_output = spec.tied_output || a.tied;
   if (a.vocab.empty()) return spec;
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(a.vocab, ec)) throw ArgumentError(fmt::format("--vocab {}: no such file", a.vocab));
+  if (!std::filesystem::is_regular_file(a.vocab, ec))
+    throw ArgumentError(fmt::format("--vocab {}: no such file", a.vocab));
   spec.vocab = a.vocab;
   const int n = random_model_vocab_size(a.vocab);
   if (spec.hf_model.empty()) {
@@ -104,16 +105,17 @@ void add_make_model_command(CLI::App& app, Action& action) {
         if (lower(gguf::type_name(t)) == args->type) type = t;
       const uint64_t params = random_model_parameters(spec);
       const uint64_t bytes = write_random_model(args->out, spec, args->seed, type);
+      const std::string preset_note = spec.hf_model.empty() ? "" : " (" + spec.hf_model + "'s shape)";
+      const std::string vocab_note =
+          spec.vocab.empty()              ? ""
+          : vocab_tokens == spec.n_vocab ? " from " + spec.vocab
+                                         : fmt::format(" from {}: {} tokens + {} [PAD] tokens", spec.vocab,
+                                                       vocab_tokens, spec.n_vocab - vocab_tokens);
       fmt::print(
-          "wrote {}: preset {}, arch {} ({}; n_embd {}, n_layer {}, n_head {}, n_head_kv {}, head_dim {}, n_ff {}, "
+          "wrote {}: preset {}{}, arch {} ({}; n_embd {}, n_layer {}, n_head {}, n_head_kv {}, head_dim {}, n_ff {}, "
           "n_vocab {}{}, n_ctx {}{}), {} parameters as {}, seed {}, {} bytes ({:.1f} MiB)\n",
-          args->out, spec.name, args->arch, spec.arch, spec.n_embd, spec.n_layer, spec.n_head, spec.n_head_kv,
-          spec.head_dim(), spec.n_ff, spec.n_vocab,
-          spec.vocab.empty() ? ""
-          : vocab_tokens == spec.n_vocab
-              ? " from " + spec.vocab
-              : fmt::format(" from {}: {} tokens + {} [PAD] tokens", spec.vocab, vocab_tokens, spec.n_vocab - vocab_tokens),
-          spec.n_ctx,
+          args->out, spec.name, preset_note, spec.hf_model.empty() ? args->arch : spec.arch, spec.arch, spec.n_embd,
+          spec.n_layer, spec.n_head, spec.n_head_kv, spec.head_dim(), spec.n_ff, spec.n_vocab, vocab_note, spec.n_ctx,
           spec.tied_output ? ", tied output" : "", params, args->type, args->seed, bytes,
           static_cast<double>(bytes) / (1024.0 * 1024.0));
       return kOk;

@@ -113,7 +113,8 @@ TEST_SUITE("model.random_model_presets") {
 
     // By hand from config.json: embeddings 128256·2048 (tied), per layer q and o
     // 2048·2048, k and v 2048·512, gate/up/down 2048·8192, two norms 2048; final norm 2048.
-    const uint64_t hf = 128256ull * 2048 + 16ull * (2 * 2048 * 2048 + 2 * 2048 * 512 + 3 * 2048 * 8192 + 2 * 2048) + 2048;
+    const uint64_t hf =
+        128256ull * 2048 + 16ull * (2 * 2048 * 2048 + 2 * 2048 * 512 + 3 * 2048 * 8192 + 2 * 2048) + 2048;
     CHECK(hf == 1235814400ull);  // the Hugging Face checkpoint's parameter count (1.23B on the model card)
     CHECK(n_params(hparams_of(s)) == 1235814400.0);
     CHECK(random_model_parameters(s) == 1235814400ull + 32);  // the file also holds rope_freqs
