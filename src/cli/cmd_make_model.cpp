@@ -30,22 +30,55 @@ std::string lower(std::string s) {
   for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   return s;
 }
+
+/// The spec of `a`: a synthetic shape in the --arch flavour (n_vocab from
+/// --vocab when given), or a real-model preset as it is (--arch refused; with
+/// --vocab its n_vocab stays, and a vocabulary with more tokens is refused).
+RandomModelSpec make_model_spec(const MakeModelArgs& a, bool arch_given) {
+  RandomModelSpec spec = random_model_preset(a.preset);
+  if (spec.hf_model.empty()) {
+    spec = random_model_flavour(spec, a.arch);
+  } else if (arch_given) {
+    throw ArgumentError(fmt::format("--arch {}: preset {} has {}'s architecture ({}); --arch applies to the synthetic "
+                                    "shapes s15m, s110m, gqa and tiny",
+                                    a.arch, a.preset, spec.hf_model, spec.arch));
+  }
+  spec.tied_output = spec.tied_output || a.tied;
+  if (a.vocab.empty()) return spec;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(a.vocab, ec))
+    throw ArgumentError(fmt::format("--vocab {}: no such file", a.vocab));
+  spec.vocab = a.vocab;
+  const int n = random_model_vocab_size(a.vocab);
+  if (spec.hf_model.empty()) {
+    spec.n_vocab = n;
+  } else if (n > spec.n_vocab) {
+    throw ArgumentError(fmt::format("--vocab {}: {} tokens, more than preset {}'s n_vocab {} ({}'s vocab_size)",
+                                    a.vocab, n, a.preset, spec.n_vocab, spec.hf_model));
+  }
+  return spec;
+}
 }  // namespace
 
 void add_make_model_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<MakeModelArgs>();
   CLI::App* sub = app.add_subcommand("make-model", "write a random-weight GGUF model (for benchmarks and tests)");
-  sub->add_option("--preset", args->preset, "model shape: s15m, s110m, gqa or tiny")
+  sub->add_option("--preset", args->preset,
+                  "model shape: s15m, s110m, gqa or tiny (synthetic), or a real model's exact shape and "
+                  "hyper-parameters: llama-3.2-1b, llama-3.2-3b, qwen2.5-0.5b")
       ->required()
       ->check(CLI::IsMember(random_model_presets()));
-  sub->add_option("--arch", args->arch,
-                  "architecture: llama, llama3 (llama with Llama 3.1 rope scaling), qwen2 (Q/K/V biases) or qwen3 "
-                  "(Q/K norms, head size 128)")
-      ->check(CLI::IsMember(random_model_flavours()))
-      ->capture_default_str();
+  CLI::Option* arch_opt =
+      sub->add_option("--arch", args->arch,
+                      "architecture of a synthetic shape: llama, llama3 (llama with Llama 3.1 rope scaling), qwen2 "
+                      "(Q/K/V biases) or qwen3 (Q/K norms, head size 128); the real-model presets fix their own")
+          ->check(CLI::IsMember(random_model_flavours()))
+          ->capture_default_str();
   sub->add_option("--vocab", args->vocab,
-                  "copy the tokenizer.* keys of this GGUF file (e.g. a vocab-only ggml-vocab-*.gguf); n_vocab "
-                  "becomes its token count (default: a synthetic SentencePiece vocabulary)");
+                  "copy the tokenizer.* keys of this GGUF file (e.g. a vocab-only ggml-vocab-*.gguf); a synthetic "
+                  "shape's n_vocab becomes its token count, a real-model preset keeps its n_vocab and pads a "
+                  "shorter token list with [PAD<id>] tokens as llama.cpp's converter does (default: a synthetic "
+                  "SentencePiece vocabulary)");
   sub->add_flag("--tied", args->tied, "no output.weight: the output projection is token_embd");
   sub->add_option("--seed", args->seed, "weight seed (same seed => identical bytes)")
       ->check(seed_validator())
@@ -64,31 +97,31 @@ void add_make_model_command(CLI::App& app, Action& action) {
       ->check(CLI::IsMember(types))
       ->capture_default_str();
   sub->add_option("-o,--output", args->out, "output .gguf path")->required()->check(non_empty_path());
-  sub->callback([args, &action] {
-    action = [args]() -> int {
+  sub->callback([args, arch_opt, &action] {
+    const bool arch_given = arch_opt->count() > 0;
+    action = [args, arch_given]() -> int {
       std::error_code ec;
       if (std::filesystem::is_directory(args->out, ec))
         throw ArgumentError(fmt::format("--output {}: is a directory (give a file path, e.g. {}/{}.gguf)", args->out,
                                         args->out, args->preset));
-      RandomModelSpec spec = random_model_flavour(random_model_preset(args->preset), args->arch);
-      spec.tied_output = args->tied;
-      if (!args->vocab.empty()) {
-        std::error_code ec2;
-        if (!std::filesystem::is_regular_file(args->vocab, ec2))
-          throw ArgumentError(fmt::format("--vocab {}: no such file", args->vocab));
-        spec.vocab = args->vocab;
-        spec.n_vocab = random_model_vocab_size(args->vocab);
-      }
+      RandomModelSpec spec = make_model_spec(*args, arch_given);
+      const int vocab_tokens = spec.vocab.empty() ? spec.n_vocab : random_model_vocab_size(spec.vocab);
       gguf::TensorType type = gguf::TensorType::F32;
       for (gguf::TensorType t : gguf::supported_types())
         if (lower(gguf::type_name(t)) == args->type) type = t;
       const uint64_t params = random_model_parameters(spec);
       const uint64_t bytes = write_random_model(args->out, spec, args->seed, type);
+      const std::string preset_note = spec.hf_model.empty() ? "" : " (" + spec.hf_model + "'s shape)";
+      const std::string vocab_note =
+          spec.vocab.empty()              ? ""
+          : vocab_tokens == spec.n_vocab ? " from " + spec.vocab
+                                         : fmt::format(" from {}: {} tokens + {} [PAD] tokens", spec.vocab,
+                                                       vocab_tokens, spec.n_vocab - vocab_tokens);
       fmt::print(
-          "wrote {}: preset {}, arch {} ({}; n_embd {}, n_layer {}, n_head {}, n_head_kv {}, head_dim {}, n_ff {}, "
+          "wrote {}: preset {}{}, arch {} ({}; n_embd {}, n_layer {}, n_head {}, n_head_kv {}, head_dim {}, n_ff {}, "
           "n_vocab {}{}, n_ctx {}{}), {} parameters as {}, seed {}, {} bytes ({:.1f} MiB)\n",
-          args->out, spec.name, args->arch, spec.arch, spec.n_embd, spec.n_layer, spec.n_head, spec.n_head_kv,
-          spec.head_dim(), spec.n_ff, spec.n_vocab, spec.vocab.empty() ? "" : " from " + spec.vocab, spec.n_ctx,
+          args->out, spec.name, preset_note, spec.hf_model.empty() ? args->arch : spec.arch, spec.arch, spec.n_embd,
+          spec.n_layer, spec.n_head, spec.n_head_kv, spec.head_dim(), spec.n_ff, spec.n_vocab, vocab_note, spec.n_ctx,
           spec.tied_output ? ", tied output" : "", params, args->type, args->seed, bytes,
           static_cast<double>(bytes) / (1024.0 * 1024.0));
       return kOk;

@@ -242,6 +242,31 @@ void Writer::emit(Sink&& sink) const {
   }
 }
 
+std::vector<TensorInfo> Writer::tensor_infos() const {
+  const uint64_t align = alignment();
+  std::vector<TensorInfo> out;
+  uint64_t offset = 0;
+  for (const auto& t : tensors_) {
+    TensorInfo i;
+    i.name = t.name;
+    i.dims = t.dims;
+    i.type = t.type;
+    i.offset = offset;
+    i.n_elements = t.n_elements;
+    i.n_bytes = tensor_bytes(t.type, t.n_elements);
+    offset += (i.n_bytes + align - 1) / align * align;
+    out.push_back(std::move(i));
+  }
+  return out;
+}
+
+uint64_t Writer::file_size() const {
+  const uint64_t align = alignment();
+  uint64_t n = header().size();
+  for (const auto& t : tensors_) n += (tensor_bytes(t.type, t.n_elements) + align - 1) / align * align;
+  return n;
+}
+
 std::vector<uint8_t> Writer::bytes() const {
   std::vector<uint8_t> out;
   emit([&](const uint8_t* p, size_t n) { out.insert(out.end(), p, p + n); });

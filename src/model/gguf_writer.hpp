@@ -43,6 +43,16 @@ class Writer {
   /// file larger than memory can be streamed (see Fill).
   void add_tensor(const std::string& name, std::vector<uint64_t> dims, Fill fill, TensorType type = TensorType::F32);
 
+  /// The keys added so far, in file order.
+  const std::vector<std::pair<std::string, Value>>& metadata() const { return kv_; }
+  /// The tensors added so far, in file order, as the file will describe them
+  /// (name, dims, type, offset in the data section, n_elements, n_bytes; `data`
+  /// null): nothing is generated or encoded.
+  std::vector<TensorInfo> tensor_infos() const;
+  /// Bytes write() will produce: the padded header plus every tensor's data
+  /// padded to the alignment. Nothing is generated or encoded.
+  uint64_t file_size() const;
+
   /// The complete file image.
   std::vector<uint8_t> bytes() const;
   /// Writes the file to `path`, streaming tensor data in chunks; returns the

@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "model/arch/arch.hpp"
 #include "model/gguf_writer.hpp"
@@ -74,10 +75,52 @@ RandomModelSpec random_model_preset(const std::string& name) {
   if (name == "s110m") return shape(768, 12, 12, 12, 2048, 32000, 1024);
   if (name == "gqa") return shape(2048, 4, 32, 4, 5632, 32000, 4096);
   if (name == "tiny") return shape(64, 2, 4, 2, 96, 300, 128);
-  throw ArgumentError(fmt::format("unknown model preset '{}' (expected one of: s15m, s110m, gqa, tiny)", name));
+  // Real models: the config.json fields as convert_hf_to_gguf.py maps them
+  // (hidden_size -> embedding_length, num_hidden_layers -> block_count,
+  // num_attention_heads / num_key_value_heads -> head_count / head_count_kv,
+  // intermediate_size -> feed_forward_length, vocab_size -> token count,
+  // max_position_embeddings -> context_length, head_dim (when present) ->
+  // key_length / value_length, rope_theta, rms_norm_eps, tie_word_embeddings
+  // -> no output.weight, rope_scaling "llama3" -> rope_freqs.weight).
+  if (name == "llama-3.2-1b" || name == "llama-3.2-3b") {
+    // huggingface.co/meta-llama/Llama-3.2-1B/blob/main/config.json: hidden_size
+    // 2048, num_hidden_layers 16, num_attention_heads 32, num_key_value_heads 8,
+    // head_dim 64, intermediate_size 8192; Llama-3.2-3B: 3072, 28, 24, 8, head_dim
+    // 128, 8192. Both: vocab_size 128256, max_position_embeddings 131072,
+    // rope_theta 500000, rope_scaling {rope_type llama3, factor 32,
+    // low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings
+    // 8192}, rms_norm_eps 1e-5, tie_word_embeddings true.
+    RandomModelSpec s = name == "llama-3.2-1b" ? shape(2048, 16, 32, 8, 8192, 128256, 131072)
+                                               : shape(3072, 28, 24, 8, 8192, 128256, 131072);
+    s.n_embd_head = s.n_embd / s.n_head;
+    s.rope_freq_base = 500000.0f;
+    s.llama3 = Llama3RopeScaling{32.0f, 1.0f, 4.0f, 8192};
+    s.rms_eps = 1e-5f;
+    s.tied_output = true;
+    s.hf_model = name == "llama-3.2-1b" ? "meta-llama/Llama-3.2-1B" : "meta-llama/Llama-3.2-3B";
+    return s;
+  }
+  if (name == "qwen2.5-0.5b") {
+    // huggingface.co/Qwen/Qwen2.5-0.5B/blob/main/config.json: hidden_size 896,
+    // num_hidden_layers 24, num_attention_heads 14, num_key_value_heads 2 (no
+    // head_dim: 896 / 14 = 64), intermediate_size 4864, vocab_size 151936,
+    // max_position_embeddings 32768, rope_theta 1000000, rms_norm_eps 1e-6,
+    // tie_word_embeddings true; Qwen2ForCausalLM has Q/K/V biases.
+    RandomModelSpec s = shape(896, 24, 14, 2, 4864, 151936, 32768);
+    s.arch = "qwen2";
+    s.rope_freq_base = 1000000.0f;
+    s.rms_eps = 1e-6f;
+    s.tied_output = true;
+    s.hf_model = "Qwen/Qwen2.5-0.5B";
+    return s;
+  }
+  throw ArgumentError(fmt::format("unknown model preset '{}' (expected one of: {})", name,
+                                  fmt::join(random_model_presets(), ", ")));
 }
 
-std::vector<std::string> random_model_presets() { return {"s15m", "s110m", "gqa", "tiny"}; }
+std::vector<std::string> random_model_presets() {
+  return {"s15m", "s110m", "gqa", "tiny", "llama-3.2-1b", "llama-3.2-3b", "qwen2.5-0.5b"};
+}
 
 RandomModelSpec random_model_flavour(RandomModelSpec s, const std::string& flavour) {
   if (flavour == "llama") return s;
@@ -253,16 +296,44 @@ void add_hparams(gguf::Writer& w, const RandomModelSpec& spec) {
   }
 }
 
-/// The tokenizer.* keys: spec.vocab's (its token count must be n_vocab), or the synthetic vocabulary.
+/// `v`, the value of tokenizer key `key` in vocabulary file `path` of `n` tokens, with
+/// its per-token arrays padded to `n_vocab` entries as convert_hf_to_gguf.py
+/// pads a tokenizer shorter than config.json's vocab_size
+/// (TextModel.get_vocab_base: "[PAD<id>]" tokens of type UNUSED; the
+/// SentencePiece path also gives them score -1000). Other keys unchanged.
+gguf::Value padded_vocab_value(const std::string& path, const std::string& key, gguf::Value v, int n, int n_vocab) {
+  const bool tokens = key == "tokenizer.ggml.tokens", types = key == "tokenizer.ggml.token_type",
+             scores = key == "tokenizer.ggml.scores";
+  if (n_vocab == n || !(tokens || types || scores) || v.type != gguf::ValueType::ARRAY) return v;
+  auto& items = std::get<std::vector<gguf::Value>>(v.data);
+  if (items.size() != static_cast<size_t>(n) || items.empty())
+    throw FormatError(fmt::format("{}: {} has {} entries for {} tokens", path, key, items.size(), n));
+  const gguf::Value like = items.back();
+  for (int id = n; id < n_vocab; ++id) {
+    gguf::Value x = like;
+    if (tokens)
+      x.data = fmt::format("[PAD{}]", id);
+    else if (scores)
+      x.data = -1000.0;
+    else if (std::holds_alternative<int64_t>(x.data))
+      x.data = int64_t{5};  // llama_token_type LLAMA_TOKEN_TYPE_UNUSED
+    else
+      x.data = uint64_t{5};
+    items.push_back(std::move(x));
+  }
+  return v;
+}
+
+/// The tokenizer.* keys: spec.vocab's (padded to n_vocab), or the synthetic vocabulary.
 void add_vocab(gguf::Writer& w, const RandomModelSpec& spec) {
   if (!spec.vocab.empty()) {
     const int n = random_model_vocab_size(spec.vocab);
-    if (n != spec.n_vocab)
+    if (n > spec.n_vocab)
       throw ArgumentError(fmt::format("model spec '{}': n_vocab {} but {} has {} tokens", spec.name, spec.n_vocab,
                                       spec.vocab, n));
     gguf::File vf(spec.vocab);
     for (const auto& [k, v] : vf.metadata())
-      if (k.starts_with("tokenizer.")) w.add(k, v);
+      if (k.starts_with("tokenizer.")) w.add(k, padded_vocab_value(spec.vocab, k, v, n, spec.n_vocab));
     return;
   }
   std::vector<std::string> tokens;
@@ -328,13 +399,17 @@ void add_random_tensor(gguf::Writer& w, const RandomModelSpec& spec, const Tenso
 
 uint64_t write_random_model(const std::string& path, const RandomModelSpec& spec, uint64_t seed,
                             gguf::TensorType type) {
+  return random_model_writer(spec, seed, type).write(path);
+}
+
+gguf::Writer random_model_writer(const RandomModelSpec& spec, uint64_t seed, gguf::TensorType type) {
   const arch::Description& d = check_spec(spec);
   gguf::Writer w;
   add_hparams(w, spec);
   add_vocab(w, spec);
   const auto specs = tensor_specs(spec, d);
   for (size_t ti = 0; ti < specs.size(); ++ti) add_random_tensor(w, spec, specs[ti], ti, seed, type);
-  return w.write(path);
+  return w;
 }
 
 }  // namespace kveval

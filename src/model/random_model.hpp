@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/gguf.hpp"
+#include "model/gguf_writer.hpp"
 
 namespace kveval {
 
@@ -54,17 +55,30 @@ struct RandomModelSpec {
   /// attn_q/k/v/output and ffn_gate/up/down biases).
   bool optional_tensors = false;
   /// GGUF file whose tokenizer.* keys are copied (any vocabulary, e.g. a
-  /// vocab-only ggml-vocab-*.gguf); n_vocab must equal its token count
-  /// (random_model_vocab_size). Empty: the synthetic SentencePiece vocabulary.
+  /// vocab-only ggml-vocab-*.gguf). n_vocab must be at least its token count
+  /// (random_model_vocab_size); a larger n_vocab pads the token list as
+  /// llama.cpp's convert_hf_to_gguf.py pads a tokenizer shorter than
+  /// config.json's vocab_size (see write_random_model). Empty: the synthetic
+  /// SentencePiece vocabulary.
   std::string vocab;
   /// Per-matrix type overrides by tensor name (e.g. {"blk.0.attn_k.weight",
   /// F32}) for files that mix types; other matrices take write_random_model's `type`.
   std::map<std::string, gguf::TensorType> matrix_types;
+  /// Real-model presets: the Hugging Face model whose config.json the spec
+  /// copies (e.g. "meta-llama/Llama-3.2-1B"); empty for the synthetic shapes.
+  std::string hf_model;
   int head_dim() const { return n_embd_head > 0 ? n_embd_head : n_embd / n_head; }
 };
 
-/// Presets: "s15m" (288/6/6/6/768/32000/256), "s110m" (768/12/12/12/2048/32000/1024),
-/// "gqa" (2048/4 layers/32 heads/4 kv/5632/32000/4096), "tiny" (64/2/4/2/96/300/128).
+/// Presets (n_embd/n_layer/n_head/n_head_kv/n_ff/n_vocab/n_ctx). Synthetic
+/// shapes of architecture llama: "s15m" (288/6/6/6/768/32000/256), "s110m"
+/// (768/12/12/12/2048/32000/1024), "gqa" (2048/4/32/4/5632/32000/4096),
+/// "tiny" (64/2/4/2/96/300/128). Real models, every field as llama.cpp's
+/// convert_hf_to_gguf.py writes it from the model's config.json (hf_model
+/// set; see random_model.cpp for the values): "llama-3.2-1b", "llama-3.2-3b"
+/// (llama, tied output, rope base 500000, Llama 3 rope scaling factor 32 as
+/// rope_freqs.weight, head_dim written as key/value_length) and
+/// "qwen2.5-0.5b" (qwen2: Q/K/V biases, tied output, rope base 1e6, eps 1e-6).
 /// Throws ArgumentError for another name (listing the presets).
 RandomModelSpec random_model_preset(const std::string& name);
 /// The preset names, in the order above.
@@ -90,7 +104,9 @@ uint64_t random_model_parameters(const RandomModelSpec& spec);
 
 /// Writes a complete GGUF (v3, general.alignment 32) of architecture
 /// spec.arch to `path`: all {arch}.* hyper-parameters; the tokenizer.* keys of
-/// spec.vocab, or a synthetic SentencePiece vocabulary of n_vocab pieces
+/// spec.vocab (when n_vocab exceeds its tokens, the per-token arrays are
+/// padded to n_vocab as convert_hf_to_gguf.py does: tokens "[PAD<id>]" of type
+/// UNUSED (5), scores -1000 when the file has scores), or a synthetic SentencePiece vocabulary of n_vocab pieces
 /// (<unk>, <s>, </s>, <0x00>..<0xFF>, then distinct pieces "▁", "a".."z",
 /// "▁a".., "aa".. with decreasing scores); and every tensor the architecture
 /// uses (token_embd, output_norm, output unless tied, blk.N.{attn_norm,
@@ -109,6 +125,13 @@ uint64_t random_model_parameters(const RandomModelSpec& spec);
 /// I/O failure.
 uint64_t write_random_model(const std::string& path, const RandomModelSpec& spec, uint64_t seed,
                             gguf::TensorType type = gguf::TensorType::F32);
+
+/// The writer write_random_model fills (same keys, tensors, order and
+/// errors), before anything is written: its metadata(), tensor_infos() and
+/// file_size() describe the file without generating a weight; write(path)
+/// produces exactly write_random_model's bytes.
+gguf::Writer random_model_writer(const RandomModelSpec& spec, uint64_t seed,
+                                 gguf::TensorType type = gguf::TensorType::F32);
 
 /// The name of write_random_model before other architectures existed (kept
 /// for code written against it); same arguments and result.

@@ -12,6 +12,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "test_support.hpp"
 #include "util/error.hpp"
 #include "context_support.hpp"
+#include "util/hash.hpp"
 
 using kveval::test::real_context;
 using namespace kveval;
@@ -94,8 +96,9 @@ json rolling_task(const std::vector<std::string>& texts, int n_ctx,
   return task;
 }
 
-EvalSpec spec_of(json tasks, int batch_size = 4, const std::string& model_path = kveval::test::model_path()) {
-  json j = {{"model", model_path}, {"batch_size", batch_size}, {"max_length", 256}, {"tasks", tasks}};
+EvalSpec spec_of(json tasks, int batch_size = 4, const std::string& model_path = kveval::test::model_path(),
+                 int max_length = 256) {
+  json j = {{"model", model_path}, {"batch_size", batch_size}, {"max_length", max_length}, {"tasks", tasks}};
   return parse_spec(j, "test.json", ".");
 }
 
@@ -290,6 +293,48 @@ TEST_SUITE("eval.llamacpp_perplexity") {
       ++seen;
     }
     CHECK(seen == want.chunks);
+  }
+
+  TEST_CASE("random tiny models with real vocabularies equal the values llama-perplexity printed "
+            "(tests/data/llamacpp_perplexity_vocabs.json)") {
+    const std::string shared = kveval::test::shared_dir();
+    if (shared.empty()) {
+      MESSAGE("skipping: no shared fixtures folder, so no real vocabularies");
+      return;
+    }
+    std::ifstream f(kveval::test::source_dir() + "/tests/data/llamacpp_perplexity_vocabs.json");
+    REQUIRE(f);
+    const json expect = json::parse(f);
+    const std::vector<std::string> stories = demo_stories();
+    const std::vector<std::string> two(stories.begin(), stories.begin() + 2);
+    REQUIRE(expect["runs"].size() >= 3);
+    for (const auto& run : expect["runs"]) {
+      const std::string vocab = shared + "/tokenizers/" + run["vocab"].get<std::string>();
+      CAPTURE(vocab);
+      REQUIRE_MESSAGE(std::filesystem::exists(vocab), vocab << " is missing from the shared fixtures");
+      // the file `kveval make-model --preset P --arch A --vocab V --seed S` writes, byte for byte
+      kveval::test::ScratchDir dir("llamacpp_vocabs");
+      RandomModelSpec s = random_model_flavour(random_model_preset(run["preset"].get<std::string>()),
+                                               run["arch"].get<std::string>());
+      s.vocab = vocab;
+      s.n_vocab = random_model_vocab_size(vocab);
+      const std::string path = dir.file("m.gguf");
+      write_random_model(path, s, run["seed"].get<uint64_t>());
+      REQUIRE(sha256_file(path) == run["model_sha256"].get<std::string>());
+      auto m = Model::load(path, ModelOptions{2});
+      CHECK(m->tokenizer().add_bos() == run["add_bos"].get<bool>());
+      Context ctx(*m);
+      const int n_ctx = run["context_length"].get<int>();
+      RunResult r = run_eval(spec_of({rolling_task(two, n_ctx, {"perplexity_llamacpp"})}, 4, path, s.n_ctx), ctx);
+      REQUIRE(r.n_request_errors == 0);
+      const MetricValue& v = metric(r, "perplexity_llamacpp");
+      REQUIRE(v.value);
+      REQUIRE(v.stderr_);
+      CHECK(v.n == run["chunks"].get<int>());
+      // the same digits as llama-perplexity's "%.4lf +/- %.5lf" up to float32 rounding of the forward pass
+      CHECK(std::abs(*v.value / run["ppl"].get<double>() - 1) < 1e-6);
+      CHECK(std::abs(*v.stderr_ / run["stderr"].get<double>() - 1) < 1e-5);
+    }
   }
 
   TEST_CASE("chunks without BOS: every chunk keeps its own first token") {

@@ -67,7 +67,9 @@ TEST_SUITE("model.random_model") {
     // llama2.c's stories15M: 24.4M parameters with an untied 288 x 32000 output.
     CHECK(random_model_parameters(s) == 2ull * 288 * 32000 + 288 + 6ull * (2 * 288 + 4 * 288 * 288 + 3 * 288 * 768));
     CHECK_THROWS_WITH_AS(random_model_preset("huge"),
-                         "unknown model preset 'huge' (expected one of: s15m, s110m, gqa, tiny)", ArgumentError);
+                         "unknown model preset 'huge' (expected one of: s15m, s110m, gqa, tiny, llama-3.2-1b, "
+                         "llama-3.2-3b, qwen2.5-0.5b)",
+                         ArgumentError);
     RandomModelSpec bad = random_model_preset("tiny");
     bad.n_head_kv = 3;
     CHECK_THROWS_AS(write_random_model((rm_temp_dir() / "bad.gguf").string(), bad, 1), ArgumentError);
