@@ -4,7 +4,7 @@
 // (model_load.cpp: read_hparams, load_layer), the forward pass (forward.cpp:
 // embed, attention_block, ffn_block, output_head) and the random-model writer
 // read only these recipes, so a new Llama-family architecture is one small file
-// in this folder plus one line in arch.cpp's registry.
+// in this folder plus its line in arch.cpp's registry.
 //
 // Facts from llama.cpp: tensor names (src/llama-arch.cpp), which tensors each
 // architecture creates and which are optional (src/llama-model.cpp,
@@ -129,10 +129,5 @@ inline constexpr std::string_view kOutput = "output.weight";
 inline constexpr std::string_view kRopeFreqs = "rope_freqs.weight";
 /// "blk.{layer}.{base}.{kind}", e.g. blk_tensor(3, "attn_q", "bias") = "blk.3.attn_q.bias".
 std::string blk_tensor(int layer, std::string_view base, std::string_view kind = "weight");
-
-// The descriptions (one file each).
-const Description& llama();
-const Description& qwen2();
-const Description& qwen3();
 
 }  // namespace kveval::arch
