@@ -1,5 +1,6 @@
-// Causal grouped-query attention: an OpenMP loop for short blocks, oneDNN
-// batched matmuls for long ones.
+// Causal grouped-query attention, the loop paths: the AVX-512 head kernel and
+// the position-major loop, one parallel loop over (sequence, query, kv-head
+// chunk) items. The oneDNN batched matmuls for long blocks: attention_matmul.cpp.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -8,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "backend/attention_impl.hpp"
 #include "backend/backend.hpp"
 #include "backend/engine_impl.hpp"
 #include "backend/kernel_isa.hpp"
@@ -21,6 +23,27 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace kveval::backend {
+
+namespace detail {
+
+void check_kv_dtype(const KvView& kv) {
+  if (kv.dtype != Dtype::F32 && kv.dtype != Dtype::BF16 && kv.dtype != Dtype::F16)
+    throw ArgumentError(fmt::format("attention: K/V dtype {} (f32, bf16 or f16 only)", to_string(kv.dtype)));
+}
+
+void widen_row(const uint16_t* src, Dtype dtype, float* dst, int64_t n) {
+  if (dtype == Dtype::F16) {
+    util::f16_to_f32_n(src, dst, static_cast<size_t>(n));
+    return;
+  }
+#pragma omp simd
+  for (int64_t d = 0; d < n; ++d) dst[d] = util::bf16_to_f32(src[d]);
+}
+
+}  // namespace detail
+
+using detail::check_kv_dtype;
+using detail::widen_row;
 
 namespace {
 constexpr int64_t kAhead = 8;  // positions prefetched ahead in the loop attention (4 and 16 measured slower at 1 thread)
@@ -161,23 +184,22 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 scores16(const _
   return _mm512_mul_ps(sum_lanes16(acc), scale);
 }
 
-/// The `G` query heads sharing one kv head, head_dim = 16 NV (AVX-512): q and
-/// out [G, head_dim]; K and V rows of positions [0, len) `pos_stride` apart.
-/// Scores go to sc [G, sc_stride] (16-position blocks, each block of K rows read
-/// from memory once for all G heads), then softmax in float with max
-/// subtraction (1 / sum in inv[G]), then out = (sum_p e_p v_p) / sum_p e_p over
-/// blocks of kVBlock positions (V read once; the G heads' running sums wait in
-/// acc [G, 2, head_dim]). Each head's bits depend only on its own q, K, V and
-/// len, not on G. T: float, uint16_t for bf16 or F16Bits for f16 K and V
-/// (widened as read).
+/// Soft-caps the scaled scores row[0, len) in place when softcap > 0
+/// (scale_softcap with scale 1: the scale is already applied). Every path's
+/// score transform after the dot product.
+inline void softcap_row(float* row, int64_t len, float softcap) {
+  if (softcap <= 0.0f) return;
+  for (int64_t p = 0; p < len; ++p) row[p] = scale_softcap(row[p], 1.0f, softcap);
+}
+
+/// heads_avx512's scores: sc[g, p] = scale * q_g · k[p] for the G heads, p in
+/// [0, len), in 16-position blocks (each block of K rows read from memory once
+/// for all G heads).
 template <int NV, class T>
-__attribute__((target("avx512f"))) void heads_avx512(const float* q, int64_t G, const void* k_, const void* v_,
-                                                    int64_t pos_stride, int64_t len, float scale, float* sc,
-                                                    int64_t sc_stride, float* inv, float* acc, float* out) {
+__attribute__((target("avx512f"), always_inline)) inline void head_scores(const float* q, int64_t G, const T* k,
+                                                                         int64_t pos_stride, int64_t len, float scale,
+                                                                         float* sc, int64_t sc_stride) {
   constexpr int64_t HD = 16 * NV;
-  const T* k = static_cast<const T*>(k_);
-  const T* v = static_cast<const T*>(v_);
-  constexpr int64_t kVBlock = 32;  // even: the two accumulator sets see the same position pairs as one pass would
   const __m512 sv = _mm512_set1_ps(scale);
   int64_t p0 = 0;
   for (; p0 + 16 <= len; p0 += 16) {
@@ -197,8 +219,15 @@ __attribute__((target("avx512f"))) void heads_avx512(const float* q, int64_t G, 
       _mm512_mask_storeu_ps(sc + g * sc_stride + p0, mask, scores16<NV, false, T>(qr, k, pos_stride, p0, m, sv));
     }
   }
+}
+
+/// Softmax numerators of each of the G score rows in place (soft-capped first
+/// when softcap > 0), with max subtraction; inv[g] = 1 / the row's sum.
+__attribute__((target("avx512f"))) inline void softmax_rows16(float* sc, int64_t G, int64_t sc_stride, int64_t len,
+                                                              float softcap, float* inv) {
   for (int64_t g = 0; g < G; ++g) {
     float* sp = sc + g * sc_stride;
+    softcap_row(sp, len, softcap);
     // The largest score, 16 lanes at a time (GCC leaves the max reduction
     // scalar: a 4-cycle dependency per position). A NaN score is skipped, as
     // std::max(mx, s) skips it; the maximum of the others is exact in any order.
@@ -211,11 +240,21 @@ __attribute__((target("avx512f"))) void heads_avx512(const float* q, int64_t G, 
     }
     inv[g] = 1.0f / exp_shifted_sum16(sp, len, _mm512_reduce_max_ps(vm));
   }
+}
+
+/// heads_avx512's weighted sum of V: acc[g, 2, HD] = sum_p sc[g, p] v[p] over
+/// blocks of kVBlock positions (V read once for the G heads), even and odd
+/// positions in two accumulator sets (halving the fma chains' latency).
+template <int NV, class T>
+__attribute__((target("avx512f"), always_inline)) inline void head_values(const float* sc, int64_t G, int64_t sc_stride,
+                                                                          const T* v, int64_t pos_stride, int64_t len,
+                                                                          float* acc) {
+  constexpr int64_t HD = 16 * NV;
+  constexpr int64_t kVBlock = 32;  // even: the two accumulator sets see the same position pairs as one pass would
   std::fill(acc, acc + G * 2 * HD, 0.0f);
   for (int64_t pb = 0; pb < len; pb += kVBlock) {
     const int64_t pe = std::min(len, pb + kVBlock);
     for (int64_t g = 0; g < G; ++g) {
-      // Two interleaved sets of accumulators (even and odd positions) halve the fma chains' latency.
       const float* sp = sc + g * sc_stride;
       float* ag = acc + g * 2 * HD;
       __m512 o0[NV], o1[NV];
@@ -245,6 +284,24 @@ __attribute__((target("avx512f"))) void heads_avx512(const float* q, int64_t G, 
       }
     }
   }
+}
+
+/// The `G` query heads sharing one kv head, head_dim = 16 NV (AVX-512): q and
+/// out [G, head_dim]; K and V rows of positions [0, len) `pos_stride` apart.
+/// Scores go to sc [G, sc_stride] (head_scores), then softmax in float with
+/// max subtraction after the soft-cap (softmax_rows16: 1 / sum in inv[G]),
+/// then out = (sum_p e_p v_p) / sum_p e_p (head_values; the G heads' running
+/// sums wait in acc [G, 2, head_dim]). Each head's bits depend only on its own
+/// q, K, V and len, not on G. T: float, uint16_t for bf16 or F16Bits for f16 K
+/// and V (widened as read).
+template <int NV, class T>
+__attribute__((target("avx512f"))) void heads_avx512(const float* q, int64_t G, const void* k_, const void* v_,
+                                                    int64_t pos_stride, int64_t len, float scale, float softcap,
+                                                    float* sc, int64_t sc_stride, float* inv, float* acc, float* out) {
+  constexpr int64_t HD = 16 * NV;
+  head_scores<NV, T>(q, G, static_cast<const T*>(k_), pos_stride, len, scale, sc, sc_stride);
+  softmax_rows16(sc, G, sc_stride, len, softcap, inv);
+  head_values<NV, T>(sc, G, sc_stride, static_cast<const T*>(v_), pos_stride, len, acc);
   for (int64_t g = 0; g < G; ++g) {
     const __m512 iv = _mm512_set1_ps(inv[g]);
     const float* ag = acc + g * 2 * HD;
@@ -254,8 +311,8 @@ __attribute__((target("avx512f"))) void heads_avx512(const float* q, int64_t G, 
   }
 }
 
-using HeadKernel = void (*)(const float*, int64_t, const void*, const void*, int64_t, int64_t, float, float*, int64_t,
-                            float*, float*, float*);
+using HeadKernel = void (*)(const float*, int64_t, const void*, const void*, int64_t, int64_t, float, float, float*,
+                            int64_t, float*, float*, float*);
 
 template <class T>
 HeadKernel head_kernel_t(int64_t head_dim) {
@@ -282,29 +339,16 @@ HeadKernel head_kernel(int64_t head_dim, Dtype kv = Dtype::F32) {
   return head_kernel_t<float>(head_dim);
 }
 
-void check_kv_dtype(const KvView& kv) {
-  if (kv.dtype != Dtype::F32 && kv.dtype != Dtype::BF16 && kv.dtype != Dtype::F16)
-    throw ArgumentError(fmt::format("attention: K/V dtype {} (f32, bf16 or f16 only)", to_string(kv.dtype)));
-}
 
-/// dst[d] = element d of the row at src (n 16-bit elements of `dtype`, BF16
-/// or F16) widened exactly to float.
-void widen_row(const uint16_t* src, Dtype dtype, float* dst, int64_t n) {
-  if (dtype == Dtype::F16) {
-    util::f16_to_f32_n(src, dst, static_cast<size_t>(n));
-    return;
-  }
-#pragma omp simd
-  for (int64_t d = 0; d < n; ++d) dst[d] = util::bf16_to_f32(src[d]);
-}
-
-/// The position-major loop for one item (query qi at position len - 1, query
-/// heads [h0, h0 + nh) = kv heads [hk0, hk1)): scores into sc [nh, sc_stride]
-/// (max in mx, 1 / sum in inv), then out [nh, head_dim] = softmax-weighted sum
-/// of V rows. kv head hk's rows start at kv.k/kv.v + (hk - hk_base) * head_stride
-/// (f32; hk_base = hk0 for a view of just these heads).
+/// The position-major loop for one item (query qi, query heads [h0, h0 + nh)
+/// = kv heads [hk0, hk1), the `len` positions of `kv` it sees): scores into sc
+/// [nh, sc_stride] (soft-capped when softcap > 0; max in mx, 1 / sum in inv),
+/// then out [nh, head_dim] = softmax-weighted sum of V rows. kv head hk's rows
+/// start at kv.k/kv.v + (hk - hk_base) * head_stride (f32; hk_base = hk0 for a
+/// view of just these heads).
 void loop_item(const float* qi, const KvView& kv, int64_t hk_base, int64_t hk0, int64_t hk1, int64_t group,
-               int64_t head_dim, int64_t len, float scale, float* sc, int64_t sc_stride, float* mx, float* inv, float* oi) {
+               int64_t head_dim, int64_t len, float scale, float softcap, float* sc, int64_t sc_stride, float* mx,
+               float* inv, float* oi) {
   const float* K = static_cast<const float*>(kv.k);
   const float* V = static_cast<const float*>(kv.v);
   const int64_t h0 = hk0 * group, nh = (hk1 - hk0) * group;
@@ -333,6 +377,13 @@ void loop_item(const float* qi, const KvView& kv, int64_t hk_base, int64_t hk0, 
       mx[hl] = std::max(mx[hl], d_qk);
     }
   }
+  if (softcap > 0.0f)
+    for (int64_t hl = 0; hl < nh; ++hl) {
+      float* row = sc + hl * sc_stride;
+      softcap_row(row, len, softcap);
+      mx[hl] = -INFINITY;
+      for (int64_t p = 0; p < len; ++p) mx[hl] = std::max(mx[hl], row[p]);
+    }
   for (int64_t hl = 0; hl < nh; ++hl) inv[hl] = 1.0f / exp_shifted_sum(sc + hl * sc_stride, len, mx[hl]);
   std::fill(oi, oi + nh * head_dim, 0.0f);
   for (int64_t p = 0; p < len; ++p) {
@@ -364,6 +415,66 @@ KvView widen_heads(const KvView& kv, int64_t hk0, int64_t hk1, int64_t head_dim,
   }
   return KvView{w.data(), w.data() + n, head_dim, len * head_dim};
 }
+
+/// What every item of one multi-sequence loop attention shares.
+struct LoopPlan {
+  int64_t n_head = 0, n_head_kv = 0, head_dim = 0, q_stride = 0, group = 0;
+  int64_t per_chunk = 0, n_chunks = 0;  // kv heads per item (the last chunk may hold fewer), chunks per query
+  int64_t max_ctx = 0;                  // score row stride
+  float scale = 0.0f;
+  AttentionOptions opts;
+  HeadKernel f32 = nullptr, bf16 = nullptr, f16 = nullptr;  // heads_avx512 per K/V dtype, or nullptr (the loop)
+};
+
+/// Per-thread buffers of the loop attention, grown once: scores [heads per
+/// chunk][max_ctx], per-head max and 1/sum, heads_avx512's V sums, 16-bit K/V widened.
+struct LoopScratch {
+  std::vector<float> scores, mx, inv, vacc, widened;
+  void reserve(const LoopPlan& pl) {
+    const auto heads = static_cast<size_t>(pl.per_chunk * pl.group);
+    if (scores.size() < heads * static_cast<size_t>(pl.max_ctx)) scores.resize(heads * static_cast<size_t>(pl.max_ctx));
+    const auto acc = static_cast<size_t>(pl.group * 2 * pl.head_dim);
+    if (pl.f32 && vacc.size() < acc) vacc.resize(acc);
+    if (mx.size() < heads) {
+      mx.resize(heads);
+      inv.resize(heads);
+    }
+  }
+};
+
+/// Item (query i, chunk c of kv heads) of sequence sq: the query at position
+/// past + i sees positions [first_visible, past + i], handed to the kernels as
+/// positions [0, len) of a view shifted by first_visible.
+void attend_item(const LoopPlan& pl, const AttentionSeq& sq, int64_t i, int64_t c, LoopScratch& b) {
+  const int64_t hk0 = c * pl.per_chunk, hk1 = std::min(pl.n_head_kv, hk0 + pl.per_chunk);
+  const int64_t HD = pl.head_dim, G = pl.group;
+  const float* qi = sq.q + i * pl.q_stride;
+  const int64_t pos = sq.past + i, first = pl.opts.first_visible(pos), len = pos + 1 - first;
+  const bool narrow = sq.kv.dtype != Dtype::F32;  // BF16 or F16
+  const int64_t esize = narrow ? 2 : 4;
+  KvView kv = sq.kv;
+  kv.k = static_cast<const char*>(sq.kv.k) + first * kv.pos_stride * esize;
+  kv.v = static_cast<const char*>(sq.kv.v) + first * kv.pos_stride * esize;
+  float* sc = b.scores.data();
+  if (pl.f32) {  // kv head by kv head, each K and V row read once
+    const HeadKernel hkern = kv.dtype == Dtype::BF16 ? pl.bf16 : kv.dtype == Dtype::F16 ? pl.f16 : pl.f32;
+    for (int64_t hk = hk0; hk < hk1; ++hk) {
+      const int64_t off = hk * kv.head_stride * esize;  // bytes
+      hkern(qi + hk * G * HD, G, static_cast<const char*>(kv.k) + off, static_cast<const char*>(kv.v) + off,
+            kv.pos_stride, len, pl.scale, pl.opts.softcap, sc, pl.max_ctx, b.inv.data(), b.vacc.data(),
+            sq.out + (i * pl.n_head + hk * G) * HD);
+    }
+    return;
+  }
+  float* oi = sq.out + (i * pl.n_head + hk0 * G) * HD;
+  if (narrow)  // widened first: the f32 loop's arithmetic on the exact f32 values
+    loop_item(qi, widen_heads(kv, hk0, hk1, HD, len, b.widened), hk0, hk0, hk1, G, HD, len, pl.scale,
+              pl.opts.softcap, sc, pl.max_ctx, b.mx.data(), b.inv.data(), oi);
+  else
+    loop_item(qi, kv, 0, hk0, hk1, G, HD, len, pl.scale, pl.opts.softcap, sc, pl.max_ctx, b.mx.data(), b.inv.data(),
+              oi);
+}
+
 }  // namespace
 
 bool attention_uses_loop(int64_t n_q, int64_t past, int64_t head_dim) {
@@ -376,16 +487,21 @@ bool attention_uses_loop(int64_t n_q, int64_t past, int64_t head_dim) {
 }
 
 void attention(const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past, int64_t n_head,
-               int64_t n_head_kv, int64_t head_dim, int64_t q_stride) {
+               int64_t n_head_kv, int64_t head_dim, int64_t q_stride, const AttentionOptions& opts) {
   const AttentionSeq one{q, kv, out, n_q, past};
-  attention(std::span<const AttentionSeq>(&one, 1), n_head, n_head_kv, head_dim, q_stride);
+  attention(std::span<const AttentionSeq>(&one, 1), n_head, n_head_kv, head_dim, q_stride, opts);
 }
 
 void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-               int64_t q_stride) {
-  if (q_stride == 0) q_stride = n_head * head_dim;
-  const int64_t group = n_head / n_head_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+               int64_t q_stride, const AttentionOptions& opts) {
+  LoopPlan pl;
+  pl.n_head = n_head;
+  pl.n_head_kv = n_head_kv;
+  pl.head_dim = head_dim;
+  pl.q_stride = q_stride == 0 ? n_head * head_dim : q_stride;
+  pl.group = n_head / n_head_kv;
+  pl.scale = opts.scale_for(head_dim);
+  pl.opts = opts;
   // Items: (sequence, query i, chunk of kv heads). With AVX-512 and head_dim
   // 16-128 (heads_avx512) an item runs kv head by kv head: 16-position score
   // blocks, then V in 32-position blocks, each block read once for the kv
@@ -398,161 +514,39 @@ void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_hea
   // items of (query, head) would give 12 heads as 8 to one thread and 4 to the
   // other). A head's arithmetic does not depend on the chunking, the item order
   // or the thread count. Items [first[s], first[s + 1]) belong to sequence s.
-  int64_t queries = 0, max_ctx = 0, cost = 0;
+  int64_t queries = 0, cost = 0;
   for (const AttentionSeq& s : seqs) {
     check_kv_dtype(s.kv);
     queries += s.n_q;
-    max_ctx = std::max(max_ctx, s.past + s.n_q);
+    pl.max_ctx = std::max(pl.max_ctx, s.past + s.n_q);
     cost += s.n_q * n_head * (s.past + s.n_q) * head_dim;
   }
   if (queries == 0) return;
   const int threads = cost > 32768 ? omp_get_max_threads() : 1;
   const int64_t chunks = std::clamp<int64_t>((2 * threads + queries - 1) / queries, 1, n_head_kv);
-  const int64_t per_chunk = (n_head_kv + chunks - 1) / chunks;  // kv heads per chunk (the last may hold fewer)
-  const int64_t n_chunks = (n_head_kv + per_chunk - 1) / per_chunk;
+  pl.per_chunk = (n_head_kv + chunks - 1) / chunks;
+  pl.n_chunks = (n_head_kv + pl.per_chunk - 1) / pl.per_chunk;
   thread_local std::vector<int64_t> first;
   first.assign(1, 0);
-  for (const AttentionSeq& s : seqs) first.push_back(first.back() + s.n_q * n_chunks);
+  for (const AttentionSeq& s : seqs) first.push_back(first.back() + s.n_q * pl.n_chunks);
   const int64_t work = first.back();
   const int64_t* firsts = first.data();
   const int64_t n_seqs = static_cast<int64_t>(seqs.size());
-  const int64_t heads_per_chunk = per_chunk * group;
-  const HeadKernel fast_f32 = head_kernel(head_dim, Dtype::F32), fast_bf16 = head_kernel(head_dim, Dtype::BF16),
-                   fast_f16 = head_kernel(head_dim, Dtype::F16);
-  const bool fast = fast_f32 != nullptr;
+  pl.f32 = head_kernel(head_dim, Dtype::F32);
+  pl.bf16 = head_kernel(head_dim, Dtype::BF16);
+  pl.f16 = head_kernel(head_dim, Dtype::F16);
 #pragma omp parallel num_threads(threads)
   {
-    // Per-thread scores [heads_per_chunk][max_ctx] and per-head max and 1/sum,
-    // grown once: no allocation per call in the decode loop.
-    thread_local std::vector<float> scores, mx, inv, vacc, widened;  // widened: 16-bit K/V for the loop, grown once
-    const auto need = static_cast<size_t>(heads_per_chunk * max_ctx);
-    if (scores.size() < need) scores.resize(need);
-    if (fast && vacc.size() < static_cast<size_t>(group * 2 * head_dim)) vacc.resize(static_cast<size_t>(group * 2 * head_dim));
-    if (mx.size() < static_cast<size_t>(heads_per_chunk)) {
-      mx.resize(static_cast<size_t>(heads_per_chunk));
-      inv.resize(static_cast<size_t>(heads_per_chunk));
-    }
+    thread_local LoopScratch scratch;  // no allocation per call in the decode loop
+    scratch.reserve(pl);
     int64_t s = 0;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t w = 0; w < work; ++w) {
       if (w < firsts[s] || w >= firsts[s + 1])  // items come in increasing order per thread chunk
         s = std::upper_bound(firsts, firsts + n_seqs + 1, w) - firsts - 1;
-      const AttentionSeq& sq = seqs[static_cast<size_t>(s)];
-      const KvView& kv = sq.kv;
-      const int64_t i = (w - firsts[s]) / n_chunks, c = (w - firsts[s]) % n_chunks;
-      const int64_t hk0 = c * per_chunk, hk1 = std::min(n_head_kv, hk0 + per_chunk);
-      const int64_t h0 = hk0 * group;
-      const float* qi = sq.q + i * q_stride;
-      const int64_t len = sq.past + i + 1;  // causal: positions [0, past + i]
-      float* sc = scores.data();
-      const bool narrow = kv.dtype != Dtype::F32;  // BF16 or F16
-      const int64_t esize = narrow ? 2 : 4;
-      if (fast) {  // kv head by kv head, each K and V row read once
-        const HeadKernel hkern = kv.dtype == Dtype::BF16 ? fast_bf16 : kv.dtype == Dtype::F16 ? fast_f16 : fast_f32;
-        for (int64_t hk = hk0; hk < hk1; ++hk) {
-          const int64_t off = hk * kv.head_stride * esize;  // bytes
-          hkern(qi + hk * group * head_dim, group, static_cast<const char*>(kv.k) + off,
-                static_cast<const char*>(kv.v) + off, kv.pos_stride, len, scale, sc, max_ctx, inv.data(), vacc.data(),
-                sq.out + (i * n_head + hk * group) * head_dim);
-        }
-        continue;
-      }
-      float* oi = sq.out + (i * n_head + h0) * head_dim;
-      if (narrow)  // widened first: the f32 loop's arithmetic on the exact f32 values
-        loop_item(qi, widen_heads(kv, hk0, hk1, head_dim, len, widened), hk0, hk0, hk1, group, head_dim, len, scale, sc,
-                  max_ctx, mx.data(), inv.data(), oi);
-      else
-        loop_item(qi, kv, 0, hk0, hk1, group, head_dim, len, scale, sc, max_ctx, mx.data(), inv.data(), oi);
+      const int64_t item = w - firsts[s];
+      attend_item(pl, seqs[static_cast<size_t>(s)], item / pl.n_chunks, item % pl.n_chunks, scratch);
     }
-  }
-}
-
-void attention(Engine& engine, const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past,
-               int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t q_stride, Buffer& scratch) {
-  if (q_stride == 0) q_stride = n_head * head_dim;
-  check_kv_dtype(kv);
-  if (attention_uses_loop(n_q, past, head_dim)) {  // short blocks or narrow heads: call overhead would dominate
-    attention(q, kv, out, n_q, past, n_head, n_head_kv, head_dim, q_stride);
-    return;
-  }
-  // Causal blocks: queries [c0, c1) attend to positions [0, past + c1), so the
-  // masked upper triangle costs ~1/(2 * blocks) of the square instead of half.
-  constexpr int64_t kBlock = 128;
-  if (n_q > kBlock) {
-    for (int64_t c0 = 0; c0 < n_q; c0 += kBlock)
-      attention(engine, q + c0 * q_stride, kv, out + c0 * n_head * head_dim, std::min(kBlock, n_q - c0), past + c0,
-                n_head, n_head_kv, head_dim, q_stride, scratch);
-    return;
-  }
-  auto& im = engine.impl();
-  omp_set_num_threads(im.threads);
-  const int64_t G = n_head / n_head_kv, n_ctx = past + n_q, HD = head_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
-  const bool narrow = kv.dtype != Dtype::F32;  // BF16 or F16
-  // Scores, then (16-bit K/V) one kv head's K and V widened to f32 [n_ctx, HD].
-  scratch.reserve(static_cast<size_t>(G * n_q * n_ctx + (narrow ? 2 * n_ctx * HD : 0)));
-  float* S = scratch.data();
-  float* kw = S + G * n_q * n_ctx;
-  float* vw = kw + n_ctx * HD;
-  // kv head hk's K (which 0) or V (1) as f32 rows pos_stride apart: in place
-  // for f32, widened into kw / vw for bf16 and f16.
-  auto head_rows = [&](int which, int64_t hk, int64_t& stride) -> float* {
-    const void* base = which == 0 ? kv.k : kv.v;
-    if (!narrow) {
-      stride = kv.pos_stride;
-      return const_cast<float*>(static_cast<const float*>(base) + hk * kv.head_stride);
-    }
-    const uint16_t* src = static_cast<const uint16_t*>(base) + hk * kv.head_stride;
-    float* dst = which == 0 ? kw : vw;
-#pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < n_ctx; ++p) widen_row(src + p * kv.pos_stride, kv.dtype, dst + p * HD, HD);
-    stride = HD;
-    return dst;
-  };
-  using dt = dnnl::memory::data_type;
-  auto& qk = im.get_attn(0, G);
-  auto& sv = im.get_attn(1, G);
-  const int64_t out_stride = n_head * HD;
-  try {
-    for (int64_t hk = 0; hk < n_head_kv; ++hk) {
-      // S[g, i, p] = q[i, hk*G + g, :] · k[p, hk, :]
-      dnnl::memory qm({{G, n_q, HD}, dt::f32, {HD, q_stride, 1}}, im.eng, const_cast<float*>(q + hk * G * HD));
-      int64_t ks = 0;
-      float* kh = head_rows(0, hk, ks);
-      dnnl::memory km({{1, HD, n_ctx}, dt::f32, {HD * n_ctx, 1, ks}}, im.eng, kh);
-      dnnl::memory sm({{G, n_q, n_ctx}, dt::f32, {n_q * n_ctx, n_ctx, 1}}, im.eng, S);
-      dnnl::memory sp1(qk.scratch_md, im.eng, im.scratch.data());
-      qk.prim.execute(im.strm, {{DNNL_ARG_SRC, qm}, {DNNL_ARG_WEIGHTS, km}, {DNNL_ARG_DST, sm}, {DNNL_ARG_SCRATCHPAD, sp1}});
-      im.strm.wait();
-      // causal softmax of each row i over p in [0, past + i]; masked entries -> 0
-#pragma omp parallel for schedule(static)
-      for (int64_t r = 0; r < G * n_q; ++r) {
-        const int64_t i = r % n_q, len = past + i + 1;
-        float* row = S + r * n_ctx;
-        float mx = -INFINITY;
-        for (int64_t p = 0; p < len; ++p) mx = std::max(mx, row[p] * scale);
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t p = 0; p < len; ++p) {
-          const float e = detail::simd_exp(row[p] * scale - mx);
-          row[p] = e;
-          sum += e;
-        }
-        const float inv = 1.0f / sum;
-        for (int64_t p = 0; p < len; ++p) row[p] *= inv;
-        for (int64_t p = len; p < n_ctx; ++p) row[p] = 0.0f;
-      }
-      // out[i, hk*G + g, :] = sum_p S[g, i, p] v[p, hk, :]
-      int64_t vs = 0;
-      float* vh = head_rows(1, hk, vs);
-      dnnl::memory vm({{1, n_ctx, HD}, dt::f32, {n_ctx * HD, vs, 1}}, im.eng, vh);
-      dnnl::memory om({{G, n_q, HD}, dt::f32, {HD, out_stride, 1}}, im.eng, out + hk * G * HD);
-      dnnl::memory sp2(sv.scratch_md, im.eng, im.scratch.data());
-      sv.prim.execute(im.strm, {{DNNL_ARG_SRC, sm}, {DNNL_ARG_WEIGHTS, vm}, {DNNL_ARG_DST, om}, {DNNL_ARG_SCRATCHPAD, sp2}});
-      im.strm.wait();
-    }
-  } catch (const dnnl::error& e) {
-    rethrow_dnnl(e, fmt::format("attention matmul (n_q {}, n_ctx {})", n_q, n_ctx).c_str());
   }
 }
 

@@ -6,6 +6,7 @@
 // ops (RMSNorm, RoPE, SwiGLU, short attention) are OpenMP loops.
 // Activations are float32, row-major, contiguous unless strides are given;
 // weight matrices are float32, bfloat16, Q8_0 or Q4_0 blocks (Dtype), with f32 accumulation.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -355,6 +356,35 @@ void rmsnorm_heads(float* x, const float* weight, int64_t n_tokens, int64_t n_he
 /// on the output of the fused [gate; up] matmul, gate_up is [rows, 2n].
 void swiglu_fused(const float* gate_up, float* out, int64_t rows, int64_t n);
 
+/// gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x³))): the tanh
+/// approximation of GELU (Hendrycks & Gimpel 2016; ggml's GELU, Gemma's
+/// "gelu_pytorch_tanh").
+inline float gelu_tanh(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+}
+
+/// out[rows, n] = gelu_tanh(gate_up[:, :n]) * gate_up[:, n:]: GeGLU (Shazeer
+/// 2020; Gemma's MLP) on the fused [gate; up] matmul's output [rows, 2n].
+void geglu_fused(const float* gate_up, float* out, int64_t rows, int64_t n);
+
+/// s = x · scale, then, when softcap c > 0, c · tanh(s / c): the soft-cap of
+/// Gemma 2 (attention scores, final logits); with c = 0 exactly x · scale.
+inline float scale_softcap(float x, float scale, float softcap) {
+  const float s = x * scale;
+  return softcap > 0.0f ? softcap * std::tanh(s / softcap) : s;
+}
+
+/// x[i] = scale_softcap(x[i], scale, softcap) for i < n (final logits: Granite's
+/// 1 / logit_scale, Gemma 2's final_logit_softcapping).
+void scale_softcap(float* x, int64_t n, float scale, float softcap);
+
+/// x[i] *= scale for i < n (the embedding scale, e.g. Gemma's sqrt(n_embd)).
+void scale(float* x, int64_t n, float scale);
+
+/// y[i] += scale · x[i] for i < n (a residual branch scaled, Granite's residual_scale).
+void add_scaled(float* y, const float* x, int64_t n, float scale);
+
 /// Keys/values of one sequence for attention: element (position p, kv head h, d)
 /// is at base[p * pos_stride + h * head_stride + d] (strides in elements).
 /// `dtype` is the elements' type: F32 (float), BF16 (uint16_t bfloat16 bits)
@@ -369,14 +399,33 @@ struct KvView {
   Dtype dtype = Dtype::F32;
 };
 
+/// How attention turns a query-key dot product into a softmax input, and which
+/// positions a query sees; 0 in a field leaves it at its default.
+/// score(q, k) = scale_softcap(q · k, scale, softcap); query at position i sees
+/// positions [max(0, i + 1 - window), i] (causal; every earlier one when window is 0).
+struct AttentionOptions {
+  float scale = 0.0f;    ///< multiplier of q · k; 0 = 1 / sqrt(head_dim)
+  float softcap = 0.0f;  ///< > 0: score = softcap · tanh(score / softcap) (Gemma 2's attn_logit_softcapping)
+  /// > 0: sliding window, positions a query sees with itself included
+  /// (llama.cpp is_masked_swa: position p is masked for query i when i - p >= window).
+  int64_t window = 0;
+  /// The scale for heads of `head_dim`: `scale`, or 1 / sqrt(head_dim) when it is 0.
+  float scale_for(int64_t head_dim) const {
+    return scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  }
+  /// First position a query at `pos` sees.
+  int64_t first_visible(int64_t pos) const { return window > 0 && pos + 1 > window ? pos + 1 - window : 0; }
+};
+
 /// Causal grouped-query attention for one sequence.
 /// q: [n_q, n_head, head_dim] with `q_stride` floats between queries (0 =
 /// n_head * head_dim); query i sits at position past + i;
 /// kv: positions [0, past + n_q) of n_head_kv heads (query head h uses kv head
 /// h / (n_head / n_head_kv)); out: [n_q, n_head, head_dim].
-/// Scale 1/sqrt(head_dim), softmax in float with max subtraction.
+/// Scores and visible positions as `opts` says (default: scale 1/sqrt(head_dim),
+/// no soft-cap, every earlier position); softmax in float with max subtraction.
 void attention(const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past, int64_t n_head,
-               int64_t n_head_kv, int64_t head_dim, int64_t q_stride = 0);
+               int64_t n_head_kv, int64_t head_dim, int64_t q_stride = 0, const AttentionOptions& opts = {});
 
 /// One sequence's query block for the multi-sequence `attention` below:
 /// q [n_q, n_head, head_dim] (rows `q_stride` apart), query i at position
@@ -398,10 +447,10 @@ struct AttentionSeq {
 /// so that every thread has an item. Each head runs the same arithmetic in the
 /// same order whatever the chunking, so every output is bit-identical to one
 /// `attention` call per sequence and the same for any thread count, with one
-/// fork/join instead of one per sequence. All sequences share n_head, n_head_kv, head_dim and q_stride (0 =
-/// n_head * head_dim).
+/// fork/join instead of one per sequence. All sequences share n_head, n_head_kv, head_dim, q_stride (0 =
+/// n_head * head_dim) and `opts`.
 void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-               int64_t q_stride = 0);
+               int64_t q_stride = 0, const AttentionOptions& opts = {});
 
 /// Same result as `attention` above, for long query blocks computed with two
 /// oneDNN batched matmuls per kv head (S = Q·Kᵀ over the `n_head/n_head_kv`
@@ -413,7 +462,8 @@ void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_hea
 /// widened to f32 ([past + n_q, head_dim] each). Throws ArgumentError for a
 /// `kv.dtype` other than F32 or BF16.
 void attention(Engine& eng, const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past,
-               int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t q_stride, Buffer& scratch);
+               int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t q_stride, Buffer& scratch,
+               const AttentionOptions& opts = {});
 
 /// True when the oneDNN `attention` above runs the loop version for this block
 /// of n_q queries after `past` cached positions, so the caller may batch it with

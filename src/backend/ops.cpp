@@ -146,4 +146,29 @@ void swiglu_fused(const float* gate_up, float* out, int64_t rows, int64_t n) {
   }
 }
 
+void geglu_fused(const float* gate_up, float* out, int64_t rows, int64_t n) {
+#pragma omp parallel for schedule(static) if (rows * n > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = gate_up + r * 2 * n;
+    const float* u = g + n;
+    float* o = out + r * n;
+    for (int64_t i = 0; i < n; ++i) o[i] = gelu_tanh(g[i]) * u[i];
+  }
+}
+
+void scale_softcap(float* x, int64_t n, float scale, float softcap) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) x[i] = backend::scale_softcap(x[i], scale, softcap);
+}
+
+void scale(float* x, int64_t n, float scale) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) x[i] *= scale;
+}
+
+void add_scaled(float* y, const float* x, int64_t n, float scale) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) y[i] += scale * x[i];
+}
+
 }  // namespace kveval::backend

@@ -66,7 +66,9 @@ struct Context::Impl {
   void attention_block(const Pass& p, int layer);
   void attend(const Pass& p, int layer, float* q, float* k, float* v);
   void ffn_block(const Pass& p, int layer);
+  void add_branch(const Pass& p, const std::vector<float>& post_norm);
   void output_head(const Pass& p, int batch, int seq, Logits mode, std::span<float> logits_out);
+  void output_logits(const Pass& p, int batch, int seq, Logits mode, std::span<float> logits_out);
 };
 
 }  // namespace kveval

@@ -111,6 +111,7 @@ void Context::Impl::embed(const Pass& p, std::span<const int32_t> tokens, int se
   float* xp = x.data();
   for (size_t t = 0; t < T; ++t)
     std::memcpy(xp + t * D, w.tok_embd.data() + static_cast<size_t>(tok_ids[t]) * D, sizeof(float) * D);
+  if (hp.embd_scale != 0.0f) be::scale(xp, static_cast<int64_t>(T) * D, hp.embd_scale);  // Gemma: sqrt(n_embd)
 }
 
 // y[T, n_out] (+)= in[T, n_in] · Wᵀ for the pass's packed tokens.
@@ -122,7 +123,8 @@ void Context::Impl::matmul(const Pass& p, const float* in, const be::Weight& W, 
   if (Ti > Td) be::matmul(eng, in + Td * W.n_in(), Ti - Td, W, y + Td * W.n_out(), accumulate, true);
 }
 
-// x += attn_output(attention(rope(q), rope(k), v)) with q, k, v = attn_norm(x) · wqkvᵀ (+ bias, Q/K norms).
+// x += attn_output(attention(rope(q), rope(k), v)) with q, k, v = attn_norm(x) · wqkvᵀ (+ bias, Q/K norms);
+// with post-norms or a residual scale, x += s · post_norm(attn_output(...)) (add_branch).
 void Context::Impl::attention_block(const Pass& p, int layer) {
   const HParams& hp = w.hp;
   const detail::Layer& L = w.layers[static_cast<size_t>(layer)];
@@ -144,8 +146,24 @@ void Context::Impl::attention_block(const Pass& p, int layer) {
   be::rope(q, hp.n_head, HD, rope_tab, QS);
   be::rope(k, hp.n_head_kv, HD, rope_tab, QS);
   attend(p, layer, q, k, v);
-  matmul(p, att.data(), L.wo, xp, /*accumulate=*/true);
-  if (!L.bo.empty()) be::add_bias(xp, L.bo.data(), Ti, D);
+  if (L.post_attn_norm.empty() && hp.residual_scale == 0.0f) {  // straight into the residual stream
+    matmul(p, att.data(), L.wo, xp, /*accumulate=*/true);
+    if (!L.bo.empty()) be::add_bias(xp, L.bo.data(), Ti, D);
+    return;
+  }
+  matmul(p, att.data(), L.wo, xb.data(), false);
+  if (!L.bo.empty()) be::add_bias(xb.data(), L.bo.data(), Ti, D);
+  add_branch(p, L.post_attn_norm);
+}
+
+// x += s · post_norm(xb): a block's branch output (in xb) joins the residual
+// stream, RMSNorm-ed when the layer has `post_norm` (Gemma 2/3) and scaled by
+// the residual scale when set (Granite), else by 1.
+void Context::Impl::add_branch(const Pass& p, const std::vector<float>& post_norm) {
+  const HParams& hp = w.hp;
+  const int64_t Ti = static_cast<int64_t>(p.T);
+  if (!post_norm.empty()) be::rmsnorm(xb.data(), post_norm.data(), xb.data(), Ti, hp.n_embd, hp.rms_eps);
+  be::add_scaled(x.data(), xb.data(), Ti * hp.n_embd, hp.residual_scale != 0.0f ? hp.residual_scale : 1.0f);
 }
 
 // att = attention of each packed sequence over its cached positions (appending
@@ -154,6 +172,7 @@ void Context::Impl::attend(const Pass& p, int layer, float* q, float* k, float* 
   const HParams& hp = w.hp;
   const int HD = hp.head_dim(), NQ = w.q_dim();
   const int64_t QS = NQ + 2 * w.kv_dim();
+  const be::AttentionOptions opts{hp.attn_scale, hp.attn_softcap, w.sliding_window(layer)};
   short_att.clear();
   for (size_t s = 0; s < seq_row.size(); ++s) {
     const int r = seq_row[s];
@@ -174,13 +193,14 @@ void Context::Impl::attend(const Pass& p, int layer, float* q, float* k, float* 
       short_att.push_back({q + t0 * QS, view, att.data() + t0 * NQ, n, past});
     else
       be::attention(*w.engine, q + t0 * QS, view, att.data() + t0 * NQ, n, past, hp.n_head, hp.n_head_kv, HD, QS,
-                    scores);
+                    scores, opts);
   }
-  be::attention(short_att, hp.n_head, hp.n_head_kv, HD, QS);
+  be::attention(short_att, hp.n_head, hp.n_head_kv, HD, QS, opts);
   short_att.clear();
 }
 
-// x += ffn_down(swiglu(ffn_norm(x) · [gate | up]ᵀ)) (+ biases).
+// x += ffn_down(act(ffn_norm(x) · [gate | up]ᵀ)) (+ biases), act = swiglu or geglu (the recipe's
+// ffn_act); with post-norms or a residual scale, x += s · post_norm(ffn_down(...)) (add_branch).
 void Context::Impl::ffn_block(const Pass& p, int layer) {
   const HParams& hp = w.hp;
   const detail::Layer& L = w.layers[static_cast<size_t>(layer)];
@@ -190,14 +210,40 @@ void Context::Impl::ffn_block(const Pass& p, int layer) {
   be::rmsnorm(xp, L.ffn_norm.data(), xb.data(), Ti, D, hp.rms_eps);
   matmul(p, xb.data(), L.w_gate_up, gu.data(), false);
   if (!L.b_gate_up.empty()) be::add_bias(gu.data(), L.b_gate_up.data(), Ti, 2 * F);
-  be::swiglu_fused(gu.data(), hb.data(), Ti, F);
-  matmul(p, hb.data(), L.w_down, xp, /*accumulate=*/true);
-  if (!L.b_down.empty()) be::add_bias(xp, L.b_down.data(), Ti, D);
+  if (w.desc->ffn_act == arch::FfnActivation::GeluTanh)
+    be::geglu_fused(gu.data(), hb.data(), Ti, F);
+  else
+    be::swiglu_fused(gu.data(), hb.data(), Ti, F);
+  if (L.post_ffn_norm.empty() && hp.residual_scale == 0.0f) {  // straight into the residual stream
+    matmul(p, hb.data(), L.w_down, xp, /*accumulate=*/true);
+    if (!L.b_down.empty()) be::add_bias(xp, L.b_down.data(), Ti, D);
+    return;
+  }
+  matmul(p, hb.data(), L.w_down, xb.data(), false);
+  if (!L.b_down.empty()) be::add_bias(xb.data(), L.b_down.data(), Ti, D);
+  add_branch(p, L.post_ffn_norm);
+}
+
+// logits = output_norm(x) · outputᵀ (output_logits), then divided by the logit
+// scale (Granite) and soft-capped (Gemma 2) when the recipe sets them.
+void Context::Impl::output_head(const Pass& p, int batch, int seq, Logits mode, std::span<float> logits_out) {
+  output_logits(p, batch, seq, mode, logits_out);
+  const HParams& hp = w.hp;
+  if (hp.logit_scale == 0.0f && hp.final_softcap == 0.0f) return;
+  const float mul = hp.logit_scale != 0.0f ? 1.0f / hp.logit_scale : 1.0f;
+  const size_t V = static_cast<size_t>(hp.n_vocab);
+  for (size_t s = 0; s < seq_row.size(); ++s) {  // the rows output_logits wrote
+    const size_t row = static_cast<size_t>(seq_row[s]);
+    if (mode == Logits::Last)
+      be::scale_softcap(logits_out.data() + row * V, static_cast<int64_t>(V), mul, hp.final_softcap);
+    else
+      be::scale_softcap(logits_out.data() + row * seq * V, static_cast<int64_t>(seq_len[s] * V), mul, hp.final_softcap);
+  }
 }
 
 // logits = output_norm(x) · outputᵀ at every valid position (Logits::All) or
 // at each sequence's last one (Logits::Last), written to the rows' places.
-void Context::Impl::output_head(const Pass& p, int batch, int seq, Logits mode, std::span<float> logits_out) {
+void Context::Impl::output_logits(const Pass& p, int batch, int seq, Logits mode, std::span<float> logits_out) {
   const HParams& hp = w.hp;
   be::Engine& eng = *w.engine;
   const int D = hp.n_embd;

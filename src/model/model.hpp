@@ -50,6 +50,14 @@ struct HParams {
   bool tied_output = false;         ///< no `output.weight`: logits use token_embd
   bool qkv_bias = false;            ///< attn_q/k/v biases present
   bool qk_norm = false;             ///< per-head RMSNorm of Q and K (attn_q_norm, attn_k_norm)
+  // The recipe's numbers (arch::Description), resolved at load; 0 = off.
+  float embd_scale = 0.0f;      ///< embedding rows multiplied by it
+  float residual_scale = 0.0f;  ///< each block's attention and FFN output multiplied by it before the residual add
+  float attn_scale = 0.0f;      ///< attention score multiplier (0: 1 / sqrt(head_dim))
+  float attn_softcap = 0.0f;    ///< attention scores soft-capped: c tanh(s / c)
+  int sliding_window = 0;       ///< positions a sliding layer's query sees, itself included
+  float logit_scale = 0.0f;     ///< logits divided by it
+  float final_softcap = 0.0f;   ///< logits soft-capped: c tanh(l / c)
   int head_dim() const { return n_embd_head > 0 ? n_embd_head : n_embd / n_head; }
   /// Width of all query heads together: rows of attn_q, columns of attn_output.
   int n_embd_q() const { return n_head * head_dim(); }
@@ -120,6 +128,10 @@ struct ModelOptions {
   /// read (before hashing), and with "copy" just before the first tensor is
   /// copied (after the size re-check). Tests change the file there.
   std::function<void(const char* stage)> on_load_stage = {};
+  /// The architecture recipe to load the file with instead of the registry's
+  /// for its general.architecture (the recipe's name is the key prefix);
+  /// nullptr = the registry's. For tests of recipe features.
+  const arch::Description* recipe = nullptr;
 };
 
 /// A loaded model: hyper-parameters, architecture, tokenizer, compute engine

@@ -29,6 +29,8 @@ struct Layer {
   std::vector<float> b_gate_up;  // [2 n_ff] or empty
   backend::Weight w_down;     // [n_embd, n_ff]
   std::vector<float> b_down;  // [n_embd] or empty
+  /// [n_embd]: RMSNorm weights of the attention and FFN outputs (NormPlacement::PreAndPost), or empty
+  std::vector<float> post_attn_norm, post_ffn_norm;
 };
 
 /// What compute dtype `dtype` keeps as blocks (its kComputeDtypes row, through kveval::keeps): a matrix
@@ -70,6 +72,10 @@ struct Model::Impl {
   const backend::Weight& out_weight() const { return output; }
   int kv_dim() const { return hp.n_head_kv * hp.head_dim(); }
   int q_dim() const { return hp.n_embd_q(); }
+  /// Positions a query of `layer` sees (the recipe's sliding layers), or 0: all earlier ones.
+  int sliding_window(int layer) const {
+    return hp.sliding_window > 0 && (!desc->sliding_layer || desc->sliding_layer(layer)) ? hp.sliding_window : 0;
+  }
 };
 
 }  // namespace kveval

@@ -25,6 +25,30 @@ namespace be = kveval::backend;
 
 namespace {
 
+/// Resolves the recipe's numbers (arch::Param: the file's key, else the
+/// recipe's formula or constant) into hp; each is 0 (off) or finite and
+/// positive, the window an integer in [1, 2^24].
+void read_recipe_numbers(const gguf::File& f, const arch::Description& d, HParams& hp) {
+  auto resolve = [&](const arch::Param& p, const char* what) {
+    const std::string k = p.key.empty() ? std::string() : std::string(d.name) + "." + std::string(p.key);
+    const double v = !k.empty() && f.find(k) ? f.get_float(k) : p.derive ? p.derive(hp) : p.value;
+    if (!(std::isfinite(v) && v >= 0.0 && v <= 1e30))
+      throw FormatError(fmt::format("{}: {} = {} ({}) must be 0 (off) or a positive finite number", f.path(), what, v,
+                                    k.empty() ? "architecture '" + std::string(d.name) + "'" : "key '" + k + "'"));
+    return static_cast<float>(v);
+  };
+  hp.embd_scale = resolve(d.embd_scale, "embedding scale");
+  hp.residual_scale = resolve(d.residual_scale, "residual scale");
+  hp.attn_scale = resolve(d.attn_scale, "attention scale");
+  hp.attn_softcap = resolve(d.attn_softcap, "attention logit soft-cap");
+  hp.logit_scale = resolve(d.logit_scale, "logit scale");
+  hp.final_softcap = resolve(d.final_softcap, "final logit soft-cap");
+  const float window = resolve(d.sliding_window, "sliding window");
+  if (window != std::floor(window) || window > float(1 << 24))
+    throw FormatError(fmt::format("{}: sliding window {} must be an integer in [0, {}]", f.path(), window, 1 << 24));
+  hp.sliding_window = static_cast<int>(window);
+}
+
 /// Reads the {arch}.* hyper-parameters into `hp` (everything but n_vocab and the tensor-derived flags).
 void read_hparams(const gguf::File& f, const arch::Description& d, HParams& hp) {
   const std::string& path = f.path();
@@ -101,6 +125,7 @@ void read_hparams(const gguf::File& f, const arch::Description& d, HParams& hp) 
     throw FormatError(fmt::format("{}: key '{}' = {} out of range: 0 (none) or a factor in [0.001, 1000]", path,
                                   factor_key, factor));
   hp.rope_freq_scale = (type == "none" || factor == 0.0) ? 1.0f : static_cast<float>(1.0 / factor);
+  read_recipe_numbers(f, d, hp);
 }
 
 /// What identifies the contents of a file on disk: a change of size or
@@ -418,8 +443,9 @@ std::vector<float> load_rope_factors(TensorReader& r, const arch::Description& d
   return factors;
 }
 
-/// Block `l` (blk.{l}.*) of architecture `d` into L: the common Llama block plus the
-/// description's optional biases and Q/K norms.
+/// Block `l` (blk.{l}.*) of architecture `d` into L: the common Llama block as the
+/// recipe lays it out (separate or fused Q/K/V and gate/up) plus its biases, Q/K
+/// norms and post-norms.
 void load_layer(TensorReader& r, const arch::Description& d, const HParams& hp, int l, detail::Layer& L,
                 const std::string& path) {
   const uint64_t D = hp.n_embd, F = hp.n_ff, KV = static_cast<uint64_t>(hp.n_head_kv * hp.head_dim()),
@@ -427,8 +453,13 @@ void load_layer(TensorReader& r, const arch::Description& d, const HParams& hp, 
   auto w = [&](const char* base) { return arch::blk_tensor(l, base); };
   auto b = [&](const char* base) { return arch::blk_tensor(l, base, "bias"); };
   L.attn_norm = r.vec(w("attn_norm"), D);
-  L.wqkv = r.stacked({{w("attn_q"), Q}, {w("attn_k"), KV}, {w("attn_v"), KV}}, D);
-  L.bqkv = r.vecs(d.qkv_bias, {{b("attn_q"), Q}, {b("attn_k"), KV}, {b("attn_v"), KV}});
+  if (d.fused_qkv) {
+    L.wqkv = r.mat(w("attn_qkv"), D, Q + 2 * KV);
+    L.bqkv = r.vecs(d.qkv_bias, {{b("attn_qkv"), Q + 2 * KV}});
+  } else {
+    L.wqkv = r.stacked({{w("attn_q"), Q}, {w("attn_k"), KV}, {w("attn_v"), KV}}, D);
+    L.bqkv = r.vecs(d.qkv_bias, {{b("attn_q"), Q}, {b("attn_k"), KV}, {b("attn_v"), KV}});
+  }
   L.q_norm = r.vecs(d.qk_norm, {{w("attn_q_norm"), HD}});
   L.k_norm = r.vecs(d.qk_norm, {{w("attn_k_norm"), HD}});
   if (L.q_norm.empty() != L.k_norm.empty())
@@ -436,10 +467,19 @@ void load_layer(TensorReader& r, const arch::Description& d, const HParams& hp, 
   L.wo = r.mat(w("attn_output"), Q, D);
   L.bo = r.vecs(d.out_bias, {{b("attn_output"), D}});
   L.ffn_norm = r.vec(w("ffn_norm"), D);
-  L.w_gate_up = r.stacked({{w("ffn_gate"), F}, {w("ffn_up"), F}}, D);
-  L.b_gate_up = r.vecs(d.ffn_bias, {{b("ffn_gate"), F}, {b("ffn_up"), F}});
+  if (d.fused_gate_up) {
+    L.w_gate_up = r.mat(w("ffn_up"), D, 2 * F);
+    L.b_gate_up = r.vecs(d.ffn_bias, {{b("ffn_up"), 2 * F}});
+  } else {
+    L.w_gate_up = r.stacked({{w("ffn_gate"), F}, {w("ffn_up"), F}}, D);
+    L.b_gate_up = r.vecs(d.ffn_bias, {{b("ffn_gate"), F}, {b("ffn_up"), F}});
+  }
   L.w_down = r.mat(w("ffn_down"), F, D);
   L.b_down = r.vecs(d.ffn_bias, {{b("ffn_down"), D}});
+  if (d.norm == arch::NormPlacement::PreAndPost) {
+    L.post_attn_norm = r.vec(w("post_attention_norm"), D);
+    L.post_ffn_norm = r.vec(w("post_ffw_norm"), D);
+  }
 }
 
 /// The summary's weight dtype when blocks are kept ("Q8_0", "Q4_0", "Q4_K+Q6_K", "Q8_0+F32", "F32": the kept
@@ -486,7 +526,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   const std::span<const std::byte> file_bytes = f.bytes();
   if (!at_open) changed_while_loading(path, "it could not be stat()ed before opening");
   check_unchanged(path, *at_open, file_bytes.size());
-  const arch::Description& desc = find_arch(f, path);
+  const arch::Description& desc = opts.recipe ? *opts.recipe : find_arch(f, path);
   std::unique_ptr<Model> m(new Model());
   auto& im = *m->impl_;
   im.path = path;

@@ -218,16 +218,24 @@ std::vector<TensorSpec> tensor_specs(const RandomModelSpec& s, const arch::Descr
   std::vector<TensorSpec> t = {{std::string(arch::kTokenEmbd), {e, v}, Fill::Matrix},
                                {std::string(arch::kOutputNorm), {e}, Fill::Ones}};
   if (!s.tied_output) t.push_back({std::string(arch::kOutput), {e, v}, Fill::Matrix});
-  for (int l = 0; l < s.n_layer; ++l) {
+  for (int l = 0; l < s.n_layer; ++l) {  // the block as the recipe lays it out (fused or separate projections)
     auto n = [&](const char* base) { return arch::blk_tensor(l, base); };
     t.push_back({n("attn_norm"), {e}, Fill::Ones});
-    t.push_back({n("attn_q"), {e, q}, Fill::Matrix});
-    t.push_back({n("attn_k"), {e, kv}, Fill::Matrix});
-    t.push_back({n("attn_v"), {e, kv}, Fill::Matrix});
+    if (d.fused_qkv) {
+      t.push_back({n("attn_qkv"), {e, q + 2 * kv}, Fill::Matrix});
+    } else {
+      t.push_back({n("attn_q"), {e, q}, Fill::Matrix});
+      t.push_back({n("attn_k"), {e, kv}, Fill::Matrix});
+      t.push_back({n("attn_v"), {e, kv}, Fill::Matrix});
+    }
     t.push_back({n("attn_output"), {q, e}, Fill::Matrix});
     t.push_back({n("ffn_norm"), {e}, Fill::Ones});
-    t.push_back({n("ffn_gate"), {e, f}, Fill::Matrix});
-    t.push_back({n("ffn_up"), {e, f}, Fill::Matrix});
+    if (d.fused_gate_up) {
+      t.push_back({n("ffn_up"), {e, 2 * f}, Fill::Matrix});
+    } else {
+      t.push_back({n("ffn_gate"), {e, f}, Fill::Matrix});
+      t.push_back({n("ffn_up"), {e, f}, Fill::Matrix});
+    }
     t.push_back({n("ffn_down"), {f, e}, Fill::Matrix});
   }
   if (s.llama3.factor > 0) t.push_back({std::string(arch::kRopeFreqs), {hd / 2}, Fill::RopeFreqs});
@@ -236,20 +244,30 @@ std::vector<TensorSpec> tensor_specs(const RandomModelSpec& s, const arch::Descr
   };
   for (int l = 0; l < s.n_layer; ++l) {
     auto b = [&](const char* base) { return arch::blk_tensor(l, base, "bias"); };
-    if (wanted(d.qkv_bias)) {
+    if (wanted(d.qkv_bias) && d.fused_qkv) {
+      t.push_back({b("attn_qkv"), {q + 2 * kv}, Fill::Bias});
+    } else if (wanted(d.qkv_bias)) {
       t.push_back({b("attn_q"), {q}, Fill::Bias});
       t.push_back({b("attn_k"), {kv}, Fill::Bias});
       t.push_back({b("attn_v"), {kv}, Fill::Bias});
     }
     if (wanted(d.out_bias)) t.push_back({b("attn_output"), {e}, Fill::Bias});
     if (wanted(d.ffn_bias)) {
-      t.push_back({b("ffn_gate"), {f}, Fill::Bias});
-      t.push_back({b("ffn_up"), {f}, Fill::Bias});
+      if (d.fused_gate_up) {
+        t.push_back({b("ffn_up"), {2 * f}, Fill::Bias});
+      } else {
+        t.push_back({b("ffn_gate"), {f}, Fill::Bias});
+        t.push_back({b("ffn_up"), {f}, Fill::Bias});
+      }
       t.push_back({b("ffn_down"), {e}, Fill::Bias});
     }
     if (wanted(d.qk_norm)) {
       t.push_back({arch::blk_tensor(l, "attn_q_norm"), {hd}, Fill::QkNorm});
       t.push_back({arch::blk_tensor(l, "attn_k_norm"), {hd}, Fill::QkNorm});
+    }
+    if (d.norm == arch::NormPlacement::PreAndPost) {
+      t.push_back({arch::blk_tensor(l, "post_attention_norm"), {e}, Fill::Ones});
+      t.push_back({arch::blk_tensor(l, "post_ffw_norm"), {e}, Fill::Ones});
     }
   }
   return t;

@@ -18,7 +18,8 @@ namespace {
 /// The loader fuses attn_q/k/v and ffn_gate/up of a block into one matrix and
 /// keeps it as blocks only when every part is of the kept type: the names of
 /// the parts fused with tensor `name` ("blk.3.attn_k.weight" -> blk.3.attn_q/k/v),
-/// or `name` alone.
+/// or `name` alone. A recipe with fused_qkv / fused_gate_up has one of them
+/// (attn_qkv, ffn_up): the others are absent from the file.
 std::vector<std::string> fused_parts(const std::string& name) {
   static const std::vector<std::vector<std::string>> groups = {{"attn_q", "attn_k", "attn_v"}, {"ffn_gate", "ffn_up"}};
   const size_t a = name.find('.'), b = a == std::string::npos ? a : name.find('.', a + 1),
@@ -47,7 +48,8 @@ uint64_t estimate_weight_bytes(const gguf::File& f, DType dtype, ComputeDtype ke
   auto all_parts_kept = [&](const gguf::TensorInfo& t) {  // every part of the kept type of `t`
     for (const std::string& p : fused_parts(t.name)) {
       const gguf::TensorInfo* pt = f.find_tensor(p);
-      if (pt == nullptr || pt->type != t.type || !kept_type(*pt)) return false;
+      if (pt == nullptr) continue;  // absent: a recipe's fused tensor stands for it
+      if (pt->type != t.type || !kept_type(*pt)) return false;
     }
     return true;
   };

@@ -1,4 +1,4 @@
-// The registry of architecture descriptions (see arch.hpp).
+// The registry of architecture recipes (see arch.hpp).
 #include "model/arch/arch.hpp"
 
 #include <fmt/format.h>
@@ -6,6 +6,12 @@
 namespace kveval::arch {
 
 const char* to_string(RopeStyle s) { return s == RopeStyle::Normal ? "normal" : "neox"; }
+
+// The recipes, one file each (llama.cpp, qwen2.cpp, qwen3.cpp); a new
+// architecture adds its declaration here and its entry to all().
+const Description& llama();
+const Description& qwen2();
+const Description& qwen3();
 
 const std::vector<const Description*>& all() {
   static const std::vector<const Description*> v = {&llama(), &qwen2(), &qwen3()};

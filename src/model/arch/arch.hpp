@@ -1,16 +1,27 @@
 #pragma once
-// Architecture descriptions: what one transformer block of a GGUF
-// architecture is made of. The loader (model_load.cpp), the forward pass
-// (model.cpp) and the random-model writer read only these descriptions, so a
-// new Llama-like architecture is one small file in this folder plus one line
-// in arch.cpp's registry.
+// Architecture recipes: what one transformer block of a GGUF architecture is
+// made of and which numbers its forward pass uses. The loader
+// (model_load.cpp: read_hparams, load_layer), the forward pass (forward.cpp:
+// embed, attention_block, ffn_block, output_head) and the random-model writer
+// read only these recipes, so a new Llama-family architecture is one small file
+// in this folder plus its line in arch.cpp's registry.
 //
 // Facts from llama.cpp: tensor names (src/llama-arch.cpp), which tensors each
 // architecture creates and which are optional (src/llama-model.cpp,
-// load_tensors), RoPE layout per architecture (llama_model_rope_type).
+// load_tensors), RoPE layout per architecture (llama_model_rope_type), the
+// graph of each architecture (src/models/*.cpp, llm_build_*).
+//
+// Norm weights are used as stored: Gemma's RMSNorm multiplies by (1 + w), but
+// llama.cpp's converter (convert_hf_to_gguf.py, Gemma/Gemma2/Gemma3Model:
+// `if name.endswith("norm.weight"): data_torch = data_torch + 1`) writes 1 + w
+// into the GGUF, so no recipe field adds the offset.
 #include <string>
 #include <string_view>
 #include <vector>
+
+namespace kveval {
+struct HParams;
+}
 
 namespace kveval::arch {
 
@@ -30,10 +41,33 @@ const char* to_string(RopeStyle s);
 /// Whether a tensor must be in the file, may be, or must not be.
 enum class Presence { Absent, Optional, Required };
 
-/// One architecture: general.architecture, the key prefix of its
-/// hyper-parameters, and which tensors its blocks have beyond the common
-/// Llama block (attn_norm, attn_q/k/v/output, ffn_norm, ffn_gate/up/down;
-/// token_embd, output_norm, optional output — tied to token_embd when absent).
+/// Where a block normalises (llama.cpp's graphs): Pre = RMSNorm before
+/// attention and FFN only (Llama); PreAndPost = also RMSNorm of each branch's
+/// output before it joins the residual stream (Gemma 2/3:
+/// blk.N.post_attention_norm.weight, blk.N.post_ffw_norm.weight [n_embd]).
+enum class NormPlacement { Pre, PreAndPost };
+
+/// The gated FFN's activation: ffn_down(act(gate) * up).
+enum class FfnActivation {
+  SiLU,      ///< SwiGLU (Llama, Qwen; llama.cpp LLM_FFN_SILU + LLM_FFN_PAR)
+  GeluTanh,  ///< GeGLU with GELU's tanh approximation (Gemma; LLM_FFN_GELU + LLM_FFN_PAR)
+};
+
+/// A number of the forward pass: GGUF key "{arch}.{key}" when `key` is set and
+/// the file has it, else derive(hp) when `derive` is set, else `value`. 0 means
+/// the feature is off (the forward pass then skips it).
+struct Param {
+  std::string_view key = {};
+  float value = 0.0f;
+  float (*derive)(const HParams& hp) = nullptr;
+};
+
+/// One architecture's recipe: general.architecture, the key prefix of its
+/// hyper-parameters, which tensors its blocks have beyond the common Llama
+/// block (attn_norm, attn_q/k/v/output, ffn_norm, ffn_gate/up/down;
+/// token_embd, output_norm, optional output — tied to token_embd when absent)
+/// and the numbers and options of its forward pass. Every field's default is
+/// the Llama block, so a recipe sets only what differs.
 struct Description {
   std::string_view name;    ///< general.architecture, also the GGUF key prefix ("{name}.block_count")
   std::string_view family;  ///< models that use it (for docs/models.md and messages)
@@ -50,6 +84,34 @@ struct Description {
   /// llama.cpp requires {name}.rope.dimension_count == head_dim (LLAMA); otherwise
   /// partial rotary (n_rot < head_dim) is allowed.
   bool full_rotary = false;
+
+  // ---- block layout (load_layer) ----
+  NormPlacement norm = NormPlacement::Pre;  ///< forward.cpp attention_block / ffn_block
+  /// blk.N.attn_qkv.weight [n_embd, n_q + 2 kv_dim] (bias attn_qkv.bias) instead
+  /// of attn_q/k/v (Phi-3); loaded into the same stacked matrix.
+  bool fused_qkv = false;
+  /// blk.N.ffn_up.weight [n_embd, 2 n_ff] holding [gate | up] (bias ffn_up.bias
+  /// [2 n_ff]) and no ffn_gate (Phi-3); loaded into the same stacked matrix.
+  bool fused_gate_up = false;
+  FfnActivation ffn_act = FfnActivation::SiLU;  ///< ffn_block
+
+  // ---- numbers (read_hparams resolves them into HParams; 0 = off) ----
+  Param embd_scale = {};      ///< embed: x = token_embd row * s (Gemma: sqrt(n_embd); Granite: {arch}.embedding_scale)
+  Param residual_scale = {};  ///< attention_block, ffn_block: x += s * branch (Granite: {arch}.residual_scale)
+  /// attend: score = s * q · k; 0 = 1 / sqrt(head_dim) (Granite: {arch}.attention.scale;
+  /// Gemma 2: 1 / sqrt(query_pre_attn_scalar)).
+  Param attn_scale = {};
+  Param attn_softcap = {};    ///< attend: score = c tanh(score / c) (Gemma 2: {arch}.attn_logit_softcapping)
+  /// attend: a sliding-window layer's query sees the last `window` positions,
+  /// itself included (Gemma 2/3, Mistral: {arch}.attention.sliding_window).
+  Param sliding_window = {};
+  /// Which layers slide when the window is on (Gemma 2: even layers; Gemma 3:
+  /// 5 of every 6); nullptr = every layer.
+  bool (*sliding_layer)(int layer) = nullptr;
+  Param logit_scale = {};     ///< output_head: logits /= s (Granite: {arch}.logit_scale)
+  Param final_softcap = {};   ///< output_head: logits = c tanh(logits / c) (Gemma 2: {arch}.final_logit_softcapping)
+  // RoPE: `rope` (pair layout) and `rope_freqs` above; linear scaling comes
+  // from {arch}.rope.scaling.* for every architecture (read_hparams).
 };
 
 /// The description for general.architecture `name`, or nullptr if kveval does not support it.
@@ -67,10 +129,5 @@ inline constexpr std::string_view kOutput = "output.weight";
 inline constexpr std::string_view kRopeFreqs = "rope_freqs.weight";
 /// "blk.{layer}.{base}.{kind}", e.g. blk_tensor(3, "attn_q", "bias") = "blk.3.attn_q.bias".
 std::string blk_tensor(int layer, std::string_view base, std::string_view kind = "weight");
-
-// The descriptions (one file each).
-const Description& llama();
-const Description& qwen2();
-const Description& qwen3();
 
 }  // namespace kveval::arch
