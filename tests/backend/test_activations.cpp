@@ -22,7 +22,7 @@ double gelu_tanh_ref(double x) {
 
 }  // namespace
 
-TEST_SUITE("backend.ops") {
+TEST_SUITE("backend.activations") {
   TEST_CASE("geglu_fused: gelu_tanh(gate) * up matches the double formula") {
     const int64_t rows = 3, n = 37;
     auto gu = randv(size_t(rows * 2 * n), 81, 6.0f);

@@ -1,12 +1,17 @@
 // `kveval make-model` end to end: every --arch with a --vocab taken from
 // another model generates the same ids cached and uncached; bad --arch and
-// --vocab values are one-line errors that leave no output file.
+// --vocab values are one-line errors that leave no output file; with the
+// real-model presets, the options that would change a real model's shape are
+// refused with one line and exit 2 before any file is written (the presets'
+// headers are checked in model.model_presets).
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "cli_run.hpp"
+#include "test_support.hpp"
 
 TEST_SUITE("cli.make_model") {
   TEST_CASE("make-model --arch and --vocab write models that generate the same ids cached and uncached") {
@@ -47,5 +52,31 @@ TEST_SUITE("cli.make_model") {
     CHECK(count_lines(bad_vocab.err) == 1);
     CHECK(bad_vocab.err.find(not_gguf) != std::string::npos);
     CHECK(!std::ifstream(d.file("x.gguf")).good());
+  }
+
+  TEST_CASE("real-model presets: --arch and a vocabulary larger than the model's vocab_size are refused") {
+    const kveval::test::ScratchDir dir("make_model_cli");
+    const std::string out = dir.file("m.gguf");
+    auto arch = run_kveval(dir, "make-model --preset llama-3.2-1b --arch qwen2 -o " + quote(out));
+    CHECK(arch.code == 2);
+    CHECK(arch.err ==
+          "kveval: error: --arch qwen2: preset llama-3.2-1b has meta-llama/Llama-3.2-1B's architecture (llama); "
+          "--arch applies to the synthetic shapes s15m, s110m, gqa and tiny\n");
+    // the default value is refused too when given explicitly: the preset, not --arch, decides
+    CHECK(run_kveval(dir, "make-model --preset qwen2.5-0.5b --arch llama -o " + quote(out)).code == 2);
+    CHECK_FALSE(std::filesystem::exists(out));
+
+    const std::string shared = kveval::test::shared_dir();
+    const std::string qwen = shared + "/tokenizers/ggml-vocab-qwen2.gguf";
+    if (shared.empty() || !std::filesystem::exists(qwen)) {
+      MESSAGE("skipping the --vocab part: " << qwen << " not found");
+      return;
+    }
+    auto big = run_kveval(dir, "make-model --preset llama-3.2-1b --vocab " + quote(qwen) + " -o " + quote(out));
+    CHECK(big.code == 2);
+    CHECK(big.err == "kveval: error: --vocab " + qwen +
+                         ": 151669 tokens, more than preset llama-3.2-1b's n_vocab 128256 (meta-llama/Llama-3.2-1B's "
+                         "vocab_size)\n");
+    CHECK_FALSE(std::filesystem::exists(out));
   }
 }

@@ -73,7 +73,7 @@ HParams hparams_of(const RandomModelSpec& s) {
 
 }  // namespace
 
-TEST_SUITE("model.random_model_presets") {
+TEST_SUITE("model.model_presets") {
   TEST_CASE("llama-3.2-1b: config.json's shape in the header; 1,235,814,400 parameters") {
     const RandomModelSpec s = random_model_preset("llama-3.2-1b");
     CHECK(s.hf_model == "meta-llama/Llama-3.2-1B");
