@@ -404,7 +404,7 @@ void add_run_command(CLI::App& app, Action& action) {
       args->samples_to_dir = true;
     }
     if (spec_opt->count() == 0 && tasks_opt->count() == 0)
-      throw CLI::ValidationError("run", "give a spec file or --tasks NAMES (see --help)");
+      throw CLI::ValidationError("run", "give a spec file or --tasks NAMES");
     if (tasks_opt->count() > 0 && args->model.empty()) throw CLI::ValidationError("--tasks", "needs --model (-m)");
     action = [args] { return run(*args); };
   });

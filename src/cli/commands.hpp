@@ -24,7 +24,7 @@ enum Exit : int {
   kOk = 0,
   kFailure = 1,       ///< runtime error (model, cache, I/O)
   kUsage = 2,         ///< bad command line or spec / data file
-  kRegression = 3,    ///< `run --check`: a metric fell outside its bound
+  kRegression = 3,    ///< `run --baseline`: a metric got worse than the baseline by more than --tolerance
   kRequestErrors = 4, ///< `run`: some requests failed (counted in the report)
 };
 
