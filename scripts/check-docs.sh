@@ -4,7 +4,10 @@
 #     exists, and an anchor names a heading of the target (GitHub's anchors:
 #     lower case, punctuation dropped, spaces to hyphens, -1, -2 for repeats);
 #   - README.md has at most KVEVAL_README_MAX_LINES lines (default 350);
-#   - no history terms (the pattern below): the tree says what the code does now.
+#   - no history terms (the pattern below): the tree says what the code does now;
+#   - every footnote label [^x] is defined once ([^x]: ...) and every use has a definition;
+#   - every doctest suite named in tests/ (TEST_SUITE("x") or TEST_SUITE_BEGIN("x"))
+#     appears as `x` in docs/testing.md (checked when ROOT has a tests/ directory).
 # Links inside fenced code blocks and inline code are not links. External
 # links (http:, https:, mailto:) are not fetched.
 # Usage: scripts/check-docs.sh [ROOT]   (ROOT: the repository, default this script's parent)
@@ -20,6 +23,9 @@ HISTORY = re.compile(r"[s]top [0-9]+|[s]itting|[i]ssue [0-9]+", re.IGNORECASE)
 LINK = re.compile(r"(?<!\\)\[((?:[^\[\]]|\[[^\]]*\])*)\]\(\s*<?([^)\s>]*)>?(?:\s+\"[^\"]*\")?\s*\)")
 REFDEF = re.compile(r"^\s{0,3}\[(?!\^)[^\]]+\]:\s*(\S+)")  # [name]: target (not a [^footnote]:)
 FENCE = re.compile(r"^\s{0,3}(```+|~~~+)")
+FOOTDEF = re.compile(r"^\s{0,3}\[\^([^\]\s]+)\]:")
+FOOTUSE = re.compile(r"\[\^([^\]\s]+)\](?!:)")
+SUITE = re.compile(r"\bTEST_SUITE(?:_BEGIN)?\(\s*\"([^\"]+)\"")
 problems = []
 
 
@@ -99,9 +105,48 @@ def check_link(src, n, target):
         problems.append(f"{rel}:{n}: broken anchor '{target}': no heading '#{frag}' in {os.path.relpath(dest, root)}")
 
 
+def check_footnotes(rel, text):
+    """A footnote label defined twice, or used without a definition."""
+    defined, used = {}, {}
+    for n, line in prose_lines(text):
+        m = FOOTDEF.match(line)
+        if m:
+            label = m.group(1)
+            if label in defined:
+                problems.append(f"{rel}:{n}: footnote [^{label}] defined twice (first on line {defined[label]})")
+            else:
+                defined[label] = n
+            line = line[m.end():]
+        for u in FOOTUSE.finditer(line):
+            used.setdefault(u.group(1), n)
+    for label, n in used.items():
+        if label not in defined:
+            problems.append(f"{rel}:{n}: footnote [^{label}] used without a definition")
+
+
+def check_suites():
+    """Every doctest suite named in tests/ appears as `suite` in docs/testing.md."""
+    tests = os.path.join(root, "tests")
+    if not os.path.isdir(tests):
+        return
+    doc = os.path.join(root, "docs", "testing.md")
+    text = open(doc, encoding="utf-8").read() if os.path.isfile(doc) else ""
+    suites = {}
+    for d, _, names in os.walk(tests):
+        for name in sorted(names):
+            if name.endswith((".cpp", ".hpp", ".h")):
+                path = os.path.join(d, name)
+                for m in SUITE.finditer(open(path, encoding="utf-8", errors="replace").read()):
+                    suites.setdefault(m.group(1), os.path.relpath(path, root))
+    for suite, where in sorted(suites.items()):
+        if f"`{suite}`" not in text:
+            problems.append(f"docs/testing.md: suite `{suite}` ({where}) not listed")
+
+
 for f in md_files():
     text = open(f, encoding="utf-8").read()
     rel = os.path.relpath(f, root)
+    check_footnotes(rel, text)
     for n, line in enumerate(text.split("\n"), 1):
         if HISTORY.search(line):
             problems.append(f"{rel}:{n}: history term '{HISTORY.search(line).group(0)}' (say what the code does now)")
@@ -111,6 +156,8 @@ for f in md_files():
         m = REFDEF.match(line)
         if m:
             check_link(f, n, m.group(1))
+
+check_suites()
 
 readme = os.path.join(root, "README.md")
 if os.path.isfile(readme):
@@ -125,5 +172,5 @@ for p in problems:
 if problems:
     print(f"check-docs: {len(problems)} problem(s)")
     sys.exit(1)
-print(f"check-docs: {len(md_files())} files, links, anchors, length and history terms fine")
+print(f"check-docs: {len(md_files())} files, links, anchors, footnotes, suites, length and history terms fine")
 PY

@@ -2,7 +2,9 @@
 # ctest "scripts.check_docs": the documentation passes scripts/check-docs.sh,
 # and the check fails, naming the place, on each defect it exists for: a link
 # to a missing file, an anchor that names no heading, a README over its line
-# budget and a work-log term; a copy with a valid cross-page anchor passes.
+# budget, a work-log term, a footnote label defined twice or used without a
+# definition, and a doctest suite in tests/ that docs/testing.md does not name;
+# a copy with a valid cross-page anchor passes.
 # Usage: check_docs_test.sh SOURCE_DIR
 set -uo pipefail
 src=$1
@@ -54,7 +56,21 @@ copy
 printf '\nMeasured at %s %d.\n' "st""op" 12 >>"$tmp/r/docs/bench.md"
 expect_fail "history term" "docs/bench.md:[0-9]+: history term"
 
-# 7. Links inside code are not links.
+# 7. A footnote label defined twice, and one used without a definition.
+copy
+printf '\nA note[^dup].\n\n[^dup]: one\n[^dup]: two\n' >>"$tmp/r/docs/cli.md"
+expect_fail "footnote defined twice" "docs/cli.md:[0-9]+: footnote \\[\\^dup\\] defined twice"
+copy
+printf '\nA note[^nowhere].\n' >>"$tmp/r/docs/engine.md"
+expect_fail "footnote undefined" "docs/engine.md:[0-9]+: footnote \\[\\^nowhere\\] used without a definition"
+
+# 8. A doctest suite in tests/ that docs/testing.md does not list.
+copy
+mkdir -p "$tmp/r/tests/util"
+printf 'TEST_SUITE("util.not_in_docs") {\n}\n' >"$tmp/r/tests/util/test_not_in_docs.cpp"
+expect_fail "suite not listed" "docs/testing.md: suite .util\\.not_in_docs. \\(tests/util/test_not_in_docs.cpp\\) not listed"
+
+# 9. Links inside code are not links.
 copy
 printf '\n```\n[x](missing.md)\n```\n\nInline `[y](missing.md)`.\n' >>"$tmp/r/docs/cli.md"
 out=$(bash "$check" "$tmp/r" 2>&1) || fail "a link inside code was checked: $out"
