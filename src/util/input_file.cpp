@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +21,7 @@ namespace kveval::util {
 namespace {
 
 constexpr size_t kChunk = size_t{1} << 20;
+constexpr size_t kMinChunk = 4096;
 constexpr const char* kEnv = "KVEVAL_MAX_INPUT_BYTES";
 
 const char* file_type(mode_t m) {
@@ -62,7 +64,8 @@ InputFile::InputFile(std::string path, InputKind kind) : path_(std::move(path)),
     ::close(fd_);
     throw SpecError(fmt::format("{}: is {}, not a regular file", path_, file_type(st.st_mode)));
   }
-  if (static_cast<uint64_t>(st.st_size) > limit_) {
+  size_hint_ = static_cast<uint64_t>(st.st_size);
+  if (size_hint_ > limit_) {
     ::close(fd_);
     fd_ = -1;
     over_limit();
@@ -85,9 +88,12 @@ bool InputFile::fill() {
     pos_ = 0;
   }
   const size_t old = buf_.size();
-  // one byte past the limit is enough to know the file is over it
+  // one byte past the limit is enough to know the file is over it; a small file
+  // is read in a buffer of its own size (plus one byte), not a whole chunk
   const uint64_t room = limit_ + 1 - read_;
-  const size_t want = static_cast<size_t>(std::min<uint64_t>(kChunk, room));
+  const uint64_t left = size_hint_ > read_ ? size_hint_ - read_ + 1 : 0;
+  const uint64_t chunk = std::clamp<uint64_t>(left, kMinChunk, kChunk);
+  const size_t want = static_cast<size_t>(std::min<uint64_t>(chunk, room));
   buf_.resize(old + want);
   ssize_t n;
   do n = ::read(fd_, buf_.data() + old, want);

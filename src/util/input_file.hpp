@@ -66,7 +66,8 @@ class InputFile {
   std::string path_;
   uint64_t limit_ = 0;
   int fd_ = -1;
-  uint64_t read_ = 0;  // bytes read from the file so far
+  uint64_t size_hint_ = 0;  // the file's size when opened (it may change while read)
+  uint64_t read_ = 0;       // bytes read from the file so far
   std::string buf_;    // bytes read and not yet returned start at pos_
   size_t pos_ = 0;
   bool eof_ = false;

@@ -119,4 +119,17 @@ TEST_SUITE("util.input_file") {
         "/proc/self/status: larger than the input file limit of 64 B (64 bytes; set KVEVAL_MAX_INPUT_BYTES to change it)",
         SpecError);
   }
+
+  TEST_CASE("read_all: files around the read sizes, and a file that grows after it was opened, are read whole") {
+    ScratchDir d("input_file");
+    for (size_t n : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{4097}, size_t{(1 << 20) + 1}}) {
+      std::string text(n, 'a');
+      for (size_t i = 0; i < n; ++i) text[i] = static_cast<char>('a' + i % 26);
+      CHECK(util::read_input_file(write(d, "n.txt", text), util::InputKind::Text) == text);
+    }
+    const std::string p = write(d, "grows.txt", "first\n");
+    util::InputFile f(p, util::InputKind::Text);
+    std::ofstream(p, std::ios::app) << std::string(10000, 'z');
+    CHECK(f.read_all() == "first\n" + std::string(10000, 'z'));
+  }
 }
