@@ -16,6 +16,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "eval/json_input.hpp"
+#include "eval/task_hooks.hpp"
 #include "eval/template/template.hpp"
 #include "eval/yaml_scalar.hpp"
 #include "util/error.hpp"
@@ -131,9 +132,11 @@ json to_json(const YAML::Node& n, const std::string& file, const std::string& sr
     throw SpecError(fmt::format("{}: {}: the file expands to more than {} values (YAML aliases repeat what they name; "
                                 "kveval's limit)", at(file, n.Mark()), key, kMaxYamlValues));
   const std::string& tag = n.Tag();
-  if (tag == "!function")
-    throw SpecError(fmt::format("{}: {}: '!function' (Python code) is not supported by kveval",
-                                at(file, n.Mark()), key));
+  if (tag == "!function") {  // lm-eval's import_function: a Python function of <module>.py next to `file`
+    if (n.Type() != YAML::NodeType::Scalar)
+      throw SpecError(fmt::format("{}: {}: '!function' expects module.function", at(file, n.Mark()), key));
+    return function_marker(n.Scalar(), file, fmt::format("{}: {}", at(file, n.Mark()), key));
+  }
   bool std_tag = tag.empty() || tag == "?" || tag == "!" || tag.rfind("tag:yaml.org,2002:", 0) == 0;
   if (!std_tag) throw SpecError(fmt::format("{}: {}: YAML tag '{}' is not supported", at(file, n.Mark()), key, tag));
   switch (n.Type()) {
@@ -259,14 +262,12 @@ const std::vector<std::string> kRead = {
     "task", "output_type", "dataset_path", "dataset_name", "dataset_kwargs", "training_split", "validation_split",
     "test_split", "fewshot_split", "doc_to_text", "doc_to_target", "doc_to_choice", "target_delimiter",
     "fewshot_delimiter", "description", "num_fewshot", "fewshot_config", "generation_kwargs", "metric_list",
-    "filter_list", "metadata", "repeats", "gen_prefix", "task_alias"};
+    "filter_list", "metadata", "repeats", "gen_prefix", "task_alias", "process_docs", "process_results"};
 // Keys that change nothing in what kveval computes (registry labels, decontamination, which lm-eval only runs on request).
 const std::vector<std::string> kIgnored = {"tag", "should_decontaminate", "doc_to_decontamination_query",
                                            "unsafe_code"};
 // Keys that need Python or features kveval does not have.
 const std::vector<std::pair<std::string, std::string>> kRefused = {
-    {"process_docs", "a Python function over the documents"},
-    {"process_results", "a Python function computing metrics"},
     {"custom_dataset", "a Python dataset loader"},
     {"use_prompt", "promptsource prompts"},
     {"doc_to_image", "image inputs"},
@@ -336,7 +337,7 @@ TaskKeys read_task_keys(const std::string& path) {
       throw SpecError(fmt::format("{}: {}: unknown lm-eval task key{}", v.where, shown_key(k),
                                   hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint)));
     }
-    if (v.value.is_object() && !v.value.empty() && (k == "doc_to_text" || k == "doc_to_target"))
+    if (v.value.is_object() && !v.value.empty() && !is_function_marker(v.value) && (k == "doc_to_text" || k == "doc_to_target"))
       throw SpecError(fmt::format("{}: {}: expected a template or field name", v.where, k));
     (*keys.where)[k] = v.where;
     keys.values[k] = v.value;
@@ -491,6 +492,9 @@ LmEvalTask load_lm_eval_yaml(const std::string& path, const json& entry) {
   TaskKeys keys = read_task_keys(path);
   LmEvalTask out;
   out.file = path;
+  auto hooks = std::make_shared<TaskHooks>(take_task_hooks(keys.values, *keys.where, path));
+  if (hooks->process_docs || hooks->doc_to_text || hooks->doc_to_target || hooks->doc_to_choice || hooks->scores())
+    out.hooks = hooks;
   json t = task_fields(keys, entry);
   set_data_paths(keys, entry, t, out);
   out.task = std::move(t);

@@ -7,8 +7,9 @@
 // to the including file, recursively, the including file's keys winning
 // (a shallow merge, as lm-eval). Local data only: `dataset_path: json` with
 // `dataset_kwargs.data_files`, or a JSONL file given in the spec entry.
-// Python hooks (`!function`, process_docs, process_results, ...) and unknown
-// keys are refused, naming the key and file:line.
+// `!function module.name` hooks (process_docs, doc_to_*, process_results,
+// metric_list's metric and aggregation) are imported from the YAML's folder
+// (task_hooks.hpp); unknown keys are refused, naming the key and file:line.
 #include <map>
 #include <memory>
 #include <string>
@@ -16,6 +17,8 @@
 #include <nlohmann/json.hpp>
 
 namespace kveval::eval {
+
+struct TaskHooks;  // eval/task_hooks.hpp
 
 /// A task read from an lm-eval YAML.
 struct LmEvalTask {
@@ -26,6 +29,8 @@ struct LmEvalTask {
   std::shared_ptr<const std::map<std::string, std::string>> where;
   /// lm-eval's few-shot rule: fewshot_split == test_split as names (both absent counts as equal).
   bool fewshot_same_split = true;
+  /// The `!function` hooks, imported (null: none).
+  std::shared_ptr<const TaskHooks> hooks;
 };
 
 /// Reads `path` (and its includes). `entry` holds the spec entry's own keys,

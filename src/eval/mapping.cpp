@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "eval/json_input.hpp"
+#include "eval/task_hooks.hpp"
 #include "eval/template/text.hpp"
 #include "util/error.hpp"
 
@@ -121,8 +122,26 @@ Mapping Mapping::compile(const json& spec, MappingKind kind, const std::string& 
   return m;
 }
 
-json Mapping::resolve(const json& doc, const std::string& origin) const {
+Mapping Mapping::python(const PythonHook& hook, MappingKind kind) {
+  Mapping m;
+  m.kind_ = kind;
+  m.key_ = key_name(kind);
+  m.where_ = hook.where;
+  m.source_ = "!function " + hook.name();
+  m.hook_ = std::make_shared<const PythonHook>(hook);
+  return m;
+}
+
+json Mapping::resolve(const json& doc, const std::string& origin, std::string_view raw_text) const {
   if (fixed_) return *fixed_;
+  if (hook_) {
+    try {
+      auto args = nlohmann::ordered_json::array({ordered_doc(doc, std::string(raw_text))});
+      return json::parse(call_python_hook(*hook_, HookCall::Doc, args).dump());
+    } catch (const SpecError& e) {
+      throw SpecError(fmt::format("{}: {}", origin, e.what()));
+    }
+  }
   if (!tmpl_) throw SpecError(fmt::format("{}: {}: no mapping", origin, key_));
   // lm-eval: a key of the document is that field
   if (doc.is_object()) {

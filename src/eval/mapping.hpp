@@ -15,12 +15,15 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
 #include "eval/template/template.hpp"
 
 namespace kveval::eval {
+
+struct PythonHook;  // eval/python_hooks.hpp
 
 /// Which doc_to_* a mapping is (the rules differ).
 enum class MappingKind { Text, Target, Choice };
@@ -34,11 +37,14 @@ class Mapping {
   /// doc_to_text"); `has_choices`: the task has doc_to_choice (lm-eval's digit rule).
   /// Throws SpecError "where: template line L, column C: message; template: \"...\"".
   static Mapping compile(const nlohmann::json& spec, MappingKind kind, const std::string& where, bool has_choices);
+  /// A `!function` mapping: resolve() calls `hook(doc)` and returns its value as lm-eval uses it.
+  static Mapping python(const PythonHook& hook, MappingKind kind);
   /// The mapping's value for `doc` (lm-eval's result: str, int, list, ...). Errors
   /// name `origin` (the document, "data.jsonl:17") and the key:
   /// "data.jsonl:17: doc_to_text: template line 1, column 4: 'qustion' is undefined (did you mean 'question'?)".
-  nlohmann::json resolve(const nlohmann::json& doc, const std::string& origin) const;
-  bool empty() const { return !fixed_ && !tmpl_; }
+  /// `raw_text` (the document's JSONL line, if any) gives a Python hook the document's key order.
+  nlohmann::json resolve(const nlohmann::json& doc, const std::string& origin, std::string_view raw_text = {}) const;
+  bool empty() const { return !fixed_ && !tmpl_ && !hook_; }
   const std::string& source() const { return source_; }
 
  private:
@@ -50,6 +56,7 @@ class Mapping {
   bool field_like_ = false;  ///< no template syntax and looks like a (dotted) field name
   std::optional<nlohmann::json> fixed_;
   std::shared_ptr<const tmpl::Template> tmpl_;
+  std::shared_ptr<const PythonHook> hook_;
 };
 
 /// Resolves a mapping string once (compile + resolve; for tests and one-off use).

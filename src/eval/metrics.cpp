@@ -3,6 +3,7 @@
 #include "util/py_random.hpp"
 
 #include "eval/filters.hpp"
+#include "eval/task_hooks.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -126,6 +127,13 @@ std::vector<std::pair<std::string, nlohmann::json>> doc_metric_values(const Task
                                                                       const DocOutcome& o, const std::string* filtered) {
   std::vector<std::pair<std::string, nlohmann::json>> out;
   if (!o.ok) return out;
+  if (task.hooks && task.hooks->scores()) {  // process_results / metric functions (a failing hook: no values here)
+    try {
+      return hook_doc_values(task, d, o, filtered);
+    } catch (const std::exception&) {
+      return out;
+    }
+  }
   for (const auto& name : task.metric_list) {
     nlohmann::json v;
     switch (task.output_type) {
@@ -340,6 +348,7 @@ MetricValue mean_metric_iters(const std::string& name, const std::vector<double>
 
 std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const DocOutcome> outcomes, int bootstrap_iters,
                                          const ChunkedOutcome* chunked) {
+  if (task.hooks && task.hooks->scores()) return hook_metrics(task, outcomes, bootstrap_iters);
   std::vector<MetricValue> all;
   const DocScores s = collect_scores(task, outcomes);
   // loglikelihood_rolling: corpus-level ratios (lm-eval's weighted_perplexity, bits_per_byte)

@@ -12,6 +12,7 @@
 #include "eval/json_input.hpp"
 #include "eval/lm_eval_yaml.hpp"
 #include "eval/spec_check.hpp"
+#include "eval/task_hooks.hpp"
 #include "eval/task_index.hpp"
 #include "eval/task_docs.hpp"
 #include "util/error.hpp"
@@ -64,7 +65,8 @@ const std::vector<std::string>& default_metrics_for(OutputType t) {
 namespace {
 
 TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec,
-                    std::optional<bool> fewshot_same_split = std::nullopt);
+                    std::optional<bool> fewshot_same_split = std::nullopt,
+                    std::shared_ptr<const TaskHooks> hooks = nullptr);
 
 /// lm-eval's higher_is_better of each metric kveval reports.
 bool higher_is_better_metric(const std::string& m) { return m == "acc" || m == "acc_norm" || m == "exact_match"; }
@@ -387,7 +389,8 @@ void parse_metric_list(const json& tj, const Where& w, TaskSpec& t) {
     if (name == kPerplexityLlamaCpp && t.rolling_method != RollingMethod::LlamaCpp)
       iw.fail(fmt::format("metric \"{}\" needs \"rolling_method\": \"llama.cpp\" and \"context_length\" "
                           "on a loglikelihood_rolling task", name));
-    if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
+    const bool from_python = t.hooks && t.hooks->scores();  // process_results / metric functions name their metrics
+    if (!from_python && std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
       std::string list;
       for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
       std::string hint = closest(name, allowed);
@@ -400,7 +403,7 @@ void parse_metric_list(const json& tj, const Where& w, TaskSpec& t) {
 }
 
 TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec,
-                    std::optional<bool> fewshot_same_split) {
+                    std::optional<bool> fewshot_same_split, std::shared_ptr<const TaskHooks> hooks) {
   expect_object(tj, w);
   static const std::vector<std::string> keys = {
       "name", "output_type", "dataset_path", "docs", "doc_to_text", "doc_to_target", "doc_to_choice",
@@ -409,6 +412,7 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
       "gen_prefix", "task_alias"};
   check_keys(tj, w, keys);
   TaskSpec t;
+  t.hooks = std::move(hooks);
   parse_task_name(tj, w, t);
   t.output_type = parse_output_type(tj, w);
   parse_prompt_fields(tj, w, t);
@@ -448,7 +452,7 @@ TaskSpec parse_yaml_task(const json& tj, const Where& w, const std::string& base
     if (tj.contains(k)) (*lines)[k] = w.key(k).text();
   if (tj.contains("name")) (*lines)["name"] = w.key("name").text();
   Where yw{yaml, "", lines};
-  TaskSpec t = parse_task(lt.task, yw, "", spec, lt.fewshot_same_split);
+  TaskSpec t = parse_task(lt.task, yw, "", spec, lt.fewshot_same_split, lt.hooks);
   t.source = yaml;
   t.loglikelihood_delimiter = false;  // lm-eval: loglikelihood arguments are (context, doc_to_target)
   return t;

@@ -8,6 +8,7 @@
 // the file and the JSON path (`spec.json: tasks[2].generation_kwargs.until[0]: ...`)
 // or the JSONL line (`data.jsonl:17: ...`).
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,6 +21,8 @@
 #include "model/model.hpp"      // ComputeDtype
 
 namespace kveval::eval {
+
+struct TaskHooks;  // eval/task_hooks.hpp
 
 /// The four request kinds of lm-evaluation-harness (lm_eval/api/task.py OUTPUT_TYPES).
 enum class OutputType { Loglikelihood, MultipleChoice, LoglikelihoodRolling, GenerateUntil };
@@ -121,6 +124,8 @@ struct TaskSpec {
   std::vector<FilterPipeline> filter_list;  ///< generate_until: filters on the output (empty = lm-eval's "none")
   std::optional<double> version;     ///< metadata.version (lm-eval task version), when given
   std::string source;                ///< lm-eval YAML file the task came from ("" for JSON specs)
+  /// The YAML's `!function` hooks (task_hooks.hpp); null when it has none.
+  std::shared_ptr<const TaskHooks> hooks;
   /// loglikelihood: the continuation is target_delimiter + target (kveval JSON specs), or the
   /// target alone (false; lm-eval's construct_requests, used for lm-eval YAML tasks).
   bool loglikelihood_delimiter = true;

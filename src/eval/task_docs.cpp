@@ -9,6 +9,7 @@
 
 #include "eval/json_input.hpp"
 #include "eval/mapping.hpp"
+#include "eval/task_hooks.hpp"
 #include "util/error.hpp"
 #include "util/py_random.hpp"
 
@@ -31,14 +32,29 @@ struct Mappings {
   std::vector<std::string> choice_literals;
 };
 
+/// `kind`'s mapping: the task's Python hook when it has one (only while `text` is still its placeholder).
+std::optional<Mapping> hook_mapping(const TaskSpec& t, MappingKind kind, const std::string& text) {
+  if (!t.hooks) return std::nullopt;
+  const std::optional<PythonHook>& h = kind == MappingKind::Text     ? t.hooks->doc_to_text
+                                       : kind == MappingKind::Target ? t.hooks->doc_to_target
+                                                                     : t.hooks->doc_to_choice;
+  if (!h || text != "!function " + h->name()) return std::nullopt;
+  return Mapping::python(*h, kind);
+}
+
 Mappings compile_mappings(const TaskSpec& t, const Where& w) {
   Mappings m;
   bool has_choices = !t.doc_to_choice.is_null();
-  if (!t.doc_to_text.empty())
+  m.text = hook_mapping(t, MappingKind::Text, t.doc_to_text);
+  m.target = hook_mapping(t, MappingKind::Target, t.doc_to_target);
+  m.choice = hook_mapping(t, MappingKind::Choice, t.doc_to_choice.is_string() ? t.doc_to_choice.get<std::string>() : "");
+  if (!m.text && !t.doc_to_text.empty())
     m.text = Mapping::compile(t.doc_to_text, MappingKind::Text, w.key("doc_to_text").text(), has_choices);
-  if (!t.doc_to_target.empty())
+  if (!m.target && !t.doc_to_target.empty())
     m.target = Mapping::compile(t.doc_to_target, MappingKind::Target, w.key("doc_to_target").text(), has_choices);
-  if (t.doc_to_choice.is_string()) {
+  if (m.choice) {
+    // the Python hook
+  } else if (t.doc_to_choice.is_string()) {
     m.choice = Mapping::compile(t.doc_to_choice, MappingKind::Choice, w.key("doc_to_choice").text(), true);
   } else if (t.doc_to_choice.is_array()) {
     for (size_t i = 0; i < t.doc_to_choice.size(); ++i) {
@@ -88,10 +104,10 @@ Doc render_doc(const TaskSpec& t, const Mappings& m, const RawDoc& rd) {
   d.origin = rd.origin;
   d.raw = rd.doc;
   d.raw_text = rd.text;
-  if (m.text) d.context = value_text(m.text->resolve(rd.doc, rd.origin), rd.origin, "doc_to_text");
+  if (m.text) d.context = value_text(m.text->resolve(rd.doc, rd.origin, rd.text), rd.origin, "doc_to_text");
   json target_raw;
   if (m.target) {
-    target_raw = m.target->resolve(rd.doc, rd.origin);
+    target_raw = m.target->resolve(rd.doc, rd.origin, rd.text);
     d.target_value = target_raw;
     if (target_raw.is_array()) {
       set_target_list(t, target_raw, rd.origin, d);
@@ -103,7 +119,7 @@ Doc render_doc(const TaskSpec& t, const Mappings& m, const RawDoc& rd) {
   if (t.output_type == OutputType::MultipleChoice) {
     json choices;
     if (m.choice) {
-      choices = m.choice->resolve(rd.doc, rd.origin);
+      choices = m.choice->resolve(rd.doc, rd.origin, rd.text);
     } else {
       choices = json::array();
       for (size_t i = 0; i < m.choice_list.size(); ++i)
@@ -194,6 +210,21 @@ std::vector<RawDoc> load_docs_file(const std::string& path) {
   return out;
 }
 
+/// lm-eval's process_docs over the documents read from `origin` (a data file or the inline docs);
+/// the documents it returns keep their key order (the samples' `doc`). Without the hook: `raw`.
+std::vector<RawDoc> processed(const TaskSpec& t, std::vector<RawDoc> raw, const std::string& origin) {
+  if (!t.hooks || !t.hooks->process_docs) return raw;
+  std::vector<nlohmann::ordered_json> docs;
+  for (const RawDoc& r : raw) docs.push_back(ordered_doc(r.doc, r.text));
+  std::vector<nlohmann::ordered_json> out = run_process_docs(*t.hooks->process_docs, std::move(docs), origin);
+  std::vector<RawDoc> res;
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::string text = out[i].dump();
+    res.push_back({fmt::format("{}: process_docs document {}", origin, i), json::parse(text), std::move(text)});
+  }
+  return res;
+}
+
 /// The few-shot documents: fewshot_split, else fewshot_config.samples, else the task's own
 /// documents (`own` = true). A fewshot_split that is the same file as dataset_path however it is
 /// spelt (std::filesystem::equivalent: "./x", symlinks and hard links count) is the task's own.
@@ -206,7 +237,7 @@ std::vector<RawDoc> fewshot_source(const TaskSpec& t, const json& tj, const Wher
     if (!fs::is_regular_file(t.fewshot_split, ec))
       w.key("fewshot_split").fail(fmt::format("data file \"{}\" not found", t.fewshot_split));
     const bool same_file = !t.dataset_path.empty() && fs::equivalent(t.fewshot_split, t.dataset_path, ec) && !ec;
-    if (!same_file) shot_raw = load_docs_file(t.fewshot_split), own = false;
+    if (!same_file) shot_raw = processed(t, load_docs_file(t.fewshot_split), t.fewshot_split), own = false;
   } else if (tj.contains("fewshot_split")) {
     w.key("fewshot_split").fail("empty path");
   } else if (t.fewshot_samples.is_array()) {
@@ -270,6 +301,7 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
       raw.push_back({fmt::format("{}: {}", dw.origin, dw.path), d[i]});
     }
   }
+  raw = processed(t, std::move(raw), has_path ? t.dataset_path : w.key("docs").text());
   t.n_docs_total = static_cast<int>(raw.size());
   std::optional<int> limit = t.limit ? t.limit : spec.limit;
 

@@ -185,13 +185,18 @@ TEST_SUITE("eval.lm_eval_yaml") {
       return error_of([&] { parse_spec(j, "spec.json", d.path.string()); });
     };
     std::string f = d.file("t.yaml");
+    // `!function` imports <module>.py from the YAML's folder (eval.python_hooks runs them)
+    const std::string no_utils = d.file("utils.py") + ": not found (lm-eval imports 'utils' from the YAML's folder)";
     CHECK(err("task: t\noutput_type: loglikelihood\ndoc_to_text: !function utils.doc_to_text\n") ==
-          f + ":3: doc_to_text: '!function' (Python code) is not supported by kveval");
-    CHECK(err("task: t\nprocess_docs: !function utils.process_docs\n") ==
-          f + ":2: process_docs: '!function' (Python code) is not supported by kveval");
-    CHECK(err("task: t\nprocess_docs: x\n") == f + ":2: process_docs: not supported by kveval (a Python function over the documents)");
+          f + ":3: doc_to_text: " + no_utils);
+    CHECK(err("task: t\nprocess_docs: !function utils.process_docs\n") == f + ":2: process_docs: " + no_utils);
+    CHECK(err("task: t\nprocess_docs: x\n") == f + ":2: process_docs: expected '!function module.name', got \"x\"");
     CHECK(err("task: t\noutput_type: loglikelihood\nprocess_results: x\n") ==
-          f + ":3: process_results: not supported by kveval (a Python function computing metrics)");
+          f + ":3: process_results: expected '!function module.name', got \"x\"");
+    CHECK(err("task: t\nfilter_list: [{name: a, filter: [{function: !function utils.f}]}]\n") ==
+          f + ":2: filter_list[0].filter[0].function: '!function' is not supported here (kveval calls Python in "
+              "process_docs, doc_to_text, doc_to_target, doc_to_choice, process_results, and metric_list's metric and "
+              "aggregation)");
     CHECK(err("task: t\ndoc_to_txt: q\n") == f + ":2: doc_to_txt: unknown lm-eval task key (did you mean 'doc_to_text'?)");
     CHECK(err("task: t\noutput_type: loglikelihood\ndoc_to_text: \"{{q|map(attribute='x')}}\"\ndoc_to_target: a\n")
               .rfind(f + ":3: doc_to_text: template line 1, column 5: the filter 'map' is not supported", 0) == 0);
