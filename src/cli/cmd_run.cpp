@@ -58,6 +58,7 @@ struct RunArgs {
   std::vector<std::string> tasks;          ///< --tasks: task, tag and group names (no spec file)
   std::vector<std::string> include_paths;  ///< --include-path
   int num_fewshot = -1;                    ///< --num-fewshot (-1: each task's own)
+  std::string gen_kwargs;                  ///< --gen-kwargs as given ("" = none)
   double limit_fraction = 0;               ///< --limit in (0, 1): that share of each task's documents
   std::string limit_text;                  ///< --limit as given
   std::string output_path;                 ///< --output-path DIR: lm-eval's file layout (output_path.hpp)
@@ -173,7 +174,8 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
   std::error_code ec;
   if (!a.output_path.empty() && std::filesystem::exists(a.output_path, ec) && !std::filesystem::is_directory(a.output_path, ec))
     throw ArgumentError(fmt::format("--output-path {}: not a directory", a.output_path));
-  TaskOverrides over{a.num_fewshot >= 0 ? std::optional<int>(a.num_fewshot) : std::nullopt, a.include_paths};
+  TaskOverrides over{a.num_fewshot >= 0 ? std::optional<int>(a.num_fewshot) : std::nullopt, a.include_paths,
+                     a.gen_kwargs.empty() ? nlohmann::json() : parse_gen_kwargs_arg(a.gen_kwargs)};
   if (a.tasks.empty()) spec = load_spec(a.spec, a.model, over);
   else spec = parse_spec({{"model", a.model}, {"tasks", a.tasks}}, "--tasks", ".", a.model, over);
   // an output that names an input would replace it (the spec, the model, the baseline the gate reads, a task's data)
@@ -329,6 +331,19 @@ int run(const RunArgs& a) {
 
 }  // namespace
 
+/// The options that reach into every task: --include-path, --num-fewshot, --gen-kwargs.
+static void add_task_options(CLI::App* cmd, RunArgs& a) {
+  cmd->add_option("--include-path,--include_path", a.include_paths,
+                  "directory of lm-eval task YAMLs where task names are looked up (repeatable)")
+      ->allow_extra_args(false)
+      ->check(non_empty_path());
+  cmd->add_option("--num-fewshot,--num_fewshot", a.num_fewshot, "few-shot examples for every task (overrides each task's)")
+      ->check(int_in(0, 1 << 20));
+  cmd->add_option("--gen-kwargs,--gen_kwargs", a.gen_kwargs,
+                  "generation_kwargs for every generate_until task, as lm-eval: key=value,... or a JSON object "
+                  "(until, max_gen_toks, do_sample, temperature, top_k, top_p, min_p, seed)");
+}
+
 void add_run_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* cmd = app.add_subcommand("run", "Evaluate a model on the tasks of a JSON spec");
@@ -338,12 +353,7 @@ void add_run_command(CLI::App& app, Action& action) {
                                ->delimiter(',')
                                ->allow_extra_args(false)
                                ->excludes(spec_opt);
-  cmd->add_option("--include-path,--include_path", args->include_paths,
-                  "directory of lm-eval task YAMLs where task names are looked up (repeatable)")
-      ->allow_extra_args(false)
-      ->check(non_empty_path());
-  cmd->add_option("--num-fewshot,--num_fewshot", args->num_fewshot, "few-shot examples for every task (overrides each task's)")
-      ->check(int_in(0, 1 << 20));
+  add_task_options(cmd, *args);
   cmd->add_option("-m,--model", args->model, "GGUF model path (overrides the spec's 'model')");
   cmd->add_option("--output,-o", args->output, "write results as JSON in lm-eval's shape ('-' = stdout)")
       ->check(non_empty_path());

@@ -69,6 +69,13 @@ void add_doc_outcome(const Request& r, const RequestOutcome& o, RunResult& res) 
       d.tokens += o.tokens;
       break;
     case RequestKind::Generate:
+      if (r.index >= 0) {  // one repeat of several
+        if (d.outputs.size() <= static_cast<size_t>(r.index)) d.outputs.resize(static_cast<size_t>(r.index) + 1);
+        d.outputs[static_cast<size_t>(r.index)] = o.output;
+        if (r.index == 0) d.output = o.output;
+        d.tokens += o.tokens;
+        break;
+      }
       d.output = o.output;
       d.tokens = o.tokens;
       break;

@@ -267,6 +267,39 @@ std::string apply_filter_pipeline(const FilterPipeline& p, const std::string& ou
   return r;
 }
 
+FilteredResponses apply_filter_pipeline(const FilterPipeline& p, const std::vector<std::string>& responses) {
+  FilteredResponses f{responses, true};
+  std::vector<FilterStep> steps = p.steps;
+  if (steps.empty()) steps.push_back({.function = "take_first"});  // lm-eval's "none" pipeline
+  for (const FilterStep& s : steps) {
+    if (!f.is_list) {  // after take_first the response is one string: the remaining steps act on it
+      if (s.function != "take_first" && s.function != "take_first_k" && s.function != "majority_vote")
+        f.items[0] = apply_filter_pipeline(FilterPipeline{"", {s}}, f.items[0]);
+      continue;
+    }
+    if (s.function == "take_first") {
+      f.items.resize(std::min<size_t>(f.items.size(), 1));
+      f.is_list = false;
+    } else if (s.function == "take_first_k") {
+      f.items.resize(std::min(f.items.size(), static_cast<size_t>(s.k)));
+    } else if (s.function == "majority_vote") {  // Counter(resp).most_common(1)[0][0]
+      std::vector<std::pair<std::string, int>> counts;  // first-seen order
+      for (const auto& r : f.items) {
+        auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == r; });
+        if (it == counts.end()) counts.emplace_back(r, 1);
+        else ++it->second;
+      }
+      size_t best = 0;
+      for (size_t j = 1; j < counts.size(); ++j)
+        if (counts[j].second > counts[best].second) best = j;
+      f.items = counts.empty() ? std::vector<std::string>{} : std::vector<std::string>{counts[best].first};
+    } else {
+      for (auto& r : f.items) r = apply_filter_pipeline(FilterPipeline{"", {s}}, r);
+    }
+  }
+  return f;
+}
+
 std::string exact_match_normalize(const ExactMatchOptions& o, const std::string& text) {
   std::string r = text;
   for (const auto& p : o.regexes_to_ignore) r = PyRegex(p).remove_all(r);

@@ -63,6 +63,19 @@ ojson doc_of(const Doc& d) {
   return ojson::parse(d.raw.dump());
 }
 
+/// A task's generation_kwargs as lm-eval logs them: until, max_gen_toks,
+/// do_sample, and with do_sample the sampling keys and seed.
+ojson generation_kwargs_json(const GenerationKwargs& g) {
+  ojson j = {{"until", g.until}, {"max_gen_toks", g.max_gen_toks}, {"do_sample", g.sampling.do_sample}};
+  if (g.sampling.do_sample)
+    j.update({{"temperature", g.sampling.temperature},
+              {"top_k", g.sampling.top_k},
+              {"top_p", g.sampling.top_p},
+              {"min_p", g.sampling.min_p},
+              {"seed", g.sampling.seed}});
+  return j;
+}
+
 /// The task's configuration with lm-eval's TaskConfig keys.
 ojson task_config(const TaskSpec& t) {
   ojson c;
@@ -89,8 +102,7 @@ ojson task_config(const TaskSpec& t) {
     c["rolling_method"] = "llama.cpp";
     c["context_length"] = t.context_length;
   }
-  if (t.output_type == OutputType::GenerateUntil)
-    c["generation_kwargs"] = {{"until", t.generation_kwargs.until}, {"max_gen_toks", t.generation_kwargs.max_gen_toks}};
+  if (t.output_type == OutputType::GenerateUntil) c["generation_kwargs"] = generation_kwargs_json(t.generation_kwargs);
   if (t.fewshot_sampler != "default") c["fewshot_config"] = {{"sampler", t.fewshot_sampler}};
   if (!t.filter_list.empty()) {
     ojson fl = ojson::array();
@@ -98,6 +110,7 @@ ojson task_config(const TaskSpec& t) {
       ojson steps = ojson::array();
       for (const auto& st : p.steps) {
         ojson sj = {{"function", st.function}};
+        if (st.function == "take_first_k") sj["k"] = st.k;
         if (st.function == "regex")
           sj.update({{"regex_pattern", st.regex_pattern}, {"group_select", st.group_select}, {"fallback", st.fallback}});
         steps.push_back(sj);
@@ -106,7 +119,7 @@ ojson task_config(const TaskSpec& t) {
     }
     c["filter_list"] = fl;
   }
-  c["repeats"] = 1;
+  c["repeats"] = t.repeats;
   c["should_decontaminate"] = false;
   c["metadata"] = {{"version", t.version ? ojson(*t.version) : ojson(nullptr)}};
   if (!t.source.empty()) c["lm_eval_yaml"] = t.source;
@@ -120,8 +133,29 @@ struct SampleResponses {
   ojson arguments = ojson::object(), resps = ojson::array(), filtered = ojson::array();
   std::string prompt;
   std::optional<std::string> filtered_text;  ///< generate_until: the output after the pipeline
+  std::optional<FilteredResponses> filtered_n;  ///< generate_until with repeats > 1: the repeats after the pipeline
   std::string filter_error;
 };
+
+/// lm-eval's one instance of a document with repeats: its arguments once, resps
+/// [[every repeat's text]], filtered_resps [the pipeline's string or list].
+void repeated_responses(const TaskSpec& task, const Doc& d, const DocOutcome* o, const FilterPipeline& pipe,
+                        const RunResult& res, const std::vector<size_t>& reqs, SampleResponses& s) {
+  s.arguments["gen_args_0"] = {{"arg_0", d.context}, {"arg_1", generation_kwargs_json(task.generation_kwargs)}};
+  ojson texts = ojson::array();
+  for (size_t i : reqs) texts.push_back(res.outcomes[i].ran ? ojson(res.outcomes[i].output) : ojson(nullptr));
+  s.resps.push_back(texts);
+  ojson f = nullptr;
+  if (o && o->ok) {
+    try {
+      s.filtered_n = apply_filter_pipeline(pipe, o->outputs);
+      f = s.filtered_n->is_list ? ojson(s.filtered_n->items) : ojson(s.filtered_n->items.at(0));
+    } catch (const std::exception& e) {  // a regex the PCRE2 matcher cannot run: no value for this doc
+      s.filter_error = e.what();
+    }
+  }
+  s.filtered.push_back(f);
+}
 
 /// The responses of the requests `reqs` of document `d` (outcome `o`, may be
 /// null) after the filter pipeline `pipe`.
@@ -159,10 +193,13 @@ SampleResponses responses_of(const TaskSpec& task, const Doc& d, const DocOutcom
       break;
     }
     case OutputType::GenerateUntil:
+      if (task.repeats > 1) {
+        repeated_responses(task, d, o, pipe, res, reqs, s);
+        break;
+      }
       for (size_t k = 0; k < reqs.size(); ++k) {
         const RequestOutcome& ro = res.outcomes[reqs[k]];
-        add_args(k, {d.context, ojson{{"until", task.generation_kwargs.until},
-                                      {"max_gen_toks", task.generation_kwargs.max_gen_toks}}});
+        add_args(k, {d.context, generation_kwargs_json(task.generation_kwargs)});
         s.resps.push_back(ojson::array({ro.ran ? ojson(ro.output) : ojson(nullptr)}));
         ojson f = nullptr;
         if (ro.ran) {
@@ -215,8 +252,9 @@ ojson sample_of(const TaskSpec& task, int t, size_t di, const FilterPipeline& pi
   const SampleResponses r = responses_of(task, d, o, pipe, res, reqs);
   const ojson extra = request_details(res, reqs);
   std::vector<std::pair<std::string, json>> values;
-  if (o && (task.output_type != OutputType::GenerateUntil || r.filtered_text))
-    values = doc_metric_values(task, d, *o, r.filtered_text ? &*r.filtered_text : nullptr);
+  if (o && (task.output_type != OutputType::GenerateUntil || r.filtered_text || r.filtered_n))
+    values = doc_metric_values(task, d, *o, r.filtered_text ? &*r.filtered_text : nullptr,
+                               r.filtered_n ? &*r.filtered_n : nullptr);
   ojson s;
   s["doc_id"] = di;
   const ojson doc = doc_of(d);
@@ -291,7 +329,7 @@ ojson run_config(const EvalSpec& spec, const RunResult& res) {
           {"use_cache", nullptr},
           {"limit", spec.limit ? ojson(*spec.limit) : ojson(nullptr)},
           {"bootstrap_iters", spec.bootstrap_iters},
-          {"gen_kwargs", nullptr},
+          {"gen_kwargs", spec.gen_kwargs.is_null() ? ojson(nullptr) : ojson::parse(spec.gen_kwargs.dump())},
           {"random_seed", 0},
           {"numpy_seed", 1234},
           {"torch_seed", 1234},

@@ -371,7 +371,7 @@ json task_fields(const TaskKeys& c, const json& entry) {
   (*c.where)["name"] = c.w("task");
   std::string output_type = c.has("output_type") ? (c.at("output_type").is_string() ? c.at("output_type").get<std::string>() : "") : "generate_until";
   t["output_type"] = c.has("output_type") ? c.at("output_type") : json("generate_until");  // lm-eval's default
-  if (c.has("repeats") && c.at("repeats") != json(1)) c.fail("repeats", "only repeats: 1 is supported");
+  if (c.has("repeats")) t["repeats"] = c.at("repeats");  // checked by the spec's parse_repeats
 
   // mappings: lm-eval allows an int doc_to_target (a fixed gold index) and a list/dict doc_to_choice
   for (const char* k : {"doc_to_text", "doc_to_target", "doc_to_choice"}) {

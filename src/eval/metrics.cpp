@@ -123,8 +123,16 @@ bool exact_match_hit(const ExactMatchOptions& o, const std::string& output, cons
 
 }  // namespace
 
+double exact_match_value(const ExactMatchOptions& o, const FilteredResponses& f, const Doc& d) {
+  if (f.items.empty()) return 0.0;
+  double hits = 0;
+  for (const auto& x : f.items) hits += exact_match_hit(o, x, d) ? 1.0 : 0.0;
+  return hits / static_cast<double>(f.items.size());
+}
+
 std::vector<std::pair<std::string, nlohmann::json>> doc_metric_values(const TaskSpec& task, const Doc& d,
-                                                                      const DocOutcome& o, const std::string* filtered) {
+                                                                      const DocOutcome& o, const std::string* filtered,
+                                                                      const FilteredResponses* filtered_n) {
   std::vector<std::pair<std::string, nlohmann::json>> out;
   if (!o.ok) return out;
   if (task.hooks && task.hooks->scores()) {  // process_results / metric functions (a failing hook: no values here)
@@ -152,7 +160,9 @@ std::vector<std::pair<std::string, nlohmann::json>> doc_metric_values(const Task
         else if (name == "token_perplexity") v = {o.logprob, o.tokens};
         break;
       case OutputType::GenerateUntil:
-        if (name == "exact_match" && d.has_target) {
+        if (name == "exact_match" && d.has_target && filtered_n) {
+          v = exact_match_value(task.exact_match, *filtered_n, d);
+        } else if (name == "exact_match" && d.has_target) {
           const std::string& out = filtered ? *filtered : o.output;
           v = exact_match_hit(task.exact_match, out, d) ? 1.0 : 0.0;
         }
@@ -250,6 +260,10 @@ void add_exact_match(const TaskSpec& task, const Doc& d, const DocOutcome& o, Do
   if (!d.has_target) return;
   for (size_t p = 0; p < s.pipes.size(); ++p) {
     try {
+      if (task.repeats > 1) {  // lm-eval's filters on the list of repeats
+        s.em[p].push_back(exact_match_value(task.exact_match, apply_filter_pipeline(s.pipes[p], o.outputs), d));
+        continue;
+      }
       std::string out = apply_filter_pipeline(s.pipes[p], o.output);
       bool hit = exact_match_hit(task.exact_match, out, d);
       s.em[p].push_back(hit ? 1.0 : 0.0);

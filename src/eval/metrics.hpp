@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "eval/filters.hpp"  // FilteredResponses
 #include "eval/spec.hpp"
 
 namespace kveval::eval {
@@ -22,6 +23,7 @@ struct DocOutcome {
   int64_t tokens = 0;                ///< tokens scored (loglikelihood, rolling)
   std::vector<double> choice_logprobs;  ///< multiple_choice: per choice, summed log-prob (nats)
   std::string output;                ///< generate_until: the generated text, cut at the first stop string
+  std::vector<std::string> outputs;  ///< generate_until with repeats > 1: every repeat's text, in repeat order
   int requests = 0;                  ///< requests of this document (choices, windows); 0 = unknown
 };
 
@@ -77,10 +79,18 @@ int64_t count_chars(std::string_view text);
 /// acc_bytes: 1.0|0.0}; loglikelihood_rolling {word_perplexity: [ll, words],
 /// byte_perplexity/bits_per_byte: [ll, bytes], token_perplexity: [ll, tokens]};
 /// generate_until {exact_match: 1.0|0.0} (only with a target; of `filtered`, the
-/// output after one filter pipeline, or of the raw output when null). Empty for a failed doc.
+/// output after one filter pipeline, or of the raw output when null; with
+/// `filtered_n` (repeats > 1), exact_match_value of it). Empty for a failed doc.
 std::vector<std::pair<std::string, nlohmann::json>> doc_metric_values(const TaskSpec& task, const Doc& doc,
                                                                       const DocOutcome& o,
-                                                                      const std::string* filtered = nullptr);
+                                                                      const std::string* filtered = nullptr,
+                                                                      const FilteredResponses* filtered_n = nullptr);
+
+/// exact_match of a pipeline's result on a document's repeats: 1.0|0.0 for one
+/// response; for a list (no take_first at the end) the mean over its items, as
+/// lm-eval's exact_match compares a list prediction element-wise (numpy
+/// broadcasting) and averages; 0 for an empty list.
+double exact_match_value(const ExactMatchOptions& o, const FilteredResponses& f, const Doc& d);
 
 /// Metrics of one task from its documents' outcomes (outcomes[i] belongs to
 /// task.docs[i]), restricted to task.metric_list, in that order.

@@ -180,6 +180,7 @@ Request generate_request(const Tokenizer& tok, const TaskSpec& t, const Doc& d, 
   Request r = doc_request(ti, di, RequestKind::Generate);
   r.max_gen_toks = t.generation_kwargs.max_gen_toks;
   r.until = t.generation_kwargs.until;
+  r.sampling = t.generation_kwargs.sampling;
   r.prompt = tok.encode(d.context, true);
   r.n_context_tokens = static_cast<int>(r.prompt.size());
   size_t room = static_cast<size_t>(max_length - r.max_gen_toks);  // >= 1
@@ -214,9 +215,14 @@ void add_doc_requests(const EvalSpec& spec, size_t ti, size_t di, const Tokenize
       case OutputType::LoglikelihoodRolling:
         add_rolling_requests(tok, d, ti, di, max_length, out);
         break;
-      case OutputType::GenerateUntil:
-        out.push_back(generate_request(tok, t, d, ti, di, max_length, n_truncated));
+      case OutputType::GenerateUntil: {
+        Request r = generate_request(tok, t, d, ti, di, max_length, n_truncated);
+        for (int k = 0; k < t.repeats; ++k) {
+          out.push_back(r);
+          if (t.repeats > 1) out.back().index = k;
+        }
         break;
+      }
     }
   } catch (const FormatError& e) {
     throw FormatError(fmt::format("{}: {}", d.origin, e.what()));
@@ -271,7 +277,7 @@ RequestsPlan plan_requests(const EvalSpec& spec, int max_length) {
           joined += d.target.size() + 2;      // kLlamaCppDocSeparator
           break;
         case OutputType::GenerateUntil:
-          keep(std::min(encode(d.context.size()), cap));
+          for (int k = 0; k < t.repeats; ++k) keep(std::min(encode(d.context.size()), cap));
           break;
       }
     }
@@ -301,8 +307,8 @@ std::vector<size_t> canonical_generate_order(const EvalSpec& spec, const std::ve
   std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
     const Request &x = reqs[a], &y = reqs[b];
     long lx = static_cast<long>(x.prompt.size()) + x.max_gen_toks, ly = static_cast<long>(y.prompt.size()) + y.max_gen_toks;
-    return std::make_tuple(-lx, std::cref(spec.tasks[x.task].name), x.doc) <
-           std::make_tuple(-ly, std::cref(spec.tasks[y.task].name), y.doc);
+    return std::make_tuple(-lx, std::cref(spec.tasks[x.task].name), x.doc, x.index) <
+           std::make_tuple(-ly, std::cref(spec.tasks[y.task].name), y.doc, y.index);
   });
   return idx;
 }

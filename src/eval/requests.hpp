@@ -21,7 +21,7 @@ namespace kveval::eval {
 enum class RequestKind {
   Loglikelihood,  ///< log p(continuation | context); also one per multiple_choice choice
   RollingWindow,  ///< one window of a loglikelihood_rolling document
-  Generate,       ///< greedy generation until a stop
+  Generate,       ///< generation (greedy or sampled) until a stop
   PerplexityChunk,  ///< one llama.cpp perplexity chunk of a rolling task (doc -1, index = chunk)
 };
 /// "loglikelihood", "loglikelihood_rolling", "generate_until", "perplexity_chunk".
@@ -31,12 +31,13 @@ const char* to_string(RequestKind k);
 struct Request {
   int task = 0;
   int doc = 0;
-  int index = -1;                     ///< choice index (multiple_choice), window index (rolling), else -1
+  int index = -1;                     ///< choice index (multiple_choice), window index (rolling), repeat (generate_until with repeats > 1), else -1
   RequestKind kind = RequestKind::Loglikelihood;
   ScoreRequest score;                 ///< Loglikelihood/RollingWindow: tokens (BOS first) and first scored position
   std::vector<int32_t> prompt;        ///< Generate: prompt ids (BOS first), after truncation
   int max_gen_toks = 0;               ///< Generate
   std::vector<std::string> until;     ///< Generate: this request's own stop strings
+  SamplingParams sampling;            ///< Generate: the task's decoding parameters
   int n_context_tokens = 0;           ///< tokens of the context incl. BOS (before truncation)
   int n_continuation_tokens = 0;      ///< tokens scored (Loglikelihood/RollingWindow)
   int truncated_tokens = 0;           ///< tokens dropped from the left to fit max_length
@@ -86,7 +87,7 @@ inline constexpr const char* kLlamaCppDocSeparator = "\n\n";
 /// Builds every request of every task, in spec order: multiple_choice fans out
 /// into one Loglikelihood request per choice (continuation = target_delimiter +
 /// choice), loglikelihood_rolling into windows, generate_until into one
-/// Generate request; a rolling task with rolling_method "llama.cpp" adds its
+/// Generate request per repeat (index = the repeat when repeats > 1); a rolling task with rolling_method "llama.cpp" adds its
 /// PerplexityChunk requests (doc -1) after its documents' windows (which the
 /// per-document samples report). Per-request errors
 /// (zero-token continuation, empty rolling document, a continuation longer than
@@ -123,7 +124,7 @@ RequestsPlan plan_requests(const EvalSpec& spec, int max_length);
 std::vector<size_t> canonical_score_order(const EvalSpec& spec, const std::vector<Request>& reqs);
 
 /// Indices of the runnable Generate requests in canonical order: prompt
-/// length + max_gen_toks desc, then task name, doc index.
+/// length + max_gen_toks desc, then task name, doc index, repeat.
 std::vector<size_t> canonical_generate_order(const EvalSpec& spec, const std::vector<Request>& reqs);
 
 }  // namespace kveval::eval

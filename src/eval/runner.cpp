@@ -54,7 +54,10 @@ std::string request_label(const EvalSpec& spec, const Request& r) {
   std::string s = fmt::format("task '{}' doc {}", t.name, r.doc);
   if (static_cast<size_t>(r.doc) < t.docs.size() && !t.docs[static_cast<size_t>(r.doc)].origin.empty())
     s += fmt::format(" ({})", t.docs[static_cast<size_t>(r.doc)].origin);
-  if (r.index >= 0) s += fmt::format(" {} {}", r.kind == RequestKind::RollingWindow ? "window" : "choice", r.index);
+  if (r.index >= 0)
+    s += fmt::format(" {} {}",
+                     r.kind == RequestKind::RollingWindow ? "window" : r.kind == RequestKind::Generate ? "repeat" : "choice",
+                     r.index);
   return s;
 }
 
@@ -216,10 +219,14 @@ GenerateOptions generation_options(const std::vector<size_t>& gen, const std::ve
   go.stop_at_eos = true;
   go.batching = opts.batching;
   go.logprobs = false;  // the results use ids, texts and stop reasons only
+  go.sampling.clear();
   for (size_t i : gen) {
     const Request& r = requests[i];
     prompts.push_back(r.prompt);
     go.max_gen_toks.push_back(r.max_gen_toks);
+    go.sampling.push_back(r.sampling);
+    // the global request index: draws independent of batching, schedule, threads and ranks
+    go.sample_keys.push_back({i, static_cast<uint32_t>(std::max(r.index, 0))});
     states.emplace_back(tok);
     states.back().until = &r.until;
     for (const auto& s : r.until) states.back().longest_stop = std::max(states.back().longest_stop, s.size());

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "eval/filters.hpp"
+#include "eval/gen_kwargs.hpp"
 #include "eval/json_input.hpp"
 #include "eval/lm_eval_yaml.hpp"
 #include "eval/spec_check.hpp"
@@ -160,10 +161,12 @@ FilterStep parse_filter_step(const json& step, const Where& sw) {
   if (!st.contains("function")) sw.fail("missing required key 'function'");
   FilterStep fs;
   fs.function = expect_string(st["function"], sw.key("function"));
-  static const std::vector<std::string> fns = {"regex", "take_first", "lowercase", "uppercase", "remove_whitespace"};
+  static const std::vector<std::string> fns = {"regex", "take_first", "take_first_k", "majority_vote", "lowercase",
+                                               "uppercase", "remove_whitespace"};
   if (std::find(fns.begin(), fns.end(), fs.function) == fns.end())
-    sw.key("function").fail(fmt::format("filter function \"{}\" is not supported (supported: regex, take_first, lowercase, "
-                                        "uppercase, remove_whitespace)", fs.function));
+    sw.key("function").fail(fmt::format("filter function \"{}\" is not supported (supported: regex, take_first, take_first_k, "
+                                        "majority_vote, lowercase, uppercase, remove_whitespace)", fs.function));
+  if (parse_selection_step(st, sw, fs)) return fs;
   if (fs.function == "regex") {
     check_keys(st, sw, {"function", "regex_pattern", "group_select", "fallback"});
     if (st.contains("regex_pattern")) fs.regex_pattern = expect_string(st["regex_pattern"], sw.key("regex_pattern"));
@@ -313,54 +316,6 @@ void check_required_mappings(const json& tj, const Where& w, const TaskSpec& t) 
     w.key("doc_to_choice").fail(fmt::format("only multiple_choice tasks take choices (this task is {})", to_string(t.output_type)));
 }
 
-/// generation_kwargs.until: one stop string or a list of them, none empty.
-void parse_until(const json& u, const Where& uw, std::vector<std::string>& until) {
-  if (u.is_string()) {
-    if (u.get<std::string>().empty()) uw.fail("empty stop string");
-    until.push_back(u.get<std::string>());
-    return;
-  }
-  if (!u.is_array()) uw.fail(fmt::format("expected a list of strings, got {}", json_excerpt(u)));
-  for (size_t i = 0; i < u.size(); ++i) {
-    std::string s = expect_string(u[i], uw.index(i));
-    if (s.empty()) uw.index(i).fail("empty stop string");
-    until.push_back(s);
-  }
-}
-
-/// generation_kwargs (generate_until tasks only): until, max_gen_toks (fits
-/// max_length), greedy do_sample/temperature. Without `until` a generate_until
-/// task stops at its fewshot_delimiter (lm-eval, lm_eval/config/task.py).
-void parse_generation_kwargs(const json& tj, const Where& w, const EvalSpec& spec, TaskSpec& t) {
-  bool given_until = false;
-  if (tj.contains("generation_kwargs")) {
-    Where gw = w.key("generation_kwargs");
-    if (t.output_type != OutputType::GenerateUntil) gw.fail("only generate_until tasks take generation_kwargs");
-    const json& g = expect_object(tj["generation_kwargs"], gw);
-    check_keys(g, gw, {"until", "max_gen_toks", "do_sample", "temperature"});
-    if (g.contains("until")) parse_until(g["until"], gw.key("until"), t.generation_kwargs.until);
-    if (g.contains("max_gen_toks")) {
-      int64_t hi = spec.max_length ? *spec.max_length - 1 : (1 << 24);
-      const json& m = g["max_gen_toks"];
-      if (m.is_number_integer() && spec.max_length && m.get<int64_t>() >= *spec.max_length)
-        gw.key("max_gen_toks").fail(fmt::format("{} tokens do not fit max_length {} (the prompt needs at least BOS)",
-                                                m.get<int64_t>(), *spec.max_length));
-      t.generation_kwargs.max_gen_toks = static_cast<int>(expect_int(m, gw.key("max_gen_toks"), 0, hi));
-    }
-    given_until = g.contains("until");
-    if (g.contains("do_sample") && !g["do_sample"].is_boolean())
-      gw.key("do_sample").fail(fmt::format("expected a boolean, got {}", json_excerpt(g["do_sample"])));
-    if (g.contains("do_sample") && g["do_sample"].get<bool>())
-      gw.key("do_sample").fail("only greedy decoding is supported (do_sample must be false)");
-    if (g.contains("temperature") && !g["temperature"].is_number())
-      gw.key("temperature").fail(fmt::format("expected a number, got {}", json_excerpt(g["temperature"])));
-    if (g.contains("temperature") && g["temperature"].get<double>() != 0.0)
-      gw.key("temperature").fail("only greedy decoding is supported (temperature must be 0)");
-  }
-  // lm-eval (lm_eval/config/task.py): a generate_until task without `until` stops at its fewshot_delimiter
-  if (t.output_type == OutputType::GenerateUntil && !given_until) t.generation_kwargs.until = {t.fewshot_delimiter};
-}
-
 /// metric_list: metric names or objects with options, each available for the
 /// output type (duplicates kept once); without it, the type's default metrics.
 void parse_metric_list(const json& tj, const Where& w, TaskSpec& t) {
@@ -409,7 +364,7 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
       "name", "output_type", "dataset_path", "docs", "doc_to_text", "doc_to_target", "doc_to_choice",
       "target_delimiter", "description", "generation_kwargs", "metric_list", "num_fewshot", "fewshot_split",
       "fewshot_delimiter", "fewshot_config", "filter_list", "metadata", "limit", "rolling_method", "context_length",
-      "gen_prefix", "task_alias"};
+      "gen_prefix", "task_alias", "repeats"};
   check_keys(tj, w, keys);
   TaskSpec t;
   t.hooks = std::move(hooks);
@@ -426,6 +381,7 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
     w.key("context_length").fail(fmt::format("{} tokens per chunk do not fit max_length {}", t.context_length, *spec.max_length));
   check_required_mappings(tj, w, t);
   parse_generation_kwargs(tj, w, spec, t);
+  parse_repeats(tj, w, t);
   parse_metric_list(tj, w, t);
   validate_filters(t, w.text());
   t.fewshot_same_split = fewshot_same_split;
@@ -526,6 +482,12 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
   if (j.contains("limit")) s.limit = static_cast<int>(expect_int(j["limit"], w.key("limit"), 0, 1 << 30));
   if (j.contains("bootstrap_iters"))
     s.bootstrap_iters = static_cast<int>(expect_int(j["bootstrap_iters"], w.key("bootstrap_iters"), 0, 100000000));
+  s.gen_kwargs = o.gen_kwargs;
+  if (s.gen_kwargs.is_object()) {  // checked even when no task generates
+    TaskSpec probe;
+    probe.output_type = OutputType::GenerateUntil;
+    parse_generation_kwargs(json::object(), w, s, probe);
+  }
   if (!j.contains("tasks")) w.fail("missing required key 'tasks'");
   const json& tasks = j["tasks"];
   if (!tasks.is_array()) w.key("tasks").fail(fmt::format("expected a list of tasks, got {}", json_excerpt(tasks)));

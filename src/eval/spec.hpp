@@ -19,6 +19,7 @@
 #include "eval/json_input.hpp"  // parse_json_text, read_jsonl, closest (declared there)
 #include "eval/mapping.hpp"     // resolve_mapping
 #include "model/model.hpp"      // ComputeDtype
+#include "model/sampling.hpp"   // SamplingParams
 
 namespace kveval::eval {
 
@@ -33,6 +34,9 @@ const char* to_string(OutputType t);
 struct GenerationKwargs {
   std::vector<std::string> until;  ///< stop strings; output is cut before the first one found
   int max_gen_toks = 256;          ///< tokens generated at most (lm-eval default 256); 0 is allowed
+  /// do_sample, temperature, top_k, top_p, min_p, seed (HF's defaults: greedy
+  /// unless do_sample; seed defaults to the spec's `seed`).
+  SamplingParams sampling;
 };
 
 /// One document after rendering the task's doc_to_* mappings.
@@ -64,10 +68,12 @@ struct ExactMatchOptions {
 
 /// One step of an lm-eval filter pipeline on generated text (lm_eval/filters/).
 struct FilterStep {
-  std::string function;              ///< "regex", "take_first", "lowercase", "uppercase", "remove_whitespace"
+  /// "regex", "take_first", "take_first_k", "majority_vote", "lowercase", "uppercase", "remove_whitespace"
+  std::string function;
   std::string regex_pattern = "#### (\\-?[0-9\\.\\,]+)";  ///< regex: lm-eval's default (GSM8K answer)
   int group_select = 0;              ///< regex: which findall() match (Python index; negative from the end)
   std::string fallback = "[invalid]";  ///< regex: the output when nothing matches
+  int k = 0;                         ///< take_first_k: responses kept
 };
 
 /// A named filter pipeline (`filter_list` entry); metrics are reported per pipeline.
@@ -100,6 +106,7 @@ struct TaskSpec {
   std::string target_delimiter = " ";
   std::string description;           ///< template rendered per document, prepended to its context
   GenerationKwargs generation_kwargs;
+  int repeats = 1;                   ///< lm-eval's repeats: generations per document (generate_until), >= 1
   std::vector<std::string> metric_list;  ///< resolved: defaults to default_metrics_for(output_type)
   int num_fewshot = 0;
   std::string fewshot_split;         ///< resolved JSONL path of few-shot examples ("" = the task's own docs)
@@ -148,6 +155,9 @@ struct EvalSpec {
   uint64_t seed = 1234;              ///< few-shot sampling seed (lm-eval's default fewshot seed)
   int bootstrap_iters = 100000;      ///< lm-eval's bootstrap_iters (stderr of perplexity; 0: no stderr at all)
   std::optional<int> limit;          ///< documents per task at most
+  /// --gen-kwargs: an object merged into every generate_until task's
+  /// generation_kwargs (lm-eval's gen_kwargs; null = none).
+  nlohmann::json gen_kwargs;
   std::vector<TaskSpec> tasks;
   nlohmann::json raw;                ///< the spec as parsed (for the results file)
 };
@@ -167,7 +177,14 @@ inline constexpr const char* kPerplexityLlamaCpp = "perplexity_llamacpp";
 struct TaskOverrides {
   std::optional<int> num_fewshot;          ///< --num-fewshot: set on every task
   std::vector<std::string> include_paths;  ///< --include-path: where task names are looked up (task_index.hpp)
+  nlohmann::json gen_kwargs;               ///< --gen-kwargs (parse_gen_kwargs_arg); null = none
 };
+
+/// lm-eval's `--gen_kwargs` value: "key=value,key=value" (values as lm-eval's
+/// handle_arg_string reads them: true/false, None, integers, floats, else
+/// strings) or a JSON object. Throws SpecError "--gen-kwargs: ...". The keys
+/// are checked as generation_kwargs when the spec is parsed.
+nlohmann::json parse_gen_kwargs_arg(const std::string& text);
 
 /// Reads, validates and renders the spec at `path` and every data file it names.
 /// Relative paths (model, dataset_path, fewshot_split) are relative to the

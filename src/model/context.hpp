@@ -17,6 +17,7 @@
 
 #include "model/kv_cache.hpp"
 #include "model/model.hpp"
+#include "model/sampling.hpp"
 
 namespace kveval {
 
@@ -246,7 +247,14 @@ struct Generation {
 /// of its cache row exceeded the f16 KV cache's range of ±65504; use
 /// --kv-cache-dtype bf16 or f32". One wording for `run` and `generate`.
 std::string kv_f16_overflow_note(uint64_t overflows);
-/// Options of greedy generation.
+/// The key of one prompt's draws (sample_uniform): the request it serves, global
+/// to the run (never a row, batch or shard index), and its repeat.
+struct SampleKey {
+  uint64_t request = 0;
+  uint32_t repeat = 0;
+};
+
+/// Options of generation (greedy unless `sampling` says otherwise).
 struct GenerateOptions {
   /// Tokens to generate at most, per prompt (one value, or one per prompt).
   std::vector<int> max_gen_toks = {256};
@@ -260,6 +268,13 @@ struct GenerateOptions {
   /// token). false: logprobs stays empty and each token costs one fused
   /// argmax + finiteness scan (what `kveval run` needs).
   bool logprobs = true;
+  /// Decoding of each prompt (one value, or one per prompt); the default is
+  /// greedy. A sampled token of prompt i at step n (its n-th generated token,
+  /// from 0) is sample_token(logits, sampling[i], sample_uniform(seed,
+  /// key.request, key.repeat, n)): the same whatever the batching or threads.
+  std::vector<SamplingParams> sampling = {SamplingParams{}};
+  /// One key per prompt; empty: prompt i has the key {i, 0}.
+  std::vector<SampleKey> sample_keys;
   /// generate_greedy only: scheduling of prompts over the cache rows. Results
   /// do not depend on it (same ids, reasons and counts; log-probs equal up to
   /// float rounding of differently sized matmuls).
@@ -282,7 +297,7 @@ struct GenerateTiming {
   int64_t forward_passes = 0;   ///< forward passes run (prefill, decode and mixed)
 };
 
-/// Greedy decoding of any number of `prompts` (token ids, BOS included by the
+/// Decoding (greedy, or seeded sampling by opts.sampling) of any number of `prompts` (token ids, BOS included by the
 /// caller) in the set-up, enabled cache, rows = min(prompts, cache_batch_size()):
 /// each prompt takes a cache row (rewound first), is prefilled, then decodes one
 /// token per step together with the other busy rows; opts.batching says when
@@ -293,7 +308,8 @@ struct GenerateTiming {
 /// only to itself, as if generated alone (only the rounding of matmuls over
 /// other row counts differs: log-probs agree to ~1e-6 nats). Throws CacheError
 /// if caches are not set up/enabled or a prompt is longer than capacity();
-/// ArgumentError for an empty prompt or bad max_gen_toks; what the callbacks throw.
+/// ArgumentError for an empty prompt, bad max_gen_toks, sampling or sample_keys
+/// counts; what the callbacks throw.
 std::vector<Generation> generate_greedy(Context& ctx, const std::vector<std::vector<int32_t>>& prompts,
                                         const GenerateOptions& opts, GenerateTiming* timing = nullptr);
 

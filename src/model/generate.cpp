@@ -1,4 +1,4 @@
-// Scoring (cache-free log-likelihood) and greedy generation on top of Context::forward.
+// Scoring (cache-free log-likelihood) and generation (greedy or seeded sampling) on top of Context::forward.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -105,18 +105,35 @@ int max_toks_for(const GenerateOptions& opts, size_t row) {
   return m;
 }
 
+const SamplingParams& sampling_for(const GenerateOptions& opts, size_t i) {
+  return opts.sampling.size() == 1 ? opts.sampling[0] : opts.sampling.at(i);
+}
+
+SampleKey sample_key_for(const GenerateOptions& opts, size_t i) {
+  return opts.sample_keys.empty() ? SampleKey{i, 0} : opts.sample_keys.at(i);
+}
+
 void check_prompts(const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& opts) {
   if (opts.max_gen_toks.size() != 1 && opts.max_gen_toks.size() != prompts.size())
     throw ArgumentError(fmt::format("generate: {} max_gen_toks values for {} prompts", opts.max_gen_toks.size(),
                                     prompts.size()));
+  if (opts.sampling.size() != 1 && opts.sampling.size() != prompts.size())
+    throw ArgumentError(fmt::format("generate: {} sampling values for {} prompts", opts.sampling.size(), prompts.size()));
+  if (!opts.sample_keys.empty() && opts.sample_keys.size() != prompts.size())
+    throw ArgumentError(fmt::format("generate: {} sample keys for {} prompts", opts.sample_keys.size(), prompts.size()));
+  for (const SamplingParams& p : opts.sampling)
+    if (!(p.temperature >= 0) || p.top_k < 0 || !(p.top_p > 0 && p.top_p <= 1) || !(p.min_p >= 0 && p.min_p <= 1))
+      throw ArgumentError(fmt::format("generate: sampling parameters out of range (temperature {} >= 0, top_k {} >= 0, "
+                                      "top_p {} in (0, 1], min_p {} in [0, 1])",
+                                      p.temperature, p.top_k, p.top_p, p.min_p));
   for (size_t i = 0; i < prompts.size(); ++i)
     if (prompts[i].empty()) throw ArgumentError(fmt::format("generate: prompt {} is empty (it needs at least BOS)", i));
 }
 
-/// Chooses the greedy token of prompt `i` from its next-token `logits` [V],
-/// records it in `g` and decides whether the prompt stops (sets g.reason);
-/// returns true when it does. Non-finite logits stop it with StopReason::NonFinite
-/// and no token.
+/// Chooses the token of prompt `i` from its next-token `logits` [V] (the
+/// argmax, or a seeded sample by opts.sampling), records it in `g` and decides
+/// whether the prompt stops (sets g.reason); returns true when it does.
+/// Non-finite logits stop it with StopReason::NonFinite and no token.
 bool take_token(const Tokenizer& tok, const GenerateOptions& opts, size_t i, std::span<const float> logits,
                 int capacity, Generation& g, GenerateTiming* timing) {
   // One vectorisable pass: the largest logit, and whether any is NaN or Inf
@@ -132,7 +149,18 @@ bool take_token(const Tokenizer& tok, const GenerateOptions& opts, size_t i, std
     bad |= (p[k] - p[k] != 0.0f) ? 1 : 0;
   }
   const bool finite = bad == 0;
-  const int32_t t = finite ? static_cast<int32_t>(std::find(p, p + n, mx) - p) : 0;
+  int32_t t = 0;
+  if (finite) {
+    const SamplingParams& sp = sampling_for(opts, i);
+    if (sp.greedy()) {
+      t = static_cast<int32_t>(std::find(p, p + n, mx) - p);
+    } else {
+      thread_local SamplingScratch scratch;
+      const SampleKey key = sample_key_for(opts, i);
+      t = sample_token(logits, sp, sample_uniform(sp.seed, key.request, key.repeat, static_cast<uint32_t>(g.ids.size())),
+                       scratch);
+    }
+  }
   const double lp = finite && opts.logprobs ? token_logprob(logits, t) : 0.0;
   if (!finite) {
     g.reason = StopReason::NonFinite;

@@ -122,13 +122,12 @@ TEST_SUITE("eval.spec") {
     std::string p2b = d.write("s2b.json", std::string("{") + kModelLine + R"("limit": 9223372036854775808, "tasks": []})");
     CHECK(spec_error([&] { load_spec(p2b); }).find(": limit: expected an integer in [0, ") != std::string::npos);
     CHECK(spec_error([&] { load_spec(p2b); }).find("got 9223372036854775808") != std::string::npos);
-    // greedy-only keys of the wrong type say so, before the value check
+    // sampling keys of the wrong type say so, before the value check
     for (const auto& [kw, expect] : std::vector<std::pair<std::string, std::string>>{
              {R"("do_sample": "false")", "generation_kwargs.do_sample: expected a boolean, got \"false\""},
              {R"("do_sample": null)", "generation_kwargs.do_sample: expected a boolean, got null"},
              {R"("temperature": "0")", "generation_kwargs.temperature: expected a number, got \"0\""},
-             {R"("do_sample": true)", "only greedy decoding is supported (do_sample must be false)"},
-             {R"("temperature": 0.7)", "only greedy decoding is supported (temperature must be 0)"}}) {
+             {R"("temperature": -0.7)", "generation_kwargs.temperature: -0.7 is outside [0, inf)"}}) {
       CAPTURE(kw);
       std::string pk = d.write("sk.json", std::string("{") + kModelLine + R"("tasks": [
         {"name": "g", "output_type": "generate_until", "docs": [{"x": "a"}], "doc_to_text": "x",

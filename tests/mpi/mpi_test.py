@@ -6,6 +6,8 @@
   "total_evaluation_time_seconds", and "phases", "cache", "instrumentation"
   and "distributed" under "kveval" hold timings and per-rank figures;
   everything else must be equal, and the samples file byte for byte);
+- sampled generation (--gen-kwargs do_sample=true) gives the same samples with
+  -np 2 as with one process;
 - a rank that throws, or is killed, mid-run ends every rank with a non-zero exit
   and a clear message within 10 s;
 - a rank that fails at load names itself and its host; the exit code of rank 0
@@ -103,6 +105,15 @@ def main():
             check(len(ll) == 1 and len(ll[0]["rank_seconds"]) == np and ll[0]["imbalance"] is not None
                   and ll[0]["cpu_seconds"] >= ll[0]["wall_seconds"] > 0,
                   f"-np {np}: per-rank loglikelihood seconds, CPU sum >= wall, imbalance present")
+
+        # sampling: draws are keyed by the global request index, so the rank count does not change them
+        gk = ("--gen-kwargs", "do_sample=true,temperature=1.2,top_k=0,seed=5")
+        p, _, _, sampled1 = run(0, tmp, "sampled_single", gk)
+        check(p.returncode == 0, f"sampled one process exits 0 (got {p.returncode}: {p.stderr.strip()[-300:]})")
+        p2, _, _, sampled2 = run(2, tmp, "sampled_np2", gk)
+        check(p.returncode == 0 and p2.returncode == 0
+              and open(sampled2, "rb").read() == open(sampled1, "rb").read() != s1,
+              "-np 2 sampled (--gen-kwargs do_sample=true): samples byte-identical to one process, not the greedy ones")
 
         # failures: a throwing or killed rank ends the whole run quickly
         for action in ("throw", "kill"):
