@@ -233,6 +233,12 @@ class Weight {
   void set_block_rows(Dtype d, int64_t row0, const void* quants, const float* scales, int64_t rows);
 };
 
+/// Embedding lookup on a kept-block weight (Q8_0, Q4_0, Q4_K, Q5_K or Q6_K, e.g. token_embd as the file holds
+/// it): dst[i, k] = element (ids[i], k) of W, dst [ids.size(), n_in] f32, only the looked-up rows decoded, to
+/// the values the widened path multiplies (Q8_0/Q4_0 d * q; K-quants as gguf-py's numpy dequantizers round
+/// them), on the calling thread. Throws ArgumentError for another dtype or an id outside [0, n_out).
+void gather_rows(const Weight& w, std::span<const int32_t> ids, float* dst);
+
 /// y[M, n_out] = x[M, n_in] · Wᵀ (+ y if accumulate), x and y float32; a BF16
 /// weight converts x to bf16 first (into an engine buffer, grown at warm-up
 /// only) and multiplies bf16 x bf16 -> f32. oneDNN matmul primitives are created

@@ -324,4 +324,16 @@ void widen_rows(const Weight& w, int64_t n0, int64_t nc, float* dst, int64_t ld,
   widen<Q8>(w, n0, nc, dst, ld, threads);
 }
 
+void gather_rows(const Weight& w, std::span<const int32_t> ids, float* dst) {
+  if (!is_blocks(w.dtype()) && !is_kquant(w.dtype()))
+    throw ArgumentError(fmt::format("gather_rows: a {} weight (a kept-block dtype expected)", to_string(w.dtype())));
+  const int64_t n_in = w.n_in();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t id = ids[i];
+    if (id < 0 || id >= w.n_out())
+      throw ArgumentError(fmt::format("gather_rows: row {} outside [0, {})", id, w.n_out()));
+    widen_rows(w, id, 1, dst + static_cast<int64_t>(i) * n_in, n_in, 1);
+  }
+}
+
 }  // namespace kveval::backend

@@ -54,7 +54,7 @@ inline constexpr ComputeDtypeInfo kComputeDtypes[] = {
     {ComputeDtype::BF16, "bf16", DType::BF16, std::nullopt, false, true, KvCacheDtype::BF16},
     {ComputeDtype::Q8_0, "q8_0", DType::F32, gguf::TensorType::Q8_0, false, true, KvCacheDtype::F32},
     {ComputeDtype::Q4_0, "q4_0", DType::F32, gguf::TensorType::Q4_0, false, false, KvCacheDtype::F32},
-    {ComputeDtype::Blocks, "blocks", DType::F32, std::nullopt, true, false, KvCacheDtype::F32},
+    {ComputeDtype::Blocks, "blocks", DType::F32, std::nullopt, true, true, KvCacheDtype::F32},
     {ComputeDtype::Auto, "auto", DType::F32, std::nullopt, false, false, KvCacheDtype::F32},
 };
 

@@ -26,6 +26,7 @@ struct Context::Impl {
 
   // ---- activation buffers (grow-only) ----
   backend::Buffer x, xb, qkv, att, gu, hb, logits, last, scores;
+  backend::Buffer part_out;       // one part's product of a projection kept as parts [T, part rows]
   backend::RopeTable rope_tab;    // the current forward's RoPE angles, shared by all layers
   std::vector<int32_t> pos;       // [T]
   std::vector<int32_t> tok_ids;   // [T]
@@ -53,6 +54,7 @@ struct Context::Impl {
     a |= gu.reserve(T * 2 * F);
     a |= hb.reserve(T * F);
     a |= last.reserve(std::max<size_t>(1, n_rows_last) * D);
+    if (w.max_part_rows > 0) a |= part_out.reserve(T * static_cast<size_t>(w.max_part_rows));
     if (a) ++stats.buffer_allocations;
   }
 
@@ -63,6 +65,8 @@ struct Context::Impl {
   void zero_padding(int batch, int seq, std::span<const int> n_tokens, Logits mode, std::span<float> logits_out) const;
   void embed(const Pass& p, std::span<const int32_t> tokens, int seq);
   void matmul(const Pass& p, const float* in, const backend::Weight& W, float* y, bool accumulate);
+  void matmul_stacked(const Pass& p, const float* in, const backend::Weight& W, std::span<const backend::Weight> parts,
+                      float* y);
   void attention_block(const Pass& p, int layer);
   void attend(const Pass& p, int layer, float* q, float* k, float* v);
   void ffn_block(const Pass& p, int layer);

@@ -109,8 +109,11 @@ void Context::Impl::embed(const Pass& p, std::span<const int32_t> tokens, int se
     }
   }
   float* xp = x.data();
-  for (size_t t = 0; t < T; ++t)
-    std::memcpy(xp + t * D, w.tok_embd.data() + static_cast<size_t>(tok_ids[t]) * D, sizeof(float) * D);
+  if (const be::Weight* kept = w.embd_weight())  // token_embd in its blocks: decode only the looked-up rows
+    be::gather_rows(*kept, tok_ids, xp);
+  else
+    for (size_t t = 0; t < T; ++t)
+      std::memcpy(xp + t * D, w.tok_embd.data() + static_cast<size_t>(tok_ids[t]) * D, sizeof(float) * D);
   if (hp.embd_scale != 0.0f) be::scale(xp, static_cast<int64_t>(T) * D, hp.embd_scale);  // Gemma: sqrt(n_embd)
 }
 
@@ -121,6 +124,24 @@ void Context::Impl::matmul(const Pass& p, const float* in, const be::Weight& W, 
   if (!p.split) return be::matmul(eng, in, Ti, W, y, accumulate, p.inv);
   if (Td > 0) be::matmul(eng, in, Td, W, y, accumulate, false);
   if (Ti > Td) be::matmul(eng, in + Td * W.n_in(), Ti - Td, W, y + Td * W.n_out(), accumulate, true);
+}
+
+// y[T, Σ n_out] = in[T, n_in] · [W₀; W₁; …]ᵀ for a stacked projection: W when it is one weight, else each part's
+// product into part_out and copied to its columns of y (the parts' outputs side by side, in order).
+void Context::Impl::matmul_stacked(const Pass& p, const float* in, const be::Weight& W, std::span<const be::Weight> parts,
+                                   float* y) {
+  if (parts.empty()) return matmul(p, in, W, y, false);
+  int64_t n_all = 0;
+  for (const be::Weight& part : parts) n_all += part.n_out();
+  int64_t col = 0;
+  for (const be::Weight& part : parts) {
+    const int64_t n = part.n_out();
+    matmul(p, in, part, part_out.data(), false);
+    for (size_t t = 0; t < p.T; ++t)
+      std::memcpy(y + static_cast<int64_t>(t) * n_all + col, part_out.data() + static_cast<int64_t>(t) * n,
+                  sizeof(float) * static_cast<size_t>(n));
+    col += n;
+  }
 }
 
 // x += attn_output(attention(rope(q), rope(k), v)) with q, k, v = attn_norm(x) · wqkvᵀ (+ bias, Q/K norms);
@@ -137,7 +158,7 @@ void Context::Impl::attention_block(const Pass& p, int layer) {
   float* q = qkv.data();
   float* k = q + NQ;
   float* v = k + KV;
-  matmul(p, xb.data(), L.wqkv, q, false);
+  matmul_stacked(p, xb.data(), L.wqkv, L.qkv_parts, q);
   if (!L.bqkv.empty()) be::add_bias(q, L.bqkv.data(), Ti, QS);
   if (!L.q_norm.empty()) {  // per-head RMSNorm before RoPE (qwen3)
     be::rmsnorm_heads(q, L.q_norm.data(), Ti, hp.n_head, HD, QS, hp.rms_eps);
@@ -208,7 +229,7 @@ void Context::Impl::ffn_block(const Pass& p, int layer) {
   const int64_t Ti = static_cast<int64_t>(p.T);
   float* xp = x.data();
   be::rmsnorm(xp, L.ffn_norm.data(), xb.data(), Ti, D, hp.rms_eps);
-  matmul(p, xb.data(), L.w_gate_up, gu.data(), false);
+  matmul_stacked(p, xb.data(), L.w_gate_up, L.gate_up_parts, gu.data());
   if (!L.b_gate_up.empty()) be::add_bias(gu.data(), L.b_gate_up.data(), Ti, 2 * F);
   if (w.desc->ffn_act == arch::FfnActivation::GeluTanh)
     be::geglu_fused(gu.data(), hb.data(), Ti, F);

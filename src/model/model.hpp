@@ -68,15 +68,17 @@ const char* to_string(ComputeDtype d);
 /// Parses a name of kComputeDtypes ("f32", "bf16", "q8_0", "q4_0", "blocks" or "auto"); throws ArgumentError naming
 /// `what` and listing the names otherwise.
 ComputeDtype parse_compute_dtype(const std::string& s, const std::string& what = "--dtype");
-/// Resolves a request: Auto -> the kComputeDtypes row with auto_candidate that
+/// Resolves a request: Auto -> Blocks when every matrix of the file (token_embd
+/// included) is of a type with a kept-block kernel (`file_all_kept`: Q8_0,
+/// Q4_0, Q4_K, Q5_K, Q6_K, mixed or not), so the file stays resident at about
+/// its size; else the kComputeDtypes row with auto_candidate that
 /// keeps `file_type` (the one GGUF type of every matrix but token_embd, when
 /// they share one: Q8_0) when the CPU has no bf16 (on AVX2 the alternative is
 /// f32 at 4x the bytes), else BF16 when `cpu_bf16` (oneDNN's effective ISA
 /// >= avx512_core_bf16) and the file is not F32 (`file_f32`: every matrix
-/// F32), else F32; explicit dtypes are kept as asked. Auto never picks Q4_0
-/// (a Q4_0 file loads as bf16 or f32 unless q4_0 is asked for).
+/// F32), else F32; explicit dtypes are kept as asked.
 ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32,
-                           std::optional<gguf::TensorType> file_type);
+                           std::optional<gguf::TensorType> file_type, bool file_all_kept = false);
 /// resolve_dtype with `file_q8_0` standing for a file whose matrices but token_embd are all Q8_0.
 ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32, bool file_q8_0 = false);
 
@@ -96,10 +98,10 @@ KvCacheDtype resolve_kv_cache_dtype(KvCacheDtype requested, ComputeDtype compute
 /// percent of the resident bytes (matrices whose rows are 4 KiB multiples get
 /// 16 elements of padding per row).
 /// With `kept` a compute dtype whose row keeps a storage type (q8_0, q4_0, blocks), that
-/// type's matrices other than token_embd count as blocks (matrix_bytes: 1.125
-/// or 0.625 bytes per element, quants and an f32 scale per 32), a tied output from such a
-/// token_embd too, and a part of a fused projection (attn_q/k/v, ffn_gate/up)
-/// only when every part is of that type (the loader widens the whole fused
+/// type's matrices count as blocks (matrix_bytes: 1.125
+/// or 0.625 bytes per element, quants and an f32 scale per 32), token_embd too (a tied output
+/// then adds nothing: it multiplies those blocks), and a part of a fused projection (attn_q/k/v, ffn_gate/up)
+/// only when every part is of a kept type, each in its own blocks (the loader widens the whole fused
 /// matrix otherwise); any other `kept` keeps nothing.
 uint64_t estimate_weight_bytes(const gguf::File& f, DType dtype = DType::F32, ComputeDtype kept = ComputeDtype::F32);
 

@@ -20,12 +20,16 @@ namespace detail {
 /// empty vectors when the file has no such tensor.
 struct Layer {
   std::vector<float> attn_norm, ffn_norm;  // [n_embd]
-  backend::Weight wqkv;       // [n_q + 2 kv_dim, n_embd]: attn_q, attn_k, attn_v stacked (one matmul)
+  backend::Weight wqkv;       // [n_q + 2 kv_dim, n_embd]: attn_q, attn_k, attn_v stacked (one matmul), or empty
+  /// attn_q, attn_k, attn_v each in its own blocks when they are kept in different block types (wqkv empty);
+  /// their outputs go side by side as wqkv's would
+  std::vector<backend::Weight> qkv_parts;
   std::vector<float> bqkv;    // [n_q + 2 kv_dim]: attn_q/k/v biases (zeros for a missing one), or empty
   std::vector<float> q_norm, k_norm;  // [head_dim]: per-head RMSNorm weights (qwen3), or empty
   backend::Weight wo;         // [n_embd, n_q]
   std::vector<float> bo;      // [n_embd] or empty
-  backend::Weight w_gate_up;  // [2 n_ff, n_embd]: ffn_gate, ffn_up stacked (one matmul)
+  backend::Weight w_gate_up;  // [2 n_ff, n_embd]: ffn_gate, ffn_up stacked (one matmul), or empty
+  std::vector<backend::Weight> gate_up_parts;  // ffn_gate, ffn_up in their own block types (as qkv_parts)
   std::vector<float> b_gate_up;  // [2 n_ff] or empty
   backend::Weight w_down;     // [n_embd, n_ff]
   std::vector<float> b_down;  // [n_embd] or empty
@@ -47,6 +51,14 @@ struct KeptBlocks {
 };
 inline KeptBlocks kept_blocks(ComputeDtype d) { return {d}; }
 
+/// What the loader fills for token_embd and the output projection (Model::Impl's members of these names).
+struct Embedding {
+  std::vector<float>& tok_embd;
+  backend::Weight& embd_blocks;
+  backend::Weight& output;
+  bool& embd_in_output;
+};
+
 }  // namespace detail
 
 struct Model::Impl {
@@ -55,13 +67,16 @@ struct Model::Impl {
   const arch::Description* desc = nullptr;
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<backend::Engine> engine;
-  std::vector<float> tok_embd;  // [n_vocab, n_embd] rows for the embedding lookup
-  backend::Weight output;       // output projection [n_vocab, n_embd] (a copy of token_embd when tied)
+  std::vector<float> tok_embd;  // [n_vocab, n_embd] F32 rows for the embedding lookup; empty when kept as blocks
+  backend::Weight embd_blocks;  // token_embd in its own blocks (a kept type, untied output), else empty
+  backend::Weight output;       // output projection [n_vocab, n_embd] (token_embd's blocks or a copy when tied)
+  bool embd_in_output = false;  // tied output holding token_embd's kept blocks: the lookup reads `output`
   std::vector<float> output_norm;
   std::vector<detail::Layer> layers;
   std::vector<float> rope_factors;  // [n_rot/2] rope_freqs.weight, or empty
   backend::RopeParams rope;         // points into rope_factors
   size_t weight_bytes = 0;
+  int64_t max_part_rows = 0;  // most rows of a part in qkv_parts / gate_up_parts (0: every projection fused)
   LoadSummary summary;
   ComputeDtype dtype = ComputeDtype::F32;  ///< resolved compute dtype (never Auto)
   std::string dtype_note;                   ///< how it was chosen (Model::dtype_note)
@@ -70,6 +85,11 @@ struct Model::Impl {
   KvCacheDtype kv_dtype = KvCacheDtype::F32;  ///< a new Context's cache element type (never Auto)
 
   const backend::Weight& out_weight() const { return output; }
+  /// The kept-block weight whose rows the embedding lookup decodes (backend::gather_rows), or nullptr when
+  /// token_embd is held as F32 rows (tok_embd).
+  const backend::Weight* embd_weight() const {
+    return embd_in_output ? &output : embd_blocks.n_out() > 0 ? &embd_blocks : nullptr;
+  }
   int kv_dim() const { return hp.n_head_kv * hp.head_dim(); }
   int q_dim() const { return hp.n_embd_q(); }
   /// Positions a query of `layer` sees (the recipe's sliding layers), or 0: all earlier ones.

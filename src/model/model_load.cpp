@@ -160,10 +160,12 @@ void check_unchanged(const std::string& path, const FileStamp& at_open, uint64_t
 }
 
 /// What the file's matrices are, for resolve_dtype: every matrix F32 (`f32`); the one GGUF type of every
-/// matrix but token_embd when they share one that a compute dtype keeps as blocks (`kept`).
+/// matrix but token_embd when they share one that a compute dtype keeps as blocks (`kept`); every matrix
+/// of a type with a kept-block kernel (`all_kept`).
 struct FileKinds {
   bool f32 = true;
   std::optional<gguf::TensorType> kept;
+  bool all_kept = true;
 };
 FileKinds file_kinds(const gguf::File& f) {
   FileKinds k;
@@ -172,10 +174,12 @@ FileKinds file_kinds(const gguf::File& f) {
   for (const auto& t : f.tensors())
     if (t.dims.size() >= 2) {
       if (t.type != gguf::TensorType::F32) k.f32 = false;
+      k.all_kept = k.all_kept && keeps(ComputeDtype::Blocks, t.type);
       if (t.name == arch::kTokenEmbd) continue;
       uniform = uniform && (!shared || *shared == t.type);
       shared = t.type;
     }
+  k.all_kept = k.all_kept && !k.f32;  // some matrix, none F32
   if (uniform && shared)
     for (const ComputeDtypeInfo& i : kComputeDtypes)
       if (i.kept == shared) k.kept = shared;
@@ -223,18 +227,20 @@ std::unique_ptr<Tokenizer> load_tokenizer(const gguf::File& f, const std::string
 ComputeDtype choose_dtype(const gguf::File& f, ComputeDtype requested, std::string& note) {
   const FileKinds kinds = file_kinds(f);
   const bool cpu_bf16 = be::cpu_has_bf16();
-  const ComputeDtype dtype = resolve_dtype(requested, cpu_bf16, kinds.f32, kinds.kept);
-  note = fmt::format("{} -> {} (file {}, oneDNN ISA {}{})", to_string(requested), to_string(dtype),
-                     kinds.f32 ? "F32" : (kinds.kept ? gguf::type_name(*kinds.kept) : "not F32"), be::cpu_isa_name(),
+  const ComputeDtype dtype = resolve_dtype(requested, cpu_bf16, kinds.f32, kinds.kept, kinds.all_kept);
+  const std::string file = kinds.f32 ? "F32" : (kinds.kept ? gguf::type_name(*kinds.kept) : "not F32");
+  note = fmt::format("{} -> {} (file {}{}, oneDNN ISA {}{})", to_string(requested), to_string(dtype), file,
+                     kinds.all_kept ? ", every matrix a kept-block type" : "", be::cpu_isa_name(),
                      cpu_bf16 ? ", bf16" : ", no bf16");
   return dtype;
 }
 
-/// Throws when the weights (matrices as `mat_dtype`, token_embd F32) do not fit the memory budget.
+/// Throws when the weights (matrices as `mat_dtype`, token_embd in its kept blocks or F32) do not fit the memory
+/// budget.
 void check_weight_memory(const gguf::File& f, const std::string& path, const gguf::TensorInfo& te, DType mat_dtype,
                          ComputeDtype dtype) {
-  // token_embd stays F32 whatever the matrix dtype
-  const uint64_t embd_extra = (dtype_size(DType::F32) - dtype_size(mat_dtype)) * te.n_elements;
+  // token_embd not kept as blocks is F32 whatever the matrix dtype
+  const uint64_t embd_extra = keeps(dtype, te.type) ? 0 : (dtype_size(DType::F32) - dtype_size(mat_dtype)) * te.n_elements;
   const MemoryPart weights{"weights", estimate_weight_bytes(f, mat_dtype, dtype) + embd_extra};
   check_memory_plan(fmt::format("the model {}", path), std::span(&weights, 1), memory_budget(),
                     "use a smaller model or raise the memory limit");
@@ -289,45 +295,71 @@ class TensorReader {
   void put_blocks(be::Weight& w, int64_t row0, const std::string& name, uint64_t n_in, uint64_t n) {
     const gguf::TensorInfo& t = shaped(name, n_in, n);
     if (be::is_kquant(w.dtype())) return put_kquant_blocks(w, row0, t);
-    quants_.resize(n * n_in / be::kQBlock * static_cast<uint64_t>(be::block_quant_bytes(w.dtype())));
-    scales_.resize(n * n_in / be::kQBlock);
+    const uint64_t chunk = chunk_rows(n_in);  // split a chunk of rows at a time: no tensor-sized buffer
+    quants_.resize(chunk * n_in / be::kQBlock * static_cast<uint64_t>(be::block_quant_bytes(w.dtype())));
+    scales_.resize(chunk * n_in / be::kQBlock);
     if (!read_catching_sigbus(t.data, t.n_bytes, [&] {
-          split_block_rows(f_, t, 0, n, quants_.data(), scales_.data(), opts_.check_finite);
+          for (uint64_t r0 = 0; r0 < n; r0 += chunk) {
+            const uint64_t nr = std::min(chunk, n - r0);
+            const int64_t at = row0 + static_cast<int64_t>(r0);
+            split_block_rows(f_, t, r0, nr, quants_.data(), scales_.data(), opts_.check_finite);
+            if (w.dtype() == be::Dtype::Q4_0)
+              w.set_rows_q4_0(at, quants_.data(), scales_.data(), static_cast<int64_t>(nr));
+            else
+              w.set_rows_q8_0(at, reinterpret_cast<const int8_t*>(quants_.data()), scales_.data(),
+                              static_cast<int64_t>(nr));
+          }
         }))
       changed_while_loading(path_, fmt::format("truncated while reading tensor '{}'", name));
-    if (w.dtype() == be::Dtype::Q4_0)
-      w.set_rows_q4_0(row0, quants_.data(), scales_.data(), static_cast<int64_t>(n));
-    else
-      w.set_rows_q8_0(row0, reinterpret_cast<const int8_t*>(quants_.data()), scales_.data(), static_cast<int64_t>(n));
   }
 
-  /// K-quant rows: the tensor's super-blocks copied as they are; with check_finite, decoded once (the
-  /// values the kernel multiplies) to refuse a NaN/Inf weight by element.
+  /// K-quant rows: the tensor's super-blocks copied as they are; with check_finite, decoded a chunk of rows
+  /// at a time (the values the kernel multiplies) to refuse a NaN/Inf weight by element.
   void put_kquant_blocks(be::Weight& w, int64_t row0, const gguf::TensorInfo& t) {
     if (!read_catching_sigbus(t.data, t.n_bytes, [&] {
-          if (opts_.check_finite) {
-            rows_.resize(t.n_elements);
-            dequantize_rows(f_, t, 0, t.n_rows(), DType::F32, rows_.data(), {true, opts_.threads});
-          }
+          const uint64_t chunk = chunk_rows(t.row_length());
+          if (opts_.check_finite) rows_.resize(std::min(chunk, t.n_rows()) * t.row_length());
+          for (uint64_t r0 = 0; opts_.check_finite && r0 < t.n_rows(); r0 += chunk)
+            dequantize_rows(f_, t, r0, std::min(chunk, t.n_rows() - r0), DType::F32, rows_.data(), {true, opts_.threads});
           w.set_rows_kquant(row0, t.data, static_cast<int64_t>(t.n_rows()));
         }))
       changed_while_loading(path_, fmt::format("truncated while reading tensor '{}'", t.name));
   }
 
+  /// Whether tensor `t` (rows of n_in elements) stays in its own blocks under the compute dtype.
+  bool keeps(const gguf::TensorInfo& t, uint64_t n_in) const {
+    return keep_.keeps(t.type) && n_in % gguf::type_info(t.type).block_size == 0;
+  }
+
+  /// Matrix `name` (ggml dims {n_in, n_out}, of a type keeps() accepts) as a weight [n_out, n_in] in its own
+  /// blocks; counts its bytes.
+  be::Weight kept(const std::string& name, uint64_t n_in, uint64_t n_out) {
+    be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in), keep_.weight_dtype(f_.tensor(name).type));
+    put_blocks(w, 0, name, n_in, n_out);
+    used_.insert(name);
+    weight_bytes_ += w.bytes();
+    return w;
+  }
+
   /// One weight from several tensors stacked along n_out (fused projections): one block weight when every
-  /// part is of one type the compute dtype keeps, else each part converted to the matrix dtype and transposed once into the
-  /// matmul layout.
-  be::Weight stacked(Parts parts, uint64_t n_in) {
+  /// part is of one type the compute dtype keeps; with `kept_parts`, when every part is of a kept type but the
+  /// types differ, each part in its own blocks (into *kept_parts, the returned weight empty); else each part
+  /// converted to the matrix dtype and transposed once into the matmul layout.
+  be::Weight stacked(Parts parts, uint64_t n_in, std::vector<be::Weight>* kept_parts = nullptr) {
     uint64_t n_out = 0;
     const gguf::TensorInfo* first = f_.find_tensor(parts.begin()->first);
-    // every part of one kept type: one block weight
-    bool blocks = first && keep_.keeps(first->type) && n_in % gguf::type_info(first->type).block_size == 0;
+    bool blocks = true, one_type = true;  // every part kept; every part of the first's type
     for (const auto& p : parts) {
       n_out += p.second;
       const gguf::TensorInfo* t = f_.find_tensor(p.first);
-      blocks = blocks && t && t->type == first->type;
+      blocks = blocks && t && keeps(*t, n_in);
+      one_type = one_type && t && t->type == first->type;
     }
-    if (blocks) {
+    if (blocks && !one_type && kept_parts) {
+      for (const auto& [name, n] : parts) kept_parts->push_back(kept(name, n_in, n));
+      return be::Weight();
+    }
+    if (blocks && one_type) {
       be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in), keep_.weight_dtype(first->type));
       int64_t row0 = 0;
       for (const auto& [name, n] : parts) {
@@ -407,28 +439,36 @@ class TensorReader {
   std::unordered_set<std::string> used_;  // every tensor of the file must be used
   std::vector<float> rows_;               // F32 matrices
   std::vector<uint16_t> rows16_;          // BF16 matrices
-  std::vector<uint8_t> quants_;           // Q8_0/Q4_0 matrices kept as blocks (K-quant rows are copied whole)
+  std::vector<uint8_t> quants_;           // a chunk of Q8_0/Q4_0 rows kept as blocks (K-quant rows are copied whole)
   std::vector<float> scales_;
+
+  /// Rows per chunk when blocks are split or checked: about 4 MiB of f32, a multiple of 4 rows.
+  static uint64_t chunk_rows(uint64_t n_in) { return std::max<uint64_t>(4, (uint64_t{1} << 20) / n_in / 4 * 4); }
 };
 
-/// token_embd into tok_embd ([n_vocab, n_embd] F32) and the output projection: output.weight, or when it is
-/// absent (tied) token_embd's blocks (kept type) or a copy of tok_embd. Sets hp.tied_output.
-void load_embedding_output(TensorReader& r, HParams& hp, const gguf::TensorInfo& te, std::vector<float>& tok_embd,
-                           be::Weight& output) {
+/// token_embd and the output projection (output.weight, or token_embd when it is absent: tied). A kept type
+/// stays in its blocks (embd_blocks, or the tied output itself) and the lookup decodes rows from them; else
+/// token_embd is read into tok_embd ([n_vocab, n_embd] F32) and a tied output is a copy in the matrix dtype.
+/// Sets hp.tied_output.
+void load_embedding_output(TensorReader& r, HParams& hp, const gguf::TensorInfo& te, detail::Embedding im) {
   const uint64_t D = hp.n_embd, V = hp.n_vocab;
-  const detail::KeptBlocks keep = r.keep();
-  tok_embd.resize(V * D);
-  r.fill(tok_embd.data(), std::string(arch::kTokenEmbd), D, V);
+  const std::string name(arch::kTokenEmbd);
   hp.tied_output = r.file().find_tensor(arch::kOutput) == nullptr;
-  if (hp.tied_output && keep.keeps(te.type)) {  // the output keeps token_embd's blocks
-    output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D), keep.weight_dtype(te.type));
-    r.put_blocks(output, 0, std::string(arch::kTokenEmbd), D, V);
-  } else if (hp.tied_output) {
-    output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D), r.wdt());
-    output.set_rows(0, tok_embd.data(), static_cast<int64_t>(V));
+  if (r.keeps(te, D)) {
+    be::Weight w = r.kept(name, D, V);
+    im.embd_in_output = hp.tied_output;
+    (hp.tied_output ? im.output : im.embd_blocks) = std::move(w);
+    if (hp.tied_output) return;
   } else {
-    output = r.mat(std::string(arch::kOutput), D, V);
+    im.tok_embd.resize(V * D);
+    r.fill(im.tok_embd.data(), name, D, V);
+    if (hp.tied_output) {
+      im.output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D), r.wdt());
+      im.output.set_rows(0, im.tok_embd.data(), static_cast<int64_t>(V));
+      return;
+    }
   }
+  im.output = r.mat(std::string(arch::kOutput), D, V);
 }
 
 /// rope_freqs.weight [n_rot/2] (each in [0.001, 1000]) when the architecture has it, else empty.
@@ -457,7 +497,7 @@ void load_layer(TensorReader& r, const arch::Description& d, const HParams& hp, 
     L.wqkv = r.mat(w("attn_qkv"), D, Q + 2 * KV);
     L.bqkv = r.vecs(d.qkv_bias, {{b("attn_qkv"), Q + 2 * KV}});
   } else {
-    L.wqkv = r.stacked({{w("attn_q"), Q}, {w("attn_k"), KV}, {w("attn_v"), KV}}, D);
+    L.wqkv = r.stacked({{w("attn_q"), Q}, {w("attn_k"), KV}, {w("attn_v"), KV}}, D, &L.qkv_parts);
     L.bqkv = r.vecs(d.qkv_bias, {{b("attn_q"), Q}, {b("attn_k"), KV}, {b("attn_v"), KV}});
   }
   L.q_norm = r.vecs(d.qk_norm, {{w("attn_q_norm"), HD}});
@@ -471,7 +511,7 @@ void load_layer(TensorReader& r, const arch::Description& d, const HParams& hp, 
     L.w_gate_up = r.mat(w("ffn_up"), D, 2 * F);
     L.b_gate_up = r.vecs(d.ffn_bias, {{b("ffn_up"), 2 * F}});
   } else {
-    L.w_gate_up = r.stacked({{w("ffn_gate"), F}, {w("ffn_up"), F}}, D);
+    L.w_gate_up = r.stacked({{w("ffn_gate"), F}, {w("ffn_up"), F}}, D, &L.gate_up_parts);
     L.b_gate_up = r.vecs(d.ffn_bias, {{b("ffn_gate"), F}, {b("ffn_up"), F}});
   }
   L.w_down = r.mat(w("ffn_down"), F, D);
@@ -488,8 +528,12 @@ void load_layer(TensorReader& r, const arch::Description& d, const HParams& hp, 
 std::string kept_weight_dtype(detail::KeptBlocks keep, const be::Weight& output,
                               const std::vector<detail::Layer>& layers, std::string& note) {
   std::vector<const be::Weight*> all = {&output};
-  for (const auto& L : layers)
-    for (const be::Weight* w : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down}) all.push_back(w);
+  for (const auto& L : layers) {
+    for (const be::Weight* w : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down})
+      if (w->n_out() > 0) all.push_back(w);
+    for (const auto* parts : {&L.qkv_parts, &L.gate_up_parts})
+      for (const be::Weight& w : *parts) all.push_back(&w);
+  }
   std::string types;  // the kept storage types' names, "Q4_K+Q6_K"
   size_t kept = 0;
   for (const gguf::TypeInfo& ti : gguf::kTensorTypes) {
@@ -514,7 +558,7 @@ std::string kept_weight_dtype(detail::KeptBlocks keep, const be::Weight& output,
 ComputeDtype resolve_dtype_for_file(const std::string& path, ComputeDtype requested) {
   if (requested != ComputeDtype::Auto) return requested;
   const FileKinds k = file_kinds(gguf::File(path));
-  return resolve_dtype(requested, be::cpu_has_bf16(), k.f32, k.kept);
+  return resolve_dtype(requested, be::cpu_has_bf16(), k.f32, k.kept, k.all_kept);
 }
 
 std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& opts) {
@@ -551,7 +595,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   if (opts.on_load_stage) opts.on_load_stage("copy");
 
   TensorReader r(f, path, opts, keep, mat_dtype, im.weight_bytes);
-  load_embedding_output(r, hp, te, im.tok_embd, im.output);
+  load_embedding_output(r, hp, te, {im.tok_embd, im.embd_blocks, im.output, im.embd_in_output});
   im.output_norm = r.vec(std::string(arch::kOutputNorm), hp.n_embd);
   im.rope_factors = load_rope_factors(r, desc, hp, path);
   hp.rope_freq_factors = !im.rope_factors.empty();
@@ -560,16 +604,20 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
                            hp.rope_style == arch::RopeStyle::Neox};
   im.layers.resize(static_cast<size_t>(hp.n_layer));
   for (int l = 0; l < hp.n_layer; ++l) load_layer(r, desc, hp, l, im.layers[static_cast<size_t>(l)], path);
+  for (const detail::Layer& L : im.layers)
+    for (const auto* parts : {&L.qkv_parts, &L.gate_up_parts})
+      for (const be::Weight& w : *parts) im.max_part_rows = std::max(im.max_part_rows, w.n_out());
   hp.qkv_bias = !im.layers[0].bqkv.empty();
   hp.qk_norm = !im.layers[0].q_norm.empty();
   r.check_all_used(hp.arch);
   check_unchanged(path, *at_open, file_bytes.size());  // and after: the copy saw one version of the file
   im.engine = std::make_unique<be::Engine>(opts.threads);
   im.summary = summarize_gguf(f);
-  // weight_bytes: matrices in mat_dtype (or kept blocks), token_embd and norms F32; a tied output adds its copy.
+  // weight_bytes: matrices in mat_dtype (or kept blocks), token_embd (its kept blocks, else F32) and norms F32;
+  // a tied output adds its copy unless it is token_embd's kept blocks.
   im.summary.weight_dtype =
       keep.any() ? kept_weight_dtype(keep, im.output, im.layers, im.dtype_note) : dtype_name(mat_dtype);
-  im.summary.resident_bytes = im.weight_bytes + (hp.tied_output ? im.output.bytes() : 0);
+  im.summary.resident_bytes = im.weight_bytes + (hp.tied_output && !im.embd_in_output ? im.output.bytes() : 0);
   im.summary.load_seconds = load_time.seconds();
   return m;
 }

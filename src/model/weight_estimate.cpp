@@ -15,8 +15,8 @@ namespace kveval {
 
 namespace {
 
-/// The loader fuses attn_q/k/v and ffn_gate/up of a block into one matrix and
-/// keeps it as blocks only when every part is of the kept type: the names of
+/// The loader fuses attn_q/k/v and ffn_gate/up of a block into one matrix (or keeps each part
+/// in its own blocks) only when every part is of a kept type: the names of
 /// the parts fused with tensor `name` ("blk.3.attn_k.weight" -> blk.3.attn_q/k/v),
 /// or `name` alone. A recipe with fused_qkv / fused_gate_up has one of them
 /// (attn_qkv, ffn_up): the others are absent from the file.
@@ -45,11 +45,11 @@ uint64_t matrix_bytes(ComputeDtype d, gguf::TensorType t, bool kept, uint64_t n_
 
 uint64_t estimate_weight_bytes(const gguf::File& f, DType dtype, ComputeDtype kept) {
   auto kept_type = [&](const gguf::TensorInfo& t) { return keeps(kept, t.type); };
-  auto all_parts_kept = [&](const gguf::TensorInfo& t) {  // every part of the kept type of `t`
+  auto all_parts_kept = [&](const gguf::TensorInfo& t) {  // every part of a kept type (each in its own blocks)
     for (const std::string& p : fused_parts(t.name)) {
       const gguf::TensorInfo* pt = f.find_tensor(p);
       if (pt == nullptr) continue;  // absent: a recipe's fused tensor stands for it
-      if (pt->type != t.type || !kept_type(*pt)) return false;
+      if (!kept_type(*pt)) return false;
     }
     return true;
   };
@@ -59,12 +59,13 @@ uint64_t estimate_weight_bytes(const gguf::File& f, DType dtype, ComputeDtype ke
   };
   uint64_t bytes = 0;
   for (const gguf::TensorInfo& t : f.tensors()) {
-    const bool blocks = kept_type(t) && t.dims.size() == 2 && t.name != arch::kTokenEmbd && all_parts_kept(t);
+    const bool blocks = kept_type(t) && t.dims.size() == 2 && all_parts_kept(t);
     bytes += bytes_of(blocks, t);
   }
-  // A tied output projection is a second copy of token_embd (kept blocks or the matrix dtype).
+  // A tied output projection is a second copy of token_embd in the matrix dtype, unless token_embd stays in
+  // its kept blocks (the output then multiplies those blocks and the lookup decodes rows from them).
   if (f.find_tensor(arch::kOutput) == nullptr)
-    if (const gguf::TensorInfo* te = f.find_tensor(arch::kTokenEmbd)) bytes += bytes_of(kept_type(*te), *te);
+    if (const gguf::TensorInfo* te = f.find_tensor(arch::kTokenEmbd); te && !kept_type(*te)) bytes += bytes_of(false, *te);
   return bytes;
 }
 

@@ -285,6 +285,22 @@ TEST_SUITE("backend.kquants") {
     }
   }
 
+  TEST_CASE("gather_rows decodes the looked-up K-quant rows to the naive decoder's bits, extreme and zero blocks included") {
+    for (Dtype dt : kFormats) {
+      INFO(std::string(to_string(dt)));
+      const KBlocks mat(dt, 9, 512, 41);  // 18 super-blocks: every kind of KBlocks, extreme scales and zeros
+      const Weight w = mat.weight();
+      // row 2: blocks 4 and 5 (the largest and the smallest scales); row 3: block 6 (all zero)
+      const std::vector<int32_t> ids = {8, 0, 2, 2, 3};
+      std::vector<float> got(ids.size() * 512);
+      gather_rows(w, ids, got.data());
+      for (size_t i = 0; i < ids.size(); ++i)
+        CHECK(std::memcmp(got.data() + i * 512, mat.v.data() + static_cast<size_t>(ids[i]) * 512, 512 * sizeof(float)) == 0);
+      const std::vector<int32_t> past = {9};
+      CHECK_THROWS_AS(gather_rows(w, past, got.data()), kveval::ArgumentError);
+    }
+  }
+
   TEST_CASE("warm K-quant products create no primitive and allocate nothing") {
     for (Dtype dt : kFormats) {
       const KBlocks mat(dt, 1024, 256, 3);

@@ -202,6 +202,29 @@ TEST_SUITE("backend.qblocks") {
     }
   }
 
+  TEST_CASE("gather_rows decodes the looked-up rows (the last of a padded group included) to d * quant") {
+    for (Dtype dt : kFormats) {
+      const Blocks mat(dt, 7, 96, 13);  // 7 rows: the second group of 4 is padded
+      const Weight w = mat.weight();
+      const std::vector<int32_t> ids = {6, 0, 3, 3, 4};
+      std::vector<float> t(ids.size() * 96, -1.0f);
+      gather_rows(w, ids, t.data());
+      int64_t differ = 0;
+      for (size_t i = 0; i < ids.size(); ++i)
+        for (int64_t k = 0; k < 96; ++k)
+          differ += t[i * 96 + static_cast<size_t>(k)] != mat.scale(ids[i], k) * static_cast<float>(mat.quant(ids[i], k));
+      INFO(std::string(to_string(dt)));
+      CHECK(differ == 0);
+      const std::vector<int32_t> past = {7}, negative = {-1};
+      CHECK_THROWS_AS(gather_rows(w, past, t.data()), kveval::ArgumentError);
+      CHECK_THROWS_AS(gather_rows(w, negative, t.data()), kveval::ArgumentError);
+    }
+    const Weight f32(std::vector<float>(64, 1.0f), 2, 32);
+    std::vector<float> t(32);
+    const std::vector<int32_t> zero = {0};
+    CHECK_THROWS_AS(gather_rows(f32, zero, t.data()), kveval::ArgumentError);
+  }
+
   TEST_CASE("warm Q8_0/Q4_0 products create no primitive and allocate nothing") {
     for (Dtype dt : kFormats) {
       const Blocks mat(dt, 1024, 256, 3);

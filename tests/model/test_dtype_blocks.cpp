@@ -1,10 +1,13 @@
 // The `blocks` compute dtype: every matrix whose GGUF type has a kept-block
-// kernel stays in its own blocks (K-quant super-blocks copied as they are), on
-// llama.cpp's K-quant fixtures (../shared/quant: pure Q4_K, Q5_K, Q6_K and the
-// Q4_K_M mix): log-probs against f32 and expected.json's float64 reference,
-// and resident bytes against the file's tensor bytes.
+// kernel stays in its own blocks (K-quant super-blocks copied as they are),
+// token_embd and the parts of a fused projection of different types included,
+// on llama.cpp's K-quant fixtures (../shared/quant: pure Q4_K, Q5_K, Q6_K and
+// the Q4_K_M / Q5_K_M mixes): log-probs against f32 and expected.json's float64
+// reference, resident bytes against the file's tensor bytes, and `auto`
+// choosing blocks for such files.
 #include <doctest/doctest.h>
 
+#include "backend/backend.hpp"
 #include "model/gguf.hpp"
 #include "model/kept_blocks.hpp"
 
@@ -12,11 +15,10 @@ using namespace kveval;
 
 namespace {
 
-/// Resident bytes when every matrix but token_embd is kept as the file holds it and token_embd
-/// (and the F32 norms) are F32: the file's tensor bytes with token_embd widened.
-uint64_t file_bytes_embd_widened(const gguf::File& f) {
+/// The file's tensor bytes (every tensor as the file holds it).
+uint64_t file_bytes(const gguf::File& f) {
   uint64_t bytes = 0;
-  for (const auto& t : f.tensors()) bytes += t.name == "token_embd.weight" ? t.n_elements * 4 : t.n_bytes;
+  for (const auto& t : f.tensors()) bytes += t.n_bytes;
   return bytes;
 }
 
@@ -35,42 +37,78 @@ TEST_SUITE("model.dtype_blocks") {
       CHECK(g.vs_ref < 1e-4);  // the widened path's bound (model.quant_shared)
       auto m = Model::load(file, {.threads = 2, .dtype = ComputeDtype::Blocks});
       const gguf::File f(file);
-      const uint64_t want = file_bytes_embd_widened(f);
+      const uint64_t want = file_bytes(f);  // token_embd in its blocks too
       CHECK(m->load_summary().resident_bytes == want);
+      CHECK(m->load_summary().file_tensor_bytes == want);
       CHECK(estimate_weight_bytes(f, DType::F32, ComputeDtype::Blocks) == want);
       MESSAGE(name << ": resident " << m->load_summary().resident_bytes << " bytes, file tensors "
                    << m->load_summary().file_tensor_bytes);
     }
   }
 
-  TEST_CASE("blocks: the Q4_K_M mix keeps Q4_K and Q6_K matrices; a fused matrix of two types is widened") {
-    const std::string file = test::quant_file("model-Q4_K_M.gguf");
-    if (file.empty()) return;
-    const gguf::File f(file);
-    // Which matrices can stay: the fused [q; k; v] and [gate; up] only when their parts share one type.
-    bool widened = false;
-    for (int l = 0; l < 2; ++l) {
-      const std::string b = "blk." + std::to_string(l) + ".";
-      auto type = [&](const char* n) { return f.tensor(b + n + ".weight").type; };
-      widened = widened || type("attn_q") != type("attn_k") || type("attn_k") != type("attn_v") ||
+  TEST_CASE("blocks: the Q4_K_M and Q5_K_M mixes keep every matrix in its own type, fused parts of two types included") {
+    for (const auto& [name, types] : std::vector<std::pair<std::string, std::string>>{
+             {"model-Q4_K_M.gguf", "Q4_K+Q6_K"}, {"model-Q5_K_M.gguf", "Q5_K+Q6_K"}}) {
+      CAPTURE(name);
+      const std::string file = test::quant_file(name);
+      if (file.empty()) return;
+      const gguf::File f(file);
+      // The fixture has a fused projection whose parts differ in type (attn_v or ffn_down in Q6_K).
+      bool mixed = false;
+      for (int l = 0; l < 2; ++l) {
+        const std::string b = "blk." + std::to_string(l) + ".";
+        auto type = [&](const char* n) { return f.tensor(b + n + ".weight").type; };
+        mixed = mixed || type("attn_q") != type("attn_k") || type("attn_k") != type("attn_v") ||
                 type("ffn_gate") != type("ffn_up");
+      }
+      CHECK(mixed);
+      const test::RollingGap g = test::rolling_gap(file, ComputeDtype::Blocks, types);
+      CHECK(g.vs_f32 < 1e-5);
+      CHECK(g.vs_ref < 1e-4);
+      auto m = Model::load(file, {.threads = 2, .dtype = ComputeDtype::Blocks});
+      const uint64_t resident = m->load_summary().resident_bytes;
+      CHECK(resident == estimate_weight_bytes(f, DType::F32, ComputeDtype::Blocks));
+      CHECK(resident == file_bytes(f));
+      CHECK(double(resident) <= 1.05 * double(m->load_summary().file_tensor_bytes));
+      MESSAGE(name << ": resident " << resident << " bytes, file tensors " << m->load_summary().file_tensor_bytes
+                   << ", weights " << m->load_summary().weight_dtype);
     }
-    const test::RollingGap g = test::rolling_gap(file, ComputeDtype::Blocks, widened ? "Q4_K+Q6_K+F32" : "Q4_K+Q6_K");
-    CHECK(g.vs_f32 < 1e-5);
-    CHECK(g.vs_ref < 1e-4);
-    auto m = Model::load(file, {.threads = 2, .dtype = ComputeDtype::Blocks});
-    CHECK(m->load_summary().resident_bytes == estimate_weight_bytes(f, DType::F32, ComputeDtype::Blocks));
-    CHECK(m->load_summary().resident_bytes >= file_bytes_embd_widened(f));
-    MESSAGE("Q4_K_M: resident " << m->load_summary().resident_bytes << " bytes, file tensors "
-                                << m->load_summary().file_tensor_bytes << ", weights " << m->load_summary().weight_dtype);
   }
 
   TEST_CASE("blocks: decode steps on K-quant blocks match f32 (logits within 1e-4, greedy tokens equal)") {
-    const std::string file = test::quant_file("model-Q4_K_M.gguf");
-    if (file.empty()) return;
-    CHECK(test::decode_logit_gap(file, ComputeDtype::Blocks) < 1e-4);
-    std::unique_ptr<Model> q;
-    CHECK(test::greedy_gap(file, ComputeDtype::Blocks, {{1, 5, 9}, {1, 100, 7, 8}}, q) < 1e-4);
+    for (const char* name : {"model-Q4_K_M.gguf", "model-Q5_K_M.gguf"}) {
+      CAPTURE(name);
+      const std::string file = test::quant_file(name);
+      if (file.empty()) return;
+      CHECK(test::decode_logit_gap(file, ComputeDtype::Blocks) < 1e-4);
+      std::unique_ptr<Model> q;
+      CHECK(test::greedy_gap(file, ComputeDtype::Blocks, {{1, 5, 9}, {1, 100, 7, 8}}, q) < 1e-4);
+    }
+  }
+
+  TEST_CASE("auto picks blocks when every matrix is of a kept-block type, else what it picked before") {
+    for (const char* name : {"model-Q4_K_M.gguf", "model-Q5_K_M.gguf", "model-Q8_0.gguf", "model-Q4_0.gguf",
+                             "model-Q6_K.gguf"}) {
+      CAPTURE(name);
+      const std::string file = test::quant_file(name);
+      if (file.empty()) return;
+      CHECK(resolve_dtype_for_file(file, ComputeDtype::Auto) == ComputeDtype::Blocks);
+      auto m = Model::load(file, {.threads = 1, .dtype = ComputeDtype::Auto});
+      CHECK(m->dtype() == ComputeDtype::Blocks);
+      CHECK(m->dtype_note().find("auto -> blocks (") == 0);
+      CHECK(m->dtype_note().find("every matrix a kept-block type") != std::string::npos);
+      CHECK(m->load_summary().weight_dtype.find("F32") == std::string::npos);
+    }
+    // Q2_K, Q3_K, Q5_0 and F16 matrices have no kept-block kernel: auto resolves as it does for any such file.
+    const ComputeDtype other = resolve_dtype(ComputeDtype::Auto, backend::cpu_has_bf16(), false, std::nullopt);
+    for (const char* name : {"model-Q2_K.gguf", "model-Q3_K.gguf", "model-Q5_0.gguf", "model-F16.gguf"}) {
+      CAPTURE(name);
+      const std::string file = test::quant_file(name);
+      if (file.empty()) return;
+      CHECK(resolve_dtype_for_file(file, ComputeDtype::Auto) == other);
+    }
+    const std::string f32 = test::quant_file("model-F32.gguf");
+    if (!f32.empty()) CHECK(resolve_dtype_for_file(f32, ComputeDtype::Auto) == ComputeDtype::F32);
   }
 
   TEST_CASE("blocks keeps Q8_0 as q8_0 does") {

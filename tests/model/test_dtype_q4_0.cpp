@@ -80,7 +80,8 @@ TEST_SUITE("model.dtype_q4_0") {
     auto m = Model::load(file, {.threads = 1, .dtype = ComputeDtype::Q4_0});
     REQUIRE(!m->hparams().tied_output);
     const uint64_t all_f32 = (test::FixtureElements::f32 + test::FixtureElements::matrices) * 4;
-    const uint64_t kept = test::FixtureElements::f32 * 4 + test::FixtureElements::matrices * 5 / 8;  // n/2 + n/32 * 4
+    const uint64_t embd = test::FixtureElements::V * test::FixtureElements::D;  // token_embd: kept, not F32
+    const uint64_t kept = (test::FixtureElements::f32 - embd) * 4 + (test::FixtureElements::matrices + embd) * 5 / 8;  // n/2 + n/32 * 4
     CHECK(m->load_summary().resident_bytes == kept);
     CHECK(m->weight_bytes() == kept);
     CHECK(m->dtype_note().find("file Q4_0") != std::string::npos);

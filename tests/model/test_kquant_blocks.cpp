@@ -1,16 +1,22 @@
 // Q4_K, Q5_K and Q6_K matrices of files quantized by llama.cpp (../shared/quant)
 // kept as blocks in a backend::Weight: widened rows equal the model layer's
-// dequantizer (bit-identical to gguf-py's numpy) element for element, and the
+// dequantizer (bit-identical to gguf-py's numpy) element for element, the
 // exact-mode block kernel matches a float64 product of those values within f32
-// rounding. Skipped, with a message, when ../shared (KVEVAL_SHARED_DIR) is absent.
+// rounding, and rows looked up from kept token_embd blocks (Q4_K, Q5_K, Q6_K,
+// Q8_0, Q4_0; random K-quant blocks with extreme scales too) equal the
+// dequantizer's rows bit for bit. Skipped, with a message, when ../shared (KVEVAL_SHARED_DIR) is absent.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "backend/backend.hpp"
 #include "backend/kquants.hpp"
@@ -21,7 +27,96 @@
 
 using namespace kveval;
 
+namespace {
+
+/// Tensor `t` (a type with a kept-block kernel) in a block weight, built as the loader builds it.
+backend::Weight kept_weight(const gguf::File& f, const gguf::TensorInfo& t) {
+  const auto K = static_cast<int64_t>(t.row_length()), N = static_cast<int64_t>(t.n_rows());
+  const backend::Dtype dt = *gguf::type_info(t.type).kept;
+  backend::Weight w(N, K, dt);
+  if (backend::is_kquant(dt)) {
+    w.set_rows_kquant(0, t.data, N);
+    return w;
+  }
+  std::vector<uint8_t> q(static_cast<size_t>(N * K / backend::kQBlock * backend::block_quant_bytes(dt)));
+  std::vector<float> d(static_cast<size_t>(N * K / backend::kQBlock));
+  split_block_rows(f, t, 0, static_cast<uint64_t>(N), q.data(), d.data());
+  if (dt == backend::Dtype::Q4_0)
+    w.set_rows_q4_0(0, q.data(), d.data(), N);
+  else
+    w.set_rows_q8_0(0, reinterpret_cast<const int8_t*>(q.data()), d.data(), N);
+  return w;
+}
+
+/// Looks up rows `ids` of `w` (gather_rows) and compares each with `want` ([n_out, n_in], the dequantizer's
+/// values) bit for bit; returns the rows that differ.
+int rows_differing(const backend::Weight& w, const std::vector<int32_t>& ids, const std::vector<float>& want) {
+  const auto K = static_cast<size_t>(w.n_in());
+  std::vector<float> got(ids.size() * K);
+  backend::gather_rows(w, ids, got.data());
+  int differ = 0;
+  for (size_t i = 0; i < ids.size(); ++i)
+    differ += std::memcmp(got.data() + i * K, want.data() + static_cast<size_t>(ids[i]) * K, K * sizeof(float)) != 0;
+  return differ;
+}
+
+}  // namespace
+
 TEST_SUITE("model.kquant_blocks") {
+  TEST_CASE("token_embd rows looked up from kept blocks equal the dequantizer's rows, bit for bit") {
+    const std::string shared = test::shared_dir();
+    if (shared.empty() || !std::ifstream(shared + "/quant/model-Q4_K_M.gguf")) {
+      MESSAGE("skipped: no ../shared/quant fixtures (KVEVAL_SHARED_DIR or <source>/../shared)");
+      return;
+    }
+    std::set<std::string> types;
+    for (const char* name : {"model-Q4_K.gguf", "model-Q5_K.gguf", "model-Q6_K.gguf", "model-Q4_K_M.gguf",
+                             "model-Q5_K_M.gguf", "model-Q8_0.gguf", "model-Q4_0.gguf"}) {
+      const gguf::File file(shared + "/quant/" + name);
+      const gguf::TensorInfo& t = file.tensor("token_embd.weight");
+      INFO(name << " " << gguf::type_name(t.type));
+      REQUIRE(gguf::type_info(t.type).kept.has_value());
+      const backend::Weight w = kept_weight(file, t);
+      std::vector<float> want(t.n_elements);
+      dequantize(t.type, t.data, want.data(), t.n_elements, 1);
+      const auto V = static_cast<int32_t>(t.n_rows());
+      std::vector<int32_t> ids = {0, V - 1, 1, 2, 3, V - 2, 7, 7};
+      std::mt19937 g(3);
+      for (int i = 0; i < 64; ++i) ids.push_back(std::uniform_int_distribution<int32_t>(0, V - 1)(g));
+      CHECK(rows_differing(w, ids, want) == 0);
+      types.insert(gguf::type_name(t.type));
+    }
+    MESSAGE("token_embd types checked: " << fmt::format("{}", fmt::join(types, ", ")));
+    CHECK(types.size() >= 4);
+  }
+
+  TEST_CASE("rows looked up from random K-quant blocks (extreme and subnormal scales, zero blocks) equal dequantize()") {
+    for (const gguf::TensorType type : {gguf::TensorType::Q4_K, gguf::TensorType::Q5_K, gguf::TensorType::Q6_K}) {
+      const gguf::TypeInfo& ti = gguf::type_info(type);
+      INFO(ti.name);
+      const int64_t N = 12, K = 512, bb = ti.type_size, nb = N * K / 256;
+      std::vector<std::byte> b(static_cast<size_t>(nb * bb));
+      std::mt19937 g(17);
+      for (auto& v : b) v = static_cast<std::byte>(g() & 0xFF);
+      for (int64_t i = 0; i < nb; ++i) {  // super-block kinds by i % 4: random, largest d, subnormal d, zero
+        std::byte* p = b.data() + i * bb;
+        const int kind = static_cast<int>(i % 4);
+        if (kind == 3) std::fill(p, p + bb, std::byte{0});
+        const uint16_t d = kind == 1 ? 0x7BFF : kind == 2 ? 0x0001 : 0x1C00;  // 65504, 2^-24, 2^-8
+        const int64_t at = type == gguf::TensorType::Q6_K ? 208 : 0;
+        if (kind == 3) continue;
+        p[at] = std::byte(d & 0xFF), p[at + 1] = std::byte(d >> 8);
+        if (type != gguf::TensorType::Q6_K) p[2] = p[0], p[3] = p[1];  // dmin = d
+      }
+      backend::Weight w(N, K, *ti.kept);
+      w.set_rows_kquant(0, b.data(), N);
+      std::vector<float> want(static_cast<size_t>(N * K));
+      dequantize(type, b.data(), want.data(), static_cast<uint64_t>(N * K), 1);
+      CHECK(rows_differing(w, {11, 0, 1, 5, 5, 10}, want) == 0);
+    }
+  }
+
+
   TEST_CASE("llama.cpp's Q4_K, Q5_K and Q6_K tensors kept as blocks: widened rows equal the dequantizer, products the float64 reference") {
     const std::string shared = test::shared_dir();
     if (shared.empty() || !std::ifstream(shared + "/quant/model-Q4_K_M.gguf")) {

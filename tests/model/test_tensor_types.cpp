@@ -152,9 +152,16 @@ TEST_SUITE("model.tensor_types") {
     CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q5_K, true, 4096) == 4096 / 256 * 176);
     CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q6_K, true, 4096) == 4096 / 256 * 210);
     CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q3_K, true, 4096) == 16384);
-    // auto picks a kept dtype only for a file of that type on a CPU without bf16, and never q4_0
+    // auto picks blocks for a file whose every matrix is of a kept-block type, whatever the CPU; otherwise
+    // q8_0 only for a file of that type (token_embd aside) on a CPU without bf16, and never q4_0
+    for (bool bf16 : {false, true}) {
+      CHECK(resolve_dtype(ComputeDtype::Auto, bf16, false, std::nullopt, true) == ComputeDtype::Blocks);
+      CHECK(resolve_dtype(ComputeDtype::Auto, bf16, false, std::optional(TensorType::Q8_0), true) == ComputeDtype::Blocks);
+      CHECK(resolve_dtype(ComputeDtype::F32, bf16, false, std::nullopt, true) == ComputeDtype::F32);
+    }
     CHECK(resolve_dtype(ComputeDtype::Auto, false, false, std::optional(TensorType::Q8_0)) == ComputeDtype::Q8_0);
     CHECK(resolve_dtype(ComputeDtype::Auto, false, false, std::optional(TensorType::Q4_0)) == ComputeDtype::F32);
     CHECK(resolve_dtype(ComputeDtype::Auto, true, false, std::optional(TensorType::Q8_0)) == ComputeDtype::BF16);
+    CHECK(resolve_dtype(ComputeDtype::Auto, true, false, std::nullopt, false) == ComputeDtype::BF16);
   }
 }
