@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eval/group_spec.hpp"  // GroupSpec
 #include "eval/json_input.hpp"  // parse_json_text, read_jsonl, closest (declared there)
 #include "eval/mapping.hpp"     // resolve_mapping
 #include "model/model.hpp"      // ComputeDtype
@@ -139,11 +140,22 @@ struct EvalSpec {
   ComputeDtype dtype = ComputeDtype::Auto;  ///< compute dtype ("dtype": f32, bf16, q8_0, q4_0, blocks, auto)
   KvCacheDtype kv_cache_dtype = KvCacheDtype::Auto;  ///< "kv_cache_dtype": f32, bf16, f16, auto (bf16 for a bf16 compute dtype)
   int batch_size = 1;                ///< rows per forward pass / per generation batch
+  /// "auto": the run picks the largest batch_size (at most kAutoBatchMax) its memory plan allows.
+  bool batch_size_auto = false;
   std::optional<int> max_length;     ///< context window in tokens; default: the model's context_length
   uint64_t seed = 1234;              ///< few-shot sampling seed (lm-eval's default fewshot seed)
+  /// lm-eval's python random, numpy and torch seeds (--seed; nullopt = None): recorded in the
+  /// results' config only, nothing in kveval draws from them.
+  std::optional<int64_t> random_seed = 0, numpy_seed = 1234, torch_seed = 1234;
+  nlohmann::json gen_kwargs;         ///< --gen-kwargs as parsed (null = none; the results' config.gen_kwargs)
   int bootstrap_iters = 100000;      ///< lm-eval's bootstrap_iters (stderr of perplexity; 0: no stderr at all)
   std::optional<int> limit;          ///< documents per task at most
   std::vector<TaskSpec> tasks;
+  /// The groups named by the spec or --tasks (each once; parents before their
+  /// nested groups); their member tasks are in `tasks`.
+  std::vector<GroupSpec> groups;
+  /// Notes to print once: a name used that stands for a task or group and a tag (TaskTree::notes).
+  std::vector<std::string> notes;
   nlohmann::json raw;                ///< the spec as parsed (for the results file)
 };
 
@@ -162,6 +174,9 @@ inline constexpr const char* kPerplexityLlamaCpp = "perplexity_llamacpp";
 struct TaskOverrides {
   std::optional<int> num_fewshot;          ///< --num-fewshot: set on every task
   std::vector<std::string> include_paths;  ///< --include-path: where task names are looked up (task_index.hpp)
+  std::optional<uint64_t> fewshot_seed;    ///< --seed's few-shot seed: replaces the spec's `seed`
+  /// --gen-kwargs (an object; null = none): updates every generate_until task's generation_kwargs.
+  nlohmann::json gen_kwargs;
 };
 
 /// Reads, validates and renders the spec at `path` and every data file it names.
