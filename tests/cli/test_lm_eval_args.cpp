@@ -73,9 +73,12 @@ TEST_SUITE("cli.lm_eval_args") {
   TEST_CASE("a name that is a task and a tag: resolved as lm-eval and said once") {
     TempDir d;
     std::filesystem::create_directories(d.file("tree"));
-    d.write("tree/a.yaml", "task: a\ntag: b\noutput_type: loglikelihood\n");
-    d.write("tree/b.yaml", "task: b\noutput_type: loglikelihood\n");
-    d.write("tree/c.yaml", "task: c\ntag: a\noutput_type: loglikelihood\n");
+    const std::string body = "output_type: loglikelihood\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: d.jsonl\n"
+                             "test_split: test\ndoc_to_text: q\ndoc_to_target: a\n";
+    d.write("tree/d.jsonl", "{\"q\": \"x\", \"a\": \" y\"}\n");
+    d.write("tree/a.yaml", "task: a\ntag: b\n" + body);
+    d.write("tree/b.yaml", "task: b\n" + body);
+    d.write("tree/c.yaml", "task: c\ntag: a\n" + body);
     d.write("tree/g.yaml", "group: g\ntask: [b, a, b]\n");
     // b is met first as a tag (a.yaml): lm-eval skips the task b; c's tag a clashes with the task a, which stays
     Run r = run_kveval(d, "run --tasks g --include-path " + quote(d.file("tree")) + " -m " + quote(d.file("none.gguf")));
