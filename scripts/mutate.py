@@ -146,6 +146,14 @@ MUTATIONS = [
              "hp.rope_freq_scale = (type == \"none\" || factor == 0.0) ? 1.0f : static_cast<float>(1.0 / factor);",
              "hp.rope_freq_scale = 1.0f;",
              "linear rope scaling (rope.scaling.factor) is ignored"),
+    Mutation("group-mean-unweighted", "src/eval/groups.cpp",
+             "const double w = weight_by_size ? static_cast<double>(sizes[i]) : 1.0;",
+             "const double w = 1.0;",
+             "a group with weight_by_size averages its subtasks unweighted"),
+    Mutation("group-stderr-pooled-without-size", "src/eval/groups.cpp",
+             "var += (n - 1) * stderrs[i] * stderrs[i] * n;",
+             "var += (n - 1) * stderrs[i] * stderrs[i];",
+             "the pooled group stderr drops lm-eval's n_i factor of each subtask's variance"),
 ]
 
 

@@ -18,11 +18,13 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
 #include "cli/distributed.hpp"
+#include "cli/lm_eval_args.hpp"
 #include "cli/output_path.hpp"
 #include "cli/progress.hpp"
 #include "eval/report.hpp"
@@ -46,7 +48,7 @@ struct RunArgs {
   std::string baseline;
   double tolerance = 0.0;
   int threads = -1;
-  int batch_size = -1;
+  std::string batch_size;  ///< --batch-size: an integer >= 1 or "auto" ("" = the spec's)
   int limit = -1;
   int bootstrap_iters = -1;
   double progress_interval = 30;
@@ -63,6 +65,7 @@ struct RunArgs {
   std::string limit_text;                  ///< --limit as given
   std::string output_path;                 ///< --output-path DIR: lm-eval's file layout (output_path.hpp)
   bool samples_to_dir = false;             ///< --log-samples with no value: samples files in --output-path
+  std::string seed;                        ///< --seed as given ("" = not given)
 };
 
 /// The value of a --log-samples given without one (no file name is a newline).
@@ -100,6 +103,17 @@ CLI::Validator at_least(double lo, bool integer) {
         return "";
       },
       integer ? fmt::format("INT>={}", lo) : fmt::format("NUMBER>={}", lo));
+}
+
+/// Validator of --batch-size: an integer >= 1, or lm-eval's "auto" / "auto:N".
+CLI::Validator batch_size_validator() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        if (v == "auto" || v.starts_with("auto:")) return {};
+        std::string copy = v;
+        return at_least(1, true)(copy);
+      },
+      "INT>=1|auto");
 }
 
 /// Fault injection for the tests (KVEVAL_FAULT_INJECT="RANK:PHASE:throw|kill|term|int"):
@@ -174,10 +188,15 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
   std::error_code ec;
   if (!a.output_path.empty() && std::filesystem::exists(a.output_path, ec) && !std::filesystem::is_directory(a.output_path, ec))
     throw ArgumentError(fmt::format("--output-path {}: not a directory", a.output_path));
-  TaskOverrides over{a.num_fewshot >= 0 ? std::optional<int>(a.num_fewshot) : std::nullopt, a.include_paths,
-                     a.gen_kwargs.empty() ? nlohmann::json() : parse_gen_kwargs_arg(a.gen_kwargs)};
+  TaskOverrides over{a.num_fewshot >= 0 ? std::optional<int>(a.num_fewshot) : std::nullopt, a.include_paths};
+  std::optional<Seeds> seeds;
+  if (!a.seed.empty()) seeds = parse_seed_arg(a.seed);
+  if (seeds && (*seeds)[3]) over.fewshot_seed = static_cast<uint64_t>(*(*seeds)[3]);
+  if (!a.gen_kwargs.empty()) over.gen_kwargs = parse_gen_kwargs_arg(a.gen_kwargs);
   if (a.tasks.empty()) spec = load_spec(a.spec, a.model, over);
   else spec = parse_spec({{"model", a.model}, {"tasks", a.tasks}}, "--tasks", ".", a.model, over);
+  if (dist.rank() == 0)
+    for (const auto& n : spec.notes) fmt::print(stderr, "kveval: note: {}\n", n);
   // an output that names an input would replace it (the spec, the model, the baseline the gate reads, a task's data)
   for (const auto& [option, out] : {std::pair<const char*, const std::string&>{"--output", a.output}, {"--log-samples", a.log_samples}}) {
     if (out.empty() || out == "-") continue;
@@ -189,13 +208,15 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
         throw ArgumentError(fmt::format("{} {} is {}{}: refusing to overwrite an input", option, out, what,
                                         path == out ? "" : " (" + path + ")"));
   }
+  if (seeds) std::tie(spec.random_seed, spec.numpy_seed, spec.torch_seed) = std::tie((*seeds)[0], (*seeds)[1], (*seeds)[2]);
   if (a.threads >= 0) spec.threads = a.threads;
   if (!a.dtype.empty()) spec.dtype = parse_compute_dtype(a.dtype, "--dtype");
   if (!a.kv_cache_dtype.empty()) spec.kv_cache_dtype = parse_kv_cache_dtype(a.kv_cache_dtype, "--kv-cache-dtype");
   // several ranks on one host share its cores unless --threads or the spec says otherwise
   if (a.threads < 0 && spec.threads == 0 && dist.local_size() > 1)
     spec.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / dist.local_size());
-  if (a.batch_size > 0) spec.batch_size = a.batch_size;
+  if (a.batch_size == "auto" || a.batch_size.starts_with("auto:")) spec.batch_size_auto = true;  // lm-eval's auto[:N]
+  else if (!a.batch_size.empty()) spec.batch_size = std::stoi(a.batch_size), spec.batch_size_auto = false;
   if (a.bootstrap_iters >= 0) spec.bootstrap_iters = a.bootstrap_iters;
   if (a.limit >= 0) {
     spec.limit = a.limit;
@@ -331,14 +352,16 @@ int run(const RunArgs& a) {
 
 }  // namespace
 
-/// The options that reach into every task: --include-path, --num-fewshot, --gen-kwargs.
-static void add_task_options(CLI::App* cmd, RunArgs& a) {
+/// lm-eval's run options that reach into the tasks: --include-path, --num-fewshot, --seed, --gen-kwargs.
+void add_lm_eval_run_options(CLI::App* cmd, RunArgs& a) {
   cmd->add_option("--include-path,--include_path", a.include_paths,
                   "directory of lm-eval task YAMLs where task names are looked up (repeatable)")
       ->allow_extra_args(false)
       ->check(non_empty_path());
   cmd->add_option("--num-fewshot,--num_fewshot", a.num_fewshot, "few-shot examples for every task (overrides each task's)")
       ->check(int_in(0, 1 << 20));
+  cmd->add_option("--seed", a.seed, "lm-eval's seeds: N for all four, or R,N,T,F (random, numpy, torch, few-shot; "
+                                        "None = unset); only the few-shot seed changes what kveval computes");
   cmd->add_option("--gen-kwargs,--gen_kwargs", a.gen_kwargs,
                   "generation_kwargs for every generate_until task, as lm-eval: key=value,... or a JSON object "
                   "(until, max_gen_toks, do_sample, temperature, top_k, top_p, min_p, seed)");
@@ -353,7 +376,7 @@ void add_run_command(CLI::App& app, Action& action) {
                                ->delimiter(',')
                                ->allow_extra_args(false)
                                ->excludes(spec_opt);
-  add_task_options(cmd, *args);
+  add_lm_eval_run_options(cmd, *args);
   cmd->add_option("-m,--model", args->model, "GGUF model path (overrides the spec's 'model')");
   cmd->add_option("--output,-o", args->output, "write results as JSON in lm-eval's shape ('-' = stdout)")
       ->check(non_empty_path());
@@ -381,7 +404,9 @@ void add_run_command(CLI::App& app, Action& action) {
                   fmt::format("KV-cache element type: {} (overrides the spec; default auto: bf16 when the compute "
                               "dtype is bf16, else f32)",
                               join_names(kv_cache_dtype_name_list())));
-  cmd->add_option("--batch-size", args->batch_size, "rows per batch (overrides the spec)")->check(at_least(1, true));
+  cmd->add_option("--batch-size,--batch_size", args->batch_size,
+                  "rows per batch (overrides the spec), or auto: the largest (at most 64) the memory plan allows")
+      ->check(batch_size_validator());
   cmd->add_option("--limit", args->limit_text,
                   "documents per task at most, or a fraction in (0, 1) of each task's (overrides the spec)")
       ->check(limit_validator());

@@ -1,5 +1,7 @@
 #include "eval/aggregate.hpp"
 
+#include "eval/groups.hpp"
+
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -114,6 +116,7 @@ void compute_task_metrics(const EvalSpec& spec, RunResult& res) {
     for (auto& m : res.metrics.back())
       if (!m.value) m.note = why;
   }
+  res.group_metrics = compute_group_metrics(spec, res);
 }
 
 }  // namespace kveval::eval

@@ -16,7 +16,8 @@ void collect_outcomes(const EvalSpec& spec, RunResult& res);
 /// Appends each task's compute_metrics to res.metrics (spec order), after
 /// collect_outcomes. A task whose documents all failed gets a note on every
 /// metric without a value ("all N requests failed" or "all N documents
-/// failed (E of R requests)").
+/// failed (E of R requests)"). Then each group's metrics in res.group_metrics
+/// (compute_group_metrics).
 void compute_task_metrics(const EvalSpec& spec, RunResult& res);
 
 }  // namespace kveval::eval

@@ -1,6 +1,10 @@
 // generation_kwargs, repeats and the selection filters of a task; lm-eval's --gen_kwargs.
 #include "eval/gen_kwargs.hpp"
 
+#include <cctype>
+#include <charconv>
+#include <optional>
+#include <string>
 #include <cmath>
 #include <cstdlib>
 
@@ -110,27 +114,50 @@ bool parse_selection_step(const json& st, const Where& sw, FilterStep& fs) {
 
 namespace {
 
-/// lm-eval's handle_arg_string: booleans, None, int, float, else the string.
-json arg_value(const std::string& v) {
-  if (v == "true" || v == "True") return true;
-  if (v == "false" || v == "False") return false;
-  if (v == "None") return nullptr;
-  if (!v.empty()) {
-    char* end = nullptr;
-    const long long i = std::strtoll(v.c_str(), &end, 10);
-    if (*end == '\0') return static_cast<int64_t>(i);
-    const double d = std::strtod(v.c_str(), &end);
-    if (*end == '\0') return d;
+std::string strip(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+/// Python's float() of a stripped string: decimal or exponent forms, inf, nan (any case).
+std::optional<double> python_float(const std::string& raw) {
+  std::string v = strip(raw), clean;
+  if (v.empty()) return std::nullopt;
+  for (size_t k = 0; k < v.size(); ++k) {
+    if (v[k] == '_') {
+      if (k == 0 || k + 1 >= v.size() || !std::isdigit(static_cast<unsigned char>(v[k - 1])) ||
+          !std::isdigit(static_cast<unsigned char>(v[k + 1])))
+        return std::nullopt;
+      continue;
+    }
+    if (!std::isdigit(static_cast<unsigned char>(v[k])) && std::string("+-.eE").find(v[k]) == std::string::npos) {
+      const std::string l = lower(v[0] == '+' || v[0] == '-' ? v.substr(1) : v);
+      if (l == "inf" || l == "infinity") return v[0] == '-' ? -HUGE_VAL : HUGE_VAL;
+      if (l == "nan") return std::nan("");
+      return std::nullopt;
+    }
+    clean += v[k];
   }
-  return v;
+  char* end = nullptr;
+  const double d = std::strtod(clean.c_str(), &end);
+  if (end != clean.c_str() + clean.size() || clean.find_first_of("0123456789") == std::string::npos) return std::nullopt;
+  return d;
 }
 
 }  // namespace
 
-json parse_gen_kwargs_arg(const std::string& text) {
-  if (!text.empty() && text.front() == '{') {
+json parse_gen_kwargs_arg(const std::string& value) {
+  const std::string v = strip(value);
+  if (!v.empty() && v.front() == '{') {
     try {
-      json j = json::parse(text);
+      json j = json::parse(v);
       if (!j.is_object()) throw SpecError("--gen-kwargs: expected a JSON object");
       return j;
     } catch (const json::parse_error& e) {
@@ -139,15 +166,23 @@ json parse_gen_kwargs_arg(const std::string& text) {
   }
   json out = json::object();
   size_t start = 0;
-  while (start <= text.size()) {
-    size_t end = text.find(',', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string item = text.substr(start, end - start);
+  while (start <= v.size()) {
+    size_t comma = v.find(',', start);
+    if (comma == std::string::npos) comma = v.size();
+    const std::string item = v.substr(start, comma - start);
+    start = comma + 1;
+    if (item.empty()) continue;
     const size_t eq = item.find('=');
     if (eq == std::string::npos || eq == 0)
-      throw SpecError(fmt::format("--gen-kwargs: \"{}\" is not key=value (expected e.g. temperature=0.2,do_sample=true)", item));
-    out[item.substr(0, eq)] = arg_value(item.substr(eq + 1));
-    start = end + 1;
+      throw SpecError(fmt::format("--gen-kwargs: '{}': expected key=value", item));
+    const std::string key = item.substr(0, eq), val = item.substr(eq + 1);
+    const std::string l = lower(val);
+    if (l == "true" || l == "false") out[key] = l == "true";
+    else if (int64_t n = 0; !val.empty() && val.find_first_not_of("0123456789") == std::string::npos &&
+                            std::from_chars(val.data(), val.data() + val.size(), n).ec == std::errc())
+      out[key] = n;
+    else if (auto d = python_float(val)) out[key] = *d;
+    else out[key] = val;
   }
   return out;
 }

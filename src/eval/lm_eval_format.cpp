@@ -1,6 +1,8 @@
 #include "eval/lm_eval_format.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -8,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "eval/filters.hpp"
+#include "eval/groups.hpp"
 #include "eval/metrics.hpp"
 #include "eval/report.hpp"
 #include "eval/template/template.hpp"
@@ -281,38 +284,123 @@ ojson sample_of(const TaskSpec& task, int t, size_t di, const FilterPipeline& pi
 /// The per-task tables of lm-eval's results file (each keyed by task name),
 /// with kveval's per-task metric notes and request-error counts.
 struct TaskTables {
-  ojson results = ojson::object(), group_subtasks = ojson::object(), configs = ojson::object(),
+  ojson results = ojson::object(), groups = ojson::object(), group_subtasks = ojson::object(), configs = ojson::object(),
         versions = ojson::object(), n_shot = ojson::object(), hib = ojson::object(), n_samples = ojson::object(),
         notes = ojson::object(), errors = ojson::object();
+  std::map<std::string, json> versions_by_name;  ///< sorted by name, as lm-eval writes "versions"
+  bool show_groups = false;  ///< a group aggregates some metric: lm-eval writes "groups"
 };
 
-/// The per-task tables of the run `res` of `spec` (spec order).
-TaskTables task_tables(const EvalSpec& spec, const RunResult& res) {
-  TaskTables tt;
-  for (size_t t = 0; t < spec.tasks.size(); ++t) {
-    const TaskSpec& task = spec.tasks[t];
-    ojson r;
-    r["alias"] = task.task_alias.empty() ? task.name : task.task_alias;  // lm-eval: task_alias, else the name
-    ojson tn = ojson::object(), th = ojson::object();
-    if (t < res.metrics.size()) {
-      for (const auto& m : res.metrics[t]) {
-        r[results_key(m.name, m.filter)] = finite_or(m.value, nullptr);
-        r[results_key(m.name + "_stderr", m.filter)] = finite_or(m.stderr_, "N/A");
-        if (!m.note.empty()) tn[results_key(m.name, m.filter)] = m.note;
-        th[m.name] = m.higher_is_better;
+/// A results entry of `ms` (lm-eval's "metric,filter" and "metric_stderr,filter" keys),
+/// with each metric's note in `notes` and its higher_is_better in `hib`.
+void add_metric_entries(const std::vector<MetricValue>& ms, ojson& r, ojson& notes, ojson& hib) {
+  for (const auto& m : ms) {
+    r[results_key(m.name, m.filter)] = finite_or(m.value, nullptr);
+    r[results_key(m.name + "_stderr", m.filter)] = finite_or(m.stderr_, "N/A");
+    if (!m.note.empty()) notes[results_key(m.name, m.filter)] = m.note;
+    hib[m.name] = m.higher_is_better;
+  }
+}
+
+/// lm-eval's group_subtasks (evaluator_utils.get_subtask_list, written reversed):
+/// a top-level task lists nothing, a group its direct members.
+ojson group_subtasks(const EvalSpec& spec, const std::vector<ReportRow>& rows) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> order;
+  std::function<void(size_t)> add_group = [&](size_t g) {
+    std::vector<std::string> members;
+    for (const auto& m : spec.groups[g].members)
+      if (std::find(members.begin(), members.end(), m) == members.end()) members.push_back(m);
+    order.emplace_back(spec.groups[g].name, members);
+    for (const auto& m : members)
+      for (size_t k = 0; k < spec.groups.size(); ++k)
+        if (spec.groups[k].name == m) add_group(k);
+  };
+  for (auto it = rows.rbegin(); it != rows.rend(); ++it) {  // lm-eval's task_dict holds the top level reversed
+    if (it->depth != 0) continue;
+    if (it->is_group) add_group(it->index);
+    else order.emplace_back(spec.tasks[it->index].name, std::vector<std::string>{});
+  }
+  ojson out = ojson::object();
+  for (auto it = order.rbegin(); it != order.rend(); ++it)
+    if (!out.contains(it->first)) out[it->first] = it->second;
+  return out;
+}
+
+/// lm-eval's higher_is_better of a group: one dict shared by every group with
+/// members (evaluator.py), each metric's value from the first member task that
+/// reports it, null where two member tasks disagree.
+ojson groups_higher_is_better(const EvalSpec& spec, const ojson& task_hib) {
+  ojson shared = ojson::object();
+  for (const GroupSpec& g : spec.groups)
+    for (const auto& m : g.members) {
+      if (!task_hib.contains(m)) continue;
+      for (auto it = task_hib[m].begin(); it != task_hib[m].end(); ++it) {
+        if (!shared.contains(it.key())) shared[it.key()] = it.value();
+        else if (!shared[it.key()].is_null() && shared[it.key()] != it.value()) shared[it.key()] = nullptr;
       }
     }
+  return shared;
+}
+
+/// Adds the group rows to `tt`: results (metrics then alias; " ": " " for a group
+/// without aggregate_metric_list, as lm-eval), "groups" (aggregating groups),
+/// versions (metadata.version of an aggregating group with metadata),
+/// higher_is_better and notes.
+void add_group_tables(const EvalSpec& spec, const RunResult& res, const ReportRow& row, TaskTables& tt) {
+  const GroupSpec& g = spec.groups[row.index];
+  ojson r = ojson::object(), notes = ojson::object(), hib = ojson::object();
+  if (!g.aggregate_metric_list) {
+    r[" "] = " ";
+  } else if (row.index < res.group_metrics.size()) {
+    add_metric_entries(res.group_metrics[row.index], r, notes, hib);
+  }
+  r["alias"] = row.alias;
+  tt.results[g.name] = r;
+  if (g.aggregate_metric_list) {
+    tt.groups[g.name] = r;
+    if (!g.aggregate_metric_list->empty()) tt.show_groups = true;
+    if (g.has_metadata && row.index < res.group_metrics.size() && !res.group_metrics[row.index].empty())
+      tt.versions_by_name[g.name] = g.version;
+  }
+  if (!notes.empty()) tt.notes[g.name] = notes;
+}
+
+/// The per-task and per-group tables of the run `res` of `spec`.
+TaskTables task_tables(const EvalSpec& spec, const RunResult& res) {
+  TaskTables tt;
+  const std::vector<ReportRow> rows = report_rows(spec);
+  std::map<std::string, ojson> configs, hibs, nshots;  // lm-eval writes these sorted by name
+  for (const ReportRow& row : rows) {
+    if (row.is_group) {
+      add_group_tables(spec, res, row, tt);
+      continue;
+    }
+    const size_t t = row.index;
+    const TaskSpec& task = spec.tasks[t];
+    ojson r;
+    r["alias"] = row.alias;  // lm-eval: task_alias, else the name; indented under a group
+    ojson tn = ojson::object(), th = ojson::object();
+    if (t < res.metrics.size()) add_metric_entries(res.metrics[t], r, tn, th);
     tt.results[task.name] = r;
-    tt.group_subtasks[task.name] = ojson::array();
-    tt.configs[task.name] = task_config(task);
+    configs[task.name] = task_config(task);
     // lm-eval's ConfigurableTask.VERSION: "Yaml" for a YAML task without metadata.version
-    tt.versions[task.name] = task.version ? ojson(*task.version) : !task.source.empty() ? ojson("Yaml") : ojson(nullptr);
-    tt.n_shot[task.name] = task.num_fewshot;
-    tt.hib[task.name] = th;
+    tt.versions_by_name[task.name] = task.version ? json(*task.version) : !task.source.empty() ? json("Yaml") : json(nullptr);
+    nshots[task.name] = task.num_fewshot;
+    hibs[task.name] = th;
     tt.n_samples[task.name] = {{"original", task.n_docs_total}, {"effective", static_cast<int>(task.docs.size())}};
     if (!tn.empty()) tt.notes[task.name] = tn;
     tt.errors[task.name] = t < res.task_errors.size() ? res.task_errors[t] : 0;
   }
+  tt.group_subtasks = group_subtasks(spec, rows);
+  ojson task_hib = ojson::object();
+  for (auto& [name, h] : hibs) task_hib[name] = h;
+  const ojson shared = groups_higher_is_better(spec, task_hib);
+  for (const GroupSpec& g : spec.groups)
+    if (!g.members.empty()) hibs[g.name] = shared;
+  for (auto& [name, c] : configs) tt.configs[name] = std::move(c);
+  for (auto& [name, v] : tt.versions_by_name) tt.versions[name] = ojson::parse(v.dump());
+  for (auto& [name, n] : nshots) tt.n_shot[name] = std::move(n);
+  for (auto& [name, h] : hibs) tt.hib[name] = std::move(h);
   return tt;
 }
 
@@ -323,16 +411,16 @@ ojson run_config(const EvalSpec& spec, const RunResult& res) {
                                      res.dtype == "bf16" ? "bfloat16" : "float32",
                                      torch_dtype_name(res.kv_cache_dtype), res.threads)},
           {"model_dtype", res.dtype == "bf16" ? "bfloat16" : "float32"},
-          {"batch_size", spec.batch_size},
-          {"batch_sizes", ojson::array()},
+          {"batch_size", spec.batch_size_auto ? ojson("auto") : ojson(spec.batch_size)},
+          {"batch_sizes", spec.batch_size_auto ? ojson::array({res.batch_size}) : ojson::array()},
           {"device", "cpu"},
           {"use_cache", nullptr},
           {"limit", spec.limit ? ojson(*spec.limit) : ojson(nullptr)},
           {"bootstrap_iters", spec.bootstrap_iters},
           {"gen_kwargs", spec.gen_kwargs.is_null() ? ojson(nullptr) : ojson::parse(spec.gen_kwargs.dump())},
-          {"random_seed", 0},
-          {"numpy_seed", 1234},
-          {"torch_seed", 1234},
+          {"random_seed", spec.random_seed ? ojson(*spec.random_seed) : ojson(nullptr)},
+          {"numpy_seed", spec.numpy_seed ? ojson(*spec.numpy_seed) : ojson(nullptr)},
+          {"torch_seed", spec.torch_seed ? ojson(*spec.torch_seed) : ojson(nullptr)},
           {"fewshot_seed", spec.seed}};
 }
 
@@ -415,6 +503,7 @@ ojson results_json(const EvalSpec& spec, const RunResult& res, const std::string
   ojson j;
   const TaskTables tt = task_tables(spec, res);
   j["results"] = tt.results;
+  if (tt.show_groups && !tt.groups.empty()) j["groups"] = tt.groups;
   j["group_subtasks"] = tt.group_subtasks;
   j["configs"] = tt.configs;
   j["versions"] = tt.versions;
@@ -474,7 +563,7 @@ json baseline_metrics(const json& doc) {
         filter = name.substr(comma + 1);
         name.resize(comma);
       }
-      if (name == "alias" || name == "name" || name == "sample_len" || name == "sample_count" || ends(name, "_stderr") ||
+      if (name == "alias" || name == " " || name == "name" || name == "sample_len" || name == "sample_count" || ends(name, "_stderr") ||
           ends(name, "_note"))
         continue;
       m[filter.empty() || filter == kFilter ? name : name + "," + filter] = k.value();

@@ -272,8 +272,8 @@ const std::vector<std::pair<std::string, std::string>> kRefused = {
     {"use_prompt", "promptsource prompts"},
     {"doc_to_image", "image inputs"},
     {"doc_to_audio", "audio inputs"},
-    {"group", "task groups (list the tasks in the spec instead)"},
-    {"task_list", "task groups (list the tasks in the spec instead)"},
+    {"group", "a group in a task YAML (a group YAML lists its members under `task:`; label a task with `tag:`)"},
+    {"task_list", "lm-eval's old task_list groups (write a group YAML with a `task:` list)"},
     {"class", "Python task classes"}};
 
 }  // namespace
@@ -390,6 +390,7 @@ json task_fields(const TaskKeys& c, const json& entry) {
   if (c.has("num_fewshot")) t["num_fewshot"] = c.at("num_fewshot");
   if (entry.contains("num_fewshot")) t["num_fewshot"] = entry["num_fewshot"];
   if (entry.contains("limit")) t["limit"] = entry["limit"];
+  if (entry.contains("task_alias")) t["task_alias"] = entry["task_alias"];
   if (c.has("metadata")) {
     if (!c.at("metadata").is_object()) c.fail("metadata", "expected a mapping");
     if (c.at("metadata").contains("version")) t["metadata"] = {{"version", c.at("metadata")["version"]}};

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "eval/groups.hpp"
 #include "eval/lm_eval_format.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
@@ -61,14 +62,22 @@ std::string table(const std::vector<std::string>& head, const std::vector<std::v
 
 std::string format_metrics_table(const EvalSpec& spec, const RunResult& res) {
   std::vector<std::vector<std::string>> rows;
-  for (size_t t = 0; t < spec.tasks.size() && t < res.metrics.size(); ++t) {
-    for (const auto& m : res.metrics[t]) {
+  auto add = [&rows](const std::string& name, const std::vector<MetricValue>& ms) {
+    for (const auto& m : ms) {
       std::string val = m.value ? format_table_number(*m.value, 4) : "n/a";
       std::string se = m.stderr_ ? "± " + format_table_number(*m.stderr_, 4) : "";
       std::string note = m.value ? (m.stderr_ ? "" : m.note) : m.note;
-      const TaskSpec& task = spec.tasks[t];
-      rows.push_back({task.task_alias.empty() ? task.name : task.task_alias, metric_key(m.name, m.filter), val, se, std::to_string(m.n), note});
+      rows.push_back({name, metric_key(m.name, m.filter), val, se, std::to_string(m.n), note});
     }
+  };
+  for (const ReportRow& row : report_rows(spec)) {
+    if (!row.is_group) {
+      if (row.index < res.metrics.size()) add(row.alias, res.metrics[row.index]);
+      continue;
+    }
+    const GroupSpec& g = spec.groups[row.index];
+    if (!g.aggregate_metric_list) rows.push_back({row.alias, "", "", "", "", ""});  // lm-eval: a group row without numbers
+    else if (row.index < res.group_metrics.size()) add(row.alias, res.group_metrics[row.index]);
   }
   std::string out = table({"task", "metric", "value", "stderr", "n", "note"}, rows,
                           {false, false, true, true, true, false});

@@ -15,7 +15,10 @@
 namespace kveval::eval {
 
 /// Metrics table: one row per (task, metric): task, metric, value, "± stderr", n;
-/// missing values print "n/a" followed by the reason. Ends with a line counting
+/// missing values print "n/a" followed by the reason. Groups as lm-eval's
+/// make_table shows them (report_rows): the group's row (its aggregated metrics,
+/// or the name alone when it has no aggregate_metric_list), then its members
+/// sorted by name, their names indented " - ". Ends with a line counting
 /// per-request errors when there are any.
 std::string format_metrics_table(const EvalSpec& spec, const RunResult& res);
 

@@ -470,6 +470,37 @@ void check_run_memory(const EvalSpec& spec, const Context& ctx, const RunOptions
   if (opts.shard.agree) opts.shard.agree(no_memory);
 }
 
+/// `--batch-size auto`: the largest batch_size up to kAutoBatchMax whose plan
+/// (KV cache and activations of this rank's share) fits the memory budget
+/// (1 when none does: check_run_memory then says why); kAutoBatchMax when the
+/// budget is unknown. Logged with the bytes it plans.
+int auto_batch_size(const Context& ctx, const EvalSpec& spec, const RunOptions& opts, const std::vector<int>& owner,
+                    const RunResult& res) {
+  const MemoryBudget budget = opts.memory_budget ? *opts.memory_budget : memory_budget();
+  const std::vector<size_t> score = mine(canonical_score_order(spec, res.requests), owner, res.rank),
+                            gen = mine(canonical_generate_order(spec, res.requests), owner, res.rank);
+  auto need = [&](int b) {
+    const MemoryPlan mp = plan_for(ctx.model(), res.requests, score, gen, b, res.max_length);
+    return static_cast<uint64_t>(mp.kv_cache) + mp.activations;
+  };
+  int lo = 1;
+  if (!budget.available) {
+    lo = kAutoBatchMax;
+  } else {
+    int hi = kAutoBatchMax;  // the plan grows with the batch: the largest that fits, by bisection
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (need(mid) <= *budget.available) lo = mid;
+      else hi = mid - 1;
+    }
+  }
+  log_line(opts, fmt::format("batch_size auto: {} ({} bytes of KV cache and activations; {}; at most {})", lo, need(lo),
+                             budget.available ? fmt::format("{} bytes available ({})", *budget.available, budget.source)
+                                              : std::string("memory available unknown"),
+                             kAutoBatchMax));
+  return lo;
+}
+
 /// The phases of a run: requests, the loglikelihood phase (cache-free), the
 /// generation phase in its KV-cache scope, the ranks' gathering, the outcomes
 /// and the metrics (rank 0).
@@ -482,6 +513,7 @@ RunResult run_eval_impl(const EvalSpec& spec, Context& ctx, const RunOptions& op
     const HParams& hp = model.hparams();
     owner = assign_requests(res.requests, res.n_ranks, matmul_params(hp), hp.n_layer, hp.n_embd);
   }
+  if (spec.batch_size_auto) res.batch_size = auto_batch_size(ctx, spec, opts, owner, res);
   check_run_memory(spec, ctx, opts, owner, res);
   score_phase(spec, ctx, opts, owner, res);
   generation_phase(spec, ctx, opts, owner, res);

@@ -68,6 +68,7 @@ struct RunResult {
   std::vector<std::vector<DocOutcome>> docs;          ///< per task, per document
   std::vector<ChunkedOutcome> chunked;                ///< per task: llama.cpp perplexity (rolling_method "llama.cpp")
   std::vector<std::vector<MetricValue>> metrics;      ///< per task (spec order)
+  std::vector<std::vector<MetricValue>> group_metrics;  ///< per group (spec.groups order; compute_group_metrics)
   std::vector<int> task_errors;          ///< per task: requests with a per-request error
   int n_request_errors = 0;              ///< all requests with a per-request error
   std::vector<Phase> phases;             ///< in execution order
@@ -94,6 +95,9 @@ struct RunResult {
   /// True where the metrics are computed and reports are written (rank 0).
   bool is_root() const { return rank == 0; }
 };
+
+/// The largest batch_size `--batch-size auto` picks (lm-eval's default --max_batch_size).
+inline constexpr int kAutoBatchMax = 64;
 
 /// Memory the plan of a run needs beyond the loaded weights (bytes):
 /// the generation KV cache (rows x positions, K+V float32) and the peak of

@@ -391,7 +391,7 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
 
 /// A task entry {"lm_eval_yaml": "x.yaml", ...}: the YAML read into a task entry, then checked as one.
 TaskSpec parse_yaml_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec) {
-  check_keys(tj, w, {"lm_eval_yaml", "dataset_path", "fewshot_split", "num_fewshot", "limit", "name"});
+  check_keys(tj, w, {"lm_eval_yaml", "dataset_path", "fewshot_split", "num_fewshot", "limit", "name", "task_alias"});
   std::string yaml = resolve_path(base_dir, expect_path(tj["lm_eval_yaml"], w.key("lm_eval_yaml")));
   std::error_code ec;
   if (!fs::is_regular_file(yaml, ec)) w.key("lm_eval_yaml").fail(fmt::format("file \"{}\" not found", yaml));
@@ -400,13 +400,15 @@ TaskSpec parse_yaml_task(const json& tj, const Where& w, const std::string& base
     if (tj.contains(k)) entry[k] = resolve_path(base_dir, expect_path(tj[k], w.key(k)));
   for (const char* k : {"num_fewshot", "limit"})
     if (tj.contains(k)) entry[k] = expect_int(tj[k], w.key(k), 0, 1 << 30);
-  if (tj.contains("name")) entry["name"] = expect_string(tj["name"], w.key("name"));
+  for (const char* k : {"name", "task_alias"})
+    if (tj.contains(k)) entry[k] = expect_string(tj[k], w.key(k));
   LmEvalTask lt = load_lm_eval_yaml(yaml, entry);
   // entry overrides are reported at the spec's path
   auto lines = std::make_shared<std::map<std::string, std::string>>(*lt.where);
   for (const char* k : {"dataset_path", "fewshot_split", "num_fewshot", "limit"})
     if (tj.contains(k)) (*lines)[k] = w.key(k).text();
-  if (tj.contains("name")) (*lines)["name"] = w.key("name").text();
+  for (const char* k : {"name", "task_alias"})
+    if (tj.contains(k)) (*lines)[k] = w.key(k).text();
   Where yw{yaml, "", lines};
   TaskSpec t = parse_task(lt.task, yw, "", spec, lt.fewshot_same_split, lt.hooks);
   t.source = yaml;
@@ -414,14 +416,42 @@ TaskSpec parse_yaml_task(const json& tj, const Where& w, const std::string& base
   return t;
 }
 
+/// True when the YAML at `path` is a group (a `task:` list under a `group:` name).
+bool is_group_yaml(const std::string& path) {
+  const json c = load_lm_eval_yaml_keys(path);
+  return c.contains("group") && c.contains("task") && c["task"].is_array();
+}
+
 /// The spec's tasks with task, tag and group names expanded (expand_task_names);
-/// the index is built from include_path, then `o.include_paths`, then the environment.
+/// the index is built from include_path, then `o.include_paths`, then the
+/// environment. An entry {"lm_eval_yaml": GROUP.yaml, ...} naming a group YAML
+/// stands for the group's name, with the YAML's folder searched first. The
+/// groups met are appended to `groups`, the index's notes on the names used to `notes`.
 std::vector<std::pair<size_t, json>> named_tasks(const json& j, const Where& w, const std::string& base_dir,
-                                                 const TaskOverrides& o) {
+                                                 const TaskOverrides& o, std::vector<GroupSpec>& groups,
+                                                 std::vector<std::string>& notes) {
+  json tasks = j["tasks"];
+  std::vector<std::pair<std::string, std::string>> group_dirs;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    json& e = tasks[i];
+    if (!e.is_object() || !e.contains("lm_eval_yaml") || !e["lm_eval_yaml"].is_string()) continue;
+    const std::string yaml = resolve_path(base_dir, e["lm_eval_yaml"].get<std::string>());
+    std::error_code ec;
+    if (!fs::is_regular_file(yaml, ec) || !is_group_yaml(yaml)) continue;
+    for (auto it = e.begin(); it != e.end(); ++it)
+      if (it.key() != "lm_eval_yaml" && it.key() != "num_fewshot" && it.key() != "limit")
+        w.key("tasks").index(i).key(it.key()).fail("not allowed with a group YAML (a group takes num_fewshot and limit)");
+    json named = e;
+    named.erase("lm_eval_yaml");
+    named["task"] = load_lm_eval_yaml_keys(yaml)["group"];
+    e = std::move(named);
+    const std::string dir = fs::path(yaml).parent_path().string();
+    group_dirs.emplace_back(w.key("tasks").index(i).key("lm_eval_yaml").text() + ":", dir.empty() ? "." : dir);
+  }
   std::optional<TaskIndex> index;
   auto build = [&]() -> const TaskIndex& {
     if (index) return *index;
-    std::vector<std::pair<std::string, std::string>> dirs;
+    std::vector<std::pair<std::string, std::string>> dirs = group_dirs;
     if (j.contains("include_path")) {
       const json& p = j["include_path"];
       const std::vector<json> items = p.is_array() ? std::vector<json>(p.begin(), p.end()) : std::vector<json>{p};
@@ -436,8 +466,8 @@ std::vector<std::pair<size_t, json>> named_tasks(const json& j, const Where& w, 
     return *index;
   };
   const bool cli = w.origin == "--tasks";  // `run --tasks`: the names are the option's
-  return expand_task_names(j["tasks"], build, [&](size_t i) { return cli ? w.origin : w.key("tasks").index(i).text(); },
-                           o.num_fewshot);
+  return expand_task_names(tasks, build, [&](size_t i) { return cli ? w.origin : w.key("tasks").index(i).text(); },
+                           o.num_fewshot, &groups, &notes);
 }
 
 }  // namespace
@@ -471,7 +501,8 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
     }
   }
   if (j.contains("threads")) s.threads = static_cast<int>(expect_int(j["threads"], w.key("threads"), 0, 4096));
-  if (j.contains("batch_size")) s.batch_size = static_cast<int>(expect_int(j["batch_size"], w.key("batch_size"), 1, 4096));
+  if (j.contains("batch_size") && j["batch_size"] == json("auto")) s.batch_size_auto = true;
+  else if (j.contains("batch_size")) s.batch_size = static_cast<int>(expect_int(j["batch_size"], w.key("batch_size"), 1, 4096));
   if (j.contains("max_length")) s.max_length = static_cast<int>(expect_int(j["max_length"], w.key("max_length"), 2, 1 << 24));
   if (j.contains("seed")) {
     const json& sd = j["seed"];
@@ -479,6 +510,7 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
       w.key("seed").fail(fmt::format("expected a non-negative integer, got {}", json_excerpt(sd)));
     s.seed = sd.get<uint64_t>();
   }
+  if (o.fewshot_seed) s.seed = *o.fewshot_seed;
   if (j.contains("limit")) s.limit = static_cast<int>(expect_int(j["limit"], w.key("limit"), 0, 1 << 30));
   if (j.contains("bootstrap_iters"))
     s.bootstrap_iters = static_cast<int>(expect_int(j["bootstrap_iters"], w.key("bootstrap_iters"), 0, 100000000));
@@ -493,7 +525,7 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
   if (!tasks.is_array()) w.key("tasks").fail(fmt::format("expected a list of tasks, got {}", json_excerpt(tasks)));
   if (tasks.empty()) w.key("tasks").fail("no tasks");
   std::set<std::string> names;
-  for (const auto& [i, entry] : named_tasks(j, w, base_dir, o)) {
+  for (const auto& [i, entry] : named_tasks(j, w, base_dir, o, s.groups, s.notes)) {
     TaskSpec t = entry.is_object() && entry.contains("lm_eval_yaml")
                      ? parse_yaml_task(entry, w.key("tasks").index(i), base_dir, s)
                      : parse_task(entry, w.key("tasks").index(i), base_dir, s);

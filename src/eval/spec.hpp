@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eval/group_spec.hpp"  // GroupSpec
 #include "eval/json_input.hpp"  // parse_json_text, read_jsonl, closest (declared there)
 #include "eval/mapping.hpp"     // resolve_mapping
 #include "model/model.hpp"      // ComputeDtype
@@ -151,14 +152,24 @@ struct EvalSpec {
   ComputeDtype dtype = ComputeDtype::Auto;  ///< compute dtype ("dtype": f32, bf16, q8_0, q4_0, blocks, auto)
   KvCacheDtype kv_cache_dtype = KvCacheDtype::Auto;  ///< "kv_cache_dtype": f32, bf16, f16, auto (bf16 for a bf16 compute dtype)
   int batch_size = 1;                ///< rows per forward pass / per generation batch
+  /// "auto": the run picks the largest batch_size (at most kAutoBatchMax) its memory plan allows.
+  bool batch_size_auto = false;
   std::optional<int> max_length;     ///< context window in tokens; default: the model's context_length
   uint64_t seed = 1234;              ///< few-shot sampling seed (lm-eval's default fewshot seed)
+  /// lm-eval's python random, numpy and torch seeds (--seed; nullopt = None): recorded in the
+  /// results' config only, nothing in kveval draws from them.
+  std::optional<int64_t> random_seed = 0, numpy_seed = 1234, torch_seed = 1234;
   int bootstrap_iters = 100000;      ///< lm-eval's bootstrap_iters (stderr of perplexity; 0: no stderr at all)
   std::optional<int> limit;          ///< documents per task at most
   /// --gen-kwargs: an object merged into every generate_until task's
   /// generation_kwargs (lm-eval's gen_kwargs; null = none).
   nlohmann::json gen_kwargs;
   std::vector<TaskSpec> tasks;
+  /// The groups named by the spec or --tasks (each once; parents before their
+  /// nested groups); their member tasks are in `tasks`.
+  std::vector<GroupSpec> groups;
+  /// Notes to print once: a name used that stands for a task or group and a tag (TaskTree::notes).
+  std::vector<std::string> notes;
   nlohmann::json raw;                ///< the spec as parsed (for the results file)
 };
 
@@ -177,13 +188,17 @@ inline constexpr const char* kPerplexityLlamaCpp = "perplexity_llamacpp";
 struct TaskOverrides {
   std::optional<int> num_fewshot;          ///< --num-fewshot: set on every task
   std::vector<std::string> include_paths;  ///< --include-path: where task names are looked up (task_index.hpp)
+  std::optional<uint64_t> fewshot_seed;    ///< --seed's few-shot seed: replaces the spec's `seed`
   nlohmann::json gen_kwargs;               ///< --gen-kwargs (parse_gen_kwargs_arg); null = none
 };
 
-/// lm-eval's `--gen_kwargs` value: "key=value,key=value" (values as lm-eval's
-/// handle_arg_string reads them: true/false, None, integers, floats, else
-/// strings) or a JSON object. Throws SpecError "--gen-kwargs: ...". The keys
-/// are checked as generation_kwargs when the spec is parsed.
+/// lm-eval's `--gen_kwargs` value, or a JSON object. "k=v,k2=v2" is read as
+/// simple_parse_args_string + handle_arg_string (lm_eval/utils.py): split on ','
+/// (empty items skipped), each at its first '=' (the rest, '=' included, is the
+/// value); "true"/"false" (any case) become booleans, all-digit values integers,
+/// values Python's float() reads floats, others strings; a later key replaces
+/// an earlier one. Throws SpecError "--gen-kwargs: ..." for an item without a
+/// key or bad JSON. The keys are checked as generation_kwargs when the spec is parsed.
 nlohmann::json parse_gen_kwargs_arg(const std::string& text);
 
 /// Reads, validates and renders the spec at `path` and every data file it names.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -85,6 +86,7 @@ std::vector<std::string> string_list(const json& v, const std::string& file, con
 TaskIndex TaskIndex::build(const std::vector<std::pair<std::string, std::string>>& paths) {
   TaskIndex idx;
   std::map<std::string, TaskIndexEntry> tags;
+  std::set<std::string> read;
   auto define = [&idx](TaskIndexEntry e) {
     auto [it, fresh] = idx.entries_.try_emplace(e.name, e);
     if (!fresh)
@@ -97,31 +99,43 @@ TaskIndex TaskIndex::build(const std::vector<std::pair<std::string, std::string>
       throw ArgumentError(fmt::format("{} {}: {}", what, dir, fs::exists(dir, ec) ? "not a directory" : "no such directory"));
     idx.dirs_.push_back(dir);
     for (const std::string& file : yaml_files(dir)) {
+      if (!read.insert(fs::weakly_canonical(file, ec).string()).second) continue;  // under two include paths: read once
       const json c = load_lm_eval_yaml_keys(file);
       if (!c.contains("task")) continue;  // an include base, or a file lm-eval does not index
       if (c["task"].is_string()) {
-        TaskIndexEntry e{c["task"].get<std::string>(), TaskKind::Task, file, {}};
+        TaskIndexEntry e{c["task"].get<std::string>(), TaskKind::Task, file, {}, {}};
+        if (auto t = tags.find(e.name); t != tags.end()) {  // lm-eval keeps the tag met first and skips the task
+          idx.notes_[e.name] = fmt::format("'{}' is a tag (first in {}); the task of that name in {} is not registered, "
+                                           "as in lm-eval", e.name, t->second.file, e.file);
+          continue;
+        }
         define(e);
         if (c.contains("tag") && !c["tag"].is_null())
           for (const std::string& t : string_list(c["tag"], file, "tag")) {
-            auto [it, fresh] = tags.try_emplace(t, TaskIndexEntry{t, TaskKind::Tag, file, {}});
+            auto [it, fresh] = tags.try_emplace(t, TaskIndexEntry{t, TaskKind::Tag, file, {}, {}});
             it->second.members.push_back(e.name);
           }
       } else if (c["task"].is_array()) {
         if (!c.contains("group") || !c["group"].is_string())
           throw SpecError(fmt::format("{}: group: a list under 'task' needs a 'group' name", file));
-        TaskIndexEntry g{c["group"].get<std::string>(), TaskKind::Group, file, {}};
+        TaskIndexEntry g{c["group"].get<std::string>(), TaskKind::Group, file, {}, c};
         for (const auto& m : c["task"]) {
-          if (!m.is_string())
-            throw SpecError(fmt::format("{}: task: {}: only task, tag and group names are supported in a group's list "
-                                        "(an inline task config is not)", file, json_excerpt(m)));
-          g.members.push_back(m.get<std::string>());
+          if (m.is_string()) g.members.push_back(m.get<std::string>());
+          else if (m.is_object() && m.contains("task") && m["task"].is_string()) g.members.push_back(m["task"].get<std::string>());
+          else if (m.is_object() && m.contains("group") && m["group"].is_string()) g.members.push_back(m["group"].get<std::string>());
+          else throw SpecError(fmt::format("{}: task: {}: expected a task, tag or group name, or a mapping with 'task' or 'group'",
+                                           file, json_excerpt(m)));
         }
         define(g);
       }
     }
   }
-  for (auto& [name, t] : tags) idx.entries_.try_emplace(name, std::move(t));  // a task or group of that name wins
+  for (auto& [name, t] : tags) {
+    auto [it, fresh] = idx.entries_.try_emplace(name, t);  // a task or group of that name wins (lm-eval)
+    if (!fresh)
+      idx.notes_[name] = fmt::format("'{}' is a {} ({}); the tag of that name ({}) is not registered, as in lm-eval", name,
+                                     to_string(it->second.kind), it->second.file, t.file);
+  }
   return idx;
 }
 
@@ -149,30 +163,93 @@ std::string TaskIndex::unknown(const std::string& name, const std::string& origi
                      where.empty() ? "no include path: give --include-path or set KVEVAL_INCLUDE_PATH" : where);
 }
 
-void TaskIndex::expand_one(const std::string& name, const std::string& origin, std::vector<std::string>& stack,
-                           std::vector<std::string>& out) const {
-  const TaskIndexEntry* e = find(name);
-  if (!e) throw SpecError(unknown(name, stack.empty() ? origin : fmt::format("{} (group '{}')", origin, stack.back())));
-  if (e->kind == TaskKind::Task) {
-    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+void TaskIndex::add_task(const std::string& name, const json& overrides, TaskTree& tree,
+                         std::vector<std::string>* parent) const {
+  if (parent) parent->push_back(name);
+  for (const auto& t : tree.tasks)
+    if (t.first == name) return;  // each task once (the first overrides win)
+  tree.tasks.emplace_back(name, overrides);
+}
+
+void TaskIndex::expand_group(const json& config, const std::string& file, const std::string& origin,
+                             std::vector<std::string>& stack, TaskTree& tree, std::vector<std::string>* parent) const {
+  GroupSpec g = parse_group_config(config, file);
+  if (std::find(stack.begin(), stack.end(), g.name) != stack.end())
+    throw SpecError(fmt::format("{}: group '{}' lists itself (through '{}')", file, g.name, stack.back()));
+  if (parent) parent->push_back(g.name);
+  for (const auto& known : tree.groups)
+    if (known.name == g.name) return;
+  const size_t gi = tree.groups.size();
+  tree.groups.push_back(std::move(g));
+  const json list = !config.contains("task") || config["task"].is_null() ? json::array()
+                    : config["task"].is_array()                          ? config["task"]
+                                                                         : json::array({config["task"]});
+  std::vector<std::string> members;
+  stack.push_back(tree.groups[gi].name);
+  for (const json& item : list) expand_item(item, file, origin, stack, tree, &members);
+  stack.pop_back();
+  tree.groups[gi].members = std::move(members);
+}
+
+void TaskIndex::expand_item(const json& item, const std::string& file, const std::string& origin,
+                            std::vector<std::string>& stack, TaskTree& tree, std::vector<std::string>* parent) const {
+  const std::string where = stack.empty() ? origin : fmt::format("{} (group '{}')", origin, stack.back());
+  if (item.is_string() || (item.is_object() && item.contains("task") && item["task"].is_string())) {
+    const std::string name = item.is_string() ? item.get<std::string>() : item["task"].get<std::string>();
+    if (auto n = notes_.find(name); n != notes_.end() && std::find(tree.notes.begin(), tree.notes.end(), n->second) == tree.notes.end())
+      tree.notes.push_back(n->second);
+  }
+  if (item.is_string()) {
+    const std::string name = item.get<std::string>();
+    const TaskIndexEntry* e = find(name);
+    if (!e) throw SpecError(unknown(name, where));
+    if (e->kind == TaskKind::Task) add_task(name, json::object(), tree, parent);
+    else if (e->kind == TaskKind::Tag) for (const auto& m : e->members) add_task(m, json::object(), tree, parent);
+    else expand_group(e->config, e->file, origin, stack, tree, parent);
     return;
   }
-  if (std::find(stack.begin(), stack.end(), name) != stack.end())
-    throw SpecError(fmt::format("{}: group '{}' lists itself (through '{}')", e->file, name, stack.back()));
-  stack.push_back(name);
-  for (const auto& m : e->members) expand_one(m, origin, stack, out);
-  stack.pop_back();
+  if (item.is_object() && item.contains("task") && item["task"].is_string()) {
+    // lm-eval: an inline dict naming an indexed task, tag or group, with keys set on its tasks
+    const std::string name = item["task"].get<std::string>();
+    const TaskIndexEntry* e = find(name);
+    if (!e)
+      throw SpecError(fmt::format("{}: task: {}: an inline task config (a task not in the index) is not supported by kveval; "
+                                  "write the task in its own YAML and list its name", file, name));
+    json overrides = item;
+    overrides.erase("task");
+    for (auto it = overrides.begin(); it != overrides.end(); ++it)
+      if (it.key() != "num_fewshot" && it.key() != "task_alias")
+        throw SpecError(fmt::format("{}: task: {}: {}: not supported in an inline task dict by kveval (num_fewshot, task_alias)",
+                                    file, name, it.key()));
+    if (e->kind == TaskKind::Group && !overrides.empty())
+      throw SpecError(fmt::format("{}: task: {}: a group takes no overrides here", file, name));
+    if (e->kind == TaskKind::Task) add_task(name, overrides, tree, parent);
+    else if (e->kind == TaskKind::Tag) for (const auto& m : e->members) add_task(m, overrides, tree, parent);
+    else expand_group(e->config, e->file, origin, stack, tree, parent);
+    return;
+  }
+  if (item.is_object() && item.contains("group")) return expand_group(item, file, origin, stack, tree, parent);
+  throw SpecError(fmt::format("{}: task: {}: expected a task, tag or group name, or a mapping with 'task' or 'group'", file,
+                              json_excerpt(item)));
+}
+
+void TaskIndex::expand_tree(const std::string& name, const std::string& origin, TaskTree& tree) const {
+  std::vector<std::string> stack;
+  expand_item(json(name), "", origin, stack, tree, nullptr);
 }
 
 std::vector<std::string> TaskIndex::expand(const std::vector<std::string>& names, const std::string& origin) const {
-  std::vector<std::string> out, stack;
-  for (const auto& n : names) expand_one(n, origin, stack, out);
+  TaskTree tree;
+  for (const auto& n : names) expand_tree(n, origin, tree);
+  std::vector<std::string> out;
+  for (const auto& t : tree.tasks) out.push_back(t.first);
   return out;
 }
 
 std::vector<std::pair<size_t, json>> expand_task_names(const json& tasks, const std::function<const TaskIndex&()>& index,
                                                        const std::function<std::string(size_t)>& origin,
-                                                       std::optional<int> num_fewshot) {
+                                                       std::optional<int> num_fewshot, std::vector<GroupSpec>* groups,
+                                                       std::vector<std::string>* notes) {
   std::vector<std::pair<size_t, json>> out;
   for (size_t i = 0; i < tasks.size(); ++i) {
     const json& e = tasks[i];
@@ -196,8 +273,19 @@ std::vector<std::pair<size_t, json>> expand_task_names(const json& tasks, const 
       rest.erase("task");
     }
     const TaskIndex& idx = index();
-    for (const std::string& t : idx.expand({name}, e.is_string() ? origin(i) : origin(i) + ".task")) {
-      json entry = {{"lm_eval_yaml", idx.file_of(t)}};
+    TaskTree tree;
+    idx.expand_tree(name, e.is_string() ? origin(i) : origin(i) + ".task", tree);
+    if (notes)
+      for (const auto& n : tree.notes)
+        if (std::find(notes->begin(), notes->end(), n) == notes->end()) notes->push_back(n);
+    if (groups)
+      for (auto& g : tree.groups)
+        if (std::none_of(groups->begin(), groups->end(), [&](const GroupSpec& x) { return x.name == g.name; }))
+          groups->push_back(std::move(g));
+    for (const auto& [t, overrides] : tree.tasks) {
+      // absolute: the entry is read relative to the spec's folder, the index's files to the working directory
+      json entry = {{"lm_eval_yaml", fs::absolute(idx.file_of(t)).lexically_normal().string()}};
+      entry.update(overrides);
       entry.update(rest);
       if (num_fewshot) entry["num_fewshot"] = *num_fewshot;
       out.emplace_back(i, std::move(entry));

@@ -8,7 +8,9 @@
 // `task:` of its own (an `include` base) is not indexed. A name defined by two
 // files (two tasks, two groups, or a task and a group) is an error naming both;
 // a tag that has the name of a task or group is not registered (lm-eval keeps
-// the task or group).
+// the task or group), except that a task whose name was first met as a tag is
+// not registered (lm-eval skips it); either clash is noted once when the name
+// is used (TaskTree::notes).
 #include <functional>
 #include <map>
 #include <optional>
@@ -16,6 +18,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "eval/group_spec.hpp"
 
 namespace kveval::eval {
 
@@ -29,7 +33,19 @@ struct TaskIndexEntry {
   std::string name;
   TaskKind kind = TaskKind::Task;
   std::string file;                  ///< the YAML (task, group); for a tag, the first task's YAML
-  std::vector<std::string> members;  ///< tag: its tasks in index order; group: its `task:` list as written
+  std::vector<std::string> members;  ///< tag: its tasks in index order; group: the names of its `task:` list as written
+  nlohmann::json config;             ///< group: its YAML's top-level keys (includes merged)
+};
+
+/// What task, tag and group names stand for (TaskIndex::expand_tree).
+struct TaskTree {
+  /// The tasks, each once, in order: the name and the keys an inline dict of a
+  /// group's `task:` list sets on it (num_fewshot, task_alias; an empty object otherwise).
+  std::vector<std::pair<std::string, nlohmann::json>> tasks;
+  /// The groups met, each once, parents before their nested groups (members filled).
+  std::vector<GroupSpec> groups;
+  /// Notes on names that stand for one of two things (a task or group and a tag), each once.
+  std::vector<std::string> notes;
 };
 
 /// The environment variable naming extra include paths, colon-separated.
@@ -57,30 +73,45 @@ class TaskIndex {
   /// 'y'?)" naming `origin`; a group listing an inline task config or itself is
   /// refused the same way.
   std::vector<std::string> expand(const std::vector<std::string>& names, const std::string& origin) const;
+  /// Adds what `name` stands for to `tree` (tasks once; groups with their
+  /// members as lm-eval's TaskManager builds them: a tag in a group's list
+  /// becomes its tasks, an inline dict {task: NAME, ...} a task with
+  /// overrides, an inline dict {group: NAME, task: [...]} a nested group).
+  /// Throws SpecError as expand, and for a group file's bad keys
+  /// (parse_group_config) or an inline task config of a task not in the index.
+  void expand_tree(const std::string& name, const std::string& origin, TaskTree& tree) const;
   /// The YAML file of task `name` (which must be a task).
   const std::string& file_of(const std::string& name) const { return entries_.at(name).file; }
   /// The include directories read, as given.
   const std::vector<std::string>& dirs() const { return dirs_; }
 
  private:
-  void expand_one(const std::string& name, const std::string& origin, std::vector<std::string>& stack,
-                  std::vector<std::string>& out) const;
+  void expand_item(const nlohmann::json& item, const std::string& file, const std::string& origin,
+                   std::vector<std::string>& stack, TaskTree& tree, std::vector<std::string>* parent) const;
+  void expand_group(const nlohmann::json& config, const std::string& file, const std::string& origin,
+                    std::vector<std::string>& stack, TaskTree& tree, std::vector<std::string>* parent) const;
+  void add_task(const std::string& name, const nlohmann::json& overrides, TaskTree& tree, std::vector<std::string>* parent) const;
   std::string unknown(const std::string& name, const std::string& origin) const;
   std::map<std::string, TaskIndexEntry> entries_;
+  std::map<std::string, std::string> notes_;  ///< name -> how a task/group and tag clash was resolved
   std::vector<std::string> dirs_;
 };
 
 /// A spec's `tasks` list with every named entry replaced by the task entries
 /// it stands for: "arc_easy" or {"task": "ai2_arc", "num_fewshot": 5, "limit": 10}
 /// become {"lm_eval_yaml": FILE, ...the object's other keys} for each task the
-/// name expands to (TaskIndex::expand); other entries are kept. `num_fewshot`,
+/// name expands to (TaskIndex::expand_tree); other entries are kept. `num_fewshot`,
 /// when given, is set on every entry. `index` is called once, on the first
 /// named entry. Each result keeps the position of the entry it came from (for
-/// messages). `origin(i)` names entry i in messages. Throws SpecError.
+/// messages). `origin(i)` names entry i in messages. The groups met are
+/// appended to `groups` (each once), the index's notes on the names used to
+/// `notes` (each once). Throws SpecError.
 std::vector<std::pair<size_t, nlohmann::json>> expand_task_names(const nlohmann::json& tasks,
                                                                  const std::function<const TaskIndex&()>& index,
                                                                  const std::function<std::string(size_t)>& origin,
-                                                                 std::optional<int> num_fewshot);
+                                                                 std::optional<int> num_fewshot,
+                                                                 std::vector<GroupSpec>* groups = nullptr,
+                                                                 std::vector<std::string>* notes = nullptr);
 
 /// Whether `name` matches the shell glob `pattern` (`*`, `?`, `[...]`; Python
 /// fnmatch.fnmatchcase, as `lm_eval --tasks list` filters).

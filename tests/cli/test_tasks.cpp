@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -84,10 +85,36 @@ TEST_SUITE("cli.tasks") {
     Run b = run_kveval(d, "run " + quote(d.file("spec.json")) + " -q -o " + quote(d.file("b.json")));
     REQUIRE(b.code == 0);
     json ra = json::parse(slurp(d.file("a.json"))), rb = json::parse(slurp(d.file("b.json")));
-    CHECK(ra["results"] == rb["results"]);
+    // the same task values; under the groups the aliases are indented (lm-eval's prepare_print_tasks)
+    for (auto it = rb["results"].begin(); it != rb["results"].end(); ++it) {
+      json a = ra["results"][it.key()], b = it.value();
+      a.erase("alias");
+      b.erase("alias");
+      CHECK(a == b);
+    }
+    CHECK(ra["results"]["chores"]["alias"] == "  - chores");
+    CHECK(ra["results"]["last_word"]["alias"] == " - last_word");
     CHECK(ra["n-samples"] == rb["n-samples"]);
-    CHECK(ra["versions"] == rb["versions"]);
-    CHECK(ra["results"].size() == 4);
+    CHECK(ra["results"].size() == 6);  // 4 tasks, 2 groups
+    // the group rows as lm-eval writes them: all_of_it has no aggregate_metric_list
+    CHECK(ra["results"]["all_of_it"] == json{{" ", " "}, {"alias", "all_of_it"}});
+    CHECK(ra["group_subtasks"] == json{{"all_of_it", {"daily", "last_word"}}, {"daily", {"pets", "pets_fewshot", "chores"}}});
+    CHECK(ra["groups"].size() == 1);
+    CHECK(ra["versions"]["daily"] == 1.0);
+    CHECK_FALSE(ra["versions"].contains("all_of_it"));
+    CHECK_FALSE(ra["n-shot"].contains("daily"));
+    CHECK(ra["higher_is_better"]["daily"] == json{{"acc", true}, {"perplexity", false}});
+    // daily = acc of pets, pets_fewshot, chores weighted by their documents, stderr pooled
+    double num = 0, var = 0, total = 0;
+    for (const char* t : {"pets", "pets_fewshot", "chores"}) {
+      const double n = ra["n-samples"][t]["effective"].get<double>(), v = ra["results"][t]["acc,none"].get<double>(),
+                   se = ra["results"][t]["acc_stderr,none"].get<double>();
+      num += v * n, var += (n - 1) * se * se * n, total += n;
+    }
+    CHECK(ra["results"]["daily"]["acc,none"].get<double>() == doctest::Approx(num / total).epsilon(1e-12));
+    CHECK(ra["results"]["daily"]["acc_stderr,none"].get<double>() == doctest::Approx(std::sqrt(var / (total - 3) / total)).epsilon(1e-12));
+    CHECK(ra["groups"]["daily"] == ra["results"]["daily"]);
+    CHECK(ra["results"]["daily"]["alias"] == " - daily");
     CHECK(ra["n-samples"]["pets_fewshot"]["effective"] == 3);
 
     // --num_fewshot and a --limit fraction (lm-eval: ceil(0.5 * 4) = 2 documents of chores)

@@ -122,7 +122,7 @@ TEST_SUITE("eval.gen_kwargs") {
     CHECK(j == json{{"do_sample", true}, {"temperature", 0.2}, {"top_k", 10}, {"until", "Q"}});
     CHECK(parse_gen_kwargs_arg(R"({"top_p": 0.5})") == json{{"top_p", 0.5}});
     CHECK(error_of([] { parse_gen_kwargs_arg("temperature"); }) ==
-          "--gen-kwargs: \"temperature\" is not key=value (expected e.g. temperature=0.2,do_sample=true)");
+          "--gen-kwargs: 'temperature': expected key=value");
     TaskOverrides o;
     o.gen_kwargs = parse_gen_kwargs_arg("do_sample=true,top_p=0.5,seed=3");
     EvalSpec s = parse_spec(gen_spec({{"generation_kwargs", {{"top_p", 0.9}, {"max_gen_toks", 4}}}}), "s.json", ".", "", o);

@@ -1,0 +1,177 @@
+// Groups as lm-eval computes them (evaluator_utils.consolidate_group_results,
+// api/metrics.py aggregate_subtask_metrics and pooled_sample_stderr): values
+// checked against hand-computed means and pooled stderrs, the members a group
+// YAML gives (tags, nested groups, inline dicts) and lm-eval's row order.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "eval/groups.hpp"
+#include "eval/task_index.hpp"
+#include "eval_test_util.hpp"
+#include "util/error.hpp"
+
+using kveval::test::task_tree;
+using kveval::test::TempDir;
+using namespace kveval::eval;
+using Names = std::vector<std::string>;
+
+namespace {
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+MetricValue acc(double v, std::optional<double> se, int n) {
+  MetricValue m;
+  m.name = "acc";
+  m.value = v;
+  m.stderr_ = se;
+  m.n = n;
+  return m;
+}
+
+GroupSpec group(const std::string& name, Names members, std::optional<bool> weight_by_size) {
+  GroupSpec g;
+  g.name = name;
+  g.members = std::move(members);
+  if (weight_by_size) g.aggregate_metric_list = std::vector<AggregateMetric>{{"acc", *weight_by_size, {"none"}}};
+  return g;
+}
+
+/// Tasks a (acc 0.5 ± 0.2 over 10), b (0.8 ± 0.1 over 30), c (0.2 ± 0.05 over 20).
+struct ThreeTasks {
+  EvalSpec spec;
+  RunResult res;
+  ThreeTasks() {
+    for (const char* n : {"a", "b", "c"}) {
+      TaskSpec t;
+      t.name = n;
+      spec.tasks.push_back(t);
+    }
+    res.metrics = {{acc(0.5, 0.2, 10)}, {acc(0.8, 0.1, 30)}, {acc(0.2, 0.05, 20)}};
+  }
+};
+
+}  // namespace
+
+TEST_SUITE("eval.groups") {
+  TEST_CASE("aggregate_subtask_metrics and pooled_sample_stderr equal hand-computed values") {
+    const std::vector<double> m = {0.5, 0.8}, se = {0.2, 0.1};
+    const std::vector<int> n = {10, 30};
+    // (0.5*10 + 0.8*30) / 40 = 0.725; unweighted (0.5 + 0.8) / 2 = 0.65
+    CHECK(aggregate_subtask_metrics(m, n, true) == doctest::Approx(0.725).epsilon(1e-15));
+    CHECK(aggregate_subtask_metrics(m, n, false) == doctest::Approx(0.65).epsilon(1e-15));
+    // sqrt((9*0.04*10 + 29*0.01*30) / (40 - 2) / 40) = sqrt(12.3 / 1520)
+    CHECK(*pooled_sample_stderr(se, n) == doctest::Approx(0.0899561296586169).epsilon(1e-13));
+    // no degrees of freedom: one document per subtask
+    CHECK_FALSE(pooled_sample_stderr(std::vector<double>{0.0, 0.0}, std::vector<int>{1, 1}));
+  }
+
+  TEST_CASE("a nested group aggregates all its leaf tasks; weighted and unweighted; the pooled stderr") {
+    ThreeTasks f;
+    f.spec.groups = {group("top", {"a", "sub"}, true), group("sub", {"b", "c"}, true), group("flat", {"a", "b", "c"}, false)};
+    const auto gm = compute_group_metrics(f.spec, f.res);
+    REQUIRE(gm.size() == 3);
+    REQUIRE(gm[0].size() == 1);
+    // top: over a, b, c (not over sub's value): (5 + 24 + 4) / 60 = 0.55
+    CHECK(*gm[0][0].value == doctest::Approx(0.55).epsilon(1e-15));
+    CHECK(gm[0][0].n == 60);
+    // sqrt((9*0.04*10 + 29*0.01*30 + 19*0.0025*20) / 57 / 60)
+    CHECK(*gm[0][0].stderr_ == doctest::Approx(0.0622436262266905).epsilon(1e-13));
+    CHECK(*gm[1][0].value == doctest::Approx(0.56).epsilon(1e-15));  // (24 + 4) / 50
+    CHECK(*gm[1][0].stderr_ == doctest::Approx(0.06341004126582267).epsilon(1e-13));
+    // unweighted: (0.5 + 0.8 + 0.2) / 3 = 0.5; the stderr is pooled by size all the same (lm-eval)
+    CHECK(*gm[2][0].value == doctest::Approx(0.5).epsilon(1e-15));
+    CHECK(*gm[2][0].stderr_ == doctest::Approx(0.0622436262266905).epsilon(1e-13));
+  }
+
+  TEST_CASE("a subtask without stderr gives none; without a value, n/a naming it; no aggregate list, no metrics") {
+    ThreeTasks f;
+    f.res.metrics[1][0].stderr_.reset();
+    f.spec.groups = {group("g", {"a", "b"}, true), group("plain", {"a"}, std::nullopt)};
+    auto gm = compute_group_metrics(f.spec, f.res);
+    CHECK(*gm[0][0].value == doctest::Approx(0.725));
+    CHECK_FALSE(gm[0][0].stderr_);
+    CHECK(gm[0][0].note == "no stderr for subtask b");
+    CHECK(gm[1].empty());
+    f.res.metrics[0][0].value.reset();
+    gm = compute_group_metrics(f.spec, f.res);
+    CHECK_FALSE(gm[0][0].value);
+    CHECK(gm[0][0].note == "no value for subtask a");
+    // a filter no subtask reports gives no entry
+    f.spec.groups[0].aggregate_metric_list->at(0).filter_list = {"strict-match"};
+    CHECK(compute_group_metrics(f.spec, f.res)[0].empty());
+  }
+
+  TEST_CASE("rows: a group, then its members sorted by name, indented as lm-eval's prepare_print_tasks") {
+    ThreeTasks f;
+    f.spec.tasks[2].task_alias = "Cee";
+    TaskSpec lone;
+    lone.name = "lone";
+    f.spec.tasks.insert(f.spec.tasks.begin(), lone);
+    f.spec.groups = {group("top", {"sub", "a"}, true), group("sub", {"c", "b"}, std::nullopt)};
+    f.spec.groups[1].group_alias = "Sub";
+    Names got;
+    for (const ReportRow& r : report_rows(f.spec)) got.push_back(r.alias);
+    CHECK(got == Names{"lone", "top", " - a", " - Sub", "  - b", "  - Cee"});
+  }
+
+  TEST_CASE("a group YAML's members: a tag becomes its tasks, nested groups, inline dicts") {
+    const TaskIndex idx = TaskIndex::build({{"--include-path", task_tree()}});
+    TaskTree tree;
+    idx.expand_tree("all_of_it", "--tasks", tree);
+    REQUIRE(tree.groups.size() == 2);
+    CHECK(tree.groups[0].name == "all_of_it");
+    CHECK(tree.groups[0].members == Names{"daily", "last_word"});  // `words` is a tag: its task
+    CHECK_FALSE(tree.groups[0].aggregate_metric_list);
+    CHECK(tree.groups[1].name == "daily");
+    CHECK(tree.groups[1].members == Names{"pets", "pets_fewshot", "chores"});  // the tag `everyday` and a task
+    REQUIRE(tree.groups[1].aggregate_metric_list);
+    CHECK(tree.groups[1].aggregate_metric_list->at(0).weight_by_size);
+    CHECK(tree.groups[1].version == 1.0);
+
+    TempDir d;
+    d.write("t.yaml", "task: t\noutput_type: loglikelihood\n");
+    d.write("g.yaml",
+            "group: g\ngroup_alias: Gee\ntask:\n  - task: t\n    num_fewshot: 2\n  - group: inner\n    task: [t]\n"
+            "aggregate_metric_list:\n  metric: acc\n  filter_list: strict\n");
+    const TaskIndex di = TaskIndex::build({{"--include-path", d.path.string()}});
+    TaskTree t2;
+    di.expand_tree("g", "x", t2);
+    REQUIRE(t2.tasks.size() == 1);
+    CHECK(t2.tasks[0].second == nlohmann::json{{"num_fewshot", 2}});
+    REQUIRE(t2.groups.size() == 2);
+    CHECK(t2.groups[0].group_alias == "Gee");
+    CHECK(t2.groups[0].members == Names{"t", "inner"});
+    CHECK(t2.groups[1].members == Names{"t"});
+    CHECK(t2.groups[0].aggregate_metric_list->at(0).filter_list == Names{"strict"});
+    CHECK_FALSE(t2.groups[0].aggregate_metric_list->at(0).weight_by_size);  // lm-eval's default
+  }
+
+  TEST_CASE("bad group YAMLs: one line naming the file and key") {
+    TempDir d;
+    d.write("t.yaml", "task: t\noutput_type: loglikelihood\n");
+    d.write("a.yaml", "group: a\ntask: [t]\naggregate_metric_list:\n  - metric: acc\n    aggregation: median\n");
+    d.write("b.yaml", "group: b\ntask: [t]\nnum_fewshot: 3\n");
+    d.write("c.yaml", "group: c\ntask:\n  - task: nowhere\n    doc_to_text: q\n");
+    d.write("e.yaml", "group: e\ntask:\n  - task: t\n    doc_to_text: q\n");
+    const TaskIndex idx = TaskIndex::build({{"--include-path", d.path.string()}});
+    TaskTree tree;
+    CHECK(message_of([&] { idx.expand_tree("a", "x", tree); }) ==
+          d.file("a.yaml") + ": aggregate_metric_list[0].aggregation: \"median\": only 'mean' aggregates a group's subtasks");
+    CHECK(message_of([&] { idx.expand_tree("b", "x", tree); }).find(d.file("b.yaml") + ": num_fewshot: not supported in a group") == 0);
+    CHECK(message_of([&] { idx.expand_tree("c", "x", tree); }).find("an inline task config (a task not in the index)") != std::string::npos);
+    CHECK(message_of([&] { idx.expand_tree("e", "x", tree); }) ==
+          d.file("e.yaml") + ": task: t: doc_to_text: not supported in an inline task dict by kveval (num_fewshot, task_alias)");
+  }
+}
