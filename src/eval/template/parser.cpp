@@ -67,14 +67,36 @@ StmtPtr Parser::statement() {
   if (n == "if") return if_stmt();
   if (n == "for") return for_stmt();
   if (n == "set") return set_stmt();
+  if (hf && (n == "break" || n == "continue")) {
+    if (loop_depth == 0) fail(tag, fmt::format("'{{% {} %}}' outside a for loop", n));
+    auto s = std::make_shared<Stmt>();
+    s->kind = n == "break" ? StmtKind::Break : StmtKind::Continue;
+    s->line = tag.line, s->col = tag.col;
+    ++i;
+    expect_block_end();
+    return s;
+  }
+  if (hf && n == "generation") {  // transformers' AssistantTracker: the body as a call block
+    auto s = std::make_shared<Stmt>();
+    s->kind = StmtKind::Scope;
+    s->line = tag.line, s->col = tag.col;
+    ++i;
+    expect_block_end();
+    std::string end;
+    s->body = subparse({"endgeneration"}, &end);
+    expect_block_end();
+    return s;
+  }
   static const std::vector<std::string> known_jinja = {
       "macro", "call", "filter", "include", "import", "from", "extends", "block", "with", "autoescape",
       "do", "break", "continue", "trans", "pluralize", "endtrans", "namespace"};
   for (const auto& k : known_jinja)
-    if (n == k) fail(tag, fmt::format("the Jinja tag '{{% {} %}}' is not supported (supported tags: {})", n, kSupportedTags));
+    if (n == k && !(hf && (n == "break" || n == "continue")))
+      fail(tag, fmt::format("the Jinja tag '{{% {} %}}' is not supported (supported tags: {})", n,
+                            hf ? kSupportedHfTags : kSupportedTags));
   if (n.rfind("end", 0) == 0 || n == "elif" || n == "else")
     fail(tag, fmt::format("unexpected '{{% {} %}}': no open block takes it here", n));
-  fail(tag, fmt::format("unknown tag '{}' (supported tags: {})", n, kSupportedTags));
+  fail(tag, fmt::format("unknown tag '{}' (supported tags: {})", n, hf ? kSupportedHfTags : kSupportedTags));
 }
 
 StmtPtr Parser::if_stmt() {
@@ -106,7 +128,11 @@ StmtPtr Parser::for_stmt() {
   ++i;  // for
   const Token& tgt = cur();
   s->text = expect_name();
-  if (is_op(",")) fail(cur(), "unpacking in a for loop ('for a, b in ...') is not supported");
+  if (is_op(",") && !hf) fail(cur(), "unpacking in a for loop ('for a, b in ...') is not supported");
+  if (is_op(",")) {
+    s->targets.push_back(s->text);
+    while (skip_op(",")) s->targets.push_back(expect_name());
+  }
   if (s->text == "loop") fail(tgt, "cannot assign to 'loop' (it is the loop variable of Jinja)");
   if (!skip_name("in")) fail(cur(), fmt::format("expected 'in', got {}", describe(cur())));
   s->expr = no_tuple(&Parser::or_expr);
@@ -114,7 +140,9 @@ StmtPtr Parser::for_stmt() {
   if (is_name("recursive")) fail(cur(), "recursive for loops are not supported");
   expect_block_end();
   std::string end;
+  ++loop_depth;
   s->body = subparse({"endfor", "else"}, &end);
+  --loop_depth;
   if (end == "else") {
     expect_block_end();
     std::string e2;
@@ -130,6 +158,15 @@ StmtPtr Parser::set_stmt() {
   ++i;  // set
   const Token& tgt = cur();
   s->text = expect_name();
+  if (is_op(".") && hf) {
+    ++i;
+    s->kind = StmtKind::SetAttr;
+    s->attr = expect_name();
+    if (!skip_op("=")) fail(cur(), fmt::format("expected '=', got {}", describe(cur())));
+    s->expr = tuple_free_expression();
+    expect_block_end();
+    return s;
+  }
   if (is_op(".")) fail(tgt, "namespace attribute assignment ('set ns.x = ...') is not supported");
   if (is_op(",")) fail(cur(), "unpacking assignment ('set a, b = ...') is not supported");
   if (s->text == "loop") fail(tgt, "cannot assign to 'loop'");
@@ -150,8 +187,8 @@ StmtPtr Parser::set_stmt() {
 
 }  // namespace parse_detail
 
-Program parse_tokens(const std::vector<Token>& toks) {
-  parse_detail::Parser p{toks};
+Program parse_tokens(const std::vector<Token>& toks, bool hf_chat) {
+  parse_detail::Parser p{toks, hf_chat};
   return p.program();
 }
 

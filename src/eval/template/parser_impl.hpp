@@ -17,6 +17,7 @@ namespace kveval::eval::tmpl::parse_detail {
 
 
 inline const char* kSupportedTags = "if, elif, else, endif, for, endfor, set, endset, raw";
+inline const char* kSupportedHfTags = "if, elif, else, endif, for, endfor, break, continue, set, endset, raw, generation";
 
 // Names checked when the template is parsed (Jinja refuses unknown filters and
 // tests at compile time; a method outside the subset could only fail later).
@@ -27,11 +28,24 @@ inline const std::vector<std::string> kTests = {"defined", "undefined", "none", 
                                          "boolean", "sequence", "mapping"};
 inline const std::vector<std::string> kMethods = {"strip", "lstrip", "rstrip", "split", "lower", "upper", "capitalize", "replace",
                                            "index", "find", "count", "startswith", "endswith", "join"};
+// What Hugging Face's chat environment adds (transformers' _compile_jinja_template:
+// jinja2's filters and tests, its own tojson, globals raise_exception and strftime_now).
+inline const std::vector<std::string> kHfFilters = {"tojson", "items", "selectattr", "rejectattr", "map", "dictsort",
+                                                    "indent", "title", "safe", "reverse", "unique", "sort", "abs",
+                                                    "round", "sum", "min", "max", "wordcount", "center", "truncate"};
+inline const std::vector<std::string> kHfTests = {"equalto", "eq", "==", "ne", "!=", "in", "iterable", "true", "false",
+                                                  "odd", "even", "divisibleby", "lower", "upper", "callable"};
+inline const std::vector<std::string> kHfMethods = {"items", "keys", "values", "get", "title"};
+inline const std::vector<std::string> kHfGlobals = {"range", "namespace", "raise_exception", "strftime_now"};
 
 inline std::string join_names(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
   return s;
+}
+inline std::vector<std::string> concat_names(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
 }
 inline bool has(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
@@ -45,8 +59,15 @@ inline constexpr int kMaxHeight = 1000;
 
 struct Parser {
   const std::vector<Token>& t;
+  bool hf = false;    ///< Hugging Face's chat environment (parse_tokens)
   size_t i = 0;
-  int nesting = 0;  ///< open levels (kMaxNesting)
+  int nesting = 0;    ///< open levels (kMaxNesting)
+  int loop_depth = 0; ///< for bodies open (break/continue are allowed inside one)
+  int arg_depth = 0;  ///< call argument lists open (a parenthesized tuple is allowed there)
+
+  bool filter_known(const std::string& n) const { return has(kFilters, n) || (hf && has(kHfFilters, n)); }
+  bool test_known(const std::string& n) const { return has(kTests, n) || (hf && has(kHfTests, n)); }
+  bool method_known(const std::string& n) const { return has(kMethods, n) || (hf && has(kHfMethods, n)); }
 
   /// One more open level for the life of the object; throws TemplateError at `at` past kMaxNesting.
   struct Nest {
@@ -270,6 +291,7 @@ struct Parser {
       ++i;
       if (is_op(")")) fail(k, "the empty tuple '()' is not supported");
       ExprPtr e = condexpr();
+      if (is_op(",") && hf && arg_depth > 0) return tuple_arg(k, e);
       if (is_op(",")) fail(cur(), "tuples are not supported");
       expect_op(")");
       return e;
@@ -367,37 +389,61 @@ struct Parser {
     return seal(n);
   }
 
-  /// Call arguments; keyword arguments and *args / **kwargs are refused.
-  std::vector<ExprPtr> call_args() {
-    const Token& open = cur();
+  /// A tuple literal `(a, b, ...)` as a call argument (Hugging Face's chat
+  /// environment: tojson's separators), evaluated as a list; `first` is parsed.
+  ExprPtr tuple_arg(const Token& open, ExprPtr first) {
+    auto n = node(ExprKind::List, open);
+    n->kids.push_back(first);
+    while (skip_op(",")) {
+      if (is_op(")")) break;
+      n->kids.push_back(condexpr());
+    }
+    expect_op(")");
+    return seal(n);
+  }
+
+  /// Call arguments: appended to `n->kids` with their keywords in `n->argnames`
+  /// (keyword arguments only in Hugging Face's chat environment; *args and
+  /// **kwargs are refused).
+  void call_args(std::shared_ptr<Expr>& n) {
     expect_op("(");
-    std::vector<ExprPtr> args;
+    n->argnames.resize(n->kids.size());
+    size_t first = n->kids.size();
+    ++arg_depth;
     while (!is_op(")")) {
-      if (!args.empty()) {
+      if (n->kids.size() > first) {
         expect_op(",");
         if (is_op(")")) break;
       }
       if (is_op("*") || is_op("**")) fail(cur(), "*args and **kwargs in calls are not supported");
-      if (cur().kind == TokKind::Name && peek().kind == TokKind::Op && peek().text == "=")
-        fail(cur(), fmt::format("keyword argument '{}=' is not supported (pass arguments by position)", cur().text));
-      args.push_back(condexpr());
+      std::string kw;
+      if (cur().kind == TokKind::Name && peek().kind == TokKind::Op && peek().text == "=") {
+        if (!hf) fail(cur(), fmt::format("keyword argument '{}=' is not supported (pass arguments by position)", cur().text));
+        kw = cur().text;
+        i += 2;
+      } else if (!n->argnames.empty() && !n->argnames.back().empty()) {
+        fail(cur(), "positional argument follows keyword argument");
+      }
+      n->kids.push_back(condexpr());
+      n->argnames.push_back(kw);
     }
-    (void)open;
+    --arg_depth;
     ++i;
-    return args;
   }
 
   ExprPtr call(ExprPtr callee) {
-    if (callee->kind == ExprKind::Getattr && !has(kMethods, callee->name))
+    if (callee->kind == ExprKind::Getattr && !method_known(callee->name))
       fail(cur(), fmt::format("the method '{}()' is not supported (supported methods: {}; list.index, list.count)", callee->name,
-                              join_names(kMethods)));
-    if (callee->kind == ExprKind::Name && callee->name != "range")
+                              join_names(hf ? concat_names(kMethods, kHfMethods) : kMethods)));
+    if (callee->kind == ExprKind::Name && hf && !has(kHfGlobals, callee->name))
+      fail(cur(), fmt::format("calling '{}()' is not supported (global functions: {})", callee->name, join_names(kHfGlobals)));
+    if (callee->kind == ExprKind::Name && !hf && callee->name != "range")
       fail(cur(), fmt::format("calling '{}()' is not supported (the only global function is range())", callee->name));
     if (callee->kind != ExprKind::Getattr && callee->kind != ExprKind::Name)
       fail(cur(), "only method calls (x.method(...)) and range(...) are supported");
     auto n = node(ExprKind::Call, cur());
     n->kids.push_back(callee);
-    for (auto& a : call_args()) n->kids.push_back(a);
+    call_args(n);
     return seal(n);
   }
 
@@ -409,11 +455,11 @@ struct Parser {
         auto n = node(ExprKind::Filter, nm);
         n->name = expect_name();
         if (is_op(".")) fail(cur(), "dotted filter names are not supported");
-        if (!has(kFilters, n->name))
-          fail(nm, fmt::format("the filter '{}' is not supported (supported filters: {})", n->name, join_names(kFilters)));
+        if (!filter_known(n->name))
+          fail(nm, fmt::format("the filter '{}' is not supported (supported filters: {})", n->name,
+                               join_names(hf ? concat_names(kFilters, kHfFilters) : kFilters)));
         n->kids.push_back(e);
-        if (is_op("("))
-          for (auto& a : call_args()) n->kids.push_back(a);
+        if (is_op("(")) call_args(n);
         e = seal(n);
       } else if (is_name("is")) {
         const Token& is = cur();
@@ -422,11 +468,12 @@ struct Parser {
         auto n = node(ExprKind::Test, is);
         const Token& tn = cur();
         n->name = expect_name();
-        if (!has(kTests, n->name))
-          fail(tn, fmt::format("the test '{}' is not supported (supported tests: {})", n->name, join_names(kTests)));
+        if (!test_known(n->name))
+          fail(tn, fmt::format("the test '{}' is not supported (supported tests: {})", n->name,
+                               join_names(hf ? concat_names(kTests, kHfTests) : kTests)));
         n->kids.push_back(e);
         if (is_op("(")) {
-          for (auto& a : call_args()) n->kids.push_back(a);
+          call_args(n);
         } else if ((cur().kind == TokKind::Name || cur().kind == TokKind::String || cur().kind == TokKind::Integer ||
                     cur().kind == TokKind::Float || is_op("[") || is_op("{")) &&
                    !is_name("else") && !is_name("or") && !is_name("and")) {
