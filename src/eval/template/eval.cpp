@@ -422,6 +422,9 @@ Template Template::parse(std::string_view source, Dialect dialect) {
   } catch (const ArgumentError& e) {
     throw TemplateError(1, 1, fmt::format("template is not valid UTF-8 ({})", e.what()));
   }
+  // keep_trailing_newline is on in lm-eval's environment and off (jinja2's default) in Hugging Face's:
+  // there one newline at the end of the source is dropped
+  if (dialect == Dialect::HfChat && !src.empty() && src.back() == '\n') src.pop_back();
   Template t;
   t.source_ = src;
   t.plain_ = src.find("{{") == std::string::npos && src.find("{%") == std::string::npos && src.find("{#") == std::string::npos;
