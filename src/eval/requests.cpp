@@ -20,15 +20,15 @@ const char* to_string(RequestKind k) {
   return "?";
 }
 
-EncodedPair encode_pair(const Tokenizer& tok, std::string_view context, std::string_view continuation, bool parse_special) {
+EncodedPair encode_pair(const Tokenizer& tok, std::string_view context, std::string_view continuation) {
   // lm-eval: n_spaces = len(context) - len(context.rstrip()); Python's
   // whitespace (util/whitespace.hpp), so a trailing U+00A0 moves too.
   const std::string_view kept = util::rstrip(context);
   std::string ctx(kept);
   std::string cont = std::string(context.substr(kept.size())) + std::string(continuation);
   EncodedPair p;
-  std::vector<int32_t> whole = tok.encode(ctx + cont, true, parse_special);
-  p.context = tok.encode(ctx, true, parse_special);
+  std::vector<int32_t> whole = tok.encode(ctx + cont, true);
+  p.context = tok.encode(ctx, true);
   if (whole.size() > p.context.size()) p.continuation.assign(whole.begin() + static_cast<long>(p.context.size()), whole.end());
   return p;
 }
@@ -122,10 +122,10 @@ Request doc_request(size_t ti, size_t di, RequestKind kind) {
 /// left-truncated to `max_length` (BOS kept, counted in `n_truncated`);
 /// a per-request error for a zero-token or too long continuation.
 Request loglikelihood_request(const Tokenizer& tok, const Doc& d, size_t ti, size_t di, const std::string& cont,
-                              int index, int max_length, int& n_truncated, bool parse_special) {
+                              int index, int max_length, int& n_truncated) {
   Request r = doc_request(ti, di, RequestKind::Loglikelihood);
   r.index = index;
-  EncodedPair p = encode_pair(tok, d.context, cont, parse_special);
+  EncodedPair p = encode_pair(tok, d.context, cont);
   r.n_context_tokens = static_cast<int>(p.context.size());
   r.n_continuation_tokens = static_cast<int>(p.continuation.size());
   // a multiple-choice document has one request per choice: name it
@@ -154,8 +154,8 @@ Request loglikelihood_request(const Tokenizer& tok, const Doc& d, size_t ti, siz
 
 /// The RollingWindow requests of document `d` (a per-request error when it has no token to score).
 void add_rolling_requests(const Tokenizer& tok, const Doc& d, size_t ti, size_t di, int max_length,
-                          std::vector<Request>& out, bool parse_special) {
-  std::vector<int32_t> seq = tok.encode(d.target, true, parse_special);
+                          std::vector<Request>& out) {
+  std::vector<int32_t> seq = tok.encode(d.target, true);
   auto wins = rolling_windows(seq, max_length);
   if (wins.empty()) {
     Request r = doc_request(ti, di, RequestKind::RollingWindow);
@@ -180,7 +180,7 @@ Request generate_request(const Tokenizer& tok, const TaskSpec& t, const Doc& d, 
   Request r = doc_request(ti, di, RequestKind::Generate);
   r.max_gen_toks = t.generation_kwargs.max_gen_toks;
   r.until = t.generation_kwargs.until;
-  r.prompt = tok.encode(d.context, true, t.parse_special);
+  r.prompt = tok.encode(d.context, true);
   r.n_context_tokens = static_cast<int>(r.prompt.size());
   size_t room = static_cast<size_t>(max_length - r.max_gen_toks);  // >= 1
   if (r.prompt.size() > room) {
@@ -204,15 +204,15 @@ void add_doc_requests(const EvalSpec& spec, size_t ti, size_t di, const Tokenize
       case OutputType::Loglikelihood:
         out.push_back(loglikelihood_request(tok, d, ti, di,
                                             (t.loglikelihood_delimiter ? t.target_delimiter : std::string()) + d.target,
-                                            -1, max_length, n_truncated, t.parse_special));
+                                            -1, max_length, n_truncated));
         break;
       case OutputType::MultipleChoice:
         for (size_t c = 0; c < d.choices.size(); ++c)
           out.push_back(loglikelihood_request(tok, d, ti, di, t.target_delimiter + d.choices[c], static_cast<int>(c),
-                                              max_length, n_truncated, t.parse_special));
+                                              max_length, n_truncated));
         break;
       case OutputType::LoglikelihoodRolling:
-        add_rolling_requests(tok, d, ti, di, max_length, out, t.parse_special);
+        add_rolling_requests(tok, d, ti, di, max_length, out);
         break;
       case OutputType::GenerateUntil:
         out.push_back(generate_request(tok, t, d, ti, di, max_length, n_truncated));

@@ -53,10 +53,8 @@ struct EncodedPair {
 /// Unicode: util/whitespace.hpp) moves to the start of
 /// `continuation`; whole = encode(context + continuation, BOS); ctx =
 /// encode(context, BOS); continuation = whole[len(ctx):]. An empty context
-/// therefore gives ctx = [BOS] (lm-eval's prefix token). `parse_special` matches
-/// control tokens written in the text (a task's parse_special key).
-EncodedPair encode_pair(const Tokenizer& tok, std::string_view context, std::string_view continuation,
-                        bool parse_special = false);
+/// therefore gives ctx = [BOS] (lm-eval's prefix token).
+EncodedPair encode_pair(const Tokenizer& tok, std::string_view context, std::string_view continuation);
 
 /// Rolling windows over `seq` (BOS first, never scored) for a model window of
 /// `max_length` tokens (>= 2): every position 1..seq.size()-1 is scored exactly

@@ -282,10 +282,6 @@ void parse_prompt_fields(const json& tj, const Where& w, TaskSpec& t) {
     t.doc_to_choice = c;
   }
   if (tj.contains("limit")) t.limit = static_cast<int>(expect_int(tj["limit"], w.key("limit"), 0, 1 << 30));
-  if (tj.contains("parse_special")) {
-    if (!tj["parse_special"].is_boolean()) w.key("parse_special").fail("expected true or false");
-    t.parse_special = tj["parse_special"].get<bool>();
-  }
   if (tj.contains("num_fewshot") && !tj["num_fewshot"].is_null())
     t.num_fewshot = static_cast<int>(expect_int(tj["num_fewshot"], w.key("num_fewshot"), 0, 1 << 20));
 }
@@ -410,7 +406,7 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
       "name", "output_type", "dataset_path", "docs", "doc_to_text", "doc_to_target", "doc_to_choice",
       "target_delimiter", "description", "generation_kwargs", "metric_list", "num_fewshot", "fewshot_split",
       "fewshot_delimiter", "fewshot_config", "filter_list", "metadata", "limit", "rolling_method", "context_length",
-      "gen_prefix", "task_alias", "parse_special"};
+      "gen_prefix", "task_alias"};
   check_keys(tj, w, keys);
   TaskSpec t;
   parse_task_name(tj, w, t);

@@ -124,9 +124,6 @@ struct TaskSpec {
   /// loglikelihood: the continuation is target_delimiter + target (kveval JSON specs), or the
   /// target alone (false; lm-eval's construct_requests, used for lm-eval YAML tasks).
   bool loglikelihood_delimiter = true;
-  /// `parse_special`: control tokens written in the documents' text ("<|im_start|>")
-  /// are matched as such when tokenizing (default false: document text is plain text).
-  bool parse_special = false;
   std::optional<int> limit;          ///< task-level limit (overrides the spec's)
   RollingMethod rolling_method = RollingMethod::LmEval;  ///< `rolling_method`: "lm-eval" or "llama.cpp"
   int context_length = 0;            ///< `context_length` (tokens per llama.cpp chunk, >= 4); 0 unless LlamaCpp

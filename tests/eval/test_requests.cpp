@@ -49,13 +49,6 @@ TEST_SUITE("eval.requests") {
     CHECK(e.continuation == std::vector<int32_t>{7, 8});
   }
 
-  TEST_CASE("encode_pair with parse_special matches control tokens written in the context") {
-    // </s> (id 2) is a control token: one id with parse_special (a task's parse_special key), text otherwise
-    EncodedPair sp = encode_pair(tiny(), "a</s>", " b", true);
-    CHECK(sp.context == std::vector<int32_t>{1, 7, 2});
-    CHECK(!sp.continuation.empty());
-  }
-
   TEST_CASE("a continuation merged into the context's last token has zero tokens") {
     EncodedPair p = encode_pair(tiny(), "a", "b");  // whole = [BOS, ▁ab], context = [BOS, ▁a]
     CHECK(p.continuation.empty());
