@@ -76,15 +76,13 @@ inline CLI::Validator non_empty_path() {
 
 /// Refuses an empty value ("--dtype ''": "--dtype: empty value", exit 2) for
 /// every option of every subcommand that takes one, but a prompt or a text, where
-/// "" is a value (and chat-template's --bos-token/--eos-token): CLI11 2.1 reads '' as 0 for a number and as "not given" for a
+/// "" is a value: CLI11 2.1 reads '' as 0 for a number and as "not given" for a
 /// string. Call after all subcommands are added.
 inline void refuse_empty_values(CLI::App& app) {
   const CLI::Validator non_empty([](std::string& v) -> std::string { return v.empty() ? "empty value" : ""; }, "");
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
     for (CLI::Option* o : sub->get_options())
-      if (o->get_type_size() != 0 && !o->check_lname("prompt") && !o->check_name("text") && !o->check_lname("bos-token") &&
-          !o->check_lname("eos-token"))
-        o->check(non_empty);
+      if (o->get_type_size() != 0 && !o->check_lname("prompt") && !o->check_name("text")) o->check(non_empty);
 }
 
 void add_run_command(CLI::App& app, Action& action);

@@ -87,7 +87,11 @@ def run_kveval(kveval, template, messages, gen, bos, eos):
         json.dump(messages, f, ensure_ascii=False)
         path = f.name
     try:
-        cmd = [kveval, "chat-template", "--template", template, "--messages", path, "--bos-token", bos, "--eos-token", eos]
+        cmd = [kveval, "chat-template", "--template", template, "--messages", path]
+        if bos:  # empty: the default with --template
+            cmd += ["--bos-token", bos]
+        if eos:
+            cmd += ["--eos-token", eos]
         if gen:
             cmd.append("--add-generation-prompt")
         return subprocess.run(cmd, capture_output=True, timeout=30)
