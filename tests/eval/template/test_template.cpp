@@ -182,7 +182,7 @@ TEST_CASE("template: Hugging Face's chat dialect renders as jinja2 with trim_blo
   CHECK(hf("{% set ns = namespace(n=0) %}{% for x in [1, 2] %}{% set ns.n = ns.n + x %}{% endfor %}{{ ns.n }}") == "3");
   CHECK(hf("[{{ m.tool_calls }}]{% if not m.tool_calls %}none{% endif %}{% for t in m.tool_calls %}x{% endfor %}",
            {{"m", {{"role", "user"}}}}) == "[]none");
-  CHECK(hf("{{ {'k': 'é\n"'}|tojson }} {{ [1, 2.5, none]|tojson(indent=1) }} {{ [1, 2]|tojson(separators=(',', ':')) }}") ==
+  CHECK(hf("{{ {'k': 'é\\n\"'}|tojson }} {{ [1, 2.5, none]|tojson(indent=1) }} {{ [1, 2]|tojson(separators=(',', ':')) }}") ==
         "{\"k\": \"é\\n\\\"\"} [\n 1,\n 2.5,\n null\n] [1,2]");
   CHECK(hf("{% generation %}{% set x = 1 %}g{% endgeneration %}{{ x is defined }}") == "gFalse");
   CHECK(hf("{{ ms|selectattr('role', 'equalto', 'user')|map(attribute='content')|join('|') }}",
