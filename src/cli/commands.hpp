@@ -90,6 +90,8 @@ void add_bench_command(CLI::App& app, Action& action);
 void add_make_model_command(CLI::App& app, Action& action);
 void add_generate_command(CLI::App& app, Action& action);
 void add_tokenize_command(CLI::App& app, Action& action);
+/// `kveval chat-template`: prints a conversation rendered with a model's or a file's chat template.
+void add_chat_template_command(CLI::App& app, Action& action);
 void add_tasks_command(CLI::App& app, Action& action);
 
 }  // namespace kveval::cli

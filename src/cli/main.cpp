@@ -81,6 +81,7 @@ int run_main(int argc, char** argv) {
   cli::add_bench_command(app, action);
   cli::add_make_model_command(app, action);
   cli::add_tokenize_command(app, action);
+  cli::add_chat_template_command(app, action);
   cli::add_tasks_command(app, action);
   cli::refuse_empty_values(app);
   if (const std::string e = empty_list_item(app, argc, argv); !e.empty()) {
@@ -92,7 +93,7 @@ int run_main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // CLI11 reports a misspelt subcommand as "A subcommand is required": name it instead
     if (argc > 1 && argv[1][0] != '-' && app.get_subcommands([&](CLI::App* s) { return s->check_name(argv[1]); }).empty()) {
-      fmt::print(stderr, "kveval: error: unknown subcommand '{}' (run, generate, bench, make-model, tokenize, tasks; see --help)\n", argv[1]);
+      fmt::print(stderr, "kveval: error: unknown subcommand '{}' (run, generate, bench, make-model, tokenize, chat-template, tasks; see --help)\n", argv[1]);
       return cli::kUsage;
     }
     if (e.get_exit_code() == 0) return app.exit(e) == 0 ? cli::kOk : cli::kUsage;  // --help, --version

@@ -24,10 +24,13 @@ struct Frame {
 
 struct Evaluator {
   const json& globals;
+  bool hf = false;  ///< Hugging Face's chat environment: Undefined is lenient, its filters, tests and globals
   std::vector<Frame> frames;
   std::string out;
   int depth = 0;
   int64_t iterations = 0;  ///< for-loop bodies run so far in this render (kMaxLoopIterations)
+  std::vector<json> namespaces;  ///< namespace() objects (Value::ns indexes them; shared, mutable)
+  enum class Flow { Normal, Break, Continue } flow = Flow::Normal;
 
   /// Loop bodies one render may run: 2^20, like range()'s items (nested loops multiply).
   static constexpr int64_t kMaxLoopIterations = int64_t(1) << 20;
@@ -68,8 +71,70 @@ struct Evaluator {
 
   std::vector<Value> args_of(const Expr& e, size_t from) {
     std::vector<Value> a;
-    for (size_t k = from; k < e.kids.size(); ++k) a.push_back(eval(*e.kids[k]));
+    for (size_t k = from; k < e.kids.size(); ++k)
+      if (k >= e.argnames.size() || e.argnames[k].empty()) a.push_back(eval(*e.kids[k]));
     return a;
+  }
+  KwArgs kwargs_of(const Expr& e) {
+    KwArgs kw;
+    for (size_t k = 0; k < e.kids.size() && k < e.argnames.size(); ++k)
+      if (!e.argnames[k].empty()) kw.emplace_back(e.argnames[k], eval(*e.kids[k]));
+    return kw;
+  }
+  static void no_kwargs(const KwArgs& kw, const std::string& what) {
+    if (!kw.empty()) fail(fmt::format("{} takes no keyword arguments (got '{}=')", what, kw[0].first));
+  }
+
+  /// Python truth of a value; HF's (lenient) Undefined is false, a namespace true.
+  bool truthy(const Value& v) const {
+    if (hf && v.undefined) return false;
+    if (v.ns >= 0) return true;
+    return py_truthy(v.get());
+  }
+
+  /// ns.attr / ns['attr'] of a namespace() object.
+  Value ns_get(const Value& obj, const json& key) const {
+    const json& o = namespaces[static_cast<size_t>(obj.ns)];
+    if (key.is_string() && o.contains(key.get<std::string>())) return o[key.get<std::string>()];
+    return Value::undef(fmt::format("'Namespace object' has no attribute {}", py_repr(key)));
+  }
+
+  Value call_name(const Expr& e, const std::string& name) {
+    Value f = lookup(name);
+    if (!f.undefined) fail(fmt::format("'{}' is a {} value, not a function", name, py_type(f.v)));
+    KwArgs kw = kwargs_of(e);
+    if (name == "namespace") {
+      json o = json::object();
+      if (!args_of(e, 1).empty()) fail("namespace() takes keyword arguments only here");
+      for (auto& [k, v] : kw) o[k] = v.get();
+      namespaces.push_back(std::move(o));
+      Value n(json::object());
+      n.ns = static_cast<int>(namespaces.size() - 1);
+      return n;
+    }
+    no_kwargs(kw, name + "()");
+    return hf ? call_hf_global(name, args_of(e, 1)) : call_global(name, args_of(e, 1));
+  }
+
+  Value filter(const Expr& e) {
+    Value v = eval(*e.kids[0]);
+    if (!hf) return apply_filter(e.name, v, args_of(e, 1));
+    KwArgs kw = kwargs_of(e);
+    std::vector<Value> args = args_of(e, 1);
+    if (v.ns >= 0) fail(fmt::format("the filter '{}' cannot take a namespace() object", e.name));
+    if (v.undefined && e.name != "default" && e.name != "d") {  // jinja2.Undefined: empty str, len 0, iterates empty
+      if (e.name == "length" || e.name == "count") return 0;
+      if (e.name == "list" || e.name == "items") return json::array();
+      if (e.name != "tojson") v = Value(json(""));
+    }
+    if (auto r = apply_hf_filter(e.name, v, args, kw)) return *r;
+    no_kwargs(kw, "the filter '" + e.name + "'");
+    return apply_filter(e.name, v, args);
+  }
+
+  bool equal(const Value& l, const Value& r) const {
+    if (hf && (l.undefined || r.undefined)) return l.undefined && r.undefined;
+    return py_equal(l.get(), r.get());
   }
 
   Value eval_inner(const Expr& e) {
@@ -91,9 +156,14 @@ struct Evaluator {
         }
         return o;
       }
-      case ExprKind::Getattr: return get_item(eval(*e.kids[0]), json(e.name), true);
+      case ExprKind::Getattr: {
+        Value obj = eval(*e.kids[0]);
+        if (obj.ns >= 0) return ns_get(obj, json(e.name));
+        return get_item(obj, json(e.name), true);
+      }
       case ExprKind::Getitem: {
         Value obj = eval(*e.kids[0]);
+        if (obj.ns >= 0) return ns_get(obj, eval(*e.kids[1]).get());
         return get_item(obj, eval(*e.kids[1]).get(), false);
       }
       case ExprKind::Slice: {
@@ -106,31 +176,37 @@ struct Evaluator {
         const Expr& callee = *e.kids[0];
         if (callee.kind == ExprKind::Getattr) {
           Value obj = eval(*callee.kids[0]);
+          no_kwargs(kwargs_of(e), "the method '" + callee.name + "()'");
+          if (obj.ns >= 0) fail(fmt::format("namespace() objects have no method '{}()'", callee.name));
+          if (hf)
+            if (auto r = call_hf_method(obj, callee.name, args_of(e, 1))) return *r;
           return call_method(obj, callee.name, args_of(e, 1));
         }
-        if (callee.kind == ExprKind::Name) {
-          Value f = lookup(callee.name);
-          if (!f.undefined) fail(fmt::format("'{}' is a {} value, not a function", callee.name, py_type(f.v)));
-          return call_global(callee.name, args_of(e, 1));
-        }
+        if (callee.kind == ExprKind::Name) return call_name(e, callee.name);
         fail("only method calls (x.m(...)) and range(...) can be called");
       }
-      case ExprKind::Filter: return apply_filter(e.name, eval(*e.kids[0]), args_of(e, 1));
-      case ExprKind::Test: return apply_test(e.name, eval(*e.kids[0]), args_of(e, 1));
+      case ExprKind::Filter: return filter(e);
+      case ExprKind::Test: {
+        Value v = eval(*e.kids[0]);
+        if (!hf) return apply_test(e.name, v, args_of(e, 1));
+        no_kwargs(kwargs_of(e), "the test '" + e.name + "'");
+        if (v.ns >= 0) return e.name == "defined";
+        return apply_hf_test(e.name, v, args_of(e, 1));
+      }
       case ExprKind::Neg: case ExprKind::Pos: {
         Value v = eval(*e.kids[0]);
         check_not_range(v);
         return py_negate(v.get(), e.kind == ExprKind::Neg);
       }
-      case ExprKind::Not: return !py_truthy(eval(*e.kids[0]).get());
+      case ExprKind::Not: return !truthy(eval(*e.kids[0]));
       case ExprKind::And: {
         Value l = eval(*e.kids[0]);
-        if (!py_truthy(l.get())) return l;
+        if (!truthy(l)) return l;
         return eval(*e.kids[1]);
       }
       case ExprKind::Or: {
         Value l = eval(*e.kids[0]);
-        if (py_truthy(l.get())) return l;
+        if (truthy(l)) return l;
         return eval(*e.kids[1]);
       }
       case ExprKind::Binary: {
@@ -152,11 +228,13 @@ struct Evaluator {
           Value r = eval(*e.kids[k]);
           const std::string& op = e.ops[k - 1];
           bool ok;
-          if (op == "in" || op == "not in") {
+          if ((op == "in" || op == "not in") && hf && r.undefined) {
+            ok = op == "not in";
+          } else if (op == "in" || op == "not in") {
             ok = py_contains(r.get(), l.get()) == (op == "in");
           } else if (op == "==" || op == "!=") {
             check_not_range(l), check_not_range(r);
-            ok = py_equal(l.get(), r.get()) == (op == "==");
+            ok = equal(l, r) == (op == "==");
           } else {
             check_not_range(l), check_not_range(r);
             int c = py_compare(l.get(), r.get(), op.c_str());
@@ -168,7 +246,7 @@ struct Evaluator {
         return true;
       }
       case ExprKind::CondExpr: {
-        if (py_truthy(eval(*e.kids[0]).get())) return eval(*e.kids[1]);
+        if (truthy(eval(*e.kids[0]))) return eval(*e.kids[1]);
         if (e.kids[2]) return eval(*e.kids[2]);
         return Value::undef("the inline if-expression evaluated to false and has no else section");
       }
@@ -180,14 +258,19 @@ struct Evaluator {
     if (!v.range_repr.empty()) fail("arithmetic and comparisons on range() objects are not supported (apply |list first)");
   }
 
-  static std::string text_of(const Value& v) {
+  std::string text_of(const Value& v) const {
+    if (hf && v.undefined) return "";
+    if (v.ns >= 0) fail("printing a namespace() object is not supported");
     if (!v.range_repr.empty()) return v.range_repr;
     return py_str(v.get());
   }
 
   // ---- statements ----
   void run(const Body& body) {
-    for (const auto& s : body) stmt(*s);
+    for (const auto& s : body) {
+      stmt(*s);
+      if (flow != Flow::Normal) return;
+    }
   }
 
   void assign(const std::string& name, Value v) { frames.back().vars[name] = std::move(v); }
@@ -217,7 +300,7 @@ struct Evaluator {
           Value t = eval(*test);
           bool b;
           try {
-            b = py_truthy(t.get());
+            b = truthy(t);
           } catch (const EvalFailure& f) {
             fail_at(*test, f.message);
           }
@@ -234,7 +317,36 @@ struct Evaluator {
         return;
       }
       case StmtKind::For: return for_loop(s);
+      case StmtKind::SetAttr: return set_attr(s);
+      case StmtKind::Break: flow = Flow::Break; return;
+      case StmtKind::Continue: flow = Flow::Continue; return;
+      case StmtKind::Scope:
+        frames.emplace_back();
+        run(s.body);
+        frames.pop_back();
+        return;
     }
+  }
+
+  /// `set ns.attr = expr`: only a namespace() object takes attributes (jinja2's sandbox).
+  void set_attr(const Stmt& s) {
+    Value target = lookup(s.text);
+    Value v = eval(*s.expr);
+    if (target.ns < 0)
+      throw TemplateError(s.line, s.col, fmt::format("cannot assign attribute '{}' on '{}': not a namespace() object", s.attr, s.text));
+    try {
+      namespaces[static_cast<size_t>(target.ns)][s.attr] = v.get();
+    } catch (const EvalFailure& f) {
+      fail_at(*s.expr, f.message);
+    }
+  }
+
+  /// Binds the loop target(s) to `item` (`for a, b in pairs` unpacks a list).
+  void bind_target(const Stmt& s, const json& item) {
+    if (s.targets.empty()) return assign(s.text, item);
+    if (!item.is_array() || item.size() != s.targets.size())
+      throw TemplateError(s.line, s.col, fmt::format("cannot unpack {} into {} names", py_type(item), s.targets.size()));
+    for (size_t k = 0; k < s.targets.size(); ++k) assign(s.targets[k], item[k]);
   }
 
   /// One more loop body (or `if` filter) of `for` statement s; throws past kMaxLoopIterations.
@@ -247,7 +359,7 @@ struct Evaluator {
     Value seq = eval(*s.expr);
     std::vector<json> items;
     try {
-      items = iterate(seq);
+      if (!(hf && seq.undefined)) items = iterate(seq);
     } catch (const EvalFailure& f) {
       fail_at(*s.expr, f.message);
     }
@@ -256,11 +368,11 @@ struct Evaluator {
       for (auto& it : items) {
         count_iteration(s);
         frames.emplace_back();
-        assign(s.text, it);
+        bind_target(s, it);
         Value c = eval(*s.cond);
         bool keep;
         try {
-          keep = py_truthy(c.get());
+          keep = truthy(c);
         } catch (const EvalFailure& f) {
           fail_at(*s.cond, f.message);
         }
@@ -280,9 +392,12 @@ struct Evaluator {
       if (i > 0) loop["previtem"] = items[static_cast<size_t>(i - 1)];
       if (i + 1 < n) loop["nextitem"] = items[static_cast<size_t>(i + 1)];
       assign("loop", loop);
-      assign(s.text, items[static_cast<size_t>(i)]);
+      bind_target(s, items[static_cast<size_t>(i)]);
       run(s.body);
       frames.pop_back();
+      bool stop = flow == Flow::Break;
+      flow = Flow::Normal;
+      if (stop) break;
     }
     --depth;
   }
@@ -290,7 +405,7 @@ struct Evaluator {
 
 }  // namespace
 
-Template Template::parse(std::string_view source) {
+Template Template::parse(std::string_view source, Dialect dialect) {
   // Jinja treats \r\n and \r as \n everywhere in the source
   std::string src;
   src.reserve(source.size());
@@ -307,15 +422,20 @@ Template Template::parse(std::string_view source) {
   } catch (const ArgumentError& e) {
     throw TemplateError(1, 1, fmt::format("template is not valid UTF-8 ({})", e.what()));
   }
+  // keep_trailing_newline is on in lm-eval's environment and off (jinja2's default) in Hugging Face's:
+  // there one newline at the end of the source is dropped
+  if (dialect == Dialect::HfChat && !src.empty() && src.back() == '\n') src.pop_back();
   Template t;
   t.source_ = src;
   t.plain_ = src.find("{{") == std::string::npos && src.find("{%") == std::string::npos && src.find("{#") == std::string::npos;
-  t.prog_ = std::make_shared<Program>(parse_tokens(lex(src)));
+  t.dialect_ = dialect;
+  bool hf = dialect == Dialect::HfChat;
+  t.prog_ = std::make_shared<Program>(parse_tokens(lex(src, nullptr, hf), hf));
   return t;
 }
 
 std::string Template::render(const json& vars) const {
-  Evaluator ev{vars, {}, {}, 0};  // NOLINT
+  Evaluator ev{vars, dialect_ == Dialect::HfChat, {}, {}, 0, 0, {}, Evaluator::Flow::Normal};
   ev.frames.emplace_back();
   try {
     ev.run(prog_->body);

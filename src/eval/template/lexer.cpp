@@ -1,9 +1,10 @@
 // Lexer of the Jinja2 subset, after jinja2/lexer.py (Jinja 3.1): data up to
 // the first "{{", "{%" or "{#"; "-" after an opening delimiter strips the
 // whitespace before it (str.rstrip), "-" before a closing one strips the
-// whitespace after it (\s*); "+" is accepted and changes nothing here
-// (lstrip_blocks/trim_blocks are off in lm-eval). Closing delimiters only count
-// when (), [] and {} are balanced.
+// whitespace after it (\s*); "+" keeps the whitespace that lstrip_blocks and
+// trim_blocks would drop. Those two are off in lm-eval's environment and on in
+// Hugging Face's chat one. Closing delimiters only count when (), [] and {} are
+// balanced.
 #include <algorithm>
 #include <cctype>
 #include <cstring>
@@ -20,8 +21,10 @@ namespace kveval::eval::tmpl {
 namespace {
 
 struct Lexer {
-  explicit Lexer(const std::string& source) : src(source) {}
+  Lexer(const std::string& source, bool hf_chat) : src(source), trim_blocks(hf_chat), lstrip_blocks(hf_chat) {}
   const std::string& src;
+  bool trim_blocks = false;    ///< drop the first newline after a block or comment tag
+  bool lstrip_blocks = false;  ///< drop spaces and tabs from a line's start to a block or comment tag
   size_t pos = 0;
   std::vector<Token> out;
   /// Line/column bookkeeping: the position last resolved and its line and column.
@@ -76,11 +79,27 @@ struct Lexer {
     return at;
   }
 
-  /// Emits text data; rstrip() it first when the next tag starts with '-'.
-  void data(size_t from, size_t to, bool rstrip) {
+  /// Emits text data before a tag whose sign ('-', '+' or none) is `sign`:
+  /// rstrip() for '-'; with lstrip_blocks and a block or comment tag (`lstrip`)
+  /// not marked '+', the whitespace between the line's start and the tag goes
+  /// (jinja2/lexer.py: when the text after its last newline is all \s, and the
+  /// text starts a line when it has no newline).
+  void data(size_t from, size_t to, char sign, bool lstrip = false) {
     std::string d = src.substr(from, to - from);
-    if (rstrip) d = py_strip(d, false, true);
+    if (sign == '-') {
+      d = py_strip(d, false, true);
+    } else if (sign != '+' && lstrip && lstrip_blocks) {
+      size_t l_pos = d.rfind('\n');
+      l_pos = l_pos == std::string::npos ? 0 : l_pos + 1;
+      bool line_starting = from == 0 || src[from - 1] == '\n';
+      if ((l_pos > 0 || line_starting) && l_pos < d.size() && py_strip(d.substr(l_pos), true, true).empty())
+        d.resize(l_pos);
+    }
     if (!d.empty()) push(TokKind::Data, from, std::move(d));
+  }
+  /// After a `%}` or `#}` without a sign: trim_blocks drops one newline.
+  void trim_newline() {
+    if (trim_blocks && pos < src.size() && src[pos] == '\n') ++pos;
   }
 
   void run() {
@@ -89,19 +108,19 @@ struct Lexer {
       while (tag != std::string::npos && !(tag + 1 < src.size() && (src[tag + 1] == '{' || src[tag + 1] == '%' || src[tag + 1] == '#')))
         tag = src.find('{', tag + 1);
       if (tag == std::string::npos) {
-        data(pos, src.size(), false);
+        data(pos, src.size(), '\0');
         break;
       }
       char kind = src[tag + 1];
       char sign = tag + 2 < src.size() ? src[tag + 2] : '\0';
-      bool strip_before = sign == '-';
       size_t body = tag + 2 + ((sign == '-' || sign == '+') ? 1 : 0);
       if (kind == '#') {
-        data(pos, tag, strip_before);
+        data(pos, tag, sign, true);
         size_t end = src.find("#}", body);
         if (end == std::string::npos) fail(tag, "missing end of comment tag '#}'");
         pos = end + 2;
         if (end > body && src[end - 1] == '-') pos = skip_space(pos);
+        else if (!(end > body && src[end - 1] == '+')) trim_newline();
         continue;
       }
       if (kind == '%') {
@@ -111,7 +130,7 @@ struct Lexer {
           size_t q = skip_space(p + 3);
           bool dash = starts(q, "-%}");
           if (dash || starts(q, "%}")) {
-            data(pos, tag, strip_before);
+            data(pos, tag, sign, true);
             size_t content = q + (dash ? 3 : 2);
             if (dash) content = skip_space(content);
             size_t search = content;
@@ -124,9 +143,10 @@ struct Lexer {
                 size_t r2 = skip_space(r + 6);
                 bool edash = starts(r2, "-%}");
                 if (edash || starts(r2, "%}") || starts(r2, "+%}")) {
-                  data(content, e, esign == '-');
+                  data(content, e, esign, true);
                   pos = r2 + (edash || starts(r2, "+%}") ? 3 : 2);
                   if (edash) pos = skip_space(pos);
+                  else if (!starts(r2, "+%}")) trim_newline();
                   break;
                 }
               }
@@ -136,8 +156,8 @@ struct Lexer {
           }
         }
       }
-      data(pos, tag, strip_before);
       bool is_var = kind == '{';
+      data(pos, tag, sign, !is_var);
       push(is_var ? TokKind::VarBegin : TokKind::BlockBegin, tag);
       pos = body;
       tag_tokens(is_var, tag);
@@ -156,7 +176,7 @@ struct Lexer {
         } else {
           if (starts(pos, "-%}")) return push(TokKind::BlockEnd, pos), void(pos = skip_space(pos + 3));
           if (starts(pos, "+%}")) return push(TokKind::BlockEnd, pos), void(pos += 3);
-          if (starts(pos, "%}")) return push(TokKind::BlockEnd, pos), void(pos += 2);
+          if (starts(pos, "%}")) return push(TokKind::BlockEnd, pos), void(pos += 2), trim_newline();
         }
       }
       size_t sp = skip_space(pos);
@@ -328,8 +348,8 @@ struct Lexer {
 
 }  // namespace
 
-std::vector<Token> lex(const std::string& source, uint64_t* chars_scanned) {
-  Lexer lx{source};
+std::vector<Token> lex(const std::string& source, uint64_t* chars_scanned, bool hf_chat) {
+  Lexer lx{source, hf_chat};
   lx.run();
   if (chars_scanned) *chars_scanned = lx.lc_scanned;
   return std::move(lx.out);

@@ -1,591 +1,194 @@
-// Parser of the Jinja2 subset: recursive descent with the grammar and
-// precedence of jinja2/parser.py (Jinja 3.1): condexpr < or < and < not <
-// compare (in, not in, chained) < + - < ~ < * / // % < ** (left-assoc) < unary
-// -/+ < postfix (.a, [i], [a:b:c], calls) < filters / tests.
-#include <algorithm>
-
-#include <fmt/format.h>
-
-#include "eval/template/ast.hpp"
-#include "eval/template/template.hpp"
+// Statements of the Jinja2 subset (if, for, set, raw blocks are lexed as
+// data) and the parser's entry point; expressions are in parser_impl.hpp.
+#include "eval/template/parser_impl.hpp"
 
 namespace kveval::eval::tmpl {
 
-namespace {
+namespace parse_detail {
 
-const char* kSupportedTags = "if, elif, else, endif, for, endfor, set, endset, raw";
-
-// Names checked when the template is parsed (Jinja refuses unknown filters and
-// tests at compile time; a method outside the subset could only fail later).
-const std::vector<std::string> kFilters = {"join", "int", "float", "length", "count", "trim", "lower", "upper",
-                                           "capitalize", "replace", "first", "last", "default", "d", "string", "list",
-                                           "regex_replace"};
-const std::vector<std::string> kTests = {"defined", "undefined", "none", "string", "number", "integer", "float",
-                                         "boolean", "sequence", "mapping"};
-const std::vector<std::string> kMethods = {"strip", "lstrip", "rstrip", "split", "lower", "upper", "capitalize", "replace",
-                                           "index", "find", "count", "startswith", "endswith", "join"};
-
-std::string join_names(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
+Program Parser::program() {
+  Program p;
+  std::string end;
+  p.body = subparse({}, &end);
+  return p;
 }
-bool has(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
-/// Parentheses, brackets, braces, call arguments, unary operators and blocks
-/// open at once; and levels of one expression tree (operator chains such as
-/// `1 + 1 + ...` add a level per operator). Parsing, evaluating and freeing
-/// recurse once per level, so a hostile template is refused here instead of
-/// overflowing the stack. Jinja itself stops at Python's recursion limit.
-constexpr int kMaxNesting = 100;
-constexpr int kMaxHeight = 1000;
-
-struct Parser {
-  const std::vector<Token>& t;
-  size_t i = 0;
-  int nesting = 0;  ///< open levels (kMaxNesting)
-
-  /// One more open level for the life of the object; throws TemplateError at `at` past kMaxNesting.
-  struct Nest {
-    Parser& p;
-    Nest(Parser& parser, const Token& at) : p(parser) {
-      if (p.nesting >= kMaxNesting)
-        p.fail(at, fmt::format("nested deeper than {} levels (kveval's limit for templates)", kMaxNesting));
-      ++p.nesting;
+/// Parses until `{% name %}` with name in `ends` (returned in *end, the tag
+/// name consumed, the block not), or the end of the template when `ends` is empty.
+Body Parser::subparse(const std::vector<std::string>& ends, std::string* end) {
+  Nest nest(*this, cur());
+  Body body;
+  while (true) {
+    const Token& k = cur();
+    if (k.kind == TokKind::Eof) {
+      if (!ends.empty()) {
+        std::string list;
+        for (const auto& e : ends) list += (list.empty() ? "'" : " or '") + e + "'";
+        fail(k, fmt::format("unexpected end of template: expected {}", list));
+      }
+      return body;
     }
-    ~Nest() { --p.nesting; }
-    Nest(const Nest&) = delete;
-    Nest& operator=(const Nest&) = delete;
-  };
-
-  /// Sets e's height from its kids; throws TemplateError past kMaxHeight.
-  static ExprPtr seal(std::shared_ptr<Expr> e) {
-    int h = 0;
-    for (const auto& k : e->kids)
-      if (k) h = std::max(h, k->height);
-    e->height = h + 1;
-    if (e->height > kMaxHeight)
-      throw TemplateError(e->line, e->col,
-                          fmt::format("expression nested deeper than {} levels (kveval's limit for templates)", kMaxHeight));
-    return e;
-  }
-
-  const Token& cur() const { return t[i]; }
-  const Token& peek(size_t k = 1) const { return t[std::min(i + k, t.size() - 1)]; }
-  [[noreturn]] void fail(const Token& at, const std::string& msg) const { throw TemplateError(at.line, at.col, msg); }
-
-  bool is_op(const char* op) const { return cur().kind == TokKind::Op && cur().text == op; }
-  bool is_name(const char* n) const { return cur().kind == TokKind::Name && cur().text == n; }
-  bool skip_op(const char* op) {
-    if (!is_op(op)) return false;
-    ++i;
-    return true;
-  }
-  bool skip_name(const char* n) {
-    if (!is_name(n)) return false;
-    ++i;
-    return true;
-  }
-  void expect_op(const char* op) {
-    if (!skip_op(op)) fail(cur(), fmt::format("expected '{}', got {}", op, describe(cur())));
-  }
-  std::string expect_name() {
-    if (cur().kind != TokKind::Name) fail(cur(), fmt::format("expected a name, got {}", describe(cur())));
-    return t[i++].text;
-  }
-  void expect_block_end() {
-    if (cur().kind != TokKind::BlockEnd) fail(cur(), fmt::format("expected '%}}', got {}", describe(cur())));
-    ++i;
-  }
-
-  static std::shared_ptr<Expr> node(ExprKind k, const Token& at) {
-    auto e = std::make_shared<Expr>();
-    e->kind = k;
-    e->line = at.line, e->col = at.col;
-    return e;
-  }
-
-  // ---- statements ----
-  Program program() {
-    Program p;
-    std::string end;
-    p.body = subparse({}, &end);
-    return p;
-  }
-
-  /// Parses until `{% name %}` with name in `ends` (returned in *end, the tag
-  /// name consumed, the block not), or the end of the template when `ends` is empty.
-  Body subparse(const std::vector<std::string>& ends, std::string* end) {
-    Nest nest(*this, cur());
-    Body body;
-    while (true) {
-      const Token& k = cur();
-      if (k.kind == TokKind::Eof) {
-        if (!ends.empty()) {
-          std::string list;
-          for (const auto& e : ends) list += (list.empty() ? "'" : " or '") + e + "'";
-          fail(k, fmt::format("unexpected end of template: expected {}", list));
+    if (k.kind == TokKind::Data) {
+      auto s = std::make_shared<Stmt>();
+      s->kind = StmtKind::Data;
+      s->line = k.line, s->col = k.col;
+      s->text = k.text;
+      body.push_back(s);
+      ++i;
+    } else if (k.kind == TokKind::VarBegin) {
+      ++i;
+      auto s = std::make_shared<Stmt>();
+      s->kind = StmtKind::Output;
+      s->line = k.line, s->col = k.col;
+      s->expr = tuple_free_expression();
+      if (cur().kind != TokKind::VarEnd) fail(cur(), fmt::format("expected '}}}}', got {}", describe(cur())));
+      ++i;
+      body.push_back(s);
+    } else if (k.kind == TokKind::BlockBegin) {
+      ++i;
+      const Token& tag = cur();
+      if (tag.kind != TokKind::Name) fail(tag, fmt::format("expected a tag name after '{{%', got {}", describe(tag)));
+      for (const auto& e : ends)
+        if (tag.text == e) {
+          ++i;
+          *end = e;
+          return body;
         }
-        return body;
-      }
-      if (k.kind == TokKind::Data) {
-        auto s = std::make_shared<Stmt>();
-        s->kind = StmtKind::Data;
-        s->line = k.line, s->col = k.col;
-        s->text = k.text;
-        body.push_back(s);
-        ++i;
-      } else if (k.kind == TokKind::VarBegin) {
-        ++i;
-        auto s = std::make_shared<Stmt>();
-        s->kind = StmtKind::Output;
-        s->line = k.line, s->col = k.col;
-        s->expr = tuple_free_expression();
-        if (cur().kind != TokKind::VarEnd) fail(cur(), fmt::format("expected '}}}}', got {}", describe(cur())));
-        ++i;
-        body.push_back(s);
-      } else if (k.kind == TokKind::BlockBegin) {
-        ++i;
-        const Token& tag = cur();
-        if (tag.kind != TokKind::Name) fail(tag, fmt::format("expected a tag name after '{{%', got {}", describe(tag)));
-        for (const auto& e : ends)
-          if (tag.text == e) {
-            ++i;
-            *end = e;
-            return body;
-          }
-        body.push_back(statement());
-      } else {
-        fail(k, fmt::format("unexpected {}", describe(k)));
-      }
+      body.push_back(statement());
+    } else {
+      fail(k, fmt::format("unexpected {}", describe(k)));
     }
   }
+}
 
-  StmtPtr statement() {
-    const Token& tag = cur();
-    const std::string& n = tag.text;
-    if (n == "if") return if_stmt();
-    if (n == "for") return for_stmt();
-    if (n == "set") return set_stmt();
-    static const std::vector<std::string> known_jinja = {
-        "macro", "call", "filter", "include", "import", "from", "extends", "block", "with", "autoescape",
-        "do", "break", "continue", "trans", "pluralize", "endtrans", "namespace"};
-    for (const auto& k : known_jinja)
-      if (n == k) fail(tag, fmt::format("the Jinja tag '{{% {} %}}' is not supported (supported tags: {})", n, kSupportedTags));
-    if (n.rfind("end", 0) == 0 || n == "elif" || n == "else")
-      fail(tag, fmt::format("unexpected '{{% {} %}}': no open block takes it here", n));
-    fail(tag, fmt::format("unknown tag '{}' (supported tags: {})", n, kSupportedTags));
-  }
-
-  StmtPtr if_stmt() {
+StmtPtr Parser::statement() {
+  const Token& tag = cur();
+  const std::string& n = tag.text;
+  if (n == "if") return if_stmt();
+  if (n == "for") return for_stmt();
+  if (n == "set") return set_stmt();
+  if (hf && (n == "break" || n == "continue")) {
+    if (loop_depth == 0) fail(tag, fmt::format("'{{% {} %}}' outside a for loop", n));
     auto s = std::make_shared<Stmt>();
-    s->kind = StmtKind::If;
-    s->line = cur().line, s->col = cur().col;
-    ++i;  // if
-    while (true) {
-      ExprPtr test = no_tuple(&Parser::or_expr);
-      expect_block_end();
-      std::string end;
-      Body b = subparse({"elif", "else", "endif"}, &end);
-      s->branches.emplace_back(test, std::move(b));
-      if (end == "elif") continue;
-      if (end == "else") {
-        expect_block_end();
-        std::string e2;
-        s->else_body = subparse({"endif"}, &e2);
-      }
-      expect_block_end();
-      return s;
-    }
+    s->kind = n == "break" ? StmtKind::Break : StmtKind::Continue;
+    s->line = tag.line, s->col = tag.col;
+    ++i;
+    expect_block_end();
+    return s;
   }
-
-  StmtPtr for_stmt() {
+  if (hf && n == "generation") {  // transformers' AssistantTracker: the body as a call block
     auto s = std::make_shared<Stmt>();
-    s->kind = StmtKind::For;
-    s->line = cur().line, s->col = cur().col;
-    ++i;  // for
-    const Token& tgt = cur();
-    s->text = expect_name();
-    if (is_op(",")) fail(cur(), "unpacking in a for loop ('for a, b in ...') is not supported");
-    if (s->text == "loop") fail(tgt, "cannot assign to 'loop' (it is the loop variable of Jinja)");
-    if (!skip_name("in")) fail(cur(), fmt::format("expected 'in', got {}", describe(cur())));
-    s->expr = no_tuple(&Parser::or_expr);
-    if (skip_name("if")) s->cond = no_tuple(&Parser::condexpr);
-    if (is_name("recursive")) fail(cur(), "recursive for loops are not supported");
+    s->kind = StmtKind::Scope;
+    s->line = tag.line, s->col = tag.col;
+    ++i;
     expect_block_end();
     std::string end;
-    s->body = subparse({"endfor", "else"}, &end);
+    s->body = subparse({"endgeneration"}, &end);
+    expect_block_end();
+    return s;
+  }
+  static const std::vector<std::string> known_jinja = {
+      "macro", "call", "filter", "include", "import", "from", "extends", "block", "with", "autoescape",
+      "do", "break", "continue", "trans", "pluralize", "endtrans", "namespace"};
+  for (const auto& k : known_jinja)
+    if (n == k && !(hf && (n == "break" || n == "continue")))
+      fail(tag, fmt::format("the Jinja tag '{{% {} %}}' is not supported (supported tags: {})", n,
+                            hf ? kSupportedHfTags : kSupportedTags));
+  if (n.rfind("end", 0) == 0 || n == "elif" || n == "else")
+    fail(tag, fmt::format("unexpected '{{% {} %}}': no open block takes it here", n));
+  fail(tag, fmt::format("unknown tag '{}' (supported tags: {})", n, hf ? kSupportedHfTags : kSupportedTags));
+}
+
+StmtPtr Parser::if_stmt() {
+  auto s = std::make_shared<Stmt>();
+  s->kind = StmtKind::If;
+  s->line = cur().line, s->col = cur().col;
+  ++i;  // if
+  while (true) {
+    ExprPtr test = no_tuple(&Parser::or_expr);
+    expect_block_end();
+    std::string end;
+    Body b = subparse({"elif", "else", "endif"}, &end);
+    s->branches.emplace_back(test, std::move(b));
+    if (end == "elif") continue;
     if (end == "else") {
       expect_block_end();
       std::string e2;
-      s->else_body = subparse({"endfor"}, &e2);
+      s->else_body = subparse({"endif"}, &e2);
     }
     expect_block_end();
     return s;
   }
+}
 
-  StmtPtr set_stmt() {
-    auto s = std::make_shared<Stmt>();
-    s->line = cur().line, s->col = cur().col;
-    ++i;  // set
-    const Token& tgt = cur();
-    s->text = expect_name();
-    if (is_op(".")) fail(tgt, "namespace attribute assignment ('set ns.x = ...') is not supported");
-    if (is_op(",")) fail(cur(), "unpacking assignment ('set a, b = ...') is not supported");
-    if (s->text == "loop") fail(tgt, "cannot assign to 'loop'");
-    if (skip_op("=")) {
-      s->kind = StmtKind::Set;
-      s->expr = tuple_free_expression();
-      expect_block_end();
-      return s;
-    }
-    if (is_op("|")) fail(cur(), "filters on a block set ('{% set x | f %}') are not supported");
-    s->kind = StmtKind::SetBlock;
+StmtPtr Parser::for_stmt() {
+  auto s = std::make_shared<Stmt>();
+  s->kind = StmtKind::For;
+  s->line = cur().line, s->col = cur().col;
+  ++i;  // for
+  const Token& tgt = cur();
+  s->text = expect_name();
+  if (is_op(",") && !hf) fail(cur(), "unpacking in a for loop ('for a, b in ...') is not supported");
+  if (is_op(",")) {
+    s->targets.push_back(s->text);
+    while (skip_op(",")) s->targets.push_back(expect_name());
+  }
+  if (s->text == "loop") fail(tgt, "cannot assign to 'loop' (it is the loop variable of Jinja)");
+  if (!skip_name("in")) fail(cur(), fmt::format("expected 'in', got {}", describe(cur())));
+  s->expr = no_tuple(&Parser::or_expr);
+  if (skip_name("if")) s->cond = no_tuple(&Parser::condexpr);
+  if (is_name("recursive")) fail(cur(), "recursive for loops are not supported");
+  expect_block_end();
+  std::string end;
+  ++loop_depth;
+  s->body = subparse({"endfor", "else"}, &end);
+  --loop_depth;
+  if (end == "else") {
     expect_block_end();
-    std::string end;
-    s->body = subparse({"endset"}, &end);
-    expect_block_end();
-    return s;
+    std::string e2;
+    s->else_body = subparse({"endfor"}, &e2);
   }
+  expect_block_end();
+  return s;
+}
 
-  // ---- expressions ----
-  /// An expression where Jinja would accept a tuple: a top-level comma is refused.
-  ExprPtr tuple_free_expression() { return no_tuple(&Parser::condexpr); }
-  ExprPtr no_tuple(ExprPtr (Parser::*f)()) {
-    if (cur().kind == TokKind::VarEnd || cur().kind == TokKind::BlockEnd)
-      fail(cur(), fmt::format("expected an expression, got {}", describe(cur())));
-    ExprPtr e = (this->*f)();
-    if (is_op(",")) fail(cur(), "tuples are not supported");
-    return e;
-  }
-
-  ExprPtr condexpr() {
-    Nest nest(*this, cur());
-    ExprPtr e = or_expr();
-    while (is_name("if")) {
-      auto c = node(ExprKind::CondExpr, cur());
-      ++i;
-      ExprPtr test = or_expr();
-      ExprPtr other;
-      if (skip_name("else")) other = condexpr();
-      c->kids = {test, e, other};
-      e = seal(c);
-    }
-    return e;
-  }
-  ExprPtr or_expr() {
-    ExprPtr l = and_expr();
-    while (is_name("or")) {
-      auto n = node(ExprKind::Or, cur());
-      ++i;
-      n->kids = {l, and_expr()};
-      l = seal(n);
-    }
-    return l;
-  }
-  ExprPtr and_expr() {
-    ExprPtr l = not_expr();
-    while (is_name("and")) {
-      auto n = node(ExprKind::And, cur());
-      ++i;
-      n->kids = {l, not_expr()};
-      l = seal(n);
-    }
-    return l;
-  }
-  ExprPtr not_expr() {
-    if (is_name("not")) {
-      Nest nest(*this, cur());
-      auto n = node(ExprKind::Not, cur());
-      ++i;
-      n->kids = {not_expr()};
-      return seal(n);
-    }
-    return compare();
-  }
-  ExprPtr compare() {
-    const Token& start = cur();
-    ExprPtr e = math1();
-    std::shared_ptr<Expr> c;
-    while (true) {
-      std::string op;
-      if (cur().kind == TokKind::Op &&
-          (cur().text == "==" || cur().text == "!=" || cur().text == "<" || cur().text == "<=" || cur().text == ">" || cur().text == ">=")) {
-        op = cur().text;
-        ++i;
-      } else if (is_name("in")) {
-        op = "in";
-        ++i;
-      } else if (is_name("not") && peek().kind == TokKind::Name && peek().text == "in") {
-        op = "not in";
-        i += 2;
-      } else {
-        break;
-      }
-      if (!c) {
-        c = node(ExprKind::Compare, start);
-        c->kids.push_back(e);
-      }
-      c->ops.push_back(op);
-      c->kids.push_back(math1());
-    }
-    return c ? seal(c) : e;
-  }
-  ExprPtr binary_chain(ExprPtr (Parser::*next)(), std::initializer_list<const char*> ops) {
-    ExprPtr l = (this->*next)();
-    while (true) {
-      const char* hit = nullptr;
-      for (const char* o : ops)
-        if (is_op(o)) hit = o;
-      if (!hit) return l;
-      auto n = node(ExprKind::Binary, cur());
-      n->name = hit;
-      ++i;
-      n->kids = {l, (this->*next)()};
-      l = seal(n);
-    }
-  }
-  ExprPtr math1() { return binary_chain(&Parser::concat, {"+", "-"}); }
-  ExprPtr concat() {
-    const Token& start = cur();
-    ExprPtr e = math2();
-    if (!is_op("~")) return e;
-    auto c = node(ExprKind::Concat, start);
-    c->kids.push_back(e);
-    while (skip_op("~")) c->kids.push_back(math2());
-    return seal(c);
-  }
-  ExprPtr math2() { return binary_chain(&Parser::pow_expr, {"*", "/", "//", "%"}); }
-  ExprPtr pow_expr() { return binary_chain(&Parser::unary_filtered, {"**"}); }
-  ExprPtr unary_filtered() { return unary(true); }
-  ExprPtr unary(bool with_filter) {
-    ExprPtr e;
-    if (is_op("-") || is_op("+")) {
-      Nest nest(*this, cur());
-      auto n = node(is_op("-") ? ExprKind::Neg : ExprKind::Pos, cur());
-      ++i;
-      n->kids = {unary(false)};
-      e = seal(n);
-    } else {
-      e = primary();
-    }
-    e = postfix(e);
-    if (with_filter) e = filter_expr(e);
-    return e;
-  }
-
-  ExprPtr primary() {
-    const Token& k = cur();
-    if (k.kind == TokKind::Name) {
-      ++i;
-      auto n = node(ExprKind::Const, k);
-      if (k.text == "true" || k.text == "True") n->value = true;
-      else if (k.text == "false" || k.text == "False") n->value = false;
-      else if (k.text == "none" || k.text == "None") n->value = nullptr;
-      else n->kind = ExprKind::Name, n->name = k.text;
-      return n;
-    }
-    if (k.kind == TokKind::String) {
-      auto n = node(ExprKind::Const, k);
-      std::string s;
-      while (cur().kind == TokKind::String) s += t[i++].text;
-      n->value = s;
-      return n;
-    }
-    if (k.kind == TokKind::Integer || k.kind == TokKind::Float) {
-      ++i;
-      auto n = node(ExprKind::Const, k);
-      if (k.kind == TokKind::Integer) n->value = k.ival;
-      else n->value = k.fval;
-      return n;
-    }
-    if (k.kind == TokKind::Op && k.text == "(") {
-      ++i;
-      if (is_op(")")) fail(k, "the empty tuple '()' is not supported");
-      ExprPtr e = condexpr();
-      if (is_op(",")) fail(cur(), "tuples are not supported");
-      expect_op(")");
-      return e;
-    }
-    if (k.kind == TokKind::Op && k.text == "[") {
-      ++i;
-      auto n = node(ExprKind::List, k);
-      while (!is_op("]")) {
-        if (!n->kids.empty()) {
-          expect_op(",");
-          if (is_op("]")) break;
-        }
-        n->kids.push_back(condexpr());
-      }
-      ++i;
-      return seal(n);
-    }
-    if (k.kind == TokKind::Op && k.text == "{") {
-      ++i;
-      auto n = node(ExprKind::Dict, k);
-      while (!is_op("}")) {
-        if (!n->kids.empty()) {
-          expect_op(",");
-          if (is_op("}")) break;
-        }
-        n->kids.push_back(condexpr());
-        expect_op(":");
-        n->kids.push_back(condexpr());
-      }
-      ++i;
-      return seal(n);
-    }
-    fail(k, fmt::format("unexpected {}", describe(k)));
-  }
-
-  ExprPtr postfix(ExprPtr e) {
-    while (true) {
-      if (is_op(".")) {
-        const Token& dot = cur();
-        ++i;
-        const Token& a = cur();
-        if (a.kind == TokKind::Name) {
-          auto n = node(ExprKind::Getattr, dot);
-          n->name = a.text;
-          n->kids = {e};
-          ++i;
-          e = seal(n);
-        } else if (a.kind == TokKind::Integer) {
-          auto n = node(ExprKind::Getitem, dot);
-          auto idx = node(ExprKind::Const, a);
-          idx->value = a.ival;
-          n->kids = {e, idx};
-          ++i;
-          e = seal(n);
-        } else {
-          fail(a, fmt::format("expected a name or number after '.', got {}", describe(a)));
-        }
-      } else if (is_op("[")) {
-        const Token& br = cur();
-        ++i;
-        e = subscript(e, br);
-      } else if (is_op("(")) {
-        e = call(e);
-      } else {
-        return e;
-      }
-    }
-  }
-
-  ExprPtr subscript(ExprPtr obj, const Token& br) {
-    ExprPtr parts[3];
-    bool slice = false;
-    int part = 0;
-    if (is_op("]")) fail(cur(), "expected a subscript expression");
-    while (true) {
-      if (is_op(":")) {
-        slice = true;
-        if (++part > 2) fail(cur(), "invalid slice");
-        ++i;
-        continue;
-      }
-      if (is_op("]")) break;
-      if (is_op(",")) fail(cur(), "subscripts with a tuple ('a[i, j]') are not supported");
-      if (parts[part]) fail(cur(), fmt::format("expected ']' or ':', got {}", describe(cur())));
-      parts[part] = condexpr();
-    }
-    ++i;  // ]
-    if (!slice) {
-      auto n = node(ExprKind::Getitem, br);
-      n->kids = {obj, parts[0]};
-      return seal(n);
-    }
-    auto n = node(ExprKind::Slice, br);
-    n->kids = {obj, parts[0], parts[1], parts[2]};
-    return seal(n);
-  }
-
-  /// Call arguments; keyword arguments and *args / **kwargs are refused.
-  std::vector<ExprPtr> call_args() {
-    const Token& open = cur();
-    expect_op("(");
-    std::vector<ExprPtr> args;
-    while (!is_op(")")) {
-      if (!args.empty()) {
-        expect_op(",");
-        if (is_op(")")) break;
-      }
-      if (is_op("*") || is_op("**")) fail(cur(), "*args and **kwargs in calls are not supported");
-      if (cur().kind == TokKind::Name && peek().kind == TokKind::Op && peek().text == "=")
-        fail(cur(), fmt::format("keyword argument '{}=' is not supported (pass arguments by position)", cur().text));
-      args.push_back(condexpr());
-    }
-    (void)open;
+StmtPtr Parser::set_stmt() {
+  auto s = std::make_shared<Stmt>();
+  s->line = cur().line, s->col = cur().col;
+  ++i;  // set
+  const Token& tgt = cur();
+  s->text = expect_name();
+  if (is_op(".") && hf) {
     ++i;
-    return args;
+    s->kind = StmtKind::SetAttr;
+    s->attr = expect_name();
+    if (!skip_op("=")) fail(cur(), fmt::format("expected '=', got {}", describe(cur())));
+    s->expr = tuple_free_expression();
+    expect_block_end();
+    return s;
   }
-
-  ExprPtr call(ExprPtr callee) {
-    if (callee->kind == ExprKind::Getattr && !has(kMethods, callee->name))
-      fail(cur(), fmt::format("the method '{}()' is not supported (supported methods: {}; list.index, list.count)", callee->name,
-                              join_names(kMethods)));
-    if (callee->kind == ExprKind::Name && callee->name != "range")
-      fail(cur(), fmt::format("calling '{}()' is not supported (the only global function is range())", callee->name));
-    if (callee->kind != ExprKind::Getattr && callee->kind != ExprKind::Name)
-      fail(cur(), "only method calls (x.method(...)) and range(...) are supported");
-    auto n = node(ExprKind::Call, cur());
-    n->kids.push_back(callee);
-    for (auto& a : call_args()) n->kids.push_back(a);
-    return seal(n);
+  if (is_op(".")) fail(tgt, "namespace attribute assignment ('set ns.x = ...') is not supported");
+  if (is_op(",")) fail(cur(), "unpacking assignment ('set a, b = ...') is not supported");
+  if (s->text == "loop") fail(tgt, "cannot assign to 'loop'");
+  if (skip_op("=")) {
+    s->kind = StmtKind::Set;
+    s->expr = tuple_free_expression();
+    expect_block_end();
+    return s;
   }
+  if (is_op("|")) fail(cur(), "filters on a block set ('{% set x | f %}') are not supported");
+  s->kind = StmtKind::SetBlock;
+  expect_block_end();
+  std::string end;
+  s->body = subparse({"endset"}, &end);
+  expect_block_end();
+  return s;
+}
 
-  ExprPtr filter_expr(ExprPtr e) {
-    while (true) {
-      if (is_op("|")) {
-        ++i;
-        const Token& nm = cur();
-        auto n = node(ExprKind::Filter, nm);
-        n->name = expect_name();
-        if (is_op(".")) fail(cur(), "dotted filter names are not supported");
-        if (!has(kFilters, n->name))
-          fail(nm, fmt::format("the filter '{}' is not supported (supported filters: {})", n->name, join_names(kFilters)));
-        n->kids.push_back(e);
-        if (is_op("("))
-          for (auto& a : call_args()) n->kids.push_back(a);
-        e = seal(n);
-      } else if (is_name("is")) {
-        const Token& is = cur();
-        ++i;
-        bool negated = skip_name("not");
-        auto n = node(ExprKind::Test, is);
-        const Token& tn = cur();
-        n->name = expect_name();
-        if (!has(kTests, n->name))
-          fail(tn, fmt::format("the test '{}' is not supported (supported tests: {})", n->name, join_names(kTests)));
-        n->kids.push_back(e);
-        if (is_op("(")) {
-          for (auto& a : call_args()) n->kids.push_back(a);
-        } else if ((cur().kind == TokKind::Name || cur().kind == TokKind::String || cur().kind == TokKind::Integer ||
-                    cur().kind == TokKind::Float || is_op("[") || is_op("{")) &&
-                   !is_name("else") && !is_name("or") && !is_name("and")) {
-          if (is_name("is")) fail(cur(), "you cannot chain multiple tests with 'is'");
-          n->kids.push_back(postfix(primary()));
-        }
-        if (negated) {
-          auto nn = node(ExprKind::Not, is);
-          nn->kids = {seal(n)};
-          e = seal(nn);
-        } else {
-          e = seal(n);
-        }
-      } else if (is_op("(")) {
-        e = call(e);
-      } else {
-        return e;
-      }
-    }
-  }
-};
+}  // namespace parse_detail
 
-}  // namespace
-
-Program parse_tokens(const std::vector<Token>& toks) {
-  Parser p{toks};
+Program parse_tokens(const std::vector<Token>& toks, bool hf_chat) {
+  parse_detail::Parser p{toks, hf_chat};
   return p.program();
 }
 

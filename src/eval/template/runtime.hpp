@@ -35,6 +35,7 @@ struct Value {
   bool undefined = false;
   std::string why;           ///< undefined: "'x' is undefined", ...
   std::string range_repr;    ///< non-empty for a range() result: how Python prints it
+  int ns = -1;               ///< >= 0: a namespace() object, the evaluator's index of it
 
   Value() = default;
   /// Implicit from anything a json can be built from (strings, numbers, bools, json).
@@ -91,5 +92,22 @@ Value apply_filter(const std::string& name, const Value& v, const std::vector<Va
 bool apply_test(const std::string& name, const Value& v, const std::vector<Value>& args);
 /// Items of an iterable for `for` and filters: list elements or the code points of a str.
 std::vector<json> iterate(const Value& v);
+
+/// Keyword arguments of a call, in order.
+using KwArgs = std::vector<std::pair<std::string, Value>>;
+/// Hugging Face's chat environment (hf_builtins.cpp): its filters (tojson as
+/// transformers defines it, items, selectattr, rejectattr, map, dictsort,
+/// indent, title, safe, reverse); nullopt for the other filters.
+std::optional<Value> apply_hf_filter(const std::string& name, const Value& v, const std::vector<Value>& args, const KwArgs& kw);
+/// Its tests (equalto/eq/==, ne/!=, in, iterable, true, false, odd, even,
+/// divisibleby, lower, upper); nullopt for the others.
+std::optional<bool> apply_hf_test_opt(const std::string& name, const Value& v, const std::vector<Value>& args);
+/// apply_hf_test_opt, else apply_test.
+bool apply_hf_test(const std::string& name, const Value& v, const std::vector<Value>& args);
+/// dict.get/items/keys/values and str.title; nullopt for the other methods.
+std::optional<Value> call_hf_method(const Value& obj, const std::string& name, const std::vector<Value>& args);
+/// Global functions raise_exception(msg) (fails with msg) and strftime_now(fmt)
+/// (local time, C strftime), else call_global.
+Value call_hf_global(const std::string& name, const std::vector<Value>& args);
 
 }  // namespace kveval::eval::tmpl

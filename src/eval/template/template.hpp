@@ -48,11 +48,26 @@ struct TemplateError : SpecError {
 
 struct Program;  // parsed form (ast.hpp)
 
+/// The Jinja environment a template is parsed and rendered in.
+/// LmEval: lm-eval's (above). HfChat: transformers' chat-template environment
+/// (_compile_jinja_template): trim_blocks and lstrip_blocks on, loop controls
+/// ({% break %}, {% continue %}), jinja2's lenient Undefined (prints as '',
+/// false, iterates empty), namespace() with `set ns.attr`, keyword arguments,
+/// `for a, b in ...`, {% generation %}...{% endgeneration %} rendered as its
+/// body, raise_exception(msg), strftime_now(fmt), HF's tojson
+/// (json.dumps with ensure_ascii=False, indent, separators, sort_keys), and
+/// the filters items, selectattr, rejectattr, map, dictsort, indent, title,
+/// safe, reverse, the tests equalto/eq, ne, in, iterable, true, false, odd,
+/// even, divisibleby, lower, upper, dict.get/items/keys/values and str.title.
+/// A mapping's key order is not kept: tojson, items and keys/values refuse
+/// mappings of more than one key (tojson takes them with sort_keys=true).
+enum class Dialect { LmEval, HfChat };
+
 /// A parsed template: parse once, render per document.
 class Template {
  public:
   /// Parses `source`. Throws TemplateError (syntax errors and constructs outside the subset).
-  static Template parse(std::string_view source);
+  static Template parse(std::string_view source, Dialect dialect = Dialect::LmEval);
   /// Renders with the keys of `vars` (a JSON object) as the template's
   /// variables, like jinja2's template.render(**doc). A name that is not
   /// defined, an attribute or item that does not exist (unless tested with
@@ -67,6 +82,7 @@ class Template {
   std::shared_ptr<const Program> prog_;
   std::string source_;
   bool plain_ = true;
+  Dialect dialect_ = Dialect::LmEval;
 };
 
 /// Python's str() of a JSON value, as `{{ v }}` prints it (5, 2.5, True,

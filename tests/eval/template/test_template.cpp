@@ -132,6 +132,67 @@ TEST_CASE("template: constructs outside the subset and runtime errors are named 
   }
 }
 
+TEST_CASE("template: Hugging Face's chat dialect refuses at load what it does not support, with the position") {
+  struct Case {
+    const char* tmpl;
+    const char* message;
+    int line, column;
+  };
+  const Case cases[] = {
+      {"{% macro m() %}x{% endmacro %}", "the Jinja tag '{% macro %}' is not supported", 1, 4},
+      {"x\n  {% break %}", "'{% break %}' outside a for loop", 2, 6},
+      {"{{ messages|batch(2) }}", "the filter 'batch' is not supported", 1, 13},
+      {"{{ cycler(1) }}", "calling 'cycler()' is not supported", 1, 10},
+      {"{{ x.format(1) }}", "the method 'format()' is not supported", 1, 12},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.tmpl);
+    try {
+      (void)Template::parse(c.tmpl, tmpl::Dialect::HfChat);
+      FAIL_CHECK("parsed");
+    } catch (const TemplateError& e) {
+      CHECK_MESSAGE(e.message.find(c.message) != std::string::npos, e.message);
+      CHECK(e.line == c.line);
+      CHECK(e.column == c.column);
+    }
+  }
+  // rendering errors keep their position too: raise_exception's message, arithmetic on an undefined value
+  try {
+    (void)Template::parse("ab\n{{ raise_exception('roles must alternate') }}", tmpl::Dialect::HfChat).render(json::object());
+    FAIL_CHECK("rendered");
+  } catch (const TemplateError& e) {
+    CHECK(e.message == "the template raised an error: roles must alternate");
+    CHECK(e.line == 2);
+  }
+  CHECK_THROWS_AS((void)Template::parse("{{ missing + 1 }}", tmpl::Dialect::HfChat).render(json::object()), TemplateError);
+  // the same source in lm-eval's dialect keeps its strict rules: no loop controls, no keyword arguments
+  CHECK_THROWS_AS((void)Template::parse("{% for x in xs %}{% break %}{% endfor %}"), TemplateError);
+  CHECK_THROWS_AS((void)Template::parse("{{ xs|join(d=',') }}"), TemplateError);
+}
+
+TEST_CASE("template: Hugging Face's chat dialect renders as jinja2 with trim_blocks, lstrip_blocks and its globals") {
+  // expected strings derived by hand from jinja2/lexer.py and transformers' tojson (json.dumps)
+  auto hf = [](const char* src, const json& vars = json::object()) {
+    return Template::parse(src, tmpl::Dialect::HfChat).render(vars);
+  };
+  CHECK(hf("{% if true %}\n  a\n  {% endif %}\nb") == "  a\nb");
+  CHECK(hf("  {%+ if true %}x{% endif +%}\ny") == "  x\ny");
+  CHECK(hf("{% for x in [1, 2, 3, 4] %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 4 %}{% break %}{% endif %}{{ x }}{% endfor %}") ==
+        "13");
+  CHECK(hf("{% set ns = namespace(n=0) %}{% for x in [1, 2] %}{% set ns.n = ns.n + x %}{% endfor %}{{ ns.n }}") == "3");
+  CHECK(hf("[{{ m.tool_calls }}]{% if not m.tool_calls %}none{% endif %}{% for t in m.tool_calls %}x{% endfor %}",
+           {{"m", {{"role", "user"}}}}) == "[]none");
+  CHECK(hf("{{ {'k': 'é\\n\"'}|tojson }} {{ [1, 2.5, none]|tojson(indent=1) }} {{ [1, 2]|tojson(separators=(',', ':')) }}") ==
+        "{\"k\": \"é\\n\\\"\"} [\n 1,\n 2.5,\n null\n] [1,2]");
+  CHECK(hf("{% generation %}{% set x = 1 %}g{% endgeneration %}{{ x is defined }}") == "gFalse");
+  CHECK(hf("{{ ms|selectattr('role', 'equalto', 'user')|map(attribute='content')|join('|') }}",
+           {{"ms", json::parse(R"([{"role":"user","content":"a"},{"role":"x","content":"b"},{"role":"user","content":"c"}])")}}) ==
+        "a|c");
+  CHECK(hf("{{ 'a\nb'|indent(2, true) }}|{{ 'hi-there you'|title }}|{% for k, v in d|dictsort %}{{ k }}{{ v }}{% endfor %}", {{"d", {{"b", 1}, {"a", 2}}}}) ==
+        "  a\n  b|Hi-There You|a2b1");
+  CHECK_THROWS_AS((void)hf("{{ d|tojson }}", {{"d", {{"b", 1}, {"a", 2}}}}), TemplateError);  // key order unknown
+}
+
 TEST_CASE("template: literal_eval reads what repr prints") {
   CHECK(tmpl::literal_eval("['a', 'b']") == json({"a", "b"}));
   CHECK(tmpl::literal_eval(R"(["It's", 'say "hi"', 'tab\there', '\xe9\u00e9\U0001F600'])") ==
