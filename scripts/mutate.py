@@ -146,6 +146,18 @@ MUTATIONS = [
              "hp.rope_freq_scale = (type == \"none\" || factor == 0.0) ? 1.0f : static_cast<float>(1.0 / factor);",
              "hp.rope_freq_scale = 1.0f;",
              "linear rope scaling (rope.scaling.factor) is ignored"),
+    Mutation("gemma2-attn-softcap-off", "src/model/arch/gemma2.cpp",
+             ".attn_softcap = {.key = \"attn_logit_softcapping\", .required = true, .positive = true},",
+             ".attn_softcap = {},",
+             "gemma2's attention logit soft-cap is never read, so never applied"),
+    Mutation("gemma2-odd-layers-slide", "src/model/arch/gemma2.cpp",
+             ".sliding_layer = [](int layer) { return layer % 2 == 0; },",
+             ".sliding_layer = [](int layer) { return layer % 2 == 1; },",
+             "gemma2's sliding window is applied to the odd layers instead of the even ones"),
+    Mutation("final-softcap-ignored", "src/model/forward.cpp",
+             "if (hp.logit_scale == 0.0f && hp.final_softcap == 0.0f) return;",
+             "if (hp.logit_scale == 0.0f) return;",
+             "the final logit soft-cap (Gemma 2) is skipped when there is no logit scale"),
 ]
 
 

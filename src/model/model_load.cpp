@@ -25,16 +25,47 @@ namespace be = kveval::backend;
 
 namespace {
 
+/// Refuses {arch}.attention.sliding_window_pattern (llama.cpp's per-file override:
+/// an integer n, layer l slides when n == 0 or l % n < n - 1, or one bool per
+/// layer) when it names other sliding layers than the recipe.
+void check_sliding_pattern(const gguf::File& f, const arch::Description& d, const HParams& hp) {
+  const std::string k = std::string(d.name) + ".attention.sliding_window_pattern";
+  const gguf::Value* v = f.find(k);
+  if (!v || hp.sliding_window == 0) return;
+  std::vector<bool> file(static_cast<size_t>(hp.n_layer));
+  if (v->type == gguf::ValueType::ARRAY) {
+    const auto& a = std::get<std::vector<gguf::Value>>(v->data);
+    if (a.size() != file.size() || v->array_type != gguf::ValueType::BOOL)
+      throw FormatError(fmt::format("{}: key '{}' must be {} bools (one per layer) or an integer", f.path(), k,
+                                    hp.n_layer));
+    for (size_t l = 0; l < a.size(); ++l) file[l] = std::get<bool>(a[l].data);
+  } else {
+    const uint64_t n = f.get_uint(k);
+    for (size_t l = 0; l < file.size(); ++l) file[l] = n == 0 || l % n < n - 1;
+  }
+  for (int l = 0; l < hp.n_layer; ++l)
+    if (file[static_cast<size_t>(l)] != (!d.sliding_layer || d.sliding_layer(l)))
+      throw FormatError(fmt::format("{}: key '{}' makes layer {} {}; kveval supports only architecture '{}''s own "
+                                    "pattern",
+                                    f.path(), k, l, file[static_cast<size_t>(l)] ? "sliding" : "global", d.name));
+}
+
 /// Resolves the recipe's numbers (arch::Param: the file's key, else the
 /// recipe's formula or constant) into hp; each is 0 (off) or finite and
-/// positive, the window an integer in [1, 2^24].
+/// positive (positive only where the recipe says so, its key present where
+/// required), the window an integer in [1, 2^24].
 void read_recipe_numbers(const gguf::File& f, const arch::Description& d, HParams& hp) {
   auto resolve = [&](const arch::Param& p, const char* what) {
     const std::string k = p.key.empty() ? std::string() : std::string(d.name) + "." + std::string(p.key);
+    if (p.required && !f.find(k))
+      throw FormatError(fmt::format("{}: key '{}' ({}) is missing; architecture '{}' needs it", f.path(), k, what, d.name));
     const double v = !k.empty() && f.find(k) ? f.get_float(k) : p.derive ? p.derive(hp) : p.value;
+    const std::string src = k.empty() ? "architecture '" + std::string(d.name) + "'" : "key '" + k + "'";
     if (!(std::isfinite(v) && v >= 0.0 && v <= 1e30))
-      throw FormatError(fmt::format("{}: {} = {} ({}) must be 0 (off) or a positive finite number", f.path(), what, v,
-                                    k.empty() ? "architecture '" + std::string(d.name) + "'" : "key '" + k + "'"));
+      throw FormatError(fmt::format("{}: {} = {} ({}) must be 0 (off) or a positive finite number", f.path(), what, v, src));
+    if (p.positive && !(static_cast<float>(v) > 0.0f))
+      throw FormatError(fmt::format("{}: {} = {} ({}) must be positive for architecture '{}'", f.path(), what, v, src,
+                                    d.name));
     return static_cast<float>(v);
   };
   hp.embd_scale = resolve(d.embd_scale, "embedding scale");
@@ -47,6 +78,12 @@ void read_recipe_numbers(const gguf::File& f, const arch::Description& d, HParam
   if (window != std::floor(window) || window > float(1 << 24))
     throw FormatError(fmt::format("{}: sliding window {} must be an integer in [0, {}]", f.path(), window, 1 << 24));
   hp.sliding_window = static_cast<int>(window);
+  check_sliding_pattern(f, d, hp);
+  const float base_swa = resolve(d.rope_base_swa, "sliding layers' RoPE base");
+  if (base_swa != 0.0f && !(base_swa > 1.0f))
+    throw FormatError(fmt::format("{}: sliding layers' RoPE base {} must be > 1", f.path(), base_swa));
+  hp.rope_freq_base_swa = base_swa != 0.0f ? base_swa : hp.rope_freq_base;
+  hp.rope_freq_scale_swa = d.swa_rope_unscaled ? 1.0f : hp.rope_freq_scale;
 }
 
 /// Reads the {arch}.* hyper-parameters into `hp` (everything but n_vocab and the tensor-derived flags).
@@ -414,12 +451,13 @@ class TensorReader {
 /// token_embd into tok_embd ([n_vocab, n_embd] F32) and the output projection: output.weight, or when it is
 /// absent (tied) token_embd's blocks (kept type) or a copy of tok_embd. Sets hp.tied_output.
 void load_embedding_output(TensorReader& r, HParams& hp, const gguf::TensorInfo& te, std::vector<float>& tok_embd,
-                           be::Weight& output) {
+                           be::Weight& output, bool output_allowed) {
   const uint64_t D = hp.n_embd, V = hp.n_vocab;
   const detail::KeptBlocks keep = r.keep();
   tok_embd.resize(V * D);
   r.fill(tok_embd.data(), std::string(arch::kTokenEmbd), D, V);
-  hp.tied_output = r.file().find_tensor(arch::kOutput) == nullptr;
+  // an architecture without output.weight leaves one in the file to the unused-tensor check
+  hp.tied_output = !output_allowed || r.file().find_tensor(arch::kOutput) == nullptr;
   if (hp.tied_output && keep.keeps(te.type)) {  // the output keeps token_embd's blocks
     output = be::Weight(static_cast<int64_t>(V), static_cast<int64_t>(D), keep.weight_dtype(te.type));
     r.put_blocks(output, 0, std::string(arch::kTokenEmbd), D, V);
@@ -509,6 +547,18 @@ std::string kept_weight_dtype(detail::KeptBlocks keep, const be::Weight& output,
   return kept == all.size() ? types : (kept == 0 ? "F32" : types + "+F32");
 }
 
+/// The load line's note on sliding-window layers ("" when none slides).
+std::string sliding_summary(const HParams& hp, const arch::Description& d) {
+  int n = 0;
+  for (int l = 0; l < hp.n_layer; ++l) n += hp.sliding_window > 0 && (!d.sliding_layer || d.sliding_layer(l));
+  if (n == 0) return "";
+  const bool own_rope = hp.rope_freq_base_swa != hp.rope_freq_base || hp.rope_freq_scale_swa != hp.rope_freq_scale;
+  return fmt::format("sliding window {} on {} of {} layers (those read at most {} cached positions{})",
+                     hp.sliding_window, n, hp.n_layer, hp.sliding_window,
+                     own_rope ? fmt::format(", RoPE base {} scale {}", hp.rope_freq_base_swa, hp.rope_freq_scale_swa)
+                              : "");
+}
+
 }  // namespace
 
 ComputeDtype resolve_dtype_for_file(const std::string& path, ComputeDtype requested) {
@@ -551,13 +601,16 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   if (opts.on_load_stage) opts.on_load_stage("copy");
 
   TensorReader r(f, path, opts, keep, mat_dtype, im.weight_bytes);
-  load_embedding_output(r, hp, te, im.tok_embd, im.output);
+  load_embedding_output(r, hp, te, im.tok_embd, im.output, desc.output != arch::Presence::Absent);
   im.output_norm = r.vec(std::string(arch::kOutputNorm), hp.n_embd);
   im.rope_factors = load_rope_factors(r, desc, hp, path);
   hp.rope_freq_factors = !im.rope_factors.empty();
   im.rope = be::RopeParams{hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale,
                            hp.rope_freq_factors ? im.rope_factors.data() : nullptr,
                            hp.rope_style == arch::RopeStyle::Neox};
+  im.rope_swa = im.rope;
+  im.rope_swa.freq_base = hp.rope_freq_base_swa;
+  im.rope_swa.freq_scale = hp.rope_freq_scale_swa;
   im.layers.resize(static_cast<size_t>(hp.n_layer));
   for (int l = 0; l < hp.n_layer; ++l) load_layer(r, desc, hp, l, im.layers[static_cast<size_t>(l)], path);
   hp.qkv_bias = !im.layers[0].bqkv.empty();
@@ -570,6 +623,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   im.summary.weight_dtype =
       keep.any() ? kept_weight_dtype(keep, im.output, im.layers, im.dtype_note) : dtype_name(mat_dtype);
   im.summary.resident_bytes = im.weight_bytes + (hp.tied_output ? im.output.bytes() : 0);
+  im.summary.sliding = sliding_summary(hp, desc);
   im.summary.load_seconds = load_time.seconds();
   return m;
 }

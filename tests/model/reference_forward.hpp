@@ -14,7 +14,12 @@
 //   output_head      output_norm, output (tied to token_embd when absent)
 // Formulas: RMSNorm (Zhang & Sennrich 2019); RoPE (Su et al. 2021) with
 // ggml's rope_norm / rope_neox pairing and llama.cpp's linear scaling and
-// rope_freqs divisors; SwiGLU (Shazeer 2020).
+// rope_freqs divisors; SwiGLU (Shazeer 2020). Gemma 2 (llama.cpp
+// src/models/gemma2.cpp, written out here independently of the recipe's
+// numbers): embeddings times sqrt(n_embd), queries times 1 / sqrt(head_dim),
+// scores soft-capped c tanh(s / c), even layers see the last `window`
+// positions, RMSNorm of each branch before the residual add, GELU(tanh)
+// gating (GeGLU), logits soft-capped.
 //
 // Ablation leaves one feature out, for negative controls showing that a
 // comparison against this reference can fail.
@@ -23,6 +28,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numbers>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,6 +45,8 @@ struct Ablation {
   bool no_qk_norm = false;
   bool no_rope_factors = false;
   bool no_linear_scale = false;
+  bool no_softcap = false;  ///< neither attention nor final soft-cap
+  bool no_window = false;   ///< every layer sees every earlier position
 };
 
 /// A GGUF model's weights in double and its forward pass.
@@ -54,15 +62,19 @@ class ReferenceModel {
   const arch::Description& desc() const { return desc_; }
   int n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0, n_vocab = 0, n_rot = 0;
   double eps = 0, freq_base = 0, freq_scale = 1;
+  // Gemma 2: 0 = off
+  double embd_scale = 0, attn_scale = 0, attn_softcap = 0, final_softcap = 0;
+  int window = 0;
+  bool gemma = false;  ///< post-norms and GeGLU
 
   /// Logits [T][n_vocab] of the sequence `ids` at positions 0..T-1.
   Rows logits(const std::vector<int32_t>& ids, const Ablation& ab = {}) const {
     Rows x = embed(ids);
-    for (const Layer& L : layers_) {
-      attention_block(L, x, ab);
-      ffn_block(L, x, ab);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      attention_block(layers_[l], x, ab, gemma && l % 2 == 0 && !ab.no_window ? window : 0);
+      ffn_block(layers_[l], x, ab);
     }
-    return output_head(x);
+    return output_head(x, ab);
   }
   /// The same logits as one row-major vector [T * n_vocab].
   std::vector<double> flat_logits(const std::vector<int32_t>& ids, const Ablation& ab = {}) const {
@@ -86,6 +98,7 @@ class ReferenceModel {
   struct Layer {
     std::vector<double> attn_norm, wq, wk, wv, wo, bq, bk, bv, bo, q_norm, k_norm;  // weights [n_out][n_in]
     std::vector<double> ffn_norm, wg, wu, wd, bg, bu, bd;
+    std::vector<double> post_attn_norm, post_ffn_norm;  // [n_embd] (gemma2) or empty
   };
   const arch::Description& desc_;
   std::vector<double> rope_factors_;  // [n_rot/2] or empty
@@ -112,6 +125,14 @@ class ReferenceModel {
     n_ff = static_cast<int>(f.get_uint(k("feed_forward_length")));
     eps = f.get_float(k("attention.layer_norm_rms_epsilon"));
     freq_base = f.get_float_or(k("rope.freq_base"), 10000.0);
+    gemma = a == "gemma2";
+    if (gemma) {  // llama.cpp gemma2: the 27B (46 layers) scales by n_embd / n_head instead of head_dim
+      embd_scale = std::sqrt(static_cast<double>(n_embd));
+      attn_scale = 1.0 / std::sqrt(static_cast<double>(n_layer == 46 ? n_embd / n_head : head_dim));
+      attn_softcap = f.get_float(k("attn_logit_softcapping"));
+      final_softcap = f.get_float(k("final_logit_softcapping"));
+      window = static_cast<int>(f.get_uint_or(k("attention.sliding_window"), 4096));
+    }
     if (f.get_string_or(k("rope.scaling.type"), "linear") == "linear") {
       const double factor = f.get_float_or(k("rope.scaling.factor"), 0.0);
       freq_scale = factor > 0 ? 1.0 / factor : 1.0;
@@ -153,6 +174,10 @@ class ReferenceModel {
       L.bg = opt(desc_.ffn_bias, t("ffn_gate", "bias"), {F});
       L.bu = opt(desc_.ffn_bias, t("ffn_up", "bias"), {F});
       L.bd = opt(desc_.ffn_bias, t("ffn_down", "bias"), {E});
+      if (gemma) {
+        L.post_attn_norm = get(t("post_attention_norm"), {E});
+        L.post_ffn_norm = get(t("post_ffw_norm"), {E});
+      }
       layers_.push_back(std::move(L));
     }
   }
@@ -208,13 +233,17 @@ class ReferenceModel {
   Rows embed(const std::vector<int32_t>& ids) const {
     const size_t E = size_t(n_embd);
     Rows x(ids.size());
-    for (size_t t = 0; t < ids.size(); ++t)
+    for (size_t t = 0; t < ids.size(); ++t) {
       x[t].assign(tok_embd_.begin() + long(ids[t]) * long(E), tok_embd_.begin() + long(ids[t] + 1) * long(E));
+      if (embd_scale != 0)
+        for (double& e : x[t]) e *= embd_scale;
+    }
     return x;
   }
 
-  /// x[t] += attn_output(causal GQA attention of RMSNorm(x)) for every position t.
-  void attention_block(const Layer& L, Rows& x, const Ablation& ab) const {
+  /// x[t] += attn_output(causal GQA attention of RMSNorm(x)) for every position t (post-normed
+  /// when the layer has a post-norm); window > 0: query t sees positions (t - window, t].
+  void attention_block(const Layer& L, Rows& x, const Ablation& ab, int window) const {
     const size_t T = x.size(), HD = size_t(head_dim), Q = size_t(n_head) * HD;
     const bool bias = !ab.no_bias;
     Rows q(T), k(T), v(T);
@@ -232,12 +261,14 @@ class ReferenceModel {
       std::vector<double> att(Q, 0.0);
       for (int hh = 0; hh < n_head; ++hh) {
         const size_t kh = size_t(hh / group) * HD, qh = size_t(hh) * HD;
-        std::vector<double> s(t + 1);
+        std::vector<double> s(t + 1, -INFINITY);
         double mx = -1e300;
-        for (size_t p = 0; p <= t; ++p) {
+        const size_t first = window > 0 && t + 1 > size_t(window) ? t + 1 - size_t(window) : 0;
+        for (size_t p = first; p <= t; ++p) {
           double d = 0;
           for (size_t i = 0; i < HD; ++i) d += q[t][qh + i] * k[p][kh + i];
-          s[p] = d / std::sqrt(static_cast<double>(HD));
+          s[p] = d * (attn_scale != 0 ? attn_scale : 1.0 / std::sqrt(static_cast<double>(HD)));
+          if (attn_softcap != 0 && !ab.no_softcap) s[p] = attn_softcap * std::tanh(s[p] / attn_softcap);
           mx = std::max(mx, s[p]);
         }
         double z = 0;
@@ -245,12 +276,14 @@ class ReferenceModel {
         for (size_t p = 0; p <= t; ++p)
           for (size_t i = 0; i < HD; ++i) att[qh + i] += s[p] / z * v[p][kh + i];
       }
-      const auto o = linear(L.wo, att, L.bo, bias);
+      auto o = linear(L.wo, att, L.bo, bias);
+      if (!L.post_attn_norm.empty()) rmsnorm(o, 0, o.size(), L.post_attn_norm);
       for (size_t i = 0; i < o.size(); ++i) x[t][i] += o[i];
     }
   }
 
-  /// x[t] += ffn_down(silu(ffn_gate(h)) * ffn_up(h)) with h = RMSNorm(x[t]), for every position t.
+  /// x[t] += ffn_down(silu(ffn_gate(h)) * ffn_up(h)) with h = RMSNorm(x[t]), for every position t;
+  /// Gemma: gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715 g^3))) instead of silu, output post-normed.
   void ffn_block(const Layer& L, Rows& x, const Ablation& ab) const {
     const bool bias = !ab.no_bias;
     for (auto& xt : x) {
@@ -258,19 +291,24 @@ class ReferenceModel {
       rmsnorm(h, 0, h.size(), L.ffn_norm);
       const auto g = linear(L.wg, h, L.bg, bias), u = linear(L.wu, h, L.bu, bias);
       std::vector<double> a(g.size());
-      for (size_t i = 0; i < g.size(); ++i) a[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];  // SwiGLU
-      const auto d = linear(L.wd, a, L.bd, bias);
+      for (size_t i = 0; i < g.size(); ++i)
+        a[i] = gemma ? 0.5 * g[i] * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (g[i] + 0.044715 * g[i] * g[i] * g[i]))) * u[i]
+                     : g[i] / (1.0 + std::exp(-g[i])) * u[i];  // GeGLU / SwiGLU
+      auto d = linear(L.wd, a, L.bd, bias);
+      if (!L.post_ffn_norm.empty()) rmsnorm(d, 0, d.size(), L.post_ffn_norm);
       for (size_t i = 0; i < d.size(); ++i) xt[i] += d[i];
     }
   }
 
-  /// output(RMSNorm(x[t])) for every position t: [T][n_vocab].
-  Rows output_head(const Rows& x) const {
+  /// output(RMSNorm(x[t])) for every position t (soft-capped when the model has a final soft-cap): [T][n_vocab].
+  Rows output_head(const Rows& x, const Ablation& ab) const {
     Rows out(x.size());
     for (size_t t = 0; t < x.size(); ++t) {
       std::vector<double> h = x[t];
       rmsnorm(h, 0, h.size(), output_norm_);
       out[t] = linear(output_, h, {}, false);
+      if (final_softcap != 0 && !ab.no_softcap)
+        for (double& l : out[t]) l = final_softcap * std::tanh(l / final_softcap);
     }
     return out;
   }
