@@ -1,5 +1,5 @@
 // `kveval make-model`: writes a random-weight GGUF model (llama, llama3,
-// qwen2, qwen3 or gemma2 flavour, any vocabulary, any supported tensor type quantized
+// qwen2, qwen3, gemma2 or gemma3 flavour, any vocabulary, any supported tensor type quantized
 // with kveval's quantizers) for benchmarks and tests.
 #include <cctype>
 #include <cerrno>
@@ -77,7 +77,8 @@ void add_make_model_command(CLI::App& app, Action& action) {
       sub->add_option("--arch", args->arch,
                       "architecture of a synthetic shape: llama, llama3 (llama with Llama 3.1 rope scaling), qwen2 "
                       "(Q/K/V biases), qwen3 (Q/K norms, head size 128) or gemma2 (post-norms, GeGLU, soft-caps 50 / 30, "
-                      "sliding window 4096 on even layers, tied output); the real-model presets fix their own")
+                      "sliding window 4096 on even layers, tied output) or gemma3 (gemma2's block with Q/K norms, no soft-caps, "
+                      "window 512 on 5 of 6 layers, local RoPE base 10000); the real-model presets fix their own")
           ->check(CLI::IsMember(random_model_flavours()))
           ->capture_default_str();
   sub->add_option("--vocab", args->vocab,
@@ -87,11 +88,11 @@ void add_make_model_command(CLI::App& app, Action& action) {
                   "SentencePiece vocabulary)");
   sub->add_flag("--tied", args->tied, "no output.weight: the output projection is token_embd");
   sub->add_option("--sliding-window", args->sliding_window,
-                  "{arch}.attention.sliding_window: positions a sliding layer's query sees (gemma2; default 4096)")
+                  "{arch}.attention.sliding_window: positions a sliding layer's query sees (gemma2: default 4096; gemma3: 512)")
       ->check(CLI::Range(1, 1 << 24));
   sub->add_option("--attn-softcap", args->attn_softcap, "{arch}.attn_logit_softcapping (gemma2; default 50)")
       ->check(CLI::Range(1e-3, 1e6));
-  sub->add_option("--final-softcap", args->final_softcap, "{arch}.final_logit_softcapping (gemma2; default 30)")
+  sub->add_option("--final-softcap", args->final_softcap, "{arch}.final_logit_softcapping (gemma2: default 30; gemma3: none)")
       ->check(CLI::Range(1e-3, 1e6));
   sub->add_option("--seed", args->seed, "weight seed (same seed => identical bytes)")
       ->check(seed_validator())

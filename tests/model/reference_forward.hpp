@@ -19,7 +19,10 @@
 // numbers): embeddings times sqrt(n_embd), queries times 1 / sqrt(head_dim),
 // scores soft-capped c tanh(s / c), even layers see the last `window`
 // positions, RMSNorm of each branch before the residual add, GELU(tanh)
-// gating (GeGLU), logits soft-capped.
+// gating (GeGLU), logits soft-capped. Gemma 3 (src/models/gemma3.cpp): the
+// same without the attention soft-cap (final soft-cap only when the file has
+// it), Q/K head norms, 5 of every 6 layers sliding when the file has a window,
+// rotating with rope.freq_base_swa (default 10000) and no linear scaling.
 //
 // Ablation leaves one feature out, for negative controls showing that a
 // comparison against this reference can fail.
@@ -64,14 +67,16 @@ class ReferenceModel {
   double eps = 0, freq_base = 0, freq_scale = 1;
   // Gemma 2: 0 = off
   double embd_scale = 0, attn_scale = 0, attn_softcap = 0, final_softcap = 0;
-  int window = 0;
+  double base_swa = 0, scale_swa = 1;  ///< RoPE of the sliding layers
+  int window = 0, swa_period = 0;      ///< layer l slides when l % swa_period < swa_period - 1
   bool gemma = false;  ///< post-norms and GeGLU
 
   /// Logits [T][n_vocab] of the sequence `ids` at positions 0..T-1.
   Rows logits(const std::vector<int32_t>& ids, const Ablation& ab = {}) const {
     Rows x = embed(ids);
     for (size_t l = 0; l < layers_.size(); ++l) {
-      attention_block(layers_[l], x, ab, gemma && l % 2 == 0 && !ab.no_window ? window : 0);
+      const bool slides = gemma && int(l) % swa_period < swa_period - 1;
+      attention_block(layers_[l], x, ab, slides && !ab.no_window ? window : 0, slides);
       ffn_block(layers_[l], x, ab);
     }
     return output_head(x, ab);
@@ -125,18 +130,22 @@ class ReferenceModel {
     n_ff = static_cast<int>(f.get_uint(k("feed_forward_length")));
     eps = f.get_float(k("attention.layer_norm_rms_epsilon"));
     freq_base = f.get_float_or(k("rope.freq_base"), 10000.0);
-    gemma = a == "gemma2";
-    if (gemma) {  // llama.cpp gemma2: the 27B (46 layers) scales by n_embd / n_head instead of head_dim
+    gemma = a == "gemma2" || a == "gemma3";
+    const bool g2 = a == "gemma2";
+    if (gemma) {  // llama.cpp: the 27B (46 / 62 layers) scales by n_embd / n_head instead of head_dim
       embd_scale = std::sqrt(static_cast<double>(n_embd));
-      attn_scale = 1.0 / std::sqrt(static_cast<double>(n_layer == 46 ? n_embd / n_head : head_dim));
-      attn_softcap = f.get_float(k("attn_logit_softcapping"));
-      final_softcap = f.get_float(k("final_logit_softcapping"));
-      window = static_cast<int>(f.get_uint_or(k("attention.sliding_window"), 4096));
+      attn_scale = 1.0 / std::sqrt(static_cast<double>(n_layer == (g2 ? 46 : 62) ? n_embd / n_head : head_dim));
+      attn_softcap = g2 ? f.get_float(k("attn_logit_softcapping")) : 0.0;
+      final_softcap = g2 ? f.get_float(k("final_logit_softcapping")) : f.get_float_or(k("final_logit_softcapping"), 0.0);
+      window = static_cast<int>(f.get_uint_or(k("attention.sliding_window"), g2 ? 4096 : 0));
+      swa_period = window == 0 ? 1 : g2 ? 2 : 6;
+      base_swa = f.get_float_or(k("rope.freq_base_swa"), g2 ? f.get_float_or(k("rope.freq_base"), 10000.0) : 10000.0);
     }
     if (f.get_string_or(k("rope.scaling.type"), "linear") == "linear") {
       const double factor = f.get_float_or(k("rope.scaling.factor"), 0.0);
       freq_scale = factor > 0 ? 1.0 / factor : 1.0;
     }
+    scale_swa = a == "gemma3" ? 1.0 : freq_scale;
     auto get = [&](const std::string& name, std::vector<uint64_t> dims) {
       const auto v = f.tensor_f32(name, dims);
       return std::vector<double>(v.begin(), v.end());
@@ -205,11 +214,12 @@ class ReferenceModel {
   }
   /// RoPE of one head at position pos: pair i rotated by pos * base^(-2i/n_rot) * scale / factor_i;
   /// Normal pairs (2i, 2i+1), Neox pairs (i, i + n_rot/2); dimensions from n_rot on are not rotated.
-  void rope(double* v, int pos, const Ablation& ab) const {
+  /// A sliding layer (`local`) rotates with base_swa and scale_swa.
+  void rope(double* v, int pos, const Ablation& ab, bool local) const {
     const bool neox = (desc_.rope == arch::RopeStyle::Neox) != ab.swap_rope_style;
     for (int i = 0; i < n_rot / 2; ++i) {
-      double th = pos * std::pow(freq_base, -2.0 * i / n_rot);
-      if (!ab.no_linear_scale) th *= freq_scale;
+      double th = pos * std::pow(local ? base_swa : freq_base, -2.0 * i / n_rot);
+      if (!ab.no_linear_scale) th *= local ? scale_swa : freq_scale;
       if (!rope_factors_.empty() && !ab.no_rope_factors) th /= rope_factors_[size_t(i)];
       const int a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
       const double x0 = v[a], x1 = v[b];
@@ -219,11 +229,11 @@ class ReferenceModel {
   }
   /// Per head of `v` ([n_heads][head_dim]): the Q/K norm (when the layer has one), then RoPE at `pos`.
   void norm_and_rope_heads(std::vector<double>& v, int n_heads, const std::vector<double>& norm, int pos,
-                           const Ablation& ab) const {
+                           const Ablation& ab, bool local = false) const {
     const size_t HD = size_t(head_dim);
     for (int h = 0; h < n_heads; ++h) {
       if (!norm.empty() && !ab.no_qk_norm) rmsnorm(v, size_t(h) * HD, HD, norm);
-      rope(v.data() + size_t(h) * HD, pos, ab);
+      rope(v.data() + size_t(h) * HD, pos, ab, local);
     }
   }
 
@@ -242,8 +252,9 @@ class ReferenceModel {
   }
 
   /// x[t] += attn_output(causal GQA attention of RMSNorm(x)) for every position t (post-normed
-  /// when the layer has a post-norm); window > 0: query t sees positions (t - window, t].
-  void attention_block(const Layer& L, Rows& x, const Ablation& ab, int window) const {
+  /// when the layer has a post-norm); win > 0: query t sees positions (t - win, t]; a
+  /// sliding (`local`) layer rotates with the sliding layers' RoPE.
+  void attention_block(const Layer& L, Rows& x, const Ablation& ab, int win, bool local) const {
     const size_t T = x.size(), HD = size_t(head_dim), Q = size_t(n_head) * HD;
     const bool bias = !ab.no_bias;
     Rows q(T), k(T), v(T);
@@ -253,8 +264,8 @@ class ReferenceModel {
       q[t] = linear(L.wq, h, L.bq, bias);
       k[t] = linear(L.wk, h, L.bk, bias);
       v[t] = linear(L.wv, h, L.bv, bias);
-      norm_and_rope_heads(q[t], n_head, L.q_norm, static_cast<int>(t), ab);
-      norm_and_rope_heads(k[t], n_head_kv, L.k_norm, static_cast<int>(t), ab);
+      norm_and_rope_heads(q[t], n_head, L.q_norm, static_cast<int>(t), ab, local);
+      norm_and_rope_heads(k[t], n_head_kv, L.k_norm, static_cast<int>(t), ab, local);
     }
     const int group = n_head / n_head_kv;
     for (size_t t = 0; t < T; ++t) {
@@ -263,7 +274,7 @@ class ReferenceModel {
         const size_t kh = size_t(hh / group) * HD, qh = size_t(hh) * HD;
         std::vector<double> s(t + 1, -INFINITY);
         double mx = -1e300;
-        const size_t first = window > 0 && t + 1 > size_t(window) ? t + 1 - size_t(window) : 0;
+        const size_t first = win > 0 && t + 1 > size_t(win) ? t + 1 - size_t(win) : 0;
         for (size_t p = first; p <= t; ++p) {
           double d = 0;
           for (size_t i = 0; i < HD; ++i) d += q[t][qh + i] * k[p][kh + i];

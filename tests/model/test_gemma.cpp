@@ -1,11 +1,13 @@
-// Gemma 2 (general.architecture gemma2): a random model written by
+// Gemma 2 and Gemma 3 (general.architecture gemma2, gemma3): random models written by
 // write_random_model (what `kveval make-model --arch gemma2` writes) against
 // the float64 forward of reference_forward.hpp (sqrt(n_embd) embedding scale,
 // post-norms, GeGLU, attention and final soft-caps, a sliding window on even
 // layers), cache-free and through the KV cache past the window; files that
 // break the architecture's rules are refused with one line naming the key or
 // tensor; and llama.cpp's greedy ids for such a model with a real vocabulary
-// (tests/data/llamacpp_greedy.json) are kveval's.
+// (tests/data/llamacpp_greedy.json) are kveval's. Gemma 3: Q/K norms, 5 of 6
+// layers sliding with their own RoPE base and no linear scaling, the global
+// layers scaled.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -229,3 +231,98 @@ TEST_SUITE("model.gemma2") {
     }
   }
 }
+
+namespace {
+
+/// 7 layers (5 is global, the others slide), heads of 32, window 5, global RoPE base 1e6 with linear
+/// scaling 4, sliding layers' base 10000 unscaled, a final soft-cap of 3.
+RandomModelSpec gemma3_spec() {
+  RandomModelSpec s = random_model_flavour(random_model_preset("tiny"), "gemma3");
+  s.n_embd = 128, s.n_layer = 7, s.n_head = 4, s.n_head_kv = 2, s.n_ff = 192, s.n_vocab = 320;
+  s.n_embd_head = 32;
+  s.sliding_window = 5;
+  s.rope_linear_factor = 4.0f;
+  s.final_softcap = 3.0f;
+  return s;
+}
+
+const std::string& gemma3_path() {
+  static const test::ScratchDir dir("gemma3");
+  static const std::string path = [] {
+    const std::string p = dir.file("gemma3.gguf");
+    write_random_model(p, gemma3_spec(), 6);
+    return p;
+  }();
+  return path;
+}
+
+}  // namespace
+
+TEST_SUITE("model.gemma3") {
+  TEST_CASE("cache-free and cached log-probs equal the float64 forward within 1e-4; window and Q/K norms matter") {
+    auto m = test::load_context(gemma3_path(), ModelOptions{.dtype = ComputeDtype::F32});
+    const HParams& hp = m.model().hparams();
+    CHECK(hp.sliding_window == 5);
+    CHECK(hp.attn_softcap == 0.0f);
+    CHECK(hp.final_softcap == 3.0f);
+    CHECK(hp.rope_freq_base_swa == 10000.0f);
+    CHECK(hp.rope_freq_scale_swa == 1.0f);
+    CHECK(hp.rope_freq_scale == 0.25f);
+    CHECK(m.model().load_summary().sliding ==
+          "sliding window 5 on 6 of 7 layers (those read at most 5 cached positions, RoPE base 10000 scale 1)");
+    const test::ReferenceModel ref(gemma3_path());
+    const size_t V = static_cast<size_t>(hp.n_vocab);
+    const int T = 40;
+    const auto ids = token_ids(size_t(T), hp.n_vocab);
+    std::vector<float> logits(size_t(T) * V);
+    std::vector<int> n = {T};
+    m->forward(ids, 1, T, n, Context::Logits::All, logits);
+    const auto got = log_softmax_rows(logits.data(), size_t(T), V);
+    const auto want = reference_log_probs(ref, ids);
+    CHECK(max_diff(got, want) <= 1e-4);
+    CHECK(max_diff(got, reference_log_probs(ref, ids, {.no_window = true})) > 1e-2);
+    CHECK(max_diff(got, reference_log_probs(ref, ids, {.no_qk_norm = true})) > 1e-2);
+    // through the KV cache: a prompt of 8, then one token at a time
+    KvCacheScope scope(*m, 1, T);
+    const int P = 8;
+    n = {P};
+    m->forward(std::vector<int32_t>(ids.begin(), ids.begin() + P), 1, P, n, Context::Logits::All, logits);
+    std::vector<double> cached = log_softmax_rows(logits.data(), size_t(P), V);
+    n = {1};
+    for (int t = P; t < T; ++t) {
+      std::vector<float> step(V);
+      m->forward(std::vector<int32_t>{ids[size_t(t)]}, 1, 1, n, Context::Logits::Last, step);
+      const auto lp = log_softmax_rows(step.data(), 1, V);
+      cached.insert(cached.end(), lp.begin(), lp.end());
+    }
+    CHECK(max_diff(cached, want) <= 1e-4);
+  }
+
+  TEST_CASE("without a window every layer is global with the global RoPE; a missing Q/K norm is refused") {
+    const test::ScratchDir dir("gemma3_nowindow");
+    RandomModelSpec s = gemma3_spec();
+    s.sliding_window = 0;
+    s.final_softcap = 0;
+    const std::string path = dir.file("g3.gguf");
+    write_random_model(path, s, 6);
+    auto m = test::load_context(path, ModelOptions{.dtype = ComputeDtype::F32});
+    CHECK(m.model().hparams().sliding_window == 0);
+    CHECK(m.model().load_summary().sliding.empty());
+    const size_t V = static_cast<size_t>(m.model().hparams().n_vocab);
+    const auto ids = token_ids(20, m.model().hparams().n_vocab);
+    std::vector<float> logits(20 * V);
+    std::vector<int> n = {20};
+    m->forward(ids, 1, 20, n, Context::Logits::All, logits);
+    CHECK(max_diff(log_softmax_rows(logits.data(), 20, V), reference_log_probs(test::ReferenceModel(path), ids)) <= 1e-4);
+    gguf::File f(path);
+    gguf::Writer w;
+    for (const auto& [k, v] : f.metadata())
+      if (k != "general.alignment") w.add(k, v);
+    for (const auto& t : f.tensors())
+      if (t.name != "blk.3.attn_k_norm.weight") w.add_tensor(t.name, t.dims, f.tensor_f32(t.name, t.dims));
+    const std::string bad = dir.file("nonorm.gguf");
+    w.write(bad);
+    CHECK_THROWS_WITH_AS(Model::load(bad, {}), doctest::Contains("blk.3.attn_k_norm.weight"), std::exception);
+  }
+}
+
