@@ -154,6 +154,18 @@ MUTATIONS = [
              "var += (n - 1) * stderrs[i] * stderrs[i] * n;",
              "var += (n - 1) * stderrs[i] * stderrs[i];",
              "the pooled group stderr drops lm-eval's n_i factor of each subtask's variance"),
+    Mutation("gemma2-attn-softcap-off", "src/model/arch/gemma2.cpp",
+             ".attn_softcap = {.key = \"attn_logit_softcapping\", .required = true, .positive = true},",
+             ".attn_softcap = {},",
+             "gemma2's attention logit soft-cap is never read, so never applied"),
+    Mutation("gemma2-odd-layers-slide", "src/model/arch/gemma2.cpp",
+             ".sliding_layer = [](int layer) { return layer % 2 == 0; },",
+             ".sliding_layer = [](int layer) { return layer % 2 == 1; },",
+             "gemma2's sliding window is applied to the odd layers instead of the even ones"),
+    Mutation("final-softcap-ignored", "src/model/forward.cpp",
+             "if (hp.logit_scale == 0.0f && hp.final_softcap == 0.0f) return;",
+             "if (hp.logit_scale == 0.0f) return;",
+             "the final logit soft-cap (Gemma 2) is skipped when there is no logit scale"),
 ]
 
 

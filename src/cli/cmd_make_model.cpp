@@ -1,5 +1,5 @@
 // `kveval make-model`: writes a random-weight GGUF model (llama, llama3,
-// qwen2 or qwen3 flavour, any vocabulary, any supported tensor type quantized
+// qwen2, qwen3, gemma2 or gemma3 flavour, any vocabulary, any supported tensor type quantized
 // with kveval's quantizers) for benchmarks and tests.
 #include <cctype>
 #include <cerrno>
@@ -25,6 +25,8 @@ struct MakeModelArgs {
   uint64_t seed = 1;
   std::string type = "f32";
   std::string out;
+  int sliding_window = -1;  // -1: the flavour's
+  float attn_softcap = -1.0f, final_softcap = -1.0f;
 };
 std::string lower(std::string s) {
   for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -44,6 +46,9 @@ RandomModelSpec make_model_spec(const MakeModelArgs& a, bool arch_given) {
                                     a.arch, a.preset, spec.hf_model, spec.arch));
   }
   spec.tied_output = spec.tied_output || a.tied;
+  if (a.sliding_window >= 0) spec.sliding_window = a.sliding_window;
+  if (a.attn_softcap >= 0) spec.attn_softcap = a.attn_softcap;
+  if (a.final_softcap >= 0) spec.final_softcap = a.final_softcap;
   if (a.vocab.empty()) return spec;
   std::error_code ec;
   if (!std::filesystem::is_regular_file(a.vocab, ec))
@@ -71,7 +76,9 @@ void add_make_model_command(CLI::App& app, Action& action) {
   CLI::Option* arch_opt =
       sub->add_option("--arch", args->arch,
                       "architecture of a synthetic shape: llama, llama3 (llama with Llama 3.1 rope scaling), qwen2 "
-                      "(Q/K/V biases) or qwen3 (Q/K norms, head size 128); the real-model presets fix their own")
+                      "(Q/K/V biases), qwen3 (Q/K norms, head size 128) or gemma2 (post-norms, GeGLU, soft-caps 50 / 30, "
+                      "sliding window 4096 on even layers, tied output) or gemma3 (gemma2's block with Q/K norms, no soft-caps, "
+                      "window 512 on 5 of 6 layers, local RoPE base 10000); the real-model presets fix their own")
           ->check(CLI::IsMember(random_model_flavours()))
           ->capture_default_str();
   sub->add_option("--vocab", args->vocab,
@@ -80,6 +87,13 @@ void add_make_model_command(CLI::App& app, Action& action) {
                   "shorter token list with [PAD<id>] tokens as llama.cpp's converter does (default: a synthetic "
                   "SentencePiece vocabulary)");
   sub->add_flag("--tied", args->tied, "no output.weight: the output projection is token_embd");
+  sub->add_option("--sliding-window", args->sliding_window,
+                  "{arch}.attention.sliding_window: positions a sliding layer's query sees (gemma2: default 4096; gemma3: 512)")
+      ->check(CLI::Range(1, 1 << 24));
+  sub->add_option("--attn-softcap", args->attn_softcap, "{arch}.attn_logit_softcapping (gemma2; default 50)")
+      ->check(CLI::Range(1e-3, 1e6));
+  sub->add_option("--final-softcap", args->final_softcap, "{arch}.final_logit_softcapping (gemma2: default 30; gemma3: none)")
+      ->check(CLI::Range(1e-3, 1e6));
   sub->add_option("--seed", args->seed, "weight seed (same seed => identical bytes)")
       ->check(seed_validator())
       ->capture_default_str();

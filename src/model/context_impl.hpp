@@ -28,6 +28,7 @@ struct Context::Impl {
   backend::Buffer x, xb, qkv, att, gu, hb, logits, last, scores;
   backend::Buffer part_out;       // one part's product of a projection kept as parts [T, part rows]
   backend::RopeTable rope_tab;    // the current forward's RoPE angles, shared by all layers
+  backend::RopeTable rope_tab_swa;  // the sliding layers' angles when they differ (Model::Impl::rope_swa)
   std::vector<int32_t> pos;       // [T]
   std::vector<int32_t> tok_ids;   // [T]
   std::vector<int> seq_row, seq_start, seq_len;  // packed sequences

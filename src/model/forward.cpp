@@ -164,8 +164,9 @@ void Context::Impl::attention_block(const Pass& p, int layer) {
     be::rmsnorm_heads(q, L.q_norm.data(), Ti, hp.n_head, HD, QS, hp.rms_eps);
     be::rmsnorm_heads(k, L.k_norm.data(), Ti, hp.n_head_kv, HD, QS, hp.rms_eps);
   }
-  be::rope(q, hp.n_head, HD, rope_tab, QS);
-  be::rope(k, hp.n_head_kv, HD, rope_tab, QS);
+  const be::RopeTable& tab = w.sliding_window(layer) > 0 && w.rope_swa_differs() ? rope_tab_swa : rope_tab;
+  be::rope(q, hp.n_head, HD, tab, QS);
+  be::rope(k, hp.n_head_kv, HD, tab, QS);
   attend(p, layer, q, k, v);
   if (L.post_attn_norm.empty() && hp.residual_scale == 0.0f) {  // straight into the residual stream
     matmul(p, att.data(), L.wo, xp, /*accumulate=*/true);
@@ -309,6 +310,7 @@ void Context::forward(std::span<const int32_t> tokens, int batch, int seq, std::
   im.stats.tokens_processed += p.T;
   im.embed(p, tokens, seq);
   be::rope_table(im.pos.data(), static_cast<int64_t>(p.T), im.w.rope, im.rope_tab);  // angles once, not once per layer
+  if (im.w.rope_swa_differs()) be::rope_table(im.pos.data(), static_cast<int64_t>(p.T), im.w.rope_swa, im.rope_tab_swa);
   for (int l = 0; l < im.w.hp.n_layer; ++l) {
     im.attention_block(p, l);
     im.ffn_block(p, l);

@@ -58,6 +58,8 @@ struct HParams {
   int sliding_window = 0;       ///< positions a sliding layer's query sees, itself included
   float logit_scale = 0.0f;     ///< logits divided by it
   float final_softcap = 0.0f;   ///< logits soft-capped: c tanh(l / c)
+  float rope_freq_base_swa = 10000.0f;  ///< RoPE base of the sliding layers (rope_freq_base unless the recipe says otherwise)
+  float rope_freq_scale_swa = 1.0f;     ///< linear rope scaling of the sliding layers (1 = none)
   int head_dim() const { return n_embd_head > 0 ? n_embd_head : n_embd / n_head; }
   /// Width of all query heads together: rows of attn_q, columns of attn_output.
   int n_embd_q() const { return n_head * head_dim(); }

@@ -75,6 +75,7 @@ struct Model::Impl {
   std::vector<detail::Layer> layers;
   std::vector<float> rope_factors;  // [n_rot/2] rope_freqs.weight, or empty
   backend::RopeParams rope;         // points into rope_factors
+  backend::RopeParams rope_swa;     // the sliding layers' (another base or scale: Gemma 3), else equal to rope
   size_t weight_bytes = 0;
   int64_t max_part_rows = 0;  // most rows of a part in qkv_parts / gate_up_parts (0: every projection fused)
   LoadSummary summary;
@@ -95,6 +96,10 @@ struct Model::Impl {
   /// Positions a query of `layer` sees (the recipe's sliding layers), or 0: all earlier ones.
   int sliding_window(int layer) const {
     return hp.sliding_window > 0 && (!desc->sliding_layer || desc->sliding_layer(layer)) ? hp.sliding_window : 0;
+  }
+  /// Whether sliding layers rotate with other angles than the global ones (rope_swa).
+  bool rope_swa_differs() const {
+    return hp.sliding_window > 0 && (rope_swa.freq_base != rope.freq_base || rope_swa.freq_scale != rope.freq_scale);
   }
 };
 

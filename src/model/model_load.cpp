@@ -13,6 +13,7 @@
 
 #include "model/gguf.hpp"
 #include "model/model_impl.hpp"
+#include "model/recipe_params.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
 #include "util/memory.hpp"
@@ -24,30 +25,6 @@ namespace kveval {
 namespace be = kveval::backend;
 
 namespace {
-
-/// Resolves the recipe's numbers (arch::Param: the file's key, else the
-/// recipe's formula or constant) into hp; each is 0 (off) or finite and
-/// positive, the window an integer in [1, 2^24].
-void read_recipe_numbers(const gguf::File& f, const arch::Description& d, HParams& hp) {
-  auto resolve = [&](const arch::Param& p, const char* what) {
-    const std::string k = p.key.empty() ? std::string() : std::string(d.name) + "." + std::string(p.key);
-    const double v = !k.empty() && f.find(k) ? f.get_float(k) : p.derive ? p.derive(hp) : p.value;
-    if (!(std::isfinite(v) && v >= 0.0 && v <= 1e30))
-      throw FormatError(fmt::format("{}: {} = {} ({}) must be 0 (off) or a positive finite number", f.path(), what, v,
-                                    k.empty() ? "architecture '" + std::string(d.name) + "'" : "key '" + k + "'"));
-    return static_cast<float>(v);
-  };
-  hp.embd_scale = resolve(d.embd_scale, "embedding scale");
-  hp.residual_scale = resolve(d.residual_scale, "residual scale");
-  hp.attn_scale = resolve(d.attn_scale, "attention scale");
-  hp.attn_softcap = resolve(d.attn_softcap, "attention logit soft-cap");
-  hp.logit_scale = resolve(d.logit_scale, "logit scale");
-  hp.final_softcap = resolve(d.final_softcap, "final logit soft-cap");
-  const float window = resolve(d.sliding_window, "sliding window");
-  if (window != std::floor(window) || window > float(1 << 24))
-    throw FormatError(fmt::format("{}: sliding window {} must be an integer in [0, {}]", f.path(), window, 1 << 24));
-  hp.sliding_window = static_cast<int>(window);
-}
 
 /// Reads the {arch}.* hyper-parameters into `hp` (everything but n_vocab and the tensor-derived flags).
 void read_hparams(const gguf::File& f, const arch::Description& d, HParams& hp) {
@@ -449,11 +426,13 @@ class TensorReader {
 /// token_embd and the output projection (output.weight, or token_embd when it is absent: tied). A kept type
 /// stays in its blocks (embd_blocks, or the tied output itself) and the lookup decodes rows from them; else
 /// token_embd is read into tok_embd ([n_vocab, n_embd] F32) and a tied output is a copy in the matrix dtype.
-/// Sets hp.tied_output.
-void load_embedding_output(TensorReader& r, HParams& hp, const gguf::TensorInfo& te, detail::Embedding im) {
+/// Sets hp.tied_output; an architecture without output.weight (!output_allowed) leaves one in the file to the
+/// unused-tensor check.
+void load_embedding_output(TensorReader& r, HParams& hp, const gguf::TensorInfo& te, detail::Embedding im,
+                           bool output_allowed) {
   const uint64_t D = hp.n_embd, V = hp.n_vocab;
   const std::string name(arch::kTokenEmbd);
-  hp.tied_output = r.file().find_tensor(arch::kOutput) == nullptr;
+  hp.tied_output = !output_allowed || r.file().find_tensor(arch::kOutput) == nullptr;
   if (r.keeps(te, D)) {
     be::Weight w = r.kept(name, D, V);
     im.embd_in_output = hp.tied_output;
@@ -595,13 +574,17 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   if (opts.on_load_stage) opts.on_load_stage("copy");
 
   TensorReader r(f, path, opts, keep, mat_dtype, im.weight_bytes);
-  load_embedding_output(r, hp, te, {im.tok_embd, im.embd_blocks, im.output, im.embd_in_output});
+  load_embedding_output(r, hp, te, {im.tok_embd, im.embd_blocks, im.output, im.embd_in_output},
+                        desc.output != arch::Presence::Absent);
   im.output_norm = r.vec(std::string(arch::kOutputNorm), hp.n_embd);
   im.rope_factors = load_rope_factors(r, desc, hp, path);
   hp.rope_freq_factors = !im.rope_factors.empty();
   im.rope = be::RopeParams{hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale,
                            hp.rope_freq_factors ? im.rope_factors.data() : nullptr,
                            hp.rope_style == arch::RopeStyle::Neox};
+  im.rope_swa = im.rope;
+  im.rope_swa.freq_base = hp.rope_freq_base_swa;
+  im.rope_swa.freq_scale = hp.rope_freq_scale_swa;
   im.layers.resize(static_cast<size_t>(hp.n_layer));
   for (int l = 0; l < hp.n_layer; ++l) load_layer(r, desc, hp, l, im.layers[static_cast<size_t>(l)], path);
   for (const detail::Layer& L : im.layers)
@@ -618,6 +601,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   im.summary.weight_dtype =
       keep.any() ? kept_weight_dtype(keep, im.output, im.layers, im.dtype_note) : dtype_name(mat_dtype);
   im.summary.resident_bytes = im.weight_bytes + (hp.tied_output && !im.embd_in_output ? im.output.bytes() : 0);
+  im.summary.sliding = sliding_summary(hp, desc);
   im.summary.load_seconds = load_time.seconds();
   return m;
 }

@@ -136,11 +136,33 @@ RandomModelSpec random_model_flavour(RandomModelSpec s, const std::string& flavo
     if (flavour == "qwen3") s.n_embd_head = 128;
     return s;
   }
-  throw ArgumentError(fmt::format("unknown architecture flavour '{}' (expected one of: llama, llama3, qwen2, qwen3)",
-                                  flavour));
+  if (flavour == "gemma2") {  // google/gemma-2-2b config.json: rope_theta 10000, rms_norm_eps 1e-6, soft-caps 50 / 30,
+                              // sliding_window 4096, tie_word_embeddings (llama.cpp never reads output.weight)
+    s.arch = flavour;
+    s.n_embd_head = s.head_dim();
+    s.rms_eps = 1e-6f;
+    s.attn_softcap = 50.0f;
+    s.final_softcap = 30.0f;
+    s.sliding_window = 4096;
+    s.tied_output = true;
+    return s;
+  }
+  if (flavour == "gemma3") {  // google/gemma-3-1b-pt config.json: rope_theta 1e6, rope_local_base_freq 10000,
+                              // rms_norm_eps 1e-6, sliding_window 512, no soft-caps, tie_word_embeddings
+    s.arch = flavour;
+    s.n_embd_head = s.head_dim();
+    s.rope_freq_base = 1000000.0f;
+    s.rope_freq_base_swa = 10000.0f;
+    s.rms_eps = 1e-6f;
+    s.sliding_window = 512;
+    s.tied_output = true;
+    return s;
+  }
+  throw ArgumentError(fmt::format("unknown architecture flavour '{}' (expected one of: {})", flavour,
+                                  fmt::join(random_model_flavours(), ", ")));
 }
 
-std::vector<std::string> random_model_flavours() { return {"llama", "llama3", "qwen2", "qwen3"}; }
+std::vector<std::string> random_model_flavours() { return {"llama", "llama3", "qwen2", "qwen3", "gemma2", "gemma3"}; }
 
 std::vector<float> llama3_rope_factors(const Llama3RopeScaling& s, float freq_base, int n_rot) {
   const double old_ctx = s.original_context, low = s.low_freq_factor, high = s.high_freq_factor;
@@ -198,6 +220,14 @@ const arch::Description& check_spec(const RandomModelSpec& s) {
   if (s.llama3.factor > 0 && !(s.llama3.high_freq_factor > s.llama3.low_freq_factor))
     bad("llama3 rope scaling needs high_freq_factor > low_freq_factor");
   if (!(s.rope_freq_base > 0) || !(s.rms_eps > 0)) bad("rope_freq_base and rms_eps must be positive");
+  if (s.rope_freq_base_swa < 0) bad("rope_freq_base_swa must be >= 0");
+  if (!s.tied_output && d->output == arch::Presence::Absent)
+    bad(fmt::format("architecture '{}' has no output.weight (the output is token_embd)", s.arch));
+  if (s.attn_softcap < 0 || s.final_softcap < 0 || s.sliding_window < 0) bad("soft-caps and the window must be >= 0");
+  auto keyed = [](const arch::Param& p) { return !p.key.empty(); };
+  if ((s.attn_softcap > 0 && !keyed(d->attn_softcap)) || (s.final_softcap > 0 && !keyed(d->final_softcap)) ||
+      (s.sliding_window > 0 && !keyed(d->sliding_window)) || (s.rope_freq_base_swa > 0 && !keyed(d->rope_base_swa)))
+    bad(fmt::format("architecture '{}' reads no soft-cap or sliding window key that the spec sets", s.arch));
   return *d;
 }
 
@@ -312,6 +342,10 @@ void add_hparams(gguf::Writer& w, const RandomModelSpec& spec) {
     w.add_string(key("rope.scaling.type"), "linear");
     w.add_float32(key("rope.scaling.factor"), spec.rope_linear_factor);
   }
+  if (spec.attn_softcap > 0) w.add_float32(key("attn_logit_softcapping"), spec.attn_softcap);
+  if (spec.final_softcap > 0) w.add_float32(key("final_logit_softcapping"), spec.final_softcap);
+  if (spec.sliding_window > 0) w.add_uint32(key("attention.sliding_window"), static_cast<uint32_t>(spec.sliding_window));
+  if (spec.rope_freq_base_swa > 0) w.add_float32(key("rope.freq_base_swa"), spec.rope_freq_base_swa);
 }
 
 /// `v`, the value of tokenizer key `key` in vocabulary file `path` of `n` tokens, with

@@ -51,6 +51,10 @@ struct RandomModelSpec {
   float rope_linear_factor = 0.0f;
   Llama3RopeScaling llama3;         ///< factor > 0: rope_freqs.weight (architectures that take it)
   bool tied_output = false;         ///< no output.weight (logits use token_embd)
+  /// > 0: {arch}.attn_logit_softcapping / {arch}.final_logit_softcapping (gemma2).
+  float attn_softcap = 0.0f, final_softcap = 0.0f;
+  int sliding_window = 0;           ///< > 0: {arch}.attention.sliding_window (gemma2, gemma3)
+  float rope_freq_base_swa = 0.0f;  ///< > 0: {arch}.rope.freq_base_swa, the sliding layers' RoPE base (gemma3)
   /// Also write the architecture's optional block tensors (llama: the
   /// attn_q/k/v/output and ffn_gate/up/down biases).
   bool optional_tensors = false;
@@ -89,8 +93,12 @@ std::vector<std::string> random_model_presets();
 /// rope base 500000, Llama 3.1 rope scaling factor 8 / low 1 / high 4 /
 /// original context 8192 as rope_freqs.weight), "qwen2" (Q/K/V biases, NEOX
 /// rope, base 1000000, eps 1e-6), "qwen3" (Q/K norms, NEOX rope, base 1000000,
-/// eps 1e-6, head size 128 as in every Qwen3 release). Values from the models'
-/// Hugging Face config.json files. Throws ArgumentError for another name.
+/// eps 1e-6, head size 128 as in every Qwen3 release), "gemma2" (NEOX rope,
+/// base 10000, eps 1e-6, attention / final soft-caps 50 / 30, sliding window
+/// 4096, tied output, key_length written as convert_hf_to_gguf.py's Gemma2Model
+/// does), "gemma3" (gemma2's block with Q/K norms and no soft-caps, rope base
+/// 1e6, sliding layers' base 10000, window 512 on 5 of 6 layers, tied). Values from the models' Hugging Face config.json files. Throws
+/// ArgumentError for another name.
 RandomModelSpec random_model_flavour(RandomModelSpec shape, const std::string& flavour);
 /// The flavour names, in the order above.
 std::vector<std::string> random_model_flavours();

@@ -318,6 +318,9 @@ TEST_SUITE("eval.llamacpp_perplexity") {
                                                run["arch"].get<std::string>());
       s.vocab = vocab;
       s.n_vocab = random_model_vocab_size(vocab);
+      s.sliding_window = run.value("sliding_window", s.sliding_window);
+      s.attn_softcap = run.value("attn_softcap", s.attn_softcap);
+      s.final_softcap = run.value("final_softcap", s.final_softcap);
       const std::string path = dir.file("m.gguf");
       write_random_model(path, s, run["seed"].get<uint64_t>());
       REQUIRE(sha256_file(path) == run["model_sha256"].get<std::string>());
@@ -332,8 +335,10 @@ TEST_SUITE("eval.llamacpp_perplexity") {
       REQUIRE(v.stderr_);
       CHECK(v.n == run["chunks"].get<int>());
       // the same digits as llama-perplexity's "%.4lf +/- %.5lf" up to float32 rounding of the forward pass
-      CHECK(std::abs(*v.value / run["ppl"].get<double>() - 1) < 1e-6);
-      CHECK(std::abs(*v.stderr_ / run["stderr"].get<double>() - 1) < 1e-5);
+      // (a run's rel_tol says why it is wider)
+      const double tol = run.value("rel_tol", 1e-6);
+      CHECK(std::abs(*v.value / run["ppl"].get<double>() - 1) < tol);
+      CHECK(std::abs(*v.stderr_ / run["stderr"].get<double>() - 1) < 10 * tol);
     }
   }
 

@@ -174,12 +174,19 @@ struct ArchTensors {
   bool qk_norm;          ///< attn_q_norm, attn_k_norm {hk} required (qwen3)
   bool llama_extras;     ///< optional attn_output/ffn biases and rope_freqs {n_rot/2} (llama)
   bool output_bias;      ///< optional output.bias {n_vocab} (qwen2)
+  /// gemma2, gemma3: post_attention_norm, post_ffw_norm {n_embd} required; final_logit_softcapping
+  /// FLOAT32, attention.sliding_window UINT32, rope.freq_base_swa FLOAT32 (load_arch_hparams).
+  bool gemma = false;
+  /// gemma2: no output.weight (the output is token_embd, TENSOR_DUPLICATED); attn_logit_softcapping FLOAT32.
+  bool gemma2 = false;
 };
-// src/models/llama.cpp, qwen2.cpp and qwen3.cpp, load_arch_tensors.
+// src/models/llama.cpp, qwen2.cpp, qwen3.cpp, gemma2.cpp and gemma3.cpp, load_arch_tensors.
 constexpr ArchTensors kArchs[] = {
     {"llama", false, false, true, false},
     {"qwen2", true, false, false, true},
     {"qwen3", false, true, false, false},
+    {"gemma2", false, false, false, false, true, true},
+    {"gemma3", false, true, false, false, true, false},
 };
 
 }  // namespace
@@ -281,6 +288,12 @@ std::vector<std::string> llamacpp_violations(const std::string& path) {
   const auto n_head = u32(pre + "attention.head_count", true, "H3");
   f32(pre + "attention.layer_norm_rms_epsilon", true, "H4");
   f32(pre + "rope.freq_base", false, "H5");
+  if (arch->gemma2) f32(pre + "attn_logit_softcapping", false, "H5");
+  if (arch->gemma) {
+    f32(pre + "final_logit_softcapping", false, "H5");
+    u32(pre + "attention.sliding_window", false, "H5");
+    f32(pre + "rope.freq_base_swa", false, "H5");
+  }
   auto n_head_kv = u32(pre + "attention.head_count_kv", false, "H5");
   if (!n_head_kv) n_head_kv = n_head;
   if (n_head && n_head_kv && (*n_head_kv == 0 || *n_head % *n_head_kv != 0))
@@ -342,7 +355,8 @@ std::vector<std::string> llamacpp_violations(const std::string& path) {
   const uint64_t q = arch->q_is_n_embd ? e : *n_head * *hk, kv = *n_head_kv * *hv;
   using Dims = std::vector<uint64_t>;
   std::map<std::string, Dims> want = {{"token_embd.weight", {e, V}}, {"output_norm.weight", {e}}};
-  std::map<std::string, Dims> optional = {{"output.weight", {e, V}}};
+  std::map<std::string, Dims> optional;
+  if (!arch->gemma2) optional["output.weight"] = {e, V};
   if (arch->output_bias) optional["output.bias"] = {V};
   if (arch->llama_extras) optional["rope_freqs.weight"] = {*n_rot / 2};
   for (uint64_t l = 0; l < *n_layer; ++l) {
@@ -359,6 +373,10 @@ std::vector<std::string> llamacpp_violations(const std::string& path) {
     optional[n("attn_q", "bias")] = {q};
     optional[n("attn_k", "bias")] = {kv};
     optional[n("attn_v", "bias")] = {kv};
+    if (arch->gemma) {
+      want[n("post_attention_norm")] = {e};
+      want[n("post_ffw_norm")] = {e};
+    }
     if (arch->qk_norm) {
       want[n("attn_q_norm")] = {*hk};
       want[n("attn_k_norm")] = {*hk};

@@ -14,7 +14,15 @@
 //   output_head      output_norm, output (tied to token_embd when absent)
 // Formulas: RMSNorm (Zhang & Sennrich 2019); RoPE (Su et al. 2021) with
 // ggml's rope_norm / rope_neox pairing and llama.cpp's linear scaling and
-// rope_freqs divisors; SwiGLU (Shazeer 2020).
+// rope_freqs divisors; SwiGLU (Shazeer 2020). Gemma 2 (llama.cpp
+// src/models/gemma2.cpp, written out here independently of the recipe's
+// numbers): embeddings times sqrt(n_embd), queries times 1 / sqrt(head_dim),
+// scores soft-capped c tanh(s / c), even layers see the last `window`
+// positions, RMSNorm of each branch before the residual add, GELU(tanh)
+// gating (GeGLU), logits soft-capped. Gemma 3 (src/models/gemma3.cpp): the
+// same without the attention soft-cap (final soft-cap only when the file has
+// it), Q/K head norms, 5 of every 6 layers sliding when the file has a window,
+// rotating with rope.freq_base_swa (default 10000) and no linear scaling.
 //
 // Ablation leaves one feature out, for negative controls showing that a
 // comparison against this reference can fail.
@@ -23,6 +31,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numbers>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,6 +48,8 @@ struct Ablation {
   bool no_qk_norm = false;
   bool no_rope_factors = false;
   bool no_linear_scale = false;
+  bool no_softcap = false;  ///< neither attention nor final soft-cap
+  bool no_window = false;   ///< every layer sees every earlier position
 };
 
 /// A GGUF model's weights in double and its forward pass.
@@ -54,15 +65,21 @@ class ReferenceModel {
   const arch::Description& desc() const { return desc_; }
   int n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0, n_vocab = 0, n_rot = 0;
   double eps = 0, freq_base = 0, freq_scale = 1;
+  // Gemma 2: 0 = off
+  double embd_scale = 0, attn_scale = 0, attn_softcap = 0, final_softcap = 0;
+  double base_swa = 0, scale_swa = 1;  ///< RoPE of the sliding layers
+  int window = 0, swa_period = 0;      ///< layer l slides when l % swa_period < swa_period - 1
+  bool gemma = false;  ///< post-norms and GeGLU
 
   /// Logits [T][n_vocab] of the sequence `ids` at positions 0..T-1.
   Rows logits(const std::vector<int32_t>& ids, const Ablation& ab = {}) const {
     Rows x = embed(ids);
-    for (const Layer& L : layers_) {
-      attention_block(L, x, ab);
-      ffn_block(L, x, ab);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const bool slides = gemma && int(l) % swa_period < swa_period - 1;
+      attention_block(layers_[l], x, ab, slides && !ab.no_window ? window : 0, slides);
+      ffn_block(layers_[l], x, ab);
     }
-    return output_head(x);
+    return output_head(x, ab);
   }
   /// The same logits as one row-major vector [T * n_vocab].
   std::vector<double> flat_logits(const std::vector<int32_t>& ids, const Ablation& ab = {}) const {
@@ -86,6 +103,7 @@ class ReferenceModel {
   struct Layer {
     std::vector<double> attn_norm, wq, wk, wv, wo, bq, bk, bv, bo, q_norm, k_norm;  // weights [n_out][n_in]
     std::vector<double> ffn_norm, wg, wu, wd, bg, bu, bd;
+    std::vector<double> post_attn_norm, post_ffn_norm;  // [n_embd] (gemma2) or empty
   };
   const arch::Description& desc_;
   std::vector<double> rope_factors_;  // [n_rot/2] or empty
@@ -112,10 +130,22 @@ class ReferenceModel {
     n_ff = static_cast<int>(f.get_uint(k("feed_forward_length")));
     eps = f.get_float(k("attention.layer_norm_rms_epsilon"));
     freq_base = f.get_float_or(k("rope.freq_base"), 10000.0);
+    gemma = a == "gemma2" || a == "gemma3";
+    const bool g2 = a == "gemma2";
+    if (gemma) {  // llama.cpp: the 27B (46 / 62 layers) scales by n_embd / n_head instead of head_dim
+      embd_scale = std::sqrt(static_cast<double>(n_embd));
+      attn_scale = 1.0 / std::sqrt(static_cast<double>(n_layer == (g2 ? 46 : 62) ? n_embd / n_head : head_dim));
+      attn_softcap = g2 ? f.get_float(k("attn_logit_softcapping")) : 0.0;
+      final_softcap = g2 ? f.get_float(k("final_logit_softcapping")) : f.get_float_or(k("final_logit_softcapping"), 0.0);
+      window = static_cast<int>(f.get_uint_or(k("attention.sliding_window"), g2 ? 4096 : 0));
+      swa_period = window == 0 ? 1 : g2 ? 2 : 6;
+      base_swa = f.get_float_or(k("rope.freq_base_swa"), g2 ? f.get_float_or(k("rope.freq_base"), 10000.0) : 10000.0);
+    }
     if (f.get_string_or(k("rope.scaling.type"), "linear") == "linear") {
       const double factor = f.get_float_or(k("rope.scaling.factor"), 0.0);
       freq_scale = factor > 0 ? 1.0 / factor : 1.0;
     }
+    scale_swa = a == "gemma3" ? 1.0 : freq_scale;
     auto get = [&](const std::string& name, std::vector<uint64_t> dims) {
       const auto v = f.tensor_f32(name, dims);
       return std::vector<double>(v.begin(), v.end());
@@ -153,6 +183,10 @@ class ReferenceModel {
       L.bg = opt(desc_.ffn_bias, t("ffn_gate", "bias"), {F});
       L.bu = opt(desc_.ffn_bias, t("ffn_up", "bias"), {F});
       L.bd = opt(desc_.ffn_bias, t("ffn_down", "bias"), {E});
+      if (gemma) {
+        L.post_attn_norm = get(t("post_attention_norm"), {E});
+        L.post_ffn_norm = get(t("post_ffw_norm"), {E});
+      }
       layers_.push_back(std::move(L));
     }
   }
@@ -180,11 +214,12 @@ class ReferenceModel {
   }
   /// RoPE of one head at position pos: pair i rotated by pos * base^(-2i/n_rot) * scale / factor_i;
   /// Normal pairs (2i, 2i+1), Neox pairs (i, i + n_rot/2); dimensions from n_rot on are not rotated.
-  void rope(double* v, int pos, const Ablation& ab) const {
+  /// A sliding layer (`local`) rotates with base_swa and scale_swa.
+  void rope(double* v, int pos, const Ablation& ab, bool local) const {
     const bool neox = (desc_.rope == arch::RopeStyle::Neox) != ab.swap_rope_style;
     for (int i = 0; i < n_rot / 2; ++i) {
-      double th = pos * std::pow(freq_base, -2.0 * i / n_rot);
-      if (!ab.no_linear_scale) th *= freq_scale;
+      double th = pos * std::pow(local ? base_swa : freq_base, -2.0 * i / n_rot);
+      if (!ab.no_linear_scale) th *= local ? scale_swa : freq_scale;
       if (!rope_factors_.empty() && !ab.no_rope_factors) th /= rope_factors_[size_t(i)];
       const int a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
       const double x0 = v[a], x1 = v[b];
@@ -194,11 +229,11 @@ class ReferenceModel {
   }
   /// Per head of `v` ([n_heads][head_dim]): the Q/K norm (when the layer has one), then RoPE at `pos`.
   void norm_and_rope_heads(std::vector<double>& v, int n_heads, const std::vector<double>& norm, int pos,
-                           const Ablation& ab) const {
+                           const Ablation& ab, bool local = false) const {
     const size_t HD = size_t(head_dim);
     for (int h = 0; h < n_heads; ++h) {
       if (!norm.empty() && !ab.no_qk_norm) rmsnorm(v, size_t(h) * HD, HD, norm);
-      rope(v.data() + size_t(h) * HD, pos, ab);
+      rope(v.data() + size_t(h) * HD, pos, ab, local);
     }
   }
 
@@ -208,13 +243,18 @@ class ReferenceModel {
   Rows embed(const std::vector<int32_t>& ids) const {
     const size_t E = size_t(n_embd);
     Rows x(ids.size());
-    for (size_t t = 0; t < ids.size(); ++t)
+    for (size_t t = 0; t < ids.size(); ++t) {
       x[t].assign(tok_embd_.begin() + long(ids[t]) * long(E), tok_embd_.begin() + long(ids[t] + 1) * long(E));
+      if (embd_scale != 0)
+        for (double& e : x[t]) e *= embd_scale;
+    }
     return x;
   }
 
-  /// x[t] += attn_output(causal GQA attention of RMSNorm(x)) for every position t.
-  void attention_block(const Layer& L, Rows& x, const Ablation& ab) const {
+  /// x[t] += attn_output(causal GQA attention of RMSNorm(x)) for every position t (post-normed
+  /// when the layer has a post-norm); win > 0: query t sees positions (t - win, t]; a
+  /// sliding (`local`) layer rotates with the sliding layers' RoPE.
+  void attention_block(const Layer& L, Rows& x, const Ablation& ab, int win, bool local) const {
     const size_t T = x.size(), HD = size_t(head_dim), Q = size_t(n_head) * HD;
     const bool bias = !ab.no_bias;
     Rows q(T), k(T), v(T);
@@ -224,20 +264,22 @@ class ReferenceModel {
       q[t] = linear(L.wq, h, L.bq, bias);
       k[t] = linear(L.wk, h, L.bk, bias);
       v[t] = linear(L.wv, h, L.bv, bias);
-      norm_and_rope_heads(q[t], n_head, L.q_norm, static_cast<int>(t), ab);
-      norm_and_rope_heads(k[t], n_head_kv, L.k_norm, static_cast<int>(t), ab);
+      norm_and_rope_heads(q[t], n_head, L.q_norm, static_cast<int>(t), ab, local);
+      norm_and_rope_heads(k[t], n_head_kv, L.k_norm, static_cast<int>(t), ab, local);
     }
     const int group = n_head / n_head_kv;
     for (size_t t = 0; t < T; ++t) {
       std::vector<double> att(Q, 0.0);
       for (int hh = 0; hh < n_head; ++hh) {
         const size_t kh = size_t(hh / group) * HD, qh = size_t(hh) * HD;
-        std::vector<double> s(t + 1);
+        std::vector<double> s(t + 1, -INFINITY);
         double mx = -1e300;
-        for (size_t p = 0; p <= t; ++p) {
+        const size_t first = win > 0 && t + 1 > size_t(win) ? t + 1 - size_t(win) : 0;
+        for (size_t p = first; p <= t; ++p) {
           double d = 0;
           for (size_t i = 0; i < HD; ++i) d += q[t][qh + i] * k[p][kh + i];
-          s[p] = d / std::sqrt(static_cast<double>(HD));
+          s[p] = d * (attn_scale != 0 ? attn_scale : 1.0 / std::sqrt(static_cast<double>(HD)));
+          if (attn_softcap != 0 && !ab.no_softcap) s[p] = attn_softcap * std::tanh(s[p] / attn_softcap);
           mx = std::max(mx, s[p]);
         }
         double z = 0;
@@ -245,12 +287,14 @@ class ReferenceModel {
         for (size_t p = 0; p <= t; ++p)
           for (size_t i = 0; i < HD; ++i) att[qh + i] += s[p] / z * v[p][kh + i];
       }
-      const auto o = linear(L.wo, att, L.bo, bias);
+      auto o = linear(L.wo, att, L.bo, bias);
+      if (!L.post_attn_norm.empty()) rmsnorm(o, 0, o.size(), L.post_attn_norm);
       for (size_t i = 0; i < o.size(); ++i) x[t][i] += o[i];
     }
   }
 
-  /// x[t] += ffn_down(silu(ffn_gate(h)) * ffn_up(h)) with h = RMSNorm(x[t]), for every position t.
+  /// x[t] += ffn_down(silu(ffn_gate(h)) * ffn_up(h)) with h = RMSNorm(x[t]), for every position t;
+  /// Gemma: gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715 g^3))) instead of silu, output post-normed.
   void ffn_block(const Layer& L, Rows& x, const Ablation& ab) const {
     const bool bias = !ab.no_bias;
     for (auto& xt : x) {
@@ -258,19 +302,24 @@ class ReferenceModel {
       rmsnorm(h, 0, h.size(), L.ffn_norm);
       const auto g = linear(L.wg, h, L.bg, bias), u = linear(L.wu, h, L.bu, bias);
       std::vector<double> a(g.size());
-      for (size_t i = 0; i < g.size(); ++i) a[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];  // SwiGLU
-      const auto d = linear(L.wd, a, L.bd, bias);
+      for (size_t i = 0; i < g.size(); ++i)
+        a[i] = gemma ? 0.5 * g[i] * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (g[i] + 0.044715 * g[i] * g[i] * g[i]))) * u[i]
+                     : g[i] / (1.0 + std::exp(-g[i])) * u[i];  // GeGLU / SwiGLU
+      auto d = linear(L.wd, a, L.bd, bias);
+      if (!L.post_ffn_norm.empty()) rmsnorm(d, 0, d.size(), L.post_ffn_norm);
       for (size_t i = 0; i < d.size(); ++i) xt[i] += d[i];
     }
   }
 
-  /// output(RMSNorm(x[t])) for every position t: [T][n_vocab].
-  Rows output_head(const Rows& x) const {
+  /// output(RMSNorm(x[t])) for every position t (soft-capped when the model has a final soft-cap): [T][n_vocab].
+  Rows output_head(const Rows& x, const Ablation& ab) const {
     Rows out(x.size());
     for (size_t t = 0; t < x.size(); ++t) {
       std::vector<double> h = x[t];
       rmsnorm(h, 0, h.size(), output_norm_);
       out[t] = linear(output_, h, {}, false);
+      if (final_softcap != 0 && !ab.no_softcap)
+        for (double& l : out[t]) l = final_softcap * std::tanh(l / final_softcap);
     }
     return out;
   }

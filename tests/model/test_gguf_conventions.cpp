@@ -1,6 +1,6 @@
 // llama.cpp's conventions (gguf_conventions.hpp lists the rules and their
 // sources) checked on every file kveval writes: every preset, every --arch
-// flavour (llama, llama3, qwen2, qwen3), tied or not, every tensor type, the
+// flavour (llama, llama3, qwen2, qwen3, gemma2, gemma3), tied or not (gemma2: tied only), every tensor type, the
 // synthetic and the real vocabularies; and the checker itself on files that
 // break one rule each.
 #include <doctest/doctest.h>
@@ -138,11 +138,17 @@ void check_flavour_extras(const gguf::File& f, const RandomModelSpec& spec, cons
   for (int l = 0; l < spec.n_layer; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
     CHECK((f.find_tensor(b + "attn_q.bias") != nullptr) == (flavour == "qwen2"));
-    CHECK((f.find_tensor(b + "attn_q_norm.weight") != nullptr) == (flavour == "qwen3"));
+    CHECK((f.find_tensor(b + "attn_q_norm.weight") != nullptr) == (flavour == "qwen3" || flavour == "gemma3"));
     if (flavour == "qwen2") {
       f32_with(b + "attn_q.bias", {q});
       f32_with(b + "attn_k.bias", {kv});
       f32_with(b + "attn_v.bias", {kv});
+    }
+    const bool gemma = flavour == "gemma2" || flavour == "gemma3";
+    CHECK((f.find_tensor(b + "post_ffw_norm.weight") != nullptr) == gemma);
+    if (gemma) {
+      f32_with(b + "post_attention_norm.weight", {static_cast<uint64_t>(spec.n_embd)});
+      f32_with(b + "post_ffw_norm.weight", {static_cast<uint64_t>(spec.n_embd)});
     }
     if (flavour == "qwen3") {
       CHECK(hd == 128);
@@ -198,13 +204,14 @@ TEST_SUITE("model.gguf_conventions") {
     CHECK_MESSAGE(bad.empty(), joined(bad));
   }
 
-  TEST_CASE("every --arch flavour (llama, llama3, qwen2, qwen3), tied or not, F32/F16/Q8_0, follows the conventions") {
+  TEST_CASE("every --arch flavour (llama, llama3, qwen2, qwen3, gemma2, gemma3), tied or not, F32/F16/Q8_0, follows the conventions") {
     // make-model builds its spec as random_model_flavour(random_model_preset(preset), arch) with tied_output = --tied.
     const std::vector<std::string> flavours = random_model_flavours();
-    REQUIRE(flavours == std::vector<std::string>{"llama", "llama3", "qwen2", "qwen3"});
+    REQUIRE(flavours == std::vector<std::string>{"llama", "llama3", "qwen2", "qwen3", "gemma2", "gemma3"});
     for (const std::string& flavour : flavours)
       for (bool tied : {false, true})
         for (auto type : {gguf::TensorType::F32, gguf::TensorType::F16, gguf::TensorType::Q8_0}) {
+          if (flavour == "gemma2" && !tied) continue;  // gemma2 has no output.weight
           RandomModelSpec spec = random_model_flavour(random_model_preset("tiny"), flavour);
           spec.tied_output = tied;
           const std::string p =

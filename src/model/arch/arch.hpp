@@ -60,6 +60,11 @@ struct Param {
   std::string_view key = {};
   float value = 0.0f;
   float (*derive)(const HParams& hp) = nullptr;
+  /// The file must have `key` (the architecture's converter always writes it;
+  /// a file without it is refused naming the key).
+  bool required = false;
+  /// 0 is refused (the architecture always uses the feature).
+  bool positive = false;
 };
 
 /// One architecture's recipe: general.architecture, the key prefix of its
@@ -81,6 +86,9 @@ struct Description {
   /// rope_freqs.weight [n_rot/2]: per-pair frequency divisors (Llama 3.1+
   /// "llama3" rope scaling, written by llama.cpp's converter).
   Presence rope_freqs = Presence::Absent;
+  /// output.weight [n_embd, n_vocab]: Optional = tied to token_embd when absent;
+  /// Absent = always tied (Gemma 2: llama.cpp never reads output.weight, so a file with one is refused).
+  Presence output = Presence::Optional;
   /// llama.cpp requires {name}.rope.dimension_count == head_dim (LLAMA); otherwise
   /// partial rotary (n_rot < head_dim) is allowed.
   bool full_rotary = false;
@@ -106,8 +114,15 @@ struct Description {
   /// itself included (Gemma 2/3, Mistral: {arch}.attention.sliding_window).
   Param sliding_window = {};
   /// Which layers slide when the window is on (Gemma 2: even layers; Gemma 3:
-  /// 5 of every 6); nullptr = every layer.
+  /// 5 of every 6); nullptr = every layer. A file's
+  /// {arch}.attention.sliding_window_pattern (llama.cpp's override) must name the same layers.
   bool (*sliding_layer)(int layer) = nullptr;
+  /// RoPE base of the sliding layers: {arch}.rope.freq_base_swa (llama.cpp's key) when
+  /// the file has it, else `value`; 0 = {arch}.rope.freq_base (Gemma 2; Gemma 3: 10000).
+  Param rope_base_swa = {};
+  /// Sliding layers rotate without the file's linear rope scaling (Gemma 3:
+  /// llama.cpp keeps rope_freq_scale_train_swa at 1); false = the same scaling as the others.
+  bool swa_rope_unscaled = false;
   Param logit_scale = {};     ///< output_head: logits /= s (Granite: {arch}.logit_scale)
   Param final_softcap = {};   ///< output_head: logits = c tanh(logits / c) (Gemma 2: {arch}.final_logit_softcapping)
   // RoPE: `rope` (pair layout) and `rope_freqs` above; linear scaling comes
@@ -118,7 +133,7 @@ struct Description {
 const Description* find(std::string_view name);
 /// All supported architectures, in the order of the table in docs/models.md.
 const std::vector<const Description*>& all();
-/// "llama, qwen2, qwen3" (for error messages).
+/// "llama, qwen2, qwen3, gemma2" (for error messages).
 std::string names();
 
 // ---- GGUF tensor names (llama.cpp src/llama-arch.cpp) ----------------------
