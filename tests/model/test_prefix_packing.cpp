@@ -70,8 +70,8 @@ std::vector<ScoreRequest> cases(int V, int ctx_len, bool pack) {
 }
 
 /// Scores cases() unpacked (batch 1) and packed (batches 1 and 3): every
-/// log-prob equal (bit for bit when `bitwise`, else within 1e-6), every is_greedy equal.
-void check_packed_equals_unpacked(Context& ctx, int ctx_len, bool bitwise) {
+/// log-prob equal (bit for bit when tol is 0, else within tol nats), every is_greedy equal.
+void check_packed_equals_unpacked(Context& ctx, int ctx_len, double tol) {
   const int V = ctx.model().hparams().n_vocab;
   const auto plain = score(ctx, cases(V, ctx_len, false), 1);
   for (int b : {1, 3}) {
@@ -87,10 +87,10 @@ void check_packed_equals_unpacked(Context& ctx, int ctx_len, bool bitwise) {
       REQUIRE(packed[i].logprobs.size() == plain[i].logprobs.size());
       CHECK(packed[i].is_greedy == plain[i].is_greedy);
       for (size_t k = 0; k < plain[i].logprobs.size(); ++k) {
-        if (bitwise)
+        if (tol == 0)
           CHECK(packed[i].logprobs[k] == plain[i].logprobs[k]);
         else
-          CHECK(std::abs(packed[i].logprobs[k] - plain[i].logprobs[k]) <= 1e-6);
+          CHECK(std::abs(packed[i].logprobs[k] - plain[i].logprobs[k]) <= tol);
       }
     }
     CHECK(packed[0].logprobs == packed[4].logprobs);  // identical choices
@@ -104,7 +104,7 @@ TEST_SUITE("model.prefix_packing") {
     for (const std::string& f : random_model_flavours()) {
       CAPTURE(f);
       Loaded l = load_flavour(f, ComputeDtype::F32);
-      check_packed_equals_unpacked(*l.ctx, 12, true);  // rows of <= 64 tokens: the loop attention either way
+      check_packed_equals_unpacked(*l.ctx, 12, 0);  // rows of <= 64 tokens: the loop attention either way
     }
   }
 
@@ -113,13 +113,14 @@ TEST_SUITE("model.prefix_packing") {
     // On AMX oneDNN's bf16 brgemm sums some row counts in another order, so a row's
     // bits depend on the rows of its pass (batch sizes differ there too, docs/engine.md).
     const bool invariant = backend::matmul_rows_invariant(backend::Dtype::BF16);
-    if (!invariant) MESSAGE("bf16 products are not row-invariant on this CPU (AMX): checked within 1e-6 nats");
-    check_packed_equals_unpacked(*l.ctx, 12, invariant);
+    // There a row's bf16 rounding of its activations may flip with the rows around it: 1e-2 nats then.
+    if (!invariant) MESSAGE("bf16 products are not row-invariant on this CPU (AMX): checked within 1e-2 nats");
+    check_packed_equals_unpacked(*l.ctx, 12, invariant ? 0.0 : 1e-2);
   }
 
   TEST_CASE("a context of 80 tokens (the oneDNN attention unpacked) agrees within 1e-6 nats") {
     Loaded l = load_flavour("llama3", ComputeDtype::F32);
-    check_packed_equals_unpacked(*l.ctx, 80, false);
+    check_packed_equals_unpacked(*l.ctx, 80, 1e-6);
   }
 
   TEST_CASE("packed scores do not depend on the thread count") {
