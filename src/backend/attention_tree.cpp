@@ -2,6 +2,8 @@
 // query's keys gathered in position order, and the checks of a tree.
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "backend/attention_impl.hpp"
 #include "backend/backend.hpp"
 #include "util/error.hpp"

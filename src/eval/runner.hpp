@@ -41,7 +41,7 @@ struct RunOptions {
   /// Log-likelihood requests with the same context tokens (every choice of a
   /// multiple_choice document, not left-truncated) share one token-tree row
   /// (score(), ScoreRequest::pack); false scores each alone. Numbers are the same
-  /// either way (within 1e-6 nats; bit for bit where Context::TokenTree says).
+  /// either way (bit for bit where Context::TokenTree says, else up to float rounding).
   bool pack_prefixes = true;
   /// Test hook: called inside the generation scope before the requests of batch
   /// `batch` (0-based; generation-order requests [batch x rows, (batch + 1) x rows))
