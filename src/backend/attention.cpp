@@ -427,9 +427,10 @@ struct LoopPlan {
 };
 
 /// Per-thread buffers of the loop attention, grown once: scores [heads per
-/// chunk][max_ctx], per-head max and 1/sum, heads_avx512's V sums, 16-bit K/V widened.
+/// chunk][max_ctx], per-head max and 1/sum, heads_avx512's V sums, 16-bit K/V
+/// widened, a tree branch query's gathered K/V.
 struct LoopScratch {
-  std::vector<float> scores, mx, inv, vacc, widened;
+  std::vector<float> scores, mx, inv, vacc, widened, tree_keys;
   void reserve(const LoopPlan& pl) {
     const auto heads = static_cast<size_t>(pl.per_chunk * pl.group);
     if (scores.size() < heads * static_cast<size_t>(pl.max_ctx)) scores.resize(heads * static_cast<size_t>(pl.max_ctx));
@@ -442,37 +443,56 @@ struct LoopScratch {
   }
 };
 
-/// Item (query i, chunk c of kv heads) of sequence sq: the query at position
-/// past + i sees positions [first_visible, past + i], handed to the kernels as
-/// positions [0, len) of a view shifted by first_visible.
-void attend_item(const LoopPlan& pl, const AttentionSeq& sq, int64_t i, int64_t c, LoopScratch& b) {
-  const int64_t hk0 = c * pl.per_chunk, hk1 = std::min(pl.n_head_kv, hk0 + pl.per_chunk);
+/// The kernels on one item's `len` visible positions, handed over as positions
+/// [0, len) of `kv` whose kv head hk starts at (hk - hk_base) * head_stride:
+/// heads_avx512 kv head by kv head when available, else loop_item (16-bit K/V
+/// widened first: the f32 loop's arithmetic on the exact f32 values).
+void run_item(const LoopPlan& pl, const float* qi, const KvView& kv, int64_t hk_base, int64_t hk0, int64_t hk1,
+              int64_t len, LoopScratch& b, float* out_i) {
   const int64_t HD = pl.head_dim, G = pl.group;
-  const float* qi = sq.q + i * pl.q_stride;
-  const int64_t pos = sq.past + i, first = pl.opts.first_visible(pos), len = pos + 1 - first;
-  const bool narrow = sq.kv.dtype != Dtype::F32;  // BF16 or F16
+  const bool narrow = kv.dtype != Dtype::F32;  // BF16 or F16
   const int64_t esize = narrow ? 2 : 4;
-  KvView kv = sq.kv;
-  kv.k = static_cast<const char*>(sq.kv.k) + first * kv.pos_stride * esize;
-  kv.v = static_cast<const char*>(sq.kv.v) + first * kv.pos_stride * esize;
   float* sc = b.scores.data();
   if (pl.f32) {  // kv head by kv head, each K and V row read once
     const HeadKernel hkern = kv.dtype == Dtype::BF16 ? pl.bf16 : kv.dtype == Dtype::F16 ? pl.f16 : pl.f32;
     for (int64_t hk = hk0; hk < hk1; ++hk) {
-      const int64_t off = hk * kv.head_stride * esize;  // bytes
+      const int64_t off = (hk - hk_base) * kv.head_stride * esize;  // bytes
       hkern(qi + hk * G * HD, G, static_cast<const char*>(kv.k) + off, static_cast<const char*>(kv.v) + off,
             kv.pos_stride, len, pl.scale, pl.opts.softcap, sc, pl.max_ctx, b.inv.data(), b.vacc.data(),
-            sq.out + (i * pl.n_head + hk * G) * HD);
+            out_i + hk * G * HD);
     }
     return;
   }
-  float* oi = sq.out + (i * pl.n_head + hk0 * G) * HD;
-  if (narrow)  // widened first: the f32 loop's arithmetic on the exact f32 values
+  float* oi = out_i + hk0 * G * HD;
+  if (narrow)
     loop_item(qi, widen_heads(kv, hk0, hk1, HD, len, b.widened), hk0, hk0, hk1, G, HD, len, pl.scale,
               pl.opts.softcap, sc, pl.max_ctx, b.mx.data(), b.inv.data(), oi);
   else
-    loop_item(qi, kv, 0, hk0, hk1, G, HD, len, pl.scale, pl.opts.softcap, sc, pl.max_ctx, b.mx.data(), b.inv.data(),
-              oi);
+    loop_item(qi, kv, hk_base, hk0, hk1, G, HD, len, pl.scale, pl.opts.softcap, sc, pl.max_ctx, b.mx.data(),
+              b.inv.data(), oi);
+}
+
+/// Item (query i, chunk c of kv heads) of sequence sq: the query at block
+/// index past + i (its position, unless it is a tree branch's) sees positions
+/// [first_visible, position], handed to the kernels as positions [0, len) of a
+/// view shifted by first_visible (gathered for a tree branch).
+void attend_item(const LoopPlan& pl, const AttentionSeq& sq, int64_t i, int64_t c, LoopScratch& b) {
+  const int64_t hk0 = c * pl.per_chunk, hk1 = std::min(pl.n_head_kv, hk0 + pl.per_chunk);
+  const float* qi = sq.q + i * pl.q_stride;
+  float* out_i = sq.out + i * pl.n_head * pl.head_dim;
+  const int64_t t = sq.past + i;
+  if (pl.opts.tree && t >= pl.opts.tree->trunk) {
+    int64_t len = 0;
+    const KvView g = detail::gather_tree_keys(*pl.opts.tree, pl.opts, sq.kv, pl.head_dim, t, hk0, hk1, len, b.tree_keys);
+    run_item(pl, qi, g, hk0, hk0, hk1, len, b, out_i);
+    return;
+  }
+  const int64_t first = pl.opts.first_visible(t), len = t + 1 - first;
+  const int64_t esize = sq.kv.dtype != Dtype::F32 ? 2 : 4;
+  KvView kv = sq.kv;
+  kv.k = static_cast<const char*>(sq.kv.k) + first * kv.pos_stride * esize;
+  kv.v = static_cast<const char*>(sq.kv.v) + first * kv.pos_stride * esize;
+  run_item(pl, qi, kv, 0, hk0, hk1, len, b, out_i);
 }
 
 }  // namespace
@@ -514,6 +534,7 @@ void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_hea
   // items of (query, head) would give 12 heads as 8 to one thread and 4 to the
   // other). A head's arithmetic does not depend on the chunking, the item order
   // or the thread count. Items [first[s], first[s + 1]) belong to sequence s.
+  if (opts.tree) detail::check_tree(seqs, *opts.tree);
   int64_t queries = 0, cost = 0;
   for (const AttentionSeq& s : seqs) {
     check_kv_dtype(s.kv);

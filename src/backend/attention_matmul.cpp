@@ -48,6 +48,21 @@ void masked_softmax_rows(float* S, int64_t rows, int64_t n_q, int64_t n_ctx, int
     for (int64_t p = len; p < n_ctx; ++p) row[p] = 0.0f;
   }
 }
+/// A token-tree block (opts.tree): the trunk as a causal block (any path), then
+/// the branch queries by the loop path, which honours the tree mask.
+void tree_attention(Engine& engine, const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past,
+                    int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t q_stride, Buffer& scratch,
+                    const AttentionOptions& opts) {
+  if (past != 0) throw ArgumentError(fmt::format("attention: a tree mask needs past 0, got {}", past));
+  const int64_t trunk = std::clamp<int64_t>(opts.tree->trunk, 0, n_q);
+  AttentionOptions causal = opts;
+  causal.tree = nullptr;
+  if (trunk > 0) attention(engine, q, kv, out, trunk, 0, n_head, n_head_kv, head_dim, q_stride, scratch, causal);
+  if (n_q > trunk)
+    attention(q + trunk * q_stride, kv, out + trunk * n_head * head_dim, n_q - trunk, trunk, n_head, n_head_kv,
+              head_dim, q_stride, opts);
+}
+
 }  // namespace
 
 void attention(Engine& engine, const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past,
@@ -55,6 +70,10 @@ void attention(Engine& engine, const float* q, const KvView& kv, float* out, int
                const AttentionOptions& opts) {
   if (q_stride == 0) q_stride = n_head * head_dim;
   check_kv_dtype(kv);
+  if (opts.tree != nullptr) {
+    tree_attention(engine, q, kv, out, n_q, past, n_head, n_head_kv, head_dim, q_stride, scratch, opts);
+    return;
+  }
   if (attention_uses_loop(n_q, past, head_dim)) {  // short blocks or narrow heads: call overhead would dominate
     attention(q, kv, out, n_q, past, n_head, n_head_kv, head_dim, q_stride, opts);
     return;

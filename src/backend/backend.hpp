@@ -405,6 +405,22 @@ struct KvView {
   Dtype dtype = Dtype::F32;
 };
 
+/// A one-level token tree over a query block without a cached prefix (prefix
+/// packing): block indices [0, trunk) are a causal trunk at positions [0, trunk);
+/// branch b holds the block indices [branch_start[b], branch_start[b + 1]) (the
+/// last one up to the block's end), its j-th token at position trunk + j,
+/// seeing the trunk's positions and its own branch up to itself, never a
+/// sibling. A branch token's keys are handed to the kernels in position order
+/// (trunk, then its branch), so its output has the bits of the same tokens
+/// attended as one causal sequence by the loop path.
+struct TreeMask {
+  int64_t trunk = 0;
+  std::span<const int64_t> branch_start;  ///< strictly increasing, [0] == trunk
+  /// Branch of block index t >= trunk (-1 for the trunk) and its position.
+  int64_t branch_of(int64_t t) const;
+  int64_t position(int64_t t) const;
+};
+
 /// How attention turns a query-key dot product into a softmax input, and which
 /// positions a query sees; 0 in a field leaves it at its default.
 /// score(q, k) = scale_softcap(q · k, scale, softcap); query at position i sees
@@ -415,6 +431,11 @@ struct AttentionOptions {
   /// > 0: sliding window, positions a query sees with itself included
   /// (llama.cpp is_masked_swa: position p is masked for query i when i - p >= window).
   int64_t window = 0;
+  /// Non-null: the query block is a token tree (TreeMask); windows apply to
+  /// its positions. Honoured by the loop paths (one sequence per call, past =
+  /// the block index of its first query); the oneDNN `attention` runs the trunk
+  /// as a causal block and routes the branch queries to the loop path.
+  const TreeMask* tree = nullptr;
   /// The scale for heads of `head_dim`: `scale`, or 1 / sqrt(head_dim) when it is 0.
   float scale_for(int64_t head_dim) const {
     return scale != 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(head_dim));

@@ -194,10 +194,12 @@ void run_switch(Ctx& c, Steps steps) {
     }
     const int b = step.batch, p = step.n_prompt, g = step.n_gen;
     // The scope's cache, and the larger of the generation's prefill and the scoring of
-    // prompt + generation (all logits); under reuse the cache is still held while scoring.
+    // prompt + generation (logits of the g scored positions per row); under reuse the
+    // cache is still held while scoring.
     drop_caches(c.context);
-    const size_t acts =
-        std::max(c.model.activation_bytes_for(b, p, false), c.model.activation_bytes_for(b, p + g - 1, true));
+    const int64_t rows = b;
+    const size_t acts = std::max(c.model.activation_bytes_for(b, p, false),
+                                 c.model.activation_bytes_for(b, p + g - 1, false, rows * (p + g - 1), rows * g));
     if (!c.fits(fmt::format("switch batch {} x {} positions", b, p + g),
                 {{"KV cache", c.context.cache_bytes_for(b, p + g)}, {"activations", acts}}))
       return;

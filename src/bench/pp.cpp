@@ -140,10 +140,11 @@ void run_ll(Ctx& c, Steps steps) {
   }
   for (const Instance& step : steps) {
     const int b = step.batch;
-    // score() forwards rows of up to hi - 1 tokens with logits at every position
-    if (!c.fits(fmt::format("ll batch {}", b),
-                {{"activations", c.model.activation_bytes_for(std::min(b, c.o.ll_requests), hi - 1, true)}}))
-      continue;
+    // score()'s largest pass: its rows' tokens and the logits of their scored positions
+    size_t acts = 0;
+    for (const ScorePassShape& s : score_pass_shapes(reqs, b, c.model.hparams().n_ctx_train))
+      acts = std::max(acts, c.model.activation_bytes_for(s.rows, s.seq, false, s.tokens, s.logit_rows));
+    if (!c.fits(fmt::format("ll batch {}", b), {{"activations", acts}})) continue;
     c.say(fmt::format("ll: {} requests, batch {}", reqs.size(), b));
     const auto secs = repeat(c.o.repetitions, [&] {
       Stopwatch sw;

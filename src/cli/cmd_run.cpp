@@ -56,6 +56,7 @@ struct RunArgs {
   bool tolerance_given = false;
   std::string cache_policy = "release";
   std::string batching = "dynamic";
+  bool no_prefix_packing = false;
   std::string dtype, kv_cache_dtype;
   std::vector<std::string> tasks;          ///< --tasks: task, tag and group names (no spec file)
   std::vector<std::string> include_paths;  ///< --include-path
@@ -309,6 +310,7 @@ int run(const RunArgs& a) {
   RunOptions opts;
   opts.cache_policy = parse_cache_policy(a.cache_policy);
   opts.batching = a.batching == "static" ? Batching::Static : Batching::Dynamic;
+  opts.pack_prefixes = !a.no_prefix_packing;
   // the results record it, and ranks compare it: hashed at load, from the bytes loaded
   opts.hash_model = !a.output.empty() || !a.output_path.empty() || !a.baseline.empty() || dist.size() > 1;
   opts.progress = [&progress](std::string_view p, size_t d, size_t t, int64_t tok) { progress.update(p, d, t, tok); };
@@ -424,6 +426,7 @@ void add_run_command(CLI::App& app, Action& action) {
                   "generation rows: dynamic (a finished row takes the next request at once, default) or static "
                   "(batches of batch_size decode until their longest row ends); same outputs")
       ->check(CLI::IsMember({"dynamic", "static"}));
+  cmd->add_flag("--no-prefix-packing", args->no_prefix_packing, "score each request alone (no prefix packing); same numbers");
   cmd->callback([args, tol, spec_opt, tasks_opt, samples_opt, &action] {
     args->tolerance_given = tol->count() > 0;
     if (!args->limit_text.empty()) {
@@ -435,8 +438,7 @@ void add_run_command(CLI::App& app, Action& action) {
     if (samples_opt->count() > 0 && args->log_samples.empty()) throw CLI::ValidationError("--log-samples", "empty path");
     if (args->log_samples == kSamplesToOutputPath) {
       if (args->output_path.empty()) throw CLI::ValidationError("--log-samples", "needs a file, or --output-path DIR to write into");
-      args->log_samples.clear();
-      args->samples_to_dir = true;
+      args->log_samples.clear(), args->samples_to_dir = true;
     }
     if (spec_opt->count() == 0 && tasks_opt->count() == 0)
       throw CLI::ValidationError("run", "give a spec file or --tasks NAMES");

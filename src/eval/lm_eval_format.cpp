@@ -491,7 +491,10 @@ ojson kveval_json(const EvalSpec& spec, const RunResult& res, const std::string&
                 {"dtype", res.kv_cache_dtype}};
   k["instrumentation"] = {{"loglikelihood_forward_calls", res.ll_forward_calls},
                           {"loglikelihood_forward_with_cache_setup", res.ll_forward_with_cache_setup},
-                          {"loglikelihood_forward_cached", res.ll_forward_cached}};
+                          {"loglikelihood_forward_cached", res.ll_forward_cached},
+                          {"loglikelihood_tokens_requested", res.ll_tokens_requested},
+                          {"loglikelihood_tokens_computed", res.ll_tokens_computed},
+                          {"loglikelihood_logit_rows", res.ll_logit_rows}};
   k["warnings"] = res.warnings;
   if (res.n_ranks > 1) k["distributed"] = distributed_json(res);
   return k;

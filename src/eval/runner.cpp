@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -80,24 +81,64 @@ GenPlan plan_generation(const std::vector<size_t>& order, const std::vector<Requ
   return p;
 }
 
+/// True for a request score() may pack with others of the same context:
+/// a loglikelihood request (also a multiple_choice choice) that was not left-truncated.
+bool packable(const Request& r) { return r.kind == RequestKind::Loglikelihood && r.truncated_tokens == 0; }
+
+/// The scoring requests of `order` (canonical) cut into the chunks score_phase
+/// hands to score(): requests with the same context (packable, identical
+/// tokens[0, score_from)) follow the first of them, and a chunk of at least
+/// `chunk` requests never splits such a group, so score() forms the same rows
+/// whatever the chunk size.
+std::vector<std::vector<size_t>> score_chunks(const std::vector<size_t>& order, const std::vector<Request>& requests,
+                                              size_t chunk, bool pack) {
+  std::map<std::vector<int32_t>, size_t> group_of;  // context -> its group
+  std::vector<std::vector<size_t>> groups;
+  for (size_t i : order) {
+    const ScoreRequest& s = requests[i].score;
+    if (!pack || !packable(requests[i])) {
+      groups.push_back({i});
+      continue;
+    }
+    auto [it, added] = group_of.try_emplace(std::vector<int32_t>(s.tokens.begin(), s.tokens.begin() + s.score_from),
+                                            groups.size());
+    if (added) groups.emplace_back();
+    groups[it->second].push_back(i);
+  }
+  std::vector<std::vector<size_t>> chunks;
+  for (const auto& g : groups) {
+    if (chunks.empty() || chunks.back().size() >= chunk) chunks.emplace_back();
+    chunks.back().insert(chunks.back().end(), g.begin(), g.end());
+  }
+  return chunks;
+}
+
+/// The ScoreRequests of one chunk (with `pack`: pack set where packable).
+std::vector<ScoreRequest> chunk_requests(const std::vector<size_t>& chunk, const std::vector<Request>& requests,
+                                         bool pack) {
+  std::vector<ScoreRequest> out;
+  out.reserve(chunk.size());
+  for (size_t i : chunk) {
+    out.push_back(requests[i].score);
+    out.back().pack = pack && packable(requests[i]);
+  }
+  return out;
+}
+
+/// Requests score_phase hands to one score() call (a multiple of batch_size).
+size_t score_chunk_size(int batch_size) { return static_cast<size_t>(std::max(batch_size, 1)) * 8; }
+
 /// The memory plan of the scoring requests `score_order` and the generation requests `gen_order` (canonical orders).
 MemoryPlan plan_for(const Model& model, const std::vector<Request>& requests, const std::vector<size_t>& score_order,
-                    const std::vector<size_t>& gen_order, int batch_size, int max_length) {
+                    const std::vector<size_t>& gen_order, int batch_size, int max_length, bool pack) {
   MemoryPlan p;
   p.weights = model.weight_bytes();
-  // scoring: the batches score_phase forms (canonical order, batch_size rows), all logits
-  const size_t B = static_cast<size_t>(std::max(batch_size, 1));
-  for (size_t b0 = 0; b0 < score_order.size(); b0 += B) {
-    const size_t b1 = std::min(score_order.size(), b0 + B);
-    int seq = 1;
-    int64_t tokens = 0;  // forward() packs the valid tokens; score() holds [rows, seq, n_vocab] logits
-    for (size_t k = b0; k < b1; ++k) {
-      const int n = static_cast<int>(requests[score_order[k]].score.tokens.size()) - 1;
-      seq = std::max(seq, n);
-      tokens += n;
-    }
-    p.activations = std::max(p.activations, model.activation_bytes_for(static_cast<int>(b1 - b0), seq, true, tokens));
-  }
+  // scoring: the passes score() runs on score_phase's chunks (forward_rows packs the valid tokens and
+  // materialises logits only for the scored positions)
+  for (const auto& chunk : score_chunks(score_order, requests, score_chunk_size(batch_size), pack))
+    for (const ScorePassShape& s : score_pass_shapes(chunk_requests(chunk, requests, pack), batch_size,
+                                                     model.hparams().n_ctx_train))
+      p.activations = std::max(p.activations, model.activation_bytes_for(s.rows, s.seq, false, s.tokens, s.logit_rows));
   // generation: the cache of the scope and each batch's prefill (last-position logits)
   const GenPlan g = plan_generation(gen_order, requests, batch_size, max_length);
   if (!g.gen.empty()) {
@@ -152,22 +193,20 @@ void score_phase(const EvalSpec& spec, Context& ctx, const RunOptions& opts, con
   const ContextStats s0 = ctx.stats();
   Stopwatch sw;
   int64_t tokens = 0;
-  const size_t chunk = static_cast<size_t>(res.batch_size) * 8;  // a multiple of batch_size: same batches as one call
-  for (size_t start = 0; start < order.size(); start += chunk) {
-    size_t end = std::min(order.size(), start + chunk);
-    std::vector<ScoreRequest> batch;
-    batch.reserve(end - start);
-    for (size_t k = start; k < end; ++k) {
-      batch.push_back(res.requests[order[k]].score);
-      tokens += static_cast<int64_t>(batch.back().tokens.size());
+  size_t done = 0;
+  for (const auto& chunk : score_chunks(order, res.requests, score_chunk_size(res.batch_size), opts.pack_prefixes)) {
+    const std::vector<ScoreRequest> batch = chunk_requests(chunk, res.requests, opts.pack_prefixes);
+    for (const ScoreRequest& r : batch) {
+      tokens += static_cast<int64_t>(r.tokens.size());
+      res.ll_tokens_requested += r.tokens.size() - 1;
     }
     std::vector<ScoreResult> out = score(ctx, batch, res.batch_size);
     if (out.size() != batch.size())
       throw Error(fmt::format("internal: score() returned {} results for {} requests", out.size(), batch.size()));
-    for (size_t k = start; k < end; ++k) {
-      const Request& r = res.requests[order[k]];
-      const ScoreResult& sr = out[k - start];
-      RequestOutcome& o = res.outcomes[order[k]];
+    for (size_t k = 0; k < chunk.size(); ++k) {
+      const Request& r = res.requests[chunk[k]];
+      const ScoreResult& sr = out[k];
+      RequestOutcome& o = res.outcomes[chunk[k]];
       if (sr.nonfinite_at >= 0) {  // fails alone: the rest of the batch is unaffected (rows are independent)
         o.error = fmt::format("{}: non-finite logits (NaN or Inf) predicting token position {} of {} (BOS = 0); "
                               "the request is not scored",
@@ -183,12 +222,15 @@ void score_phase(const EvalSpec& spec, Context& ctx, const RunOptions& opts, con
       o.is_greedy = sr.all_greedy();
       o.tokens = static_cast<int>(expect);
     }
-    if (opts.progress) opts.progress("loglikelihood", end, order.size(), tokens);
+    done += chunk.size();
+    if (opts.progress) opts.progress("loglikelihood", done, order.size(), tokens);
   }
   const ContextStats s1 = ctx.stats();
   res.ll_forward_calls = s1.forward_calls - s0.forward_calls;
   res.ll_forward_with_cache_setup = s1.forward_with_cache_setup - s0.forward_with_cache_setup;
   res.ll_forward_cached = s1.forward_cached - s0.forward_cached;
+  res.ll_tokens_computed = s1.tokens_processed - s0.tokens_processed;
+  res.ll_logit_rows = s1.logit_rows - s0.logit_rows;
   res.phases.push_back({"loglikelihood", sw.seconds(), tokens});
   if (res.ll_forward_with_cache_setup != 0 || res.ll_forward_cached != 0)
     throw Error(fmt::format("internal: {} log-likelihood forward passes ran with caches set up ({} cached)",
@@ -358,6 +400,9 @@ void gather_ranks(const Shard& shard, const std::vector<int>& owner, RunResult& 
   mine_r.ll_forward_calls = res.ll_forward_calls;
   mine_r.ll_forward_with_cache_setup = res.ll_forward_with_cache_setup;
   mine_r.ll_forward_cached = res.ll_forward_cached;
+  mine_r.ll_tokens_requested = res.ll_tokens_requested;
+  mine_r.ll_tokens_computed = res.ll_tokens_computed;
+  mine_r.ll_logit_rows = res.ll_logit_rows;
   mine_r.cache_bytes_setup = res.cache_bytes_setup;
   std::vector<std::string> all = shard.gather(encode_rank_report(mine_r));
   res.hosts = shard.hosts;
@@ -366,6 +411,7 @@ void gather_ranks(const Shard& shard, const std::vector<int>& owner, RunResult& 
     throw Error(fmt::format("internal: gathered {} rank reports for {} ranks", all.size(), shard.size));
   res.rank_phases.clear();
   res.ll_forward_calls = res.ll_forward_with_cache_setup = res.ll_forward_cached = 0;
+  res.ll_tokens_requested = res.ll_tokens_computed = res.ll_logit_rows = 0;
   for (int r = 0; r < shard.size; ++r) {
     RankReport rep = decode_rank_report(all[static_cast<size_t>(r)]);
     for (auto& [i, o] : rep.outcomes) {
@@ -376,6 +422,9 @@ void gather_ranks(const Shard& shard, const std::vector<int>& owner, RunResult& 
     res.ll_forward_calls += rep.ll_forward_calls;
     res.ll_forward_with_cache_setup += rep.ll_forward_with_cache_setup;
     res.ll_forward_cached += rep.ll_forward_cached;
+    res.ll_tokens_requested += rep.ll_tokens_requested;
+    res.ll_tokens_computed += rep.ll_tokens_computed;
+    res.ll_logit_rows += rep.ll_logit_rows;
     res.rank_phases.push_back(std::move(rep.phases));
   }
   // wall seconds of a phase = the slowest rank's; tokens = all ranks'
@@ -453,7 +502,7 @@ void check_run_memory(const EvalSpec& spec, const Context& ctx, const RunOptions
     const MemoryPlan mp = plan_for(ctx.model(), res.requests,
                                    mine(canonical_score_order(spec, res.requests), owner, res.rank),
                                    mine(canonical_generate_order(spec, res.requests), owner, res.rank), res.batch_size,
-                                   res.max_length);
+                                   res.max_length, opts.pack_prefixes);
     const MemoryPart parts[] = {
         {"weights", mp.weights, true},
         {fmt::format("KV cache ({} rows x {} positions)", mp.cache_rows, mp.cache_positions), mp.kv_cache},
@@ -531,7 +580,7 @@ RunResult run_eval_impl(const EvalSpec& spec, Context& ctx, const RunOptions& op
 MemoryPlan plan_memory(const EvalSpec& spec, const Model& model, const std::vector<Request>& requests, int batch_size,
                        int max_length) {
   return plan_for(model, requests, canonical_score_order(spec, requests), canonical_generate_order(spec, requests),
-                  batch_size, max_length);
+                  batch_size, max_length, true);
 }
 
 RunResult run_eval(const EvalSpec& spec, Context& ctx, const RunOptions& opts) {

@@ -38,6 +38,11 @@ struct RunOptions {
   /// (groups of batch_size requests, each decoded until its longest row ends).
   /// Outputs are the same; only the time differs.
   Batching batching = Batching::Dynamic;
+  /// Log-likelihood requests with the same context tokens (every choice of a
+  /// multiple_choice document, not left-truncated) share one token-tree row
+  /// (score(), ScoreRequest::pack); false scores each alone. Numbers are the same
+  /// either way (bit for bit where Context::TokenTree says, else up to float rounding).
+  bool pack_prefixes = true;
   /// Test hook: called inside the generation scope before the requests of batch
   /// `batch` (0-based; generation-order requests [batch x rows, (batch + 1) x rows))
   /// start to be admitted into the cache rows; may throw.
@@ -85,6 +90,9 @@ struct RunResult {
   uint64_t ll_forward_calls = 0;              ///< forward passes run by the log-likelihood phase
   uint64_t ll_forward_with_cache_setup = 0;   ///< of those, run while caches were set up: must be 0
   uint64_t ll_forward_cached = 0;             ///< of those, that read/appended a cache: must be 0
+  uint64_t ll_tokens_requested = 0;           ///< tokens the requests run through the model unpacked (size - 1 each)
+  uint64_t ll_tokens_computed = 0;            ///< tokens the passes computed (shared contexts once: prefix packing)
+  uint64_t ll_logit_rows = 0;                 ///< logit rows materialised (the positions that predict a scored token)
   // distributed runs (RunOptions::shard.size > 1); on rank 0 the fields above cover every rank:
   // outcomes of all requests, phases with the wall seconds of the slowest rank and the tokens of all,
   // instrumentation counters summed; cache accounting is rank 0's own.
@@ -101,8 +109,9 @@ inline constexpr int kAutoBatchMax = 64;
 
 /// Memory the plan of a run needs beyond the loaded weights (bytes):
 /// the generation KV cache (rows x positions, K+V float32) and the peak of
-/// the activations (the largest scoring batch, all logits, or the largest
-/// generation prefill, whichever is larger; Model::activation_bytes_for).
+/// the activations (the largest scoring pass with its logits of the scored
+/// positions, score_pass_shapes, or the largest generation prefill, whichever
+/// is larger; Model::activation_bytes_for).
 struct MemoryPlan {
   size_t weights = 0;      ///< Model::weight_bytes(), already resident
   size_t kv_cache = 0;
@@ -110,7 +119,7 @@ struct MemoryPlan {
   int cache_rows = 0, cache_positions = 0;
 };
 /// The plan of `requests` (after build_requests) on `model` with `batch_size` rows
-/// and a context of `max_length` tokens.
+/// and a context of `max_length` tokens, prefix packing on (RunOptions::pack_prefixes).
 MemoryPlan plan_memory(const EvalSpec& spec, const Model& model, const std::vector<Request>& requests,
                        int batch_size, int max_length);
 

@@ -139,6 +139,9 @@ std::string encode_rank_report(const RankReport& r) {
   w.u64(r.ll_forward_calls);
   w.u64(r.ll_forward_with_cache_setup);
   w.u64(r.ll_forward_cached);
+  w.u64(r.ll_tokens_requested);
+  w.u64(r.ll_tokens_computed);
+  w.u64(r.ll_logit_rows);
   w.u64(r.cache_bytes_setup);
   return w.take();
 }
@@ -176,6 +179,9 @@ RankReport decode_rank_report(const std::string& bytes) {
   r.ll_forward_calls = rd.u64();
   r.ll_forward_with_cache_setup = rd.u64();
   r.ll_forward_cached = rd.u64();
+  r.ll_tokens_requested = rd.u64();
+  r.ll_tokens_computed = rd.u64();
+  r.ll_logit_rows = rd.u64();
   r.cache_bytes_setup = static_cast<size_t>(rd.u64());
   if (!rd.done()) throw Error("internal: malformed rank report (trailing bytes)");
   return r;

@@ -69,6 +69,7 @@ struct RankReport {
   std::vector<std::pair<size_t, RequestOutcome>> outcomes;  ///< (request index, outcome)
   std::vector<Phase> phases;
   uint64_t ll_forward_calls = 0, ll_forward_with_cache_setup = 0, ll_forward_cached = 0;
+  uint64_t ll_tokens_requested = 0, ll_tokens_computed = 0, ll_logit_rows = 0;
   size_t cache_bytes_setup = 0;  ///< bytes of this rank's generation cache
 };
 

@@ -28,7 +28,8 @@ struct ContextStats {
   uint64_t forward_with_cache_setup = 0;  ///< passes run while caches were set up (enabled or not)
   uint64_t cache_allocations = 0;       ///< setup_caches calls that allocated
   uint64_t buffer_allocations = 0;      ///< activation-buffer (re)allocations
-  uint64_t tokens_processed = 0;        ///< token positions through the layer stack
+  uint64_t tokens_processed = 0;        ///< token positions through the layer stack (tokens computed)
+  uint64_t logit_rows = 0;              ///< rows of n_vocab logits materialised (output norm + output matmul)
   uint64_t kv_f16_overflows = 0;        ///< finite K/V values stored as ±Inf in an f16 cache (|x| >= 65520)
 };
 
@@ -118,6 +119,39 @@ class Context {
   void forward(std::span<const int32_t> tokens, int batch, int seq, std::span<const int> n_tokens,
                Logits mode, std::span<float> logits_out);
 
+  /// One position whose logits forward_rows materialises: token `index` (0-based,
+  /// < n_tokens[row]) of row `row`; its logits predict the token after it.
+  struct LogitRow {
+    int row = 0;
+    int index = 0;
+  };
+
+  /// A row packed as a one-level token tree (prefix packing, cache-free only):
+  /// tokens [0, trunk) are the shared trunk at positions [0, trunk); then the
+  /// branches, branch b = tokens [branch_start[b], branch_start[b + 1]) (the last
+  /// one up to n_tokens[row]), its j-th token at RoPE position trunk + j,
+  /// attending to the whole trunk and to its own branch up to itself, never to
+  /// another branch (backend::TreeMask). Without branches the row is a plain
+  /// causal sequence. Each token's result equals the one of the same tokens
+  /// scored alone as trunk + branch (bit-identical where both take the loop
+  /// attention: sequences of up to 64 tokens on AVX-512 or any length with
+  /// head_dim < 32; otherwise up to float rounding of the attention).
+  struct TokenTree {
+    int trunk = 0;
+    std::vector<int> branch_start;  ///< strictly increasing, branch_start[0] == trunk, each < n_tokens[row]
+  };
+
+  /// Cache-free forward pass that materialises logits only at `at`:
+  /// `tokens` [batch, seq], `n_tokens` [batch] as in forward(); `trees`: empty
+  /// (every row a causal sequence) or [batch], each row's TokenTree;
+  /// `logits_out` [at.size(), n_vocab]: row k holds the logits after token
+  /// at[k] (the final norm, output matmul, logit scale and soft-cap run on
+  /// those rows only). Bit-identical to the same rows of forward(Logits::All)
+  /// (batch-invariant matmuls). Throws CacheError when caches are enabled;
+  /// ArgumentError for bad ids, sizes, positions or trees.
+  void forward_rows(std::span<const int32_t> tokens, int batch, int seq, std::span<const int> n_tokens,
+                    std::span<const LogitRow> at, std::span<float> logits_out, std::span<const TokenTree> trees = {});
+
   /// Counters since this context was made (forward passes, cache use, allocations).
   const ContextStats& stats() const;
 
@@ -193,6 +227,9 @@ int32_t argmax(std::span<const float> logits);
 struct ScoreRequest {
   std::vector<int32_t> tokens;
   int score_from = 1;  ///< first scored position, >= 1
+  /// May share a row with the other `pack` requests whose tokens[0, score_from)
+  /// are identical (prefix packing, see score()).
+  bool pack = false;
 };
 /// Result of scoring: per scored position its log-prob (nats) and whether it was the argmax.
 struct ScoreResult {
@@ -207,12 +244,33 @@ struct ScoreResult {
   /// True when every scored position was the argmax (lm-eval's is_greedy).
   bool all_greedy() const;
 };
-/// Scores `requests` cache-free in one forward pass per batch of up to
-/// `batch_size` rows (caches must be disabled or absent: CacheError otherwise).
-/// The pass runs over tokens [0, size - 1) of each request (the last token is
-/// only a target), so a request may hold context_length + 1 tokens.
-/// Throws ArgumentError for a longer request or score_from outside [1, size].
+/// Scores `requests` cache-free in one Context::forward_rows pass per batch of
+/// up to `batch_size` rows (caches must be disabled or absent: CacheError
+/// otherwise), logits only at the positions that predict a scored token. A row
+/// is one request, over its tokens [0, size - 1) (the last token is only a
+/// target, so a request may hold context_length + 1 tokens), or the `pack`
+/// requests with identical tokens[0, score_from) and at least one scored token,
+/// packed as a one-level token tree (Context::TokenTree): the shared prefix
+/// once as the trunk, whose last position predicts every member's first scored
+/// token, then each member's tokens [score_from, size - 1) as a branch. A
+/// group's row holds at most context_length tokens (a larger group continues
+/// in another row). Rows are formed in order of their first request, so results
+/// do not depend on batch_size; packed results equal unpacked ones (see
+/// Context::TokenTree for when bit for bit). Throws ArgumentError for a longer
+/// request or score_from outside [1, size].
 std::vector<ScoreResult> score(Context& ctx, std::span<const ScoreRequest> requests, int batch_size);
+
+/// The shape of one forward pass score() runs: rows, the longest row (seq),
+/// the tokens computed and the logit rows materialised.
+struct ScorePassShape {
+  int rows = 0;
+  int seq = 0;
+  int64_t tokens = 0;
+  int64_t logit_rows = 0;
+};
+/// The passes score(ctx, requests, batch_size) runs on a model of context
+/// length `n_ctx` (for memory plans and counters); never throws.
+std::vector<ScorePassShape> score_pass_shapes(std::span<const ScoreRequest> requests, int batch_size, int n_ctx);
 
 /// How generate_greedy schedules more prompts than the cache has rows.
 enum class Batching {

@@ -33,6 +33,17 @@ struct Context::Impl {
   std::vector<int32_t> tok_ids;   // [T]
   std::vector<int> seq_row, seq_start, seq_len;  // packed sequences
   std::vector<backend::AttentionSeq> short_att;   // sequences of a layer attended in one parallel loop
+  // forward_rows' token trees: tree_for_seq[s] indexes trees (-1: a causal sequence; empty: none at all)
+  std::vector<int> tree_for_seq;
+  size_t n_rows = 0;  // rows of the current forward_rows batch
+  std::vector<backend::TreeMask> trees;
+  std::vector<std::vector<int64_t>> tree_starts;  // trees[i].branch_start's storage
+
+  /// The tree mask of packed sequence s, or nullptr.
+  const backend::TreeMask* seq_tree(size_t s) const {
+    if (s >= tree_for_seq.size() || tree_for_seq[s] < 0) return nullptr;
+    return &trees[static_cast<size_t>(tree_for_seq[s])];
+  }
 
   /// What one forward pass decided while packing its batch.
   struct Pass {
@@ -60,8 +71,11 @@ struct Context::Impl {
   }
 
   // The forward pass in named steps (forward.cpp), in the order Context::forward runs them.
-  Pass check_pass(std::span<const int32_t> tokens, int batch, int seq, std::span<const int> n_tokens, Logits mode,
-                  std::span<float> logits_out) const;
+  Pass check_pass(std::span<const int32_t> tokens, int batch, int seq, std::span<const int> n_tokens,
+                  size_t logit_rows, std::span<float> logits_out) const;
+  void set_trees(std::span<const TokenTree> in, std::span<const int> n_tokens);
+  bool run_layers(const Pass& p, std::span<const int32_t> tokens, int seq);
+  void output_rows(const Pass& p, std::span<const LogitRow> at, std::span<float> logits_out);
   void pack_batch(Pass& p, int batch, std::span<const int> n_tokens);
   void zero_padding(int batch, int seq, std::span<const int> n_tokens, Logits mode, std::span<float> logits_out) const;
   void embed(const Pass& p, std::span<const int32_t> tokens, int seq);

@@ -14,12 +14,11 @@ namespace kveval {
 namespace be = kveval::backend;
 
 auto Context::Impl::check_pass(std::span<const int32_t> tokens, int batch, int seq, std::span<const int> n_tokens,
-                               Logits mode, std::span<float> logits_out) const -> Pass {
+                               size_t logit_rows, std::span<float> logits_out) const -> Pass {
   if (batch < 1 || seq < 1 || tokens.size() != static_cast<size_t>(batch) * seq || n_tokens.size() != static_cast<size_t>(batch))
     throw ArgumentError(fmt::format("forward: tokens has {} ids and n_tokens {} rows for batch {} x seq {}", tokens.size(),
                                     n_tokens.size(), batch, seq));
-  const size_t V = static_cast<size_t>(w.hp.n_vocab);
-  const size_t need = (mode == Logits::All ? static_cast<size_t>(batch) * seq : static_cast<size_t>(batch)) * V;
+  const size_t need = logit_rows * static_cast<size_t>(w.hp.n_vocab);
   if (logits_out.size() < need)
     throw ArgumentError(fmt::format("forward: logits_out holds {} floats, {} needed", logits_out.size(), need));
   Pass p;
@@ -100,12 +99,13 @@ void Context::Impl::embed(const Pass& p, std::span<const int32_t> tokens, int se
   for (size_t s = 0; s < n_seq; ++s) {
     const int r = seq_row[s];
     const int p0 = p.cached ? cache.n_past(r) : 0;
+    const backend::TreeMask* tree = seq_tree(s);
     for (int i = 0; i < seq_len[s]; ++i) {
       const int32_t id = tokens[static_cast<size_t>(r) * seq + i];
       if (id < 0 || id >= hp.n_vocab)
         throw ArgumentError(fmt::format("forward: token id {} at [{}, {}] outside [0, {})", id, r, i, hp.n_vocab));
       tok_ids[static_cast<size_t>(seq_start[s] + i)] = id;
-      pos[static_cast<size_t>(seq_start[s] + i)] = p0 + i;
+      pos[static_cast<size_t>(seq_start[s] + i)] = tree ? static_cast<int32_t>(tree->position(i)) : p0 + i;
     }
   }
   float* xp = x.data();
@@ -211,7 +211,12 @@ void Context::Impl::attend(const Pass& p, int layer, float* q, float* k, float* 
     } else {
       view = {k + t0 * QS, v + t0 * QS, QS, HD};
     }
-    if (be::attention_uses_loop(n, past, HD))  // short blocks (decode steps): one parallel loop for all of them below
+    if (const be::TreeMask* tree = seq_tree(s)) {  // a packed token tree: its own call with its mask
+      be::AttentionOptions topts = opts;
+      topts.tree = tree;
+      be::attention(*w.engine, q + t0 * QS, view, att.data() + t0 * NQ, n, 0, hp.n_head, hp.n_head_kv, HD, QS, scores,
+                    topts);
+    } else if (be::attention_uses_loop(n, past, HD))  // short blocks (decode steps): one parallel loop for all of them below
       short_att.push_back({q + t0 * QS, view, att.data() + t0 * NQ, n, past});
     else
       be::attention(*w.engine, q + t0 * QS, view, att.data() + t0 * NQ, n, past, hp.n_head, hp.n_head_kv, HD, QS,
@@ -297,26 +302,37 @@ void Context::Impl::output_logits(const Pass& p, int batch, int seq, Logits mode
   }
 }
 
+// The layer stack over the packed tokens (x holds the final hidden states);
+// counts the pass. Returns false when no row has a token.
+bool Context::Impl::run_layers(const Pass& p, std::span<const int32_t> tokens, int seq) {
+  ++stats.forward_calls;
+  if (p.cached) ++stats.forward_cached;
+  if (cache.is_setup()) ++stats.forward_with_cache_setup;
+  if (p.T == 0) return false;
+  stats.tokens_processed += p.T;
+  embed(p, tokens, seq);
+  be::rope_table(pos.data(), static_cast<int64_t>(p.T), w.rope, rope_tab);  // angles once, not once per layer
+  if (w.rope_swa_differs()) be::rope_table(pos.data(), static_cast<int64_t>(p.T), w.rope_swa, rope_tab_swa);
+  for (int l = 0; l < w.hp.n_layer; ++l) {
+    attention_block(p, l);
+    ffn_block(p, l);
+  }
+  return true;
+}
+
 void Context::forward(std::span<const int32_t> tokens, int batch, int seq, std::span<const int> n_tokens, Logits mode,
                       std::span<float> logits_out) {
   Impl& im = *impl_;
-  Impl::Pass p = im.check_pass(tokens, batch, seq, n_tokens, mode, logits_out);
+  const size_t rows = mode == Logits::All ? static_cast<size_t>(batch) * static_cast<size_t>(std::max(seq, 0))
+                                          : static_cast<size_t>(std::max(batch, 0));
+  Impl::Pass p = im.check_pass(tokens, batch, seq, n_tokens, rows, logits_out);
+  im.tree_for_seq.clear();
   im.pack_batch(p, batch, n_tokens);
   im.zero_padding(batch, seq, n_tokens, mode, logits_out);
-  ++im.stats.forward_calls;
-  if (p.cached) ++im.stats.forward_cached;
-  if (im.cache.is_setup()) ++im.stats.forward_with_cache_setup;
-  if (p.T == 0) return;
-  im.stats.tokens_processed += p.T;
-  im.embed(p, tokens, seq);
-  be::rope_table(im.pos.data(), static_cast<int64_t>(p.T), im.w.rope, im.rope_tab);  // angles once, not once per layer
-  if (im.w.rope_swa_differs()) be::rope_table(im.pos.data(), static_cast<int64_t>(p.T), im.w.rope_swa, im.rope_tab_swa);
-  for (int l = 0; l < im.w.hp.n_layer; ++l) {
-    im.attention_block(p, l);
-    im.ffn_block(p, l);
-  }
+  if (!im.run_layers(p, tokens, seq)) return;
   if (p.cached)
     for (size_t s = 0; s < im.seq_row.size(); ++s) im.cache.advance(im.seq_row[s], im.seq_len[s]);
+  im.stats.logit_rows += mode == Logits::All ? p.T : im.seq_row.size();
   im.output_head(p, batch, seq, mode, logits_out);
 }
 

@@ -23,7 +23,7 @@ size_t Model::weight_bytes() const { return impl_->weight_bytes; }
 const LoadSummary& Model::load_summary() const { return impl_->summary; }
 const std::string& Model::sha256() const { return impl_->sha256; }
 
-size_t Model::activation_bytes_for(int rows, int seq, bool all_logits, int64_t tokens) const {
+size_t Model::activation_bytes_for(int rows, int seq, bool all_logits, int64_t tokens, int64_t logit_rows) const {
   const HParams& hp = impl_->hp;
   const size_t R = static_cast<size_t>(std::max(rows, 1)), S = static_cast<size_t>(std::max(seq, 1));
   const size_t T = tokens >= 0 ? static_cast<size_t>(tokens) : R * S, D = static_cast<size_t>(hp.n_embd), F = static_cast<size_t>(hp.n_ff);
@@ -33,7 +33,10 @@ size_t Model::activation_bytes_for(int rows, int seq, bool all_logits, int64_t t
   // the caller's logits; the last-position logits of a partial batch.
   const size_t Q = static_cast<size_t>(impl_->q_dim());
   size_t floats = T * (D + D + (Q + 2 * KV) + Q + 2 * F + F) + R * D + group * S * S;
-  floats += all_logits ? R * S * V : 2 * R * V;
+  if (logit_rows >= 0)  // forward_rows: the caller's logits and the gathered hidden states of those rows
+    floats += static_cast<size_t>(logit_rows) * (V + D);
+  else
+    floats += all_logits ? R * S * V : 2 * R * V;
   return floats * sizeof(float) + T * 2 * sizeof(int32_t);
 }
 uint64_t Model::primitives_created() const { return impl_->engine->primitives_created(); }

@@ -190,9 +190,10 @@ class Model {
   /// the activation buffers ([T] x (n_embd, qkv, n_ff...) floats, T = the
   /// valid tokens packed, `tokens`, default rows * seq), the attention scores
   /// of one sequence ([group, seq, seq]), and the caller's logits array
-  /// ([rows, seq, n_vocab] for all_logits, else [rows, n_vocab]). For
-  /// planning memory before a run.
-  size_t activation_bytes_for(int rows, int seq, bool all_logits, int64_t tokens = -1) const;
+  /// ([rows, seq, n_vocab] for all_logits, else [rows, n_vocab]; with
+  /// `logit_rows` >= 0, [logit_rows, n_vocab] as Context::forward_rows
+  /// materialises). For planning memory before a run.
+  size_t activation_bytes_for(int rows, int seq, bool all_logits, int64_t tokens = -1, int64_t logit_rows = -1) const;
   /// Bytes K and V caches of `batch_size` rows x `max_seq_len` positions of
   /// element type `kv` take (Auto: kv_cache_dtype()): KvCache::bytes_for.
   size_t cache_bytes_for(int batch_size, int max_seq_len, KvCacheDtype kv = KvCacheDtype::Auto) const;

@@ -3,6 +3,8 @@
 // any forward pass, and the results record the SHA-256 of the bytes loaded.
 #include <doctest/doctest.h>
 
+#include <map>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -208,16 +210,21 @@ TEST_SUITE("eval.runtime_checks") {
     CHECK(p.cache_positions == 11);
     CHECK(p.kv_cache == size_t{2} * 5 * 1 * 4 * 11 * 8 * 4);
     CHECK(p.weights == m.weight_bytes());
-    // the peak is the first scoring batch: the 4 longest requests (canonical order), each run over size - 1
-    // tokens, packed; its logits are [4, longest - 1, 512] floats
-    std::vector<int> lens;
-    for (const auto& r : reqs)
-      if (r.kind != RequestKind::Generate) lens.push_back(static_cast<int>(r.score.tokens.size()) - 1);
-    std::sort(lens.rbegin(), lens.rend());
-    REQUIRE(lens.size() == 6);
-    const int64_t packed = lens[0] + lens[1] + lens[2] + lens[3];
-    CHECK(p.activations >= size_t{4} * static_cast<size_t>(lens[0]) * 512 * 4);
-    CHECK(p.activations == m.activation_bytes_for(4, lens[0], true, packed));
+    // one scoring pass of 4 rows: each mc document's two choices share a row (the context once, then each
+    // choice's tokens after it but the last), ll and roll alone; logits only for the scored tokens
+    std::map<std::pair<int, int>, int64_t> row_tokens;
+    int64_t logit_rows = 0;
+    for (const auto& r : reqs) {
+      if (r.kind == RequestKind::Generate) continue;
+      const int64_t size = static_cast<int64_t>(r.score.tokens.size()), from = r.score.score_from;
+      auto [it, added] = row_tokens.try_emplace({r.task, r.doc}, 0);
+      it->second += spec.tasks[static_cast<size_t>(r.task)].name == "mc" ? (added ? from : 0) + size - 1 - from : size - 1;
+      logit_rows += size - from;
+    }
+    REQUIRE(row_tokens.size() == 4);
+    int64_t tokens = 0, seq = 0;
+    for (const auto& [k, n] : row_tokens) tokens += n, seq = std::max(seq, n);
+    CHECK(p.activations == m.activation_bytes_for(4, static_cast<int>(seq), false, tokens, logit_rows));
 
     RunOptions o;
     o.memory_budget = MemoryBudget{p.kv_cache + p.activations - 1, "a test budget"};
