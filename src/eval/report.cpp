@@ -131,9 +131,10 @@ std::string format_phase_table(const RunResult& res) {
                      res.cache_bytes_before, res.cache_bytes_setup, res.cache_rows, res.cache_positions,
                      res.cache_bytes_after);
   out += fmt::format("loglikelihood phase: {} forward passes, {} with caches set up, {} cached; {} tokens requested, "
-                     "{} computed (prefix packing), {} logit rows\n",
+                     "{} computed{}, {} logit rows\n",
                      res.ll_forward_calls, res.ll_forward_with_cache_setup, res.ll_forward_cached,
-                     res.ll_tokens_requested, res.ll_tokens_computed, res.ll_logit_rows);
+                     res.ll_tokens_requested, res.ll_tokens_computed,
+                     res.ll_tokens_computed < res.ll_tokens_requested ? " (prefix packing)" : "", res.ll_logit_rows);
   if (res.n_ranks > 1 && !res.rank_phases.empty()) {
     out += fmt::format("{} ranks: phase seconds above are the slowest rank's (wall), tokens all ranks'; CPU seconds (sum) "
                        "and load imbalance (max/mean) per phase:",

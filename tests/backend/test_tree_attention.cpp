@@ -142,7 +142,14 @@ TEST_SUITE("backend.tree_attention") {
     // The trunk and the first branch see the same keys either way; later branches do not.
     const size_t row = size_t(c.n_head * c.hd);
     const size_t first_branch_end = size_t(b.starts[1]) * row;
-    CHECK(std::memcmp(masked.data(), causal.data(), first_branch_end * sizeof(float)) == 0);
+    // bit for bit where the AVX-512 head kernel runs both; elsewhere the causal block takes oneDNN's matmuls
+    if (kernel_isa() == KernelIsa::Avx512) {
+      CHECK(std::memcmp(masked.data(), causal.data(), first_branch_end * sizeof(float)) == 0);
+    } else {
+      double same = 0;
+      for (size_t i = 0; i < first_branch_end; ++i) same = std::max(same, double(std::abs(masked[i] - causal[i])));
+      CHECK(same < 1e-5);
+    }
     double diff = 0;
     for (size_t i = first_branch_end; i < masked.size(); ++i) diff = std::max(diff, double(std::abs(masked[i] - causal[i])));
     CHECK(diff > 1e-3);

@@ -9,6 +9,7 @@
 
 #include "cli_run.hpp"
 #include "cli/lm_eval_args.hpp"
+#include "eval/spec.hpp"
 #include "util/error.hpp"
 
 using kveval::eval::parse_gen_kwargs_arg;
@@ -66,8 +67,8 @@ TEST_SUITE("cli.lm_eval_args") {
                                      " --gen-kwargs temprature=0"),
                    "kveval: error: --gen-kwargs: temprature: unknown key (did you mean 'temperature'?)");
     check_one_line(run_kveval(d, "run " + quote(d.file("g.yaml")) + " -m " + quote(d.file("none.gguf")) +
-                                     " --gen-kwargs do_sample=true"),
-                   "kveval: error: --gen-kwargs: do_sample: only greedy decoding is supported (do_sample must be false)");
+                                     " --gen-kwargs do_sample=true,top_p=2"),
+                   "kveval: error: --gen-kwargs: top_p: 2 is outside (0, 1]");
   }
 
   TEST_CASE("a name that is a task and a tag: resolved as lm-eval and said once") {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/kernel_isa.hpp"
 #include "model/context.hpp"
 #include "model/random_model.hpp"
 #include "test_support.hpp"
@@ -71,7 +72,10 @@ std::vector<ScoreRequest> cases(int V, int ctx_len, bool pack) {
 
 /// Scores cases() unpacked (batch 1) and packed (batches 1 and 3): every
 /// log-prob equal (bit for bit when tol is 0, else within tol nats), every is_greedy equal.
+/// Bit equality needs the AVX-512 head kernel, which runs a branch's queries like an unpacked
+/// row's; elsewhere unpacked rows of 16+ queries take oneDNN's matmuls (5e-6 nats, docs/engine.md).
 void check_packed_equals_unpacked(Context& ctx, int ctx_len, double tol) {
+  if (tol == 0 && backend::kernel_isa() != backend::KernelIsa::Avx512) tol = 5e-6;
   const int V = ctx.model().hparams().n_vocab;
   const auto plain = score(ctx, cases(V, ctx_len, false), 1);
   for (int b : {1, 3}) {
@@ -109,6 +113,10 @@ TEST_SUITE("model.prefix_packing") {
   }
 
   TEST_CASE("bf16: packed equals unpacked, bit for bit where bf16 products are row-invariant") {
+    if (!backend::bf16_matmul_available()) {
+      MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << std::string(backend::cpu_isa_name()) << ")");
+      return;
+    }
     Loaded l = load_flavour("llama", ComputeDtype::BF16);
     // On AMX oneDNN's bf16 brgemm sums some row counts in another order, so a row's
     // bits depend on the rows of its pass (batch sizes differ there too, docs/engine.md).
