@@ -8,17 +8,14 @@
 #include <fmt/format.h>
 
 #include "util/error.hpp"
+#include "util/whitespace.hpp"
 
 namespace kveval::cli {
 
 namespace {
 
-std::string strip(const std::string& s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return s.substr(b, e - b);
-}
+/// Python's str.strip() (util/whitespace.hpp).
+std::string strip(const std::string& s) { return std::string(util::strip(s)); }
 
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
