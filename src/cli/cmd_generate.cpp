@@ -168,8 +168,8 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_option("-n,--max-gen-toks", o->max_gen_toks, "tokens to generate at most (default 128)");
   cmd->add_option("-t,--threads", o->threads, "compute threads (0 = all cores)")->check(int_in(0, kMaxThreads));
   cmd->add_option("--dtype", o->dtype,
-                  fmt::format("compute dtype: {} (bf16 on a bf16 CPU for a non-F32 file; q8_0 for a Q8_0 file "
-                              "without bf16)",
+                  fmt::format("compute dtype: {} (auto: blocks when every matrix has a kept-block type, else bf16 "
+                              "on a bf16 CPU for a non-F32 file; docs/dtypes.md)",
                               join_names(compute_dtype_name_list())))
       ->capture_default_str();
   cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype,

@@ -363,7 +363,7 @@ void add_lm_eval_run_options(CLI::App* cmd, RunArgs& a) {
   cmd->add_option("--num-fewshot,--num_fewshot", a.num_fewshot, "few-shot examples for every task (overrides each task's)")
       ->check(int_in(0, 1 << 20));
   cmd->add_option("--seed", a.seed, "lm-eval's seeds: N for all four, or R,N,T,F (random, numpy, torch, few-shot; "
-                                        "None = unset); only the few-shot seed changes what kveval computes");
+                                        "None = unset); only the few-shot seed changes what kveval computes (it is also sampling's default seed)");
   cmd->add_option("--gen-kwargs,--gen_kwargs", a.gen_kwargs,
                   "generation_kwargs for every generate_until task, as lm-eval: key=value,... or a JSON object "
                   "(until, max_gen_toks, do_sample, temperature, top_k, top_p, min_p, seed)");
@@ -399,8 +399,8 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("-t,--threads", args->threads, "compute threads (overrides the spec; 0 = all cores)")
       ->check(int_in(0, kMaxThreads));
   cmd->add_option("--dtype", args->dtype,
-                  fmt::format("compute dtype: {} (overrides the spec; default auto: bf16 on a bf16 CPU for a "
-                              "non-F32 file, q8_0 for a Q8_0 file without bf16)",
+                  fmt::format("compute dtype: {} (overrides the spec; default auto: blocks when every matrix has a "
+                              "kept-block type, else bf16 on a bf16 CPU for a non-F32 file; docs/dtypes.md)",
                               join_names(compute_dtype_name_list())));
   cmd->add_option("--kv-cache-dtype", args->kv_cache_dtype,
                   fmt::format("KV-cache element type: {} (overrides the spec; default auto: bf16 when the compute "
@@ -426,7 +426,7 @@ void add_run_command(CLI::App& app, Action& action) {
                   "generation rows: dynamic (a finished row takes the next request at once, default) or static "
                   "(batches of batch_size decode until their longest row ends); same outputs")
       ->check(CLI::IsMember({"dynamic", "static"}));
-  cmd->add_flag("--no-prefix-packing", args->no_prefix_packing, "score each request alone (no prefix packing); same numbers");
+  cmd->add_flag("--no-prefix-packing", args->no_prefix_packing, "score each request alone (no prefix packing); the same numbers in f32 (bf16 on AMX: see docs/engine.md)");
   cmd->callback([args, tol, spec_opt, tasks_opt, samples_opt, &action] {
     args->tolerance_given = tol->count() > 0;
     if (!args->limit_text.empty()) {
