@@ -38,33 +38,38 @@ int32_t first_argmax(std::span<const float> logits) {
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-/// HF's TopPLogitsWarper on the kept tokens: in ascending order of their
-/// logits (ties: the higher id first), the tokens whose cumulative probability
-/// is <= 1 - top_p are removed; the most probable one always stays.
-void top_p_filter(double top_p, SamplingScratch& s) {
-  const size_t n = s.kept.size();
-  std::vector<size_t> order(n);
-  for (size_t j = 0; j < n; ++j) order[j] = j;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return s.weight[a] != s.weight[b] ? s.weight[a] < s.weight[b] : s.kept[a] > s.kept[b];
-  });
-  double total = 0;
-  for (double w : s.weight) total += w;
-  std::vector<uint8_t> drop(n, 0);
-  double cum = 0;
-  for (size_t j = 0; j + 1 < n; ++j) {
-    cum += s.weight[order[j]];
-    if (cum / total > 1.0 - top_p) break;
-    drop[order[j]] = 1;
-  }
+/// Removes the kept tokens marked in s.drop (order kept).
+void remove_dropped(SamplingScratch& s) {
   size_t w = 0;
-  for (size_t j = 0; j < n; ++j)
-    if (!drop[j]) {
+  for (size_t j = 0; j < s.kept.size(); ++j)
+    if (!s.drop[j]) {
       s.kept[w] = s.kept[j];
       s.weight[w++] = s.weight[j];
     }
   s.kept.resize(w);
   s.weight.resize(w);
+}
+
+/// HF's TopPLogitsWarper on the kept tokens: in ascending order of their
+/// logits (ties: the higher id first), the tokens whose cumulative probability
+/// is <= 1 - top_p are removed; the most probable one always stays.
+void top_p_filter(double top_p, SamplingScratch& s) {
+  const size_t n = s.kept.size();
+  s.order.resize(n);
+  for (size_t j = 0; j < n; ++j) s.order[j] = j;
+  std::sort(s.order.begin(), s.order.end(), [&](size_t a, size_t b) {
+    return s.weight[a] != s.weight[b] ? s.weight[a] < s.weight[b] : s.kept[a] > s.kept[b];
+  });
+  double total = 0;
+  for (double w : s.weight) total += w;
+  s.drop.assign(n, 0);
+  double cum = 0;
+  for (size_t j = 0; j + 1 < n; ++j) {
+    cum += s.weight[s.order[j]];
+    if (cum / total > 1.0 - top_p) break;
+    s.drop[s.order[j]] = 1;
+  }
+  remove_dropped(s);
 }
 
 /// The kept tokens (ascending id) and their unnormalised weights exp(x - max)
@@ -79,9 +84,9 @@ void warp(std::span<const float> logits, const SamplingParams& p, SamplingScratc
   }
   double threshold = -INFINITY;
   if (p.top_k > 0 && static_cast<size_t>(p.top_k) < V) {  // TopKLogitsWarper: keep every score >= the k-th largest
-    std::vector<double> copy(s.scaled);
-    std::nth_element(copy.begin(), copy.begin() + (p.top_k - 1), copy.end(), std::greater<double>());
-    threshold = copy[static_cast<size_t>(p.top_k - 1)];
+    s.top_k.assign(s.scaled.begin(), s.scaled.end());
+    std::nth_element(s.top_k.begin(), s.top_k.begin() + (p.top_k - 1), s.top_k.end(), std::greater<double>());
+    threshold = s.top_k[static_cast<size_t>(p.top_k - 1)];
   }
   s.kept.clear();
   s.weight.clear();
@@ -92,14 +97,9 @@ void warp(std::span<const float> logits, const SamplingParams& p, SamplingScratc
     }
   if (p.top_p < 1.0) top_p_filter(p.top_p, s);
   if (p.min_p > 0.0) {  // MinPLogitsWarper: prob < min_p * top prob removed (the top weight is exp(0) = 1)
-    size_t w = 0;
-    for (size_t j = 0; j < s.kept.size(); ++j)
-      if (!(s.weight[j] < p.min_p)) {
-        s.kept[w] = s.kept[j];
-        s.weight[w++] = s.weight[j];
-      }
-    s.kept.resize(w);
-    s.weight.resize(w);
+    s.drop.resize(s.kept.size());
+    for (size_t j = 0; j < s.kept.size(); ++j) s.drop[j] = s.weight[j] < p.min_p;
+    remove_dropped(s);
   }
 }
 

@@ -52,6 +52,9 @@ struct SamplingScratch {
   std::vector<double> scaled;   ///< [V] logits / temperature
   std::vector<int32_t> kept;    ///< kept token ids
   std::vector<double> weight;   ///< weights of `kept`
+  std::vector<double> top_k;    ///< [V] copy of `scaled` for top-k's selection
+  std::vector<size_t> order;    ///< top-p: indices into `kept` by ascending weight
+  std::vector<uint8_t> drop;    ///< top-p / min-p: 1 for a kept token to remove
 };
 
 /// The token drawn from sampling_distribution(logits, p) at uniform `u` in
