@@ -87,6 +87,9 @@ struct Context::Impl {
   void ffn_block(const Pass& p, int layer);
   void add_branch(const Pass& p, const std::vector<float>& post_norm);
   void output_head(const Pass& p, int batch, int seq, Logits mode, std::span<float> logits_out);
+  /// The recipe's logit scale (divide by logit_scale) and final soft-cap on `n` logits, in place; nothing
+  /// when the architecture has neither.
+  void scale_logits(float* logits, size_t n) const;
   void output_logits(const Pass& p, int batch, int seq, Logits mode, std::span<float> logits_out);
 };
 

@@ -255,17 +255,21 @@ void Context::Impl::ffn_block(const Pass& p, int layer) {
 // scale (Granite) and soft-capped (Gemma 2) when the recipe sets them.
 void Context::Impl::output_head(const Pass& p, int batch, int seq, Logits mode, std::span<float> logits_out) {
   output_logits(p, batch, seq, mode, logits_out);
-  const HParams& hp = w.hp;
-  if (hp.logit_scale == 0.0f && hp.final_softcap == 0.0f) return;
-  const float mul = hp.logit_scale != 0.0f ? 1.0f / hp.logit_scale : 1.0f;
-  const size_t V = static_cast<size_t>(hp.n_vocab);
+  const size_t V = static_cast<size_t>(w.hp.n_vocab);
   for (size_t s = 0; s < seq_row.size(); ++s) {  // the rows output_logits wrote
     const size_t row = static_cast<size_t>(seq_row[s]);
     if (mode == Logits::Last)
-      be::scale_softcap(logits_out.data() + row * V, static_cast<int64_t>(V), mul, hp.final_softcap);
+      scale_logits(logits_out.data() + row * V, V);
     else
-      be::scale_softcap(logits_out.data() + row * seq * V, static_cast<int64_t>(seq_len[s] * V), mul, hp.final_softcap);
+      scale_logits(logits_out.data() + row * seq * V, static_cast<size_t>(seq_len[s]) * V);
   }
+}
+
+void Context::Impl::scale_logits(float* logits, size_t n) const {
+  const HParams& hp = w.hp;
+  if (hp.logit_scale == 0.0f && hp.final_softcap == 0.0f) return;
+  be::scale_softcap(logits, static_cast<int64_t>(n), hp.logit_scale != 0.0f ? 1.0f / hp.logit_scale : 1.0f,
+                    hp.final_softcap);
 }
 
 // logits = output_norm(x) · outputᵀ at every valid position (Logits::All) or

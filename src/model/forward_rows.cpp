@@ -60,9 +60,7 @@ void Context::Impl::output_rows(const Pass& p, std::span<const LogitRow> at, std
   }
   be::rmsnorm(lastp, w.output_norm.data(), lastp, static_cast<int64_t>(n), static_cast<int>(D), hp.rms_eps);
   be::matmul(*w.engine, lastp, static_cast<int64_t>(n), w.out_weight(), logits_out.data(), false, p.inv);
-  if (hp.logit_scale != 0.0f || hp.final_softcap != 0.0f)
-    be::scale_softcap(logits_out.data(), static_cast<int64_t>(n * V), hp.logit_scale != 0.0f ? 1.0f / hp.logit_scale : 1.0f,
-                      hp.final_softcap);
+  scale_logits(logits_out.data(), n * V);
   stats.logit_rows += n;
 }
 
