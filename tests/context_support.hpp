@@ -4,8 +4,11 @@
 #include <memory>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "model/context.hpp"
 #include "model/model.hpp"
+#include "model/random_model.hpp"
 #include "test_support.hpp"
 
 namespace kveval::test {
@@ -34,6 +37,20 @@ inline LoadedContext load_context(const std::string& path, const ModelOptions& o
 inline Context& real_context() {
   static const LoadedContext l = load_context(model_path(), {.threads = 2});
   return *l;
+}
+
+/// The model a recorded llama.cpp comparison ran (tests/data/llamacpp_*.json, one entry of "runs"): the
+/// preset and arch of `run`, the vocabulary file `vocab`, and its optional sliding_window / attn_softcap /
+/// final_softcap; write it with write_random_model(path, spec, run["seed"]) as `kveval make-model` does.
+inline RandomModelSpec recorded_model_spec(const nlohmann::json& run, const std::string& vocab) {
+  RandomModelSpec s = random_model_flavour(random_model_preset(run["preset"].get<std::string>()),
+                                           run["arch"].get<std::string>());
+  s.vocab = vocab;
+  s.n_vocab = random_model_vocab_size(vocab);
+  s.sliding_window = run.value("sliding_window", s.sliding_window);
+  s.attn_softcap = run.value("attn_softcap", s.attn_softcap);
+  s.final_softcap = run.value("final_softcap", s.final_softcap);
+  return s;
 }
 
 }  // namespace kveval::test

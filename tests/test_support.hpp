@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -106,6 +107,16 @@ inline const nlohmann::json& reference_cases(const std::string& key) {
   REQUIRE_MESSAGE(cases.is_array(), "reference '" << key << "' is not a list");
   REQUIRE_MESSAGE(!cases.empty(), "reference '" << key << "' is empty");
   return cases;
+}
+
+/// The message of whatever std::exception `f` throws, or "(no error)".
+inline std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 }  // namespace kveval::test

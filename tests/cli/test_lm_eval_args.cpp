@@ -16,19 +16,8 @@ using kveval::eval::parse_gen_kwargs_arg;
 using kveval::cli::parse_seed_arg;
 using kveval::cli::Seeds;
 using nlohmann::json;
+using kveval::test::message_of;
 
-namespace {
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-}  // namespace
 
 TEST_SUITE("cli.lm_eval_args") {
   TEST_CASE("--seed: one value for all four, four values with None, three filled with the default fewshot seed") {

@@ -18,18 +18,10 @@
 using kveval::test::task_tree;
 using kveval::test::TempDir;
 using namespace kveval::eval;
+using kveval::test::message_of;
 using Names = std::vector<std::string>;
 
 namespace {
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 MetricValue acc(double v, std::optional<double> se, int n) {
   MetricValue m;

@@ -314,13 +314,7 @@ TEST_SUITE("eval.llamacpp_perplexity") {
       REQUIRE_MESSAGE(std::filesystem::exists(vocab), vocab << " is missing from the shared fixtures");
       // the file `kveval make-model --preset P --arch A --vocab V --seed S` writes, byte for byte
       kveval::test::ScratchDir dir("llamacpp_vocabs");
-      RandomModelSpec s = random_model_flavour(random_model_preset(run["preset"].get<std::string>()),
-                                               run["arch"].get<std::string>());
-      s.vocab = vocab;
-      s.n_vocab = random_model_vocab_size(vocab);
-      s.sliding_window = run.value("sliding_window", s.sliding_window);
-      s.attn_softcap = run.value("attn_softcap", s.attn_softcap);
-      s.final_softcap = run.value("final_softcap", s.final_softcap);
+      const RandomModelSpec s = kveval::test::recorded_model_spec(run, vocab);
       const std::string path = dir.file("m.gguf");
       write_random_model(path, s, run["seed"].get<uint64_t>());
       REQUIRE(sha256_file(path) == run["model_sha256"].get<std::string>());

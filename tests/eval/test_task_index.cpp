@@ -17,20 +17,12 @@
 using kveval::test::task_tree;
 using kveval::test::TempDir;
 using namespace kveval::eval;
+using kveval::test::message_of;
 using Names = std::vector<std::string>;
 
 namespace {
 
 TaskIndex tree_index() { return TaskIndex::build({{"--include-path", task_tree()}}); }
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 }  // namespace
 

@@ -206,13 +206,7 @@ TEST_SUITE("model.gemma2") {
     for (const auto& run : expect["runs"]) {
       const std::string vocab = shared + "/tokenizers/" + run["vocab"].get<std::string>();
       REQUIRE_MESSAGE(std::filesystem::exists(vocab), vocab << " is missing from the shared fixtures");
-      RandomModelSpec s = random_model_flavour(random_model_preset(run["preset"].get<std::string>()),
-                                               run["arch"].get<std::string>());
-      s.vocab = vocab;
-      s.n_vocab = random_model_vocab_size(vocab);
-      s.sliding_window = run.value("sliding_window", s.sliding_window);
-      s.attn_softcap = run.value("attn_softcap", s.attn_softcap);
-      s.final_softcap = run.value("final_softcap", s.final_softcap);
+      const RandomModelSpec s = kveval::test::recorded_model_spec(run, vocab);
       const test::ScratchDir dir("llamacpp_greedy");
       const std::string path = dir.file("m.gguf");
       write_random_model(path, s, run["seed"].get<uint64_t>());
