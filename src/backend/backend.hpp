@@ -132,6 +132,13 @@ class Engine {
   /// Engine-owned buffer (re)allocations so far: scratchpad, row padding,
   /// bf16 activations (a warm engine allocates none).
   uint64_t buffer_allocations() const;
+  /// Kept-block weights (Q8_0, Q4_0, K-quants) in products of many rows: with `bf16`, widened a
+  /// chunk at a time to bf16 panels and multiplied in oneDNN's bf16 brgemm where the CPU has bf16
+  /// dot products (kernel_has_bf16_dot; elsewhere f32 as without it), giving the bits of a BF16
+  /// weight rounded from the same values; without it (the default), widened to f32: exact to f32
+  /// rounding. Decode steps of few rows always run the block kernels in f32.
+  void set_block_tiles_bf16(bool bf16);
+  bool block_tiles_bf16() const;
   struct Impl;
   Impl& impl();
 

@@ -36,6 +36,7 @@ struct Engine::Impl {
   int threads = 1;
   uint64_t created = 0;
   uint64_t allocations = 0;
+  bool block_tiles_bf16 = false;  // Engine::set_block_tiles_bf16
   // key: (M or 0 for runtime M, n_in, n_out, ld, W given as rows, ldy, accumulate, dtype, BF16 panels)
   std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, bool, int64_t, bool, Dtype, bool>, MatmulEntry> matmuls;
   std::vector<uint8_t> scratch;  // user scratchpad shared by all primitives (grow at creation only)

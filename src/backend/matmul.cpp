@@ -31,6 +31,8 @@ int Engine::threads() const { return impl_->threads; }
 uint64_t Engine::primitives_created() const { return impl_->created; }
 uint64_t Engine::buffer_allocations() const { return impl_->allocations; }
 Engine::Impl& Engine::impl() { return *impl_; }
+void Engine::set_block_tiles_bf16(bool bf16) { impl_->block_tiles_bf16 = bf16; }
+bool Engine::block_tiles_bf16() const { return impl_->block_tiles_bf16; }
 
 namespace {
 
@@ -149,6 +151,59 @@ void matmul_widened(Engine& engine, const float* x, int64_t m, const Weight& w, 
   }
 }
 
+/// Kept-block weights on CPUs with bf16 dot products (kernel_has_bf16_dot, the
+/// condition under which BF16 weights live in panels): rows of W are widened
+/// to f32 a chunk of 64-row panels (~2 MiB of bf16) at a time, rounded to bf16
+/// (f32_to_bf16, as a BF16 weight is rounded at load) into oneDNN's BA16a64b2a
+/// layout (Weight::bf16_panels, zero padding), and multiplied as run_panels
+/// does, so batch-invariant passes have the invariance BF16 weights have
+/// (bf16_paths_agree). Scoring thus runs at the speed of BF16 weights on the
+/// values a BF16 weight rounded from the same blocks holds (the same bits for
+/// many-row products: tests/backend/test_qblocks.cpp), and no widened copy is kept.
+void matmul_widened_bf16(Engine& engine, const float* x, int64_t m, const Weight& w, float* y, bool accumulate) {
+  auto& im = engine.impl();
+  const int64_t K = w.n_in(), N = w.n_out();  // K: a multiple of the block size (32), so pairs (k, k + 1) never straddle it
+  const int64_t ld = (K + 31) / 32 * 32 * 64;  // bf16 elements per 64-column panel (Weight::ld for panels)
+  const int64_t chunk = std::min((N + 63) / 64 * 64, std::max<int64_t>(64, (int64_t(1) << 20) / ld * 64));
+  const size_t f32_elems = static_cast<size_t>(chunk * K), bf16_elems = static_cast<size_t>(chunk / 64 * ld);
+  if (im.widened.reserve(f32_elems + bf16_elems)) ++im.allocations;  // rows f32, rows bf16, panels bf16
+  float* rows = im.widened.data();
+  auto* rows16 = reinterpret_cast<uint32_t*>(rows + f32_elems);      // [nc, K / 2] pairs of bf16
+  auto* panels = reinterpret_cast<uint32_t*>(rows + f32_elems) + bf16_elems / 2;  // [np][ld / 128][64] pairs
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+    const int64_t nc = std::min(chunk, N - n0), np = (nc + 63) / 64, kp = K / 2;
+    widen_rows(w, n0, nc, rows, K, im.threads);
+    to_bf16(rows, reinterpret_cast<uint16_t*>(rows16), static_cast<size_t>(nc * K));
+#pragma omp parallel for num_threads(im.threads) schedule(static)
+    for (int64_t p = 0; p < np; ++p) {  // [64 rows, K / 2 pairs] -> [K / 2 pairs, 64 rows], 16 x 16 tiles
+      uint32_t* dst = panels + p * (ld / 2);
+      const int64_t rows_here = std::min<int64_t>(64, nc - p * 64);
+      if (rows_here < 64) std::memset(dst, 0, sizeof(uint16_t) * static_cast<size_t>(ld));
+      for (int64_t j0 = 0; j0 < rows_here; j0 += 16)
+        for (int64_t q0 = 0; q0 < kp; q0 += 16) {
+          const int64_t j1 = std::min(rows_here, j0 + 16), q1 = std::min(kp, q0 + 16);
+          for (int64_t j = j0; j < j1; ++j) {
+            const uint32_t* src = rows16 + (p * 64 + j) * kp;
+            for (int64_t q = q0; q < q1; ++q) dst[q * 64 + j] = src[q];
+          }
+        }
+    }
+    // oneDNN 2.6's brgemm on blocked weights wants a dense destination (a
+    // strided one gets the reference kernel): each block of rows goes through
+    // [b, nc] rows of pad_y.
+    for (int64_t r = 0; r < m;) {
+      const int64_t b = panel_block(m - r);
+      if (im.pad_y.reserve(static_cast<size_t>(b * nc))) ++im.allocations;
+      float* t = im.pad_y.data();
+      if (accumulate)
+        for (int64_t i = 0; i < b; ++i) std::memcpy(t + i * nc, y + (r + i) * N + n0, sizeof(float) * static_cast<size_t>(nc));
+      run_matmul(engine, x + r * K, b, K, panels, Dtype::BF16, nc, ld, false, t, nc, accumulate, false, true);
+      for (int64_t i = 0; i < b; ++i) std::memcpy(y + (r + i) * N + n0, t + i * nc, sizeof(float) * static_cast<size_t>(nc));
+      r += b;
+    }
+  }
+}
+
 }  // namespace
 
 int64_t decode_invariant_rows(Dtype wdt) {
@@ -207,7 +262,9 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
     // so a dynamic-batching pass that prefills a short prompt while the other
     // rows decode stays on the blocks.
     const int64_t block_rows = im.threads == 1 ? 20 : 32;
-    if (batch_invariant || m > block_rows)
+    if ((batch_invariant || m > block_rows) && im.block_tiles_bf16 && kernel_has_bf16_dot())
+      matmul_widened_bf16(engine, x, m, w, y, accumulate);
+    else if (batch_invariant || m > block_rows)
       matmul_widened(engine, x, m, w, y, accumulate, batch_invariant);
     else
       blocks_matmul(x, m, w, y, accumulate, im.threads);

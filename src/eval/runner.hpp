@@ -64,7 +64,7 @@ struct RunResult {
   LoadSummary load;                      ///< the model's load summary (Model::load_summary())
   std::string model_sha256;              ///< Model::sha256(): of the bytes loaded, taken at load
   int threads = 0;                       ///< compute threads of the model
-  std::string dtype;                     ///< resolved compute dtype of the model ("f32", "bf16", "q8_0", "q4_0" or "blocks")
+  std::string dtype;                     ///< resolved compute dtype of the model ("f32", "bf16", "q8_0", "q4_0", "blocks" or "blocks-bf16")
   std::string kv_cache_dtype;            ///< element type of the generation phase's KV cache ("f32", "bf16" or "f16")
   int max_length = 0;                    ///< resolved context window (tokens)
   int batch_size = 1;

@@ -26,9 +26,12 @@ namespace kveval {
 /// f32 scale per 32). Blocks: every matrix whose GGUF type has a kept-block
 /// kernel (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) stays in its own blocks, so a mixed file
 /// (Q4_K_M: Q4_K and Q6_K) stays resident at about its file size; the others
-/// load as F32. Auto: see resolve_dtype. The facts of each are its row of
-/// kComputeDtypes.
-enum class ComputeDtype { F32, BF16, Auto, Q8_0, Q4_0, Blocks };
+/// load as F32. BlocksBf16: as Blocks, with products of many rows (scoring,
+/// prefill) on bf16 tiles widened from the blocks where the CPU has bf16 dot
+/// products (backend::Engine::set_block_tiles_bf16): the speed and the scoring
+/// bits of bf16 weights, the memory of the file; decode steps stay exact.
+/// Auto: see resolve_dtype. The facts of each are its row of kComputeDtypes.
+enum class ComputeDtype { F32, BF16, Auto, Q8_0, Q4_0, Blocks, BlocksBf16 };
 
 /// One row of the compute dtypes table.
 struct ComputeDtypeInfo {
@@ -44,18 +47,21 @@ struct ComputeDtypeInfo {
   bool keeps_kernel_types;
   /// `auto` may resolve to it (resolve_dtype).
   bool auto_candidate;
+  /// Kept blocks multiplied on bf16 tiles in products of many rows (Engine::set_block_tiles_bf16).
+  bool bf16_tiles;
   /// The KV-cache element type `--kv-cache-dtype auto` resolves to with it (vLLM's auto: the model's dtype).
   KvCacheDtype kv_cache;
 };
 
 /// The table, in the order the CLI help and the parse error list the names.
 inline constexpr ComputeDtypeInfo kComputeDtypes[] = {
-    {ComputeDtype::F32, "f32", DType::F32, std::nullopt, false, true, KvCacheDtype::F32},
-    {ComputeDtype::BF16, "bf16", DType::BF16, std::nullopt, false, true, KvCacheDtype::BF16},
-    {ComputeDtype::Q8_0, "q8_0", DType::F32, gguf::TensorType::Q8_0, false, true, KvCacheDtype::F32},
-    {ComputeDtype::Q4_0, "q4_0", DType::F32, gguf::TensorType::Q4_0, false, false, KvCacheDtype::F32},
-    {ComputeDtype::Blocks, "blocks", DType::F32, std::nullopt, true, true, KvCacheDtype::F32},
-    {ComputeDtype::Auto, "auto", DType::F32, std::nullopt, false, false, KvCacheDtype::F32},
+    {ComputeDtype::F32, "f32", DType::F32, std::nullopt, false, true, false, KvCacheDtype::F32},
+    {ComputeDtype::BF16, "bf16", DType::BF16, std::nullopt, false, true, false, KvCacheDtype::BF16},
+    {ComputeDtype::Q8_0, "q8_0", DType::F32, gguf::TensorType::Q8_0, false, true, false, KvCacheDtype::F32},
+    {ComputeDtype::Q4_0, "q4_0", DType::F32, gguf::TensorType::Q4_0, false, false, false, KvCacheDtype::F32},
+    {ComputeDtype::Blocks, "blocks", DType::F32, std::nullopt, true, true, false, KvCacheDtype::F32},
+    {ComputeDtype::BlocksBf16, "blocks-bf16", DType::F32, std::nullopt, true, true, true, KvCacheDtype::F32},
+    {ComputeDtype::Auto, "auto", DType::F32, std::nullopt, false, false, false, KvCacheDtype::F32},
 };
 
 /// The row of `d` (every enum value has one).

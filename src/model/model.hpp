@@ -65,15 +65,15 @@ struct HParams {
   int n_embd_q() const { return n_head * head_dim(); }
 };
 
-/// The row's name: "f32" / "bf16" / "auto" / "q8_0" / "q4_0" / "blocks".
+/// The row's name: "f32" / "bf16" / "auto" / "q8_0" / "q4_0" / "blocks" / "blocks-bf16".
 const char* to_string(ComputeDtype d);
-/// Parses a name of kComputeDtypes ("f32", "bf16", "q8_0", "q4_0", "blocks" or "auto"); throws ArgumentError naming
+/// Parses a name of kComputeDtypes ("f32", "bf16", "q8_0", "q4_0", "blocks", "blocks-bf16" or "auto"); throws ArgumentError naming
 /// `what` and listing the names otherwise.
 ComputeDtype parse_compute_dtype(const std::string& s, const std::string& what = "--dtype");
-/// Resolves a request: Auto -> Blocks when every matrix of the file (token_embd
-/// included) is of a type with a kept-block kernel (`file_all_kept`: Q8_0,
-/// Q4_0, Q4_K, Q5_K, Q6_K, mixed or not), so the file stays resident at about
-/// its size; else the kComputeDtypes row with auto_candidate that
+/// Resolves a request: Auto -> BlocksBf16 when `cpu_bf16` (else Blocks) when every
+/// matrix of the file (token_embd included) is of a type with a kept-block kernel
+/// (`file_all_kept`: Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, mixed or not), so the file stays
+/// resident at about its size and scores at bf16 speed; else the kComputeDtypes row with auto_candidate that
 /// keeps `file_type` (the one GGUF type of every matrix but token_embd, when
 /// they share one: Q8_0) when the CPU has no bf16 (on AVX2 the alternative is
 /// f32 at 4x the bytes), else BF16 when `cpu_bf16` (oneDNN's effective ISA
@@ -99,7 +99,7 @@ KvCacheDtype resolve_kv_cache_dtype(KvCacheDtype requested, ComputeDtype compute
 /// it against the memory budget before converting anything. Within a few
 /// percent of the resident bytes (matrices whose rows are 4 KiB multiples get
 /// 16 elements of padding per row).
-/// With `kept` a compute dtype whose row keeps a storage type (q8_0, q4_0, blocks), that
+/// With `kept` a compute dtype whose row keeps a storage type (q8_0, q4_0, blocks, blocks-bf16), that
 /// type's matrices count as blocks (matrix_bytes: 1.125
 /// or 0.625 bytes per element, quants and an f32 scale per 32), token_embd too (a tied output
 /// then adds nothing: it multiplies those blocks), and a part of a fused projection (attn_q/k/v, ffn_gate/up)

@@ -560,7 +560,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   im.tok = load_tokenizer(f, path, hp.n_vocab);
   im.dtype = choose_dtype(f, opts.dtype, im.dtype_note);
   im.kv_dtype = resolve_kv_cache_dtype(opts.kv_cache_dtype, im.dtype);
-  // a compute dtype that keeps storage types (q8_0, q4_0, blocks): the file's matrices of those types stay as blocks
+  // a compute dtype that keeps storage types (q8_0, q4_0, blocks, blocks-bf16): the file's matrices of those types stay as blocks
   const detail::KeptBlocks keep = detail::kept_blocks(im.dtype);
   if (im.dtype == ComputeDtype::BF16 && !be::bf16_matmul_available())
     throw ArgumentError(fmt::format("{}: dtype bf16: oneDNN has no bf16 matmul on this CPU (ISA {}); use f32 or auto",
@@ -595,6 +595,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   r.check_all_used(hp.arch);
   check_unchanged(path, *at_open, file_bytes.size());  // and after: the copy saw one version of the file
   im.engine = std::make_unique<be::Engine>(opts.threads);
+  im.engine->set_block_tiles_bf16(compute_dtype_info(im.dtype).bf16_tiles);
   im.summary = summarize_gguf(f);
   // weight_bytes: matrices in mat_dtype (or kept blocks), token_embd (its kept blocks, else F32) and norms F32;
   // a tied output adds its copy unless it is token_embd's kept blocks.

@@ -89,7 +89,7 @@ KvCacheDtype resolve_kv_cache_dtype(KvCacheDtype requested, ComputeDtype compute
 ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32,
                            std::optional<gguf::TensorType> file_type, bool file_all_kept) {
   if (requested != ComputeDtype::Auto) return requested;
-  if (file_all_kept) return ComputeDtype::Blocks;
+  if (file_all_kept) return cpu_bf16 ? ComputeDtype::BlocksBf16 : ComputeDtype::Blocks;
   if (file_type && !cpu_bf16)
     for (const ComputeDtypeInfo& i : kComputeDtypes)
       if (i.auto_candidate && i.kept == file_type) return i.dtype;

@@ -4,6 +4,7 @@
 // engine that creates and allocates nothing; every case for both formats.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
@@ -183,6 +184,52 @@ TEST_SUITE("backend.qblocks") {
         for (int64_t r = 0; r < M; ++r) matmul(eng, x.data() + r * 512, 1, w, alone.data() + r * 3000, false, true);
         CHECK(std::memcmp(batch.data(), alone.data(), sizeof(float) * batch.size()) == 0);
     }
+    }
+  }
+
+  TEST_CASE("bf16 tiles: long and batch-invariant products give a BF16 weight's bits from the same values") {
+    // n_out 4200 with n_in 512: three chunks of 2048 panels' rows (the last one partial, 104 rows: two
+    // panels, one padded); 40 rows (> the block kernels' 32) and single batch-invariant rows; accumulate.
+    if (!kernel_has_bf16_dot()) {
+      MESSAGE("SKIPPED: no bf16 dot products on this CPU");
+      return;
+    }
+    for (Dtype dt : kFormats) {
+      INFO(std::string(to_string(dt)));
+      const Blocks mat(dt, 4200, 512, 21);
+      const Weight w = mat.weight();
+      std::vector<float> values(static_cast<size_t>(4200 * 512));
+      widen_rows(w, 0, 4200, values.data(), 512, 2);
+      const Weight b(values, 4200, 512, Dtype::BF16);
+      const int64_t M = 40;
+      const auto x = randv(static_cast<size_t>(M * 512), 22);
+      const auto y0 = randv(static_cast<size_t>(M * 4200), 23);
+      for (int threads : {1, 2}) {
+        Engine eng(threads);
+        eng.set_block_tiles_bf16(true);
+        for (bool acc : {false, true}) {
+          std::vector<float> yt = y0, yb = y0;
+          matmul(eng, x.data(), M, w, yt.data(), acc);
+          matmul(eng, x.data(), M, b, yb.data(), acc);
+          CHECK(std::memcmp(yt.data(), yb.data(), sizeof(float) * yt.size()) == 0);
+        }
+        // single batch-invariant rows: the BF16 weight's values within f32 summation order (oneDNN's brgemm may
+        // block one row differently for the chunk's width than for the whole matrix, so bits are not promised)
+        std::vector<float> alone(4200), want(4200);
+        for (int64_t r = 0; r < M; r += 13) {
+          matmul(eng, x.data() + r * 512, 1, w, alone.data(), false, true);
+          matmul(eng, x.data() + r * 512, 1, b, want.data(), false, true);
+          double worst = 0;
+          for (size_t n = 0; n < want.size(); ++n)
+            worst = std::max(worst, std::fabs(double(alone[n]) - want[n]) / (1.0 + std::fabs(want[n])));
+          CHECK(worst < 1e-5);
+        }
+        Engine exact(threads);  // without bf16 tiles: f32 widening, not the BF16 weight's bits
+        std::vector<float> yf(static_cast<size_t>(M * 4200)), yb(yf.size());
+        matmul(exact, x.data(), M, w, yf.data());
+        matmul(exact, x.data(), M, b, yb.data());
+        CHECK(std::memcmp(yf.data(), yb.data(), sizeof(float) * yf.size()) != 0);
+      }
     }
   }
 

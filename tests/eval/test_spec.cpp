@@ -88,7 +88,7 @@ TEST_SUITE("eval.spec") {
   TEST_CASE("dtype accepts f32, bf16, q8_0, q4_0 and auto; anything else names the key") {
     TempDir d;
     std::string p = d.write("dt.json", R"({"model": "m.gguf", "dtype": "fp16", "tasks": []})");
-    CHECK(spec_error([&] { load_spec(p); }) == p + ": dtype: \"fp16\": expected \"f32\", \"bf16\", \"q8_0\", \"q4_0\", \"blocks\" or \"auto\"");
+    CHECK(spec_error([&] { load_spec(p); }) == p + ": dtype: \"fp16\": expected \"f32\", \"bf16\", \"q8_0\", \"q4_0\", \"blocks\", \"blocks-bf16\" or \"auto\"");
     std::string q = d.write("q8.json", R"({"model": "m.gguf", "dtype": "q8_0", "tasks": [
       {"name": "a", "output_type": "loglikelihood", "docs": [{"x": "a", "y": "b"}], "doc_to_text": "x", "doc_to_target": "y"}]})");
     CHECK(load_spec(q).dtype == kveval::ComputeDtype::Q8_0);

@@ -47,7 +47,7 @@ TEST_SUITE("model.dtype") {
     CHECK(parse_compute_dtype("bf16") == D::BF16);
     CHECK(parse_compute_dtype("auto") == D::Auto);
     CHECK(std::string(to_string(D::F32)) == "f32");
-    CHECK_THROWS_WITH_AS(parse_compute_dtype("fp16", "--dtype"), "--dtype 'fp16': expected 'f32', 'bf16', 'q8_0', 'q4_0', 'blocks' or 'auto'",
+    CHECK_THROWS_WITH_AS(parse_compute_dtype("fp16", "--dtype"), "--dtype 'fp16': expected 'f32', 'bf16', 'q8_0', 'q4_0', 'blocks', 'blocks-bf16' or 'auto'",
                          ArgumentError);
   }
 
@@ -59,8 +59,9 @@ TEST_SUITE("model.dtype") {
     const std::string path = dir.file("m.gguf"), absent = dir.file("absent.gguf");
     for (T type : {T::F32, T::F16, T::Q8_0, T::Q4_0}) {
       write_random_llama(path, random_model_preset("tiny"), 5, type);
-      // every matrix Q8_0 or Q4_0 (token_embd too): blocks on any CPU
-      const D expected = type == T::F32 ? D::F32 : type != T::F16 ? D::Blocks : (cpu ? D::BF16 : D::F32);
+      // every matrix Q8_0 or Q4_0 (token_embd too): blocks on any CPU, scoring on bf16 tiles on a bf16 CPU
+      const D blocks = cpu ? D::BlocksBf16 : D::Blocks;
+      const D expected = type == T::F32 ? D::F32 : type != T::F16 ? blocks : (cpu ? D::BF16 : D::F32);
       CHECK(resolve_dtype_for_file(path, D::Auto) == expected);
       CHECK(Model::load(path, {.threads = 1, .dtype = D::Auto})->dtype() == expected);
       CHECK(resolve_dtype_for_file(path, D::Q4_0) == D::Q4_0);  // explicit: kept as asked

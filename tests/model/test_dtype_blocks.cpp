@@ -7,6 +7,8 @@
 // choosing blocks for such files.
 #include <doctest/doctest.h>
 
+#include <fmt/format.h>
+
 #include "backend/backend.hpp"
 #include "model/gguf.hpp"
 #include "model/kept_blocks.hpp"
@@ -86,16 +88,50 @@ TEST_SUITE("model.dtype_blocks") {
     }
   }
 
+  TEST_CASE("blocks-bf16: scoring gives bf16 weights' log-probs bit for bit from the file's blocks; decode steps as blocks") {
+    if (!backend::cpu_has_bf16()) {
+      MESSAGE("SKIPPED: no bf16 on this CPU (blocks-bf16 then multiplies as blocks does)");
+      return;
+    }
+    for (const auto& [name, types] : std::vector<std::pair<std::string, std::string>>{
+             {"model-Q4_K_M.gguf", "Q4_K+Q6_K"}, {"model-Q8_0.gguf", "Q8_0"}, {"model-Q4_0.gguf", "Q4_0"},
+             {"model-Q6_K.gguf", "Q6_K"}}) {
+      CAPTURE(name);
+      const std::string file = test::quant_file(name);
+      if (file.empty()) return;
+      const auto ex = nlohmann::json::parse(std::ifstream(std::filesystem::path(file).parent_path() / "expected.json"));
+      auto b = test::load_context(file, {.threads = 2, .dtype = ComputeDtype::BF16});
+      auto q = test::load_context(file, {.threads = 2, .dtype = ComputeDtype::BlocksBf16});
+      CHECK(q->model().load_summary().weight_dtype == types);
+      const gguf::File f(file);  // the same bytes as blocks (Q8_0/Q4_0 hold their scales as f32)
+      CHECK(q->model().load_summary().resident_bytes == estimate_weight_bytes(f, DType::F32, ComputeDtype::Blocks));
+      CHECK(estimate_weight_bytes(f, DType::F32, ComputeDtype::BlocksBf16) == estimate_weight_bytes(f, DType::F32, ComputeDtype::Blocks));
+      size_t tokens = 0;
+      for (const auto& r : ex["files"][name]["rolling"]) {
+        const auto ids = r["ids"].get<std::vector<int32_t>>();
+        const auto lb = test::rolling(*b, ids), lq = test::rolling(*q, ids);
+        REQUIRE(lb.size() == lq.size());
+        for (size_t i = 0; i < lb.size(); ++i) CHECK(lq[i] == lb[i]);
+        tokens += lq.size();
+      }
+      CHECK(tokens >= 30);
+      std::unique_ptr<Model> m;
+      CHECK(test::greedy_gap(file, ComputeDtype::BlocksBf16, {{1, 5, 9}, {1, 100, 7, 8}}, m) < 1e-4);
+    }
+  }
+
   TEST_CASE("auto picks blocks when every matrix is of a kept-block type, else what it picked before") {
     for (const char* name : {"model-Q4_K_M.gguf", "model-Q5_K_M.gguf", "model-Q8_0.gguf", "model-Q4_0.gguf",
                              "model-Q6_K.gguf"}) {
       CAPTURE(name);
       const std::string file = test::quant_file(name);
       if (file.empty()) return;
-      CHECK(resolve_dtype_for_file(file, ComputeDtype::Auto) == ComputeDtype::Blocks);
+      // on a bf16 CPU with scoring on bf16 tiles
+      const ComputeDtype want = backend::cpu_has_bf16() ? ComputeDtype::BlocksBf16 : ComputeDtype::Blocks;
+      CHECK(resolve_dtype_for_file(file, ComputeDtype::Auto) == want);
       auto m = Model::load(file, {.threads = 1, .dtype = ComputeDtype::Auto});
-      CHECK(m->dtype() == ComputeDtype::Blocks);
-      CHECK(m->dtype_note().find("auto -> blocks (") == 0);
+      CHECK(m->dtype() == want);
+      CHECK(m->dtype_note().find(fmt::format("auto -> {} (", to_string(want))) == 0);
       CHECK(m->dtype_note().find("every matrix a kept-block type") != std::string::npos);
       CHECK(m->load_summary().weight_dtype.find("F32") == std::string::npos);
     }

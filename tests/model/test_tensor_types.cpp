@@ -118,8 +118,8 @@ TEST_SUITE("model.tensor_types") {
   }
 
   TEST_CASE("compute dtypes table: names, kept storage types, auto and KV-cache defaults") {
-    CHECK(join_names(compute_dtype_name_list()) == "f32, bf16, q8_0, q4_0, blocks or auto");
-    CHECK(join_names(compute_dtype_name_list(true), ", ") == "bf16, q8_0, q4_0, blocks");
+    CHECK(join_names(compute_dtype_name_list()) == "f32, bf16, q8_0, q4_0, blocks, blocks-bf16 or auto");
+    CHECK(join_names(compute_dtype_name_list(true), ", ") == "bf16, q8_0, q4_0, blocks, blocks-bf16");
     CHECK(join_names(kv_cache_dtype_name_list(), " or ", "'") == "'f32', 'bf16', 'f16' or 'auto'");
     for (const ComputeDtypeInfo& i : kComputeDtypes) {
       CAPTURE(i.name);
@@ -127,7 +127,7 @@ TEST_SUITE("model.tensor_types") {
       CHECK(std::string(to_string(i.dtype)) == i.name);
     }
     CHECK_THROWS_WITH(parse_compute_dtype("q5_k"),
-                      "--dtype 'q5_k': expected 'f32', 'bf16', 'q8_0', 'q4_0', 'blocks' or 'auto'");
+                      "--dtype 'q5_k': expected 'f32', 'bf16', 'q8_0', 'q4_0', 'blocks', 'blocks-bf16' or 'auto'");
     // which storage types each compute dtype keeps as blocks
     for (const gguf::TypeInfo& ti : gguf::kTensorTypes) {
       CAPTURE(ti.name);
@@ -152,11 +152,13 @@ TEST_SUITE("model.tensor_types") {
     CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q5_K, true, 4096) == 4096 / 256 * 176);
     CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q6_K, true, 4096) == 4096 / 256 * 210);
     CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q3_K, true, 4096) == 16384);
-    // auto picks blocks for a file whose every matrix is of a kept-block type, whatever the CPU; otherwise
-    // q8_0 only for a file of that type (token_embd aside) on a CPU without bf16, and never q4_0
+    // auto picks blocks for a file whose every matrix is of a kept-block type, whatever the CPU (scoring on bf16
+    // tiles with bf16); otherwise q8_0 only for a file of that type (token_embd aside) on a CPU without bf16, and
+    // never q4_0
     for (bool bf16 : {false, true}) {
-      CHECK(resolve_dtype(ComputeDtype::Auto, bf16, false, std::nullopt, true) == ComputeDtype::Blocks);
-      CHECK(resolve_dtype(ComputeDtype::Auto, bf16, false, std::optional(TensorType::Q8_0), true) == ComputeDtype::Blocks);
+      const ComputeDtype blocks = bf16 ? ComputeDtype::BlocksBf16 : ComputeDtype::Blocks;
+      CHECK(resolve_dtype(ComputeDtype::Auto, bf16, false, std::nullopt, true) == blocks);
+      CHECK(resolve_dtype(ComputeDtype::Auto, bf16, false, std::optional(TensorType::Q8_0), true) == blocks);
       CHECK(resolve_dtype(ComputeDtype::F32, bf16, false, std::nullopt, true) == ComputeDtype::F32);
     }
     CHECK(resolve_dtype(ComputeDtype::Auto, false, false, std::optional(TensorType::Q8_0)) == ComputeDtype::Q8_0);
