@@ -161,7 +161,7 @@ void ThreadRun::record_load(const Model& model, const std::vector<KvCacheDtype>&
     rep.meta["dtypes"][dname] = {{"weight_dtype", ls.weight_dtype},
                                  {"resident_weight_bytes", ls.resident_bytes},
                                  {"weight_bytes", model.weight_bytes()},
-                                 {"streamed_weight_bytes", streamed_weight_bytes(hp, static_cast<double>(ls.resident_bytes))},
+                                 {"streamed_weight_bytes", streamed_weight_bytes(ls)},
                                  {"kv_cache_dtype", to_string(model.kv_cache_dtype())},
                                  {"note", model.dtype_note()}};
   }
@@ -176,7 +176,7 @@ void ThreadRun::record_load(const Model& model, const std::vector<KvCacheDtype>&
                        {"n_params", n_params(hp)},
                        {"weight_bytes", model.weight_bytes()},
                        {"weight_dtype", ls.weight_dtype},
-                       {"streamed_weight_bytes", streamed_weight_bytes(hp, static_cast<double>(ls.resident_bytes))},
+                       {"streamed_weight_bytes", streamed_weight_bytes(ls)},
                        {"n_vocab", hp.n_vocab},
                        {"n_embd", hp.n_embd},
                        {"n_layer", hp.n_layer},

@@ -40,7 +40,7 @@ struct TgRun {
   TgRun(const std::vector<TgVariant>& v, backend::StreamReader* r) : variants(v), reader(r), c0(*v.front().c) {
     for (const TgVariant& x : variants) {
       dtypes_differ = dtypes_differ || &x.c->model != &c0.model;
-      wbytes.push_back(streamed_weight_bytes(x.c->hp, static_cast<double>(x.c->model.load_summary().resident_bytes)));
+      wbytes.push_back(streamed_weight_bytes(x.c->model.load_summary()));
     }
   }
   /// "KV cache f16", or "bf16 KV f16" when the variants span compute dtypes.
@@ -142,7 +142,7 @@ struct TgRun {
     return fmt::format(
         "tg: tok/s = batch*(n_gen-1) / decode time (the first token comes from the prefill; decode time includes argmax "
         "and log-prob of each token); weights_MB = bytes of weights streamed per decode step (matrices in the compute "
-        "dtype, token_embd not streamed) / 1e6; weights_GB_per_s = weights_MB * steps / decode time / 1e3{}. "
+        "dtype or their blocks; token_embd only when a tied output multiplies it) / 1e6; weights_GB_per_s = weights_MB * steps / decode time / 1e3{}. "
         "e2e_tok_s = batch*n_gen / (prefill + decode).{}",
         reader ? fmt::format("; frac_of_stream is the median over repetitions of that repetition's weights GB/s "
                              "divided by a stream read over the roofline's buffer (best of {} passes after one "

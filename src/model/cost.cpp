@@ -56,9 +56,8 @@ double generate_matmul_flops(const HParams& hp, int64_t n_prompt, int64_t n_gen,
   return layer_matmul_flops_per_token(hp) * tokens + output_matmul_flops_per_token(hp) * g;
 }
 
-double streamed_weight_bytes(const HParams& hp, double resident_bytes) {
-  const double embd = static_cast<double>(hp.n_vocab) * hp.n_embd;
-  return resident_bytes - embd * sizeof(float);
+double streamed_weight_bytes(const LoadSummary& s) {
+  return static_cast<double>(s.resident_bytes) - static_cast<double>(s.lookup_only_bytes);
 }
 
 std::vector<backend::GemmShape> weight_gemm_shapes(const HParams& hp, int64_t m_layers, int64_t m_output) {

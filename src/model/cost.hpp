@@ -50,11 +50,11 @@ double prompt_flops(const HParams& hp, int64_t n_prompt, int64_t batch);
 /// + output·n_gen; uncached (step i re-runs n_prompt + i tokens) =
 /// layers·(n_gen·n_prompt + n_gen(n_gen−1)/2) + output·n_gen.
 double generate_matmul_flops(const HParams& hp, int64_t n_prompt, int64_t n_gen, bool cached);
-/// Bytes of weights one decode step streams from memory: `resident_bytes`
-/// (LoadSummary::resident_bytes: token_embd F32, matrices in the compute dtype
-/// or Q8_0/Q4_0 blocks, a tied output's copy included) minus the F32
-/// token-embedding table (only one row per token is read).
-double streamed_weight_bytes(const HParams& hp, double resident_bytes);
+/// Bytes of weights one decode step streams from memory: the resident bytes
+/// (token_embd, matrices in the compute dtype or their blocks, a tied output's
+/// copy included) minus those only the embedding lookup reads (one row per
+/// token): LoadSummary::resident_bytes − lookup_only_bytes.
+double streamed_weight_bytes(const LoadSummary& s);
 /// The weight matmuls of one forward as oneDNN shapes: layer matrices at
 /// M = m_layers rows (count n_layer), the output matrix at M = m_output rows.
 std::vector<backend::GemmShape> weight_gemm_shapes(const HParams& hp, int64_t m_layers, int64_t m_output);

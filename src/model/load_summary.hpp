@@ -21,6 +21,9 @@ struct LoadSummary {
   uint64_t file_tensor_bytes = 0;  ///< bytes of tensor data in the file
   std::string weight_dtype;        ///< element type of the weights in memory ("F32")
   uint64_t resident_bytes = 0;     ///< bytes of weights held in memory after conversion
+  /// Bytes of resident_bytes that only the embedding lookup reads (one row per token): token_embd's F32 rows or
+  /// kept blocks; 0 when a tied output multiplies token_embd's own blocks (a decode step streams them).
+  uint64_t lookup_only_bytes = 0;
   uint64_t context_length = 0;     ///< `<arch>.context_length` (tokens), 0 when absent
   std::string tokenizer_model;     ///< tokenizer.ggml.model ("llama", "gpt2", ...), "" when absent
   std::string tokenizer_pre;       ///< tokenizer.ggml.pre ("llama-bpe", ...), "" when absent

@@ -602,6 +602,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   im.summary.weight_dtype =
       keep.any() ? kept_weight_dtype(keep, im.output, im.layers, im.dtype_note) : dtype_name(mat_dtype);
   im.summary.resident_bytes = im.weight_bytes + (hp.tied_output && !im.embd_in_output ? im.output.bytes() : 0);
+  im.summary.lookup_only_bytes =
+      im.embd_in_output ? 0 : im.embd_blocks.n_out() > 0 ? im.embd_blocks.bytes() : im.tok_embd.size() * sizeof(float);
   im.summary.sliding = sliding_summary(hp, desc);
   im.summary.load_seconds = load_time.seconds();
   return m;

@@ -4,6 +4,7 @@
 #include "model/cost.hpp"
 #include "model/gguf.hpp"
 #include "model/model.hpp"
+#include "model/random_model.hpp"
 #include "test_support.hpp"
 
 using namespace kveval;
@@ -68,13 +69,33 @@ TEST_SUITE("model.cost") {
     CHECK(generate_matmul_flops(s15m(), 16, 1, false) == doctest::Approx(generate_matmul_flops(s15m(), 16, 1, true)));
   }
 
-  TEST_CASE("streamed weight bytes are the resident bytes less the F32 token_embd table") {
-    // The resident bytes hold a tied output's own copy (f32, bf16 or Q8_0 blocks),
-    // which is streamed; token_embd itself (F32, one row read per token) is not.
-    HParams hp = s15m();
-    CHECK(streamed_weight_bytes(hp, 1e9) == 1e9 - 32000.0 * 288 * 4);
-    hp.tied_output = true;
-    CHECK(streamed_weight_bytes(hp, 1e9) == 1e9 - 32000.0 * 288 * 4);
+  TEST_CASE("streamed weight bytes: the resident bytes less the table only the embedding lookup reads") {
+    // tiny: n_vocab 300, n_embd 64. F32 rows, untied: the F32 table is not streamed; Q8_0 blocks untied: its blocks
+    // are not streamed; Q8_0 tied: the output multiplies token_embd's own blocks, so every resident byte is streamed.
+    const kveval::test::ScratchDir dir("streamed");
+    const std::string path = dir.file("m.gguf");
+    struct Case {
+      gguf::TensorType type;
+      bool tied;
+      ComputeDtype dtype;
+      uint64_t lookup_only;
+    };
+    for (const Case& c : {Case{gguf::TensorType::F32, false, ComputeDtype::F32, 300 * 64 * 4},
+                          Case{gguf::TensorType::Q8_0, false, ComputeDtype::Blocks, 300 * 64 / 32 * 36},
+                          Case{gguf::TensorType::Q8_0, true, ComputeDtype::Blocks, 0},
+                          Case{gguf::TensorType::Q8_0, true, ComputeDtype::F32, 300 * 64 * 4}}) {
+      CAPTURE(c.tied);
+      CAPTURE(to_string(c.dtype));
+      RandomModelSpec spec = random_model_preset("tiny");
+      REQUIRE(spec.n_vocab == 300);
+      REQUIRE(spec.n_embd == 64);
+      spec.tied_output = c.tied;
+      write_random_llama(path, spec, 3, c.type);
+      const LoadSummary s = Model::load(path, {.threads = 1, .dtype = c.dtype})->load_summary();
+      CHECK(s.lookup_only_bytes == c.lookup_only);
+      CHECK(streamed_weight_bytes(s) == double(s.resident_bytes) - double(c.lookup_only));
+      CHECK(streamed_weight_bytes(s) > 0);
+    }
   }
 
   TEST_CASE("gemm shapes of one forward add up to the FLOP counts") {
