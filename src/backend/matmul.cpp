@@ -12,6 +12,7 @@
 #include "backend/gemv.hpp"
 #include "backend/kernel_isa.hpp"
 #include "backend/qblocks.hpp"
+#include "util/bf16.hpp"
 
 namespace kveval::backend {
 
@@ -152,8 +153,9 @@ void matmul_widened(Engine& engine, const float* x, int64_t m, const Weight& w, 
 }
 
 /// Kept-block weights on CPUs with bf16 dot products (kernel_has_bf16_dot, the
-/// condition under which BF16 weights live in panels): rows of W are widened
-/// to f32 a chunk of 64-row panels (~2 MiB of bf16) at a time, rounded to bf16
+/// condition under which BF16 weights live in panels): a chunk of 64-row panels
+/// (~2 MiB of bf16) at a time, each thread widens its panels' rows of W to f32
+/// 16 rows at a time, rounds them to bf16
 /// (f32_to_bf16, as a BF16 weight is rounded at load) into oneDNN's BA16a64b2a
 /// layout (Weight::bf16_panels, zero padding), and multiplied as run_panels
 /// does, so batch-invariant passes have the invariance BF16 weights have
@@ -165,28 +167,31 @@ void matmul_widened_bf16(Engine& engine, const float* x, int64_t m, const Weight
   const int64_t K = w.n_in(), N = w.n_out();  // K: a multiple of the block size (32), so pairs (k, k + 1) never straddle it
   const int64_t ld = (K + 31) / 32 * 32 * 64;  // bf16 elements per 64-column panel (Weight::ld for panels)
   const int64_t chunk = std::min((N + 63) / 64 * 64, std::max<int64_t>(64, (int64_t(1) << 20) / ld * 64));
-  const size_t f32_elems = static_cast<size_t>(chunk * K), bf16_elems = static_cast<size_t>(chunk / 64 * ld);
-  if (im.widened.reserve(f32_elems + bf16_elems)) ++im.allocations;  // rows f32, rows bf16, panels bf16
-  float* rows = im.widened.data();
-  auto* rows16 = reinterpret_cast<uint32_t*>(rows + f32_elems);      // [nc, K / 2] pairs of bf16
-  auto* panels = reinterpret_cast<uint32_t*>(rows + f32_elems) + bf16_elems / 2;  // [np][ld / 128][64] pairs
+  constexpr int64_t kTile = 16;  // rows of W widened to f32 at a time by each thread (16 x K floats, in L2)
+  const int threads = std::max(1, im.threads);
+  const size_t tmp_elems = static_cast<size_t>(threads * kTile * K), bf16_elems = static_cast<size_t>(chunk / 64 * ld);
+  if (im.widened.reserve(tmp_elems + (bf16_elems + 1) / 2)) ++im.allocations;
+  auto* panels = reinterpret_cast<uint32_t*>(im.widened.data() + tmp_elems);  // [np][ld / 128][64] pairs of bf16
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t nc = std::min(chunk, N - n0), np = (nc + 63) / 64, kp = K / 2;
-    widen_rows(w, n0, nc, rows, K, im.threads);
-    to_bf16(rows, reinterpret_cast<uint16_t*>(rows16), static_cast<size_t>(nc * K));
-#pragma omp parallel for num_threads(im.threads) schedule(static)
-    for (int64_t p = 0; p < np; ++p) {  // [64 rows, K / 2 pairs] -> [K / 2 pairs, 64 rows], 16 x 16 tiles
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t p = 0; p < np; ++p) {
+      float* tmp = im.widened.data() + static_cast<int64_t>(omp_get_thread_num()) * kTile * K;
       uint32_t* dst = panels + p * (ld / 2);
       const int64_t rows_here = std::min<int64_t>(64, nc - p * 64);
       if (rows_here < 64) std::memset(dst, 0, sizeof(uint16_t) * static_cast<size_t>(ld));
-      for (int64_t j0 = 0; j0 < rows_here; j0 += 16)
-        for (int64_t q0 = 0; q0 < kp; q0 += 16) {
-          const int64_t j1 = std::min(rows_here, j0 + 16), q1 = std::min(kp, q0 + 16);
-          for (int64_t j = j0; j < j1; ++j) {
-            const uint32_t* src = rows16 + (p * 64 + j) * kp;
-            for (int64_t q = q0; q < q1; ++q) dst[q * 64 + j] = src[q];
+      for (int64_t j0 = 0; j0 < rows_here; j0 += kTile) {
+        const int64_t jn = std::min(kTile, rows_here - j0);
+        widen_rows(w, n0 + p * 64 + j0, jn, tmp, K, 1);
+        for (int64_t q0 = 0; q0 < kp; q0 += 16) {  // [jn rows, 16 pairs] -> [16 pairs, jn rows] of the panel
+          const int64_t q1 = std::min(kp, q0 + 16);
+          for (int64_t j = 0; j < jn; ++j) {
+            const float* src = tmp + j * K;
+            for (int64_t q = q0; q < q1; ++q)
+              dst[q * 64 + j0 + j] = uint32_t(util::f32_to_bf16(src[2 * q])) | uint32_t(util::f32_to_bf16(src[2 * q + 1])) << 16;
           }
         }
+      }
     }
     // oneDNN 2.6's brgemm on blocked weights wants a dense destination (a
     // strided one gets the reference kernel): each block of rows goes through
