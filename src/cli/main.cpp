@@ -1,4 +1,6 @@
 // kveval: evaluation of language models on the CPU (oneDNN).
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +14,7 @@
 #include "cli/commands.hpp"
 #include "cli/distributed.hpp"
 #include "cli/errors.hpp"
+#include "eval/json_input.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
 
@@ -67,6 +70,32 @@ std::string empty_list_item(CLI::App& app, int argc, char** argv) {
   return {};
 }
 
+/// For CLI11's "arguments were not expected" error: the first argument after the
+/// subcommand that looks like an option ("-x", "--name", "--name=value"; not a
+/// negative number) and names none of the subcommand's options, as
+/// "unknown option '--dtpye' for 'run' (did you mean '--dtype'?)"; "" when there is none.
+std::string unknown_option(CLI::App& app, int argc, char** argv) {
+  const auto subs = app.get_subcommands();
+  if (subs.empty()) return {};
+  CLI::App* sub = subs.front();
+  std::vector<std::string> names;
+  for (const CLI::Option* o : sub->get_options()) {
+    for (const auto& n : o->get_lnames()) names.push_back("--" + n);
+    for (const auto& n : o->get_snames()) names.push_back("-" + n);
+  }
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") break;
+    if (a.size() < 2 || a[0] != '-' || (std::isdigit(static_cast<unsigned char>(a[1])) || a[1] == '.')) continue;
+    if (const size_t eq = a.find('='); eq != std::string::npos && a.starts_with("--")) a.resize(eq);
+    if (std::find(names.begin(), names.end(), a) != names.end()) continue;
+    const std::string hint = kveval::eval::closest(a, names);
+    return fmt::format("unknown option '{}' for '{}'{}", a, sub->get_name(),
+                       hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint));
+  }
+  return {};
+}
+
 int run_main(int argc, char** argv) {
   using namespace kveval;
   CLI::App app{"kveval: evaluate language models on the CPU with a managed KV cache"};
@@ -97,6 +126,11 @@ int run_main(int argc, char** argv) {
       return cli::kUsage;
     }
     if (e.get_exit_code() == 0) return app.exit(e) == 0 ? cli::kOk : cli::kUsage;  // --help, --version
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr)
+      if (const std::string u = unknown_option(app, argc, argv); !u.empty()) {
+        fmt::print(stderr, "kveval: error: {} (see --help)\n", u);
+        return cli::kUsage;
+      }
     // one line, like every other error ("--threads: expected an integer in [0, 4096], got 65536")
     fmt::print(stderr, "kveval: error: {} (see --help)\n", e.what());
     return cli::kUsage;

@@ -352,6 +352,12 @@ TEST_SUITE("cli.run") {
     CHECK(bogus.code == 2);
     CHECK(bogus.err.find("unknown subcommand 'bogus'") != std::string::npos);
     CHECK(count_lines(bogus.err) == 1);
+    Run typo = run_kveval(d, "run " + quote(spec) + " --dtpye bf16");
+    CHECK(typo.code == 2);
+    CHECK(typo.err == "kveval: error: unknown option '--dtpye' for 'run' (did you mean '--dtype'?) (see --help)\n");
+    Run far = run_kveval(d, "bench -m x.gguf --tests pp --frobnicate=3 -t 1");
+    CHECK(far.code == 2);
+    CHECK(far.err == "kveval: error: unknown option '--frobnicate' for 'bench' (see --help)\n");
     Run dir = run_kveval(d, "run " + quote(d.path.string()));
     CHECK(dir.code == 2);
     CHECK(dir.err == "kveval: error: " + d.path.string() + ": is a directory (expected a JSON spec file)\n");
