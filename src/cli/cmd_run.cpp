@@ -50,6 +50,7 @@ struct RunArgs {
   int threads = -1;
   std::string batch_size;  ///< --batch-size: an integer >= 1 or "auto" ("" = the spec's)
   int limit = -1;
+  int max_length = -1;  ///< --max-length (-1: the spec's)
   int bootstrap_iters = -1;
   double progress_interval = 30;
   bool quiet = false;
@@ -219,6 +220,13 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
   if (a.batch_size == "auto" || a.batch_size.starts_with("auto:")) spec.batch_size_auto = true;  // lm-eval's auto[:N]
   else if (!a.batch_size.empty()) spec.batch_size = std::stoi(a.batch_size), spec.batch_size_auto = false;
   if (a.bootstrap_iters >= 0) spec.bootstrap_iters = a.bootstrap_iters;
+  if (a.max_length >= 0) {
+    spec.max_length = a.max_length;
+    for (const auto& t : spec.tasks)
+      if (t.context_length > a.max_length)
+        throw ArgumentError(fmt::format("--max-length {}: task '{}' has {} tokens per rolling chunk (context_length)",
+                                        a.max_length, t.name, t.context_length));
+  }
   if (a.limit >= 0) {
     spec.limit = a.limit;
     for (auto& t : spec.tasks)
@@ -399,8 +407,9 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("-t,--threads", args->threads, "compute threads (overrides the spec; 0 = all cores)")
       ->check(int_in(0, kMaxThreads));
   cmd->add_option("--dtype", args->dtype,
-                  fmt::format("compute dtype: {} (overrides the spec; default auto: blocks when every matrix has a "
-                              "kept-block type, else bf16 on a bf16 CPU for a non-F32 file; docs/dtypes.md)",
+                  fmt::format("compute dtype: {} (overrides the spec; default auto: blocks-bf16 on a bf16 CPU, else "
+                              "blocks, when every matrix has a kept-block type, else bf16 on a bf16 CPU for a non-F32 "
+                              "file; docs/dtypes.md)",
                               join_names(compute_dtype_name_list())));
   cmd->add_option("--kv-cache-dtype", args->kv_cache_dtype,
                   fmt::format("KV-cache element type: {} (overrides the spec; default auto: bf16 when the compute "
@@ -412,6 +421,10 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("--limit", args->limit_text,
                   "documents per task at most, or a fraction in (0, 1) of each task's (overrides the spec)")
       ->check(limit_validator());
+  cmd->add_option("--max-length,--max_length", args->max_length,
+                  "context window in tokens (overrides the spec's max_length; default the model's context_length): "
+                  "longer requests are left-truncated as lm-eval's max_length")
+      ->check(int_in(2, 1 << 24));  // the spec's max_length range
   cmd->add_option("--bootstrap-iters", args->bootstrap_iters,
                   "bootstrap resamples for the stderr of perplexity (lm-eval's default 100000; 0 = no stderr)")
       ->check(int_in(0, 100000000));  // the spec's bootstrap_iters range

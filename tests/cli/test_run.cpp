@@ -147,6 +147,27 @@ TEST_SUITE("cli.run") {
     CHECK(res["results"]["roll"]["word_perplexity,none"].is_number());
   }
 
+  TEST_CASE("--max-length overrides the spec's max_length as that key does; out of range, one line" * kveval::test::needs_model()) {
+    TempDir d;
+    const std::string roll =
+        R"({"name": "roll", "output_type": "loglikelihood_rolling", "docs": [{"t": "Once upon a time there was a little girl named Lily. She loved to play outside in the park with her dog."}], "doc_to_target": "t"})";
+    std::string s64 = spec_with(roll), s8 = s64;
+    const std::string key64 = "\"max_length\": 64";
+    s8.replace(s8.find(key64), key64.size(), "\"max_length\": 8");
+    const std::string spec64 = d.write("s64.json", s64), spec8 = d.write("s8.json", s8);
+    auto ppl = [&](const std::string& args) {
+      Run r = run_kveval(d, "run " + args + " -q -o -");
+      INFO(r.err);
+      REQUIRE(r.code == 0);
+      return json::parse(r.out)["results"]["roll"]["word_perplexity,none"].get<double>();
+    };
+    const double by_key = ppl(quote(spec8)), by_option = ppl(quote(spec64) + " --max-length 8"), wide = ppl(quote(spec64));
+    CHECK(by_option == by_key);
+    CHECK(by_option != wide);  // 8-token windows see less context than 64-token ones
+    check_one_line(run_kveval(d, "run " + quote(spec64) + " --max-length 1"),
+                   "kveval: error: --max-length: expected an integer in [2, 16777216], got 1 (see --help)");
+  }
+
   TEST_CASE("-o - and --log-samples - write to stdout (tables go to stderr); both at once is a usage error" * kveval::test::needs_model()) {
     TempDir d;
     std::string spec = d.write("spec.json", spec_with(kLL));
