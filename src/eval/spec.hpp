@@ -221,6 +221,12 @@ struct TaskOverrides {
 /// key or bad JSON. The keys are checked as generation_kwargs when the spec is parsed.
 nlohmann::json parse_gen_kwargs_arg(const std::string& text);
 
+/// Sampling parameters from an object of generation_kwargs' sampling keys (do_sample,
+/// temperature, top_k, top_p, min_p, seed), checked as the spec's keys are (the same
+/// ranges and messages, naming `origin`: "<origin>: top_p: 0 is outside (0, 1]"); the
+/// seed defaults to 1234. Throws SpecError. (`kveval generate`'s sampling options.)
+SamplingParams parse_sampling_kwargs(const nlohmann::json& kwargs, const std::string& origin);
+
 /// Reads, validates and renders the spec at `path` and every data file it names.
 /// Relative paths (model, dataset_path, fewshot_split) are relative to the
 /// spec's directory. `model_override` (from `--model`) replaces `model` and is
