@@ -14,19 +14,6 @@
 
 namespace kveval::cli {
 
-namespace {
-
-/// The text of the token whose id is metadata key `id_key` ("" when the file has none).
-std::string token_text(const gguf::File& f, const char* id_key) {
-  if (f.find(id_key) == nullptr) return {};
-  const uint64_t id = f.get_uint(id_key);
-  const std::vector<std::string> tokens = f.get_string_array("tokenizer.ggml.tokens");
-  if (id >= tokens.size()) throw FormatError(fmt::format("{}: {} {} is not a token id (vocabulary of {})", f.path(), id_key, id, tokens.size()));
-  return tokens[id];
-}
-
-}  // namespace
-
 void add_chat_template_command(CLI::App& app, Action& action) {
   struct Opts {
     std::string model, templ, messages, name, bos, eos;
@@ -61,8 +48,8 @@ void add_chat_template_command(CLI::App& app, Action& action) {
         require_model_file(o->model, "--model");
         gguf::File f(o->model);
         ct = eval::ChatTemplate::from_gguf(f, o->name);
-        bos_text = token_text(f, "tokenizer.ggml.bos_token_id");
-        eos_text = token_text(f, "tokenizer.ggml.eos_token_id");
+        bos_text = eval::vocab_token_text(f, "tokenizer.ggml.bos_token_id");
+        eos_text = eval::vocab_token_text(f, "tokenizer.ggml.eos_token_id");
       }
       if (bos->count()) bos_text = o->bos;
       if (eos->count()) eos_text = o->eos;

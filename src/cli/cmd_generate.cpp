@@ -1,12 +1,14 @@
-// `kveval generate`: greedy generation from a prompt, streamed to stdout,
-// with llama.cpp-style per-phase timings on stderr.
+// `kveval generate`: greedy or seeded sampled generation from a prompt,
+// streamed to stdout, with llama.cpp-style per-phase timings on stderr.
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <tuple>
 
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
+#include "eval/spec.hpp"
 #include "model/context.hpp"
 #include "model/model.hpp"
 #include "util/error.hpp"
@@ -23,10 +25,16 @@ struct GenerateArgs {
   std::string model, prompt, dtype = "auto", kv_cache_dtype = "auto";
   int max_gen_toks = 128, threads = 0, max_length = 0;
   bool no_cache = false, ignore_eos = false;
+  /// --temperature, --top-k, --top-p, --min-p, --seed as given (generation_kwargs' keys;
+  /// do_sample when any but the seed is given), checked by eval::parse_sampling_kwargs.
+  nlohmann::json sampling_kwargs = nlohmann::json::object();
+  std::string temperature, top_k, top_p, min_p, seed;  ///< the options' text
+  SamplingParams sampling;  ///< the parameters they give (greedy when none)
 };
 
-/// The options' own checks (ArgumentError), before the model is read.
-void check_args(const GenerateArgs& o) {
+/// The options' own checks (ArgumentError; SpecError for a sampling value), before the model is read.
+void check_args(GenerateArgs& o) {
+  o.sampling = eval::parse_sampling_kwargs(o.sampling_kwargs, "generate");
   if (o.max_gen_toks < 0) throw ArgumentError(fmt::format("--max-gen-toks: must be >= 0, got {}", o.max_gen_toks));
   if (const size_t bad = first_invalid_utf8(o.prompt); bad != std::string::npos)
     throw ArgumentError(fmt::format("--prompt: invalid UTF-8 at byte {} (0x{:02x}); prompts must be UTF-8 text",
@@ -71,6 +79,10 @@ void print_setup(const Model& model, const GenerateArgs& o) {
                                           ? std::string()
                                           : fmt::format("; --kv-cache-dtype {} ignored", o.kv_cache_dtype))
                         : fmt::format("KV cache {}", to_string(model.kv_cache_dtype())));
+  const SamplingParams& p = o.sampling;
+  if (!p.greedy())
+    fmt::print(stderr, "kveval: sampling: temperature {}, top_k {}, top_p {}, min_p {}, seed {}\n", p.temperature, p.top_k,
+               p.top_p, p.min_p, p.seed);
 }
 
 /// One generation and its timings (seconds).
@@ -90,6 +102,7 @@ GenerateRun generate_streamed(const Model& model, const GenerateArgs& o, const s
   GenerateOptions go;
   go.max_gen_toks = {o.max_gen_toks};
   go.stop_at_eos = !o.ignore_eos;
+  go.sampling = {o.sampling};
   go.should_stop = [&](int, std::span<const int32_t> ids) {
     for (; shown < ids.size(); ++shown) std::fputs(detok.push(ids[shown]).c_str(), stdout);
     std::fflush(stdout);
@@ -132,7 +145,7 @@ void print_timings(const Model& model, const GenerateArgs& o, const GenerateRun&
 }
 
 /// `kveval generate`: checks, loads the model, generates and reports.
-int run_generate(const GenerateArgs& o) {
+int run_generate(GenerateArgs& o) {
   check_args(o);
   Stopwatch sw;
   auto model = Model::load(o.model, {.threads = o.threads,
@@ -162,7 +175,7 @@ int run_generate(const GenerateArgs& o) {
 
 void add_generate_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<GenerateArgs>();
-  auto* cmd = app.add_subcommand("generate", "Greedy generation from a prompt (KV cache on by default)");
+  auto* cmd = app.add_subcommand("generate", "Greedy or sampled generation from a prompt (KV cache on by default)");
   cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
   cmd->add_option("-p,--prompt", o->prompt, "prompt text (BOS is prepended)");
   cmd->add_option("-n,--max-gen-toks", o->max_gen_toks, "tokens to generate at most (default 128)");
@@ -181,7 +194,25 @@ void add_generate_command(CLI::App& app, Action& action) {
                   "min(max-length, prompt + max-gen-toks) positions");
   cmd->add_flag("--no-cache", o->no_cache, "re-run the whole sequence every step (no KV cache)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating after EOS");
-  cmd->callback([o, &action] {
+  auto* temperature = cmd->add_option("--temperature", o->temperature, "sample at this temperature (0: greedy)");
+  auto* top_k = cmd->add_option("--top-k", o->top_k, "sample from the K most likely tokens (0: all; default 50 when sampling)");
+  auto* top_p = cmd->add_option("--top-p", o->top_p, "sample from the smallest set of probability >= P, in (0, 1]");
+  auto* min_p = cmd->add_option("--min-p", o->min_p, "drop tokens below P x the top probability, in [0, 1]");
+  auto* seed = cmd->add_option("--seed", o->seed, "the sampling seed (default 1234)");
+  cmd->callback([o, temperature, top_k, top_p, min_p, seed, &action] {
+    // the given options as generation_kwargs: numbers as JSON reads them, so a bad one is named by its key
+    const std::tuple<CLI::Option*, const char*, const std::string*> keys[] = {{temperature, "temperature", &o->temperature},
+                                                                            {top_k, "top_k", &o->top_k},
+                                                                            {top_p, "top_p", &o->top_p},
+                                                                            {min_p, "min_p", &o->min_p},
+                                                                            {seed, "seed", &o->seed}};
+    for (const auto& [opt, key, text] : keys) {
+      if (opt->count() == 0) continue;
+      const std::string& v = *text;
+      const nlohmann::json x = nlohmann::json::parse(v, nullptr, false);
+      o->sampling_kwargs[key] = x.is_number() ? x : nlohmann::json(v);
+      if (std::string(key) != "seed") o->sampling_kwargs["do_sample"] = true;
+    }
     action = [o] { return run_generate(*o); };
   });
 }

@@ -14,11 +14,13 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -27,6 +29,7 @@
 #include "cli/lm_eval_args.hpp"
 #include "cli/output_path.hpp"
 #include "cli/progress.hpp"
+#include "eval/chat_template.hpp"
 #include "eval/report.hpp"
 #include "eval/runner.hpp"
 #include "eval/spec.hpp"
@@ -68,10 +71,16 @@ struct RunArgs {
   std::string output_path;                 ///< --output-path DIR: lm-eval's file layout (output_path.hpp)
   bool samples_to_dir = false;             ///< --log-samples with no value: samples files in --output-path
   std::string seed;                        ///< --seed as given ("" = not given)
+  std::optional<std::string> chat_template;       ///< --apply-chat-template [NAME|FILE]: "" = the model's
+  std::optional<std::string> system_instruction;  ///< --system-instruction
+  bool fewshot_as_multiturn = false;              ///< --fewshot-as-multiturn
+  std::string chat_template_text, system_instruction_text;  ///< the two options' values as CLI11 reads them
 };
 
 /// The value of a --log-samples given without one (no file name is a newline).
 constexpr const char* kSamplesToOutputPath = "\n";
+/// The value of an --apply-chat-template given without one: the model's own template.
+constexpr const char* kModelChatTemplate = "\n";
 
 /// Validator of --limit, as lm-eval's: an integer >= 0 (documents per task) or
 /// a fraction in (0, 1) of each task's documents.
@@ -145,13 +154,16 @@ std::function<void(std::string_view)> fault_injector(int rank) {
 }
 
 /// The files the tasks of `spec` read, as (what, path): each task's dataset_path,
-/// fewshot_split and task file, where given; the names used in messages.
+/// fewshot_split and task file, where given, and a chat template file; the names used in messages.
 std::vector<std::pair<std::string, std::string>> task_input_files(const eval::EvalSpec& spec) {
   std::vector<std::pair<std::string, std::string>> files;
   for (const auto& t : spec.tasks)
     for (const auto& [what, path] : {std::pair<const char*, const std::string&>{"dataset_path", t.dataset_path},
                                      {"fewshot_split", t.fewshot_split}, {"task file", t.source}})
       if (!path.empty()) files.emplace_back(fmt::format("{} of task '{}'", what, t.name), path);
+  std::error_code ec;  // a template from a file is named by its path (one from the model by "model: key")
+  if (spec.chat.tpl && std::filesystem::is_regular_file(spec.chat.tpl->origin, ec))
+    files.emplace_back("the chat template file", spec.chat.tpl->origin);
   return files;
 }
 
@@ -195,6 +207,9 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
   if (!a.seed.empty()) seeds = parse_seed_arg(a.seed);
   if (seeds && (*seeds)[3]) over.fewshot_seed = static_cast<uint64_t>(*(*seeds)[3]);
   if (!a.gen_kwargs.empty()) over.gen_kwargs = parse_gen_kwargs_arg(a.gen_kwargs);
+  over.apply_chat_template = a.chat_template;
+  over.system_instruction = a.system_instruction;
+  over.fewshot_as_multiturn = a.fewshot_as_multiturn;
   if (a.tasks.empty()) spec = load_spec(a.spec, a.model, over);
   else spec = parse_spec({{"model", a.model}, {"tasks", a.tasks}}, "--tasks", ".", a.model, over);
   if (dist.rank() == 0)
@@ -362,6 +377,32 @@ int run(const RunArgs& a) {
 
 }  // namespace
 
+/// lm-eval's chat options: --apply-chat-template [NAME], --system-instruction, --fewshot-as-multiturn
+/// (also with lm-eval's underscores). Returns the --apply-chat-template and --system-instruction options.
+std::pair<CLI::Option*, CLI::Option*> add_chat_options(CLI::App* cmd, RunArgs& a) {
+  CLI::Option* apply = cmd->add_option("--apply-chat-template,--apply_chat_template", a.chat_template_text,
+                                       "render prompts with the model's chat template (NAME: its tokenizer.chat_template.NAME, "
+                                       "or a template FILE), as lm-eval's --apply_chat_template")
+                           ->expected(0, 1)
+                           ->default_str(kModelChatTemplate)
+                           ->option_text("[NAME|FILE]");
+  CLI::Option* system = cmd->add_option("--system-instruction,--system_instruction", a.system_instruction_text,
+                                        "system instruction of every prompt (a system message with --apply-chat-template, "
+                                        "else put before the prompt)");
+  cmd->add_flag("--fewshot-as-multiturn,--fewshot_as_multiturn", a.fewshot_as_multiturn,
+                "few-shot examples as user/assistant turns (needs --apply-chat-template)");
+  return {apply, system};
+}
+
+/// The chat options' values as given: --apply-chat-template with no value is the model's template, "" is refused.
+void read_chat_options(RunArgs& a, const CLI::Option* chat_opt, const CLI::Option* system_opt) {
+  if (chat_opt->count() > 0) {
+    if (a.chat_template_text.empty()) throw CLI::ValidationError("--apply-chat-template", "empty name");
+    a.chat_template = a.chat_template_text == kModelChatTemplate ? "" : a.chat_template_text;
+  }
+  if (system_opt->count() > 0) a.system_instruction = a.system_instruction_text;
+}
+
 /// lm-eval's run options that reach into the tasks: --include-path, --num-fewshot, --seed, --gen-kwargs.
 void add_lm_eval_run_options(CLI::App* cmd, RunArgs& a) {
   cmd->add_option("--include-path,--include_path", a.include_paths,
@@ -387,6 +428,7 @@ void add_run_command(CLI::App& app, Action& action) {
                                ->allow_extra_args(false)
                                ->excludes(spec_opt);
   add_lm_eval_run_options(cmd, *args);
+  const auto [chat_opt, system_opt] = add_chat_options(cmd, *args);
   cmd->add_option("-m,--model", args->model, "GGUF model path (overrides the spec's 'model')");
   cmd->add_option("--output,-o", args->output, "write results as JSON in lm-eval's shape ('-' = stdout)")
       ->check(non_empty_path());
@@ -440,7 +482,7 @@ void add_run_command(CLI::App& app, Action& action) {
                   "(batches of batch_size decode until their longest row ends); same outputs")
       ->check(CLI::IsMember({"dynamic", "static"}));
   cmd->add_flag("--no-prefix-packing", args->no_prefix_packing, "score each request alone (no prefix packing); the same numbers in f32 (bf16 on AMX: see docs/engine.md)");
-  cmd->callback([args, tol, spec_opt, tasks_opt, samples_opt, &action] {
+  cmd->callback([args, tol, spec_opt, tasks_opt, samples_opt, chat_opt = chat_opt, system_opt = system_opt, &action] {
     args->tolerance_given = tol->count() > 0;
     if (!args->limit_text.empty()) {
       const double x = std::strtod(args->limit_text.c_str(), nullptr);
@@ -453,6 +495,7 @@ void add_run_command(CLI::App& app, Action& action) {
       if (args->output_path.empty()) throw CLI::ValidationError("--log-samples", "needs a file, or --output-path DIR to write into");
       args->log_samples.clear(), args->samples_to_dir = true;
     }
+    read_chat_options(*args, chat_opt, system_opt);
     if (spec_opt->count() == 0 && tasks_opt->count() == 0)
       throw CLI::ValidationError("run", "give a spec file or --tasks NAMES");
     if (tasks_opt->count() > 0 && args->model.empty()) throw CLI::ValidationError("--tasks", "needs --model (-m)");

@@ -58,6 +58,14 @@ std::string ChatTemplate::render(const nlohmann::json& messages, bool add_genera
   }
 }
 
+std::string vocab_token_text(const gguf::File& f, const char* id_key) {
+  if (f.find(id_key) == nullptr) return {};
+  const uint64_t id = f.get_uint(id_key);
+  const std::vector<std::string> tokens = f.get_string_array("tokenizer.ggml.tokens");
+  if (id >= tokens.size()) throw FormatError(fmt::format("{}: {} {} is not a token id (vocabulary of {})", f.path(), id_key, id, tokens.size()));
+  return tokens[id];
+}
+
 std::string chat_template_sha(const std::string& source) { return sha256_hex(source); }
 
 }  // namespace kveval::eval

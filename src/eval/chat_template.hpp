@@ -41,6 +41,12 @@ struct ChatTemplate {
 /// "content"; throws SpecError "<where>[i]: ..." otherwise.
 void check_chat_messages(const nlohmann::json& messages, const std::string& where);
 
+/// The text of the vocabulary token whose id is metadata key `id_key` of `f`
+/// (tokenizer.ggml.bos_token_id, ...), the bos_token/eos_token a chat template
+/// gets; "" when the file has no such key. Throws FormatError for an id outside
+/// tokenizer.ggml.tokens.
+std::string vocab_token_text(const gguf::File& f, const char* id_key);
+
 /// sha256 hex digest of a template's text (lm-eval's chat_template_sha).
 std::string chat_template_sha(const std::string& source);
 

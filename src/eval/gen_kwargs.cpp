@@ -93,6 +93,15 @@ void parse_generation_kwargs(const json& tj, const Where& w, const EvalSpec& spe
   if (t.output_type == OutputType::GenerateUntil && !given_until) t.generation_kwargs.until = {t.fewshot_delimiter};
 }
 
+SamplingParams parse_sampling_kwargs(const json& kwargs, const std::string& origin) {
+  const Where w{origin, ""};
+  expect_object(kwargs, w);
+  check_keys(kwargs, w, {"do_sample", "temperature", "top_k", "top_p", "min_p", "seed"});
+  GenerationKwargs g;
+  parse_sampling_keys(kwargs, w, g);
+  return g.sampling;
+}
+
 void parse_repeats(const json& tj, const Where& w, TaskSpec& t) {
   if (!tj.contains("repeats")) return;
   t.repeats = static_cast<int>(expect_int(tj["repeats"], w.key("repeats"), 1, 1 << 16));

@@ -9,10 +9,12 @@
 
 #include <fmt/format.h>
 
+#include "eval/chat_context.hpp"
 #include "eval/filters.hpp"
 #include "eval/groups.hpp"
 #include "eval/metrics.hpp"
 #include "eval/report.hpp"
+#include "eval/requests.hpp"
 #include "eval/template/template.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
@@ -178,9 +180,7 @@ SampleResponses responses_of(const TaskSpec& task, const Doc& d, const DocOutcom
         const Request& r = res.requests[reqs[k]];
         const RequestOutcome& ro = res.outcomes[reqs[k]];
         // the continuation as requests.cpp built it
-        std::string cont = r.index >= 0 ? task.target_delimiter + d.choices[static_cast<size_t>(r.index)]
-                                        : (task.loglikelihood_delimiter ? task.target_delimiter : std::string()) + d.target;
-        add_args(k, {d.context, cont});
+        add_args(k, {d.context, continuation_of(task, d, r.index)});
         ojson pair = ro.ran ? ojson::array({ro.logprob, ro.is_greedy}) : ojson(nullptr);
         s.resps.push_back(ojson::array({pair}));
         s.filtered.push_back(pair);
@@ -519,6 +519,7 @@ ojson results_json(const EvalSpec& spec, const RunResult& res, const std::string
   for (const auto& p : res.phases) total += p.seconds;
   const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   j["date"] = now - total;
+  add_chat_results_keys(spec.chat, j);  // lm-eval's EvaluationTracker keys, in its order
   j["total_evaluation_time_seconds"] = fmt::format("{}", total);
   j["kveval"] = kveval_json(spec, res, model_sha256, tt);
   return j;

@@ -20,15 +20,27 @@ const char* to_string(RequestKind k) {
   return "?";
 }
 
-EncodedPair encode_pair(const Tokenizer& tok, std::string_view context, std::string_view continuation) {
+std::vector<int32_t> encode_prompt(const Tokenizer& tok, std::string_view text, bool chat) {
+  if (!chat) return tok.encode(text, true);
+  const std::string& bos_text = tok.piece(tok.bos());
+  return tok.encode(text, bos_text.empty() || !text.starts_with(bos_text), true);
+}
+
+std::string continuation_of(const TaskSpec& t, const Doc& d, int index) {
+  const std::string delim = t.chat_template ? std::string() : t.target_delimiter;
+  if (index >= 0) return delim + d.choices.at(static_cast<size_t>(index));
+  return (t.loglikelihood_delimiter ? delim : std::string()) + d.target;
+}
+
+EncodedPair encode_pair(const Tokenizer& tok, std::string_view context, std::string_view continuation, bool chat) {
   // lm-eval: n_spaces = len(context) - len(context.rstrip()); Python's
   // whitespace (util/whitespace.hpp), so a trailing U+00A0 moves too.
   const std::string_view kept = util::rstrip(context);
   std::string ctx(kept);
   std::string cont = std::string(context.substr(kept.size())) + std::string(continuation);
   EncodedPair p;
-  std::vector<int32_t> whole = tok.encode(ctx + cont, true);
-  p.context = tok.encode(ctx, true);
+  std::vector<int32_t> whole = encode_prompt(tok, ctx + cont, chat);
+  p.context = encode_prompt(tok, ctx, chat);
   if (whole.size() > p.context.size()) p.continuation.assign(whole.begin() + static_cast<long>(p.context.size()), whole.end());
   return p;
 }
@@ -117,15 +129,16 @@ Request doc_request(size_t ti, size_t di, RequestKind kind) {
   return r;
 }
 
-/// The Loglikelihood request of context d.context and continuation `cont`
+/// The Loglikelihood request of context d.context and continuation_of(t, d, index)
 /// (choice `index`, -1 for a loglikelihood task): lm-eval's encode_pair,
 /// left-truncated to `max_length` (BOS kept, counted in `n_truncated`);
 /// a per-request error for a zero-token or too long continuation.
-Request loglikelihood_request(const Tokenizer& tok, const Doc& d, size_t ti, size_t di, const std::string& cont,
-                              int index, int max_length, int& n_truncated) {
+Request loglikelihood_request(const Tokenizer& tok, const TaskSpec& t, const Doc& d, size_t ti, size_t di, int index,
+                              int max_length, int& n_truncated) {
   Request r = doc_request(ti, di, RequestKind::Loglikelihood);
   r.index = index;
-  EncodedPair p = encode_pair(tok, d.context, cont);
+  const std::string cont = continuation_of(t, d, index);
+  EncodedPair p = encode_pair(tok, d.context, cont, t.chat_template);
   r.n_context_tokens = static_cast<int>(p.context.size());
   r.n_continuation_tokens = static_cast<int>(p.continuation.size());
   // a multiple-choice document has one request per choice: name it
@@ -181,7 +194,7 @@ Request generate_request(const Tokenizer& tok, const TaskSpec& t, const Doc& d, 
   r.max_gen_toks = t.generation_kwargs.max_gen_toks;
   r.until = t.generation_kwargs.until;
   r.sampling = t.generation_kwargs.sampling;
-  r.prompt = tok.encode(d.context, true);
+  r.prompt = encode_prompt(tok, d.context, t.chat_template);
   r.n_context_tokens = static_cast<int>(r.prompt.size());
   size_t room = static_cast<size_t>(max_length - r.max_gen_toks);  // >= 1
   if (r.prompt.size() > room) {
@@ -203,14 +216,11 @@ void add_doc_requests(const EvalSpec& spec, size_t ti, size_t di, const Tokenize
   try {
     switch (t.output_type) {
       case OutputType::Loglikelihood:
-        out.push_back(loglikelihood_request(tok, d, ti, di,
-                                            (t.loglikelihood_delimiter ? t.target_delimiter : std::string()) + d.target,
-                                            -1, max_length, n_truncated));
+        out.push_back(loglikelihood_request(tok, t, d, ti, di, -1, max_length, n_truncated));
         break;
       case OutputType::MultipleChoice:
         for (size_t c = 0; c < d.choices.size(); ++c)
-          out.push_back(loglikelihood_request(tok, d, ti, di, t.target_delimiter + d.choices[c], static_cast<int>(c),
-                                              max_length, n_truncated));
+          out.push_back(loglikelihood_request(tok, t, d, ti, di, static_cast<int>(c), max_length, n_truncated));
         break;
       case OutputType::LoglikelihoodRolling:
         add_rolling_requests(tok, d, ti, di, max_length, out);

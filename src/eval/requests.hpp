@@ -50,12 +50,31 @@ struct EncodedPair {
   std::vector<int32_t> continuation;  ///< whole[context.size():], possibly empty
 };
 
+/// The token ids of a prompt text: tok.bos() followed by encode(text) with
+/// special-token parsing off, or, for a chat-template rendering (`chat`), the
+/// text with special tokens parsed (as Hugging Face tokenizers parse
+/// `<|im_start|>` and the BOS text a template writes) and tok.bos() put first
+/// only when the text does not already begin with that token's text: lm-eval's
+/// HFLM.tok_encode, which since v0.4.10 skips the special tokens when the
+/// string starts with the prefix token's text (has_bos_prefix), so a template
+/// that writes {{ bos_token }} gets one BOS, not two.
+std::vector<int32_t> encode_prompt(const Tokenizer& tok, std::string_view text, bool chat);
+
 /// lm-eval's `_encode_pair`: trailing whitespace of `context` (Python's rstrip(),
 /// Unicode: util/whitespace.hpp) moves to the start of
 /// `continuation`; whole = encode(context + continuation, BOS); ctx =
 /// encode(context, BOS); continuation = whole[len(ctx):]. An empty context
-/// therefore gives ctx = [BOS] (lm-eval's prefix token).
-EncodedPair encode_pair(const Tokenizer& tok, std::string_view context, std::string_view continuation);
+/// therefore gives ctx = [BOS] (lm-eval's prefix token). `chat`: both encoded
+/// with encode_prompt's chat rule.
+EncodedPair encode_pair(const Tokenizer& tok, std::string_view context, std::string_view continuation, bool chat = false);
+
+/// The continuation of a loglikelihood request of `d` as lm-eval's
+/// construct_requests builds it: for choice `index` (multiple_choice)
+/// target_delimiter + the choice, for index -1 (loglikelihood) the target
+/// after target_delimiter when the task keeps it (TaskSpec::loglikelihood_delimiter).
+/// Under a chat template (TaskSpec::chat_template) no delimiter: lm-eval sets
+/// it to "" there (the rendered prompt ends the assistant's turn opening).
+std::string continuation_of(const TaskSpec& t, const Doc& d, int index);
 
 /// Rolling windows over `seq` (BOS first, never scored) for a model window of
 /// `max_length` tokens (>= 2): every position 1..seq.size()-1 is scored exactly

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "eval/chat_context.hpp"
 #include "eval/filters.hpp"
 #include "eval/gen_kwargs.hpp"
 #include "eval/json_input.hpp"
@@ -476,7 +477,8 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
                     const std::string& model_override, const TaskOverrides& o) {
   Where w{origin, ""};
   if (!j.is_object()) w.fail(fmt::format("expected a JSON object at the top level, got {}", json_excerpt(j)));
-  check_keys(j, w, {"model", "threads", "dtype", "kv_cache_dtype", "batch_size", "max_length", "seed", "limit", "bootstrap_iters", "tasks", "include_path"});
+  check_keys(j, w, {"model", "threads", "dtype", "kv_cache_dtype", "batch_size", "max_length", "seed", "limit", "bootstrap_iters",
+                    "tasks", "include_path", "apply_chat_template", "system_instruction", "fewshot_as_multiturn"});
   EvalSpec s;
   s.path = origin;
   s.raw = j;
@@ -521,6 +523,7 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
     parse_generation_kwargs(json::object(), w, s, probe);
   }
   if (!j.contains("tasks")) w.fail("missing required key 'tasks'");
+  resolve_chat_options(j, w, o, s);  // before the tasks: their contexts are rendered with it
   const json& tasks = j["tasks"];
   if (!tasks.is_array()) w.key("tasks").fail(fmt::format("expected a list of tasks, got {}", json_excerpt(tasks)));
   if (tasks.empty()) w.key("tasks").fail("no tasks");

@@ -24,7 +24,8 @@
 
 namespace kveval::eval {
 
-struct TaskHooks;  // eval/task_hooks.hpp
+struct TaskHooks;     // eval/task_hooks.hpp
+struct ChatTemplate;  // eval/chat_template.hpp
 
 /// The four request kinds of lm-evaluation-harness (lm_eval/api/task.py OUTPUT_TYPES).
 enum class OutputType { Loglikelihood, MultipleChoice, LoglikelihoodRolling, GenerateUntil };
@@ -137,11 +138,25 @@ struct TaskSpec {
   /// loglikelihood: the continuation is target_delimiter + target (kveval JSON specs), or the
   /// target alone (false; lm-eval's construct_requests, used for lm-eval YAML tasks).
   bool loglikelihood_delimiter = true;
+  /// The contexts are chat-template renderings (EvalSpec::chat): no target_delimiter before a
+  /// continuation, special tokens parsed (continuation_of, encode_prompt in requests.hpp).
+  bool chat_template = false;
   std::optional<int> limit;          ///< task-level limit (overrides the spec's)
   RollingMethod rolling_method = RollingMethod::LmEval;  ///< `rolling_method`: "lm-eval" or "llama.cpp"
   int context_length = 0;            ///< `context_length` (tokens per llama.cpp chunk, >= 4); 0 unless LlamaCpp
   int n_docs_total = 0;              ///< documents in the data before `limit`
   std::vector<Doc> docs;             ///< rendered documents (after `limit`)
+};
+
+/// lm-eval's chat options of a run (its --apply_chat_template, --system_instruction,
+/// --fewshot_as_multiturn; spec keys of the same names). chat_context.hpp builds the prompts.
+struct ChatOptions {
+  bool apply = false;                            ///< apply_chat_template: contexts rendered as chats
+  std::string name;                              ///< its value: "" (the model's template), a template name or a file
+  std::optional<std::string> system_instruction; ///< system_instruction (also without a chat template)
+  bool fewshot_as_multiturn = false;             ///< few-shot examples as user/assistant turns (needs apply)
+  std::shared_ptr<const ChatTemplate> tpl;       ///< the template applied (set when `apply`)
+  std::string bos_token, eos_token;              ///< the template's bos_token / eos_token: the GGUF vocabulary's texts
 };
 
 /// A validated spec.
@@ -164,6 +179,7 @@ struct EvalSpec {
   /// --gen-kwargs: an object merged into every generate_until task's
   /// generation_kwargs (lm-eval's gen_kwargs; null = none).
   nlohmann::json gen_kwargs;
+  ChatOptions chat;                  ///< apply_chat_template, system_instruction, fewshot_as_multiturn
   std::vector<TaskSpec> tasks;
   /// The groups named by the spec or --tasks (each once; parents before their
   /// nested groups); their member tasks are in `tasks`.
@@ -190,6 +206,10 @@ struct TaskOverrides {
   std::vector<std::string> include_paths;  ///< --include-path: where task names are looked up (task_index.hpp)
   std::optional<uint64_t> fewshot_seed;    ///< --seed's few-shot seed: replaces the spec's `seed`
   nlohmann::json gen_kwargs;               ///< --gen-kwargs (parse_gen_kwargs_arg); null = none
+  /// --apply-chat-template [NAME]: "" = the model's own template; replaces the spec's apply_chat_template
+  std::optional<std::string> apply_chat_template;
+  std::optional<std::string> system_instruction;  ///< --system-instruction: replaces the spec's
+  bool fewshot_as_multiturn = false;              ///< --fewshot-as-multiturn: sets the spec's
 };
 
 /// lm-eval's `--gen_kwargs` value, or a JSON object. "k=v,k2=v2" is read as
@@ -200,6 +220,12 @@ struct TaskOverrides {
 /// an earlier one. Throws SpecError "--gen-kwargs: ..." for an item without a
 /// key or bad JSON. The keys are checked as generation_kwargs when the spec is parsed.
 nlohmann::json parse_gen_kwargs_arg(const std::string& text);
+
+/// Sampling parameters from an object of generation_kwargs' sampling keys (do_sample,
+/// temperature, top_k, top_p, min_p, seed), checked as the spec's keys are (the same
+/// ranges and messages, naming `origin`: "<origin>: top_p: 0 is outside (0, 1]"); the
+/// seed defaults to 1234. Throws SpecError. (`kveval generate`'s sampling options.)
+SamplingParams parse_sampling_kwargs(const nlohmann::json& kwargs, const std::string& origin);
 
 /// Reads, validates and renders the spec at `path` and every data file it names.
 /// Relative paths (model, dataset_path, fewshot_split) are relative to the

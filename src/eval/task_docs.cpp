@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "eval/chat_context.hpp"
 #include "eval/json_input.hpp"
 #include "eval/mapping.hpp"
 #include "eval/task_hooks.hpp"
@@ -252,30 +253,51 @@ std::vector<RawDoc> fewshot_source(const TaskSpec& t, const json& tj, const Wher
   return shot_raw;
 }
 
-/// lm-eval's ContextSampler.get_context for the document `doc`: `draw` examples (rnd.sample for
-/// `default`, the first ones for `first_n`), those equal to `doc` dropped, the first num_fewshot
-/// kept; each is text + target_delimiter [+ gen_prefix + " "] + target + fewshot_delimiter, or the
-/// text alone when its target is "".
-std::string fewshot_examples(const TaskSpec& t, const std::vector<RawDoc>& shot_raw, const std::vector<Doc>& shots,
-                             size_t draw, const json& doc, const std::optional<std::string>& gp, PyRandom& rnd) {
+/// lm-eval's ContextSampler draw for the document `doc`: `draw` examples (rnd.sample for
+/// `default`, the first ones for `first_n`), those equal to `doc` dropped, the first
+/// num_fewshot kept; their indices into `shot_raw`.
+std::vector<size_t> draw_fewshot(const TaskSpec& t, const std::vector<RawDoc>& shot_raw, size_t draw, const json& doc,
+                                 PyRandom& rnd) {
   const size_t n = static_cast<size_t>(t.num_fewshot);
   std::vector<size_t> drawn;
   if (t.fewshot_sampler == "first_n") {
     for (size_t k = 0; k < draw; ++k) drawn.push_back(k);
   } else {
-    drawn = rnd.sample(shots.size(), draw);
+    drawn = rnd.sample(shot_raw.size(), draw);
   }
+  std::vector<size_t> kept;
+  for (size_t k : drawn)
+    if (shot_raw[k].doc != doc && kept.size() < n) kept.push_back(k);
+  return kept;
+}
+
+/// lm-eval's ContextSampler.get_context text of the examples `kept`: each is text +
+/// target_delimiter [+ gen_prefix + " "] + target + fewshot_delimiter, or the text alone
+/// when its target is "".
+std::string fewshot_examples(const TaskSpec& t, const std::vector<Doc>& shots, const std::vector<size_t>& kept,
+                             const std::optional<std::string>& gp) {
   std::string out;
-  size_t kept = 0;
-  for (size_t k : drawn) {
-    if (shot_raw[k].doc == doc || kept == n) continue;
-    ++kept;
+  for (size_t k : kept) {
     const Doc& s = shots[k];
     out += s.context;
     if (!s.target.empty())
       out += t.target_delimiter + (gp && !gp->empty() ? *gp + " " : "") + s.target + t.fewshot_delimiter;
   }
   return out;
+}
+
+/// The context of one (non-rolling) document: lm-eval's ConfigurableTask.fewshot_context,
+/// as text (system prompt + examples + doc_to_text [+ target_delimiter + gen_prefix]) or,
+/// with the spec's chat template, rendered as a chat (chat_context.hpp).
+std::string doc_context(const TaskSpec& t, const EvalSpec& spec, const std::string& description,
+                        const std::vector<Doc>& shots, const std::vector<size_t>& kept, const std::string& question,
+                        const std::optional<std::string>& gp, const std::string& where) {
+  const std::string examples = t.num_fewshot > 0 ? fewshot_examples(t, shots, kept, gp) : "";
+  const std::string system = system_prompt(spec.chat.system_instruction, description, t.fewshot_delimiter);
+  if (!spec.chat.apply) return system + examples + question + (gp ? t.target_delimiter + *gp : "");
+  ChatPrompt p{system, t.num_fewshot > 0, {}, examples, question, gp};
+  for (size_t k : kept) p.turns.push_back({shots[k].context, shots[k].target});
+  return chat_context(spec.chat, p, where);
 }
 
 }  // namespace
@@ -338,6 +360,7 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
   // lm-eval's samplers (lm_eval/api/samplers.py): one random.Random(seed) per task, consumed
   // document after document
   PyRandom rnd(spec.seed);
+  t.chat_template = spec.chat.apply && t.output_type != OutputType::LoglikelihoodRolling;
   for (size_t i = 0; i < n_use; ++i) {
     Doc d = rendered[i];
     if (t.output_type == OutputType::LoglikelihoodRolling) {
@@ -346,11 +369,13 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
       d.context.clear();
     } else {
       const json& doc = raw[i].doc;
-      std::string prefix = description ? render_template(*description, doc, raw[i].origin, "description") : "";
+      const std::string desc = description ? render_template(*description, doc, raw[i].origin, "description") : "";
       std::optional<std::string> gp;
       if (gen_prefix) gp = field_or_template(*t.gen_prefix, *gen_prefix, doc, raw[i].origin, "gen_prefix");
-      if (t.num_fewshot > 0) prefix += fewshot_examples(t, shot_raw, shots, draw, doc, gp, rnd);
-      d.context = prefix + d.context + (gp ? t.target_delimiter + *gp : "");
+      std::vector<size_t> kept;
+      if (t.num_fewshot > 0) kept = draw_fewshot(t, shot_raw, draw, doc, rnd);
+      d.context = doc_context(t, spec, desc, shots, kept, d.context, gp,
+                              fmt::format("task '{}' document {} ({})", t.name, i, raw[i].origin));
     }
     t.docs.push_back(std::move(d));
   }

@@ -1,5 +1,5 @@
 // `kveval generate` end to end: streamed text equals the reference greedy text,
-// cached and uncached; bad options are one-line errors with exit code 2.
+// cached and uncached; seeded sampling; bad options are one-line errors with exit code 2.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -23,6 +23,35 @@ TEST_SUITE("cli.generate") {
       CHECK(uncached.code == 0);
       CHECK(uncached.out == want);
     }
+  }
+
+  TEST_CASE("sampling options: top-k 1 is the reference greedy text; a seed gives one text, cached or not" *
+            kveval::test::needs_model()) {
+    const auto& g = kveval::test::reference_cases("greedy").at(0);
+    const kveval::test::ScratchDir dir("generate_sample");
+    const std::string prompt = g["prompt"];
+    const std::string args = "generate -t 1 --ignore-eos -m " + kveval::test::model_path() + " -n " +
+                             std::to_string(g["max_gen_toks"].get<int>()) + " -p '" + prompt + "'";
+    const std::string greedy = prompt + g["text"].get<std::string>() + "\n";
+    const auto top1 = run_kveval(dir, args + " --temperature 0.8 --top-k 1 --seed 7");
+    CHECK(top1.code == 0);
+    CHECK(top1.out == greedy);
+    CHECK(top1.err.find("kveval: sampling: temperature 0.8, top_k 1, top_p 1, min_p 0, seed 7\n") != std::string::npos);
+    bool differs = false;
+    for (const char* seed : {"1", "2", "3"}) {
+      CAPTURE(seed);
+      const std::string sampled = args + " --temperature 1.5 --top-p 0.95 --seed " + seed;
+      const auto a = run_kveval(dir, sampled), b = run_kveval(dir, sampled + " --no-cache");
+      CHECK(a.code == 0);
+      CHECK(a.out == b.out);
+      CHECK(a.out == run_kveval(dir, sampled).out);
+      differs |= a.out != greedy;
+    }
+    CHECK(differs);
+    const auto bad = run_kveval(dir, args + " --top-p 0");
+    CHECK(bad.code == 2);
+    CHECK(bad.err == "kveval: error: generate: top_p: 0 is outside (0, 1]\n");
+    CHECK(run_kveval(dir, args + " --top-k 1.5").err == "kveval: error: generate: top_k: expected an integer, got 1.5\n");
   }
 
   TEST_CASE("bad options: one line on stderr, exit 2" * kveval::test::needs_model()) {

@@ -129,6 +129,36 @@ TEST_SUITE("cli.run") {
     }
   }
 
+  TEST_CASE("chat options: one-line errors before the model loads, exit 2" * kveval::test::needs_model()) {
+    TempDir d;
+    const std::string spec = d.write("spec.json", spec_with(kLL)), model = kveval::test::model_path();
+    const std::string raises = kveval::test::source_dir() + "/tests/data/chat_task/raises.jinja";
+    struct Case {
+      std::string name, args, expect;
+    };
+    const std::vector<Case> cases = {
+        {"multiturn alone", "--fewshot-as-multiturn",
+         "kveval: error: --fewshot-as-multiturn needs --apply-chat-template (or the spec's apply_chat_template), as lm-eval's"},
+        {"no template in the model", "--apply-chat-template",
+         "kveval: error: " + model + ": no chat template (key 'tokenizer.chat_template' is missing); name a template "
+         "file with --apply-chat-template FILE or the spec's apply_chat_template"},
+        {"unknown name", "--apply_chat_template=chatml",
+         "kveval: error: --apply-chat-template chatml: no chat template of that name in " + model +
+             " (its templates: none) and no file of that path"},
+        {"template raises", "--apply-chat-template=" + quote(raises),
+         "kveval: error: task 'll' document 0 (" + spec + ": tasks[0].docs[0]): chat template: " + raises},
+    };
+    for (const auto& c : cases) {
+      CAPTURE(c.name);
+      const Run r = run_kveval(d, "run " + quote(spec) + " " + c.args);
+      CHECK(r.code == 2);
+      CHECK(count_lines(r.err) == 1);
+      CHECK(r.err.rfind(c.expect, 0) == 0);
+    }
+    CHECK(run_kveval(d, "run " + quote(spec) + " --apply-chat-template=" + quote(raises)).err.find("this template renders no chat") !=
+          std::string::npos);
+  }
+
   TEST_CASE("per-request errors (empty continuation, empty rolling document) are counted: exit 4, no NaN" * kveval::test::needs_model()) {
     TempDir d;
     std::string spec = d.write("spec.json", spec_with(std::string(kLL) + R"(,

@@ -1,0 +1,94 @@
+#pragma once
+// Prompts of instruct models the lm-eval way (lm-eval v0.4.9.1's
+// --apply_chat_template, --system_instruction, --fewshot_as_multiturn): the
+// chat of a document as ConfigurableTask.fewshot_context,
+// ContextSampler.get_chat_context and ConfigurableTask.append_target_question
+// build it (lm_eval/api/task.py, lm_eval/api/samplers.py), rendered as
+// HFLM.apply_chat_template renders it (lm_eval/models/huggingface.py), and the
+// options' resolution and their record in the results.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "eval/spec.hpp"
+
+namespace kveval::eval {
+
+struct Where;  // eval/spec_check.hpp
+
+/// Reads the spec's top-level `apply_chat_template` (true, false or a template
+/// name / file), `system_instruction` (a string) and `fewshot_as_multiturn` (a
+/// boolean) into `s.chat`, the command line's `o` over them; when a template
+/// applies, resolves it against the model file `s.model` (GGUF metadata only)
+/// and takes bos_token / eos_token from its vocabulary. The template: none
+/// named: the model's tokenizer.chat_template; NAME: the model's
+/// tokenizer.chat_template.NAME ("default": tokenizer.chat_template, as
+/// lm-eval's chat_template dict), else a file of that path. Throws SpecError
+/// (one line) for a bad value, fewshot_as_multiturn without
+/// apply_chat_template (lm-eval's __main__ refuses it too), an unknown name
+/// (listing the model's templates), a model without a chat template, a
+/// template outside the engine; ArgumentError for a missing model file.
+void resolve_chat_options(const nlohmann::json& spec, const Where& w, const TaskOverrides& o, EvalSpec& s);
+
+/// fewshot_context's system prompt: system_instruction + fewshot_delimiter +
+/// description when both are given (a description "" counts as none), else
+/// either alone, else "".
+std::string system_prompt(const std::optional<std::string>& system_instruction, const std::string& description,
+                          const std::string& fewshot_delimiter);
+
+/// One few-shot example of a multi-turn chat: its doc_to_text and its target
+/// text (a choice's text, or str(target[0]) for a list target, as get_context).
+struct FewshotTurn {
+  std::string text, target;
+};
+
+/// The parts of one document's chat prompt.
+struct ChatPrompt {
+  std::string system;                 ///< system_prompt(); "" = no system message
+  bool has_fewshot = false;           ///< num_fewshot > 0
+  std::vector<FewshotTurn> turns;     ///< fewshot_as_multiturn: the examples
+  std::string examples;               ///< otherwise: get_context's text of the examples (one user message)
+  std::string question;               ///< doc_to_text of the document
+  std::optional<std::string> gen_prefix;  ///< doc_to_prefix (nullopt: the task has none)
+};
+
+/// The messages of fewshot_context under apply_chat_template: the system
+/// message (when `p.system` is not empty); with few-shot examples either a
+/// user/assistant pair per example (multiturn; the assistant's content is
+/// gen_prefix + " " + target when gen_prefix is not empty) or one user message
+/// of `p.examples`; then append_target_question: the question as a new user
+/// message (multiturn, or when the last message is the system's or there is
+/// none) or appended to the last user message; then, when gen_prefix is not
+/// empty, an assistant message of it. A JSON list of {"role", "content"}.
+nlohmann::json chat_messages(const ChatPrompt& p, bool fewshot_as_multiturn);
+
+/// transformers' apply_chat_template(continue_final_message=True) cut of
+/// `rendered`: it ends where the last occurrence of the final message's
+/// content (Python's strip()) ends, keeping the content's trailing whitespace
+/// when the template kept it. Throws SpecError when the content does not
+/// appear in `rendered` (transformers raises ValueError).
+std::string continue_final_message(const std::string& rendered, const std::string& final_content);
+
+/// HFLM.apply_chat_template(messages, add_generation_prompt): the template
+/// rendered with `c`'s bos/eos texts and continue_final_message = not
+/// add_generation_prompt; when rendering fails (jinja2's TemplateError,
+/// raise_exception included) it is rendered once more without the system
+/// messages, as lm-eval does. Throws SpecError with the second failure's message.
+std::string apply_chat_template(const ChatOptions& c, const nlohmann::json& messages, bool add_generation_prompt);
+
+/// fewshot_context's prompt of one document under a chat template:
+/// chat_messages rendered by apply_chat_template with add_generation_prompt
+/// false when gen_prefix is not empty (the prompt then ends with it), true
+/// otherwise. Throws SpecError "<where>: chat template: ..." on a failure.
+std::string chat_context(const ChatOptions& c, const ChatPrompt& p, const std::string& where);
+
+/// The results' top-level keys lm-eval's EvaluationTracker writes
+/// (GeneralConfigTracker.log_experiment_args): chat_template (the template's
+/// text, null without apply_chat_template), chat_template_sha (its sha256 hex),
+/// system_instruction and system_instruction_sha (null when unset or ""), and
+/// fewshot_as_multiturn.
+void add_chat_results_keys(const ChatOptions& c, nlohmann::ordered_json& results);
+
+}  // namespace kveval::eval
