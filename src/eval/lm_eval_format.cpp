@@ -177,10 +177,13 @@ SampleResponses responses_of(const TaskSpec& task, const Doc& d, const DocOutcom
       for (size_t k = 0; k < reqs.size(); ++k) {
         const Request& r = res.requests[reqs[k]];
         const RequestOutcome& ro = res.outcomes[reqs[k]];
-        // the continuation as requests.cpp built it
-        std::string cont = r.index >= 0 ? task.target_delimiter + d.choices[static_cast<size_t>(r.index)]
-                                        : (task.loglikelihood_delimiter ? task.target_delimiter : std::string()) + d.target;
-        add_args(k, {d.context, cont});
+        // the context and continuation as requests.cpp built them
+        const bool multi = r.index >= 0 && static_cast<size_t>(r.index) < d.contexts.size();  // multiple input
+        std::string cont = multi ? task.target_delimiter + d.target
+                           : r.index >= 0 ? task.target_delimiter + d.choices[static_cast<size_t>(r.index)]
+                                          : (task.loglikelihood_delimiter ? task.target_delimiter : std::string()) + d.target;
+        if (multi && k == 0) s.prompt = d.contexts[static_cast<size_t>(r.index)];  // lm-eval: arguments[0] of the first request
+        add_args(k, {multi ? d.contexts[static_cast<size_t>(r.index)] : d.context, cont});
         ojson pair = ro.ran ? ojson::array({ro.logprob, ro.is_greedy}) : ojson(nullptr);
         s.resps.push_back(ojson::array({pair}));
         s.filtered.push_back(pair);

@@ -117,15 +117,16 @@ Request doc_request(size_t ti, size_t di, RequestKind kind) {
   return r;
 }
 
-/// The Loglikelihood request of context d.context and continuation `cont`
+/// The Loglikelihood request of `context` (d.context, or a multiple-input task's
+/// d.contexts[index]) and continuation `cont`
 /// (choice `index`, -1 for a loglikelihood task): lm-eval's encode_pair,
 /// left-truncated to `max_length` (BOS kept, counted in `n_truncated`);
 /// a per-request error for a zero-token or too long continuation.
-Request loglikelihood_request(const Tokenizer& tok, const Doc& d, size_t ti, size_t di, const std::string& cont,
-                              int index, int max_length, int& n_truncated) {
+Request loglikelihood_request(const Tokenizer& tok, const Doc& d, const std::string& context, size_t ti, size_t di,
+                              const std::string& cont, int index, int max_length, int& n_truncated) {
   Request r = doc_request(ti, di, RequestKind::Loglikelihood);
   r.index = index;
-  EncodedPair p = encode_pair(tok, d.context, cont);
+  EncodedPair p = encode_pair(tok, context, cont);
   r.n_context_tokens = static_cast<int>(p.context.size());
   r.n_continuation_tokens = static_cast<int>(p.continuation.size());
   // a multiple-choice document has one request per choice: name it
@@ -203,14 +204,17 @@ void add_doc_requests(const EvalSpec& spec, size_t ti, size_t di, const Tokenize
   try {
     switch (t.output_type) {
       case OutputType::Loglikelihood:
-        out.push_back(loglikelihood_request(tok, d, ti, di,
+        out.push_back(loglikelihood_request(tok, d, d.context, ti, di,
                                             (t.loglikelihood_delimiter ? t.target_delimiter : std::string()) + d.target,
                                             -1, max_length, n_truncated));
         break;
       case OutputType::MultipleChoice:
         for (size_t c = 0; c < d.choices.size(); ++c)
-          out.push_back(loglikelihood_request(tok, d, ti, di, t.target_delimiter + d.choices[c], static_cast<int>(c),
-                                              max_length, n_truncated));
+          out.push_back(d.contexts.empty()  // multiple input: each context, then the target
+                            ? loglikelihood_request(tok, d, d.context, ti, di, t.target_delimiter + d.choices[c],
+                                                    static_cast<int>(c), max_length, n_truncated)
+                            : loglikelihood_request(tok, d, d.contexts[c], ti, di, t.target_delimiter + d.target,
+                                                    static_cast<int>(c), max_length, n_truncated));
         break;
       case OutputType::LoglikelihoodRolling:
         add_rolling_requests(tok, d, ti, di, max_length, out);
@@ -269,8 +273,10 @@ RequestsPlan plan_requests(const EvalSpec& spec, int max_length) {
           break;
         }
         case OutputType::MultipleChoice:
-          for (const auto& c : d.choices)
-            keep(std::min(encode(d.context.size() + t.target_delimiter.size() + c.size()), cap));
+          for (size_t c = 0; c < d.choices.size(); ++c)
+            keep(std::min(encode(d.contexts.empty() ? d.context.size() + t.target_delimiter.size() + d.choices[c].size()
+                                                    : d.contexts[c].size() + t.target_delimiter.size() + d.target.size()),
+                          cap));
           break;
         case OutputType::LoglikelihoodRolling:
           keep(2 * encode(d.target.size()));  // windows overlap: max_length / (max_length - 1) times the ids, at most 2

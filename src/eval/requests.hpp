@@ -86,7 +86,8 @@ inline constexpr const char* kLlamaCppDocSeparator = "\n\n";
 
 /// Builds every request of every task, in spec order: multiple_choice fans out
 /// into one Loglikelihood request per choice (continuation = target_delimiter +
-/// choice), loglikelihood_rolling into windows, generate_until into one
+/// choice; a multiple-input task's: context = Doc::contexts[i], continuation =
+/// target_delimiter + target), loglikelihood_rolling into windows, generate_until into one
 /// Generate request per repeat (index = the repeat when repeats > 1); a rolling task with rolling_method "llama.cpp" adds its
 /// PerplexityChunk requests (doc -1) after its documents' windows (which the
 /// per-document samples report). Per-request errors

@@ -57,6 +57,9 @@ struct Doc {
   /// multiple_choice whose doc_to_target is a list of indices (AGIEval): every gold
   /// index, in order; empty for one gold index.
   std::vector<int> golds;
+  /// A multiple-input task (TaskSpec::multiple_input): one whole context per choice
+  /// (`context` + choices[i]); each request scores target_delimiter + target after it.
+  std::vector<std::string> contexts;
 };
 
 /// exact_match options of lm-eval's metric_list entry (lm_eval/api/metrics.py
@@ -112,6 +115,10 @@ struct TaskSpec {
   int num_fewshot = 0;
   std::string fewshot_split;         ///< resolved JSONL path of few-shot examples ("" = the task's own docs)
   std::string fewshot_delimiter = "\n\n";
+  /// lm-eval's multiple_input (Winogrande): a multiple_choice task whose doc_to_text gives an
+  /// int for its first document. doc_to_choice then gives the contexts, doc_to_text the gold
+  /// index and doc_to_target the continuation scored after every context (Doc::contexts).
+  bool multiple_input = false;
   std::string fewshot_sampler = "default";  ///< fewshot_config.sampler: "default" (seeded sample) or "first_n"
   /// fewshot_config.samples: inline few-shot documents (a JSON array of objects; null = none),
   /// used when there is no fewshot_split.

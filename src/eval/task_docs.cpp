@@ -96,21 +96,44 @@ void set_target_list(const TaskSpec& t, const json& v, const std::string& origin
   }
 }
 
+/// lm-eval's multiple_input (Winogrande; ConfigurableTask.process_results and
+/// fewshot_context): doc_to_text's int is the gold index into the contexts that
+/// doc_to_choice gave (d.choices), doc_to_target the text scored after each of them;
+/// `context` becomes the gold context, which is what a few-shot example shows (c[q]).
+void set_multiple_input(const json& text_raw, const json& target_raw, const std::string& origin, Doc& d) {
+  if (!text_raw.is_number_integer())
+    throw SpecError(fmt::format("{}: doc_to_text: expected a context index, got {} (the task's first document gave "
+                                "an int, so it is a multiple-input task as in lm-eval: doc_to_choice gives the contexts)",
+                                origin, json_excerpt(text_raw)));
+  const int64_t gold = text_raw.get<int64_t>();
+  if (gold < 0 || gold >= static_cast<int64_t>(d.choices.size()))
+    throw SpecError(fmt::format("{}: doc_to_text: context index {} out of range [0, {})", origin, gold, d.choices.size()));
+  if (!target_raw.is_string() && !target_raw.is_number())
+    throw SpecError(fmt::format("{}: doc_to_target: expected the text scored after each context (a multiple-input "
+                                "task), got {}", origin, json_excerpt(target_raw)));
+  d.gold = static_cast<int>(gold);
+  d.target = value_text(target_raw, origin, "doc_to_target");
+  d.context = d.choices[static_cast<size_t>(gold)];
+}
+
 /// Renders text/target/choices/gold of one raw document (no few-shot yet), with
 /// lm-eval's rules for the values (lm_eval/api/task.py process_results: an int
-/// target is the gold index, a str target the gold choice's text).
+/// target is the gold index, a str target the gold choice's text; for a
+/// multiple-input task, set_multiple_input).
 Doc render_doc(const TaskSpec& t, const Mappings& m, const RawDoc& rd) {
   Doc d;
   d.origin = rd.origin;
   d.raw = rd.doc;
   d.raw_text = rd.text;
-  if (m.text) d.context = value_text(m.text->resolve(rd.doc, rd.origin, rd.text), rd.origin, "doc_to_text");
+  json text_raw;
+  if (m.text) text_raw = m.text->resolve(rd.doc, rd.origin, rd.text);
+  if (m.text && !t.multiple_input) d.context = value_text(text_raw, rd.origin, "doc_to_text");
   json target_raw;
   if (m.target) {
     target_raw = m.target->resolve(rd.doc, rd.origin, rd.text);
     d.target_value = target_raw;
     if (target_raw.is_array()) {
-      set_target_list(t, target_raw, rd.origin, d);
+      if (!t.multiple_input) set_target_list(t, target_raw, rd.origin, d);
     } else {
       d.target = value_text(target_raw, rd.origin, "doc_to_target");
     }
@@ -134,6 +157,10 @@ Doc render_doc(const TaskSpec& t, const Mappings& m, const RawDoc& rd) {
       std::string c = choices[i].get<std::string>();
       if (c.empty()) throw SpecError(fmt::format("{}: doc_to_choice[{}]: empty choice", rd.origin, i));
       d.choices.push_back(std::move(c));
+    }
+    if (t.multiple_input) {
+      set_multiple_input(text_raw, target_raw, rd.origin, d);
+      return d;
     }
     // gold: an int is an index; a str is the gold choice's text (lm-eval), or a string of digits (an index; kveval)
     int64_t gold = -1;
@@ -278,6 +305,20 @@ std::string fewshot_examples(const TaskSpec& t, const std::vector<RawDoc>& shot_
   return out;
 }
 
+/// lm-eval's test of the first document (ConfigurableTask.__init__): a multiple_choice
+/// task whose doc_to_text gives an int is a multiple-input task.
+bool is_multiple_input(const TaskSpec& t, const Mappings& m, const std::vector<RawDoc>& raw) {
+  return t.output_type == OutputType::MultipleChoice && m.text && !raw.empty() &&
+         m.text->resolve(raw[0].doc, raw[0].origin, raw[0].text).is_number_integer();
+}
+
+/// lm-eval's multiple_input_context: after `prefix` (description and few-shot examples), one
+/// context per choice, then the gen_prefix without a delimiter; d.context keeps the prefix.
+void set_multiple_input_contexts(const std::string& prefix, const std::optional<std::string>& gp, Doc& d) {
+  d.context = prefix;
+  for (const std::string& c : d.choices) d.contexts.push_back(prefix + c + gp.value_or(""));
+}
+
 }  // namespace
 
 void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec) {
@@ -307,6 +348,7 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
 
   // render every document (all data are validated, also those past `limit`); templates are parsed once
   Mappings maps = compile_mappings(t, w);
+  t.multiple_input = is_multiple_input(t, maps, raw);
   std::vector<Doc> rendered;
   rendered.reserve(raw.size());
   for (const auto& rd : raw) rendered.push_back(render_doc(t, maps, rd));
@@ -350,7 +392,8 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
       std::optional<std::string> gp;
       if (gen_prefix) gp = field_or_template(*t.gen_prefix, *gen_prefix, doc, raw[i].origin, "gen_prefix");
       if (t.num_fewshot > 0) prefix += fewshot_examples(t, shot_raw, shots, draw, doc, gp, rnd);
-      d.context = prefix + d.context + (gp ? t.target_delimiter + *gp : "");
+      if (t.multiple_input) set_multiple_input_contexts(prefix, gp, d);
+      else d.context = prefix + d.context + (gp ? t.target_delimiter + *gp : "");
     }
     t.docs.push_back(std::move(d));
   }
