@@ -113,6 +113,7 @@ ojson task_config(const TaskSpec& t) {
       ojson steps = ojson::array();
       for (const auto& st : p.steps) {
         ojson sj = {{"function", st.function}};
+        if (st.hook) sj.update(ojson::parse(st.kwargs.dump()));  // a custom filter's keyword arguments
         if (st.function == "take_first_k") sj["k"] = st.k;
         if (st.function == "regex")
           sj.update({{"regex_pattern", st.regex_pattern}, {"group_select", st.group_select}, {"fallback", st.fallback}});
@@ -151,7 +152,7 @@ void repeated_responses(const TaskSpec& task, const Doc& d, const DocOutcome* o,
   ojson f = nullptr;
   if (o && o->ok) {
     try {
-      s.filtered_n = apply_filter_pipeline(pipe, o->outputs);
+      s.filtered_n = apply_filter_pipeline(pipe, o->outputs, &d);
       f = s.filtered_n->is_list ? ojson(s.filtered_n->items) : ojson(s.filtered_n->items.at(0));
     } catch (const std::exception& e) {  // a regex the PCRE2 matcher cannot run: no value for this doc
       s.filter_error = e.what();
@@ -210,7 +211,7 @@ SampleResponses responses_of(const TaskSpec& task, const Doc& d, const DocOutcom
         ojson f = nullptr;
         if (ro.ran) {
           try {
-            s.filtered_text = apply_filter_pipeline(pipe, ro.output);
+            s.filtered_text = apply_filter_pipeline(pipe, ro.output, &d);
             f = *s.filtered_text;
           } catch (const std::exception& e) {  // a regex the PCRE2 matcher cannot run: no value for this doc
             s.filter_error = e.what();

@@ -494,8 +494,7 @@ LmEvalTask load_lm_eval_yaml(const std::string& path, const json& entry) {
   LmEvalTask out;
   out.file = path;
   auto hooks = std::make_shared<TaskHooks>(take_task_hooks(keys.values, *keys.where, path));
-  if (hooks->process_docs || hooks->doc_to_text || hooks->doc_to_target || hooks->doc_to_choice || hooks->scores())
-    out.hooks = hooks;
+  if (hooks->any()) out.hooks = hooks;
   json t = task_fields(keys, entry);
   set_data_paths(keys, entry, t, out);
   out.task = std::move(t);

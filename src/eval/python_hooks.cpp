@@ -149,6 +149,8 @@ const char* call_kind(const PythonHook& h, HookCall c) {
     case HookCall::ProcessResults: return "process_results";
     case HookCall::Metric: return "metric";
     case HookCall::Aggregation: return "aggregation";
+    case HookCall::Samples: return "samples";
+    case HookCall::Filter: return h.key == "filter_fn" ? "filter_fn" : "filter";
   }
   return "";
 }

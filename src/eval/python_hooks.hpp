@@ -40,6 +40,8 @@ enum class HookCall {
   ProcessResults,  ///< f(doc: dict, results: list) -> dict of metric values
   Metric,          ///< f(references=[gold], predictions=[output]) -> number or dict
   Aggregation,     ///< f(values: list) -> number
+  Samples,         ///< f() -> list of dicts (fewshot_config.samples)
+  Filter,          ///< key "filter": f(**kwargs).apply(resps, docs); key "filter_fn": f(resps, docs) -> list
 };
 
 /// Imports the hook's module and looks the function up (no call). Throws
@@ -48,7 +50,8 @@ enum class HookCall {
 void check_python_hook(const PythonHook& hook);
 
 /// Calls the hook with `args` (a JSON array of the positional arguments of
-/// `call`: [doc], [docs], [doc, results], [references, predictions], [values]).
+/// `call`: [doc], [docs], [doc, results], [references, predictions], [values], [],
+/// [resps, docs, kwargs]).
 /// Returns the result as JSON (ProcessDocs: the documents as a list of objects).
 /// Throws SpecError "where: utils.process_results raised KeyError: 'x'", or a
 /// wrong-type / time-limit message, one line.

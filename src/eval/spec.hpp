@@ -24,7 +24,8 @@
 
 namespace kveval::eval {
 
-struct TaskHooks;  // eval/task_hooks.hpp
+struct TaskHooks;   // eval/task_hooks.hpp
+struct PythonHook;  // eval/python_hooks.hpp
 
 /// The four request kinds of lm-evaluation-harness (lm_eval/api/task.py OUTPUT_TYPES).
 enum class OutputType { Loglikelihood, MultipleChoice, LoglikelihoodRolling, GenerateUntil };
@@ -78,6 +79,10 @@ struct FilterStep {
   int group_select = 0;              ///< regex: which findall() match (Python index; negative from the end)
   std::string fallback = "[invalid]";  ///< regex: the output when nothing matches
   int k = 0;                         ///< take_first_k: responses kept
+  /// A custom filter (`function: !function m.Class`, or lm-eval's `custom` with `filter_fn`):
+  /// its Python hook (task_hooks.hpp run_filter_hook); null for the built-in functions.
+  std::shared_ptr<const PythonHook> hook = nullptr;
+  nlohmann::json kwargs = nullptr;   ///< custom filter class: the step's other keys, its keyword arguments
 };
 
 /// A named filter pipeline (`filter_list` entry); metrics are reported per pipeline.

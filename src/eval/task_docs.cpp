@@ -369,6 +369,7 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
     if (!t.fewshot_doc_to_text.empty()) ft.doc_to_text = t.fewshot_doc_to_text;
     if (!t.fewshot_doc_to_target.empty()) ft.doc_to_target = t.fewshot_doc_to_target;
     if (!t.fewshot_doc_to_choice.is_null()) ft.doc_to_choice = t.fewshot_doc_to_choice;
+    if (t.hooks) ft.hooks = std::make_shared<const TaskHooks>(t.hooks->for_fewshot());
     Mappings fmaps = compile_mappings(ft, w.key("fewshot_config"));
     for (const auto& rd : shot_raw) shots.push_back(render_doc(ft, fmaps, rd));
   }
