@@ -15,6 +15,7 @@
 #include <pcre2.h>
 #include <yaml-cpp/yaml.h>
 
+#include "eval/data_files.hpp"
 #include "eval/json_input.hpp"
 #include "eval/task_hooks.hpp"
 #include "eval/template/template.hpp"
@@ -399,30 +400,64 @@ json task_fields(const TaskKeys& c, const json& entry) {
   return t;
 }
 
-/// dataset_path: json with dataset_kwargs.data_files: each split's file,
-/// resolved relative to the YAML (a bare file list is the "train" split).
+/// dataset_path values that name a local-file builder of `datasets` (json, csv, parquet).
+bool is_local_builder(const TaskKeys& c) {
+  if (!c.has("dataset_path") || !c.at("dataset_path").is_string()) return false;
+  const std::string b = c.at("dataset_path").get<std::string>();
+  return b == "json" || b == "csv" || b == "parquet";
+}
+
+/// One file of data_files (split `split`): an absolute path as it is; a relative one in the
+/// YAML's folder, else in the working directory (where `datasets` looks: lm-eval passes
+/// data_files on unchanged). Its extension must pick the YAML's builder (data_file_format).
+std::string resolve_data_file(const TaskKeys& c, const std::string& split, const std::string& p) {
+  const std::string where = fmt::format("data_files.{}", split);
+  if (p.find("://") != std::string::npos)
+    c.fail("dataset_kwargs", fmt::format("{}: \"{}\" is not a local file; kveval reads local files only (give the "
+                                         "path of a local copy)", where, p));
+  std::error_code ec;
+  const std::string dir = fs::path(c.path).parent_path().string();
+  std::string file = fs::path(p).is_absolute() || dir.empty() ? p : (fs::path(dir) / p).lexically_normal().string();
+  if (!fs::is_regular_file(file, ec) && !fs::path(p).is_absolute() && fs::is_regular_file(p, ec))
+    file = fs::absolute(p).lexically_normal().string();
+  if (!fs::is_regular_file(file, ec))
+    c.fail("dataset_kwargs", fmt::format("{}: file \"{}\" not found ({}){}", where, p,
+                                         fs::path(p).is_absolute() ? "an absolute path"
+                                                                   : "looked for next to the YAML, then in the working directory",
+                                         p.find_first_of("*?[") != std::string::npos ? "; glob patterns are not expanded" : ""));
+  const std::string builder = c.at("dataset_path").get<std::string>(), format = data_file_format(file);
+  if (format != builder)
+    c.fail("dataset_kwargs", fmt::format("{}: \"{}\" is read as {} (kveval picks the reader by the extension: .csv, "
+                                         ".parquet, anything else JSON), but dataset_path is {}", where, p, format, builder));
+  return file;
+}
+
+/// dataset_path json, csv or parquet with dataset_kwargs.data_files (a file, a list of one file, or
+/// a mapping of split to either; a bare file or list is the "train" split, as in `datasets`): each
+/// split's file (resolve_data_file).
 std::map<std::string, std::string> local_data_files(const TaskKeys& c) {
-  std::string dir = fs::path(c.path).parent_path().string();
-  auto resolve = [&](const std::string& p) {
-    return fs::path(p).is_absolute() || dir.empty() ? p : (fs::path(dir) / p).lexically_normal().string();
-  };
   std::map<std::string, std::string> files;  // split -> file
-  if (c.has("dataset_name")) c.fail("dataset_name", "must be null for local json data");
+  const std::string builder = c.at("dataset_path").get<std::string>();
+  if (c.has("dataset_name")) c.fail("dataset_name", fmt::format("must be null for local {} data", builder));
   if (!c.has("dataset_kwargs") || !c.at("dataset_kwargs").is_object() || !c.at("dataset_kwargs").contains("data_files"))
-    c.fail("dataset_path", "'json' needs dataset_kwargs.data_files (the local files of each split)");
+    c.fail("dataset_path", fmt::format("'{}' needs dataset_kwargs.data_files (the local files of each split)", builder));
   for (auto it = c.at("dataset_kwargs").begin(); it != c.at("dataset_kwargs").end(); ++it)
     if (it.key() != "data_files") c.fail("dataset_kwargs", fmt::format("'{}' is not supported (only data_files)", it.key()));
   const json& df = c.at("dataset_kwargs")["data_files"];
   auto one = [&](const json& v, const std::string& split) {
     json f = v;
+    if (f.is_array() && f.size() > 1)
+      c.fail("dataset_kwargs", fmt::format("data_files.{}: {} files for one split; kveval reads one file per split (join "
+                                           "them into one)", split, f.size()));
     if (f.is_array() && f.size() == 1) f = f[0];
-    if (!f.is_string()) c.fail("dataset_kwargs", fmt::format("data_files.{}: expected one file name, got {}", split, json_excerpt(v)));
-    files[split] = resolve(f.get<std::string>());
+    if (!f.is_string() || f.get<std::string>().empty())
+      c.fail("dataset_kwargs", fmt::format("data_files.{}: expected a file name, got {}", split, json_excerpt(v)));
+    files[split] = resolve_data_file(c, split, f.get<std::string>());
   };
   if (df.is_object()) {
     for (auto it = df.begin(); it != df.end(); ++it) one(it.value(), it.key());
   } else {
-    one(df, "train");  // datasets: a bare file list is the "train" split
+    one(df, "train");  // datasets: a bare file or list is the "train" split
   }
   return files;
 }
@@ -434,9 +469,9 @@ std::map<std::string, std::string> local_data_files(const TaskKeys& c) {
 /// and lm-eval's few-shot rule in out.fewshot_same_split.
 void set_data_paths(const TaskKeys& c, const json& entry, json& t, LmEvalTask& out) {
   std::map<std::string, std::string> files;  // split -> file
-  bool local = c.has("dataset_path") && c.at("dataset_path") == json("json");
+  const bool local = is_local_builder(c);
   if (local) files = local_data_files(c);
-  else if (c.has("dataset_kwargs")) c.fail("dataset_kwargs", "only used with dataset_path: json");
+  else if (c.has("dataset_kwargs")) c.fail("dataset_kwargs", "only used with dataset_path json, csv or parquet");
   auto split_name = [&](const char* k) -> std::string {
     if (!c.has(k)) return "";
     if (!c.at(k).is_string()) c.fail(k, fmt::format("expected a split name, got {}", json_excerpt(c.at(k))));
@@ -463,9 +498,10 @@ void set_data_paths(const TaskKeys& c, const json& entry, json& t, LmEvalTask& o
     t["dataset_path"] = file_of(eval_split, !test.empty() ? "test_split" : "validation_split");
   } else {
     std::string name = c.has("dataset_path") ? json_excerpt(c.at("dataset_path")) : std::string("none");
-    throw SpecError(fmt::format("{}: dataset_path: {} is not a local file: kveval reads local JSONL only; give \"dataset_path\": "
-                                "\"docs.jsonl\" next to \"lm_eval_yaml\" in the spec, or use dataset_path: json with "
-                                "dataset_kwargs.data_files", c.w("dataset_path"), name));
+    throw SpecError(fmt::format("{}: dataset_path: {} is not a local file: kveval reads local files only (JSON Lines, CSV, "
+                                "Parquet), never the Hugging Face Hub; give a local copy of the split (a file the Hub's "
+                                "cache may already hold) as \"dataset_path\": \"docs.jsonl\" next to \"lm_eval_yaml\" in "
+                                "the spec, or write dataset_path: json with dataset_kwargs.data_files", c.w("dataset_path"), name));
   }
   // few-shot documents: fewshot_split, else fewshot_config.samples, else training, else validation split
   // (lm-eval FewshotConfig.get_docs, Task.fewshot_docs); else the task's own

@@ -181,6 +181,23 @@ ojson call_python_hook(const PythonHook& h, HookCall c, const ojson& args) {
   }
 }
 
+std::vector<std::pair<int, ojson>> read_table_with_python(const std::string& path, const std::string& format) {
+  interpreter();
+  PythonHook reader;  // names the call in glue_call's messages and its time limit
+  reader.module = format;
+  reader.function = "read";
+  reader.where = path;
+  std::pair<bool, std::string> r;
+  {
+    py::gil_scoped_acquire gil;
+    r = glue_call(reader, "read_table", py::make_tuple(path, format));
+  }
+  if (!r.first) throw SpecError(fmt::format("{}: {}", path, r.second));
+  std::vector<std::pair<int, ojson>> rows;
+  for (auto& e : ojson::parse(r.second)) rows.emplace_back(e[0].get<int>(), std::move(e[1]));
+  return rows;
+}
+
 void set_python_hook_timeout(double seconds) {
   if (!(seconds > 0)) throw ArgumentError(fmt::format("hook time limit {}: expected seconds > 0", seconds));
   timeout_seconds() = seconds;

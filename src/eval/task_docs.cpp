@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <optional>
 #include <filesystem>
-#include <fstream>
 
 #include <fmt/format.h>
 
+#include "eval/data_files.hpp"
 #include "eval/json_input.hpp"
 #include "eval/mapping.hpp"
 #include "eval/task_hooks.hpp"
@@ -224,15 +224,10 @@ std::string field_or_template(const std::string& source, const tmpl::Template& t
   return render_template(t, doc, origin, key);
 }
 
+/// The documents of a data file (data_files.hpp: JSON Lines, a JSON array, CSV, Parquet).
 std::vector<RawDoc> load_docs_file(const std::string& path) {
   std::vector<RawDoc> out;
-  for (auto& [line, j] : read_jsonl(path)) out.push_back({fmt::format("{}:{}", path, line), std::move(j), ""});
-  // each document's line as written, for its key order in the samples file
-  std::ifstream f(path, std::ios::binary);
-  std::string text;
-  size_t k = 0;
-  for (int n = 1; k < out.size() && std::getline(f, text); ++n)
-    if (out[k].origin == fmt::format("{}:{}", path, n)) out[k++].text = std::move(text);
+  for (DataRow& r : read_data_file(path)) out.push_back({std::move(r.origin), std::move(r.doc), std::move(r.text)});
   if (out.empty()) throw SpecError(fmt::format("{}: no documents (the file is empty or blank)", path));
   return out;
 }
