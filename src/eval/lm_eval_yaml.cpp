@@ -319,11 +319,31 @@ struct TaskKeys {
   const json& at(const std::string& k) const { return values.at(k); }
 };
 
-/// Reads `path` (and its includes), refusing the keys that need Python (kRefused)
-/// and unknown keys (with a close match), and doc_to_text/doc_to_target mappings.
-TaskKeys read_task_keys(const std::string& path) {
+/// A task's keys for `path` from a group's inline config or overrides (lm-eval's
+/// TaskFactory: a dict in a group's `task:` list): the keys of `base` (a file's, or none),
+/// each of `over` replacing one (a shallow merge, as lm-eval's {**cfg, **overrides});
+/// `where` names the overrides in messages. `include` is refused there.
+Config overridden(Config base, const json& over, const std::string& where) {
+  for (auto it = over.begin(); it != over.end(); ++it) {
+    if (it.key() == "include") throw SpecError(fmt::format("{}: include: not allowed in an inline task config", where));
+    auto e = std::find_if(base.begin(), base.end(), [&](const auto& x) { return x.first == it.key(); });
+    if (e != base.end()) e->second = {it.value(), where};
+    else base.push_back({it.key(), {it.value(), where}});
+  }
+  return base;
+}
+
+/// Reads `path` (and its includes) or, for a group's inline config (`entry`'s
+/// lm_eval_inline), that config; then `entry`'s lm_eval_overrides. Refuses the
+/// keys that need Python (kRefused) and unknown keys (with a close match), and
+/// doc_to_text/doc_to_target mappings.
+TaskKeys read_task_keys(const std::string& path, const json& entry) {
   std::vector<std::string> stack;
-  Config cfg = load_config(path, stack, "");
+  Config cfg = entry.contains("lm_eval_inline")
+                   ? overridden({}, entry["lm_eval_inline"], fmt::format("{} (an inline task config)", path))
+                   : load_config(path, stack, "");
+  if (entry.contains("lm_eval_overrides"))
+    cfg = overridden(std::move(cfg), entry["lm_eval_overrides"], fmt::format("{} (a group's overrides)", path));
   TaskKeys keys;
   keys.path = path;
   for (auto& [k, v] : cfg) {
@@ -526,7 +546,7 @@ void set_data_paths(const TaskKeys& c, const json& entry, json& t, LmEvalTask& o
 }  // namespace
 
 LmEvalTask load_lm_eval_yaml(const std::string& path, const json& entry) {
-  TaskKeys keys = read_task_keys(path);
+  TaskKeys keys = read_task_keys(path, entry);
   LmEvalTask out;
   out.file = path;
   auto hooks = std::make_shared<TaskHooks>(take_task_hooks(keys.values, *keys.where, path));

@@ -394,7 +394,8 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
 
 /// A task entry {"lm_eval_yaml": "x.yaml", ...}: the YAML read into a task entry, then checked as one.
 TaskSpec parse_yaml_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec) {
-  check_keys(tj, w, {"lm_eval_yaml", "dataset_path", "fewshot_split", "num_fewshot", "limit", "name", "task_alias"});
+  check_keys(tj, w, {"lm_eval_yaml", "dataset_path", "fewshot_split", "num_fewshot", "limit", "name", "task_alias",
+                     "lm_eval_inline", "lm_eval_overrides"});
   std::string yaml = resolve_path(base_dir, expect_path(tj["lm_eval_yaml"], w.key("lm_eval_yaml")));
   std::error_code ec;
   if (!fs::is_regular_file(yaml, ec)) w.key("lm_eval_yaml").fail(fmt::format("file \"{}\" not found", yaml));
@@ -405,6 +406,8 @@ TaskSpec parse_yaml_task(const json& tj, const Where& w, const std::string& base
     if (tj.contains(k)) entry[k] = expect_int(tj[k], w.key(k), 0, 1 << 30);
   for (const char* k : {"name", "task_alias"})
     if (tj.contains(k)) entry[k] = expect_string(tj[k], w.key(k));
+  for (const char* k : {"lm_eval_inline", "lm_eval_overrides"})  // a group's inline task dict (TaskIndex)
+    if (tj.contains(k)) entry[k] = expect_object(tj[k], w.key(k));
   LmEvalTask lt = load_lm_eval_yaml(yaml, entry);
   // entry overrides are reported at the spec's path
   auto lines = std::make_shared<std::map<std::string, std::string>>(*lt.where);
