@@ -124,9 +124,7 @@ TEST_SUITE("eval.multiple_input") {
     CHECK(spec_error(task) == "spec.json: tasks[0].docs[0]: doc_to_text: the template gave \"01\", which lm-eval reads with "
                               "ast.literal_eval: leading zeros in decimal integer literals are not permitted");
   }
-}
 
-TEST_SUITE("eval.multiple_input/stories260K") {
   TEST_CASE("acc equals the argmax of each context's own log-likelihood, scored as plain requests" *
             kveval::test::needs_model()) {
     EvalSpec s = yaml_spec("blanks.yaml", {{"num_fewshot", 1}});
