@@ -350,7 +350,9 @@ int run(const RunArgs& a) {
 
   // `-o -` / `--log-samples -`: that file goes to stdout, the tables to stderr
   const bool json_on_stdout = a.output == "-" || a.log_samples == "-";
-  fmt::print(json_on_stdout ? stderr : stdout, "{}\n{}", format_metrics_table(spec, res), format_phase_table(res));
+  const std::string groups = format_groups_table(spec, res);  // lm-eval prints its groups table after the tasks
+  fmt::print(json_on_stdout ? stderr : stdout, "{}\n{}{}", format_metrics_table(spec, res),
+             groups.empty() ? "" : groups + "\n", format_phase_table(res));
   std::fflush(stdout);
 
   write_outputs(a, spec, res, inject);

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <pcre2.h>
 
+#include "eval/task_hooks.hpp"
 #include "eval/template/text.hpp"
 #include "util/error.hpp"
 
@@ -227,10 +228,26 @@ void validate_filters(const TaskSpec& t, const std::string& where) {
   }
 }
 
-std::string apply_filter_pipeline(const FilterPipeline& p, const std::string& output) {
+namespace {
+
+/// A custom filter step on the `responses` of `doc`: its result, a list or one string.
+FilteredResponses python_filter(const FilterStep& s, const std::vector<std::string>& responses, const Doc* doc) {
+  if (!doc) throw Error("internal: a custom filter step runs without its document");
+  const nlohmann::json r = run_filter_hook(*s.hook, s.kwargs, responses, *doc);
+  if (r.is_string()) return {{r.get<std::string>()}, false};
+  return {r.get<std::vector<std::string>>(), true};
+}
+
+}  // namespace
+
+std::string apply_filter_pipeline(const FilterPipeline& p, const std::string& output, const Doc* doc) {
   std::string r = output;
   for (const auto& s : p.steps) {
-    if (s.function == "regex") {
+    if (s.hook) {
+      FilteredResponses f = python_filter(s, {r}, doc);
+      if (f.items.empty()) throw SpecError(fmt::format("{}: {} gave an empty list", doc->origin, s.function));
+      r = f.items[0];
+    } else if (s.function == "regex") {
       PyRegex re(s.regex_pattern);
       auto matches = re.findall(r);
       if (matches.empty()) {
@@ -267,17 +284,20 @@ std::string apply_filter_pipeline(const FilterPipeline& p, const std::string& ou
   return r;
 }
 
-FilteredResponses apply_filter_pipeline(const FilterPipeline& p, const std::vector<std::string>& responses) {
+FilteredResponses apply_filter_pipeline(const FilterPipeline& p, const std::vector<std::string>& responses,
+                                        const Doc* doc) {
   FilteredResponses f{responses, true};
   std::vector<FilterStep> steps = p.steps;
   if (steps.empty()) steps.push_back({.function = "take_first"});  // lm-eval's "none" pipeline
   for (const FilterStep& s : steps) {
     if (!f.is_list) {  // after take_first the response is one string: the remaining steps act on it
       if (s.function != "take_first" && s.function != "take_first_k" && s.function != "majority_vote")
-        f.items[0] = apply_filter_pipeline(FilterPipeline{"", {s}}, f.items[0]);
+        f.items[0] = apply_filter_pipeline(FilterPipeline{"", {s}}, f.items[0], doc);
       continue;
     }
-    if (s.function == "take_first") {
+    if (s.hook) {
+      f = python_filter(s, f.items, doc);
+    } else if (s.function == "take_first") {
       f.items.resize(std::min<size_t>(f.items.size(), 1));
       f.is_list = false;
     } else if (s.function == "take_first_k") {
@@ -294,7 +314,7 @@ FilteredResponses apply_filter_pipeline(const FilterPipeline& p, const std::vect
         if (counts[j].second > counts[best].second) best = j;
       f.items = counts.empty() ? std::vector<std::string>{} : std::vector<std::string>{counts[best].first};
     } else {
-      for (auto& r : f.items) r = apply_filter_pipeline(FilterPipeline{"", {s}}, r);
+      for (auto& r : f.items) r = apply_filter_pipeline(FilterPipeline{"", {s}}, r, doc);
     }
   }
   return f;

@@ -53,21 +53,25 @@ void validate_filters(const TaskSpec& t, const std::string& where);
 /// the fallback when nothing matches, when group_select is past the matches
 /// or when every group of the selected match is empty; take_first
 /// keeps the response; lowercase/uppercase = str.lower()/upper();
-/// remove_whitespace = str.strip().
-std::string apply_filter_pipeline(const FilterPipeline& p, const std::string& output);
+/// remove_whitespace = str.strip(); a custom filter (FilterStep::hook) runs on [output]
+/// of `doc` (run_filter_hook), a list result keeping its first item (as a take_first
+/// after it would). Throws SpecError (a regex PCRE2 cannot run, a failing hook).
+std::string apply_filter_pipeline(const FilterPipeline& p, const std::string& output, const Doc* doc = nullptr);
 
 /// What a pipeline makes of a document's responses (one per repeat), with
 /// lm-eval's semantics on lists (lm_eval/filters/): regex, lowercase,
 /// uppercase and remove_whitespace map over the list; take_first keeps the
 /// first response and ends the list (is_list false); take_first_k keeps the
 /// first k (fewer when fewer are left); majority_vote keeps [the most common
-/// response] (Counter.most_common: ties go to the one seen first). A pipeline
-/// without steps ("none") is lm-eval's default take_first.
+/// response] (Counter.most_common: ties go to the one seen first); a custom filter
+/// maps the list of `doc` to its result (a list, or one string that ends the list). A
+/// pipeline without steps ("none") is lm-eval's default take_first.
 struct FilteredResponses {
   std::vector<std::string> items;  ///< one item when !is_list
   bool is_list = true;
 };
-FilteredResponses apply_filter_pipeline(const FilterPipeline& p, const std::vector<std::string>& responses);
+FilteredResponses apply_filter_pipeline(const FilterPipeline& p, const std::vector<std::string>& responses,
+                                        const Doc* doc = nullptr);
 
 /// exact_match text after the options: each regex removed, then lower-cased,
 /// then ASCII punctuation removed.

@@ -106,7 +106,7 @@ std::vector<MetricValue> hook_metrics(const TaskSpec& task, std::span<const DocO
       try {
         std::string f;
         const bool gen = task.output_type == OutputType::GenerateUntil;
-        if (gen) f = pipe.steps.empty() ? outcomes[i].output : apply_filter_pipeline(pipe, outcomes[i].output);
+        if (gen) f = pipe.steps.empty() ? outcomes[i].output : apply_filter_pipeline(pipe, outcomes[i].output, &task.docs[i]);
         for (auto& [name, v] : hook_doc_values(task, task.docs[i], outcomes[i], gen ? &f : nullptr))
           values[name].push_back(std::move(v));
       } catch (const std::exception& e) {

@@ -115,6 +115,7 @@ ojson task_config(const TaskSpec& t) {
       ojson steps = ojson::array();
       for (const auto& st : p.steps) {
         ojson sj = {{"function", st.function}};
+        if (st.hook) sj.update(ojson::parse(st.kwargs.dump()));  // a custom filter's keyword arguments
         if (st.function == "take_first_k") sj["k"] = st.k;
         if (st.function == "regex")
           sj.update({{"regex_pattern", st.regex_pattern}, {"group_select", st.group_select}, {"fallback", st.fallback}});
@@ -153,7 +154,7 @@ void repeated_responses(const TaskSpec& task, const Doc& d, const DocOutcome* o,
   ojson f = nullptr;
   if (o && o->ok) {
     try {
-      s.filtered_n = apply_filter_pipeline(pipe, o->outputs);
+      s.filtered_n = apply_filter_pipeline(pipe, o->outputs, &d);
       f = s.filtered_n->is_list ? ojson(s.filtered_n->items) : ojson(s.filtered_n->items.at(0));
     } catch (const std::exception& e) {  // a regex the PCRE2 matcher cannot run: no value for this doc
       s.filter_error = e.what();
@@ -179,8 +180,10 @@ SampleResponses responses_of(const TaskSpec& task, const Doc& d, const DocOutcom
       for (size_t k = 0; k < reqs.size(); ++k) {
         const Request& r = res.requests[reqs[k]];
         const RequestOutcome& ro = res.outcomes[reqs[k]];
-        // the continuation as requests.cpp built it
-        add_args(k, {d.context, continuation_of(task, d, r.index)});
+        // the context and continuation as requests.cpp built them
+        const bool multi = r.index >= 0 && static_cast<size_t>(r.index) < d.contexts.size();  // multiple input
+        if (multi && k == 0) s.prompt = d.contexts[static_cast<size_t>(r.index)];  // lm-eval: arguments[0] of the first request
+        add_args(k, {context_of(d, r.index), continuation_of(task, d, r.index)});
         ojson pair = ro.ran ? ojson::array({ro.logprob, ro.is_greedy}) : ojson(nullptr);
         s.resps.push_back(ojson::array({pair}));
         s.filtered.push_back(pair);
@@ -207,7 +210,7 @@ SampleResponses responses_of(const TaskSpec& task, const Doc& d, const DocOutcom
         ojson f = nullptr;
         if (ro.ran) {
           try {
-            s.filtered_text = apply_filter_pipeline(pipe, ro.output);
+            s.filtered_text = apply_filter_pipeline(pipe, ro.output, &d);
             f = *s.filtered_text;
           } catch (const std::exception& e) {  // a regex the PCRE2 matcher cannot run: no value for this doc
             s.filter_error = e.what();

@@ -15,6 +15,7 @@
 #include <pcre2.h>
 #include <yaml-cpp/yaml.h>
 
+#include "eval/data_files.hpp"
 #include "eval/json_input.hpp"
 #include "eval/task_hooks.hpp"
 #include "eval/template/template.hpp"
@@ -318,11 +319,31 @@ struct TaskKeys {
   const json& at(const std::string& k) const { return values.at(k); }
 };
 
-/// Reads `path` (and its includes), refusing the keys that need Python (kRefused)
-/// and unknown keys (with a close match), and doc_to_text/doc_to_target mappings.
-TaskKeys read_task_keys(const std::string& path) {
+/// A task's keys for `path` from a group's inline config or overrides (lm-eval's
+/// TaskFactory: a dict in a group's `task:` list): the keys of `base` (a file's, or none),
+/// each of `over` replacing one (a shallow merge, as lm-eval's {**cfg, **overrides});
+/// `where` names the overrides in messages. `include` is refused there.
+Config overridden(Config base, const json& over, const std::string& where) {
+  for (auto it = over.begin(); it != over.end(); ++it) {
+    if (it.key() == "include") throw SpecError(fmt::format("{}: include: not allowed in an inline task config", where));
+    auto e = std::find_if(base.begin(), base.end(), [&](const auto& x) { return x.first == it.key(); });
+    if (e != base.end()) e->second = {it.value(), where};
+    else base.push_back({it.key(), {it.value(), where}});
+  }
+  return base;
+}
+
+/// Reads `path` (and its includes) or, for a group's inline config (`entry`'s
+/// lm_eval_inline), that config; then `entry`'s lm_eval_overrides. Refuses the
+/// keys that need Python (kRefused) and unknown keys (with a close match), and
+/// doc_to_text/doc_to_target mappings.
+TaskKeys read_task_keys(const std::string& path, const json& entry) {
   std::vector<std::string> stack;
-  Config cfg = load_config(path, stack, "");
+  Config cfg = entry.contains("lm_eval_inline")
+                   ? overridden({}, entry["lm_eval_inline"], fmt::format("{} (an inline task config)", path))
+                   : load_config(path, stack, "");
+  if (entry.contains("lm_eval_overrides"))
+    cfg = overridden(std::move(cfg), entry["lm_eval_overrides"], fmt::format("{} (a group's overrides)", path));
   TaskKeys keys;
   keys.path = path;
   for (auto& [k, v] : cfg) {
@@ -399,30 +420,64 @@ json task_fields(const TaskKeys& c, const json& entry) {
   return t;
 }
 
-/// dataset_path: json with dataset_kwargs.data_files: each split's file,
-/// resolved relative to the YAML (a bare file list is the "train" split).
+/// dataset_path values that name a local-file builder of `datasets` (json, csv, parquet).
+bool is_local_builder(const TaskKeys& c) {
+  if (!c.has("dataset_path") || !c.at("dataset_path").is_string()) return false;
+  const std::string b = c.at("dataset_path").get<std::string>();
+  return b == "json" || b == "csv" || b == "parquet";
+}
+
+/// One file of data_files (split `split`): an absolute path as it is; a relative one in the
+/// YAML's folder, else in the working directory (where `datasets` looks: lm-eval passes
+/// data_files on unchanged). Its extension must pick the YAML's builder (data_file_format).
+std::string resolve_data_file(const TaskKeys& c, const std::string& split, const std::string& p) {
+  const std::string where = fmt::format("data_files.{}", split);
+  if (p.find("://") != std::string::npos)
+    c.fail("dataset_kwargs", fmt::format("{}: \"{}\" is not a local file; kveval reads local files only (give the "
+                                         "path of a local copy)", where, p));
+  std::error_code ec;
+  const std::string dir = fs::path(c.path).parent_path().string();
+  std::string file = fs::path(p).is_absolute() || dir.empty() ? p : (fs::path(dir) / p).lexically_normal().string();
+  if (!fs::is_regular_file(file, ec) && !fs::path(p).is_absolute() && fs::is_regular_file(p, ec))
+    file = fs::absolute(p).lexically_normal().string();
+  if (!fs::is_regular_file(file, ec))
+    c.fail("dataset_kwargs", fmt::format("{}: file \"{}\" not found ({}){}", where, p,
+                                         fs::path(p).is_absolute() ? "an absolute path"
+                                                                   : "looked for next to the YAML, then in the working directory",
+                                         p.find_first_of("*?[") != std::string::npos ? "; glob patterns are not expanded" : ""));
+  const std::string builder = c.at("dataset_path").get<std::string>(), format = data_file_format(file);
+  if (format != builder)
+    c.fail("dataset_kwargs", fmt::format("{}: \"{}\" is read as {} (kveval picks the reader by the extension: .csv, "
+                                         ".parquet, anything else JSON), but dataset_path is {}", where, p, format, builder));
+  return file;
+}
+
+/// dataset_path json, csv or parquet with dataset_kwargs.data_files (a file, a list of one file, or
+/// a mapping of split to either; a bare file or list is the "train" split, as in `datasets`): each
+/// split's file (resolve_data_file).
 std::map<std::string, std::string> local_data_files(const TaskKeys& c) {
-  std::string dir = fs::path(c.path).parent_path().string();
-  auto resolve = [&](const std::string& p) {
-    return fs::path(p).is_absolute() || dir.empty() ? p : (fs::path(dir) / p).lexically_normal().string();
-  };
   std::map<std::string, std::string> files;  // split -> file
-  if (c.has("dataset_name")) c.fail("dataset_name", "must be null for local json data");
+  const std::string builder = c.at("dataset_path").get<std::string>();
+  if (c.has("dataset_name")) c.fail("dataset_name", fmt::format("must be null for local {} data", builder));
   if (!c.has("dataset_kwargs") || !c.at("dataset_kwargs").is_object() || !c.at("dataset_kwargs").contains("data_files"))
-    c.fail("dataset_path", "'json' needs dataset_kwargs.data_files (the local files of each split)");
+    c.fail("dataset_path", fmt::format("'{}' needs dataset_kwargs.data_files (the local files of each split)", builder));
   for (auto it = c.at("dataset_kwargs").begin(); it != c.at("dataset_kwargs").end(); ++it)
     if (it.key() != "data_files") c.fail("dataset_kwargs", fmt::format("'{}' is not supported (only data_files)", it.key()));
   const json& df = c.at("dataset_kwargs")["data_files"];
   auto one = [&](const json& v, const std::string& split) {
     json f = v;
+    if (f.is_array() && f.size() > 1)
+      c.fail("dataset_kwargs", fmt::format("data_files.{}: {} files for one split; kveval reads one file per split (join "
+                                           "them into one)", split, f.size()));
     if (f.is_array() && f.size() == 1) f = f[0];
-    if (!f.is_string()) c.fail("dataset_kwargs", fmt::format("data_files.{}: expected one file name, got {}", split, json_excerpt(v)));
-    files[split] = resolve(f.get<std::string>());
+    if (!f.is_string() || f.get<std::string>().empty())
+      c.fail("dataset_kwargs", fmt::format("data_files.{}: expected a file name, got {}", split, json_excerpt(v)));
+    files[split] = resolve_data_file(c, split, f.get<std::string>());
   };
   if (df.is_object()) {
     for (auto it = df.begin(); it != df.end(); ++it) one(it.value(), it.key());
   } else {
-    one(df, "train");  // datasets: a bare file list is the "train" split
+    one(df, "train");  // datasets: a bare file or list is the "train" split
   }
   return files;
 }
@@ -434,9 +489,9 @@ std::map<std::string, std::string> local_data_files(const TaskKeys& c) {
 /// and lm-eval's few-shot rule in out.fewshot_same_split.
 void set_data_paths(const TaskKeys& c, const json& entry, json& t, LmEvalTask& out) {
   std::map<std::string, std::string> files;  // split -> file
-  bool local = c.has("dataset_path") && c.at("dataset_path") == json("json");
+  const bool local = is_local_builder(c);
   if (local) files = local_data_files(c);
-  else if (c.has("dataset_kwargs")) c.fail("dataset_kwargs", "only used with dataset_path: json");
+  else if (c.has("dataset_kwargs")) c.fail("dataset_kwargs", "only used with dataset_path json, csv or parquet");
   auto split_name = [&](const char* k) -> std::string {
     if (!c.has(k)) return "";
     if (!c.at(k).is_string()) c.fail(k, fmt::format("expected a split name, got {}", json_excerpt(c.at(k))));
@@ -463,9 +518,10 @@ void set_data_paths(const TaskKeys& c, const json& entry, json& t, LmEvalTask& o
     t["dataset_path"] = file_of(eval_split, !test.empty() ? "test_split" : "validation_split");
   } else {
     std::string name = c.has("dataset_path") ? json_excerpt(c.at("dataset_path")) : std::string("none");
-    throw SpecError(fmt::format("{}: dataset_path: {} is not a local file: kveval reads local JSONL only; give \"dataset_path\": "
-                                "\"docs.jsonl\" next to \"lm_eval_yaml\" in the spec, or use dataset_path: json with "
-                                "dataset_kwargs.data_files", c.w("dataset_path"), name));
+    throw SpecError(fmt::format("{}: dataset_path: {} is not a local file: kveval reads local files only (JSON Lines, CSV, "
+                                "Parquet), never the Hugging Face Hub; give a local copy of the split (a file the Hub's "
+                                "cache may already hold) as \"dataset_path\": \"docs.jsonl\" next to \"lm_eval_yaml\" in "
+                                "the spec, or write dataset_path: json with dataset_kwargs.data_files", c.w("dataset_path"), name));
   }
   // few-shot documents: fewshot_split, else fewshot_config.samples, else training, else validation split
   // (lm-eval FewshotConfig.get_docs, Task.fewshot_docs); else the task's own
@@ -490,12 +546,11 @@ void set_data_paths(const TaskKeys& c, const json& entry, json& t, LmEvalTask& o
 }  // namespace
 
 LmEvalTask load_lm_eval_yaml(const std::string& path, const json& entry) {
-  TaskKeys keys = read_task_keys(path);
+  TaskKeys keys = read_task_keys(path, entry);
   LmEvalTask out;
   out.file = path;
   auto hooks = std::make_shared<TaskHooks>(take_task_hooks(keys.values, *keys.where, path));
-  if (hooks->process_docs || hooks->doc_to_text || hooks->doc_to_target || hooks->doc_to_choice || hooks->scores())
-    out.hooks = hooks;
+  if (hooks->any()) out.hooks = hooks;
   json t = task_fields(keys, entry);
   set_data_paths(keys, entry, t, out);
   out.task = std::move(t);

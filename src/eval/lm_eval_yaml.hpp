@@ -35,7 +35,10 @@ struct LmEvalTask {
 
 /// Reads `path` (and its includes). `entry` holds the spec entry's own keys,
 /// already checked (dataset_path / fewshot_split resolved paths, num_fewshot,
-/// limit, name, task_alias) and overriding the YAML. Throws SpecError "file:line: key: message".
+/// limit, name, task_alias) and overriding the YAML; `lm_eval_inline` (an object:
+/// a group's inline task config, written in the group YAML `path`) replaces the
+/// file's keys, and `lm_eval_overrides` (an object of task keys, from a dict in a
+/// group's `task:` list) replaces single top-level keys. Throws SpecError "file:line: key: message".
 LmEvalTask load_lm_eval_yaml(const std::string& path, const nlohmann::json& entry);
 
 /// The top-level keys of the YAML at `path` with its includes merged (the same

@@ -171,10 +171,13 @@ json Mapping::resolve(const json& doc, const std::string& origin, std::string_vi
   }
   switch (kind_) {
     case MappingKind::Text:
-      if (all_ascii_digits(text) && has_choices_)
-        throw SpecError(fmt::format("{}: doc_to_text: the template gave the digits \"{}\" in a task with choices; lm-eval reads that "
-                                    "as an index into the choices (multiple-input tasks), which kveval does not support",
-                                    origin, text));
+      if (all_ascii_digits(text) && has_choices_) {  // lm-eval: ast.literal_eval, an index (multiple-input tasks)
+        if (text.size() > 1 && text.find_first_not_of('0') != std::string::npos && text[0] == '0')
+          throw SpecError(fmt::format("{}: doc_to_text: the template gave \"{}\", which lm-eval reads with ast.literal_eval: "
+                                      "leading zeros in decimal integer literals are not permitted", origin, text));
+        if (text.size() > 9) throw SpecError(fmt::format("{}: doc_to_text: index {} is out of range", origin, text));
+        return std::stoll(text);
+      }
       return text;
     case MappingKind::Target:
       if (all_ascii_digits(text) && has_choices_) {

@@ -5,7 +5,8 @@
 // - a string that is a key of the document yields that field's value;
 // - otherwise it is a Jinja template (src/eval/template/) rendered with the
 //   document's fields as variables; doc_to_text/doc_to_target text of ASCII
-//   digits becomes an int when the task has choices; doc_to_target text
+//   digits becomes an int when the task has choices (a doc_to_text int makes a
+//   multiple-input task); doc_to_target text
 //   "[...]" is read with ast.literal_eval when it parses; doc_to_choice text is
 //   always read with ast.literal_eval (it must be a list);
 // - kveval additions: a plain string with no template syntax that looks like a

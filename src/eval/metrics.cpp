@@ -261,10 +261,10 @@ void add_exact_match(const TaskSpec& task, const Doc& d, const DocOutcome& o, Do
   for (size_t p = 0; p < s.pipes.size(); ++p) {
     try {
       if (task.repeats > 1) {  // lm-eval's filters on the list of repeats
-        s.em[p].push_back(exact_match_value(task.exact_match, apply_filter_pipeline(s.pipes[p], o.outputs), d));
+        s.em[p].push_back(exact_match_value(task.exact_match, apply_filter_pipeline(s.pipes[p], o.outputs, &d), d));
         continue;
       }
-      std::string out = apply_filter_pipeline(s.pipes[p], o.output);
+      std::string out = apply_filter_pipeline(s.pipes[p], o.output, &d);
       bool hit = exact_match_hit(task.exact_match, out, d);
       s.em[p].push_back(hit ? 1.0 : 0.0);
     } catch (const std::exception& e) {

@@ -149,6 +149,8 @@ const char* call_kind(const PythonHook& h, HookCall c) {
     case HookCall::ProcessResults: return "process_results";
     case HookCall::Metric: return "metric";
     case HookCall::Aggregation: return "aggregation";
+    case HookCall::Samples: return "samples";
+    case HookCall::Filter: return h.key == "filter_fn" ? "filter_fn" : "filter";
   }
   return "";
 }
@@ -177,6 +179,23 @@ ojson call_python_hook(const PythonHook& h, HookCall c, const ojson& args) {
   } catch (const ojson::exception& e) {
     throw SpecError(fmt::format("{}: {} returned text kveval cannot read as JSON ({})", h.where, h.name(), e.what()));
   }
+}
+
+std::vector<std::pair<int, ojson>> read_table_with_python(const std::string& path, const std::string& format) {
+  interpreter();
+  PythonHook reader;  // names the call in glue_call's messages and its time limit
+  reader.module = format;
+  reader.function = "read";
+  reader.where = path;
+  std::pair<bool, std::string> r;
+  {
+    py::gil_scoped_acquire gil;
+    r = glue_call(reader, "read_table", py::make_tuple(path, format));
+  }
+  if (!r.first) throw SpecError(fmt::format("{}: {}", path, r.second));
+  std::vector<std::pair<int, ojson>> rows;
+  for (auto& e : ojson::parse(r.second)) rows.emplace_back(e[0].get<int>(), std::move(e[1]));
+  return rows;
 }
 
 void set_python_hook_timeout(double seconds) {

@@ -3,6 +3,7 @@
 // runs lm-eval's `!function module.name` hooks. This interface is C++ only:
 // python_hooks.cpp is the one unit that includes Python's headers.
 //
+// - Also reads CSV and Parquet data files (read_table_with_python).
 // - Import as lm-eval's utils.import_function: `<folder of the YAML holding the
 //   tag>/<module>.py` executed as a fresh module named `module` (no sys.path
 //   change), once per tag; then `getattr(module, name)`.
@@ -17,6 +18,8 @@
 //   (PyThreadState_SetAsyncExc, seen at its next bytecode); a hook blocked
 //   inside C code ends the process 10 s later with exit 2 and the same message.
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -40,6 +43,8 @@ enum class HookCall {
   ProcessResults,  ///< f(doc: dict, results: list) -> dict of metric values
   Metric,          ///< f(references=[gold], predictions=[output]) -> number or dict
   Aggregation,     ///< f(values: list) -> number
+  Samples,         ///< f() -> list of dicts (fewshot_config.samples)
+  Filter,          ///< key "filter": f(**kwargs).apply(resps, docs); key "filter_fn": f(resps, docs) -> list
 };
 
 /// Imports the hook's module and looks the function up (no call). Throws
@@ -48,11 +53,20 @@ enum class HookCall {
 void check_python_hook(const PythonHook& hook);
 
 /// Calls the hook with `args` (a JSON array of the positional arguments of
-/// `call`: [doc], [docs], [doc, results], [references, predictions], [values]).
+/// `call`: [doc], [docs], [doc, results], [references, predictions], [values], [],
+/// [resps, docs, kwargs]).
 /// Returns the result as JSON (ProcessDocs: the documents as a list of objects).
 /// Throws SpecError "where: utils.process_results raised KeyError: 'x'", or a
 /// wrong-type / time-limit message, one line.
 nlohmann::ordered_json call_python_hook(const PythonHook& hook, HookCall call, const nlohmann::ordered_json& args);
+
+/// The rows of a local data file read in the embedded Python (data_files.hpp): `format`
+/// "csv" (the csv module, columns typed as pandas.read_csv types them) or "parquet"
+/// (pyarrow.parquet). Returns (first line of the row, row) pairs (Parquet: the row
+/// number from 1), each row an object in column order. Throws SpecError "path: ..." (one line: a CSV
+/// error with its line, pyarrow not importable, a value that is not JSON-like).
+std::vector<std::pair<int, nlohmann::ordered_json>> read_table_with_python(const std::string& path,
+                                                                           const std::string& format);
 
 /// The time limit of one call in seconds (> 0); the default comes from
 /// KVEVAL_HOOK_TIMEOUT (else 300). Throws ArgumentError for <= 0.

@@ -57,19 +57,36 @@ std::string table(const std::vector<std::string>& head, const std::vector<std::v
   return out;
 }
 
+/// The table rows of `ms` under the name `name`: metric, value, "± stderr", n, note.
+void add_metric_rows(const std::string& name, const std::vector<MetricValue>& ms,
+                     std::vector<std::vector<std::string>>& rows) {
+  for (const auto& m : ms) {
+    std::string val = m.value ? format_table_number(*m.value, 4) : "n/a";
+    std::string se = m.stderr_ ? "± " + format_table_number(*m.stderr_, 4) : "";
+    std::string note = m.value ? (m.stderr_ ? "" : m.note) : m.note;
+    rows.push_back({name, metric_key(m.name, m.filter), val, se, std::to_string(m.n), note});
+  }
+}
 
 }  // namespace
 
+std::string format_groups_table(const EvalSpec& spec, const RunResult& res) {
+  std::vector<std::vector<std::string>> rows;
+  bool aggregates = false;
+  for (const ReportRow& row : report_rows(spec)) {
+    if (!row.is_group || !spec.groups[row.index].aggregate_metric_list) continue;
+    const std::vector<AggregateMetric>& list = *spec.groups[row.index].aggregate_metric_list;
+    aggregates |= !list.empty();
+    if (list.empty()) rows.push_back({row.alias, "", "", "", "", ""});
+    else if (row.index < res.group_metrics.size()) add_metric_rows(row.alias, res.group_metrics[row.index], rows);
+  }
+  if (!aggregates) return "";
+  return table({"group", "metric", "value", "stderr", "n", "note"}, rows, {false, false, true, true, true, false});
+}
+
 std::string format_metrics_table(const EvalSpec& spec, const RunResult& res) {
   std::vector<std::vector<std::string>> rows;
-  auto add = [&rows](const std::string& name, const std::vector<MetricValue>& ms) {
-    for (const auto& m : ms) {
-      std::string val = m.value ? format_table_number(*m.value, 4) : "n/a";
-      std::string se = m.stderr_ ? "± " + format_table_number(*m.stderr_, 4) : "";
-      std::string note = m.value ? (m.stderr_ ? "" : m.note) : m.note;
-      rows.push_back({name, metric_key(m.name, m.filter), val, se, std::to_string(m.n), note});
-    }
-  };
+  auto add = [&rows](const std::string& name, const std::vector<MetricValue>& ms) { add_metric_rows(name, ms, rows); };
   for (const ReportRow& row : report_rows(spec)) {
     if (!row.is_group) {
       if (row.index < res.metrics.size()) add(row.alias, res.metrics[row.index]);

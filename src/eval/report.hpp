@@ -22,6 +22,13 @@ namespace kveval::eval {
 /// per-request errors when there are any.
 std::string format_metrics_table(const EvalSpec& spec, const RunResult& res);
 
+/// lm-eval's second table (make_table(results, "groups"), printed after the tasks
+/// table when some group aggregates a metric): the rows of the groups that have an
+/// aggregate_metric_list, in report order and indentation, with the metrics
+/// table's columns (the first named "group"); a group whose list is empty shows
+/// its name alone. "" when no group aggregates a metric.
+std::string format_groups_table(const EvalSpec& spec, const RunResult& res);
+
 /// One phase of a distributed run (RunResult::n_ranks > 1) across its ranks.
 struct DistributedPhase {
   std::string name;

@@ -26,8 +26,13 @@ std::vector<int32_t> encode_prompt(const Tokenizer& tok, std::string_view text, 
   return tok.encode(text, bos_text.empty() || !text.starts_with(bos_text), true);
 }
 
+const std::string& context_of(const Doc& d, int index) {
+  return index >= 0 && static_cast<size_t>(index) < d.contexts.size() ? d.contexts[static_cast<size_t>(index)] : d.context;
+}
+
 std::string continuation_of(const TaskSpec& t, const Doc& d, int index) {
   const std::string delim = t.chat_template ? std::string() : t.target_delimiter;
+  if (index >= 0 && !d.contexts.empty()) return delim + d.target;  // multiple input: the contexts differ
   if (index >= 0) return delim + d.choices.at(static_cast<size_t>(index));
   return (t.loglikelihood_delimiter ? delim : std::string()) + d.target;
 }
@@ -129,7 +134,7 @@ Request doc_request(size_t ti, size_t di, RequestKind kind) {
   return r;
 }
 
-/// The Loglikelihood request of context d.context and continuation_of(t, d, index)
+/// The Loglikelihood request of context_of(d, index) and continuation_of(t, d, index)
 /// (choice `index`, -1 for a loglikelihood task): lm-eval's encode_pair,
 /// left-truncated to `max_length` (BOS kept, counted in `n_truncated`);
 /// a per-request error for a zero-token or too long continuation.
@@ -138,7 +143,7 @@ Request loglikelihood_request(const Tokenizer& tok, const TaskSpec& t, const Doc
   Request r = doc_request(ti, di, RequestKind::Loglikelihood);
   r.index = index;
   const std::string cont = continuation_of(t, d, index);
-  EncodedPair p = encode_pair(tok, d.context, cont, t.chat_template);
+  EncodedPair p = encode_pair(tok, context_of(d, index), cont, t.chat_template);
   r.n_context_tokens = static_cast<int>(p.context.size());
   r.n_continuation_tokens = static_cast<int>(p.continuation.size());
   // a multiple-choice document has one request per choice: name it
@@ -279,8 +284,10 @@ RequestsPlan plan_requests(const EvalSpec& spec, int max_length) {
           break;
         }
         case OutputType::MultipleChoice:
-          for (const auto& c : d.choices)
-            keep(std::min(encode(d.context.size() + t.target_delimiter.size() + c.size()), cap));
+          for (size_t c = 0; c < d.choices.size(); ++c)
+            keep(std::min(encode(d.contexts.empty() ? d.context.size() + t.target_delimiter.size() + d.choices[c].size()
+                                                    : d.contexts[c].size() + t.target_delimiter.size() + d.target.size()),
+                          cap));
           break;
         case OutputType::LoglikelihoodRolling:
           keep(2 * encode(d.target.size()));  // windows overlap: max_length / (max_length - 1) times the ids, at most 2

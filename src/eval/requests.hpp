@@ -74,7 +74,11 @@ EncodedPair encode_pair(const Tokenizer& tok, std::string_view context, std::str
 /// after target_delimiter when the task keeps it (TaskSpec::loglikelihood_delimiter).
 /// Under a chat template (TaskSpec::chat_template) no delimiter: lm-eval sets
 /// it to "" there (the rendered prompt ends the assistant's turn opening).
+/// A multiple-input task (Doc::contexts non-empty, Winogrande style): target_delimiter + the target for
+/// every index.
 std::string continuation_of(const TaskSpec& t, const Doc& d, int index);
+/// The context of request `index` of document `d`: d.contexts[index] for a multiple-input task, else d.context.
+const std::string& context_of(const Doc& d, int index);
 
 /// Rolling windows over `seq` (BOS first, never scored) for a model window of
 /// `max_length` tokens (>= 2): every position 1..seq.size()-1 is scored exactly
@@ -105,7 +109,8 @@ inline constexpr const char* kLlamaCppDocSeparator = "\n\n";
 
 /// Builds every request of every task, in spec order: multiple_choice fans out
 /// into one Loglikelihood request per choice (continuation = target_delimiter +
-/// choice), loglikelihood_rolling into windows, generate_until into one
+/// choice; a multiple-input task's: context = Doc::contexts[i], continuation =
+/// target_delimiter + target), loglikelihood_rolling into windows, generate_until into one
 /// Generate request per repeat (index = the repeat when repeats > 1); a rolling task with rolling_method "llama.cpp" adds its
 /// PerplexityChunk requests (doc -1) after its documents' windows (which the
 /// per-document samples report). Per-request errors

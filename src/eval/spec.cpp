@@ -156,17 +156,19 @@ void parse_metadata(TaskSpec& t, const json& tj, const Where& w) {
   }
 }
 
-/// One step {"function": ..., regex options} of a filter pipeline.
-FilterStep parse_filter_step(const json& step, const Where& sw) {
+/// One step {"function": ..., regex options} of a filter pipeline (`hooks`: the task's, for custom filters).
+FilterStep parse_filter_step(const json& step, const Where& sw, const TaskHooks* hooks) {
   const json& st = expect_object(step, sw);
   if (!st.contains("function")) sw.fail("missing required key 'function'");
   FilterStep fs;
   fs.function = expect_string(st["function"], sw.key("function"));
+  if (parse_hook_filter_step(st, sw, hooks, fs)) return fs;
   static const std::vector<std::string> fns = {"regex", "take_first", "take_first_k", "majority_vote", "lowercase",
                                                "uppercase", "remove_whitespace"};
   if (std::find(fns.begin(), fns.end(), fs.function) == fns.end())
     sw.key("function").fail(fmt::format("filter function \"{}\" is not supported (supported: regex, take_first, take_first_k, "
-                                        "majority_vote, lowercase, uppercase, remove_whitespace)", fs.function));
+                                        "majority_vote, lowercase, uppercase, remove_whitespace, custom, and "
+                                        "'!function module.Class' in a task YAML)", fs.function));
   if (parse_selection_step(st, sw, fs)) return fs;
   if (fs.function == "regex") {
     check_keys(st, sw, {"function", "regex_pattern", "group_select", "fallback"});
@@ -197,7 +199,8 @@ void parse_filter_list(TaskSpec& t, const json& tj, const Where& w) {
     for (const auto& other : t.filter_list)
       if (other.name == fp.name) pw.key("name").fail(fmt::format("duplicate filter name \"{}\"", fp.name));
     if (!p.contains("filter") || !p["filter"].is_array() || p["filter"].empty()) pw.key("filter").fail("expected a non-empty list of steps");
-    for (size_t k = 0; k < p["filter"].size(); ++k) fp.steps.push_back(parse_filter_step(p["filter"][k], pw.key("filter").index(k)));
+    for (size_t k = 0; k < p["filter"].size(); ++k)
+      fp.steps.push_back(parse_filter_step(p["filter"][k], pw.key("filter").index(k), t.hooks.get()));
     t.filter_list.push_back(std::move(fp));
   }
 }
@@ -392,7 +395,8 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
 
 /// A task entry {"lm_eval_yaml": "x.yaml", ...}: the YAML read into a task entry, then checked as one.
 TaskSpec parse_yaml_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec) {
-  check_keys(tj, w, {"lm_eval_yaml", "dataset_path", "fewshot_split", "num_fewshot", "limit", "name", "task_alias"});
+  check_keys(tj, w, {"lm_eval_yaml", "dataset_path", "fewshot_split", "num_fewshot", "limit", "name", "task_alias",
+                     "lm_eval_inline", "lm_eval_overrides"});
   std::string yaml = resolve_path(base_dir, expect_path(tj["lm_eval_yaml"], w.key("lm_eval_yaml")));
   std::error_code ec;
   if (!fs::is_regular_file(yaml, ec)) w.key("lm_eval_yaml").fail(fmt::format("file \"{}\" not found", yaml));
@@ -403,6 +407,8 @@ TaskSpec parse_yaml_task(const json& tj, const Where& w, const std::string& base
     if (tj.contains(k)) entry[k] = expect_int(tj[k], w.key(k), 0, 1 << 30);
   for (const char* k : {"name", "task_alias"})
     if (tj.contains(k)) entry[k] = expect_string(tj[k], w.key(k));
+  for (const char* k : {"lm_eval_inline", "lm_eval_overrides"})  // a group's inline task dict (TaskIndex)
+    if (tj.contains(k)) entry[k] = expect_object(tj[k], w.key(k));
   LmEvalTask lt = load_lm_eval_yaml(yaml, entry);
   // entry overrides are reported at the spec's path
   auto lines = std::make_shared<std::map<std::string, std::string>>(*lt.where);

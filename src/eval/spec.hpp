@@ -26,6 +26,7 @@ namespace kveval::eval {
 
 struct TaskHooks;     // eval/task_hooks.hpp
 struct ChatTemplate;  // eval/chat_template.hpp
+struct PythonHook;    // eval/python_hooks.hpp
 
 /// The four request kinds of lm-evaluation-harness (lm_eval/api/task.py OUTPUT_TYPES).
 enum class OutputType { Loglikelihood, MultipleChoice, LoglikelihoodRolling, GenerateUntil };
@@ -58,6 +59,9 @@ struct Doc {
   /// multiple_choice whose doc_to_target is a list of indices (AGIEval): every gold
   /// index, in order; empty for one gold index.
   std::vector<int> golds;
+  /// A multiple-input task (TaskSpec::multiple_input): one whole context per choice
+  /// (`context` + choices[i]); each request scores target_delimiter + target after it.
+  std::vector<std::string> contexts;
 };
 
 /// exact_match options of lm-eval's metric_list entry (lm_eval/api/metrics.py
@@ -76,6 +80,10 @@ struct FilterStep {
   int group_select = 0;              ///< regex: which findall() match (Python index; negative from the end)
   std::string fallback = "[invalid]";  ///< regex: the output when nothing matches
   int k = 0;                         ///< take_first_k: responses kept
+  /// A custom filter (`function: !function m.Class`, or lm-eval's `custom` with `filter_fn`):
+  /// its Python hook (task_hooks.hpp run_filter_hook); null for the built-in functions.
+  std::shared_ptr<const PythonHook> hook = nullptr;
+  nlohmann::json kwargs = nullptr;   ///< custom filter class: the step's other keys, its keyword arguments
 };
 
 /// A named filter pipeline (`filter_list` entry); metrics are reported per pipeline.
@@ -113,6 +121,10 @@ struct TaskSpec {
   int num_fewshot = 0;
   std::string fewshot_split;         ///< resolved JSONL path of few-shot examples ("" = the task's own docs)
   std::string fewshot_delimiter = "\n\n";
+  /// lm-eval's multiple_input (Winogrande): a multiple_choice task whose doc_to_text gives an
+  /// int for its first document. doc_to_choice then gives the contexts, doc_to_text the gold
+  /// index and doc_to_target the continuation scored after every context (Doc::contexts).
+  bool multiple_input = false;
   std::string fewshot_sampler = "default";  ///< fewshot_config.sampler: "default" (seeded sample) or "first_n"
   /// fewshot_config.samples: inline few-shot documents (a JSON array of objects; null = none),
   /// used when there is no fewshot_split.

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <optional>
 #include <filesystem>
-#include <fstream>
 
 #include <fmt/format.h>
 
 #include "eval/chat_context.hpp"
+#include "eval/data_files.hpp"
 #include "eval/json_input.hpp"
 #include "eval/mapping.hpp"
 #include "eval/task_hooks.hpp"
@@ -97,21 +97,44 @@ void set_target_list(const TaskSpec& t, const json& v, const std::string& origin
   }
 }
 
+/// lm-eval's multiple_input (Winogrande; ConfigurableTask.process_results and
+/// fewshot_context): doc_to_text's int is the gold index into the contexts that
+/// doc_to_choice gave (d.choices), doc_to_target the text scored after each of them;
+/// `context` becomes the gold context, which is what a few-shot example shows (c[q]).
+void set_multiple_input(const json& text_raw, const json& target_raw, const std::string& origin, Doc& d) {
+  if (!text_raw.is_number_integer())
+    throw SpecError(fmt::format("{}: doc_to_text: expected a context index, got {} (the task's first document gave "
+                                "an int, so it is a multiple-input task as in lm-eval: doc_to_choice gives the contexts)",
+                                origin, json_excerpt(text_raw)));
+  const int64_t gold = text_raw.get<int64_t>();
+  if (gold < 0 || gold >= static_cast<int64_t>(d.choices.size()))
+    throw SpecError(fmt::format("{}: doc_to_text: context index {} out of range [0, {})", origin, gold, d.choices.size()));
+  if (!target_raw.is_string() && !target_raw.is_number())
+    throw SpecError(fmt::format("{}: doc_to_target: expected the text scored after each context (a multiple-input "
+                                "task), got {}", origin, json_excerpt(target_raw)));
+  d.gold = static_cast<int>(gold);
+  d.target = value_text(target_raw, origin, "doc_to_target");
+  d.context = d.choices[static_cast<size_t>(gold)];
+}
+
 /// Renders text/target/choices/gold of one raw document (no few-shot yet), with
 /// lm-eval's rules for the values (lm_eval/api/task.py process_results: an int
-/// target is the gold index, a str target the gold choice's text).
+/// target is the gold index, a str target the gold choice's text; for a
+/// multiple-input task, set_multiple_input).
 Doc render_doc(const TaskSpec& t, const Mappings& m, const RawDoc& rd) {
   Doc d;
   d.origin = rd.origin;
   d.raw = rd.doc;
   d.raw_text = rd.text;
-  if (m.text) d.context = value_text(m.text->resolve(rd.doc, rd.origin, rd.text), rd.origin, "doc_to_text");
+  json text_raw;
+  if (m.text) text_raw = m.text->resolve(rd.doc, rd.origin, rd.text);
+  if (m.text && !t.multiple_input) d.context = value_text(text_raw, rd.origin, "doc_to_text");
   json target_raw;
   if (m.target) {
     target_raw = m.target->resolve(rd.doc, rd.origin, rd.text);
     d.target_value = target_raw;
     if (target_raw.is_array()) {
-      set_target_list(t, target_raw, rd.origin, d);
+      if (!t.multiple_input) set_target_list(t, target_raw, rd.origin, d);
     } else {
       d.target = value_text(target_raw, rd.origin, "doc_to_target");
     }
@@ -135,6 +158,10 @@ Doc render_doc(const TaskSpec& t, const Mappings& m, const RawDoc& rd) {
       std::string c = choices[i].get<std::string>();
       if (c.empty()) throw SpecError(fmt::format("{}: doc_to_choice[{}]: empty choice", rd.origin, i));
       d.choices.push_back(std::move(c));
+    }
+    if (t.multiple_input) {
+      set_multiple_input(text_raw, target_raw, rd.origin, d);
+      return d;
     }
     // gold: an int is an index; a str is the gold choice's text (lm-eval), or a string of digits (an index; kveval)
     int64_t gold = -1;
@@ -198,15 +225,10 @@ std::string field_or_template(const std::string& source, const tmpl::Template& t
   return render_template(t, doc, origin, key);
 }
 
+/// The documents of a data file (data_files.hpp: JSON Lines, a JSON array, CSV, Parquet).
 std::vector<RawDoc> load_docs_file(const std::string& path) {
   std::vector<RawDoc> out;
-  for (auto& [line, j] : read_jsonl(path)) out.push_back({fmt::format("{}:{}", path, line), std::move(j), ""});
-  // each document's line as written, for its key order in the samples file
-  std::ifstream f(path, std::ios::binary);
-  std::string text;
-  size_t k = 0;
-  for (int n = 1; k < out.size() && std::getline(f, text); ++n)
-    if (out[k].origin == fmt::format("{}:{}", path, n)) out[k++].text = std::move(text);
+  for (DataRow& r : read_data_file(path)) out.push_back({std::move(r.origin), std::move(r.doc), std::move(r.text)});
   if (out.empty()) throw SpecError(fmt::format("{}: no documents (the file is empty or blank)", path));
   return out;
 }
@@ -300,6 +322,20 @@ std::string doc_context(const TaskSpec& t, const EvalSpec& spec, const std::stri
   return chat_context(spec.chat, p, where);
 }
 
+/// lm-eval's test of the first document (ConfigurableTask.__init__): a multiple_choice
+/// task whose doc_to_text gives an int is a multiple-input task.
+bool is_multiple_input(const TaskSpec& t, const Mappings& m, const std::vector<RawDoc>& raw) {
+  return t.output_type == OutputType::MultipleChoice && m.text && !raw.empty() &&
+         m.text->resolve(raw[0].doc, raw[0].origin, raw[0].text).is_number_integer();
+}
+
+/// lm-eval's multiple_input_context: after `prefix` (description and few-shot examples), one
+/// context per choice, then the gen_prefix without a delimiter; d.context keeps the prefix.
+void set_multiple_input_contexts(const std::string& prefix, const std::optional<std::string>& gp, Doc& d) {
+  d.context = prefix;
+  for (const std::string& c : d.choices) d.contexts.push_back(prefix + c + gp.value_or(""));
+}
+
 }  // namespace
 
 void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec) {
@@ -329,6 +365,7 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
 
   // render every document (all data are validated, also those past `limit`); templates are parsed once
   Mappings maps = compile_mappings(t, w);
+  t.multiple_input = is_multiple_input(t, maps, raw);
   std::vector<Doc> rendered;
   rendered.reserve(raw.size());
   for (const auto& rd : raw) rendered.push_back(render_doc(t, maps, rd));
@@ -349,6 +386,7 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
     if (!t.fewshot_doc_to_text.empty()) ft.doc_to_text = t.fewshot_doc_to_text;
     if (!t.fewshot_doc_to_target.empty()) ft.doc_to_target = t.fewshot_doc_to_target;
     if (!t.fewshot_doc_to_choice.is_null()) ft.doc_to_choice = t.fewshot_doc_to_choice;
+    if (t.hooks) ft.hooks = std::make_shared<const TaskHooks>(t.hooks->for_fewshot());
     Mappings fmaps = compile_mappings(ft, w.key("fewshot_config"));
     for (const auto& rd : shot_raw) shots.push_back(render_doc(ft, fmaps, rd));
   }
@@ -374,8 +412,16 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
       if (gen_prefix) gp = field_or_template(*t.gen_prefix, *gen_prefix, doc, raw[i].origin, "gen_prefix");
       std::vector<size_t> kept;
       if (t.num_fewshot > 0) kept = draw_fewshot(t, shot_raw, draw, doc, rnd);
-      d.context = doc_context(t, spec, desc, shots, kept, d.context, gp,
-                              fmt::format("task '{}' document {} ({})", t.name, i, raw[i].origin));
+      if (t.multiple_input) {
+        if (spec.chat.apply)
+          w.fail("a multiple-input task (doc_to_text gives the gold index) cannot run under --apply-chat-template");
+        std::string prefix = system_prompt(spec.chat.system_instruction, desc, t.fewshot_delimiter);
+        if (t.num_fewshot > 0) prefix += fewshot_examples(t, shots, kept, gp);
+        set_multiple_input_contexts(prefix, gp, d);
+      } else {
+        d.context = doc_context(t, spec, desc, shots, kept, d.context, gp,
+                                fmt::format("task '{}' document {} ({})", t.name, i, raw[i].origin));
+      }
     }
     t.docs.push_back(std::move(d));
   }

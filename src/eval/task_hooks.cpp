@@ -9,6 +9,7 @@
 #include "eval/json_input.hpp"
 #include "eval/metrics.hpp"
 #include "eval/spec.hpp"
+#include "eval/spec_check.hpp"
 #include "util/error.hpp"
 
 namespace kveval::eval {
@@ -28,7 +29,8 @@ bool is_function_marker(const json& v) {
 namespace {
 
 const char* const kHookKeys =
-    "process_docs, doc_to_text, doc_to_target, doc_to_choice, process_results, and metric_list's metric and aggregation";
+    "process_docs, doc_to_text, doc_to_target, doc_to_choice, process_results, metric_list's metric and aggregation, "
+    "fewshot_config's samples and doc_to_*, and filter_list's function and filter_fn";
 
 /// The hook a marker names (lm-eval's import_function: `module.name` -> <YAML's folder>/<module>.py), imported.
 PythonHook hook_of(const json& marker, const std::string& key) {
@@ -84,7 +86,48 @@ void take_metric_hooks(json& e, TaskHooks& hooks, const std::string& w) {
   }
 }
 
+/// fewshot_config's hooks: doc_to_* leave their placeholder text, `samples: !function f` becomes f()'s list.
+void take_fewshot_hooks(json& fc, TaskHooks& hooks) {
+  for (const char* k : {"doc_to_text", "doc_to_target", "doc_to_choice"}) {
+    if (!fc.contains(k) || !is_function_marker(fc[k])) continue;
+    PythonHook h = hook_of(fc[k], k);
+    fc[k] = "!function " + h.name();
+    (std::string(k) == "doc_to_text"     ? hooks.fewshot_doc_to_text
+     : std::string(k) == "doc_to_target" ? hooks.fewshot_doc_to_target
+                                         : hooks.fewshot_doc_to_choice) = std::move(h);
+  }
+  if (fc.contains("samples") && is_function_marker(fc["samples"])) {
+    const PythonHook h = hook_of(fc["samples"], "samples");
+    fc["samples"] = json::parse(call_python_hook(h, HookCall::Samples, ojson::array()).dump());
+  }
+}
+
+/// filter_list's hooks: a step's `function: !function m.Class` and a custom step's
+/// `filter_fn: !function m.f` leave their placeholder text.
+void take_filter_hooks(json& fl, TaskHooks& hooks) {
+  for (auto& p : fl) {
+    if (!p.is_object() || !p.contains("filter") || !p["filter"].is_array()) continue;
+    for (auto& st : p["filter"]) {
+      if (!st.is_object()) continue;
+      for (const char* k : {"function", "filter_fn"}) {
+        if (!st.contains(k) || !is_function_marker(st[k])) continue;
+        PythonHook h = hook_of(st[k], std::string(k) == "function" ? "filter" : "filter_fn");
+        st[k] = "!function " + h.name();
+        hooks.filters.emplace(st[k].get<std::string>(), std::move(h));
+      }
+    }
+  }
+}
+
 }  // namespace
+
+TaskHooks TaskHooks::for_fewshot() const {
+  TaskHooks h = *this;
+  if (fewshot_doc_to_text) h.doc_to_text = fewshot_doc_to_text;
+  if (fewshot_doc_to_target) h.doc_to_target = fewshot_doc_to_target;
+  if (fewshot_doc_to_choice) h.doc_to_choice = fewshot_doc_to_choice;
+  return h;
+}
 
 TaskHooks take_task_hooks(std::map<std::string, json>& values, const std::map<std::string, std::string>& where,
                           const std::string& yaml) {
@@ -110,6 +153,9 @@ TaskHooks take_task_hooks(std::map<std::string, json>& values, const std::map<st
     else it->second = "!function " + h.name();  // the mapping's text; task_docs calls the hook
     slot = std::move(h);
   }
+  if (auto fc = values.find("fewshot_config"); fc != values.end() && fc->second.is_object())
+    take_fewshot_hooks(fc->second, hooks);
+  if (auto fl = values.find("filter_list"); fl != values.end() && fl->second.is_array()) take_filter_hooks(fl->second, hooks);
   auto ml = values.find("metric_list");
   if (ml != values.end() && ml->second.is_array()) {
     for (auto& e : ml->second) take_metric_hooks(e, hooks, w("metric_list"));
@@ -125,6 +171,37 @@ TaskHooks take_task_hooks(std::map<std::string, json>& values, const std::map<st
   }
   for (const auto& [k, v] : values) refuse_markers(v);
   return hooks;
+}
+
+json run_filter_hook(const PythonHook& hook, const json& kwargs, const std::vector<std::string>& responses,
+                     const Doc& doc) {
+  ojson args = ojson::array({ojson::array({ojson(responses)}), ojson::array({ordered_doc(doc.raw, doc.raw_text)}),
+                             ojson::parse(kwargs.is_object() ? kwargs.dump() : std::string("{}"))});
+  try {
+    return json::parse(call_python_hook(hook, HookCall::Filter, args).dump()).at(0);
+  } catch (const SpecError& e) {
+    throw SpecError(fmt::format("{}: {}", doc.origin, e.what()));
+  }
+}
+
+bool parse_hook_filter_step(const json& st, const Where& sw, const TaskHooks* hooks, FilterStep& fs) {
+  const bool custom = fs.function == "custom", cls = fs.function.rfind("!function ", 0) == 0;
+  if (!custom && !cls) return false;
+  const std::string name = custom ? (st.contains("filter_fn") && st["filter_fn"].is_string() ? st["filter_fn"].get<std::string>() : "")
+                                  : fs.function;
+  if (custom && name.empty()) sw.fail("'custom' needs filter_fn: !function module.function (lm-eval's CustomFilter)");
+  const PythonHook* h = nullptr;
+  if (hooks)
+    if (auto it = hooks->filters.find(name); it != hooks->filters.end()) h = &it->second;
+  if (!h)
+    sw.key(custom ? "filter_fn" : "function").fail(fmt::format("\"{}\" is not a Python hook of this task (write '!function "
+                                                              "module.name' in a task YAML)", name));
+  fs.hook = std::make_shared<const PythonHook>(*h);
+  fs.kwargs = json::object();
+  for (auto e = st.begin(); e != st.end(); ++e)
+    if (e.key() != "function" && e.key() != "filter_fn") fs.kwargs[e.key()] = e.value();
+  if (custom && !fs.kwargs.empty()) sw.fail("'custom' takes only filter_fn (lm-eval's CustomFilter passes nothing else on)");
+  return true;
 }
 
 ojson ordered_doc(const json& doc, const std::string& raw_text) {

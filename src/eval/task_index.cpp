@@ -209,18 +209,21 @@ void TaskIndex::expand_item(const json& item, const std::string& file, const std
     return;
   }
   if (item.is_object() && item.contains("task") && item["task"].is_string()) {
-    // lm-eval: an inline dict naming an indexed task, tag or group, with keys set on its tasks
+    // lm-eval (TaskFactory._build_group_members): a dict naming an indexed task, tag or group sets its
+    // keys on its tasks; a dict naming no indexed task is an inline task config, named "<group>::<task>"
     const std::string name = item["task"].get<std::string>();
     const TaskIndexEntry* e = find(name);
-    if (!e)
-      throw SpecError(fmt::format("{}: task: {}: an inline task config (a task not in the index) is not supported by kveval; "
-                                  "write the task in its own YAML and list its name", file, name));
-    json overrides = item;
-    overrides.erase("task");
-    for (auto it = overrides.begin(); it != overrides.end(); ++it)
-      if (it.key() != "num_fewshot" && it.key() != "task_alias")
-        throw SpecError(fmt::format("{}: task: {}: {}: not supported in an inline task dict by kveval (num_fewshot, task_alias)",
-                                    file, name, it.key()));
+    if (!e) {
+      if (stack.empty() || file.empty())
+        throw SpecError(fmt::format("{}: task: {}: an inline task config belongs in a group's task list", where, name));
+      add_task(stack.back() + "::" + name, {{"!inline", item}, {"!file", file}}, tree, parent);
+      return;
+    }
+    json overrides = json::object(), rest = item;  // the entry's own keys; the task keys replaced in its YAML
+    rest.erase("task");
+    for (const char* k : {"num_fewshot", "task_alias"})
+      if (rest.contains(k)) overrides[k] = rest[k], rest.erase(k);
+    if (!rest.empty()) overrides["lm_eval_overrides"] = rest;
     if (e->kind == TaskKind::Group && !overrides.empty())
       throw SpecError(fmt::format("{}: task: {}: a group takes no overrides here", file, name));
     if (e->kind == TaskKind::Task) add_task(name, overrides, tree, parent);
@@ -284,8 +287,15 @@ std::vector<std::pair<size_t, json>> expand_task_names(const json& tasks, const 
           groups->push_back(std::move(g));
     for (const auto& [t, overrides] : tree.tasks) {
       // absolute: the entry is read relative to the spec's folder, the index's files to the working directory
-      json entry = {{"lm_eval_yaml", fs::absolute(idx.file_of(t)).lexically_normal().string()}};
-      entry.update(overrides);
+      json entry;
+      if (overrides.contains("!inline")) {  // an inline task config: its keys, read as written in the group's YAML
+        entry = {{"lm_eval_yaml", fs::absolute(overrides["!file"].get<std::string>()).lexically_normal().string()},
+                 {"lm_eval_inline", overrides["!inline"]},
+                 {"name", t}};
+      } else {
+        entry = {{"lm_eval_yaml", fs::absolute(idx.file_of(t)).lexically_normal().string()}};
+        entry.update(overrides);
+      }
       entry.update(rest);
       if (num_fewshot) entry["num_fewshot"] = *num_fewshot;
       out.emplace_back(i, std::move(entry));

@@ -39,8 +39,10 @@ struct TaskIndexEntry {
 
 /// What task, tag and group names stand for (TaskIndex::expand_tree).
 struct TaskTree {
-  /// The tasks, each once, in order: the name and the keys an inline dict of a
-  /// group's `task:` list sets on it (num_fewshot, task_alias; an empty object otherwise).
+  /// The tasks, each once, in order: the name and the keys a dict of a group's
+  /// `task:` list sets on it (num_fewshot, task_alias, lm_eval_overrides: the other
+  /// task keys; an empty object otherwise); an inline task config (a dict naming no
+  /// indexed task) is named "<group>::<task>" with {"!inline": the dict, "!file": the group YAML}.
   std::vector<std::pair<std::string, nlohmann::json>> tasks;
   /// The groups met, each once, parents before their nested groups (members filled).
   std::vector<GroupSpec> groups;
@@ -70,15 +72,14 @@ class TaskIndex {
   /// The tasks `names` stand for, in order, each once: a task itself, a tag
   /// its member tasks, a group its `task:` list with nested groups and tags
   /// expanded. Throws SpecError "unknown task, tag or group 'x' (did you mean
-  /// 'y'?)" naming `origin`; a group listing an inline task config or itself is
-  /// refused the same way.
+  /// 'y'?)" naming `origin`; a group listing itself is refused the same way.
   std::vector<std::string> expand(const std::vector<std::string>& names, const std::string& origin) const;
   /// Adds what `name` stands for to `tree` (tasks once; groups with their
   /// members as lm-eval's TaskManager builds them: a tag in a group's list
-  /// becomes its tasks, an inline dict {task: NAME, ...} a task with
-  /// overrides, an inline dict {group: NAME, task: [...]} a nested group).
+  /// becomes its tasks, a dict {task: NAME, ...} a task with overrides (an
+  /// inline task config when NAME is not indexed), a dict {group: NAME, task: [...]} a nested group).
   /// Throws SpecError as expand, and for a group file's bad keys
-  /// (parse_group_config) or an inline task config of a task not in the index.
+  /// (parse_group_config).
   void expand_tree(const std::string& name, const std::string& origin, TaskTree& tree) const;
   /// The YAML file of task `name` (which must be a task).
   const std::string& file_of(const std::string& name) const { return entries_.at(name).file; }
@@ -100,7 +101,9 @@ class TaskIndex {
 /// A spec's `tasks` list with every named entry replaced by the task entries
 /// it stands for: "arc_easy" or {"task": "ai2_arc", "num_fewshot": 5, "limit": 10}
 /// become {"lm_eval_yaml": FILE, ...the object's other keys} for each task the
-/// name expands to (TaskIndex::expand_tree); other entries are kept. `num_fewshot`,
+/// name expands to (TaskIndex::expand_tree), an inline task config
+/// {"lm_eval_yaml": GROUP_FILE, "lm_eval_inline": CONFIG, "name": "<group>::<task>"};
+/// other entries are kept. `num_fewshot`,
 /// when given, is set on every entry. `index` is called once, on the first
 /// named entry. Each result keeps the position of the entry it came from (for
 /// messages). `origin(i)` names entry i in messages. The groups met are

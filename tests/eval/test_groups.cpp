@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "eval/groups.hpp"
+#include "eval/spec.hpp"
 #include "eval/task_index.hpp"
 #include "eval_test_util.hpp"
 #include "util/error.hpp"
@@ -150,7 +151,7 @@ TEST_SUITE("eval.groups") {
     CHECK_FALSE(t2.groups[0].aggregate_metric_list->at(0).weight_by_size);  // lm-eval's default
   }
 
-  TEST_CASE("bad group YAMLs: one line naming the file and key") {
+  TEST_CASE("bad group YAMLs are one line naming the file and key; task dicts are inline configs or overrides") {
     TempDir d;
     d.write("t.yaml", "task: t\noutput_type: loglikelihood\n");
     d.write("a.yaml", "group: a\ntask: [t]\naggregate_metric_list:\n  - metric: acc\n    aggregation: median\n");
@@ -162,8 +163,38 @@ TEST_SUITE("eval.groups") {
     CHECK(message_of([&] { idx.expand_tree("a", "x", tree); }) ==
           d.file("a.yaml") + ": aggregate_metric_list[0].aggregation: \"median\": only 'mean' aggregates a group's subtasks");
     CHECK(message_of([&] { idx.expand_tree("b", "x", tree); }).find(d.file("b.yaml") + ": num_fewshot: not supported in a group") == 0);
-    CHECK(message_of([&] { idx.expand_tree("c", "x", tree); }).find("an inline task config (a task not in the index)") != std::string::npos);
-    CHECK(message_of([&] { idx.expand_tree("e", "x", tree); }) ==
-          d.file("e.yaml") + ": task: t: doc_to_text: not supported in an inline task dict by kveval (num_fewshot, task_alias)");
+    // an inline task config and a dict of task keys over an indexed task (lm-eval's TaskFactory)
+    idx.expand_tree("c", "x", tree);
+    idx.expand_tree("e", "x", tree);
+    REQUIRE(tree.tasks.size() == 2);
+    CHECK(tree.tasks[0].first == "c::nowhere");
+    CHECK(tree.tasks[0].second == nlohmann::json{{"!inline", {{"task", "nowhere"}, {"doc_to_text", "q"}}}, {"!file", d.file("c.yaml")}});
+    CHECK(tree.tasks[1].first == "t");
+    CHECK(tree.tasks[1].second == nlohmann::json{{"lm_eval_overrides", {{"doc_to_text", "q"}}}});
+  }
+
+  TEST_CASE("an inline task config runs as '<group>::<task>'; a dict's task keys replace the indexed YAML's") {
+    TempDir d;
+    d.write("data.jsonl", "{\"q\": \"a\", \"x\": \"b\"}\n{\"q\": \"c\", \"x\": \"d\"}\n");
+    d.write("t.yaml", "task: t\noutput_type: loglikelihood\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+                      "    test: data.jsonl\ntest_split: test\ndoc_to_text: q\ndoc_to_target: x\n");
+    d.write("g.yaml", "group: g\ntask:\n  - task: t\n    doc_to_text: \"Q: {{q}}\"\n    task_alias: Tee\n"
+                      "  - task: own\n    output_type: loglikelihood\n    dataset_path: json\n    dataset_kwargs:\n"
+                      "      data_files: data.jsonl\n    validation_split: train\n    doc_to_text: \"{{q}}!\"\n"
+                      "    doc_to_target: x\naggregate_metric_list:\n  - metric: acc\n");
+    const EvalSpec s = parse_spec({{"model", "m.gguf"}, {"include_path", d.path.string()}, {"tasks", {"g"}}}, "spec.json", ".");
+    REQUIRE(s.tasks.size() == 2);
+    CHECK(s.tasks[0].name == "t");
+    CHECK(s.tasks[0].task_alias == "Tee");
+    CHECK(s.tasks[0].docs[1].context == "Q: c");
+    CHECK(s.tasks[1].name == "g::own");
+    CHECK(s.tasks[1].docs[0].context == "a!");  // its data file is found next to the group's YAML
+    CHECK(s.tasks[1].source == d.file("g.yaml"));
+    REQUIRE(s.groups.size() == 1);
+    CHECK(s.groups[0].members == Names{"t", "g::own"});
+    // an inline config is checked as a task YAML is: one line naming the group's file
+    d.write("g.yaml", "group: g\ntask:\n  - task: own\n    output_type: loglikelihood\n    include: t.yaml\n");
+    CHECK(message_of([&] { parse_spec({{"model", "m.gguf"}, {"include_path", d.path.string()}, {"tasks", {"g"}}}, "spec.json", "."); }) ==
+          d.file("g.yaml") + " (an inline task config): include: not allowed in an inline task config");
   }
 }

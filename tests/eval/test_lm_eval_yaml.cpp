@@ -194,9 +194,11 @@ TEST_SUITE("eval.lm_eval_yaml") {
     CHECK(err("task: t\noutput_type: loglikelihood\nprocess_results: x\n") ==
           f + ":3: process_results: expected '!function module.name', got \"x\"");
     CHECK(err("task: t\nfilter_list: [{name: a, filter: [{function: !function utils.f}]}]\n") ==
-          f + ":2: filter_list[0].filter[0].function: '!function' is not supported here (kveval calls Python in "
-              "process_docs, doc_to_text, doc_to_target, doc_to_choice, process_results, and metric_list's metric and "
-              "aggregation)");
+          f + ":2: filter_list[0].filter[0].function: " + no_utils);  // a custom filter (eval.filter_hooks)
+    CHECK(err("task: t\ngeneration_kwargs: {until: !function utils.f}\n") ==
+          f + ":2: generation_kwargs.until: '!function' is not supported here (kveval calls Python in "
+              "process_docs, doc_to_text, doc_to_target, doc_to_choice, process_results, metric_list's metric and "
+              "aggregation, fewshot_config's samples and doc_to_*, and filter_list's function and filter_fn)");
     CHECK(err("task: t\ndoc_to_txt: q\n") == f + ":2: doc_to_txt: unknown lm-eval task key (did you mean 'doc_to_text'?)");
     CHECK(err("task: t\noutput_type: loglikelihood\ndoc_to_text: \"{{q|map(attribute='x')}}\"\ndoc_to_target: a\n")
               .rfind(f + ":3: doc_to_text: template line 1, column 5: the filter 'map' is not supported", 0) == 0);

@@ -1,10 +1,12 @@
-// compare_baseline: strict comparison of two results documents.
+// compare_baseline: strict comparison of two results documents; the groups
+// table printed after the metrics table.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <string>
 #include <vector>
 
+#include "eval/groups.hpp"
 #include "eval/report.hpp"
 
 using namespace kveval::eval;
@@ -54,5 +56,37 @@ TEST_SUITE("eval.report") {
     std::sort(got2.begin(), got2.end());
     CHECK(got2 == std::vector<std::string>{"t acc: baseline value is not a number (\"0.5\")",
                                            "t acc_norm: in the baseline but not in this run"});
+  }
+
+  TEST_CASE("the groups table: lm-eval's second table, the aggregating groups only, nested ones indented") {
+    EvalSpec spec;
+    RunResult res;
+    for (const char* n : {"a", "b"}) {
+      TaskSpec t;
+      t.name = n;
+      spec.tasks.push_back(t);
+    }
+    MetricValue acc;
+    acc.name = "acc";
+    acc.value = 0.5, acc.stderr_ = 0.25, acc.n = 4;
+    res.metrics = {{acc}, {acc}};
+    GroupSpec top, sub, plain;
+    top.name = "top", top.members = {"sub", "a"};
+    top.aggregate_metric_list = std::vector<AggregateMetric>{{"acc", false, {"none"}}};
+    sub.name = "sub", sub.group_alias = "Sub", sub.members = {"b"};
+    sub.aggregate_metric_list = std::vector<AggregateMetric>{{"acc", true, {"none"}}};
+    plain.name = "plain", plain.members = {"a"};  // no aggregate_metric_list: not in the groups table
+    spec.groups = {top, sub, plain};
+    res.group_metrics = compute_group_metrics(spec, res);
+    // top: the mean of 0.5 and 0.5; pooled stderr sqrt((3*0.0625*4 + 3*0.0625*4) / (8 - 2) / 8) = sqrt(1/32) = 0.1768;
+    // sub: b alone, sqrt(3*0.0625*4 / 3 / 4) = 0.25
+    CHECK(format_groups_table(spec, res) ==
+          "| group  | metric |  value |   stderr | n | note |\n"
+          "|--------|--------|--------|----------|---|------|\n"
+          "| top    | acc    | 0.5000 | ± 0.1768 | 8 |      |\n"
+          "|  - Sub | acc    | 0.5000 | ± 0.2500 | 4 |      |\n");
+    spec.groups[0].aggregate_metric_list.reset();
+    spec.groups[1].aggregate_metric_list->clear();
+    CHECK(format_groups_table(spec, res).empty());  // no group aggregates a metric: lm-eval prints no groups table
   }
 }
