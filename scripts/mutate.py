@@ -123,8 +123,8 @@ MUTATIONS = [
              "a regex filter whose group_select finds too few matches drops the document instead of using its fallback"),
     # architectures
     Mutation("neox-rope-as-normal", "src/model/model_load.cpp",
-             "hp.rope_style == arch::RopeStyle::Neox};",
-             "false};",
+             "hp.rope_style == arch::RopeStyle::Neox, hp.rope_attn_factor};",
+             "false, hp.rope_attn_factor};",
              "qwen2/qwen3 rotate adjacent pairs instead of (i, i + n_rot/2)"),
     Mutation("qkv-bias-ignored", "src/model/forward.cpp",
              "if (!L.bqkv.empty()) be::add_bias(q, L.bqkv.data(), Ti, QS);",
@@ -174,6 +174,18 @@ MUTATIONS = [
              "if (hp.logit_scale == 0.0f && hp.final_softcap == 0.0f) return;",
              "if (hp.logit_scale == 0.0f) return;",
              "the final logit soft-cap (Gemma 2) is skipped when there is no logit scale"),
+    Mutation("granite-residual-scale-dropped", "src/model/arch/granite.cpp",
+             ".residual_scale = {.key = \"residual_scale\"},",
+             ".residual_scale = {},",
+             "granite's residual_scale is never read, so its branches join the residual stream unscaled"),
+    Mutation("longrope-sets-swapped", "src/model/model_load.cpp",
+             "return use_long ? long_f : short_f;",
+             "return use_long ? short_f : long_f;",
+             "LongRoPE uses the short factors past original_context_length and the long ones within it"),
+    Mutation("gate-up-halves-swapped", "src/backend/ops.cpp",
+             "for (int64_t i = 0; i < n; ++i) o[i] = g[i] / (1.0f + detail::simd_exp(-g[i])) * u[i];",
+             "for (int64_t i = 0; i < n; ++i) o[i] = u[i] / (1.0f + detail::simd_exp(-u[i])) * g[i];",
+             "SwiGLU takes the second half of [gate | up] (Phi-3's fused ffn_up) as the gate"),
 ]
 
 

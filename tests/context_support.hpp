@@ -41,7 +41,7 @@ inline Context& real_context() {
 
 /// The model a recorded llama.cpp comparison ran (tests/data/llamacpp_*.json, one entry of "runs"): the
 /// preset and arch of `run`, the vocabulary file `vocab`, and its optional sliding_window / attn_softcap /
-/// final_softcap; write it with write_random_model(path, spec, run["seed"]) as `kveval make-model` does.
+/// final_softcap / original_context (make-model's --original-context); write it with write_random_model(path, spec, run["seed"]) as `kveval make-model` does.
 inline RandomModelSpec recorded_model_spec(const nlohmann::json& run, const std::string& vocab) {
   RandomModelSpec s = random_model_flavour(random_model_preset(run["preset"].get<std::string>()),
                                            run["arch"].get<std::string>());
@@ -50,6 +50,7 @@ inline RandomModelSpec recorded_model_spec(const nlohmann::json& run, const std:
   s.sliding_window = run.value("sliding_window", s.sliding_window);
   s.attn_softcap = run.value("attn_softcap", s.attn_softcap);
   s.final_softcap = run.value("final_softcap", s.final_softcap);
+  s.longrope.original_context = run.value("original_context", s.longrope.original_context);
   return s;
 }
 

@@ -313,7 +313,8 @@ void rmsnorm(const float* x, const float* weight, float* y, int64_t rows, int64_
 
 /// Rotary embedding parameters (Su et al. 2021, as llama.cpp's ggml_rope_ext
 /// without YaRN): pair i of a head (i < n_rot/2) is rotated by
-/// theta_i = pos * freq_base^(-2i/n_rot) * freq_scale / freq_factors[i].
+/// theta_i = pos * freq_base^(-2i/n_rot) * freq_scale / freq_factors[i], with
+/// cos and sin times attn_factor.
 struct RopeParams {
   int64_t n_rot = 0;       ///< rotated dimensions of each head (even, <= head_dim); the rest pass through
   float freq_base = 10000.0f;  ///< GGUF {arch}.rope.freq_base
@@ -325,6 +326,9 @@ struct RopeParams {
   /// false: llama.cpp NORM layout, pairs (x[2i], x[2i+1]); true: NEOX
   /// layout, pairs (x[i], x[i + n_rot/2]).
   bool neox = false;
+  /// cos and sin times it: the rotated dimensions scaled (ggml_rope_ext's attn_factor,
+  /// Phi-3 LongRoPE's {arch}.rope.scaling.attn_factor); 1 = none.
+  float attn_factor = 1.0f;
 };
 
 /// In-place rotary embedding of x [n_tokens, n_heads, head_dim] with

@@ -37,7 +37,7 @@ void check_rope(int64_t n_rot, int64_t head_dim) {
 }
 
 // cos/sin per pair of position `pos`, computed in double:
-// theta_i = pos * base^(-2i/n_rot) * freq_scale / factor_i.
+// theta_i = pos * base^(-2i/n_rot) * freq_scale / factor_i; cos and sin times attn_factor.
 void rope_angles(int32_t pos, const RopeParams& p, float* cs, float* sn) {
   for (int64_t i = 0; i < p.n_rot / 2; ++i) {
     // scale and factor are exactly 1 without scaling: bit-identical to the unscaled angle
@@ -45,8 +45,9 @@ void rope_angles(int32_t pos, const RopeParams& p, float* cs, float* sn) {
     const double theta = static_cast<double>(pos) *
                          std::pow(static_cast<double>(p.freq_base), -2.0 * static_cast<double>(i) / static_cast<double>(p.n_rot)) *
                          scale;
-    cs[i] = static_cast<float>(std::cos(theta));
-    sn[i] = static_cast<float>(std::sin(theta));
+    // attn_factor 1 (every model but LongRoPE's) multiplies exactly: the unscaled cos and sin
+    cs[i] = static_cast<float>(std::cos(theta) * static_cast<double>(p.attn_factor));
+    sn[i] = static_cast<float>(std::sin(theta) * static_cast<double>(p.attn_factor));
   }
 }
 

@@ -151,7 +151,8 @@ int run_generate(GenerateArgs& o) {
   auto model = Model::load(o.model, {.threads = o.threads,
                                      .dtype = parse_compute_dtype(o.dtype, "--dtype"),
                                      .kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype, "--kv-cache-dtype"),
-                                     .hash = false});
+                                     .hash = false,
+                                     .n_ctx = o.max_length});
   const double load_s = sw.seconds();
   const int max_length = resolve_max_length(*model, o);
   auto prompt = model->tokenizer().encode(o.prompt, true);

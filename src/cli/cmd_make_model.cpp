@@ -1,5 +1,5 @@
 // `kveval make-model`: writes a random-weight GGUF model (llama, llama3,
-// qwen2, qwen3, gemma2 or gemma3 flavour, any vocabulary, any supported tensor type quantized
+// qwen2, qwen3, gemma2, gemma3, granite or phi3 flavour, any vocabulary, any supported tensor type quantized
 // with kveval's quantizers) for benchmarks and tests.
 #include <cctype>
 #include <cerrno>
@@ -27,6 +27,7 @@ struct MakeModelArgs {
   std::string out;
   int sliding_window = -1;  // -1: the flavour's
   float attn_softcap = -1.0f, final_softcap = -1.0f;
+  int original_context = 0;  // 0: the flavour's
 };
 std::string lower(std::string s) {
   for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -49,6 +50,11 @@ RandomModelSpec make_model_spec(const MakeModelArgs& a, bool arch_given) {
   if (a.sliding_window >= 0) spec.sliding_window = a.sliding_window;
   if (a.attn_softcap >= 0) spec.attn_softcap = a.attn_softcap;
   if (a.final_softcap >= 0) spec.final_softcap = a.final_softcap;
+  if (a.original_context > 0) {
+    if (spec.longrope.original_context == 0)
+      throw ArgumentError(fmt::format("--original-context: architecture {} has no LongRoPE factors (phi3 has)", spec.arch));
+    spec.longrope.original_context = a.original_context;
+  }
   if (a.vocab.empty()) return spec;
   std::error_code ec;
   if (!std::filesystem::is_regular_file(a.vocab, ec))
@@ -63,6 +69,36 @@ RandomModelSpec make_model_spec(const MakeModelArgs& a, bool arch_given) {
   }
   return spec;
 }
+
+/// Writes the model of `a` and prints one line on what it wrote.
+int write_model(const MakeModelArgs& a, bool arch_given) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(a.out, ec))
+    throw ArgumentError(fmt::format("--output {}: is a directory (give a file path, e.g. {}/{}.gguf)", a.out,
+                                    a.out, a.preset));
+  RandomModelSpec spec = make_model_spec(a, arch_given);
+  const int vocab_tokens = spec.vocab.empty() ? spec.n_vocab : random_model_vocab_size(spec.vocab);
+  gguf::TensorType type = gguf::TensorType::F32;
+  for (gguf::TensorType t : gguf::supported_types())
+    if (lower(gguf::type_name(t)) == a.type) type = t;
+  const uint64_t params = random_model_parameters(spec);
+  const uint64_t bytes = write_random_model(a.out, spec, a.seed, type);
+  const std::string preset_note = spec.hf_model.empty() ? "" : " (" + spec.hf_model + "'s shape)";
+  const std::string vocab_note =
+      spec.vocab.empty()              ? ""
+      : vocab_tokens == spec.n_vocab ? " from " + spec.vocab
+                                     : fmt::format(" from {}: {} tokens + {} [PAD] tokens", spec.vocab,
+                                                   vocab_tokens, spec.n_vocab - vocab_tokens);
+  fmt::print(
+      "wrote {}: preset {}{}, arch {} ({}; n_embd {}, n_layer {}, n_head {}, n_head_kv {}, head_dim {}, n_ff {}, "
+      "n_vocab {}{}, n_ctx {}{}), {} parameters as {}, seed {}, {} bytes ({:.1f} MiB)\n",
+      a.out, spec.name, preset_note, spec.hf_model.empty() ? a.arch : spec.arch, spec.arch, spec.n_embd,
+      spec.n_layer, spec.n_head, spec.n_head_kv, spec.head_dim(), spec.n_ff, spec.n_vocab, vocab_note, spec.n_ctx,
+      spec.tied_output ? ", tied output" : "", params, a.type, a.seed, bytes,
+      static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return kOk;
+}
+
 }  // namespace
 
 void add_make_model_command(CLI::App& app, Action& action) {
@@ -78,7 +114,10 @@ void add_make_model_command(CLI::App& app, Action& action) {
                       "architecture of a synthetic shape: llama, llama3 (llama with Llama 3.1 rope scaling), qwen2 "
                       "(Q/K/V biases), qwen3 (Q/K norms, head size 128) or gemma2 (post-norms, GeGLU, soft-caps 50 / 30, "
                       "sliding window 4096 on even layers, tied output) or gemma3 (gemma2's block with Q/K norms, no soft-caps, "
-                      "window 512 on 5 of 6 layers, local RoPE base 10000); the real-model presets fix their own")
+                      "window 512 on 5 of 6 layers, local RoPE base 10000), granite (embedding / residual / attention / "
+                      "logit scales 12 / 0.22 / 0.015625 / 8, tied) or phi3 (fused attn_qkv and gate/up ffn_up, RoPE on 3/4 "
+                      "of each head, LongRoPE factors with original context n_ctx / 4, tied); the real-model presets fix "
+                      "their own")
           ->check(CLI::IsMember(random_model_flavours()))
           ->capture_default_str();
   sub->add_option("--vocab", args->vocab,
@@ -88,12 +127,17 @@ void add_make_model_command(CLI::App& app, Action& action) {
                   "SentencePiece vocabulary)");
   sub->add_flag("--tied", args->tied, "no output.weight: the output projection is token_embd");
   sub->add_option("--sliding-window", args->sliding_window,
-                  "{arch}.attention.sliding_window: positions a sliding layer's query sees (gemma2: default 4096; gemma3: 512)")
+                  "{arch}.attention.sliding_window: positions a sliding layer's query sees (gemma2: default 4096; gemma3: 512; "
+                  "phi3: every layer, default none)")
       ->check(CLI::Range(1, 1 << 24));
   sub->add_option("--attn-softcap", args->attn_softcap, "{arch}.attn_logit_softcapping (gemma2; default 50)")
       ->check(CLI::Range(1e-3, 1e6));
   sub->add_option("--final-softcap", args->final_softcap, "{arch}.final_logit_softcapping (gemma2: default 30; gemma3: none)")
       ->check(CLI::Range(1e-3, 1e6));
+  sub->add_option("--original-context", args->original_context,
+                  "{arch}.rope.scaling.original_context_length (phi3): a run whose context exceeds it uses "
+                  "rope_factors_long, else rope_factors_short (default n_ctx / 4)")
+      ->check(CLI::Range(1, 1 << 24));
   sub->add_option("--seed", args->seed, "weight seed (same seed => identical bytes)")
       ->check(seed_validator())
       ->capture_default_str();
@@ -113,33 +157,7 @@ void add_make_model_command(CLI::App& app, Action& action) {
   sub->add_option("-o,--output", args->out, "output .gguf path")->required()->check(non_empty_path());
   sub->callback([args, arch_opt, &action] {
     const bool arch_given = arch_opt->count() > 0;
-    action = [args, arch_given]() -> int {
-      std::error_code ec;
-      if (std::filesystem::is_directory(args->out, ec))
-        throw ArgumentError(fmt::format("--output {}: is a directory (give a file path, e.g. {}/{}.gguf)", args->out,
-                                        args->out, args->preset));
-      RandomModelSpec spec = make_model_spec(*args, arch_given);
-      const int vocab_tokens = spec.vocab.empty() ? spec.n_vocab : random_model_vocab_size(spec.vocab);
-      gguf::TensorType type = gguf::TensorType::F32;
-      for (gguf::TensorType t : gguf::supported_types())
-        if (lower(gguf::type_name(t)) == args->type) type = t;
-      const uint64_t params = random_model_parameters(spec);
-      const uint64_t bytes = write_random_model(args->out, spec, args->seed, type);
-      const std::string preset_note = spec.hf_model.empty() ? "" : " (" + spec.hf_model + "'s shape)";
-      const std::string vocab_note =
-          spec.vocab.empty()              ? ""
-          : vocab_tokens == spec.n_vocab ? " from " + spec.vocab
-                                         : fmt::format(" from {}: {} tokens + {} [PAD] tokens", spec.vocab,
-                                                       vocab_tokens, spec.n_vocab - vocab_tokens);
-      fmt::print(
-          "wrote {}: preset {}{}, arch {} ({}; n_embd {}, n_layer {}, n_head {}, n_head_kv {}, head_dim {}, n_ff {}, "
-          "n_vocab {}{}, n_ctx {}{}), {} parameters as {}, seed {}, {} bytes ({:.1f} MiB)\n",
-          args->out, spec.name, preset_note, spec.hf_model.empty() ? args->arch : spec.arch, spec.arch, spec.n_embd,
-          spec.n_layer, spec.n_head, spec.n_head_kv, spec.head_dim(), spec.n_ff, spec.n_vocab, vocab_note, spec.n_ctx,
-          spec.tied_output ? ", tied output" : "", params, args->type, args->seed, bytes,
-          static_cast<double>(bytes) / (1024.0 * 1024.0));
-      return kOk;
-    };
+    action = [args, arch_given]() -> int { return write_model(*args, arch_given); };
   });
 }
 

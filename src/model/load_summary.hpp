@@ -30,6 +30,8 @@ struct LoadSummary {
   double load_seconds = 0;         ///< wall time of Model::load
   /// Sliding-window attention: "sliding window 4096 on 13 of 26 layers", "" when no layer slides.
   std::string sliding;
+  /// LongRoPE: "LongRoPE long factors (context 16 > original 8), attention factor 1.19", "" without factor sets.
+  std::string longrope;
   std::vector<std::string> warnings;  ///< the file's gguf::File::warnings(), one line each
 };
 
@@ -42,7 +44,8 @@ LoadSummary summarize_gguf(const gguf::File& f);
 /// "load: llama, 24.70M parameters, tensors Q4_K x98, Q6_K x1, F32 x65 (13.9 MiB in file);
 /// weights F32 in memory, 94.2 MiB resident; context 2048; tokenizer llama; 0.120 s"
 /// (tokenizer "gpt2/llama-bpe" when a pre-tokenizer is named); with `sliding` set,
-/// "; sliding window 4096 on 13 of 26 layers (those read at most 4096 cached positions)" before the time.
+/// "; sliding window 4096 on 13 of 26 layers (those read at most 4096 cached positions)" before the time, then
+/// with `longrope` set "; " and it.
 std::string format_load_summary(const LoadSummary& s);
 
 }  // namespace kveval

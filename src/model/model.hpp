@@ -44,7 +44,12 @@ struct HParams {
   float rope_freq_base = 10000.0f;  ///< {arch}.rope.freq_base
   /// 1 / {arch}.rope.scaling.factor for linear scaling (llama.cpp's rope_freq_scale); 1 = none.
   float rope_freq_scale = 1.0f;
-  bool rope_freq_factors = false;   ///< rope_freqs.weight present (Llama 3.1+ frequency factors)
+  bool rope_freq_factors = false;   ///< per-pair frequency divisors in use (rope_freqs.weight, or a LongRoPE set)
+  /// {arch}.rope.scaling.original_context_length (default n_ctx_train): LongRoPE's switch point.
+  int n_ctx_orig = 0;
+  /// LongRoPE (Phi-3): the factor set in use: "long", "short", or "" when the file has none.
+  std::string rope_factors_set;
+  float rope_attn_factor = 1.0f;    ///< cos and sin of RoPE times it ({arch}.rope.scaling.attn_factor; 1 = none)
   arch::RopeStyle rope_style = arch::RopeStyle::Normal;  ///< pair layout of the architecture
   float rms_eps = 1e-5f;            ///< {arch}.attention.layer_norm_rms_epsilon
   bool tied_output = false;         ///< no `output.weight`: logits use token_embd
@@ -136,6 +141,13 @@ struct ModelOptions {
   /// for its general.architecture (the recipe's name is the key prefix);
   /// nullptr = the registry's. For tests of recipe features.
   const arch::Description* recipe = nullptr;
+  /// The context the run uses (positions: a spec's max_length, generate's
+  /// --max-length; the callers check it against context_length), >= 0; 0 = the
+  /// model's context_length. Only
+  /// LongRoPE reads it: rope_factors_long when it exceeds
+  /// rope.scaling.original_context_length, else rope_factors_short (llama.cpp
+  /// compares its own context size, which it rounds up to a multiple of 256).
+  int n_ctx = 0;
 };
 
 /// A loaded model: hyper-parameters, architecture, tokenizer, compute engine

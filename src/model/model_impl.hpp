@@ -59,6 +59,10 @@ struct Embedding {
   bool& embd_in_output;
 };
 
+/// The compute dtype `requested` resolves to for the file `f` on this CPU (resolve_dtype with what the file's
+/// matrices are), and in `note` how it was chosen (Model::dtype_note). In load_dtype.cpp.
+ComputeDtype choose_dtype(const gguf::File& f, ComputeDtype requested, std::string& note);
+
 }  // namespace detail
 
 struct Model::Impl {

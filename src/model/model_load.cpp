@@ -26,6 +26,30 @@ namespace be = kveval::backend;
 
 namespace {
 
+/// Linear rope scaling of architecture `a` into hp.rope_freq_scale (1 = none).
+void read_rope_scaling(const gguf::File& f, const std::string& a, HParams& hp) {
+  // Rope scaling (llama.cpp): type defaults to "linear"; the factor is
+  // rope.scaling.factor, or the older rope.scale_linear; 0 or absent = 1.
+  // Type "none" never scales. YaRN and the LongRoPE type change more than the
+  // frequencies (attention factor, per-dimension ramps) and are refused; Phi-3's
+  // LongRoPE comes as factor tensors and rope.scaling.attn_factor (load_rope_factors).
+  const std::string& path = f.path();
+  const std::string type_key = a + ".rope.scaling.type";
+  const std::string type = f.get_string_or(type_key, "linear");
+  if (type != "none" && type != "linear")
+    throw FormatError(fmt::format("{}: rope scaling type '{}' (key '{}') is not supported; kveval supports 'none', "
+                                  "'linear' and the rope_freqs factors of Llama 3.1",
+                                  path, type, type_key));
+  std::string factor_key = a + ".rope.scaling.factor";
+  if (!f.find(factor_key)) factor_key = a + ".rope.scale_linear";
+  // Real models use factors 2 .. 64; anything in (1e-3, 1e3] computes correctly.
+  const double factor = f.get_float_or(factor_key, 0.0);
+  if (!std::isfinite(factor) || factor < 0.0 || (factor > 0.0 && factor < 1e-3) || factor > 1e3)
+    throw FormatError(fmt::format("{}: key '{}' = {} out of range: 0 (none) or a factor in [0.001, 1000]", path,
+                                  factor_key, factor));
+  hp.rope_freq_scale = (type == "none" || factor == 0.0) ? 1.0f : static_cast<float>(1.0 / factor);
+}
+
 /// Reads the {arch}.* hyper-parameters into `hp` (everything but n_vocab and the tensor-derived flags).
 void read_hparams(const gguf::File& f, const arch::Description& d, HParams& hp) {
   const std::string& path = f.path();
@@ -84,24 +108,10 @@ void read_hparams(const gguf::File& f, const arch::Description& d, HParams& hp) 
   hp.rms_eps = get_real(key("attention.layer_norm_rms_epsilon"), f.get_float(key("attention.layer_norm_rms_epsilon")),
                         0.0, 1.0);
 
-  // Rope scaling (llama.cpp): type defaults to "linear"; the factor is
-  // rope.scaling.factor, or the older rope.scale_linear; 0 or absent = 1.
-  // Type "none" never scales. YaRN and LongRoPE change more than the
-  // frequencies (attention factor, per-dimension ramps) and are refused.
-  const std::string type_key = key("rope.scaling.type");
-  const std::string type = f.get_string_or(type_key, "linear");
-  if (type != "none" && type != "linear")
-    throw FormatError(fmt::format("{}: rope scaling type '{}' (key '{}') is not supported; kveval supports 'none', "
-                                  "'linear' and the rope_freqs factors of Llama 3.1",
-                                  path, type, type_key));
-  std::string factor_key = key("rope.scaling.factor");
-  if (!f.find(factor_key)) factor_key = key("rope.scale_linear");
-  // Real models use factors 2 .. 64; anything in (1e-3, 1e3] computes correctly.
-  const double factor = f.get_float_or(factor_key, 0.0);
-  if (!std::isfinite(factor) || factor < 0.0 || (factor > 0.0 && factor < 1e-3) || factor > 1e3)
-    throw FormatError(fmt::format("{}: key '{}' = {} out of range: 0 (none) or a factor in [0.001, 1000]", path,
-                                  factor_key, factor));
-  hp.rope_freq_scale = (type == "none" || factor == 0.0) ? 1.0f : static_cast<float>(1.0 / factor);
+  read_rope_scaling(f, a, hp);
+  // LongRoPE's switch point (llama.cpp n_ctx_orig_yarn: the key, else context_length).
+  if (d.longrope != arch::Presence::Absent)
+    hp.n_ctx_orig = get_int_or(key("rope.scaling.original_context_length"), 1, 1 << 24, hp.n_ctx_train);
   read_recipe_numbers(f, d, hp);
 }
 
@@ -134,33 +144,6 @@ void check_unchanged(const std::string& path, const FileStamp& at_open, uint64_t
   if (now->size != at_open.size)
     changed_while_loading(path, fmt::format("{} bytes at open, {} bytes now", at_open.size, now->size));
   if (now->mtime_ns != at_open.mtime_ns) changed_while_loading(path, "modified since it was opened");
-}
-
-/// What the file's matrices are, for resolve_dtype: every matrix F32 (`f32`); the one GGUF type of every
-/// matrix but token_embd when they share one that a compute dtype keeps as blocks (`kept`); every matrix
-/// of a type with a kept-block kernel (`all_kept`).
-struct FileKinds {
-  bool f32 = true;
-  std::optional<gguf::TensorType> kept;
-  bool all_kept = true;
-};
-FileKinds file_kinds(const gguf::File& f) {
-  FileKinds k;
-  std::optional<gguf::TensorType> shared;  // the type of the matrices but token_embd seen so far
-  bool uniform = true;
-  for (const auto& t : f.tensors())
-    if (t.dims.size() >= 2) {
-      if (t.type != gguf::TensorType::F32) k.f32 = false;
-      k.all_kept = k.all_kept && keeps(ComputeDtype::Blocks, t.type);
-      if (t.name == arch::kTokenEmbd) continue;
-      uniform = uniform && (!shared || *shared == t.type);
-      shared = t.type;
-    }
-  k.all_kept = k.all_kept && !k.f32;  // some matrix, none F32
-  if (uniform && shared)
-    for (const ComputeDtypeInfo& i : kComputeDtypes)
-      if (i.kept == shared) k.kept = shared;
-  return k;
 }
 
 /// The architecture description named by general.architecture; throws FormatError naming the
@@ -198,18 +181,6 @@ std::unique_ptr<Tokenizer> load_tokenizer(const gguf::File& f, const std::string
     throw FormatError(
         fmt::format("{}: tokenizer has {} tokens but {} has {} rows", path, tok->n_vocab(), arch::kTokenEmbd, n_vocab));
   return tok;
-}
-
-/// The compute dtype for `requested` and a note on how it was chosen (Model::dtype_note).
-ComputeDtype choose_dtype(const gguf::File& f, ComputeDtype requested, std::string& note) {
-  const FileKinds kinds = file_kinds(f);
-  const bool cpu_bf16 = be::cpu_has_bf16();
-  const ComputeDtype dtype = resolve_dtype(requested, cpu_bf16, kinds.f32, kinds.kept, kinds.all_kept);
-  const std::string file = kinds.f32 ? "F32" : (kinds.kept ? gguf::type_name(*kinds.kept) : "not F32");
-  note = fmt::format("{} -> {} (file {}{}, oneDNN ISA {}{})", to_string(requested), to_string(dtype), file,
-                     kinds.all_kept ? ", every matrix a kept-block type" : "", be::cpu_isa_name(),
-                     cpu_bf16 ? ", bf16" : ", no bf16");
-  return dtype;
 }
 
 /// Throws when the weights (matrices as `mat_dtype`, token_embd in its kept blocks or F32) do not fit the memory
@@ -450,16 +421,32 @@ void load_embedding_output(TensorReader& r, HParams& hp, const gguf::TensorInfo&
   im.output = r.mat(std::string(arch::kOutput), D, V);
 }
 
-/// rope_freqs.weight [n_rot/2] (each in [0.001, 1000]) when the architecture has it, else empty.
-std::vector<float> load_rope_factors(TensorReader& r, const arch::Description& d, const HParams& hp,
-                                     const std::string& path) {
-  std::vector<float> factors =
-      r.vecs(d.rope_freqs, {{std::string(arch::kRopeFreqs), static_cast<uint64_t>(hp.n_rot / 2)}});
-  for (size_t i = 0; i < factors.size(); ++i)
-    if (!(factors[i] >= 1e-3f && factors[i] <= 1e3f))  // Llama 3.1: 1 .. 8
-      throw FormatError(fmt::format("{}: tensor '{}' element {} = {} (frequency factors must be in [0.001, 1000])",
-                                    path, arch::kRopeFreqs, i, factors[i]));
-  return factors;
+/// The per-pair frequency divisors [n_rot/2] (each in [0.001, 1000]), or empty: rope_freqs.weight when the
+/// architecture has it; for LongRoPE, rope_factors_long.weight when the run's context `n_ctx` exceeds
+/// hp.n_ctx_orig, else rope_factors_short.weight (both read and checked; sets hp.rope_factors_set).
+std::vector<float> load_rope_factors(TensorReader& r, const arch::Description& d, HParams& hp, const std::string& path,
+                                     int n_ctx) {
+  const uint64_t half = static_cast<uint64_t>(hp.n_rot / 2);
+  auto checked = [&](std::vector<float> factors, std::string_view name) {
+    for (size_t i = 0; i < factors.size(); ++i)
+      if (!(factors[i] >= 1e-3f && factors[i] <= 1e3f))  // Llama 3.1: 1 .. 8; Phi-3.5 long: 1 .. 64
+        throw FormatError(fmt::format("{}: tensor '{}' element {} = {} (frequency factors must be in [0.001, 1000])",
+                                      path, name, i, factors[i]));
+    return factors;
+  };
+  std::vector<float> factors = checked(r.vecs(d.rope_freqs, {{std::string(arch::kRopeFreqs), half}}), arch::kRopeFreqs);
+  if (d.longrope == arch::Presence::Absent) return factors;
+  const std::string long_name(arch::kRopeFactorsLong), short_name(arch::kRopeFactorsShort);
+  const bool has_long = r.file().find_tensor(long_name) != nullptr, has_short = r.file().find_tensor(short_name) != nullptr;
+  if (has_long != has_short)
+    throw FormatError(fmt::format("{}: tensor '{}' without '{}' (LongRoPE needs both factor sets)", path,
+                                  has_long ? long_name : short_name, has_long ? short_name : long_name));
+  if (!has_long && d.longrope != arch::Presence::Required) return factors;
+  std::vector<float> long_f = checked(r.vec(long_name, half), long_name);
+  std::vector<float> short_f = checked(r.vec(short_name, half), short_name);
+  const bool use_long = n_ctx > hp.n_ctx_orig;  // llama.cpp get_rope_factors
+  hp.rope_factors_set = use_long ? "long" : "short";
+  return use_long ? long_f : short_f;
 }
 
 /// Block `l` (blk.{l}.*) of architecture `d` into L: the common Llama block as the
@@ -534,15 +521,10 @@ std::string kept_weight_dtype(detail::KeptBlocks keep, const be::Weight& output,
 
 }  // namespace
 
-ComputeDtype resolve_dtype_for_file(const std::string& path, ComputeDtype requested) {
-  if (requested != ComputeDtype::Auto) return requested;
-  const FileKinds k = file_kinds(gguf::File(path));
-  return resolve_dtype(requested, be::cpu_has_bf16(), k.f32, k.kept, k.all_kept);
-}
-
 std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& opts) {
   if (opts.threads < 0 || opts.threads > kMaxThreads)
     throw ArgumentError(fmt::format("threads: expected an integer in [0, {}], got {}", kMaxThreads, opts.threads));
+  if (opts.n_ctx < 0) throw ArgumentError(fmt::format("n_ctx: expected an integer >= 0, got {}", opts.n_ctx));
   const std::optional<FileStamp> at_open = stamp_of(path);
   Stopwatch load_time;
   gguf::File f(path);
@@ -558,7 +540,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   read_hparams(f, desc, hp);
   const gguf::TensorInfo& te = read_vocab_size(f, path, hp);
   im.tok = load_tokenizer(f, path, hp.n_vocab);
-  im.dtype = choose_dtype(f, opts.dtype, im.dtype_note);
+  im.dtype = detail::choose_dtype(f, opts.dtype, im.dtype_note);
   im.kv_dtype = resolve_kv_cache_dtype(opts.kv_cache_dtype, im.dtype);
   // a compute dtype that keeps storage types (q8_0, q4_0, blocks, blocks-bf16): the file's matrices of those types stay as blocks
   const detail::KeptBlocks keep = detail::kept_blocks(im.dtype);
@@ -577,11 +559,11 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   load_embedding_output(r, hp, te, {im.tok_embd, im.embd_blocks, im.output, im.embd_in_output},
                         desc.output != arch::Presence::Absent);
   im.output_norm = r.vec(std::string(arch::kOutputNorm), hp.n_embd);
-  im.rope_factors = load_rope_factors(r, desc, hp, path);
+  im.rope_factors = load_rope_factors(r, desc, hp, path, opts.n_ctx > 0 ? opts.n_ctx : hp.n_ctx_train);
   hp.rope_freq_factors = !im.rope_factors.empty();
   im.rope = be::RopeParams{hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale,
                            hp.rope_freq_factors ? im.rope_factors.data() : nullptr,
-                           hp.rope_style == arch::RopeStyle::Neox};
+                           hp.rope_style == arch::RopeStyle::Neox, hp.rope_attn_factor};
   im.rope_swa = im.rope;
   im.rope_swa.freq_base = hp.rope_freq_base_swa;
   im.rope_swa.freq_scale = hp.rope_freq_scale_swa;
@@ -605,6 +587,10 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   im.summary.lookup_only_bytes =
       im.embd_in_output ? 0 : im.embd_blocks.n_out() > 0 ? im.embd_blocks.bytes() : im.tok_embd.size() * sizeof(float);
   im.summary.sliding = sliding_summary(hp, desc);
+  if (!hp.rope_factors_set.empty())
+    im.summary.longrope = fmt::format("LongRoPE {} factors (context {} {} original {}), attention factor {:.4g}",
+                                      hp.rope_factors_set, opts.n_ctx > 0 ? opts.n_ctx : hp.n_ctx_train,
+                                      hp.rope_factors_set == "long" ? ">" : "<=", hp.n_ctx_orig, hp.rope_attn_factor);
   im.summary.load_seconds = load_time.seconds();
   return m;
 }

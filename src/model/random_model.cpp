@@ -1,6 +1,7 @@
 // Random-weight model GGUF writer: see random_model.hpp.
 #include "model/random_model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -158,11 +159,41 @@ RandomModelSpec random_model_flavour(RandomModelSpec s, const std::string& flavo
     s.tied_output = true;
     return s;
   }
+  if (flavour == "granite") {  // ibm-granite/granite-3.0-2b-base config.json: embedding_multiplier 12,
+                               // residual_multiplier 0.22, attention_multiplier 0.015625, logits_scaling 8,
+                               // rope_theta 10000, rms_norm_eps 1e-5, tie_word_embeddings
+    s.arch = flavour;
+    s.embedding_scale = 12.0f;
+    s.residual_scale = 0.22f;
+    s.attention_scale = 0.015625f;
+    s.logit_scale = 8.0f;
+    s.tied_output = true;
+    return s;
+  }
+  if (flavour == "phi3") {  // microsoft/Phi-4-mini-instruct config.json: partial_rotary_factor 0.75, rope_theta
+                            // 10000, rms_norm_eps 1e-5, rope_scaling longrope, tie_word_embeddings, no
+                            // sliding window; the attention factor of Phi-3.5-mini (131072 / 4096 positions)
+    s.arch = flavour;
+    s.n_rot = static_cast<int>(0.75 * s.n_embd) / s.n_head;  // the converter's int(rot_pct * n_embd) // n_head
+    s.n_rot -= s.n_rot % 2;
+    s.longrope.original_context = std::max(1, s.n_ctx / 4);
+    s.longrope.attn_factor = static_cast<float>(std::sqrt(1.0 + std::log(32.0) / std::log(4096.0)));
+    s.tied_output = true;
+    return s;
+  }
   throw ArgumentError(fmt::format("unknown architecture flavour '{}' (expected one of: {})", flavour,
                                   fmt::join(random_model_flavours(), ", ")));
 }
 
-std::vector<std::string> random_model_flavours() { return {"llama", "llama3", "qwen2", "qwen3", "gemma2", "gemma3"}; }
+std::vector<std::string> random_model_flavours() {
+  return {"llama", "llama3", "qwen2", "qwen3", "gemma2", "gemma3", "granite", "phi3"};
+}
+
+std::vector<float> longrope_factors(bool long_set, int n_rot) {
+  std::vector<float> out;
+  for (int i = 0; i < n_rot / 2; ++i) out.push_back(long_set ? 1.0f + 2.0f * static_cast<float>(i) : 1.0f + 0.1f * static_cast<float>(i));
+  return out;
+}
 
 std::vector<float> llama3_rope_factors(const Llama3RopeScaling& s, float freq_base, int n_rot) {
   const double old_ctx = s.original_context, low = s.low_freq_factor, high = s.high_freq_factor;
@@ -211,6 +242,12 @@ const arch::Description& check_spec(const RandomModelSpec& s) {
   if (s.n_head % s.n_head_kv != 0)
     bad(fmt::format("n_head {} is not a multiple of n_head_kv {}", s.n_head, s.n_head_kv));
   if (s.head_dim() % 2 != 0) bad(fmt::format("head_dim {} is odd (RoPE rotates pairs)", s.head_dim()));
+  if (s.n_rot < 0 || s.n_rot % 2 != 0 || s.n_rot > s.head_dim() || (s.n_rot > 0 && d->full_rotary && s.n_rot != s.head_dim()))
+    bad(fmt::format("n_rot {} must be even, at most head_dim {} (equal for architecture '{}')", s.n_rot, s.head_dim(),
+                    s.arch));
+  if (s.longrope.original_context < 0 || (s.longrope.original_context > 0 && d->longrope == arch::Presence::Absent))
+    bad(fmt::format("architecture '{}' has no LongRoPE factors", s.arch));
+  if (!(s.longrope.attn_factor > 0 && s.longrope.attn_factor <= 16)) bad("the LongRoPE attention factor must be in (0, 16]");
   if (s.vocab.empty() && s.n_vocab < 260)
     bad(fmt::format("n_vocab {} < 260 (3 specials + 256 byte tokens + 1 piece)", s.n_vocab));
   if (s.n_vocab < 1) bad("n_vocab must be >= 1");
@@ -228,10 +265,17 @@ const arch::Description& check_spec(const RandomModelSpec& s) {
   if ((s.attn_softcap > 0 && !keyed(d->attn_softcap)) || (s.final_softcap > 0 && !keyed(d->final_softcap)) ||
       (s.sliding_window > 0 && !keyed(d->sliding_window)) || (s.rope_freq_base_swa > 0 && !keyed(d->rope_base_swa)))
     bad(fmt::format("architecture '{}' reads no soft-cap or sliding window key that the spec sets", s.arch));
+  if (s.embedding_scale < 0 || s.residual_scale < 0 || s.attention_scale < 0 || s.logit_scale < 0)
+    bad("the scales must be >= 0");
+  if ((s.embedding_scale > 0 && !keyed(d->embd_scale)) || (s.residual_scale > 0 && !keyed(d->residual_scale)) ||
+      (s.attention_scale > 0 && !keyed(d->attn_scale)) || (s.logit_scale > 0 && !keyed(d->logit_scale)))
+    bad(fmt::format("architecture '{}' reads no scale key that the spec sets", s.arch));
+  if (d->logit_scale.required && !(s.logit_scale > 0))
+    bad(fmt::format("architecture '{}' needs a logit scale", s.arch));
   return *d;
 }
 
-enum class Fill { Matrix, Ones, QkNorm, Bias, RopeFreqs };
+enum class Fill { Matrix, Ones, QkNorm, Bias, RopeFreqs, RopeLong, RopeShort };
 
 struct TensorSpec {
   std::string name;
@@ -269,6 +313,11 @@ std::vector<TensorSpec> tensor_specs(const RandomModelSpec& s, const arch::Descr
     t.push_back({n("ffn_down"), {f, e}, Fill::Matrix});
   }
   if (s.llama3.factor > 0) t.push_back({std::string(arch::kRopeFreqs), {hd / 2}, Fill::RopeFreqs});
+  if (s.longrope.original_context > 0) {
+    const uint64_t half = static_cast<uint64_t>(s.rot_dims() / 2);
+    t.push_back({std::string(arch::kRopeFactorsLong), {half}, Fill::RopeLong});
+    t.push_back({std::string(arch::kRopeFactorsShort), {half}, Fill::RopeShort});
+  }
   auto wanted = [&](arch::Presence p) {
     return p == arch::Presence::Required || (p == arch::Presence::Optional && s.optional_tensors);
   };
@@ -335,7 +384,7 @@ void add_hparams(gguf::Writer& w, const RandomModelSpec& spec) {
     w.add_uint32(key("attention.key_length"), static_cast<uint32_t>(spec.n_embd_head));
     w.add_uint32(key("attention.value_length"), static_cast<uint32_t>(spec.n_embd_head));
   }
-  w.add_uint32(key("rope.dimension_count"), static_cast<uint32_t>(spec.head_dim()));
+  w.add_uint32(key("rope.dimension_count"), static_cast<uint32_t>(spec.rot_dims()));
   w.add_float32(key("rope.freq_base"), spec.rope_freq_base);
   w.add_float32(key("attention.layer_norm_rms_epsilon"), spec.rms_eps);
   if (spec.rope_linear_factor > 0) {
@@ -346,6 +395,14 @@ void add_hparams(gguf::Writer& w, const RandomModelSpec& spec) {
   if (spec.final_softcap > 0) w.add_float32(key("final_logit_softcapping"), spec.final_softcap);
   if (spec.sliding_window > 0) w.add_uint32(key("attention.sliding_window"), static_cast<uint32_t>(spec.sliding_window));
   if (spec.rope_freq_base_swa > 0) w.add_float32(key("rope.freq_base_swa"), spec.rope_freq_base_swa);
+  if (spec.embedding_scale > 0) w.add_float32(key("embedding_scale"), spec.embedding_scale);
+  if (spec.residual_scale > 0) w.add_float32(key("residual_scale"), spec.residual_scale);
+  if (spec.attention_scale > 0) w.add_float32(key("attention.scale"), spec.attention_scale);
+  if (spec.logit_scale > 0) w.add_float32(key("logit_scale"), spec.logit_scale);
+  if (spec.longrope.original_context > 0) {
+    w.add_uint32(key("rope.scaling.original_context_length"), static_cast<uint32_t>(spec.longrope.original_context));
+    w.add_float32(key("rope.scaling.attn_factor"), spec.longrope.attn_factor);
+  }
 }
 
 /// `v`, the value of tokenizer key `key` in vocabulary file `path` of `n` tokens, with
@@ -419,6 +476,10 @@ void add_random_tensor(gguf::Writer& w, const RandomModelSpec& spec, const Tenso
     case Fill::RopeFreqs:
       w.add_tensor(t.name, t.dims, llama3_rope_factors(spec.llama3, spec.rope_freq_base, spec.head_dim()),
                    gguf::TensorType::F32);
+      return;
+    case Fill::RopeLong:
+    case Fill::RopeShort:
+      w.add_tensor(t.name, t.dims, longrope_factors(t.fill == Fill::RopeLong, spec.rot_dims()), gguf::TensorType::F32);
       return;
     default:
       break;

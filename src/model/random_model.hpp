@@ -1,5 +1,5 @@
 #pragma once
-// Random-weight models in GGUF (llama, qwen2, qwen3 architectures), for
+// Random-weight models in GGUF (every architecture of model/arch), for
 // benchmarks and tests: same keys, tensor names and layout as llama.cpp's
 // convert script writes, weights drawn deterministically from a seed
 // (identical bytes on every machine).
@@ -31,6 +31,20 @@ struct Llama3RopeScaling {
 /// llama.cpp divides each pair's frequency by its value.
 std::vector<float> llama3_rope_factors(const Llama3RopeScaling& s, float freq_base, int n_rot);
 
+/// Phi-3 LongRoPE (Hugging Face rope_scaling type "longrope"): the writer adds
+/// rope_factors_long.weight and rope_factors_short.weight [n_rot/2] and the keys
+/// rope.scaling.original_context_length and rope.scaling.attn_factor, as
+/// llama.cpp's converter (conversion/phi.py Phi3MiniModel) does. The factors
+/// are synthetic: short 1 + 0.1 i, long 1 + 2 i for pair i (real sets also grow
+/// with the wavelength, the long set much faster).
+struct LongRopeScaling {
+  int original_context = 0;  ///< > 0: original_max_position_embeddings, and the factor tensors are written
+  float attn_factor = 1.0f;  ///< rope.scaling.attn_factor
+};
+
+/// The LongRoPE factor set of LongRopeScaling for n_rot rotated dimensions (n_rot/2 values).
+std::vector<float> longrope_factors(bool long_set, int n_rot);
+
 /// Shape and architecture of a random model ({arch}.* GGUF keys).
 struct RandomModelSpec {
   std::string name;   ///< preset name, written as general.name "random-<name>"
@@ -53,7 +67,12 @@ struct RandomModelSpec {
   bool tied_output = false;         ///< no output.weight (logits use token_embd)
   /// > 0: {arch}.attn_logit_softcapping / {arch}.final_logit_softcapping (gemma2).
   float attn_softcap = 0.0f, final_softcap = 0.0f;
-  int sliding_window = 0;           ///< > 0: {arch}.attention.sliding_window (gemma2, gemma3)
+  int sliding_window = 0;           ///< > 0: {arch}.attention.sliding_window (gemma2, gemma3, phi3)
+  /// > 0: {arch}.rope.dimension_count below the head size (partial rotary, phi3); 0 = head_dim.
+  int n_rot = 0;
+  /// > 0: granite's {arch}.embedding_scale, residual_scale, attention.scale and logit_scale.
+  float embedding_scale = 0.0f, residual_scale = 0.0f, attention_scale = 0.0f, logit_scale = 0.0f;
+  LongRopeScaling longrope;         ///< original_context > 0: LongRoPE tensors and keys (phi3)
   float rope_freq_base_swa = 0.0f;  ///< > 0: {arch}.rope.freq_base_swa, the sliding layers' RoPE base (gemma3)
   /// Also write the architecture's optional block tensors (llama: the
   /// attn_q/k/v/output and ffn_gate/up/down biases).
@@ -72,6 +91,7 @@ struct RandomModelSpec {
   /// copies (e.g. "meta-llama/Llama-3.2-1B"); empty for the synthetic shapes.
   std::string hf_model;
   int head_dim() const { return n_embd_head > 0 ? n_embd_head : n_embd / n_head; }
+  int rot_dims() const { return n_rot > 0 ? n_rot : head_dim(); }
 };
 
 /// Presets (n_embd/n_layer/n_head/n_head_kv/n_ff/n_vocab/n_ctx). Synthetic
@@ -97,8 +117,13 @@ std::vector<std::string> random_model_presets();
 /// base 10000, eps 1e-6, attention / final soft-caps 50 / 30, sliding window
 /// 4096, tied output, key_length written as convert_hf_to_gguf.py's Gemma2Model
 /// does), "gemma3" (gemma2's block with Q/K norms and no soft-caps, rope base
-/// 1e6, sliding layers' base 10000, window 512 on 5 of 6 layers, tied). Values from the models' Hugging Face config.json files. Throws
-/// ArgumentError for another name.
+/// 1e6, sliding layers' base 10000, window 512 on 5 of 6 layers, tied), "granite"
+/// (Granite 3.0: embedding / residual / attention / logit scales 12 / 0.22 /
+/// 0.015625 / 8, tied), "phi3" (Phi-4-mini's block: fused attn_qkv and ffn_up,
+/// NEOX rope over 3/4 of each head, tied; LongRoPE with the synthetic factors,
+/// original context n_ctx / 4 and Phi-3.5-mini's attention factor
+/// sqrt(1 + ln 32 / ln 4096)). Values from the models' Hugging Face config.json
+/// files. Throws ArgumentError for another name.
 RandomModelSpec random_model_flavour(RandomModelSpec shape, const std::string& flavour);
 /// The flavour names, in the order above.
 std::vector<std::string> random_model_flavours();
@@ -119,7 +144,8 @@ uint64_t random_model_parameters(const RandomModelSpec& spec);
 /// "▁a".., "aa".. with decreasing scores); and every tensor the architecture
 /// uses (token_embd, output_norm, output unless tied, blk.N.{attn_norm,
 /// attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up,
-/// ffn_down}, then the extras: rope_freqs, biases, attn_q_norm/attn_k_norm).
+/// ffn_down}, fused attn_qkv / ffn_up where the recipe fuses them, then the extras: rope_freqs,
+/// rope_factors_long/short, biases, attn_q_norm/attn_k_norm, post-norms).
 /// Matrices are uniform in [-sqrt(3/n_in), sqrt(3/n_in)) (std 1/sqrt(n_in))
 /// from a counter-based splitmix64 stream keyed by (seed, tensor index,
 /// element); norms are 1, Q/K norms uniform in [0.5, 1.5), biases uniform in

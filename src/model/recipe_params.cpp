@@ -59,6 +59,11 @@ void read_recipe_numbers(const gguf::File& f, const arch::Description& d, HParam
   hp.attn_softcap = resolve(d.attn_softcap, "attention logit soft-cap");
   hp.logit_scale = resolve(d.logit_scale, "logit scale");
   hp.final_softcap = resolve(d.final_softcap, "final logit soft-cap");
+  const float rope_attn = resolve(d.rope_attn_factor, "RoPE attention factor");
+  if (rope_attn > 16.0f)  // real models: 1 .. 1.2 (sqrt(1 + ln(32) / ln(4096)) = 1.19 for Phi-3.5)
+    throw FormatError(fmt::format("{}: RoPE attention factor {} (key '{}.{}') must be in (0, 16]", f.path(), rope_attn,
+                                  d.name, d.rope_attn_factor.key));
+  hp.rope_attn_factor = rope_attn != 0.0f ? rope_attn : 1.0f;
   const float window = resolve(d.sliding_window, "sliding window");
   if (window != std::floor(window) || window > float(1 << 24))
     throw FormatError(fmt::format("{}: sliding window {} must be an integer in [0, {}]", f.path(), window, 1 << 24));

@@ -11,7 +11,7 @@
 namespace kveval {
 
 /// Resolves the recipe's numbers (arch::Param: the file's key, else the
-/// recipe's formula or constant) into hp (embd_scale .. final_softcap,
+/// recipe's formula or constant) into hp (embd_scale .. final_softcap, rope_attn_factor (at most 16),
 /// sliding_window, the sliding layers' RoPE base and scale); hp's other fields,
 /// rope scaling included, must be read first. Each is 0 (off) or finite and
 /// positive (positive only where the recipe says so, its key present where

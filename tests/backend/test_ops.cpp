@@ -244,6 +244,26 @@ TEST_SUITE("backend.ops") {
     CHECK_THROWS_AS(rope(x.data(), H, HD, t), ArgumentError);  // n_rot 10 > head_dim 8
   }
 
+  TEST_CASE("rope's attn_factor scales the rotated dimensions only (NEOX, 4 of 6 rotated)") {
+    // head [1, 2, 3, 4, 5, 6] at position 1, base 10000, n_rot 4: pairs (0, 2) by 1 rad and (1, 3) by 0.01 rad,
+    // cos and sin times 1.5; dimensions 4 and 5 pass through
+    const std::vector<int32_t> pos = {1};
+    RopeParams p;
+    p.n_rot = 4;
+    p.neox = true;
+    p.attn_factor = 1.5f;
+    std::vector<float> x = {1, 2, 3, 4, 5, 6};
+    rope(x.data(), 1, 1, 6, pos.data(), p);
+    const double c0 = std::cos(1.0), s0 = std::sin(1.0), c1 = std::cos(0.01), s1 = std::sin(0.01);
+    check_close(x, {1.5 * (1 * c0 - 3 * s0), 1.5 * (2 * c1 - 4 * s1), 1.5 * (1 * s0 + 3 * c0), 1.5 * (2 * s1 + 4 * c1), 5, 6},
+                1e-6);
+    RopeTable t;
+    rope_table(pos.data(), 1, p, t);
+    std::vector<float> y = {1, 2, 3, 4, 5, 6};
+    rope(y.data(), 1, 6, t);
+    CHECK(y == x);
+  }
+
   TEST_CASE("swiglu_fused matches silu(g) * u on [gate | up] rows") {
     // rows: [g0 g1 | u0 u1]
     std::vector<float> gu = {-3.0f, 0.0f, 2.0f, 5.0f, 1.0f, 2.5f, -1.0f, 0.5f}, out(4);

@@ -41,7 +41,7 @@ TEST_SUITE("cli.make_model") {
     CHECK(q3.out.find("head_dim 128") != std::string::npos);
     Run bad_arch = run_kveval(d, "make-model --preset tiny --arch gemma -o " + quote(d.file("x.gguf")));
     CHECK(bad_arch.code == 2);
-    CHECK(bad_arch.err.find("--arch: gemma not in {llama,llama3,qwen2,qwen3,gemma2,gemma3}") != std::string::npos);
+    CHECK(bad_arch.err.find("--arch: gemma not in {llama,llama3,qwen2,qwen3,gemma2,gemma3,granite,phi3}") != std::string::npos);
     Run no_vocab = run_kveval(d, "make-model --preset tiny --vocab " + quote(d.file("none.gguf")) + " -o " +
                                      quote(d.file("x.gguf")));
     CHECK(no_vocab.code == 2);

@@ -336,6 +336,34 @@ TEST_SUITE("eval.llamacpp_perplexity") {
     }
   }
 
+  TEST_CASE("phi3 LongRoPE: the spec's max_length picks the factor set (run_spec loads with it)") {
+    kveval::test::ScratchDir dir("llamacpp_phi3");
+    RandomModelSpec s = random_model_flavour(random_model_preset("tiny"), "phi3");
+    s.longrope.original_context = 8;
+    const std::string path = dir.file("phi3.gguf");
+    write_random_model(path, s, 3);
+    const std::vector<std::string> stories = demo_stories();
+    const std::vector<std::string> two(stories.begin(), stories.begin() + 2);
+    const std::string joined = two[0] + "\n\n" + two[1];
+    const int n_ctx = 8;  // chunks of 8 tokens whatever max_length is
+    double ppl[2] = {0, 0};
+    for (int i = 0; i < 2; ++i) {
+      const int max_length = i == 0 ? 8 : 16;  // 8 <= 8: short factors; 16 > 8: long
+      CAPTURE(max_length);
+      RunResult r = run_spec(spec_of({rolling_task(two, n_ctx, {"perplexity_llamacpp"})}, 4, path, max_length));
+      REQUIRE(r.n_request_errors == 0);
+      const MetricValue& v = metric(r, "perplexity_llamacpp");
+      REQUIRE(v.value);
+      ppl[i] = *v.value;
+      auto m = Model::load(path, {.threads = 2, .n_ctx = max_length});
+      REQUIRE(m->hparams().rope_factors_set == (max_length > 8 ? "long" : "short"));
+      Context ctx(*m);
+      const Naive want = naive_llamacpp_perplexity(ctx, joined, n_ctx, m->tokenizer().add_bos());
+      CHECK(std::abs(ppl[i] / want.ppl - 1) < 1e-6);
+    }
+    CHECK(std::abs(ppl[0] / ppl[1] - 1) > 1e-3);  // the two sets give other numbers
+  }
+
   TEST_CASE("chunks without BOS: every chunk keeps its own first token") {
     std::vector<int32_t> seq;
     for (int i = 0; i < 9; ++i) seq.push_back(100 + i);

@@ -179,14 +179,23 @@ struct ArchTensors {
   bool gemma = false;
   /// gemma2: no output.weight (the output is token_embd, TENSOR_DUPLICATED); attn_logit_softcapping FLOAT32.
   bool gemma2 = false;
+  /// granite: logit_scale FLOAT32 required; embedding_scale, residual_scale, attention.scale FLOAT32.
+  bool granite = false;
+  /// phi3: attn_qkv {n_embd, n_embd + 2 kv} and ffn_up {n_embd, 2 n_ff} instead of attn_q/k/v and
+  /// ffn_gate/ffn_up; rope.dimension_count even and <= head_dim; optional rope_factors_long/short
+  /// {n_rot / 2}; rope.scaling.attn_factor FLOAT32, rope.scaling.original_context_length and
+  /// attention.sliding_window UINT32.
+  bool phi3 = false;
 };
-// src/models/llama.cpp, qwen2.cpp, qwen3.cpp, gemma2.cpp and gemma3.cpp, load_arch_tensors.
+// src/models/llama.cpp, qwen2.cpp, qwen3.cpp, gemma2.cpp, gemma3.cpp, granite.cpp and phi3.cpp, load_arch_tensors.
 constexpr ArchTensors kArchs[] = {
     {"llama", false, false, true, false},
     {"qwen2", true, false, false, true},
     {"qwen3", false, true, false, false},
     {"gemma2", false, false, false, false, true, true},
     {"gemma3", false, true, false, false, true, false},
+    {"granite", false, false, true, false, false, false, true, false},
+    {"phi3", true, false, false, false, false, false, false, true},
 };
 
 }  // namespace
@@ -289,6 +298,15 @@ std::vector<std::string> llamacpp_violations(const std::string& path) {
   f32(pre + "attention.layer_norm_rms_epsilon", true, "H4");
   f32(pre + "rope.freq_base", false, "H5");
   if (arch->gemma2) f32(pre + "attn_logit_softcapping", false, "H5");
+  if (arch->granite) {
+    f32(pre + "logit_scale", true, "H5");
+    for (const char* k : {"embedding_scale", "residual_scale", "attention.scale"}) f32(pre + k, false, "H5");
+  }
+  if (arch->phi3) {
+    f32(pre + "rope.scaling.attn_factor", false, "H5");
+    u32(pre + "rope.scaling.original_context_length", false, "H5");
+    u32(pre + "attention.sliding_window", false, "H5");
+  }
   if (arch->gemma) {
     f32(pre + "final_logit_softcapping", false, "H5");
     u32(pre + "attention.sliding_window", false, "H5");
@@ -304,7 +322,8 @@ std::vector<std::string> llamacpp_violations(const std::string& path) {
     hv = u32(pre + "attention.value_length", false, "H5").value_or(*n_embd / *n_head);
     if (*hk != *hv) add(fmt::format("H5: key_length {} != value_length {}", *hk, *hv));
     n_rot = u32(pre + "rope.dimension_count", false, "H5").value_or(*hk);
-    if (*n_rot != *hk) add(fmt::format("H5: {}rope.dimension_count {} != head_dim {}", pre, *n_rot, *hk));
+    if (arch->phi3 ? (*n_rot > *hk || *n_rot % 2 != 0) : *n_rot != *hk)
+      add(fmt::format("H5: {}rope.dimension_count {} != head_dim {}", pre, *n_rot, *hk));
   }
 
   // V1..V7
@@ -359,20 +378,30 @@ std::vector<std::string> llamacpp_violations(const std::string& path) {
   if (!arch->gemma2) optional["output.weight"] = {e, V};
   if (arch->output_bias) optional["output.bias"] = {V};
   if (arch->llama_extras) optional["rope_freqs.weight"] = {*n_rot / 2};
+  if (arch->phi3) {
+    optional["rope_factors_long.weight"] = {*n_rot / 2};
+    optional["rope_factors_short.weight"] = {*n_rot / 2};
+  }
   for (uint64_t l = 0; l < *n_layer; ++l) {
     auto n = [&](const char* s, const char* kind = "weight") { return fmt::format("blk.{}.{}.{}", l, s, kind); };
     want[n("attn_norm")] = {e};
-    want[n("attn_q")] = {e, q};
-    want[n("attn_k")] = {e, kv};
-    want[n("attn_v")] = {e, kv};
+    if (arch->phi3) {
+      want[n("attn_qkv")] = {e, q + 2 * kv};
+      optional[n("attn_qkv", "bias")] = {q + 2 * kv};
+      want[n("ffn_up")] = {e, 2 * ff};
+    } else {
+      want[n("attn_q")] = {e, q};
+      want[n("attn_k")] = {e, kv};
+      want[n("attn_v")] = {e, kv};
+      want[n("ffn_gate")] = {e, ff};
+      want[n("ffn_up")] = {e, ff};
+      optional[n("attn_q", "bias")] = {q};
+      optional[n("attn_k", "bias")] = {kv};
+      optional[n("attn_v", "bias")] = {kv};
+    }
     want[n("attn_output")] = {q, e};
     want[n("ffn_norm")] = {e};
-    want[n("ffn_gate")] = {e, ff};
-    want[n("ffn_up")] = {e, ff};
     want[n("ffn_down")] = {ff, e};
-    optional[n("attn_q", "bias")] = {q};
-    optional[n("attn_k", "bias")] = {kv};
-    optional[n("attn_v", "bias")] = {kv};
     if (arch->gemma) {
       want[n("post_attention_norm")] = {e};
       want[n("post_ffw_norm")] = {e};

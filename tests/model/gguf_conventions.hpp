@@ -4,7 +4,7 @@
 //
 // The rules below are what llama.cpp (ggml-org/llama.cpp; read in the copy at
 // /work/scratch/llama.cpp) checks or assumes when it loads a GGUF of the
-// architectures kveval writes (llama, qwen2, qwen3, gemma2, gemma3); each cites the place in
+// architectures kveval writes (llama, qwen2, qwen3, gemma2, gemma3, granite, phi3); each cites the place in
 // its source. The checker reads the file with its own byte-level parser (not
 // kveval's gguf::File), so a bug in kveval's reader cannot hide one in its
 // writer. A file that breaks a rule either fails to load in llama.cpp (an
@@ -30,7 +30,7 @@
 // qwen2.cpp, qwen3.cpp; src/llama-model-loader.cpp GKV::get_kv throws "key %s has
 // wrong type" unless the GGUF type is exactly the expected one):
 //   H1 general.architecture is a STRING naming one of the architectures below
-//      (src/llama-arch.cpp LLM_ARCH_NAMES: "llama", "qwen2", "qwen3", "gemma2", "gemma3"; the rules of
+//      (src/llama-arch.cpp LLM_ARCH_NAMES: "llama", "qwen2", "qwen3", "gemma2", "gemma3", "granite", "phi3"; the rules of
 //      others are not listed here, so their files are reported).
 //   H2 {arch}.context_length, {arch}.embedding_length, {arch}.block_count: UINT32, required.
 //   H3 {arch}.feed_forward_length, {arch}.attention.head_count: UINT32 (llama.cpp also
@@ -87,8 +87,17 @@
 //        final_logit_softcapping FLOAT32, attention.sliding_window UINT32.
 //      gemma3: as gemma2 plus attn_q_norm and attn_k_norm {hk} required, output
 //        optional; no attn_logit_softcapping; rope.freq_base_swa FLOAT32.
+//      granite: as llama; key logit_scale FLOAT32 required, embedding_scale,
+//        residual_scale and attention.scale FLOAT32 optional.
+//      phi3: attn_qkv {n_embd, n_embd + 2 kv} (optional attn_qkv.bias) and ffn_up
+//        {n_embd, 2 n_ff} instead of attn_q/k/v and ffn_gate/ffn_up; attn_output
+//        {n_embd, n_embd}; rope.dimension_count even and at most the head size;
+//        optional rope_factors_long and rope_factors_short {n_rot / 2}; keys
+//        rope.scaling.attn_factor FLOAT32, rope.scaling.original_context_length
+//        and attention.sliding_window UINT32.
 //      The checker is stricter than llama.cpp in one way: it does not accept the
-//      fused attn_qkv that create_tensor_qkv also takes (kveval never writes it).
+//      fused attn_qkv that create_tensor_qkv also takes for the other
+//      architectures, nor separate attn_q/k/v for phi3 (kveval never writes them).
 #include <string>
 #include <vector>
 

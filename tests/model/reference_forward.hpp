@@ -23,6 +23,16 @@
 // same without the attention soft-cap (final soft-cap only when the file has
 // it), Q/K head norms, 5 of every 6 layers sliding when the file has a window,
 // rotating with rope.freq_base_swa (default 10000) and no linear scaling.
+// Granite (src/models/granite.cpp, build_inp_embd): embeddings times
+// embedding_scale, each branch times residual_scale before its add, scores
+// times attention.scale, logits divided by logit_scale (absent keys: off).
+// Phi-3 (src/models/phi3.cpp): Q/K/V rows of the fused attn_qkv in that order,
+// ffn_up's first n_ff rows the gate, NEOX RoPE over rope.dimension_count
+// dimensions (the rest unrotated), LongRoPE: rope_factors_long when the context
+// given to the constructor exceeds rope.scaling.original_context_length, else
+// rope_factors_short, divisors of each pair's frequency, and cos / sin times
+// rope.scaling.attn_factor (ggml_rope_ext's mscale); attention.sliding_window
+// > 0 on every layer (Hugging Face's Phi3 attention).
 //
 // Ablation leaves one feature out, for negative controls showing that a
 // comparison against this reference can fail.
@@ -50,6 +60,10 @@ struct Ablation {
   bool no_linear_scale = false;
   bool no_softcap = false;  ///< neither attention nor final soft-cap
   bool no_window = false;   ///< every layer sees every earlier position
+  bool no_embd_scale = false, no_residual_scale = false, no_attn_scale = false, no_logit_scale = false;  ///< Granite
+  bool other_longrope_set = false;  ///< Phi-3: the LongRoPE factor set the context does not pick
+  bool no_rope_attn_factor = false; ///< Phi-3: cos and sin unscaled
+  bool swap_gate_up = false;        ///< Phi-3: the fused ffn_up's halves taken the other way round
 };
 
 /// A GGUF model's weights in double and its forward pass.
@@ -61,6 +75,8 @@ class ReferenceModel {
   explicit ReferenceModel(const std::string& path) : ReferenceModel(path, description_of(path)) {}
   /// The weights of the GGUF at `path` read as architecture `desc`.
   ReferenceModel(const std::string& path, const arch::Description& desc) : desc_(desc) { load(path); }
+  /// The weights of the GGUF at `path` for a run of context `n_ctx` (LongRoPE's choice; 0 = context_length).
+  ReferenceModel(const std::string& path, int n_ctx) : desc_(description_of(path)), n_ctx_(n_ctx) { load(path); }
 
   const arch::Description& desc() const { return desc_; }
   int n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0, n_vocab = 0, n_rot = 0;
@@ -68,14 +84,18 @@ class ReferenceModel {
   // Gemma 2: 0 = off
   double embd_scale = 0, attn_scale = 0, attn_softcap = 0, final_softcap = 0;
   double base_swa = 0, scale_swa = 1;  ///< RoPE of the sliding layers
-  int window = 0, swa_period = 0;      ///< layer l slides when l % swa_period < swa_period - 1
+  int window = 0, swa_period = 0;      ///< layer l slides when l % swa_period < swa_period - 1 (every layer: 1)
   bool gemma = false;  ///< post-norms and GeGLU
+  double residual_scale = 0, logit_scale = 0;  ///< Granite: 0 = off
+  double rope_attn_factor = 1;                 ///< Phi-3 LongRoPE
+  int n_ctx_orig = 0;                          ///< Phi-3: rope.scaling.original_context_length
+  std::string longrope_set;                    ///< Phi-3: "long", "short" or "" (no factors)
 
   /// Logits [T][n_vocab] of the sequence `ids` at positions 0..T-1.
   Rows logits(const std::vector<int32_t>& ids, const Ablation& ab = {}) const {
-    Rows x = embed(ids);
+    Rows x = embed(ids, ab);
     for (size_t l = 0; l < layers_.size(); ++l) {
-      const bool slides = gemma && int(l) % swa_period < swa_period - 1;
+      const bool slides = window > 0 && (swa_period == 1 || int(l) % swa_period < swa_period - 1);
       attention_block(layers_[l], x, ab, slides && !ab.no_window ? window : 0, slides);
       ffn_block(layers_[l], x, ab);
     }
@@ -106,7 +126,9 @@ class ReferenceModel {
     std::vector<double> post_attn_norm, post_ffn_norm;  // [n_embd] (gemma2) or empty
   };
   const arch::Description& desc_;
+  int n_ctx_ = 0;                     // the run's context (LongRoPE), 0 = context_length
   std::vector<double> rope_factors_;  // [n_rot/2] or empty
+  std::vector<double> other_factors_; // Phi-3: the LongRoPE set not picked
   std::vector<double> tok_embd_, output_, output_norm_;
   std::vector<Layer> layers_;
 
@@ -141,11 +163,25 @@ class ReferenceModel {
       swa_period = window == 0 ? 1 : g2 ? 2 : 6;
       base_swa = f.get_float_or(k("rope.freq_base_swa"), g2 ? f.get_float_or(k("rope.freq_base"), 10000.0) : 10000.0);
     }
+    if (a == "granite") {
+      embd_scale = f.get_float_or(k("embedding_scale"), 0.0);
+      residual_scale = f.get_float_or(k("residual_scale"), 0.0);
+      attn_scale = f.get_float_or(k("attention.scale"), 0.0);
+      logit_scale = f.get_float(k("logit_scale"));
+    }
+    if (a == "phi3") {
+      window = static_cast<int>(f.get_uint_or(k("attention.sliding_window"), 0));
+      swa_period = 1;
+      base_swa = freq_base;
+      rope_attn_factor = f.get_float_or(k("rope.scaling.attn_factor"), 1.0);
+      n_ctx_orig = static_cast<int>(f.get_uint_or(k("rope.scaling.original_context_length"), f.get_uint(k("context_length"))));
+    }
     if (f.get_string_or(k("rope.scaling.type"), "linear") == "linear") {
       const double factor = f.get_float_or(k("rope.scaling.factor"), 0.0);
       freq_scale = factor > 0 ? 1.0 / factor : 1.0;
     }
     scale_swa = a == "gemma3" ? 1.0 : freq_scale;
+    const int n_ctx = n_ctx_ > 0 ? n_ctx_ : static_cast<int>(f.get_uint(k("context_length")));
     auto get = [&](const std::string& name, std::vector<uint64_t> dims) {
       const auto v = f.tensor_f32(name, dims);
       return std::vector<double>(v.begin(), v.end());
@@ -162,13 +198,28 @@ class ReferenceModel {
     output_ = f.find_tensor(arch::kOutput) ? get(std::string(arch::kOutput), {E, V}) : tok_embd_;
     output_norm_ = get(std::string(arch::kOutputNorm), {E});
     rope_factors_ = opt(desc_.rope_freqs, std::string(arch::kRopeFreqs), {uint64_t(n_rot / 2)});
+    if (a == "phi3" && f.find_tensor(arch::kRopeFactorsLong)) {  // llama.cpp get_rope_factors
+      const bool use_long = n_ctx > n_ctx_orig;
+      longrope_set = use_long ? "long" : "short";
+      const std::string l(arch::kRopeFactorsLong), sh(arch::kRopeFactorsShort);
+      rope_factors_ = get(use_long ? l : sh, {uint64_t(n_rot / 2)});
+      other_factors_ = get(use_long ? sh : l, {uint64_t(n_rot / 2)});
+    }
+    const bool fused = a == "phi3";
     for (int l = 0; l < n_layer; ++l) {
       auto t = [&](const char* base, const char* kind = "weight") { return arch::blk_tensor(l, base, kind); };
       Layer L;
       L.attn_norm = get(t("attn_norm"), {E});
-      L.wq = get(t("attn_q"), {E, Q});
-      L.wk = get(t("attn_k"), {E, KV});
-      L.wv = get(t("attn_v"), {E, KV});
+      if (fused) {  // attn_qkv rows: Q, then K, then V
+        const std::vector<double> qkv = get(t("attn_qkv"), {E, Q + 2 * KV});
+        L.wq.assign(qkv.begin(), qkv.begin() + long(Q * E));
+        L.wk.assign(qkv.begin() + long(Q * E), qkv.begin() + long((Q + KV) * E));
+        L.wv.assign(qkv.begin() + long((Q + KV) * E), qkv.end());
+      } else {
+        L.wq = get(t("attn_q"), {E, Q});
+        L.wk = get(t("attn_k"), {E, KV});
+        L.wv = get(t("attn_v"), {E, KV});
+      }
       L.wo = get(t("attn_output"), {Q, E});
       L.bq = opt(desc_.qkv_bias, t("attn_q", "bias"), {Q});
       L.bk = opt(desc_.qkv_bias, t("attn_k", "bias"), {KV});
@@ -177,8 +228,14 @@ class ReferenceModel {
       L.q_norm = opt(desc_.qk_norm, t("attn_q_norm"), {HD});
       L.k_norm = opt(desc_.qk_norm, t("attn_k_norm"), {HD});
       L.ffn_norm = get(t("ffn_norm"), {E});
-      L.wg = get(t("ffn_gate"), {E, F});
-      L.wu = get(t("ffn_up"), {E, F});
+      if (fused) {  // ffn_up rows: the gate's n_ff, then the up projection's
+        const std::vector<double> gu = get(t("ffn_up"), {E, 2 * F});
+        L.wg.assign(gu.begin(), gu.begin() + long(F * E));
+        L.wu.assign(gu.begin() + long(F * E), gu.end());
+      } else {
+        L.wg = get(t("ffn_gate"), {E, F});
+        L.wu = get(t("ffn_up"), {E, F});
+      }
       L.wd = get(t("ffn_down"), {F, E});
       L.bg = opt(desc_.ffn_bias, t("ffn_gate", "bias"), {F});
       L.bu = opt(desc_.ffn_bias, t("ffn_up", "bias"), {F});
@@ -220,11 +277,13 @@ class ReferenceModel {
     for (int i = 0; i < n_rot / 2; ++i) {
       double th = pos * std::pow(local ? base_swa : freq_base, -2.0 * i / n_rot);
       if (!ab.no_linear_scale) th *= local ? scale_swa : freq_scale;
-      if (!rope_factors_.empty() && !ab.no_rope_factors) th /= rope_factors_[size_t(i)];
+      const std::vector<double>& factors = ab.other_longrope_set ? other_factors_ : rope_factors_;
+      if (!factors.empty() && !ab.no_rope_factors) th /= factors[size_t(i)];
+      const double m = ab.no_rope_attn_factor ? 1.0 : rope_attn_factor;  // ggml_rope_ext: cos, sin times attn_factor
       const int a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
-      const double x0 = v[a], x1 = v[b];
-      v[a] = x0 * std::cos(th) - x1 * std::sin(th);
-      v[b] = x0 * std::sin(th) + x1 * std::cos(th);
+      const double x0 = v[a], x1 = v[b], c = m * std::cos(th), sn = m * std::sin(th);
+      v[a] = x0 * c - x1 * sn;
+      v[b] = x0 * sn + x1 * c;
     }
   }
   /// Per head of `v` ([n_heads][head_dim]): the Q/K norm (when the layer has one), then RoPE at `pos`.
@@ -237,15 +296,18 @@ class ReferenceModel {
     }
   }
 
+  /// Granite's residual_scale (1 when off).
+  double branch_scale(const Ablation& ab) const { return residual_scale != 0 && !ab.no_residual_scale ? residual_scale : 1.0; }
+
   // ---- the steps ------------------------------------------------------------
 
   /// Rows of token_embd for `ids`: [T][n_embd].
-  Rows embed(const std::vector<int32_t>& ids) const {
+  Rows embed(const std::vector<int32_t>& ids, const Ablation& ab = {}) const {
     const size_t E = size_t(n_embd);
     Rows x(ids.size());
     for (size_t t = 0; t < ids.size(); ++t) {
       x[t].assign(tok_embd_.begin() + long(ids[t]) * long(E), tok_embd_.begin() + long(ids[t] + 1) * long(E));
-      if (embd_scale != 0)
+      if (embd_scale != 0 && !ab.no_embd_scale)
         for (double& e : x[t]) e *= embd_scale;
     }
     return x;
@@ -278,7 +340,7 @@ class ReferenceModel {
         for (size_t p = first; p <= t; ++p) {
           double d = 0;
           for (size_t i = 0; i < HD; ++i) d += q[t][qh + i] * k[p][kh + i];
-          s[p] = d * (attn_scale != 0 ? attn_scale : 1.0 / std::sqrt(static_cast<double>(HD)));
+          s[p] = d * (attn_scale != 0 && !ab.no_attn_scale ? attn_scale : 1.0 / std::sqrt(static_cast<double>(HD)));
           if (attn_softcap != 0 && !ab.no_softcap) s[p] = attn_softcap * std::tanh(s[p] / attn_softcap);
           mx = std::max(mx, s[p]);
         }
@@ -289,7 +351,7 @@ class ReferenceModel {
       }
       auto o = linear(L.wo, att, L.bo, bias);
       if (!L.post_attn_norm.empty()) rmsnorm(o, 0, o.size(), L.post_attn_norm);
-      for (size_t i = 0; i < o.size(); ++i) x[t][i] += o[i];
+      for (size_t i = 0; i < o.size(); ++i) x[t][i] += branch_scale(ab) * o[i];
     }
   }
 
@@ -300,14 +362,16 @@ class ReferenceModel {
     for (auto& xt : x) {
       std::vector<double> h = xt;
       rmsnorm(h, 0, h.size(), L.ffn_norm);
-      const auto g = linear(L.wg, h, L.bg, bias), u = linear(L.wu, h, L.bu, bias);
+      const auto g0 = linear(L.wg, h, L.bg, bias), u0 = linear(L.wu, h, L.bu, bias);
+      const auto& g = ab.swap_gate_up ? u0 : g0;
+      const auto& u = ab.swap_gate_up ? g0 : u0;
       std::vector<double> a(g.size());
       for (size_t i = 0; i < g.size(); ++i)
         a[i] = gemma ? 0.5 * g[i] * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (g[i] + 0.044715 * g[i] * g[i] * g[i]))) * u[i]
                      : g[i] / (1.0 + std::exp(-g[i])) * u[i];  // GeGLU / SwiGLU
       auto d = linear(L.wd, a, L.bd, bias);
       if (!L.post_ffn_norm.empty()) rmsnorm(d, 0, d.size(), L.post_ffn_norm);
-      for (size_t i = 0; i < d.size(); ++i) xt[i] += d[i];
+      for (size_t i = 0; i < d.size(); ++i) xt[i] += branch_scale(ab) * d[i];
     }
   }
 
@@ -318,6 +382,8 @@ class ReferenceModel {
       std::vector<double> h = x[t];
       rmsnorm(h, 0, h.size(), output_norm_);
       out[t] = linear(output_, h, {}, false);
+      if (logit_scale != 0 && !ab.no_logit_scale)
+        for (double& l : out[t]) l /= logit_scale;
       if (final_softcap != 0 && !ab.no_softcap)
         for (double& l : out[t]) l = final_softcap * std::tanh(l / final_softcap);
     }

@@ -386,8 +386,9 @@ TEST_SUITE("model.arch") {
     refused(rewrite(l3, "freqs_big.gguf", no_edit, [](const std::string& n) { return n != "rope_freqs.weight"; },
                     {{"rope_freqs.weight", {1, 1, 1, 1, 1, 1, 1, 1e6f}}}),
             "tensor 'rope_freqs.weight' element 7 = 1000000 (frequency factors must be in [0.001, 1000])");
-    refused(rewrite(q2, "phi.gguf", [](auto& kv) { set_key(kv, "general.architecture", str("phi3")); }),
-            "unsupported architecture 'phi3' (general.architecture); kveval supports llama, qwen2, qwen3, gemma2, gemma3");
+    refused(rewrite(q2, "phi.gguf", [](auto& kv) { set_key(kv, "general.architecture", str("phi2")); }),
+            "unsupported architecture 'phi2' (general.architecture); kveval supports llama, qwen2, qwen3, gemma2, gemma3, "
+            "granite, phi3");
     refused(rewrite(q2, "nul.gguf", [](auto& kv) { set_key(kv, "general.architecture", str(std::string("lla\0ma\n", 7))); }),
             "unsupported architecture 'lla\\x00ma\\x0a' (general.architecture)");
   }

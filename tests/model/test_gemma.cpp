@@ -5,7 +5,7 @@
 // layers), cache-free and through the KV cache past the window; files that
 // break the architecture's rules are refused with one line naming the key or
 // tensor; and llama.cpp's greedy ids for such a model with a real vocabulary
-// (tests/data/llamacpp_greedy.json) are kveval's. Gemma 3: Q/K norms, 5 of 6
+// (tests/data/llamacpp_greedy.json, which also holds the granite and phi3 runs) are kveval's. Gemma 3: Q/K norms, 5 of 6
 // layers sliding with their own RoPE base and no linear scaling, the global
 // layers scaled.
 #include <doctest/doctest.h>
@@ -193,7 +193,8 @@ TEST_SUITE("model.gemma2") {
     CHECK_NOTHROW(Model::load(same, {}));
   }
 
-  TEST_CASE("greedy ids past the window equal llama.cpp's (tests/data/llamacpp_greedy.json)") {
+  TEST_CASE("greedy ids equal llama.cpp's for every recorded model: gemma past the window, granite, phi3 "
+            "(tests/data/llamacpp_greedy.json)") {
     const std::string shared = test::shared_dir();
     if (shared.empty()) {
       MESSAGE("skipping: no shared fixtures folder, so no real vocabularies");

@@ -1,6 +1,6 @@
 // llama.cpp's conventions (gguf_conventions.hpp lists the rules and their
 // sources) checked on every file kveval writes: every preset, every --arch
-// flavour (llama, llama3, qwen2, qwen3, gemma2, gemma3), tied or not (gemma2: tied only), every tensor type, the
+// flavour (llama, llama3, qwen2, qwen3, gemma2, gemma3, granite, phi3), tied or not (gemma2: tied only), every tensor type, the
 // synthetic and the real vocabularies; and the checker itself on files that
 // break one rule each.
 #include <doctest/doctest.h>
@@ -135,6 +135,17 @@ void check_flavour_extras(const gguf::File& f, const RandomModelSpec& spec, cons
   };
   CHECK((f.find_tensor("rope_freqs.weight") != nullptr) == (flavour == "llama3"));
   if (flavour == "llama3") f32_with("rope_freqs.weight", {hd / 2});
+  const uint64_t rot = static_cast<uint64_t>(spec.rot_dims());
+  CHECK((f.find_tensor("rope_factors_long.weight") != nullptr) == (flavour == "phi3"));
+  if (flavour == "phi3") {  // Phi-4-mini: 3/4 of each head rotated, LongRoPE factors
+    CHECK(rot == hd * 3 / 4);
+    f32_with("rope_factors_long.weight", {rot / 2});
+    f32_with("rope_factors_short.weight", {rot / 2});
+    CHECK(f.get_float(flavour + ".rope.scaling.attn_factor") > 1.0);
+  }
+  if (flavour == "granite")
+    for (const char* k : {"embedding_scale", "residual_scale", "attention.scale", "logit_scale"})
+      CHECK(f.get_float(flavour + "." + k) > 0.0);
   for (int l = 0; l < spec.n_layer; ++l) {
     const std::string b = fmt::format("blk.{}.", l);
     CHECK((f.find_tensor(b + "attn_q.bias") != nullptr) == (flavour == "qwen2"));
@@ -143,6 +154,14 @@ void check_flavour_extras(const gguf::File& f, const RandomModelSpec& spec, cons
       f32_with(b + "attn_q.bias", {q});
       f32_with(b + "attn_k.bias", {kv});
       f32_with(b + "attn_v.bias", {kv});
+    }
+    const bool fused = flavour == "phi3";
+    CHECK((f.find_tensor(b + "attn_qkv.weight") != nullptr) == fused);
+    CHECK((f.find_tensor(b + "ffn_gate.weight") != nullptr) == !fused);
+    if (fused) {
+      CHECK(f.tensor(b + "attn_qkv.weight").dims == std::vector<uint64_t>{static_cast<uint64_t>(spec.n_embd), q + 2 * kv});
+      CHECK(f.tensor(b + "ffn_up.weight").dims ==
+            std::vector<uint64_t>{static_cast<uint64_t>(spec.n_embd), 2 * static_cast<uint64_t>(spec.n_ff)});
     }
     const bool gemma = flavour == "gemma2" || flavour == "gemma3";
     CHECK((f.find_tensor(b + "post_ffw_norm.weight") != nullptr) == gemma);
@@ -204,10 +223,10 @@ TEST_SUITE("model.gguf_conventions") {
     CHECK_MESSAGE(bad.empty(), joined(bad));
   }
 
-  TEST_CASE("every --arch flavour (llama, llama3, qwen2, qwen3, gemma2, gemma3), tied or not, F32/F16/Q8_0, follows the conventions") {
+  TEST_CASE("every --arch flavour (llama, llama3, qwen2, qwen3, gemma2, gemma3, granite, phi3), tied or not, F32/F16/Q8_0, follows the conventions") {
     // make-model builds its spec as random_model_flavour(random_model_preset(preset), arch) with tied_output = --tied.
     const std::vector<std::string> flavours = random_model_flavours();
-    REQUIRE(flavours == std::vector<std::string>{"llama", "llama3", "qwen2", "qwen3", "gemma2", "gemma3"});
+    REQUIRE(flavours == std::vector<std::string>{"llama", "llama3", "qwen2", "qwen3", "gemma2", "gemma3", "granite", "phi3"});
     for (const std::string& flavour : flavours)
       for (bool tied : {false, true})
         for (auto type : {gguf::TensorType::F32, gguf::TensorType::F16, gguf::TensorType::Q8_0}) {
@@ -242,13 +261,15 @@ TEST_SUITE("model.gguf_conventions") {
     // The vocabularies these models ship with: Llama 3 (BPE, 128256 tokens), Qwen2/Qwen3 (BPE, 151669 tokens).
     // (SentencePiece vocabularies: the synthetic one above and the real stories260K file.)
     for (const Case c : {Case{"llama3", "ggml-vocab-llama-bpe.gguf", true}, Case{"qwen2", "ggml-vocab-qwen2.gguf", false},
-                         Case{"qwen3", "ggml-vocab-qwen2.gguf", true}}) {
+                         Case{"qwen3", "ggml-vocab-qwen2.gguf", true}, Case{"phi3", "ggml-vocab-phi-3.gguf", false},
+                         Case{"granite", "ggml-vocab-refact.gguf", true}}) {
       CAPTURE(c.flavour);
       CAPTURE(c.vocab);
       const std::string vocab = (fs::path(shared) / "tokenizers" / c.vocab).string();
       REQUIRE_MESSAGE(fs::exists(vocab), vocab << " is missing from the shared fixtures");
       RandomModelSpec spec = random_model_flavour(random_model_preset("tiny"), c.flavour);
       spec.n_embd = 32;  // head_dim 8 (qwen3: 128); keeps the {n_embd, n_vocab} embedding small
+      if (spec.n_rot > 0) spec.n_rot = 6;  // phi3: 3/4 of the head of 8
       spec.n_layer = 1;
       spec.tied_output = c.tied;
       spec.vocab = vocab;
@@ -301,6 +322,29 @@ TEST_SUITE("model.gguf_conventions") {
       CAPTURE(joined(bad));
       REQUIRE(bad.size() >= 1);
       CHECK(bad[0].rfind(c.rule, 0) == 0);
+    }
+    // granite without its logit scale; phi3 with a fused attn_qkv one head too narrow
+    for (const std::string arch : {"granite", "phi3"}) {
+      const std::string ok = (conv_dir() / (arch + "_ok.gguf")).string();
+      write_random_model(ok, random_model_flavour(random_model_preset("tiny"), arch), 3);
+      const gguf::File f(ok);
+      gguf::Writer w;
+      for (const auto& [k, v] : f.metadata())
+        if (k != "general.alignment" && k != "granite.logit_scale") w.add(k, v);
+      for (const auto& t : f.tensors()) {
+        std::vector<uint64_t> dims = t.dims;
+        if (t.name == "blk.1.attn_qkv.weight") dims[1] -= 16;
+        std::vector<float> data = f.tensor_f32(t.name, t.dims);
+        data.resize(dims.size() == 1 ? dims[0] : dims[0] * dims[1]);
+        w.add_tensor(t.name, dims, data);
+      }
+      const std::string broken = (conv_dir() / (arch + "_broken.gguf")).string();
+      w.write(broken);
+      const auto bad = llamacpp_violations(broken);
+      CAPTURE(joined(bad));
+      REQUIRE(bad.size() == 1);
+      CHECK(bad[0] == (arch == "granite" ? "H5: missing granite.logit_scale"
+                                         : "S1: tensor blk.1.attn_qkv.weight has dims 64x112, expected 64x128"));
     }
     // a file cut in its data section
     const std::string p = write_min("cut.gguf", "llama", Break::None);

@@ -86,6 +86,12 @@ struct Description {
   /// rope_freqs.weight [n_rot/2]: per-pair frequency divisors (Llama 3.1+
   /// "llama3" rope scaling, written by llama.cpp's converter).
   Presence rope_freqs = Presence::Absent;
+  /// LongRoPE (Phi-3): rope_factors_long.weight and rope_factors_short.weight
+  /// [n_rot/2], both or neither; the loader keeps the long set when the run's
+  /// context (ModelOptions::n_ctx) exceeds {name}.rope.scaling.original_context_length
+  /// (default context_length), else the short one (llama.cpp get_rope_factors), and
+  /// divides each pair's frequency by it as rope_freqs does.
+  Presence longrope = Presence::Absent;
   /// output.weight [n_embd, n_vocab]: Optional = tied to token_embd when absent;
   /// Absent = always tied (Gemma 2: llama.cpp never reads output.weight, so a file with one is refused).
   Presence output = Presence::Optional;
@@ -123,6 +129,10 @@ struct Description {
   /// Sliding layers rotate without the file's linear rope scaling (Gemma 3:
   /// llama.cpp keeps rope_freq_scale_train_swa at 1); false = the same scaling as the others.
   bool swa_rope_unscaled = false;
+  /// RoPE: cos and sin of every rotated pair times it, so the rotated dimensions of
+  /// Q and K are scaled (llama.cpp's attn_factor of ggml_rope_ext; Phi-3 LongRoPE:
+  /// {arch}.rope.scaling.attn_factor, default 1); 0 = 1.
+  Param rope_attn_factor = {};
   Param logit_scale = {};     ///< output_head: logits /= s (Granite: {arch}.logit_scale)
   Param final_softcap = {};   ///< output_head: logits = c tanh(logits / c) (Gemma 2: {arch}.final_logit_softcapping)
   // RoPE: `rope` (pair layout) and `rope_freqs` above; linear scaling comes
@@ -133,7 +143,7 @@ struct Description {
 const Description* find(std::string_view name);
 /// All supported architectures, in the order of the table in docs/models.md.
 const std::vector<const Description*>& all();
-/// "llama, qwen2, qwen3, gemma2" (for error messages).
+/// "llama, qwen2, qwen3, gemma2, ..." (for error messages).
 std::string names();
 
 // ---- GGUF tensor names (llama.cpp src/llama-arch.cpp) ----------------------
@@ -142,6 +152,8 @@ inline constexpr std::string_view kTokenEmbd = "token_embd.weight";
 inline constexpr std::string_view kOutputNorm = "output_norm.weight";
 inline constexpr std::string_view kOutput = "output.weight";
 inline constexpr std::string_view kRopeFreqs = "rope_freqs.weight";
+inline constexpr std::string_view kRopeFactorsLong = "rope_factors_long.weight";
+inline constexpr std::string_view kRopeFactorsShort = "rope_factors_short.weight";
 /// "blk.{layer}.{base}.{kind}", e.g. blk_tensor(3, "attn_q", "bias") = "blk.3.attn_q.bias".
 std::string blk_tensor(int layer, std::string_view base, std::string_view kind = "weight");
 
