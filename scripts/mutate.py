@@ -32,7 +32,7 @@ class Mutation:
         self.name, self.path, self.old, self.new, self.why = name, path, old, new, why
 
 
-# Bugs a test must catch: stop strings, EOS, attention, norms, RoPE, metrics,
+# Bugs a test must catch: stop strings, EOS, attention, norms, RoPE, metrics, kept-block kernels,
 # rolling windows, the cache API, architectures. Each replaces
 # one exact snippet; keep them meaningful when the code changes.
 MUTATIONS = [
@@ -186,6 +186,38 @@ MUTATIONS = [
              "for (int64_t i = 0; i < n; ++i) o[i] = g[i] / (1.0f + detail::simd_exp(-g[i])) * u[i];",
              "for (int64_t i = 0; i < n; ++i) o[i] = u[i] / (1.0f + detail::simd_exp(-u[i])) * g[i];",
              "SwiGLU takes the second half of [gate | up] (Phi-3's fused ffn_up) as the gate"),
+    Mutation("q4_1-nibble-order", "src/backend/file_qblocks.cpp",
+             "const __m512i lo = _mm512_and_si512(q, _mm512_set1_epi32(15)), hi = _mm512_srli_epi32(q, 4);",
+             "const __m512i hi = _mm512_and_si512(q, _mm512_set1_epi32(15)), lo = _mm512_srli_epi32(q, 4);",
+             "the Q4_1 kernel takes a block's high nibbles for elements 0-15 and the low ones for 16-31"),
+    Mutation("q5_0-high-bit-index", "src/backend/file_qblocks.cpp",
+             "quants5(b + 6, load_u32(b + 2), lo, hi);",
+             "quants5(b + 6, load_u32(b + 2) >> 1, lo, hi);",
+             "the Q5_0 kernel gives element j the fifth bit of element j + 1"),
+    Mutation("q5_1-qh-offset", "src/backend/file_qblocks.cpp",
+             "quants5(b + 8, load_u32(b + 4), lo, hi);",
+             "quants5(b + 8, load_u32(b + 3), lo, hi);",
+             "the Q5_1 kernel reads qh one byte early (into m)"),
+    Mutation("q2_k-min-index", "src/backend/kquants.cpp",
+             "sink.template add<1>(g + 1, val(q1, 2 * k, d1[g + 1], m1[g + 1]));",
+             "sink.template add<1>(g + 1, val(q1, 2 * k, d1[g + 1], m1[g]));",
+             "the Q2_K kernel subtracts the even sub-block's min in the odd one"),
+    Mutation("q3_k-hmask-bit", "src/backend/kquants.cpp",
+             "sink.template add<0>(g, val(q0, hm0, 2 * k, 4 * h + k, d1[g]));",
+             "sink.template add<0>(g, val(q0, hm0, 2 * k, 4 * k + h, d1[g]));",
+             "the Q3_K kernel reads the hmask bit of another group for the even groups"),
+    Mutation("q4_k-min-index", "src/backend/kquants.cpp",
+             "sink.template add<1>(4 * c + 1, _mm512_sub_ps(_mm512_mul_ps(da, _mm512_cvtepi32_ps(_mm512_and_si512(q1, lo4))), ma));",
+             "sink.template add<1>(4 * c + 1, _mm512_sub_ps(_mm512_mul_ps(da, _mm512_cvtepi32_ps(_mm512_and_si512(q1, lo4))), mb));",
+             "the Q4_K kernel subtracts the next sub-block's min from elements 16-31 of a sub-block"),
+    Mutation("q5_k-high-bit-index", "src/backend/kquants.cpp",
+             "const __m512i b1 = _mm512_or_si512(_mm512_srli_epi32(q1, 4), hbit(h1, sb, one));",
+             "const __m512i b1 = _mm512_or_si512(_mm512_srli_epi32(q1, 4), hbit(h1, sa, one));",
+             "the Q5_K kernel takes the previous sub-block's fifth bit for elements 16-31 of odd sub-blocks"),
+    Mutation("q6_k-scale-index", "src/backend/kquants.cpp",
+             "sink.template add<P>(g + 4, val(_mm512_srli_epi32(lo0, 4), _mm512_and_si512(_mm512_srli_epi32(hi, 4), m2), sc[P + 4]));",
+             "sink.template add<P>(g + 4, val(_mm512_srli_epi32(lo0, 4), _mm512_and_si512(_mm512_srli_epi32(hi, 4), m2), sc[P + 6]));",
+             "the Q6_K kernel scales groups 4-5 of each half by groups 6-7's scales"),
 ]
 
 

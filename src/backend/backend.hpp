@@ -5,7 +5,7 @@
 // is shared. Long attention blocks are oneDNN batched matmuls; element-wise
 // ops (RMSNorm, RoPE, SwiGLU, short attention) are OpenMP loops.
 // Activations are float32, row-major, contiguous unless strides are given;
-// weight matrices are float32, bfloat16, Q8_0 or Q4_0 blocks (Dtype), with f32 accumulation.
+// weight matrices are float32, bfloat16 or quantized blocks (Dtype), with f32 accumulation.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -24,14 +24,15 @@ class Buffer;
 /// block along n_in; value = scale * quant), multiplied in f32 without
 /// widening the matrix (see matmul). Q4_0: ggml's Q4_0 blocks kept likewise
 /// (32 4-bit quants, two per byte, and one scale per block; value = scale *
-/// (quant - 8)). Q8_0 and Q4_0 are the block dtypes (is_blocks). Q4_K, Q5_K
-/// and Q6_K: ggml's K-quant super-blocks of 256 elements kept byte for byte as
-/// the GGUF file holds them (block_q4_K: 144 bytes, 4.5 bits per weight;
-/// block_q5_K: 176 bytes, 5.5 bits; block_q6_K: 210 bytes, 6.5625 bits),
-/// multiplied in f32 without widening
-/// (is_kquant; kquants.hpp). F16 (IEEE half) is a KV-cache element type only
-/// (KvView), never a weight's.
-enum class Dtype { F32, BF16, Q8_0, Q4_0, F16, Q4_K, Q6_K, Q5_K };
+/// (quant - 8)). Q8_0 and Q4_0 are the block dtypes (is_blocks). The file-block
+/// dtypes (is_file_blocks) keep the GGUF file's blocks byte for byte, row by
+/// row, multiplied in f32 without widening: Q4_1, Q5_0 and Q5_1 (blocks of 32:
+/// block_q4_1 20 bytes, block_q5_0 22, block_q5_1 24; file_qblocks.hpp) and the
+/// K-quants (is_kquant; super-blocks of 256: block_q2_K 84 bytes, 2.625 bits
+/// per weight; block_q3_K 110, 3.4375; block_q4_K 144, 4.5; block_q5_K 176,
+/// 5.5; block_q6_K 210, 6.5625; kquants.hpp). F16 (IEEE half) is a KV-cache
+/// element type only (KvView), never a weight's.
+enum class Dtype { F32, BF16, Q8_0, Q4_0, F16, Q4_K, Q6_K, Q5_K, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K };
 /// Elements per block of Dtype::Q8_0 and Dtype::Q4_0 (ggml-common.h QK8_0 = QK4_0 = 32).
 inline constexpr int64_t kQBlock = 32;
 /// Rows of a block-dtype weight interleaved block by block (see Weight::raw).
@@ -47,24 +48,52 @@ inline constexpr int64_t block_quant_bytes(Dtype d) { return d == Dtype::Q4_0 ? 
 inline constexpr uint64_t blocks_bytes(Dtype d, uint64_t n_elements) {
   return n_elements / kQBlock * static_cast<uint64_t>(block_quant_bytes(d) + 4);
 }
-/// Elements per super-block of Dtype::Q4_K, Q5_K and Q6_K (ggml-common.h QK_K).
+/// Elements per super-block of the K-quant dtypes (ggml-common.h QK_K).
 inline constexpr int64_t kKBlock = 256;
-/// True for the K-quant dtypes (Q4_K, Q5_K, Q6_K): the file's super-blocks, row by row.
-inline constexpr bool is_kquant(Dtype d) { return d == Dtype::Q4_K || d == Dtype::Q5_K || d == Dtype::Q6_K; }
-/// Bytes of one super-block: 144 for Q4_K ({f16 d, dmin; u8 scales[12]; u8
-/// qs[128]}), 176 for Q5_K ({f16 d, dmin; u8 scales[12]; u8 qh[32]; u8
-/// qs[128]}), 210 for Q6_K ({u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}).
-inline constexpr int64_t kquant_block_bytes(Dtype d) { return d == Dtype::Q4_K ? 144 : d == Dtype::Q5_K ? 176 : 210; }
-/// Bytes of `n_elements` (a multiple of kKBlock) as K-quant dtype `d`: the
-/// file's bytes (Q4_K 0.5625 per element, Q5_K 0.6875, Q6_K 0.8203125).
-inline constexpr uint64_t kquant_bytes(Dtype d, uint64_t n_elements) {
-  return n_elements / kKBlock * static_cast<uint64_t>(kquant_block_bytes(d));
+/// True for the K-quant dtypes (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): the file's super-blocks, row by row.
+inline constexpr bool is_kquant(Dtype d) {
+  return d == Dtype::Q2_K || d == Dtype::Q3_K || d == Dtype::Q4_K || d == Dtype::Q5_K || d == Dtype::Q6_K;
 }
+/// True for the dtypes kept as the file's blocks byte for byte, rows back to
+/// back (Weight::ld bytes each): Q4_1, Q5_0, Q5_1 and the K-quants.
+inline constexpr bool is_file_blocks(Dtype d) {
+  return is_kquant(d) || d == Dtype::Q4_1 || d == Dtype::Q5_0 || d == Dtype::Q5_1;
+}
+/// Elements per block of a file-block dtype: kKBlock for the K-quants, 32 for Q4_1, Q5_0, Q5_1.
+inline constexpr int64_t file_block_elements(Dtype d) { return is_kquant(d) ? kKBlock : 32; }
+/// Bytes of one block of a file-block dtype (ggml-common.h): Q4_1 20 ({f16 d, m; u8 qs[16]}), Q5_0 22
+/// ({f16 d; u8 qh[4]; u8 qs[16]}), Q5_1 24 ({f16 d, m; u8 qh[4]; u8 qs[16]}), Q2_K 84 ({u8 scales[16];
+/// u8 qs[64]; f16 d, dmin}), Q3_K 110 ({u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d}), Q4_K 144 ({f16 d,
+/// dmin; u8 scales[12]; u8 qs[128]}), Q5_K 176 ({f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}),
+/// Q6_K 210 ({u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}); 0 for another dtype.
+inline constexpr int64_t file_block_bytes(Dtype d) {
+  switch (d) {
+    case Dtype::Q4_1: return 20;
+    case Dtype::Q5_0: return 22;
+    case Dtype::Q5_1: return 24;
+    case Dtype::Q2_K: return 84;
+    case Dtype::Q3_K: return 110;
+    case Dtype::Q4_K: return 144;
+    case Dtype::Q5_K: return 176;
+    case Dtype::Q6_K: return 210;
+    default: return 0;
+  }
+}
+/// Bytes of `n_elements` (a multiple of file_block_elements) as file-block dtype `d`: the file's bytes.
+inline constexpr uint64_t file_blocks_bytes(Dtype d, uint64_t n_elements) {
+  return n_elements / static_cast<uint64_t>(file_block_elements(d)) * static_cast<uint64_t>(file_block_bytes(d));
+}
+/// Bytes of one K-quant super-block (file_block_bytes of a K-quant dtype).
+inline constexpr int64_t kquant_block_bytes(Dtype d) { return file_block_bytes(d); }
+/// Bytes of `n_elements` (a multiple of kKBlock) as K-quant dtype `d`: the
+/// file's bytes (Q2_K 0.328125 per element, Q3_K 0.4296875, Q4_K 0.5625, Q5_K 0.6875, Q6_K 0.8203125).
+inline constexpr uint64_t kquant_bytes(Dtype d, uint64_t n_elements) { return file_blocks_bytes(d, n_elements); }
 /// Bytes of `n_elements` as Dtype::Q8_0: 1.125 per element.
 inline constexpr uint64_t q8_0_bytes(uint64_t n_elements) { return blocks_bytes(Dtype::Q8_0, n_elements); }
 /// Bytes of `n_elements` as Dtype::Q4_0: n/2 + n/32 * 4, 0.625 per element.
 inline constexpr uint64_t q4_0_bytes(uint64_t n_elements) { return blocks_bytes(Dtype::Q4_0, n_elements); }
-/// "f32" / "bf16" / "q8_0" / "q4_0" / "f16" / "q4_k" / "q5_k" / "q6_k".
+/// "f32" / "bf16" / "q8_0" / "q4_0" / "f16" / "q4_1" / "q5_0" / "q5_1" / "q2_k" / "q3_k" / "q4_k" /
+/// "q5_k" / "q6_k".
 const char* to_string(Dtype d);
 
 /// float -> bfloat16 bits, round to nearest even (NaN stays NaN). Source: the
@@ -158,7 +187,7 @@ class Weight {
   Weight(std::span<const float> data, int64_t n_out, int64_t n_in, Dtype dtype = Dtype::F32);
   /// Uninitialised matrix, to be filled with set_rows() (set_rows_q8_0() for
   /// Dtype::Q8_0, set_rows_q4_0() for Dtype::Q4_0; both need n_in % kQBlock == 0;
-  /// set_rows_kquant() for Q4_K, Q5_K and Q6_K, which need n_in % kKBlock == 0).
+  /// set_rows_file_blocks() for the file-block dtypes, which need n_in % file_block_elements == 0).
   /// Throws ArgumentError.
   Weight(int64_t n_out, int64_t n_in, Dtype dtype = Dtype::F32);
   /// Writes rows [row0, row0 + rows) of W from `src` ([rows, n_in] row-major,
@@ -177,11 +206,11 @@ class Weight {
   /// in the low nibble of byte j, element j + 16 in its high nibble), and
   /// `scales` [rows, n_in / kQBlock]. Throws ArgumentError as set_rows_q8_0.
   void set_rows_q4_0(int64_t row0, const uint8_t* packed, const float* scales, int64_t rows);
-  /// As set_rows, for the K-quant dtypes (Q4_K, Q5_K, Q6_K) only: `blocks` holds
-  /// rows [rows, n_in / kKBlock] super-blocks in the GGUF tensor's byte layout
-  /// (ggml-common.h block_q4_K / block_q5_K / block_q6_K, any alignment), copied as they are.
+  /// As set_rows, for the file-block dtypes (is_file_blocks: Q4_1, Q5_0, Q5_1, K-quants) only: `blocks`
+  /// holds rows [rows, n_in / file_block_elements] blocks in the GGUF tensor's byte layout (ggml-common.h
+  /// block_q4_1 ... block_q6_K, any alignment), copied as they are.
   /// Throws ArgumentError on another dtype or rows outside [0, n_out).
-  void set_rows_kquant(int64_t row0, const void* blocks, int64_t rows);
+  void set_rows_file_blocks(int64_t row0, const void* blocks, int64_t rows);
   int64_t n_out() const { return n_out_; }
   int64_t n_in() const { return n_in_; }
   Dtype dtype() const { return dtype_; }
@@ -219,14 +248,14 @@ class Weight {
   /// multiple of 4 KiB (a power-of-two stride maps every row to the same cache
   /// sets and slows a decode step several times: docs/design/matmul-paths.md).
   /// Q8_0, Q4_0: bytes of one row's quants (n_in, n_in / 2; rows are interleaved, see raw()).
-  /// Q4_K, Q5_K, Q6_K: bytes of one row's super-blocks (n_in / kKBlock * kquant_block_bytes);
+  /// File-block dtypes: bytes of one row's blocks (n_in / file_block_elements * file_block_bytes);
   /// row n's blocks are the file's bytes at raw() + n * ld(), rows back to back.
   int64_t ld() const { return ld_; }
   /// Bytes of the matrix elements (4 or 2 per element; Q8_0, Q4_0: blocks_bytes;
-  /// Q4_K, Q5_K, Q6_K: kquant_bytes), without the zero padding of BF16 panels or padded rows.
+  /// file-block dtypes: file_blocks_bytes), without the zero padding of BF16 panels or padded rows.
   size_t bytes() const {
     const auto n = static_cast<size_t>(n_out_ * n_in_);
-    if (is_kquant(dtype_)) return kquant_bytes(dtype_, n);
+    if (is_file_blocks(dtype_)) return file_blocks_bytes(dtype_, n);
     return is_blocks(dtype_) ? blocks_bytes(dtype_, n) : n * (dtype_ == Dtype::BF16 ? 2 : 4);
   }
 
@@ -240,10 +269,10 @@ class Weight {
   void set_block_rows(Dtype d, int64_t row0, const void* quants, const float* scales, int64_t rows);
 };
 
-/// Embedding lookup on a kept-block weight (Q8_0, Q4_0, Q4_K, Q5_K or Q6_K, e.g. token_embd as the file holds
-/// it): dst[i, k] = element (ids[i], k) of W, dst [ids.size(), n_in] f32, only the looked-up rows decoded, to
-/// the values the widened path multiplies (Q8_0/Q4_0 d * q; K-quants as gguf-py's numpy dequantizers round
-/// them), on the calling thread. Throws ArgumentError for another dtype or an id outside [0, n_out).
+/// Embedding lookup on a kept-block weight (a block or file-block dtype: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 or a
+/// K-quant, e.g. token_embd as the file holds it): dst[i, k] = element (ids[i], k) of W, dst [ids.size(), n_in]
+/// f32, only the looked-up rows decoded, to the values the widened path multiplies (Q8_0/Q4_0 d * q; the
+/// file-block dtypes as gguf-py's numpy dequantizers round them), on the calling thread. Throws ArgumentError for another dtype or an id outside [0, n_out).
 void gather_rows(const Weight& w, std::span<const int32_t> ids, float* dst);
 
 /// y[M, n_out] = x[M, n_in] · Wᵀ (+ y if accumulate), x and y float32; a BF16
@@ -268,7 +297,7 @@ void gather_rows(const Weight& w, std::span<const int32_t> ids, float* dst);
 ///   summation order) below 16 rows, so fewer rows are padded to 16 (oneDNN
 ///   2.6: rows agree bit for bit for every M >= 16 on AVX-512; on AVX2 rows go
 ///   in blocks of 192/96/48/24/16, see matmul.cpp).
-/// - Q8_0, Q4_0 or K-quant (Q4_K, Q5_K, Q6_K) weights: products that are not batch-invariant of up to 20
+/// - Block or file-block weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, K-quants): products that are not batch-invariant of up to 20
 ///   rows (1 thread) or 32 rows (2+ threads: decode steps, short prompts
 ///   prefilled during dynamic batching) in kveval's block kernel; longer or
 ///   batch-invariant ones through sgemm on rows widened to f32 a chunk at a

@@ -1,42 +1,129 @@
-// Q4_K, Q5_K and Q6_K weights kept as the file's super-blocks: the exact-mode f32
-// kernel for decode-sized products and the decoder behind the row-chunk
-// widening for long ones (ggml's formats: ggml-common.h block_q4_K,
-// block_q5_K, block_q6_K). A format (Q4K, Q5K, Q6K below) says how a super-block becomes its 16
-// groups of 16 floats; one kernel multiplies them.
+// K-quant weights kept as the file's super-blocks (Q2_K, Q3_K, Q4_K, Q5_K,
+// Q6_K): the exact-mode f32 kernel for decode-sized products and the decoder
+// behind the row-chunk widening for long ones (ggml's formats: ggml-common.h
+// block_q2_K ... block_q6_K). A format (Q2K ... Q6K below) says how a
+// super-block becomes its 16 groups of 16 floats; block_kernel.hpp multiplies them.
 #include "backend/kquants.hpp"
-
-#include <immintrin.h>
-#include <omp.h>
-
-#include <algorithm>
-#include <cmath>
 
 #include <fmt/format.h>
 
-#include "backend/kernel_isa.hpp"
+#include "backend/block_kernel.hpp"
 #include "util/error.hpp"
-#include "util/half.hpp"
-
-// GCC 12's AVX-512 conversion intrinsics warn about their own undefined
-// pass-through operand (false -Wmaybe-uninitialized/-Wuninitialized in avx512fintrin.h).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-
-#define KV_AVX512 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
 
 namespace kveval::backend {
 
 namespace {
 
-/// The little-endian f16 at p as f32 (exact).
-inline float load_f16(const uint8_t* p) { return util::f16_to_f32(static_cast<uint16_t>(p[0] | (p[1] << 8))); }
+using file_blocks::load16b;
+using file_blocks::load_f16;
 
-inline __m128i load16b(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+/// Q2_K: {u8 scales[16]; u8 qs[64]; f16 d, dmin}. Element e = 128 h + 32 k + l
+/// is bits 2k..2k+1 of qs[32 h + l], in group (sub-block) e / 16, whose scales
+/// byte holds the 4-bit scale (low nibble) and min (high); value (d * sc) * q - (dmin * m).
+struct Q2K {
+  static constexpr int64_t kBytes = 84, kElements = kKBlock, kAheadBlocks = 4;
+  static constexpr int kPrefetchLines = 2;
+  /// The 16 groups' d * sc and dmin * m.
+  static void scales(const uint8_t* b, float* d1, float* m1) {
+    const float d = load_f16(b + 80), dmin = load_f16(b + 82);
+    for (int s = 0; s < 16; ++s) {
+      d1[s] = d * static_cast<float>(b[s] & 15);
+      m1[s] = dmin * static_cast<float>(b[s] >> 4);
+    }
+  }
+  static void decode(const uint8_t* b, float* v) {
+    float d1[16], m1[16];
+    scales(b, d1, m1);
+    const uint8_t* qs = b + 16;
+    for (int e = 0; e < kKBlock; ++e) {
+      const int h = e / 128, k = (e % 128) / 32, l = e % 32, g = e / 16;
+      v[e] = d1[g] * static_cast<float>((qs[32 * h + l] >> (2 * k)) & 3) - m1[g];
+    }
+  }
+  /// d * q - m, lane-wise, for the 2 bits of q at `shift`.
+  KV_AVX512 static inline __m512 val(__m512i q, int shift, float d, float m) {
+    const __m512i v = _mm512_and_si512(_mm512_srlv_epi32(q, _mm512_set1_epi32(shift)), _mm512_set1_epi32(3));
+    return _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(v)), _mm512_set1_ps(m));
+  }
+  /// The 16 groups in order: group 8 h + 2 k from bytes 32 h .. + 15, 8 h + 2 k + 1 from the next 16.
+  template <class Sink>
+  KV_AVX512 static inline void groups(const uint8_t* b, Sink& sink) {
+    float d1[16], m1[16];
+    scales(b, d1, m1);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m512i q0 = _mm512_cvtepu8_epi32(load16b(b + 16 + 32 * h));
+      const __m512i q1 = _mm512_cvtepu8_epi32(load16b(b + 32 + 32 * h));
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const int g = 8 * h + 2 * k;
+        sink.template add<0>(g, val(q0, 2 * k, d1[g], m1[g]));
+        sink.template add<1>(g + 1, val(q1, 2 * k, d1[g + 1], m1[g + 1]));
+      }
+    }
+  }
+};
+
+/// Q3_K: {u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d}. Element e = 128 h +
+/// 32 k + l is bits 2k..2k+1 of qs[32 h + l], minus 4 when bit 4 h + k of
+/// hmask[l] is clear (q in [-4, 3]). Group s = e / 16 has a 6-bit scale stored
+/// + 32: low 4 bits scales[s] & 15 (s < 8) or scales[s - 8] >> 4, high 2 bits
+/// bits 2 (s / 4).. of scales[8 + s % 4]; value (d * (sc - 32)) * q.
+struct Q3K {
+  static constexpr int64_t kBytes = 110, kElements = kKBlock, kAheadBlocks = 4;
+  static constexpr int kPrefetchLines = 2;
+  /// The 16 groups' d * (sc - 32).
+  static void scales(const uint8_t* b, float* d1) {
+    const float d = load_f16(b + 108);
+    const uint8_t* sc = b + 96;
+    for (int s = 0; s < 16; ++s) {
+      const int lo = s < 8 ? (sc[s] & 15) : (sc[s - 8] >> 4);
+      const int hi = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+      d1[s] = d * static_cast<float>((lo | (hi << 4)) - 32);
+    }
+  }
+  static void decode(const uint8_t* b, float* v) {
+    float d1[16];
+    scales(b, d1);
+    const uint8_t* qs = b + 32;
+    for (int e = 0; e < kKBlock; ++e) {
+      const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+      const int q = ((qs[32 * h + l] >> (2 * k)) & 3) - (((b[l] >> (4 * h + k)) & 1) ? 0 : 4);
+      v[e] = d1[e / 16] * static_cast<float>(q);
+    }
+  }
+  /// d * ((low 2 bits of q at `shift`) | (bit `bit` of hm) << 2) - 4), lane-wise.
+  KV_AVX512 static inline __m512 val(__m512i q, __m512i hm, int shift, int bit, float d) {
+    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(q, _mm512_set1_epi32(shift)), _mm512_set1_epi32(3));
+    const __m512i hi = _mm512_and_si512(_mm512_srlv_epi32(hm, _mm512_set1_epi32(bit)), _mm512_set1_epi32(1));
+    const __m512i v = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 2)), _mm512_set1_epi32(4));
+    return _mm512_mul_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(v));
+  }
+  /// The 16 groups in order, as Q2K::groups (hmask bytes 0-15 for even groups, 16-31 for odd).
+  template <class Sink>
+  KV_AVX512 static inline void groups(const uint8_t* b, Sink& sink) {
+    float d1[16];
+    scales(b, d1);
+    const __m512i hm0 = _mm512_cvtepu8_epi32(load16b(b)), hm1 = _mm512_cvtepu8_epi32(load16b(b + 16));
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m512i q0 = _mm512_cvtepu8_epi32(load16b(b + 32 + 32 * h));
+      const __m512i q1 = _mm512_cvtepu8_epi32(load16b(b + 48 + 32 * h));
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const int g = 8 * h + 2 * k;
+        sink.template add<0>(g, val(q0, hm0, 2 * k, 4 * h + k, d1[g]));
+        sink.template add<1>(g + 1, val(q1, hm1, 2 * k, 4 * h + k, d1[g + 1]));
+      }
+    }
+  }
+};
 
 /// Q4_K: {f16 d, dmin; u8 scales[12]; u8 qs[128]}. Element e = 64 c + 32 k + l
 /// is nibble k of qs[32 c + l], in sub-block 2 c + k; value (d * sc) * q - (dmin * m).
 struct Q4K {
-  static constexpr int64_t kBytes = 144;
+  static constexpr int64_t kBytes = 144, kElements = kKBlock, kAheadBlocks = 4;
+  static constexpr int kPrefetchLines = 3;
   /// The 8 sub-blocks' d * sc and dmin * m (6-bit sc, m: ggml's get_scale_min_k4).
   static void scales(const uint8_t* b, float* d1, float* m1) {
     const float d = load_f16(b), dmin = load_f16(b + 2);
@@ -82,7 +169,8 @@ struct Q4K {
 /// Q4_K's nibbles (qs at byte 48), bit 4 of element 32 s + l is bit s of qh[l];
 /// value (d * sc) * q - (dmin * m), scales and mins as Q4_K's.
 struct Q5K {
-  static constexpr int64_t kBytes = 176;
+  static constexpr int64_t kBytes = 176, kElements = kKBlock, kAheadBlocks = 4;
+  static constexpr int kPrefetchLines = 3;
   static void decode(const uint8_t* b, float* v) {
     float d1[8], m1[8];
     Q4K::scales(b, d1, m1);
@@ -131,7 +219,8 @@ struct Q5K {
 /// low 4 bits nibble r / 64 of ql[64 h + r % 64], high 2 bits bits 2 (r / 32)
 /// of qh[32 h + r % 32]; value (d * scales[e / 16]) * (q - 32).
 struct Q6K {
-  static constexpr int64_t kBytes = 210;
+  static constexpr int64_t kBytes = 210, kElements = kKBlock, kAheadBlocks = 4;
+  static constexpr int kPrefetchLines = 3;
   static void scales(const uint8_t* b, float* d1) {
     const float d = load_f16(b + 208);
     for (int s = 0; s < 16; ++s) d1[s] = d * static_cast<float>(static_cast<int8_t>(b[192 + s]));
@@ -185,172 +274,41 @@ struct Q6K {
   }
 };
 
-/// One output in portable C++: the spec the vector kernel matches bit for bit.
-template <class F>
-float dot_scalar(const uint8_t* row, const float* x, int64_t n_in) {
-  float acc[2][16] = {};
-  const int64_t nb = n_in / kKBlock;
-  for (int64_t b = 0; b < nb; ++b) {
-    float v[kKBlock];
-    F::decode(row + b * F::kBytes, v);
-    const float* xb = x + b * kKBlock;
-    for (int g = 0; g < 16; ++g)
-      for (int l = 0; l < 16; ++l) acc[g & 1][l] = std::fma(v[16 * g + l], xb[16 * g + l], acc[g & 1][l]);
-  }
-  float a[16];
-  for (int l = 0; l < 16; ++l) a[l] = acc[0][l] + acc[1][l];
-  float t[8];
-  for (int l = 0; l < 8; ++l) t[l] = a[l] + a[l + 8];
-  return ((t[0] + t[4]) + (t[2] + t[6])) + ((t[1] + t[5]) + (t[3] + t[7]));
-}
-
-/// Accumulators of MR rows of x against one super-block's groups.
-template <int MR>
-struct DotSink {
-  __m512 acc[MR][2];
-  const float* xb;  // row 0's elements of the current super-block
-  int64_t K;        // row stride of x
-  template <int P>
-  KV_AVX512 inline void add(int g, __m512 v) {
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) acc[r][P] = _mm512_fmadd_ps(v, _mm512_loadu_ps(xb + r * K + 16 * g), acc[r][P]);
-  }
-};
-
-/// Stores the groups of one super-block at dst.
-struct StoreSink {
-  float* dst;
-  template <int P>
-  KV_AVX512 inline void add(int g, __m512 v) {
-    _mm512_storeu_ps(dst + 16 * g, v);
-  }
-};
-
-/// One row of W (nb super-blocks at `row`) against MR rows of x (stride K): out[r].
-template <class F, int MR>
-KV_AVX512 void row_avx512(const uint8_t* row, int64_t nb, const float* x, int64_t K, float* out) {
-  DotSink<MR> s;
-  for (int r = 0; r < MR; ++r) s.acc[r][0] = s.acc[r][1] = _mm512_setzero_ps();
-  s.K = K;
-  for (int64_t b = 0; b < nb; ++b) {
-    // 4 super-blocks ahead; as an integer, since near the end of W that lies
-    // past the allocation (a prefetch never faults).
-    const auto ahead = reinterpret_cast<uintptr_t>(row) + static_cast<uintptr_t>((b + 4) * F::kBytes);
-    for (int l = 0; l < 3; ++l) _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * l), _MM_HINT_T0);
-    s.xb = x + b * kKBlock;
-    F::groups(row + b * F::kBytes, s);
-  }
-  for (int r = 0; r < MR; ++r) {
-    const __m512 t = _mm512_add_ps(s.acc[r][0], s.acc[r][1]);
-    const __m256 u8 = _mm256_add_ps(_mm512_castps512_ps256(t), _mm512_extractf32x8_ps(t, 1));  // a_l + a_{l+8}
-    __m128 u = _mm_add_ps(_mm256_castps256_ps128(u8), _mm256_extractf128_ps(u8, 1));          // t_l + t_{l+4}
-    u = _mm_add_ps(u, _mm_movehl_ps(u, u));
-    out[r] = _mm_cvtss_f32(_mm_add_ss(u, _mm_shuffle_ps(u, u, 1)));
-  }
-}
-
-/// Row n of W against rows [0, m) of x, out[r] for r < m, on this CPU's path.
-template <class F>
-void row_dot(const uint8_t* row, int64_t K, const float* x, int64_t m, float* out) {
-  const int64_t nb = K / kKBlock;
-  if (kernel_isa() != KernelIsa::Avx512) {
-    for (int64_t r = 0; r < m; ++r) out[r] = dot_scalar<F>(row, x + r * K, K);
-    return;
-  }
-  for (int64_t r0 = 0; r0 < m; r0 += 8) {
-    const float* xr = x + r0 * K;
-    float* o = out + r0;
-    switch (std::min<int64_t>(8, m - r0)) {
-      case 1: row_avx512<F, 1>(row, nb, xr, K, o); break;
-      case 2: row_avx512<F, 2>(row, nb, xr, K, o); break;
-      case 3: row_avx512<F, 3>(row, nb, xr, K, o); break;
-      case 4: row_avx512<F, 4>(row, nb, xr, K, o); break;
-      case 5: row_avx512<F, 5>(row, nb, xr, K, o); break;
-      case 6: row_avx512<F, 6>(row, nb, xr, K, o); break;
-      case 7: row_avx512<F, 7>(row, nb, xr, K, o); break;
-      default: row_avx512<F, 8>(row, nb, xr, K, o); break;
-    }
-  }
-}
-
-/// Most rows of x one call of kquant_matmul's row loop serves (matmul sends at most 32).
-constexpr int64_t kMaxRowsPerPass = 32;
-
-template <class F>
-void matmul_k(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads) {
-  const int64_t N = w.n_out(), K = w.n_in(), ld = w.ld();
-  const auto* q = static_cast<const uint8_t*>(w.raw());
-  const int t = m * N * K < kDecodeParallelMacs ? 1 : std::max(1, threads);
-  for (int64_t r0 = 0; r0 < m; r0 += kMaxRowsPerPass) {
-    const int64_t mr = std::min(kMaxRowsPerPass, m - r0);
-    const float* xr = x + r0 * K;
-    float* yr = y + r0 * N;
-#pragma omp parallel for schedule(static) num_threads(t)
-    for (int64_t n = 0; n < N; ++n) {  // static: each thread a contiguous range of rows
-      float v[kMaxRowsPerPass];
-      row_dot<F>(q + n * ld, K, xr, mr, v);
-      for (int64_t r = 0; r < mr; ++r) yr[r * N + n] = accumulate ? yr[r * N + n] + v[r] : v[r];
-    }
-  }
-}
-
-/// One super-block decoded on this CPU's path (the same values either way).
-template <class F>
-void decode_block(const uint8_t* b, float* dst) {
-  if (kernel_isa() == KernelIsa::Avx512) {
-    StoreSink s{dst};
-    F::groups(b, s);
-  } else {
-    F::decode(b, dst);
-  }
-}
-
-template <class F>
-void widen_k(const Weight& w, int64_t n0, int64_t nc, float* dst, int64_t ld, int threads) {
-  const int64_t K = w.n_in(), nb = K / kKBlock;
-  const auto* q = static_cast<const uint8_t*>(w.raw());
-#pragma omp parallel for schedule(static) num_threads(std::max(1, threads))
-  for (int64_t j = 0; j < nc; ++j)
-    for (int64_t b = 0; b < nb; ++b) decode_block<F>(q + (n0 + j) * w.ld() + b * F::kBytes, dst + j * ld + b * kKBlock);
-}
-
 [[noreturn]] void bad_dtype(Dtype d, const char* who) {
-  throw ArgumentError(fmt::format("{}: a {} weight (Q4_K, Q5_K or Q6_K only)", who, to_string(d)));
+  throw ArgumentError(fmt::format("{}: a {} weight (Q2_K, Q3_K, Q4_K, Q5_K or Q6_K only)", who, to_string(d)));
+}
+
+/// fn(F{}) for the format F of K-quant dtype `d`; throws ArgumentError (naming `who`) for another dtype.
+template <class Fn>
+decltype(auto) with_format(Dtype d, const char* who, Fn&& fn) {
+  switch (d) {
+    case Dtype::Q2_K: return fn(Q2K{});
+    case Dtype::Q3_K: return fn(Q3K{});
+    case Dtype::Q4_K: return fn(Q4K{});
+    case Dtype::Q5_K: return fn(Q5K{});
+    case Dtype::Q6_K: return fn(Q6K{});
+    default: bad_dtype(d, who);
+  }
 }
 
 }  // namespace
 
 void kquant_matmul(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads) {
-  if (w.dtype() == Dtype::Q4_K) return matmul_k<Q4K>(x, m, w, y, accumulate, threads);
-  if (w.dtype() == Dtype::Q5_K) return matmul_k<Q5K>(x, m, w, y, accumulate, threads);
-  if (w.dtype() == Dtype::Q6_K) return matmul_k<Q6K>(x, m, w, y, accumulate, threads);
-  bad_dtype(w.dtype(), "kquant_matmul");
+  with_format(w.dtype(), "kquant_matmul",
+              [&](auto f) { file_blocks::matmul<decltype(f)>(x, m, w, y, accumulate, threads); });
 }
 
 float kquant_dot_scalar(Dtype d, const uint8_t* row, const float* x, int64_t n_in) {
-  if (d == Dtype::Q4_K) return dot_scalar<Q4K>(row, x, n_in);
-  if (d == Dtype::Q5_K) return dot_scalar<Q5K>(row, x, n_in);
-  if (d == Dtype::Q6_K) return dot_scalar<Q6K>(row, x, n_in);
-  bad_dtype(d, "kquant_dot_scalar");
+  return with_format(d, "kquant_dot_scalar", [&](auto f) { return file_blocks::dot_scalar<decltype(f)>(row, x, n_in); });
 }
 
 void kquant_decode(Dtype d, const uint8_t* blocks, float* dst, int64_t n_blocks) {
-  if (!is_kquant(d)) bad_dtype(d, "kquant_decode");
-  for (int64_t i = 0; i < n_blocks; ++i) {
-    if (d == Dtype::Q4_K)
-      Q4K::decode(blocks + i * Q4K::kBytes, dst + i * kKBlock);
-    else if (d == Dtype::Q5_K)
-      Q5K::decode(blocks + i * Q5K::kBytes, dst + i * kKBlock);
-    else
-      Q6K::decode(blocks + i * Q6K::kBytes, dst + i * kKBlock);
-  }
+  with_format(d, "kquant_decode", [&](auto f) { file_blocks::decode<decltype(f)>(blocks, dst, n_blocks); });
 }
 
 void kquant_widen_rows(const Weight& w, int64_t n0, int64_t nc, float* dst, int64_t ld, int threads) {
-  if (w.dtype() == Dtype::Q4_K) return widen_k<Q4K>(w, n0, nc, dst, ld, threads);
-  if (w.dtype() == Dtype::Q5_K) return widen_k<Q5K>(w, n0, nc, dst, ld, threads);
-  if (w.dtype() == Dtype::Q6_K) return widen_k<Q6K>(w, n0, nc, dst, ld, threads);
-  bad_dtype(w.dtype(), "kquant_widen_rows");
+  with_format(w.dtype(), "kquant_widen_rows",
+              [&](auto f) { file_blocks::widen<decltype(f)>(w, n0, nc, dst, ld, threads); });
 }
 
 }  // namespace kveval::backend

@@ -1,14 +1,14 @@
 #pragma once
-// Internal to src/backend: products with Q4_K, Q5_K and Q6_K weights kept as
-// the GGUF file's super-blocks (Dtype::Q4_K, Q5_K, Q6_K; ggml-common.h
-// block_q4_K, block_q5_K, block_q6_K).
+// Internal to src/backend: products with K-quant weights kept as the GGUF
+// file's super-blocks (Dtype::Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; ggml-common.h
+// block_q2_K ... block_q6_K). The kernel is block_kernel.hpp's.
 #include <cstdint>
 
 #include "backend/backend.hpp"
 
 namespace kveval::backend {
 
-/// y[m, n_out] (+)= x[m, n_in] · Wᵀ for a Q4_K, Q5_K or Q6_K weight, in f32 without
+/// y[m, n_out] (+)= x[m, n_in] · Wᵀ for a K-quant weight, in f32 without
 /// widening W ("exact" mode: each weight decoded to the f32 value
 /// kquant_decode gives, products and sums in f32). Output n is the
 /// kquant_dot_scalar of W's row n and the x row: 16 lanes, the 16 groups of
@@ -24,18 +24,18 @@ namespace kveval::backend {
 void kquant_matmul(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads);
 
 /// One output of kquant_matmul in portable C++ (std::fma), bit-identical to the
-/// vector kernel: `row` holds n_in / kKBlock super-blocks of dtype `d` (Q4_K,
-/// Q5_K or Q6_K) in the file's layout, x [n_in]. Throws ArgumentError for another dtype.
+/// vector kernel: `row` holds n_in / kKBlock super-blocks of K-quant dtype `d`
+/// in the file's layout, x [n_in]. Throws ArgumentError for another dtype.
 float kquant_dot_scalar(Dtype d, const uint8_t* row, const float* x, int64_t n_in);
 
-/// Decodes `n_blocks` super-blocks of dtype `d` (Q4_K, Q5_K or Q6_K) into n_blocks *
-/// kKBlock floats, rounding as gguf-py's numpy reference (and
-/// model/quant's dequantize_q4_k / q5_k / q6_k) does: Q4_K and Q5_K (d * sc) *
-/// q - (dmin * m), Q6_K (d * sc) * (q - 32), each product and difference in f32,
-/// never fused. Throws ArgumentError for another dtype.
+/// Decodes `n_blocks` super-blocks of K-quant dtype `d` into n_blocks *
+/// kKBlock floats, rounding as gguf-py's numpy reference (and model/quant's
+/// dequantize_q2_k ... q6_k) does, each product and difference in f32, never
+/// fused: Q2_K, Q4_K and Q5_K (d * sc) * q - (dmin * m), Q3_K (d * (sc - 32)) * q,
+/// Q6_K (d * sc) * (q - 32). Throws ArgumentError for another dtype.
 void kquant_decode(Dtype d, const uint8_t* blocks, float* dst, int64_t n_blocks);
 
-/// Widens rows [n0, n0 + nc) of a Q4_K, Q5_K or Q6_K weight into dst [nc, n_in]
+/// Widens rows [n0, n0 + nc) of a K-quant weight into dst [nc, n_in]
 /// (row stride ld >= n_in) with kquant_decode's values (the AVX-512 decoder
 /// gives the same bits), rows split among `threads` OpenMP threads. Throws
 /// ArgumentError for another dtype.

@@ -129,7 +129,7 @@ void run_panels(Engine& engine, const float* x, int64_t m, const Weight& w, floa
   }
 }
 
-/// Q8_0, Q4_0, Q4_K and Q6_K weights for longer products or batch-invariant passes: rows of W are
+/// Block and file-block weights for longer products or batch-invariant passes: rows of W are
 /// widened to f32 a chunk (~4 MiB) at a time into an engine buffer, row-major
 /// [rows, n_in] (oneDNN reads it as Wᵀ in "ba" layout, measured on oneDNN 2.6
 /// as fast as "ab" from M = 64 up), and multiplied by oneDNN's sgemm into the
@@ -259,7 +259,7 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
             bool batch_invariant) {
   if (m <= 0) return;
   auto& im = engine.impl();
-  if (is_blocks(w.dtype()) || is_kquant(w.dtype())) {
+  if (is_blocks(w.dtype()) || is_file_blocks(w.dtype())) {
     // Decode steps and short cached passes: the block kernel; longer and
     // batch-invariant products widen, a fixed cost per pass (dequantizing every
     // weight) against the block kernel's cost per row. The crossover measured

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/file_qblocks.hpp"
 #include "backend/kernel_isa.hpp"
 #include "backend/kquants.hpp"
 #include "util/error.hpp"
@@ -313,19 +314,21 @@ void q4_0_matmul(const float* x, int64_t m, const Weight& w, float* y, bool accu
 
 void blocks_matmul(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads) {
   if (is_kquant(w.dtype())) return kquant_matmul(x, m, w, y, accumulate, threads);
+  if (is_file_blocks(w.dtype())) return file_qblocks_matmul(x, m, w, y, accumulate, threads);
   if (w.dtype() == Dtype::Q4_0) return q4_0_matmul(x, m, w, y, accumulate, threads);
   q8_0_matmul(x, m, w, y, accumulate, threads);  // throws for another dtype
 }
 
 void widen_rows(const Weight& w, int64_t n0, int64_t nc, float* dst, int64_t ld, int threads) {
   if (is_kquant(w.dtype())) return kquant_widen_rows(w, n0, nc, dst, ld, threads);
+  if (is_file_blocks(w.dtype())) return file_qblocks_widen_rows(w, n0, nc, dst, ld, threads);
   if (w.dtype() == Dtype::Q4_0) return widen<Q4>(w, n0, nc, dst, ld, threads);
   require(w, Dtype::Q8_0, "widen_rows");
   widen<Q8>(w, n0, nc, dst, ld, threads);
 }
 
 void gather_rows(const Weight& w, std::span<const int32_t> ids, float* dst) {
-  if (!is_blocks(w.dtype()) && !is_kquant(w.dtype()))
+  if (!is_blocks(w.dtype()) && !is_file_blocks(w.dtype()))
     throw ArgumentError(fmt::format("gather_rows: a {} weight (a kept-block dtype expected)", to_string(w.dtype())));
   const int64_t n_in = w.n_in();
   for (size_t i = 0; i < ids.size(); ++i) {

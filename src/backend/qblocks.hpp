@@ -23,8 +23,9 @@ void q8_0_matmul(const float* x, int64_t m, const Weight& w, float* y, bool accu
 /// 16 + l), the same bits on every path (q4_0_dot_scalar), the same threading.
 void q4_0_matmul(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads);
 
-/// q8_0_matmul, q4_0_matmul or (Q4_K, Q6_K) kquant_matmul, by w's dtype (as
-/// widen_rows); throws ArgumentError for a weight of another dtype.
+/// q8_0_matmul, q4_0_matmul, (K-quants) kquant_matmul or (Q4_1, Q5_0, Q5_1)
+/// file_qblocks_matmul, by w's dtype (as widen_rows); throws ArgumentError for
+/// a weight of another dtype.
 void blocks_matmul(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads);
 
 /// One output of q8_0_matmul in portable C++ (std::fma), bit-identical to the
@@ -38,8 +39,9 @@ float q4_0_dot_scalar(const uint8_t* q, const float* d, const float* x, int64_t 
 /// Widens rows [n0, n0 + nc) of a Q8_0 or Q4_0 weight into dst [nc, n_in] (row
 /// stride ld >= n_in): dst[j * ld + k] = d * q of W's element (n0 + j, k)
 /// (Q4_0: d * (nibble - 8)), the same f32 values as model/dequantize's
-/// dequantize_rows; rows split among `threads` OpenMP threads. A Q4_K or Q6_K
-/// weight: kquant_widen_rows. Throws ArgumentError for another dtype.
+/// dequantize_rows; rows split among `threads` OpenMP threads. A K-quant
+/// weight: kquant_widen_rows; Q4_1, Q5_0, Q5_1: file_qblocks_widen_rows.
+/// Throws ArgumentError for another dtype.
 void widen_rows(const Weight& w, int64_t n0, int64_t nc, float* dst, int64_t ld, int threads);
 
 }  // namespace kveval::backend

@@ -23,6 +23,11 @@ const char* to_string(Dtype d) {
     case Dtype::Q8_0: return "q8_0";
     case Dtype::Q4_0: return "q4_0";
     case Dtype::F16: return "f16";
+    case Dtype::Q4_1: return "q4_1";
+    case Dtype::Q5_0: return "q5_0";
+    case Dtype::Q5_1: return "q5_1";
+    case Dtype::Q2_K: return "q2_k";
+    case Dtype::Q3_K: return "q3_k";
     case Dtype::Q4_K: return "q4_k";
     case Dtype::Q5_K: return "q5_k";
     case Dtype::Q6_K: return "q6_k";
@@ -136,11 +141,12 @@ Weight::Weight(std::span<const float> data, int64_t n_out, int64_t n_in, Dtype d
 
 Weight::Weight(int64_t n_out, int64_t n_in, Dtype dtype) : n_out_(n_out), n_in_(n_in), dtype_(dtype) {
   if (n_out <= 0 || n_in <= 0) throw ArgumentError(fmt::format("Weight: bad shape [{}, {}]", n_out, n_in));
-  if (is_kquant(dtype)) {  // the file's super-blocks, rows back to back
-    if (n_in % kKBlock != 0)
-      throw ArgumentError(fmt::format("Weight: {} needs n_in divisible by {} (shape [{}, {}])", to_string(dtype), kKBlock,
+  if (is_file_blocks(dtype)) {  // the file's blocks, rows back to back
+    const int64_t be = file_block_elements(dtype);
+    if (n_in % be != 0)
+      throw ArgumentError(fmt::format("Weight: {} needs n_in divisible by {} (shape [{}, {}])", to_string(dtype), be,
                                       n_out, n_in));
-    ld_ = n_in / kKBlock * kquant_block_bytes(dtype);
+    ld_ = n_in / be * file_block_bytes(dtype);
     data_.reset(alloc_floats((static_cast<size_t>(n_out * ld_) + 3) / 4));
     return;
   }
@@ -202,15 +208,18 @@ void Weight::set_rows_q4_0(int64_t row0, const uint8_t* packed, const float* sca
   set_block_rows(Dtype::Q4_0, row0, packed, scales, rows);
 }
 
-void Weight::set_rows_kquant(int64_t row0, const void* blocks, int64_t rows) {
-  if (!is_kquant(dtype_)) throw ArgumentError(fmt::format("Weight::set_rows_kquant on a {} matrix", to_string(dtype_)));
+void Weight::set_rows_file_blocks(int64_t row0, const void* blocks, int64_t rows) {
+  if (!is_file_blocks(dtype_))
+    throw ArgumentError(fmt::format("Weight::set_rows_file_blocks on a {} matrix", to_string(dtype_)));
   if (row0 < 0 || rows < 0 || row0 + rows > n_out_)
-    throw ArgumentError(fmt::format("Weight::set_rows_kquant: rows [{}, {}) outside [0, {})", row0, row0 + rows, n_out_));
+    throw ArgumentError(
+        fmt::format("Weight::set_rows_file_blocks: rows [{}, {}) outside [0, {})", row0, row0 + rows, n_out_));
   std::memcpy(reinterpret_cast<std::byte*>(data_.get()) + row0 * ld_, blocks, static_cast<size_t>(rows * ld_));
 }
 
 void Weight::set_rows(int64_t row0, const float* src, int64_t rows) {
-  if (is_kquant(dtype_)) throw ArgumentError(fmt::format("Weight::set_rows on a {} matrix (use set_rows_kquant)", to_string(dtype_)));
+  if (is_file_blocks(dtype_))
+    throw ArgumentError(fmt::format("Weight::set_rows on a {} matrix (use set_rows_file_blocks)", to_string(dtype_)));
   if (is_blocks(dtype_))
     throw ArgumentError(fmt::format("Weight::set_rows on a {0} matrix (use set_rows_{0})", to_string(dtype_)));
   if (row0 < 0 || rows < 0 || row0 + rows > n_out_)
@@ -243,8 +252,8 @@ void Weight::set_rows(int64_t row0, const float* src, int64_t rows) {
 }
 
 void Weight::set_rows_bf16(int64_t row0, const uint16_t* src, int64_t rows) {
-  if (is_kquant(dtype_))
-    throw ArgumentError(fmt::format("Weight::set_rows_bf16 on a {} matrix (use set_rows_kquant)", to_string(dtype_)));
+  if (is_file_blocks(dtype_))
+    throw ArgumentError(fmt::format("Weight::set_rows_bf16 on a {} matrix (use set_rows_file_blocks)", to_string(dtype_)));
   if (is_blocks(dtype_))
     throw ArgumentError(fmt::format("Weight::set_rows_bf16 on a {0} matrix (use set_rows_{0})", to_string(dtype_)));
   if (row0 < 0 || rows < 0 || row0 + rows > n_out_)

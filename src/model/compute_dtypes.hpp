@@ -24,9 +24,10 @@ namespace kveval {
 /// file's dequantized values. Q4_0: the same for the file's Q4_0 matrices
 /// (ggml-common.h block_q4_0: 0.625 bytes per weight held, 4-bit quants and an
 /// f32 scale per 32). Blocks: every matrix whose GGUF type has a kept-block
-/// kernel (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) stays in its own blocks, so a mixed file
+/// kernel (every quantized type kveval reads: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+/// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) stays in its own blocks, so a mixed file
 /// (Q4_K_M: Q4_K and Q6_K) stays resident at about its file size; the others
-/// load as F32. BlocksBf16: as Blocks, with products of many rows (scoring,
+/// (F32, F16, BF16) load as F32. BlocksBf16: as Blocks, with products of many rows (scoring,
 /// prefill) on bf16 tiles widened from the blocks where the CPU has bf16 dot
 /// products (backend::Engine::set_block_tiles_bf16): the speed and the scoring
 /// bits of bf16 weights, the memory of the file; decode steps stay exact.
@@ -80,7 +81,7 @@ constexpr bool keeps(ComputeDtype d, gguf::TensorType t) {
 }
 
 /// Bytes `n_elements` of a matrix of GGUF type `t` take in memory under compute dtype `d`: its kept
-/// blocks when `kept` and keeps(d, t) (backend::blocks_bytes or kquant_bytes of the kernel's dtype),
+/// blocks when `kept` and keeps(d, t) (backend::blocks_bytes or file_blocks_bytes of the kernel's dtype),
 /// else dtype_size(row.matrices) each.
 uint64_t matrix_bytes(ComputeDtype d, gguf::TensorType t, bool kept, uint64_t n_elements);
 

@@ -77,8 +77,9 @@ const char* to_string(ComputeDtype d);
 ComputeDtype parse_compute_dtype(const std::string& s, const std::string& what = "--dtype");
 /// Resolves a request: Auto -> BlocksBf16 when `cpu_bf16` (else Blocks) when every
 /// matrix of the file (token_embd included) is of a type with a kept-block kernel
-/// (`file_all_kept`: Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, mixed or not), so the file stays
-/// resident at about its size and scores at bf16 speed; else the kComputeDtypes row with auto_candidate that
+/// (`file_all_kept`: every quantized type kveval reads, Q8_0 ... Q6_K, mixed or not),
+/// so the file stays resident at about its size and scores at bf16 speed; else the
+/// kComputeDtypes row with auto_candidate that
 /// keeps `file_type` (the one GGUF type of every matrix but token_embd, when
 /// they share one: Q8_0) when the CPU has no bf16 (on AVX2 the alternative is
 /// f32 at 4x the bytes), else BF16 when `cpu_bf16` (oneDNN's effective ISA

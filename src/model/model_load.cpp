@@ -242,7 +242,7 @@ class TensorReader {
   /// (ggml dims {n_in, n}, a type keep_ keeps).
   void put_blocks(be::Weight& w, int64_t row0, const std::string& name, uint64_t n_in, uint64_t n) {
     const gguf::TensorInfo& t = shaped(name, n_in, n);
-    if (be::is_kquant(w.dtype())) return put_kquant_blocks(w, row0, t);
+    if (be::is_file_blocks(w.dtype())) return put_file_blocks(w, row0, t);
     const uint64_t chunk = chunk_rows(n_in);  // split a chunk of rows at a time: no tensor-sized buffer
     quants_.resize(chunk * n_in / be::kQBlock * static_cast<uint64_t>(be::block_quant_bytes(w.dtype())));
     scales_.resize(chunk * n_in / be::kQBlock);
@@ -261,15 +261,16 @@ class TensorReader {
       changed_while_loading(path_, fmt::format("truncated while reading tensor '{}'", name));
   }
 
-  /// K-quant rows: the tensor's super-blocks copied as they are; with check_finite, decoded a chunk of rows
-  /// at a time (the values the kernel multiplies) to refuse a NaN/Inf weight by element.
-  void put_kquant_blocks(be::Weight& w, int64_t row0, const gguf::TensorInfo& t) {
+  /// Rows of a file-block dtype (Q4_1, Q5_0, Q5_1, K-quants): the tensor's blocks copied as they are; with
+  /// check_finite, decoded a chunk of rows at a time (the values the kernel multiplies) to refuse a NaN/Inf
+  /// weight by element.
+  void put_file_blocks(be::Weight& w, int64_t row0, const gguf::TensorInfo& t) {
     if (!read_catching_sigbus(t.data, t.n_bytes, [&] {
           const uint64_t chunk = chunk_rows(t.row_length());
           if (opts_.check_finite) rows_.resize(std::min(chunk, t.n_rows()) * t.row_length());
           for (uint64_t r0 = 0; opts_.check_finite && r0 < t.n_rows(); r0 += chunk)
             dequantize_rows(f_, t, r0, std::min(chunk, t.n_rows() - r0), DType::F32, rows_.data(), {true, opts_.threads});
-          w.set_rows_kquant(row0, t.data, static_cast<int64_t>(t.n_rows()));
+          w.set_rows_file_blocks(row0, t.data, static_cast<int64_t>(t.n_rows()));
         }))
       changed_while_loading(path_, fmt::format("truncated while reading tensor '{}'", t.name));
   }
@@ -387,7 +388,7 @@ class TensorReader {
   std::unordered_set<std::string> used_;  // every tensor of the file must be used
   std::vector<float> rows_;               // F32 matrices
   std::vector<uint16_t> rows16_;          // BF16 matrices
-  std::vector<uint8_t> quants_;           // a chunk of Q8_0/Q4_0 rows kept as blocks (K-quant rows are copied whole)
+  std::vector<uint8_t> quants_;           // a chunk of Q8_0/Q4_0 rows kept as blocks (file-block rows are copied whole)
   std::vector<float> scales_;
 
   /// Rows per chunk when blocks are split or checked: about 4 MiB of f32, a multiple of 4 rows.

@@ -58,13 +58,13 @@ inline constexpr TypeInfo kTensorTypes[] = {
     {TensorType::BF16, "BF16", 1, 2, quant::dequantize_bf16, quant::quantize_bf16},
     {TensorType::Q8_0, "Q8_0", 32, 2 + 32, quant::dequantize_q8_0, quant::quantize_q8_0, backend::Dtype::Q8_0},
     {TensorType::Q4_0, "Q4_0", 32, 2 + 16, quant::dequantize_q4_0, quant::quantize_q4_0, backend::Dtype::Q4_0},
-    {TensorType::Q4_1, "Q4_1", 32, 2 + 2 + 16, quant::dequantize_q4_1, quant::quantize_q4_1},
-    {TensorType::Q5_0, "Q5_0", 32, 2 + 4 + 16, quant::dequantize_q5_0, quant::quantize_q5_0},
-    {TensorType::Q5_1, "Q5_1", 32, 2 + 2 + 4 + 16, quant::dequantize_q5_1, quant::quantize_q5_1},
+    {TensorType::Q4_1, "Q4_1", 32, 2 + 2 + 16, quant::dequantize_q4_1, quant::quantize_q4_1, backend::Dtype::Q4_1},
+    {TensorType::Q5_0, "Q5_0", 32, 2 + 4 + 16, quant::dequantize_q5_0, quant::quantize_q5_0, backend::Dtype::Q5_0},
+    {TensorType::Q5_1, "Q5_1", 32, 2 + 2 + 4 + 16, quant::dequantize_q5_1, quant::quantize_q5_1, backend::Dtype::Q5_1},
     {TensorType::Q2_K, "Q2_K", detail::kQK_K, 2 + 2 + detail::kQK_K / 16 + detail::kQK_K / 4, quant::dequantize_q2_k,
-     quant::quantize_q2_k},
+     quant::quantize_q2_k, backend::Dtype::Q2_K},
     {TensorType::Q3_K, "Q3_K", detail::kQK_K, 2 + detail::kQK_K / 4 + detail::kQK_K / 8 + 12, quant::dequantize_q3_k,
-     quant::quantize_q3_k},
+     quant::quantize_q3_k, backend::Dtype::Q3_K},
     {TensorType::Q4_K, "Q4_K", detail::kQK_K, 2 + 2 + detail::kQK_K / 2 + 12, quant::dequantize_q4_k,
      quant::quantize_q4_k, backend::Dtype::Q4_K},
     {TensorType::Q5_K, "Q5_K", detail::kQK_K, 2 + 2 + detail::kQK_K / 2 + detail::kQK_K / 8 + 12,
@@ -129,10 +129,14 @@ std::vector<TensorType> supported_types();
 /// The supported types' names joined by ", " ("F32, F16, BF16, Q8_0, ..."), for error messages.
 std::string supported_type_list();
 
-// The backend's K-quant super-block sizes are the table's (backend/ cannot see this table).
-static_assert(type_info(12)->type_size == backend::kquant_block_bytes(backend::Dtype::Q4_K));
-static_assert(type_info(13)->type_size == backend::kquant_block_bytes(backend::Dtype::Q5_K));
-static_assert(type_info(14)->type_size == backend::kquant_block_bytes(backend::Dtype::Q6_K));
+// The backend's file-block geometry is the table's (backend/ cannot see this table).
+static_assert([] {
+  for (const TypeInfo& i : kTensorTypes)
+    if (i.kept && backend::is_file_blocks(*i.kept) &&
+        (i.type_size != backend::file_block_bytes(*i.kept) || i.block_size != backend::file_block_elements(*i.kept)))
+      return false;
+  return true;
+}());
 static_assert(type_info(8)->block_size == backend::kQBlock && type_info(2)->block_size == backend::kQBlock);
 
 }  // namespace kveval::gguf

@@ -1,17 +1,19 @@
 // The `blocks` compute dtype: every matrix whose GGUF type has a kept-block
-// kernel stays in its own blocks (K-quant super-blocks copied as they are),
-// token_embd and the parts of a fused projection of different types included,
-// on llama.cpp's K-quant fixtures (../shared/quant: pure Q4_K, Q5_K, Q6_K and
-// the Q4_K_M / Q5_K_M mixes): log-probs against f32 and expected.json's float64
-// reference, resident bytes against the file's tensor bytes, and `auto`
-// choosing blocks for such files.
+// kernel stays in its own blocks (file blocks copied as they are), token_embd
+// and the parts of a fused projection of different types included, on
+// llama.cpp's fixtures (../shared/quant: pure Q4_1, Q5_0, Q5_1, Q2_K ... Q6_K
+// and the Q4_K_M / Q5_K_M mixes) and on random Q3_K_M- and Q2_K-like mixes:
+// log-probs against f32 and expected.json's float64 reference, resident bytes
+// against the file's tensor bytes, and `auto` choosing blocks for such files.
 #include <doctest/doctest.h>
 
 #include <fmt/format.h>
+#include <tuple>
 
 #include "backend/backend.hpp"
 #include "model/gguf.hpp"
 #include "model/kept_blocks.hpp"
+#include "model/random_model.hpp"
 
 using namespace kveval;
 
@@ -27,9 +29,11 @@ uint64_t file_bytes(const gguf::File& f) {
 }  // namespace
 
 TEST_SUITE("model.dtype_blocks") {
-  TEST_CASE("blocks: pure K-quant files stay in their blocks; log-probs within 1e-4 of the float64 reference") {
+  TEST_CASE("blocks: pure files of every file-block type stay in their blocks; log-probs within 1e-4 of the float64 reference") {
     for (const auto& [name, type] : std::vector<std::pair<std::string, std::string>>{
-             {"model-Q4_K.gguf", "Q4_K"}, {"model-Q5_K.gguf", "Q5_K"}, {"model-Q6_K.gguf", "Q6_K"}}) {
+             {"model-Q4_K.gguf", "Q4_K"}, {"model-Q5_K.gguf", "Q5_K"}, {"model-Q6_K.gguf", "Q6_K"},
+             {"model-Q4_1.gguf", "Q4_1"}, {"model-Q5_0.gguf", "Q5_0"}, {"model-Q5_1.gguf", "Q5_1"},
+             {"model-Q2_K.gguf", "Q2_K"}, {"model-Q3_K.gguf", "Q3_K"}}) {
       CAPTURE(name);
       const std::string file = test::quant_file(name);
       if (file.empty()) return;
@@ -77,8 +81,39 @@ TEST_SUITE("model.dtype_blocks") {
     }
   }
 
-  TEST_CASE("blocks: decode steps on K-quant blocks match f32 (logits within 1e-4, greedy tokens equal)") {
-    for (const char* name : {"model-Q4_K_M.gguf", "model-Q5_K_M.gguf"}) {
+  TEST_CASE("blocks: Q3_K_M- and Q2_K-like mixes keep every matrix in its own type") {
+    // n_embd 256, n_ff 512: rows of every matrix a multiple of 256. Q3_K (Q2_K) everywhere but attn_v and
+    // ffn_down (Q5_K, Q4_K; Q3_K, Q4_K for the Q2_K mix) and output Q6_K, as llama.cpp's mixes choose.
+    static const test::ScratchDir dir("dtype_blocks_low_mixes");
+    for (const auto& [base, v_type, types] :
+         std::vector<std::tuple<gguf::TensorType, gguf::TensorType, std::string>>{
+             {gguf::TensorType::Q3_K, gguf::TensorType::Q5_K, "Q3_K+Q4_K+Q5_K+Q6_K"},
+             {gguf::TensorType::Q2_K, gguf::TensorType::Q3_K, "Q2_K+Q3_K+Q4_K+Q6_K"}}) {
+      CAPTURE(types);
+      RandomModelSpec spec = random_model_preset("tiny");
+      spec.n_embd = 256, spec.n_ff = 512;
+      for (int l = 0; l < spec.n_layer; ++l) {
+        const std::string b = "blk." + std::to_string(l) + ".";
+        spec.matrix_types[b + "attn_v.weight"] = v_type;
+        spec.matrix_types[b + "ffn_down.weight"] = gguf::TensorType::Q4_K;
+      }
+      spec.matrix_types["output.weight"] = gguf::TensorType::Q6_K;
+      const std::string p = (dir.path / (types + ".gguf")).string();
+      write_random_model(p, spec, 7, base);
+      CHECK(resolve_dtype_for_file(p, ComputeDtype::Auto) == ComputeDtype::Blocks);
+      auto m = Model::load(p, {.threads = 2, .dtype = ComputeDtype::Auto});
+      CHECK(m->dtype() == ComputeDtype::Blocks);
+      CHECK(m->load_summary().weight_dtype == types);
+      const gguf::File f(p);
+      CHECK(m->load_summary().resident_bytes == file_bytes(f));
+      CHECK(m->load_summary().resident_bytes == estimate_weight_bytes(f, DType::F32, ComputeDtype::Blocks));
+      CHECK(test::decode_logit_gap(p, ComputeDtype::Blocks) < 1e-4);
+    }
+  }
+
+  TEST_CASE("blocks: decode steps on file blocks match f32 (logits within 1e-4, greedy tokens equal)") {
+    for (const char* name : {"model-Q4_K_M.gguf", "model-Q5_K_M.gguf", "model-Q4_1.gguf", "model-Q5_0.gguf",
+                             "model-Q5_1.gguf", "model-Q2_K.gguf", "model-Q3_K.gguf"}) {
       CAPTURE(name);
       const std::string file = test::quant_file(name);
       if (file.empty()) return;
@@ -122,7 +157,8 @@ TEST_SUITE("model.dtype_blocks") {
 
   TEST_CASE("auto picks blocks when every matrix is of a kept-block type, else what it picked before") {
     for (const char* name : {"model-Q4_K_M.gguf", "model-Q5_K_M.gguf", "model-Q8_0.gguf", "model-Q4_0.gguf",
-                             "model-Q6_K.gguf"}) {
+                             "model-Q6_K.gguf", "model-Q4_1.gguf", "model-Q5_0.gguf", "model-Q5_1.gguf",
+                             "model-Q2_K.gguf", "model-Q3_K.gguf"}) {
       CAPTURE(name);
       const std::string file = test::quant_file(name);
       if (file.empty()) return;
@@ -135,9 +171,9 @@ TEST_SUITE("model.dtype_blocks") {
       CHECK(m->dtype_note().find("every matrix a kept-block type") != std::string::npos);
       CHECK(m->load_summary().weight_dtype.find("F32") == std::string::npos);
     }
-    // Q2_K, Q3_K, Q5_0 and F16 matrices have no kept-block kernel: auto resolves as it does for any such file.
+    // F16 and BF16 matrices have no kept-block kernel: auto resolves as it does for any such file.
     const ComputeDtype other = resolve_dtype(ComputeDtype::Auto, backend::cpu_has_bf16(), false, std::nullopt);
-    for (const char* name : {"model-Q2_K.gguf", "model-Q3_K.gguf", "model-Q5_0.gguf", "model-F16.gguf"}) {
+    for (const char* name : {"model-F16.gguf", "model-BF16.gguf"}) {
       CAPTURE(name);
       const std::string file = test::quant_file(name);
       if (file.empty()) return;

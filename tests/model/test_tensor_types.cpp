@@ -71,6 +71,11 @@ TEST_SUITE("model.tensor_types") {
     CHECK(gguf::supported_type_list() == "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K");
     const std::map<TensorType, backend::Dtype> kernels = {{TensorType::Q8_0, backend::Dtype::Q8_0},
                                                           {TensorType::Q4_0, backend::Dtype::Q4_0},
+                                                          {TensorType::Q4_1, backend::Dtype::Q4_1},
+                                                          {TensorType::Q5_0, backend::Dtype::Q5_0},
+                                                          {TensorType::Q5_1, backend::Dtype::Q5_1},
+                                                          {TensorType::Q2_K, backend::Dtype::Q2_K},
+                                                          {TensorType::Q3_K, backend::Dtype::Q3_K},
                                                           {TensorType::Q4_K, backend::Dtype::Q4_K},
                                                           {TensorType::Q5_K, backend::Dtype::Q5_K},
                                                           {TensorType::Q6_K, backend::Dtype::Q6_K}};
@@ -140,7 +145,8 @@ TEST_SUITE("model.tensor_types") {
     for (ComputeDtype d : {ComputeDtype::F32, ComputeDtype::Q8_0, ComputeDtype::Q4_0})
       CHECK(resolve_kv_cache_dtype(KvCacheDtype::Auto, d) == KvCacheDtype::F32);
     // Bytes per weight: f32 4, bf16 2; Q8_0 blocks 32 quants + an f32 scale per 32, Q4_0 16 + 4 per 32.
-    // K-quants kept: the file's 144 / 176 / 210 bytes per 256.
+    // File blocks kept: the file's bytes (K-quants 84 / 110 / 144 / 176 / 210 per 256; Q4_1, Q5_0, Q5_1 20 / 22 / 24
+    // per 32); F16 has no kept-block kernel.
     CHECK(matrix_bytes(ComputeDtype::F32, TensorType::Q8_0, true, 4096) == 16384);
     CHECK(matrix_bytes(ComputeDtype::BF16, TensorType::Q4_K, true, 4096) == 8192);
     CHECK(matrix_bytes(ComputeDtype::Q8_0, TensorType::Q8_0, true, 4096) == 4096 / 32 * 36);
@@ -151,7 +157,12 @@ TEST_SUITE("model.tensor_types") {
     CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q4_K, true, 4096) == 4096 / 256 * 144);
     CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q5_K, true, 4096) == 4096 / 256 * 176);
     CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q6_K, true, 4096) == 4096 / 256 * 210);
-    CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q3_K, true, 4096) == 16384);
+    CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q3_K, true, 4096) == 4096 / 256 * 110);
+    CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q2_K, true, 4096) == 4096 / 256 * 84);
+    CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q4_1, true, 4096) == 4096 / 32 * 20);
+    CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q5_0, true, 4096) == 4096 / 32 * 22);
+    CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q5_1, true, 4096) == 4096 / 32 * 24);
+    CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::F16, true, 4096) == 16384);
     // auto picks blocks for a file whose every matrix is of a kept-block type, whatever the CPU (scoring on bf16
     // tiles with bf16); otherwise q8_0 only for a file of that type (token_embd aside) on a CPU without bf16, and
     // never q4_0
