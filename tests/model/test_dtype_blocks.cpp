@@ -100,9 +100,10 @@ TEST_SUITE("model.dtype_blocks") {
       spec.matrix_types["output.weight"] = gguf::TensorType::Q6_K;
       const std::string p = (dir.path / (types + ".gguf")).string();
       write_random_model(p, spec, 7, base);
-      CHECK(resolve_dtype_for_file(p, ComputeDtype::Auto) == ComputeDtype::Blocks);
+      const ComputeDtype want = backend::cpu_has_bf16() ? ComputeDtype::BlocksBf16 : ComputeDtype::Blocks;
+      CHECK(resolve_dtype_for_file(p, ComputeDtype::Auto) == want);
       auto m = Model::load(p, {.threads = 2, .dtype = ComputeDtype::Auto});
-      CHECK(m->dtype() == ComputeDtype::Blocks);
+      CHECK(m->dtype() == want);
       CHECK(m->load_summary().weight_dtype == types);
       const gguf::File f(p);
       CHECK(m->load_summary().resident_bytes == file_bytes(f));
