@@ -418,6 +418,10 @@ void add_lm_eval_run_options(CLI::App* cmd, RunArgs& a) {
   cmd->add_option("--gen-kwargs,--gen_kwargs", a.gen_kwargs,
                   "generation_kwargs for every generate_until task, as lm-eval: key=value,... or a JSON object "
                   "(until, max_gen_toks, do_sample, temperature, top_k, top_p, min_p, seed)");
+  cmd->add_option("--max-length,--max_length", a.max_length,
+                  "context window in tokens (overrides the spec's max_length; default the model's context_length): "
+                  "longer requests are left-truncated as lm-eval's max_length")
+      ->check(int_in(2, 1 << 24));  // the spec's max_length range
 }
 
 void add_run_command(CLI::App& app, Action& action) {
@@ -465,10 +469,6 @@ void add_run_command(CLI::App& app, Action& action) {
   cmd->add_option("--limit", args->limit_text,
                   "documents per task at most, or a fraction in (0, 1) of each task's (overrides the spec)")
       ->check(limit_validator());
-  cmd->add_option("--max-length,--max_length", args->max_length,
-                  "context window in tokens (overrides the spec's max_length; default the model's context_length): "
-                  "longer requests are left-truncated as lm-eval's max_length")
-      ->check(int_in(2, 1 << 24));  // the spec's max_length range
   cmd->add_option("--bootstrap-iters", args->bootstrap_iters,
                   "bootstrap resamples for the stderr of perplexity (lm-eval's default 100000; 0 = no stderr)")
       ->check(int_in(0, 100000000));  // the spec's bootstrap_iters range

@@ -336,11 +336,13 @@ void set_multiple_input_contexts(const std::string& prefix, const std::optional<
   for (const std::string& c : d.choices) d.contexts.push_back(prefix + c + gp.value_or(""));
 }
 
-}  // namespace
-
-void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec) {
+/// The task's documents as given: the `dataset_path` file (t.dataset_path set) or the inline `docs` list,
+/// before process_docs; `has_path` tells which.
+std::vector<RawDoc> read_raw_docs(TaskSpec& t, const json& tj, const Where& w, const std::string& base_dir,
+                                  bool& has_path) {
   std::vector<RawDoc> raw;
-  bool has_path = tj.contains("dataset_path"), has_docs = tj.contains("docs");
+  has_path = tj.contains("dataset_path");
+  const bool has_docs = tj.contains("docs");
   if (has_path == has_docs) w.fail("give exactly one of 'dataset_path' (a JSONL file) or 'docs' (inline list)");
   if (has_path) {
     std::string p = expect_path(tj["dataset_path"], w.key("dataset_path"));
@@ -359,6 +361,14 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
       raw.push_back({fmt::format("{}: {}", dw.origin, dw.path), d[i]});
     }
   }
+  return raw;
+}
+
+}  // namespace
+
+void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec) {
+  bool has_path = false;
+  std::vector<RawDoc> raw = read_raw_docs(t, tj, w, base_dir, has_path);
   raw = processed(t, std::move(raw), has_path ? t.dataset_path : w.key("docs").text());
   t.n_docs_total = static_cast<int>(raw.size());
   std::optional<int> limit = t.limit ? t.limit : spec.limit;
