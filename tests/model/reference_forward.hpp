@@ -391,4 +391,45 @@ class ReferenceModel {
   }
 };
 
+/// The test token sequence of length n over a vocabulary of V: (7919 (i + 3)) mod V.
+inline std::vector<int32_t> token_ids(size_t n, int V) {
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < n; ++i) ids.push_back(static_cast<int32_t>((7919ll * (i + 3)) % V));
+  return ids;
+}
+
+/// log_softmax of each of `rows` rows of `logits` [rows, V], in double, flattened.
+inline std::vector<double> log_softmax_rows(const float* logits, size_t rows, size_t V) {
+  std::vector<double> out;
+  for (size_t r = 0; r < rows; ++r) {
+    const float* l = logits + r * V;
+    double mx = -1e300, z = 0;
+    for (size_t i = 0; i < V; ++i) mx = std::max(mx, double(l[i]));
+    for (size_t i = 0; i < V; ++i) z += std::exp(l[i] - mx);
+    for (size_t i = 0; i < V; ++i) out.push_back(l[i] - mx - std::log(z));
+  }
+  return out;
+}
+
+/// Largest |a[i] - b[i]| (the sizes must agree).
+inline double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  REQUIRE(a.size() == b.size());
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
+}
+
+/// The float64 reference's log-probs of every position of `ids`, flattened [T * V].
+inline std::vector<double> reference_log_probs(const ReferenceModel& ref, const std::vector<int32_t>& ids,
+                                               const Ablation& ab = {}) {
+  std::vector<double> out;
+  for (const auto& row : ref.logits(ids, ab)) {
+    const double mx = *std::max_element(row.begin(), row.end());
+    double z = 0;
+    for (double v : row) z += std::exp(v - mx);
+    for (double v : row) out.push_back(v - mx - std::log(z));
+  }
+  return out;
+}
+
 }  // namespace kveval::test

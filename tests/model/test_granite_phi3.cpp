@@ -30,42 +30,10 @@ using namespace kveval;
 
 namespace {
 
-std::vector<int32_t> token_ids(size_t n, int V) {
-  std::vector<int32_t> ids;
-  for (size_t i = 0; i < n; ++i) ids.push_back(static_cast<int32_t>((7919ll * (i + 3)) % V));
-  return ids;
-}
-
-std::vector<double> log_softmax_rows(const float* logits, size_t rows, size_t V) {
-  std::vector<double> out;
-  for (size_t r = 0; r < rows; ++r) {
-    const float* l = logits + r * V;
-    double mx = -1e300, z = 0;
-    for (size_t i = 0; i < V; ++i) mx = std::max(mx, double(l[i]));
-    for (size_t i = 0; i < V; ++i) z += std::exp(l[i] - mx);
-    for (size_t i = 0; i < V; ++i) out.push_back(l[i] - mx - std::log(z));
-  }
-  return out;
-}
-
-std::vector<double> reference_log_probs(const test::ReferenceModel& ref, const std::vector<int32_t>& ids,
-                                        const test::Ablation& ab = {}) {
-  std::vector<double> out;
-  for (const auto& row : ref.logits(ids, ab)) {
-    const double mx = *std::max_element(row.begin(), row.end());
-    double z = 0;
-    for (double v : row) z += std::exp(v - mx);
-    for (double v : row) out.push_back(v - mx - std::log(z));
-  }
-  return out;
-}
-
-double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  REQUIRE(a.size() == b.size());
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
-  return d;
-}
+using test::log_softmax_rows;
+using test::max_diff;
+using test::reference_log_probs;
+using test::token_ids;
 
 /// Log-probs [T, V] of `ids` from one cache-free pass.
 std::vector<double> cache_free(Context& m, const std::vector<int32_t>& ids) {
