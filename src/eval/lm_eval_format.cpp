@@ -435,6 +435,7 @@ ojson model_json(const RunResult& res, const std::string& model_sha256) {
   m["architecture"] = res.load.architecture;
   m["parameters"] = res.load.parameters;
   m["tensor_types"] = types;
+  m["compute_dtype"] = res.dtype;  // the resolved --dtype row ("blocks-bf16", ...): model_dtype alone cannot tell
   m["weight_dtype"] = res.load.weight_dtype;
   m["resident_weight_bytes"] = res.load.resident_bytes;
   m["context_length"] = res.load.context_length;

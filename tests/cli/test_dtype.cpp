@@ -36,6 +36,7 @@ TEST_SUITE("cli.dtype") {
     CHECK(b["config"]["model_dtype"] == "bfloat16");
     CHECK(b["config"]["model_args"].get<std::string>().find("dtype=bfloat16") != std::string::npos);
     CHECK(b["kveval"]["model"]["weight_dtype"] == "BF16");
+    CHECK(b["kveval"]["model"]["compute_dtype"] == "bf16");
     // stories260K: n_embd 64, 5 layers, kv dim 32, n_ff 172, 512 tokens, separate output.weight.
     // F32 in memory: token_embd 512*64 + norms 64 + 5*2*64 = 33472 elements * 4 = 133888 bytes;
     // bf16 matrices: output 512*64 + 5*(2*64*64 + 2*32*64 + 3*64*172) = 259328 elements * 2 = 518656.
@@ -45,6 +46,7 @@ TEST_SUITE("cli.dtype") {
     json j = json::parse(slurp(d.file("f32.json")));
     CHECK(j["config"]["model_dtype"] == "float32");
     CHECK(j["kveval"]["model"]["weight_dtype"] == "F32");
+    CHECK(j["kveval"]["model"]["compute_dtype"] == "f32");
     CHECK(j["kveval"]["model"]["resident_weight_bytes"] == 292800 * 4);
     // the KV cache follows the compute dtype under auto; --kv-cache-dtype overrides it
     CHECK(r.err.find("; KV cache bf16\n") != std::string::npos);
