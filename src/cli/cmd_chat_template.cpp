@@ -8,6 +8,7 @@
 
 #include "cli/commands.hpp"
 #include "eval/chat_template.hpp"
+#include "eval/json_input.hpp"
 #include "model/gguf.hpp"
 #include "util/error.hpp"
 #include "util/input_file.hpp"
@@ -33,12 +34,8 @@ void add_chat_template_command(CLI::App& app, Action& action) {
   cmd->callback([o, model, templ, bos, eos, &action] {
     action = [o, model, templ, bos, eos] {
       if (model->count() == 0 && templ->count() == 0) throw ArgumentError("chat-template: give -m MODEL.gguf or --template FILE.jinja");
-      nlohmann::json messages;
-      try {
-        messages = nlohmann::json::parse(util::read_input_file(o->messages, util::InputKind::Text));
-      } catch (const nlohmann::json::parse_error& e) {
-        throw SpecError(fmt::format("{}: not valid JSON ({})", o->messages, e.what()));
-      }
+      const nlohmann::json messages =
+          eval::parse_json_text(util::read_input_file(o->messages, util::InputKind::Text), o->messages);
       eval::check_chat_messages(messages, o->messages);
       eval::ChatTemplate ct;
       std::string bos_text, eos_text;

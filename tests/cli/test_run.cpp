@@ -406,6 +406,13 @@ TEST_SUITE("cli.run") {
     Run typo = run_kveval(d, "run " + quote(spec) + " --dtpye bf16");
     CHECK(typo.code == 2);
     CHECK(typo.err == "kveval: error: unknown option '--dtpye' for 'run' (did you mean '--dtype'?) (see --help)\n");
+    const std::string bad_json = d.write("m.json", "[{\"role\": \"user\", \"content\": \"hi\"},]");
+    const std::string tpl = kveval::test::source_dir() + "/tests/data/chat_templates/im-think.jinja";
+    Run chat = run_kveval(d, "chat-template --template " + quote(tpl) + " --messages " + quote(bad_json));
+    CHECK(chat.code == 2);
+    CHECK(chat.err.starts_with("kveval: error: " + bad_json + ":1:"));  // file:line:column, as the spec's JSON
+    CHECK(chat.err.find("json.exception") == std::string::npos);
+    CHECK(count_lines(chat.err) == 1);
     Run far = run_kveval(d, "bench -m x.gguf --tests pp --frobnicate=3 -t 1");
     CHECK(far.code == 2);
     CHECK(far.err == "kveval: error: unknown option '--frobnicate' for 'bench' (see --help)\n");
