@@ -170,19 +170,7 @@ TEST_SUITE("backend.qblocks") {
       const auto x = randv(static_cast<size_t>(M * 512), 10);
       for (int threads : {1, 2}) {
         Engine eng(threads);
-        std::vector<float> y(static_cast<size_t>(M * 3000));
-        matmul(eng, x.data(), M, w, y.data());
-        double worst = 0;
-        for (int64_t r = 0; r < M; r += 7)
-          for (int64_t n = 0; n < 3000; n += 13) {
-            const auto [e, a] = mat.ref(n, x.data() + r * 512);
-            worst = std::max(worst, std::fabs(double(y[static_cast<size_t>(r * 3000 + n)]) - e) / (a + 1e-30));
-          }
-        CHECK(worst < 1e-6);
-        std::vector<float> batch(y.size()), alone(y.size());
-        matmul(eng, x.data(), M, w, batch.data(), false, true);
-        for (int64_t r = 0; r < M; ++r) matmul(eng, x.data() + r * 512, 1, w, alone.data() + r * 3000, false, true);
-        CHECK(std::memcmp(batch.data(), alone.data(), sizeof(float) * batch.size()) == 0);
+        kveval::test::check_long_products(eng, mat, w, x, M, 3000, 512);
     }
     }
   }
