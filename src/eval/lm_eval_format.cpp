@@ -108,7 +108,9 @@ ojson task_config(const TaskSpec& t) {
     c["context_length"] = t.context_length;
   }
   if (t.output_type == OutputType::GenerateUntil) c["generation_kwargs"] = generation_kwargs_json(t.generation_kwargs);
-  if (t.fewshot_sampler != "default") c["fewshot_config"] = {{"sampler", t.fewshot_sampler}};
+  if (t.fewshot_sampler != "default") c["fewshot_config"]["sampler"] = t.fewshot_sampler;
+  if (t.fewshot_target_delimiter) c["fewshot_config"]["target_delimiter"] = *t.fewshot_target_delimiter;
+  if (t.fewshot_fewshot_delimiter) c["fewshot_config"]["fewshot_delimiter"] = *t.fewshot_fewshot_delimiter;
   if (!t.filter_list.empty()) {
     ojson fl = ojson::array();
     for (const auto& p : t.filter_list) {

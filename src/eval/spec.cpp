@@ -115,8 +115,6 @@ void parse_fewshot_config(TaskSpec& t, const json& tj, const Where& w) {
   if (!tj.contains("fewshot_config") || tj["fewshot_config"].is_null()) return;
   Where fw = w.key("fewshot_config");
   const json& f = expect_object(tj["fewshot_config"], fw);
-  // target_delimiter / fewshot_delimiter here are accepted and, as in lm-eval's ContextSampler
-  // (which takes both from the task), change nothing
   check_keys(f, fw, {"sampler", "samples", "doc_to_text", "doc_to_target", "doc_to_choice", "target_delimiter",
                      "fewshot_delimiter"});
   if (f.contains("sampler")) {
@@ -134,6 +132,8 @@ void parse_fewshot_config(TaskSpec& t, const json& tj, const Where& w) {
     if (f.contains(k)) expect_string(f[k], fw.key(k));
   if (f.contains("doc_to_text")) t.fewshot_doc_to_text = f["doc_to_text"].get<std::string>();
   if (f.contains("doc_to_target")) t.fewshot_doc_to_target = f["doc_to_target"].get<std::string>();
+  if (f.contains("target_delimiter")) t.fewshot_target_delimiter = f["target_delimiter"].get<std::string>();
+  if (f.contains("fewshot_delimiter")) t.fewshot_fewshot_delimiter = f["fewshot_delimiter"].get<std::string>();
   if (f.contains("doc_to_choice")) {
     const json& c = f["doc_to_choice"];
     if (c.is_array()) {

@@ -133,6 +133,11 @@ struct TaskSpec {
   /// few-shot examples ("" / null = the task's own).
   std::string fewshot_doc_to_text, fewshot_doc_to_target;
   nlohmann::json fewshot_doc_to_choice;
+  /// fewshot_config.target_delimiter / fewshot_delimiter: the delimiters of the few-shot
+  /// examples (lm-eval's FewshotConfig, lm_eval/config/task.py; nullopt = the task's own).
+  /// The document's own target_delimiter, the description's and `until`'s fewshot_delimiter
+  /// stay the task's.
+  std::optional<std::string> fewshot_target_delimiter, fewshot_fewshot_delimiter;
   /// lm-eval's self-exclusion rule: true when fewshot_split == test_split by name (None ==
   /// None included): draw num_fewshot + 1 examples; false: draw num_fewshot. Either way
   /// a drawn example equal to the document is dropped. Unset (JSON specs): true exactly

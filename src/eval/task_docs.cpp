@@ -293,17 +293,20 @@ std::vector<size_t> draw_fewshot(const TaskSpec& t, const std::vector<RawDoc>& s
   return kept;
 }
 
-/// lm-eval's ContextSampler.get_context text of the examples `kept`: each is text +
+/// lm-eval's text of the few-shot examples `kept` (fewshot_context): each is text +
 /// target_delimiter [+ gen_prefix + " "] + target + fewshot_delimiter, or the text alone
-/// when its target is "".
+/// when its target is ""; both delimiters are fewshot_config's when it gives them, else
+/// the task's (lm-eval's FewshotConfig.from_dict).
 std::string fewshot_examples(const TaskSpec& t, const std::vector<Doc>& shots, const std::vector<size_t>& kept,
                              const std::optional<std::string>& gp) {
+  const std::string target_delimiter = t.fewshot_target_delimiter.value_or(t.target_delimiter);
+  const std::string fewshot_delimiter = t.fewshot_fewshot_delimiter.value_or(t.fewshot_delimiter);
   std::string out;
   for (size_t k : kept) {
     const Doc& s = shots[k];
     out += s.context;
     if (!s.target.empty())
-      out += t.target_delimiter + (gp && !gp->empty() ? *gp + " " : "") + s.target + t.fewshot_delimiter;
+      out += target_delimiter + (gp && !gp->empty() ? *gp + " " : "") + s.target + fewshot_delimiter;
   }
   return out;
 }

@@ -1,5 +1,6 @@
 // Few-shot prompts as lm-eval builds them (lm_eval/api/samplers.py ContextSampler,
-// lm_eval/api/task.py fewshot_context, lm_eval/config/task.py FewshotConfig):
+// lm_eval/api/task.py fewshot_context, lm_eval/config/task.py FewshotConfig;
+// tests/data/fewshot_delimiters: fewshot_config's own delimiters):
 // small task YAMLs in lm-eval's syntax, rendered against prompts written here
 // by hand. The sampled indices are CPython's random.Random(1234).sample, drawn
 // num_fewshot + 1 at a time exactly when fewshot_split == test_split by name.
@@ -94,7 +95,7 @@ num_fewshot: 2
 )") == want);
   }
 
-  TEST_CASE("inline samples, first_n, fewshot_config doc_to_* overrides, description template, gen_prefix") {
+  TEST_CASE("inline samples, first_n, fewshot_config doc_to_* and target_delimiter, description template, gen_prefix") {
     TempDir d;
     d.write("test.jsonl", "{\"topic\": \"maths\", \"q\": \"four?\", \"a\": \"4\"}\n"
                           "{\"topic\": \"sums\", \"q\": \"five?\", \"a\": \"5\"}\n");
@@ -109,17 +110,51 @@ fewshot_config:
   sampler: first_n
   doc_to_text: "Question: {{question}}"
   doc_to_target: "{{answer}}!"
-  target_delimiter: " (lm-eval's sampler takes the task's) "
+  target_delimiter: " => "
   samples:
     - {question: "one?", answer: "1"}
     - {question: "two?", answer: "2"}
     - {question: "three?", answer: "3"}
 )");
     REQUIRE(c.size() == 2);
-    CHECK(c[0] == "Topic: maths\n\nQuestion: one?\nA:Let's think. 1!\n\nQuestion: two?\nA:Let's think. 2!\n\n"
+    CHECK(c[0] == "Topic: maths\n\nQuestion: one? => Let's think. 1!\n\nQuestion: two? => Let's think. 2!\n\n"
                   "Q: four?\nA:\nA:Let's think.");  // doc_to_text ends in "\nA:", then target_delimiter + gen_prefix
-    CHECK(c[1] == "Topic: sums\n\nQuestion: one?\nA:Let's think. 1!\n\nQuestion: two?\nA:Let's think. 2!\n\n"
+    CHECK(c[1] == "Topic: sums\n\nQuestion: one? => Let's think. 1!\n\nQuestion: two? => Let's think. 2!\n\n"
                   "Q: five?\nA:\nA:Let's think.");
+  }
+
+  TEST_CASE("fewshot_config's target_delimiter and fewshot_delimiter join the examples, the task's the rest") {
+    const std::string dir = kveval::test::source_dir() + "/tests/data/fewshot_delimiters/";
+    json tasks = json::array();
+    for (const char* y : {"sums_mc.yaml", "sums_gen.yaml", "sums_plain.yaml"}) tasks.push_back({{"lm_eval_yaml", dir + y}});
+    EvalSpec s = parse_spec({{"model", "m.gguf"}, {"system_instruction", "Be brief."}, {"tasks", tasks}}, "spec.json", ".");
+    REQUIRE(s.tasks.size() == 3);
+    const TaskSpec& mc = s.tasks[0];  // both delimiters given
+    REQUIRE(mc.docs.size() == 2);
+    CHECK(mc.docs[0].context == "Be brief.Sum: 2 + 2 = 4; Sum: 3 + 3 = 6; Sum: 5 + 5");
+    CHECK(mc.docs[1].context == "Be brief.Sum: 2 + 2 = 4; Sum: 3 + 3 = 6; Sum: 2 + 7");
+    CHECK(mc.docs[1].choices == std::vector<std::string>{"8", "9"});
+    CHECK(mc.target_delimiter == " ->");  // each choice's continuation keeps the task's delimiter
+    const TaskSpec& gen = s.tasks[1];  // fewshot_delimiter only: the examples take the task's target_delimiter " "
+    REQUIRE(gen.docs.size() == 2);
+    // the system prompt joins the description with the task's fewshot_delimiter "\n"
+    CHECK(gen.docs[0].context == "Be brief.\nAdd.\nSum: 2 + 2 4 | Sum: 3 + 3 6 | Sum: 5 + 5");
+    CHECK(gen.generation_kwargs.until == std::vector<std::string>{"\n"});  // generation stops at the task's
+    const TaskSpec& plain = s.tasks[2];  // neither given: the task's delimiters throughout
+    REQUIRE(plain.docs.size() == 2);
+    CHECK(plain.docs[1].context == "Be brief.Sum: 2 + 2 =4\nSum: 3 + 3 =6\nSum: 2 + 7");
+    CHECK(plain.generation_kwargs.until == std::vector<std::string>{"\n"});
+  }
+
+  TEST_CASE("fewshot_config's delimiters must be strings") {
+    TempDir d;
+    write_data(d);
+    for (const char* key : {"target_delimiter", "fewshot_delimiter"}) {
+      const std::string body = std::string("dataset_kwargs:\n  data_files: {validation: val.jsonl}\nvalidation_split: validation\n"
+                                           "fewshot_config:\n  ") + key + ": [x]\n";
+      const std::string want = std::string("fewshot_config.") + key;
+      CHECK_THROWS_WITH_AS(contexts(d, body), doctest::Contains(want.c_str()), kveval::SpecError);
+    }
   }
 
   TEST_CASE("gen_prefix naming a field, and an empty few-shot target adds no delimiters") {
