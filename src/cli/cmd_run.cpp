@@ -157,10 +157,16 @@ std::function<void(std::string_view)> fault_injector(int rank) {
 /// fewshot_split and task file, where given, and a chat template file; the names used in messages.
 std::vector<std::pair<std::string, std::string>> task_input_files(const eval::EvalSpec& spec) {
   std::vector<std::pair<std::string, std::string>> files;
-  for (const auto& t : spec.tasks)
-    for (const auto& [what, path] : {std::pair<const char*, const std::string&>{"dataset_path", t.dataset_path},
-                                     {"fewshot_split", t.fewshot_split}, {"task file", t.source}})
+  for (const auto& t : spec.tasks) {
+    std::vector<std::pair<const char*, std::string>> own;  // a split of several files: each of them
+    for (const auto& p : t.dataset_files.empty() ? std::vector<std::string>{t.dataset_path} : t.dataset_files)
+      own.emplace_back("dataset_path", p);
+    for (const auto& p : t.fewshot_files.empty() ? std::vector<std::string>{t.fewshot_split} : t.fewshot_files)
+      own.emplace_back("fewshot_split", p);
+    own.emplace_back("task file", t.source);
+    for (const auto& [what, path] : own)
       if (!path.empty()) files.emplace_back(fmt::format("{} of task '{}'", what, t.name), path);
+  }
   std::error_code ec;  // a template from a file is named by its path (one from the model by "model: key")
   if (spec.chat.tpl && std::filesystem::is_regular_file(spec.chat.tpl->origin, ec))
     files.emplace_back("the chat template file", spec.chat.tpl->origin);

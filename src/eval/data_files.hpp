@@ -35,4 +35,16 @@ std::vector<DataRow> read_data_file(const std::string& path);
 /// The format read_data_file uses for `path`: "csv", "parquet" or "json".
 std::string data_file_format(const std::string& path);
 
+/// Whether a data_files entry is a glob pattern (has `*`, `?` or `[`, Python's glob.has_magic).
+bool has_glob_magic(const std::string& pattern);
+
+/// The files a glob pattern of `datasets`' data_files matches (datasets.data_files.resolve_pattern,
+/// fsspec's glob): relative to `base_dir` unless absolute; `*` and `?` match within one path
+/// component, `**` any number of components, `[...]` / `[!...]` a character class; regular files
+/// only (symlinks to files count); files and folders whose names start with "." or folders
+/// starting with "__" only when the pattern names as many such parts; README.md, config.json,
+/// dataset_info.json, dataset_infos.json, dummy_data.zip and dataset_dict.json only when the
+/// pattern names them. Sorted by path (fsspec's order); empty when nothing matches.
+std::vector<std::string> glob_data_files(const std::string& pattern, const std::string& base_dir);
+
 }  // namespace kveval::eval

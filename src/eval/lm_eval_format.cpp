@@ -85,8 +85,13 @@ ojson generation_kwargs_json(const GenerationKwargs& g) {
 ojson task_config(const TaskSpec& t) {
   ojson c;
   c["task"] = t.name;
-  c["dataset_path"] = t.dataset_path.empty() ? ojson(nullptr) : ojson(t.dataset_path);
-  c["fewshot_split"] = t.fewshot_split.empty() ? ojson(nullptr) : ojson(t.fewshot_split);
+  // a split of several files is their list
+  c["dataset_path"] = t.dataset_files.size() > 1 ? ojson(t.dataset_files)
+                      : t.dataset_path.empty()   ? ojson(nullptr)
+                                                 : ojson(t.dataset_path);
+  c["fewshot_split"] = t.fewshot_files.size() > 1 ? ojson(t.fewshot_files)
+                       : t.fewshot_split.empty()  ? ojson(nullptr)
+                                                  : ojson(t.fewshot_split);
   c["doc_to_text"] = t.doc_to_text;
   c["doc_to_target"] = t.doc_to_target;
   c["doc_to_choice"] = ojson::parse(t.doc_to_choice.dump());

@@ -377,8 +377,8 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
   parse_prompt_fields(tj, w, t);
   parse_lm_eval_extras(t, tj, w);
   if (tj.contains("fewshot_split")) {
-    std::string p = expect_path(tj["fewshot_split"], w.key("fewshot_split"));
-    t.fewshot_split = resolve_path(base_dir, p);
+    t.fewshot_files = expect_paths(tj["fewshot_split"], w.key("fewshot_split"), base_dir);
+    t.fewshot_split = t.fewshot_files[0];
   }
   parse_rolling_method(tj, w, t);
   if (t.context_length > 0 && spec.max_length && t.context_length > *spec.max_length)

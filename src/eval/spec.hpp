@@ -109,7 +109,8 @@ struct TaskSpec {
   std::string name;
   std::string task_alias;            ///< lm-eval's task_alias: the name tables and results' `alias` show ("" = name)
   OutputType output_type = OutputType::Loglikelihood;
-  std::string dataset_path;          ///< resolved path of the JSONL file ("" for inline docs)
+  std::string dataset_path;          ///< resolved path of the (first) data file ("" for inline docs)
+  std::vector<std::string> dataset_files;  ///< every data file of the documents, read in this order (empty for inline docs)
   std::string doc_to_text;           ///< field name or `{{field}}` template ("" = none)
   std::string doc_to_target;         ///< field name or template ("" = none)
   nlohmann::json doc_to_choice;      ///< field name / template string, or array of templates (null = none)
@@ -119,7 +120,8 @@ struct TaskSpec {
   int repeats = 1;                   ///< lm-eval's repeats: generations per document (generate_until), >= 1
   std::vector<std::string> metric_list;  ///< resolved: defaults to default_metrics_for(output_type)
   int num_fewshot = 0;
-  std::string fewshot_split;         ///< resolved JSONL path of few-shot examples ("" = the task's own docs)
+  std::string fewshot_split;         ///< resolved path of the (first) file of few-shot examples ("" = the task's own docs)
+  std::vector<std::string> fewshot_files;  ///< every file of the few-shot examples, in order (empty: see fewshot_split)
   std::string fewshot_delimiter = "\n\n";
   /// lm-eval's multiple_input (Winogrande): a multiple_choice task whose doc_to_text gives an
   /// int for its first document. doc_to_choice then gives the contexts, doc_to_text the gold

@@ -82,4 +82,14 @@ inline std::string resolve_path(const std::string& base_dir, const std::string& 
   return (std::filesystem::path(base_dir) / p).lexically_normal().string();
 }
 
+/// A data file or a non-empty list of them (the files of one split, read in order), each
+/// resolved against `base_dir`.
+inline std::vector<std::string> expect_paths(const json& v, const Where& w, const std::string& base_dir) {
+  std::vector<std::string> out;
+  if (!v.is_array()) return {resolve_path(base_dir, expect_path(v, w))};
+  if (v.empty()) w.fail("expected a file or a non-empty list of files, got []");
+  for (size_t i = 0; i < v.size(); ++i) out.push_back(resolve_path(base_dir, expect_path(v[i], w.index(i))));
+  return out;
+}
+
 }  // namespace kveval::eval

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "eval/chat_context.hpp"
 #include "eval/data_files.hpp"
@@ -225,12 +226,31 @@ std::string field_or_template(const std::string& source, const tmpl::Template& t
   return render_template(t, doc, origin, key);
 }
 
-/// The documents of a data file (data_files.hpp: JSON Lines, a JSON array, CSV, Parquet).
-std::vector<RawDoc> load_docs_file(const std::string& path) {
+/// The documents of data files, one after the other (data_files.hpp: JSON Lines, a JSON array,
+/// CSV, Parquet), as `datasets` concatenates a split's files; each must exist (`w`: the key naming
+/// them), and together they hold at least one document.
+std::vector<RawDoc> load_docs_files(const std::vector<std::string>& paths, const Where& w) {
   std::vector<RawDoc> out;
-  for (DataRow& r : read_data_file(path)) out.push_back({std::move(r.origin), std::move(r.doc), std::move(r.text)});
-  if (out.empty()) throw SpecError(fmt::format("{}: no documents (the file is empty or blank)", path));
+  for (const std::string& path : paths) {
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) w.fail(fmt::format("data file \"{}\" not found", path));
+    for (DataRow& r : read_data_file(path)) out.push_back({std::move(r.origin), std::move(r.doc), std::move(r.text)});
+  }
+  if (out.empty())
+    throw SpecError(fmt::format("{}: no documents (the file{} empty or blank)", fmt::join(paths, ", "),
+                                paths.size() > 1 ? "s are" : " is"));
   return out;
+}
+
+/// Whether two lists of files are the same files in the same order (std::filesystem::equivalent:
+/// "./x", symlinks and hard links count).
+bool same_files(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  if (a.empty() || a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    std::error_code ec;
+    if (!fs::equivalent(a[i], b[i], ec) || ec) return false;
+  }
+  return true;
 }
 
 /// lm-eval's process_docs over the documents read from `origin` (a data file or the inline docs);
@@ -249,18 +269,16 @@ std::vector<RawDoc> processed(const TaskSpec& t, std::vector<RawDoc> raw, const 
 }
 
 /// The few-shot documents: fewshot_split, else fewshot_config.samples, else the task's own
-/// documents (`own` = true). A fewshot_split that is the same file as dataset_path however it is
-/// spelt (std::filesystem::equivalent: "./x", symlinks and hard links count) is the task's own.
+/// documents (`own` = true). A fewshot_split that is the same files as dataset_path however they
+/// are spelt (same_files) is the task's own.
 std::vector<RawDoc> fewshot_source(const TaskSpec& t, const json& tj, const Where& w, const std::vector<RawDoc>& raw,
                                    bool& own) {
   std::vector<RawDoc> shot_raw;
   own = true;
   if (!t.fewshot_split.empty()) {
-    std::error_code ec;
-    if (!fs::is_regular_file(t.fewshot_split, ec))
-      w.key("fewshot_split").fail(fmt::format("data file \"{}\" not found", t.fewshot_split));
-    const bool same_file = !t.dataset_path.empty() && fs::equivalent(t.fewshot_split, t.dataset_path, ec) && !ec;
-    if (!same_file) shot_raw = processed(t, load_docs_file(t.fewshot_split), t.fewshot_split), own = false;
+    const std::vector<std::string> files = t.fewshot_files.empty() ? std::vector<std::string>{t.fewshot_split} : t.fewshot_files;
+    if (!same_files(files, t.dataset_files))
+      shot_raw = processed(t, load_docs_files(files, w.key("fewshot_split")), fmt::format("{}", fmt::join(files, ", "))), own = false;
   } else if (tj.contains("fewshot_split")) {
     w.key("fewshot_split").fail("empty path");
   } else if (t.fewshot_samples.is_array()) {
@@ -348,12 +366,9 @@ std::vector<RawDoc> read_raw_docs(TaskSpec& t, const json& tj, const Where& w, c
   const bool has_docs = tj.contains("docs");
   if (has_path == has_docs) w.fail("give exactly one of 'dataset_path' (a JSONL file) or 'docs' (inline list)");
   if (has_path) {
-    std::string p = expect_path(tj["dataset_path"], w.key("dataset_path"));
-    t.dataset_path = resolve_path(base_dir, p);
-    std::error_code ec;
-    if (!fs::is_regular_file(t.dataset_path, ec))
-      w.key("dataset_path").fail(fmt::format("data file \"{}\" not found", t.dataset_path));
-    raw = load_docs_file(t.dataset_path);
+    t.dataset_files = expect_paths(tj["dataset_path"], w.key("dataset_path"), base_dir);
+    t.dataset_path = t.dataset_files[0];
+    raw = load_docs_files(t.dataset_files, w.key("dataset_path"));
   } else {
     const json& d = tj["docs"];
     if (!d.is_array()) w.key("docs").fail(fmt::format("expected a list of objects, got {}", json_excerpt(d)));
@@ -372,7 +387,7 @@ std::vector<RawDoc> read_raw_docs(TaskSpec& t, const json& tj, const Where& w, c
 void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec) {
   bool has_path = false;
   std::vector<RawDoc> raw = read_raw_docs(t, tj, w, base_dir, has_path);
-  raw = processed(t, std::move(raw), has_path ? t.dataset_path : w.key("docs").text());
+  raw = processed(t, std::move(raw), has_path ? fmt::format("{}", fmt::join(t.dataset_files, ", ")) : w.key("docs").text());
   t.n_docs_total = static_cast<int>(raw.size());
   std::optional<int> limit = t.limit ? t.limit : spec.limit;
 

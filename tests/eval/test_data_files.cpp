@@ -96,6 +96,44 @@ TEST_SUITE("eval.data_files") {
     CHECK(std::filesystem::equivalent(s.tasks[0].fewshot_split, cwd.file("there.csv")));
   }
 
+  TEST_CASE("several files per split, glob patterns (sorted matches) and data_dir, as datasets resolves them") {
+    TempDir d;
+    std::filesystem::create_directories(d.file("data/sub"));
+    auto doc = [](const char* q) { return std::string("{\"q\": \"") + q + "\", \"x\": \"y\"}\n"; };
+    d.write("data/test-1.jsonl", doc("one"));
+    d.write("data/test-10.jsonl", doc("ten"));
+    d.write("data/test-2.jsonl", doc("two"));
+    d.write("data/sub/test-3.jsonl", doc("three"));
+    d.write("data/.test-4.jsonl", doc("hidden"));
+    d.write("data/README.md", doc("readme"));
+    auto contexts = [&](const std::string& files, const std::string& splits = "test_split: test\n") {
+      const EvalSpec s = load(d.write("t.yaml", yaml("json", files, splits)));
+      std::vector<std::string> out;
+      for (const auto& doc : s.tasks[0].docs) out.push_back(doc.context);
+      return out;
+    };
+    using V = std::vector<std::string>;
+    // '*' stays in its folder; byte order of the paths ("test-1." < "test-10" < "test-2")
+    CHECK(contexts("{test: \"data/test-*.jsonl\"}") == V{"one", "ten", "two"});
+    // '**' crosses folders, zero included; hidden files and README.md are left out
+    CHECK(contexts("{test: \"data/**\"}") == V{"three", "one", "ten", "two"});
+    CHECK(contexts("{test: \"data/.*.jsonl\"}") == V{"hidden"});  // unless the pattern names them
+    CHECK(contexts("{test: \"data/README.md\"}") == V{"readme"});
+    // a list: each entry's matches in turn; a pattern without matches adds none
+    CHECK(contexts("{test: [data/test-2.jsonl, \"data/test-1?.jsonl\", \"data/x*\", \"data/test-[!2].jsonl\"]}") ==
+          V{"two", "ten", "one"});
+    // data_dir: data_files are resolved against it; several few-shot files read in order
+    const std::string splits = "test_split: test\ntraining_split: train\nnum_fewshot: 2\nfewshot_config: {sampler: first_n}\n";
+    const V c = contexts("{test: sub/test-3.jsonl, train: [test-2.jsonl, test-1.jsonl]}\n  data_dir: data", splits);
+    CHECK(c == V{"two y\n\none y\n\nthree"});
+    const EvalSpec s = load(d.file("t.yaml"));
+    REQUIRE(s.tasks[0].dataset_files.size() == 1);
+    CHECK(std::filesystem::equivalent(s.tasks[0].dataset_files[0], d.file("data/sub/test-3.jsonl")));
+    REQUIRE(s.tasks[0].fewshot_files.size() == 2);
+    CHECK(std::filesystem::equivalent(s.tasks[0].fewshot_files[0], d.file("data/test-2.jsonl")));
+    CHECK(std::filesystem::equivalent(s.tasks[0].fewshot_files[1], d.file("data/test-1.jsonl")));
+  }
+
   TEST_CASE("bad data_files: one line naming the YAML and the key") {
     TempDir d;
     d.write("a.jsonl", "{\"q\": \"a\", \"x\": \"b\"}\n");
@@ -108,10 +146,13 @@ TEST_SUITE("eval.data_files") {
                                                "extension: .csv, .parquet, anything else JSON), but dataset_path is csv");
     CHECK(err("json", "{test: nope.jsonl}") == at + "data_files.test: file \"nope.jsonl\" not found (looked for next to the "
                                                     "YAML, then in the working directory)");
-    CHECK(err("json", "{test: \"*.jsonl\"}") == at + "data_files.test: file \"*.jsonl\" not found (looked for next to the "
-                                                     "YAML, then in the working directory); glob patterns are not expanded");
-    CHECK(err("json", "{test: [a.jsonl, b.jsonl]}") ==
-          at + "data_files.test: 2 files for one split; kveval reads one file per split (join them into one)");
+    CHECK(err("json", "{test: \"none*.jsonl\"}") == at + "data_files.test: no file matches \"none*.jsonl\" (looked for next "
+                                                         "to the YAML, then in the working directory)");
+    CHECK(err("json", "{test: [a.jsonl, \"none*.jsonl\", nope.jsonl]}") ==  // a missing file among patterns
+          at + "data_files.test: file \"nope.jsonl\" not found (looked for next to the YAML, then in the working directory)");
+    CHECK(err("json", "{test: a.jsonl}\n  data_dir: nodir") ==
+          at + "data_dir: folder \"nodir\" not found (looked for next to the YAML, then in the working directory)");
+    CHECK(err("json", "{test: a.jsonl}\n  split: test") == at + "'split' is not supported (only data_files and data_dir)");
     CHECK(err("json", "{test: \"hf://datasets/x/y/test.jsonl\"}") ==
           at + "data_files.test: \"hf://datasets/x/y/test.jsonl\" is not a local file; kveval reads local files only (give "
                "the path of a local copy)");
