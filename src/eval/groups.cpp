@@ -76,10 +76,8 @@ GroupSpec parse_group_config(const json& c, const std::string& file) {
       const std::vector<json> items = v.is_array() ? std::vector<json>(v.begin(), v.end()) : std::vector<json>{v};
       g.aggregate_metric_list.emplace();
       for (size_t i = 0; i < items.size(); ++i) g.aggregate_metric_list->push_back(parse_aggregate_metric(items[i], file, i));
-    } else {
-      throw SpecError(fmt::format("{}: {}: not supported in a group by kveval (a group takes group, group_alias, task, "
-                                  "aggregate_metric_list, metadata)", file, k));
     }
+    // any other key is a task key lm-eval sets on the group's members (TaskIndex::expand_group)
   }
   return g;
 }

@@ -171,9 +171,33 @@ void TaskIndex::add_task(const std::string& name, const json& overrides, TaskTre
   tree.tasks.emplace_back(name, overrides);
 }
 
+/// A task's overrides from lm-eval's dict of task keys: num_fewshot and task_alias as the spec
+/// entry's keys, the others replacing the YAML's keys (lm_eval_overrides).
+static json task_overrides(const json& keys) {
+  json overrides = json::object(), rest = keys;
+  for (const char* k : {"num_fewshot", "task_alias"})
+    if (rest.contains(k)) overrides[k] = rest[k], rest.erase(k);
+  if (!rest.empty()) overrides["lm_eval_overrides"] = rest;
+  return overrides;
+}
+
+/// `base` with `over`'s keys replacing its own (Python's {**base, **over}).
+static json merged(json base, const json& over) {
+  for (auto it = over.begin(); it != over.end(); ++it) base[it.key()] = it.value();
+  return base;
+}
+
 void TaskIndex::expand_group(const json& config, const std::string& file, const std::string& origin,
-                             std::vector<std::string>& stack, TaskTree& tree, std::vector<std::string>* parent) const {
+                             std::vector<std::string>& stack, TaskTree& tree, std::vector<std::string>* parent,
+                             const json& inherited) const {
   GroupSpec g = parse_group_config(config, file);
+  // lm-eval's TaskFactory._build_group: the group's keys that are no GroupConfig field are task keys
+  // set on every member, under those of the enclosing groups
+  json keys = json::object();
+  for (auto it = config.begin(); it != config.end(); ++it)
+    if (!std::set<std::string>{"group", "group_alias", "task", "aggregate_metric_list", "metadata"}.count(it.key()))
+      keys[it.key()] = it.value();
+  keys = merged(keys, inherited);
   if (std::find(stack.begin(), stack.end(), g.name) != stack.end())
     throw SpecError(fmt::format("{}: group '{}' lists itself (through '{}')", file, g.name, stack.back()));
   if (parent) parent->push_back(g.name);
@@ -186,13 +210,14 @@ void TaskIndex::expand_group(const json& config, const std::string& file, const 
                                                                          : json::array({config["task"]});
   std::vector<std::string> members;
   stack.push_back(tree.groups[gi].name);
-  for (const json& item : list) expand_item(item, file, origin, stack, tree, &members);
+  for (const json& item : list) expand_item(item, file, origin, stack, tree, &members, keys);
   stack.pop_back();
   tree.groups[gi].members = std::move(members);
 }
 
 void TaskIndex::expand_item(const json& item, const std::string& file, const std::string& origin,
-                            std::vector<std::string>& stack, TaskTree& tree, std::vector<std::string>* parent) const {
+                            std::vector<std::string>& stack, TaskTree& tree, std::vector<std::string>* parent,
+                            const json& inherited) const {
   const std::string where = stack.empty() ? origin : fmt::format("{} (group '{}')", origin, stack.back());
   if (item.is_string() || (item.is_object() && item.contains("task") && item["task"].is_string())) {
     const std::string name = item.is_string() ? item.get<std::string>() : item["task"].get<std::string>();
@@ -203,9 +228,9 @@ void TaskIndex::expand_item(const json& item, const std::string& file, const std
     const std::string name = item.get<std::string>();
     const TaskIndexEntry* e = find(name);
     if (!e) throw SpecError(unknown(name, where));
-    if (e->kind == TaskKind::Task) add_task(name, json::object(), tree, parent);
-    else if (e->kind == TaskKind::Tag) for (const auto& m : e->members) add_task(m, json::object(), tree, parent);
-    else expand_group(e->config, e->file, origin, stack, tree, parent);
+    if (e->kind == TaskKind::Task) add_task(name, task_overrides(inherited), tree, parent);
+    else if (e->kind == TaskKind::Tag) for (const auto& m : e->members) add_task(m, task_overrides(inherited), tree, parent);
+    else expand_group(e->config, e->file, origin, stack, tree, parent, inherited);
     return;
   }
   if (item.is_object() && item.contains("task") && item["task"].is_string()) {
@@ -216,22 +241,27 @@ void TaskIndex::expand_item(const json& item, const std::string& file, const std
     if (!e) {
       if (stack.empty() || file.empty())
         throw SpecError(fmt::format("{}: task: {}: an inline task config belongs in a group's task list", where, name));
-      add_task(stack.back() + "::" + name, {{"!inline", item}, {"!file", file}}, tree, parent);
+      add_task(stack.back() + "::" + name, {{"!inline", merged(inherited, item)}, {"!file", file}}, tree, parent);
       return;
     }
-    json overrides = json::object(), rest = item;  // the entry's own keys; the task keys replaced in its YAML
-    rest.erase("task");
-    for (const char* k : {"num_fewshot", "task_alias"})
-      if (rest.contains(k)) overrides[k] = rest[k], rest.erase(k);
-    if (!rest.empty()) overrides["lm_eval_overrides"] = rest;
-    if (e->kind == TaskKind::Group && !overrides.empty())
-      throw SpecError(fmt::format("{}: task: {}: a group takes no overrides here", file, name));
+    json keys = merged(inherited, item);  // the item's keys over the enclosing groups'
+    keys.erase("task");
+    const json overrides = task_overrides(keys);
     if (e->kind == TaskKind::Task) add_task(name, overrides, tree, parent);
     else if (e->kind == TaskKind::Tag) for (const auto& m : e->members) add_task(m, overrides, tree, parent);
-    else expand_group(e->config, e->file, origin, stack, tree, parent);
+    else expand_group(e->config, e->file, origin, stack, tree, parent, keys);
     return;
   }
-  if (item.is_object() && item.contains("group")) return expand_group(item, file, origin, stack, tree, parent);
+  if (item.is_object() && item.contains("group") && item["group"].is_string()) {
+    // lm-eval: a dict naming an indexed group sets its other keys on that group's members; else an inline group
+    const TaskIndexEntry* e = find(item["group"].get<std::string>());
+    if (e && e->kind == TaskKind::Group) {
+      json keys = merged(inherited, item);
+      keys.erase("group");
+      return expand_group(e->config, e->file, origin, stack, tree, parent, keys);
+    }
+  }
+  if (item.is_object() && item.contains("group")) return expand_group(item, file, origin, stack, tree, parent, inherited);
   throw SpecError(fmt::format("{}: task: {}: expected a task, tag or group name, or a mapping with 'task' or 'group'", file,
                               json_excerpt(item)));
 }

@@ -87,10 +87,13 @@ class TaskIndex {
   const std::vector<std::string>& dirs() const { return dirs_; }
 
  private:
+  /// `inherited`: the task keys the enclosing groups set on their members (lm-eval's overrides).
   void expand_item(const nlohmann::json& item, const std::string& file, const std::string& origin,
-                   std::vector<std::string>& stack, TaskTree& tree, std::vector<std::string>* parent) const;
+                   std::vector<std::string>& stack, TaskTree& tree, std::vector<std::string>* parent,
+                   const nlohmann::json& inherited = nlohmann::json::object()) const;
   void expand_group(const nlohmann::json& config, const std::string& file, const std::string& origin,
-                    std::vector<std::string>& stack, TaskTree& tree, std::vector<std::string>* parent) const;
+                    std::vector<std::string>& stack, TaskTree& tree, std::vector<std::string>* parent,
+                    const nlohmann::json& inherited = nlohmann::json::object()) const;
   void add_task(const std::string& name, const nlohmann::json& overrides, TaskTree& tree, std::vector<std::string>* parent) const;
   std::string unknown(const std::string& name, const std::string& origin) const;
   std::map<std::string, TaskIndexEntry> entries_;

@@ -162,7 +162,6 @@ TEST_SUITE("eval.groups") {
     TaskTree tree;
     CHECK(message_of([&] { idx.expand_tree("a", "x", tree); }) ==
           d.file("a.yaml") + ": aggregate_metric_list[0].aggregation: \"median\": only 'mean' aggregates a group's subtasks");
-    CHECK(message_of([&] { idx.expand_tree("b", "x", tree); }).find(d.file("b.yaml") + ": num_fewshot: not supported in a group") == 0);
     // an inline task config and a dict of task keys over an indexed task (lm-eval's TaskFactory)
     idx.expand_tree("c", "x", tree);
     idx.expand_tree("e", "x", tree);
@@ -171,6 +170,34 @@ TEST_SUITE("eval.groups") {
     CHECK(tree.tasks[0].second == nlohmann::json{{"!inline", {{"task", "nowhere"}, {"doc_to_text", "q"}}}, {"!file", d.file("c.yaml")}});
     CHECK(tree.tasks[1].first == "t");
     CHECK(tree.tasks[1].second == nlohmann::json{{"lm_eval_overrides", {{"doc_to_text", "q"}}}});
+  }
+
+  TEST_CASE("a group's task keys are set on its members, under the keys of a member's dict and of enclosing groups") {
+    TempDir d;
+    d.write("t.yaml", "task: t\noutput_type: loglikelihood\n");
+    d.write("u.yaml", "task: u\noutput_type: loglikelihood\n");
+    d.write("v.yaml", "task: v\noutput_type: loglikelihood\n");
+    // lm-eval's TaskFactory._build_group: keys that are no GroupConfig field are {**group's, **caller's}
+    d.write("inner.yaml", "group: inner\ntask: [v]\nnum_fewshot: 1\ndoc_to_text: inner\n");
+    d.write("b.yaml", "group: b\nnum_fewshot: 3\ndescription: D\nmetadata: {version: 2}\ntask:\n  - t\n"
+                      "  - task: u\n    num_fewshot: 0\n  - group: inner\n    doc_to_text: outer\n"
+                      "  - task: w\n    output_type: loglikelihood\n");
+    const TaskIndex idx = TaskIndex::build({{"--include-path", d.path.string()}});
+    TaskTree tree;
+    idx.expand_tree("b", "x", tree);
+    REQUIRE(tree.tasks.size() == 4);
+    CHECK(tree.tasks[0].first == "t");
+    CHECK(tree.tasks[0].second == nlohmann::json{{"num_fewshot", 3}, {"lm_eval_overrides", {{"description", "D"}}}});
+    CHECK(tree.tasks[1].first == "u");  // the dict's own num_fewshot wins
+    CHECK(tree.tasks[1].second == nlohmann::json{{"num_fewshot", 0}, {"lm_eval_overrides", {{"description", "D"}}}});
+    CHECK(tree.tasks[2].first == "v");  // the caller's keys win over the inner group's own
+    CHECK(tree.tasks[2].second ==
+          nlohmann::json{{"num_fewshot", 3}, {"lm_eval_overrides", {{"description", "D"}, {"doc_to_text", "outer"}}}});
+    CHECK(tree.tasks[3].first == "b::w");  // an inline task config gets them too
+    CHECK(tree.tasks[3].second["!inline"] == nlohmann::json{{"task", "w"}, {"output_type", "loglikelihood"}, {"num_fewshot", 3},
+                                                            {"description", "D"}});
+    REQUIRE(tree.groups.size() == 2);
+    CHECK(tree.groups[0].version == nlohmann::json(2));  // metadata stays the group's
   }
 
   TEST_CASE("an inline task config runs as '<group>::<task>'; a dict's task keys replace the indexed YAML's") {
