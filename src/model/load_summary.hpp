@@ -21,6 +21,8 @@ struct LoadSummary {
   uint64_t file_tensor_bytes = 0;  ///< bytes of tensor data in the file
   std::string weight_dtype;        ///< element type of the weights in memory ("F32")
   uint64_t resident_bytes = 0;     ///< bytes of weights held in memory after conversion
+  /// How decode steps on kept blocks multiply: "exact" or "int8" (ModelOptions::matmul).
+  std::string matmul = "exact";
   uint64_t context_length = 0;     ///< `<arch>.context_length` (tokens), 0 when absent
   std::string tokenizer_model;     ///< tokenizer.ggml.model ("llama", "gpt2", ...), "" when absent
   std::string tokenizer_pre;       ///< tokenizer.ggml.pre ("llama-bpe", ...), "" when absent
@@ -39,7 +41,8 @@ LoadSummary summarize_gguf(const gguf::File& f);
 /// "load: llama, 24.70M parameters, tensors Q4_K x98, Q6_K x1, F32 x65 (13.9 MiB in file);
 /// weights F32 in memory, 94.2 MiB resident; context 2048; tokenizer llama; 0.120 s"
 /// (tokenizer "gpt2/llama-bpe" when a pre-tokenizer is named); with `sliding` set,
-/// "; sliding window 4096 on 13 of 26 layers (those read at most 4096 cached positions)" before the time.
+/// "; sliding window 4096 on 13 of 26 layers (those read at most 4096 cached positions)" before the time;
+/// with `matmul` "int8", "; matmul int8 (decode steps on Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks with int8 activations)" before those.
 std::string format_load_summary(const LoadSummary& s);
 
 }  // namespace kveval
