@@ -116,15 +116,20 @@ double naive(const Mat& a, const QRows& q, int64_t n, int64_t r, double& mag, in
   isum_max = 0;
   if (is_blocks(a.dt)) {
     for (int64_t b = 0; b < K / kQBlock; ++b) {
-      int64_t is = 0;
-      for (int j = 0; j < 32; ++j) {
-        // Q4_0 (ggml's dequantize_row_q4_0): element j < 16 the low nibble of byte j, j + 16 the high one, minus 8
-        const uint8_t* q4 = a.b.data() + n * K / 2 + b * 16;
-        const int v = a.dt == Dtype::Q8_0 ? int8_t(a.b[n * K + b * 32 + j]) : (j < 16 ? q4[j] & 15 : q4[j - 16] >> 4) - 8;
-        is += int64_t(v) * xq[b * 32 + j];
+      int64_t is = 0, lanes = 0;  // lanes: Σ over the 8 lanes of |the lane's 4 products| (the kernel's f32 partials)
+      for (int l = 0; l < 8; ++l) {
+        int64_t p = 0;
+        for (int k = 0; k < 4; ++k) {
+          // Q4_0 (ggml's dequantize_row_q4_0): element j < 16 the low nibble of byte j, j + 16 the high one, minus 8
+          const int j = 4 * l + k;
+          const uint8_t* q4 = a.b.data() + n * K / 2 + b * 16;
+          const int v = a.dt == Dtype::Q8_0 ? int8_t(a.b[n * K + b * 32 + j]) : (j < 16 ? q4[j] & 15 : q4[j - 16] >> 4) - 8;
+          p += int64_t(v) * xq[b * 32 + j];
+        }
+        is += p, lanes += std::abs(p);
       }
-      const double t = double(a.scales[n * K / 32 + b]) * q.d[r * K / 32 + b] * double(is);
-      s += t, mag += std::abs(t), isum_max = std::max(isum_max, std::abs(is));
+      const double sc = double(a.scales[n * K / 32 + b]) * q.d[r * K / 32 + b];
+      s += sc * double(is), mag += std::abs(sc) * double(lanes), isum_max = std::max(isum_max, std::abs(is));
     }
     return s;
   }
@@ -247,7 +252,8 @@ TEST_SUITE("backend.int8_dot") {
     // Per block the kernel's integer sum is exact; its f32 part rounds each scale product, the
     // int-to-float conversion and each fma once (2^-24 each, relative), and the accumulation over
     // nb blocks (Q8_0: per lane, then 4 levels of the lane tree) at most nb + 8 times: the bound
-    // (nb + 8) 2^-24 Σ|terms| holds for any order of the same operations.
+    // (nb + 8) 2^-24 Σ|terms| holds for any order of the same operations. Q8_0 and Q4_0 add a block
+    // as 8 lane partials (4 products each), so their terms are the partials, |d_w dx| Σ_l |p_l|.
     for (Dtype dt : kTypes) {
       for (int64_t K : {int64_t(256), int64_t(1024)}) {
         const std::string type = to_string(dt);
