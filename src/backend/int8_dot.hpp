@@ -49,22 +49,28 @@ void quantize_row_q8_0(const float* x, int64_t n, int8_t* qs, float* d);
 /// <= kInt8MaxRows rows, with x quantized first (Q4_K, Q5_K, Q6_K:
 /// quantize_row_q8_K; Q8_0, Q4_0: quantize_row_q8_0) into `scratch`
 /// (int8_scratch_floats(m, n_in) floats). Output n, per x row:
-/// - Q4_K, Q5_K: over the super-blocks b in order, acc = fma(d_w dx_b, isum, acc)
-///   then acc = fma(-(dmin_w dx_b), msum, acc), from 0, with isum = Σ_j sc_j
-///   Σ_{e in sub-block j} q_e xq_e (int32, q the 4- or 5-bit quant) and msum = Σ_j m_j
-///   (bsums[2 j] + bsums[2 j + 1]) (sc, m: the 6-bit scales and mins);
-/// - Q6_K: acc = fma(d_w dx_b, isum, acc), isum = Σ_g sc_g Σ_{e in group g}
-///   q_e xq_e - 32 Σ_g sc_g bsums[g] (q the 6-bit quant 0..63);
+/// - Q4_K, Q5_K, Q6_K: 16 f32 lanes acc_j, and for Q4_K/Q5_K 4 more accm_i, from 0. Super-block
+///   b (activation scale dx) gives 16 int32 lanes I_j = Σ sc(e) q_e xq_e over the elements e
+///   of lane j (sc: the sub-block's 6-bit scale, Q6_K the group's int8 scale; q the 4- or 5-bit
+///   quant, Q6_K the 6-bit quant - 32), where element e, r = e % 128, goes to lane
+///   4 (p / 16) + 2 s + (p % 16) / 8 with Q4_K/Q5_K s = (r / 32) % 2, p = r % 32 + 32 (r / 64) and
+///   Q6_K s = r / 64, p = r % 64 (the lanes vpdpbusd, vpackssdw and vpdpwssd give); then
+///   acc_j = fma(d_w dx, I_j, acc_j) and, Q4_K/Q5_K, accm_i = fma(-(dmin_w dx), M_i, accm_i) with
+///   M_i = m_{2i} B_{2i} + m_{2i+1} B_{2i+1} (m the 6-bit mins, B_j the sum of sub-block j's
+///   32 activation quants). The output is reduce16(acc) + ((accm_0 + accm_2) + (accm_1 + accm_3)),
+///   reduce16: a_l = acc_l + acc_{l+8}, t_l = a_l + a_{l+4}, (t_0 + t_2) + (t_1 + t_3);
 /// - Q8_0: 16 f32 lanes; block b adds to lane 8 (b % 2) + l (l < 8)
 ///   fma(d_w,b dx_b, p, lane) with p = Σ_{k<4} q[4 l + k] xq[4 l + k] (int32;
 ///   Q4_0 likewise with q = nibble - 8, element j < 16 the low nibble of byte j),
-///   then a = lane_l + lane_{l+8}, t_l = a_l + a_{l+4}, (t_0 + t_2) + (t_1 + t_3).
+///   then reduce16.
 /// The integer sums are exact; the VNNI form (int8_has_vnni) computes them with
 /// vpdpbusd and its f32 steps in the same order as the scalar form, so both
 /// give the same bits (`vnni` picks the form; true where unavailable throws).
-/// Rows of W split among `threads` OpenMP threads as kquant_matmul's (one
-/// below kDecodeParallelMacs multiply-adds); each output depends only on its x
-/// row and W row. Throws ArgumentError for another dtype or m out of range.
+/// The K-quant VNNI form walks tiles of 4 W rows, each weight super-block unpacked once
+/// and dotted with every x row. Rows of W split among `threads` OpenMP threads in
+/// contiguous ranges of whole 4-row tiles (one thread below kDecodeParallelMacs
+/// multiply-adds); each output depends only on its x row and W row. Throws
+/// ArgumentError for another dtype or m out of range.
 void int8_matmul(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads, float* scratch,
                  bool vnni);
 

@@ -104,10 +104,22 @@ QRows quantize(Dtype dt, const float* x, int64_t m, int64_t K) {
   return q;
 }
 
+/// The kernel's int32 lane (int8_dot.hpp) of element e (0-255) of a K-quant super-block:
+/// 4 (p / 16) + 2 s + (p % 16) / 8 with r = e % 128, Q4_K/Q5_K s = (r / 32) % 2,
+/// p = r % 32 + 32 (r / 64); Q6_K s = r / 64, p = r % 64.
+int kquant_lane(Dtype dt, int e) {
+  const int r = e % 128, s = dt == Dtype::Q6_K ? r / 64 : (r / 32) % 2;
+  const int p = dt == Dtype::Q6_K ? r % 64 : r % 32 + 32 * (r / 64);
+  return 4 * (p / 16) + 2 * s + (p % 16) / 8;
+}
+
 /// Naive output (n, r) from the blocks' integers: per block the integer sum in
 /// int64 (the K-quants' mins from the quants themselves, not bsums), scaled in
 /// double. `isum_max` receives the largest |integer sum| of a block; `mag` the
-/// sum of |terms| (the scale of the kernel's f32 rounding).
+/// sum of |terms| (the scale of the kernel's f32 rounding): the kernel adds each
+/// block as lane partials, so the terms are the partials' (Q8_0/Q4_0: 8 lanes of
+/// 4 products; K-quants: 16 lanes of the scaled quants, and for Q4_K/Q5_K 4 lanes
+/// of the mins of 2 sub-blocks).
 double naive(const Mat& a, const QRows& q, int64_t n, int64_t r, double& mag, int64_t& isum_max) {
   const int64_t K = a.n_in;
   const int8_t* xq = q.qs.data() + r * K;
@@ -138,7 +150,7 @@ double naive(const Mat& a, const QRows& q, int64_t n, int64_t r, double& mag, in
     const uint8_t* p = a.b.data() + n * (K / kKBlock) * bb + b * bb;
     const int8_t* x = xq + b * kKBlock;
     const double dx = q.d[r * K / kKBlock + b];
-    int64_t is = 0, ms = 0;
+    int64_t is = 0, ms = 0, li[16] = {}, lm[4] = {}, lsum = 0, msum = 0;
     if (a.dt != Dtype::Q6_K) {
       const uint8_t* sc = p + 4;
       const bool five = a.dt == Dtype::Q5_K;  // ggml's dequantize_row_q5_K: bit 4 of element 32 j + l is bit j of qh[l]
@@ -149,9 +161,13 @@ double naive(const Mat& a, const QRows& q, int64_t n, int64_t r, double& mag, in
         const int qv = ((p[(five ? 48 : 16) + 32 * c + l] >> (4 * k)) & 15) | (five ? ((p[16 + l] >> j) & 1) << 4 : 0);
         is += int64_t(scale) * qv * x[e];
         ms += int64_t(mn) * x[e];
+        li[kquant_lane(a.dt, e)] += int64_t(scale) * qv * x[e];
+        lm[j / 2] += int64_t(mn) * x[e];
       }
+      for (int64_t v : li) lsum += std::abs(v);
+      for (int64_t v : lm) msum += std::abs(v);
       const double t1 = double(f16(p)) * dx * double(is), t2 = double(f16(p + 2)) * dx * double(ms);
-      s += t1 - t2, mag += std::abs(t1) + std::abs(t2);
+      s += t1 - t2, mag += std::abs(double(f16(p)) * dx) * double(lsum) + std::abs(double(f16(p + 2)) * dx) * double(msum);
       isum_max = std::max({isum_max, std::abs(is), std::abs(ms)});
     } else {
       for (int e = 0; e < 256; ++e) {
@@ -159,9 +175,11 @@ double naive(const Mat& a, const QRows& q, int64_t n, int64_t r, double& mag, in
         const int lo = rr < 64 ? p[64 * h + rr] & 15 : p[64 * h + rr - 64] >> 4;
         const int qv = (lo | (((p[128 + 32 * h + l] >> sh) & 3) << 4)) - 32;
         is += int64_t(int8_t(p[192 + e / 16])) * qv * x[e];
+        li[kquant_lane(a.dt, e)] += int64_t(int8_t(p[192 + e / 16])) * qv * x[e];
       }
+      for (int64_t v : li) lsum += std::abs(v);
       const double t = double(f16(p + 208)) * dx * double(is);
-      s += t, mag += std::abs(t), isum_max = std::max(isum_max, std::abs(is));
+      s += t, mag += std::abs(double(f16(p + 208)) * dx) * double(lsum), isum_max = std::max(isum_max, std::abs(is));
     }
   }
   return s;
