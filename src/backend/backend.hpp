@@ -147,6 +147,17 @@ class PageBuffer {
   size_t bytes_ = 0;
 };
 
+/// How matmul multiplies decode steps (up to kInt8MaxRows = 16 rows, not
+/// batch-invariant) on kept Q8_0, Q4_0, Q4_K, Q5_K and Q6_K blocks. Exact: each weight
+/// decoded to f32 and multiplied in f32 (qblocks.hpp, kquants.hpp). Int8:
+/// llama.cpp's vec_dot scheme, each activation row quantized per block (Q8_K
+/// for K-quants, Q8_0 for Q8_0) and multiplied in int32 with the blocks'
+/// quants (int8_dot.hpp); not exact. Scoring, prefill and every other dtype
+/// stay as in Exact.
+enum class MatmulMode { Exact, Int8 };
+/// "exact" / "int8".
+const char* to_string(MatmulMode m);
+
 /// Engine, stream and thread pool. One per model. Not thread-safe.
 class Engine {
  public:
@@ -168,6 +179,9 @@ class Engine {
   /// rounding. Decode steps of few rows always run the block kernels in f32.
   void set_block_tiles_bf16(bool bf16);
   bool block_tiles_bf16() const;
+  /// How decode steps on kept blocks multiply (MatmulMode; Exact at construction).
+  void set_matmul_mode(MatmulMode m);
+  MatmulMode matmul_mode() const;
   struct Impl;
   Impl& impl();
 
@@ -301,7 +315,9 @@ void gather_rows(const Weight& w, std::span<const int32_t> ids, float* dst);
 ///   rows (1 thread) or 32 rows (2+ threads: decode steps, short prompts
 ///   prefilled during dynamic batching) in kveval's block kernel; longer or
 ///   batch-invariant ones through sgemm on rows widened to f32 a chunk at a
-///   time (engine buffer).
+///   time (engine buffer). With MatmulMode::Int8 (Engine::set_matmul_mode),
+///   such products of up to 16 rows on Q8_0, Q4_0, Q4_K, Q5_K or Q6_K blocks run
+///   int8_matmul instead (int8 activations).
 /// Products under 2^20 multiply-adds (2^16 for decode steps) run on one
 /// thread. Throws BackendError.
 void matmul(Engine& eng, const float* x, int64_t m, const Weight& w, float* y, bool accumulate = false,

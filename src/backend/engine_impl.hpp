@@ -44,6 +44,8 @@ struct Engine::Impl {
   Buffer x_bf16;                 // activations converted to bf16 for BF16 weights
   Buffer widened;                // a chunk of a Q8_0/Q4_0 weight widened to f32 (matmul_widened)
   Buffer gemv_part;              // gemv's scratch: the second half's chain (f32), both chains and x (bf16)
+  Buffer int8_x;                 // int8_matmul's quantized activation rows
+  MatmulMode matmul_mode = MatmulMode::Exact;
   void grow_scratch(size_t need) {
     if (need > scratch.size()) {
       scratch.resize(need);

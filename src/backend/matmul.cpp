@@ -10,6 +10,7 @@
 #include "backend/backend.hpp"
 #include "backend/engine_impl.hpp"
 #include "backend/gemv.hpp"
+#include "backend/int8_dot.hpp"
 #include "backend/kernel_isa.hpp"
 #include "backend/qblocks.hpp"
 #include "util/bf16.hpp"
@@ -34,6 +35,9 @@ uint64_t Engine::buffer_allocations() const { return impl_->allocations; }
 Engine::Impl& Engine::impl() { return *impl_; }
 void Engine::set_block_tiles_bf16(bool bf16) { impl_->block_tiles_bf16 = bf16; }
 bool Engine::block_tiles_bf16() const { return impl_->block_tiles_bf16; }
+void Engine::set_matmul_mode(MatmulMode m) { impl_->matmul_mode = m; }
+MatmulMode Engine::matmul_mode() const { return impl_->matmul_mode; }
+const char* to_string(MatmulMode m) { return m == MatmulMode::Int8 ? "int8" : "exact"; }
 
 namespace {
 
@@ -267,7 +271,10 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
     // so a dynamic-batching pass that prefills a short prompt while the other
     // rows decode stays on the blocks.
     const int64_t block_rows = im.threads == 1 ? 20 : 32;
-    if ((batch_invariant || m > block_rows) && im.block_tiles_bf16 && kernel_has_bf16_dot())
+    if (im.matmul_mode == MatmulMode::Int8 && !batch_invariant && m <= kInt8MaxRows && int8_kernel(w.dtype())) {
+      if (im.int8_x.reserve(static_cast<size_t>(int8_scratch_floats(kInt8MaxRows, w.n_in())))) ++im.allocations;
+      int8_matmul(x, m, w, y, accumulate, im.threads, im.int8_x.data());
+    } else if ((batch_invariant || m > block_rows) && im.block_tiles_bf16 && kernel_has_bf16_dot())
       matmul_widened_bf16(engine, x, m, w, y, accumulate);
     else if (batch_invariant || m > block_rows)
       matmul_widened(engine, x, m, w, y, accumulate, batch_invariant);

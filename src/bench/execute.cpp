@@ -65,7 +65,7 @@ void write_start_meta(const Options& o, Report& rep) {
                          {"ll_requests", o.ll_requests}, {"seed", o.seed},
                          {"gen_mixed_prompts", o.gen_mixed_prompts}, {"gen_mixed_max_gen", o.gen_mixed_max_gen},
                          {"gen_mixed_rows", o.gen_mixed_rows}, {"dtypes", o.dtypes},
-                         {"kv_cache_dtypes", o.kv_cache_dtypes}};
+                         {"kv_cache_dtypes", o.kv_cache_dtypes}, {"matmul", o.matmul}};
   opts["cache_shapes"] = nlohmann::json::array();
   for (const auto& s : o.cache_shapes) opts["cache_shapes"].push_back({s[0], s[1]});
   rep.meta["options"] = opts;
@@ -268,6 +268,7 @@ void ThreadRun::run_segment(const Instance& step, Steps steps) {
   mo.threads = t;
   mo.dtype = given(want);
   mo.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtypes.front(), "--kv-cache-dtype");
+  mo.matmul = parse_matmul_mode(o.matmul, "--matmul");
   std::unique_ptr<Model> model = load(mo, want);
   if (!model) {
     for (const Instance& s : steps) dequant_pending = dequant_pending || s.test == "dequant";

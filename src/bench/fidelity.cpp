@@ -38,8 +38,14 @@ void run_fidelity(const Options& o, eval::EvalSpec spec, int threads, Report& re
       break;
     }
   }
-  if (say) say(fmt::format("[t={}] fidelity: {} in f32 and {}", threads, o.spec, to_string(reduced)));
-  const eval::FidelityReport f = eval::compare_dtypes(spec, ComputeDtype::F32, reduced);
+  // --matmul int8: exact against int8 in the first --dtype (auto when none is named).
+  const bool int8 = parse_matmul_mode(o.matmul, "--matmul") == MatmulMode::Int8;
+  const ComputeDtype first = parse_compute_dtype(o.dtypes.empty() ? "auto" : o.dtypes.front(), "--dtype");
+  if (say)
+    say(int8 ? fmt::format("[t={}] fidelity: {} with --matmul exact and int8 ({})", threads, o.spec, to_string(first))
+             : fmt::format("[t={}] fidelity: {} in f32 and {}", threads, o.spec, to_string(reduced)));
+  const eval::FidelityReport f =
+      int8 ? eval::compare_matmul(spec, first) : eval::compare_dtypes(spec, ComputeDtype::F32, reduced);
   int64_t docs = 0;  // documents compared by some metric
   for (const auto& m : f.flips) docs = std::max(docs, m.compared);
   const std::string failed =
@@ -54,7 +60,7 @@ void run_fidelity(const Options& o, eval::EvalSpec spec, int threads, Report& re
   auto row = [&](const std::string& name, const std::string& unit, double v) {
     Row r;
     r.test = "fidelity";
-    r.name = name;
+    r.name = int8 ? name + " int8" : name;  // "max abs dlogprob int8": exact against int8
     r.threads = threads;
     r.dtype = f.dtype_b;
     r.batch = spec.batch_size;
@@ -76,6 +82,16 @@ void run_fidelity(const Options& o, eval::EvalSpec spec, int threads, Report& re
   for (const auto& m : f.flips)
     rep.rows.push_back(row(fmt::format("flips {} {}", m.task, m.metric), "docs", static_cast<double>(m.flipped))
                            .with("docs", static_cast<double>(m.compared)));
+  if (int8) {
+    rep.add_note(fmt::format(
+        "fidelity: {} run with --dtype {} twice (KV cache {}; one load each), --matmul exact and --matmul int8; abs "
+        "dlogprob = |log p(exact) - log p(int8)| over every scored token of the loglikelihood and rolling requests "
+        "(nats), each teacher-forced through the KV cache (the prompt in one pass, then one token per pass) since "
+        "int8 runs in decode steps only; flips = documents whose acc/acc_norm/acc_bytes/exact_match value or "
+        "generated text (greedy_text) differs between the two runs.",
+        o.spec, f.dtype_a, to_string(resolve_kv_cache_dtype(spec.kv_cache_dtype, first))));
+    return;
+  }
   const std::string note = fmt::format(
       "fidelity: {} scored with --dtype {} (KV cache {}) and {} (KV cache {}; one load each); abs dlogprob = |log p({}) - log p({})| over every scored token of the "
       "loglikelihood and rolling requests (nats), flips = documents whose acc/acc_norm/acc_bytes/exact_match value "

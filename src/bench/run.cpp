@@ -98,6 +98,7 @@ void validate(const Options& o) {
     throw ArgumentError(fmt::format("--kv-cache-dtype {}: --tests fidelity takes one KV-cache type (it compares compute "
                                     "dtypes); run it on its own",
                                     fmt::join(o.kv_cache_dtypes, ",")));
+  parse_matmul_mode(o.matmul, "--matmul");
   if (o.stream_bytes != 0 && o.stream_bytes < 4096)
     throw ArgumentError(fmt::format("--stream-mib: buffer of {} bytes is too small", o.stream_bytes));
   if (o.stream_bytes > (size_t(2) << 30))

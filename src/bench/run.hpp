@@ -50,6 +50,9 @@ struct Options {
   /// switch and gen-mixed; the others run once per load, with the first.
   /// fidelity takes one value.
   std::vector<std::string> kv_cache_dtypes = {"auto"};
+  /// How decode steps on kept Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks multiply in every load: "exact" or "int8"
+  /// (ModelOptions::matmul); with "int8", fidelity compares exact with int8 instead of f32 with a reduced dtype.
+  std::string matmul = "exact";
   size_t stream_bytes = 0; ///< roofline: read-bandwidth buffer (0 = backend::stream_buffer_bytes())
   uint64_t seed = 1;       ///< synthetic token ids
   std::string spec;        ///< fidelity: evaluation spec whose tasks are scored in f32 and bf16

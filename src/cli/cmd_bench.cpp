@@ -75,6 +75,10 @@ void add_bench_options(CLI::App* sub, const std::shared_ptr<BenchState>& st) {
                   "(non-finite logits) is skipped with a warning",
                               join_names(kv_cache_dtype_name_list())))
       ->delimiter(',')->capture_default_str();
+  sub->add_option("--matmul", st->o.matmul,
+                  "decode steps on kept Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks: exact (f32) or int8 (llama.cpp's int8 activations, not "
+                  "exact; docs/dtypes.md); with int8, fidelity compares exact with int8 in the first --dtype")
+      ->capture_default_str();
   sub->add_option("-b,--batch-size", st->o.batches, "rows per forward, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("-p,--n-prompt", st->o.n_prompt, "pp: prompt tokens, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("-n,--n-gen", st->o.n_gen, "tg/tg-nocache: generated tokens, comma-separated")->delimiter(',')->capture_default_str();

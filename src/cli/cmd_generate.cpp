@@ -22,7 +22,7 @@ namespace {
 
 /// The options of `kveval generate`.
 struct GenerateArgs {
-  std::string model, prompt, dtype = "auto", kv_cache_dtype = "auto";
+  std::string model, prompt, dtype = "auto", kv_cache_dtype = "auto", matmul = "exact";
   int max_gen_toks = 128, threads = 0, max_length = 0;
   bool no_cache = false, ignore_eos = false;
   /// --temperature, --top-k, --top-p, --min-p, --seed as given (generation_kwargs' keys;
@@ -151,6 +151,7 @@ int run_generate(GenerateArgs& o) {
   auto model = Model::load(o.model, {.threads = o.threads,
                                      .dtype = parse_compute_dtype(o.dtype, "--dtype"),
                                      .kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype, "--kv-cache-dtype"),
+                                     .matmul = parse_matmul_mode(o.matmul, "--matmul"),
                                      .hash = false,
                                      .n_ctx = o.max_length});
   const double load_s = sw.seconds();
@@ -190,6 +191,7 @@ void add_generate_command(CLI::App& app, Action& action) {
                   fmt::format("KV-cache element type: {} (bf16 when the compute dtype is bf16, else f32)",
                               join_names(kv_cache_dtype_name_list())))
       ->capture_default_str();
+  cmd->add_option("--matmul", o->matmul, "decode steps on kept Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks: exact (f32, the default) or int8 (llama.cpp's int8 activations, not exact; docs/dtypes.md)")->capture_default_str();
   cmd->add_option("--max-length", o->max_length,
                   "context positions, prompt included (0 = the model's context_length); the KV cache holds "
                   "min(max-length, prompt + max-gen-toks) positions");

@@ -61,7 +61,7 @@ struct RunArgs {
   std::string cache_policy = "release";
   std::string batching = "dynamic";
   bool no_prefix_packing = false;
-  std::string dtype, kv_cache_dtype;
+  std::string dtype, kv_cache_dtype, matmul;
   std::vector<std::string> tasks;          ///< --tasks: task, tag and group names (no spec file)
   std::vector<std::string> include_paths;  ///< --include-path
   int num_fewshot = -1;                    ///< --num-fewshot (-1: each task's own)
@@ -235,6 +235,7 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
   if (a.threads >= 0) spec.threads = a.threads;
   if (!a.dtype.empty()) spec.dtype = parse_compute_dtype(a.dtype, "--dtype");
   if (!a.kv_cache_dtype.empty()) spec.kv_cache_dtype = parse_kv_cache_dtype(a.kv_cache_dtype, "--kv-cache-dtype");
+  if (!a.matmul.empty()) spec.matmul = parse_matmul_mode(a.matmul, "--matmul");
   // several ranks on one host share its cores unless --threads or the spec says otherwise
   if (a.threads < 0 && spec.threads == 0 && dist.local_size() > 1)
     spec.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / dist.local_size());
@@ -469,6 +470,7 @@ void add_run_command(CLI::App& app, Action& action) {
                   fmt::format("KV-cache element type: {} (overrides the spec; default auto: bf16 when the compute "
                               "dtype is bf16, else f32)",
                               join_names(kv_cache_dtype_name_list())));
+  cmd->add_option("--matmul", args->matmul, "decode steps on kept Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks: exact (f32, the default) or int8 (llama.cpp's int8 activations, not exact; docs/dtypes.md)");
   cmd->add_option("--batch-size,--batch_size", args->batch_size,
                   "rows per batch (overrides the spec), or auto: the largest (at most 64) the memory plan allows")
       ->check(batch_size_validator());

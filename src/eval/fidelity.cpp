@@ -1,6 +1,7 @@
 // Fidelity of a compute dtype: see fidelity.hpp.
 #include "eval/fidelity.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -74,39 +75,56 @@ std::vector<MetricFlips> metric_flips(const EvalSpec& spec, const RunResult& a, 
 
 namespace {
 
-/// The scoring requests of a plan that ran, and their per-token log-probs in `ctx`.
-std::vector<std::vector<double>> per_token(Context& ctx, const RunResult& plan, int batch_size) {
+/// The scoring requests of a plan that ran.
+std::vector<ScoreRequest> scoring_requests(const RunResult& plan) {
   std::vector<ScoreRequest> reqs;
   for (size_t i = 0; i < plan.requests.size(); ++i) {
     const Request& r = plan.requests[i];
     if (r.kind == RequestKind::Generate || !r.error.empty() || !plan.outcomes[i].ran) continue;
     reqs.push_back(r.score);
   }
+  return reqs;
+}
+
+/// The scoring requests of a plan that ran, and their per-token log-probs in
+/// `ctx`: cache-free (score) or, with `decode`, teacher-forced (decode_logprobs).
+std::vector<std::vector<double>> per_token(Context& ctx, const RunResult& plan, int batch_size, bool decode) {
+  const std::vector<ScoreRequest> reqs = scoring_requests(plan);
   std::vector<std::vector<double>> lp;
+  if (decode) {
+    for (const ScoreRequest& r : reqs) lp.push_back(decode_logprobs(ctx, r));
+    return lp;
+  }
   for (auto& s : score(ctx, reqs, batch_size)) lp.push_back(std::move(s.logprobs));
   return lp;
 }
 
-}  // namespace
+/// One run of a comparison: its load options.
+struct Variant {
+  ComputeDtype dtype;
+  MatmulMode matmul;
+};
 
-FidelityReport compare_dtypes(const EvalSpec& spec, ComputeDtype a, ComputeDtype b) {
+FidelityReport compare(const EvalSpec& spec, const Variant (&v)[2], bool decode) {
   FidelityReport rep;
   std::vector<std::vector<double>> tok[2];
   RunResult res[2];
-  const ComputeDtype dts[2] = {a, b};
   for (int k = 0; k < 2; ++k) {
-    auto model = Model::load(spec.model, {.threads = spec.threads, .dtype = dts[k], .kv_cache_dtype = spec.kv_cache_dtype});
+    auto model = Model::load(spec.model, {.threads = spec.threads, .dtype = v[k].dtype,
+                                          .kv_cache_dtype = spec.kv_cache_dtype, .matmul = v[k].matmul});
     Context ctx(*model);
     res[k] = run_eval(spec, ctx);
     // the same requests (plan of the first run) through both models
-    tok[k] = per_token(ctx, res[0], spec.batch_size);
+    tok[k] = per_token(ctx, res[0], spec.batch_size, decode);
     (k == 0 ? rep.dtype_a : rep.dtype_b) = to_string(model->dtype());
+    (k == 0 ? rep.matmul_a : rep.matmul_b) = backend::to_string(v[k].matmul);
     rep.failed[k] = res[k].n_request_errors;
     for (size_t i = 0; i < res[k].requests.size() && rep.first_error.empty(); ++i)
       rep.first_error = !res[k].requests[i].error.empty() ? res[k].requests[i].error
                         : i < res[k].outcomes.size()      ? res[k].outcomes[i].error
                                                           : "";
   }
+  rep.scoring = decode ? "teacher-forced decode" : "cache-free";
   rep.requests = res[0].requests.size();
   const auto failed = [&](int k, size_t i) {
     return !res[k].requests[i].error.empty() || (i < res[k].outcomes.size() && !res[k].outcomes[i].ran);
@@ -115,6 +133,48 @@ FidelityReport compare_dtypes(const EvalSpec& spec, ComputeDtype a, ComputeDtype
   rep.tokens = token_deltas(tok[0], tok[1]);
   rep.flips = metric_flips(spec, res[0], res[1]);
   return rep;
+}
+
+}  // namespace
+
+std::vector<double> decode_logprobs(Context& ctx, const ScoreRequest& r) {
+  const int n = static_cast<int>(r.tokens.size());
+  if (r.score_from < 1 || r.score_from >= n)
+    throw ArgumentError(fmt::format("decode_logprobs: score_from {} outside [1, {})", r.score_from, n));
+  const int64_t vocab = ctx.model().hparams().n_vocab;
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  std::vector<double> out;
+  ctx.setup_caches(1, n - 1);
+  struct Teardown {
+    Context& c;
+    ~Teardown() { c.delete_caches(); }
+  } teardown{ctx};
+  int pos = 0;  // tokens fed so far
+  for (int next = r.score_from; next < n; ++next) {
+    const int len = next - pos;  // feed tokens [pos, next): the prompt first, then one at a time
+    ctx.forward(std::span<const int32_t>(r.tokens.data() + pos, static_cast<size_t>(len)), 1, len,
+                std::span<const int>(&len, 1), Context::Logits::Last, logits);
+    pos = next;
+    double mx = -INFINITY;
+    for (float l : logits) {
+      if (!std::isfinite(l)) throw Error(fmt::format("decode_logprobs: non-finite logits before token {}", next));
+      mx = std::max(mx, static_cast<double>(l));
+    }
+    double sum = 0;
+    for (float l : logits) sum += std::exp(static_cast<double>(l) - mx);
+    out.push_back(static_cast<double>(logits[static_cast<size_t>(r.tokens[static_cast<size_t>(next)])]) - mx - std::log(sum));
+  }
+  return out;
+}
+
+FidelityReport compare_dtypes(const EvalSpec& spec, ComputeDtype a, ComputeDtype b) {
+  const Variant v[2] = {{a, MatmulMode::Exact}, {b, MatmulMode::Exact}};
+  return compare(spec, v, false);
+}
+
+FidelityReport compare_matmul(const EvalSpec& spec, ComputeDtype dtype) {
+  const Variant v[2] = {{dtype, MatmulMode::Exact}, {dtype, MatmulMode::Int8}};
+  return compare(spec, v, true);
 }
 
 }  // namespace kveval::eval

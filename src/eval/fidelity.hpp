@@ -42,6 +42,9 @@ struct FidelityReport {
   TokenDeltas tokens;              ///< over every scored token (loglikelihood and rolling requests)
   std::vector<MetricFlips> flips;  ///< per task and metric
   std::string dtype_a, dtype_b;    ///< resolved dtypes ("f32", "bf16")
+  std::string matmul_a = "exact", matmul_b = "exact";  ///< each run's matmul mode ("exact", "int8")
+  /// How `tokens` was scored: "cache-free" (kveval::score) or "teacher-forced decode" (decode_logprobs).
+  std::string scoring = "cache-free";
   size_t requests = 0;             ///< requests of the plan (the first run's)
   int failed[2] = {0, 0};          ///< requests with a per-request error in the run of dtype a, of dtype b
   int failed_either = 0;           ///< requests that failed in either run: left out of `tokens` and `flips`
@@ -55,5 +58,20 @@ struct FidelityReport {
 /// model (kveval::score, per-token log-probs) and compares; counts the failed
 /// requests of both runs. Throws what run_eval and Model::load throw.
 FidelityReport compare_dtypes(const EvalSpec& spec, ComputeDtype a, ComputeDtype b);
+
+/// Per-token log-probs (nats) of tokens [score_from, size) of `r`, teacher-forced
+/// through the KV cache as generation runs them: tokens [0, score_from) in one
+/// cached pass, then one token per pass, each step's logits log-softmaxed in
+/// double. Sets up caches of 1 row x (size - 1) positions and deletes them
+/// after. Throws Error when a step's logits are not finite, and what
+/// Context::forward throws.
+std::vector<double> decode_logprobs(Context& ctx, const ScoreRequest& r);
+
+/// compare_dtypes for the two matmul modes in one compute dtype `dtype`: run a
+/// with MatmulMode::Exact, run b with MatmulMode::Int8 (one load each). Since
+/// cache-free scoring never takes the int8 kernels (they serve decode steps
+/// only), each scoring request's tokens are teacher-forced through the cache in
+/// both models (decode_logprobs), so `tokens` measures what int8 changes in decode steps.
+FidelityReport compare_matmul(const EvalSpec& spec, ComputeDtype dtype);
 
 }  // namespace kveval::eval

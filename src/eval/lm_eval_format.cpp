@@ -444,6 +444,7 @@ ojson model_json(const RunResult& res, const std::string& model_sha256) {
   m["tensor_types"] = types;
   m["compute_dtype"] = res.dtype;  // the resolved --dtype row ("blocks-bf16", ...): model_dtype alone cannot tell
   m["weight_dtype"] = res.load.weight_dtype;
+  m["matmul"] = res.load.matmul;
   m["resident_weight_bytes"] = res.load.resident_bytes;
   m["context_length"] = res.load.context_length;
   m["tokenizer"] = {{"model", res.load.tokenizer_model}, {"pre", res.load.tokenizer_pre}};

@@ -185,6 +185,7 @@ struct EvalSpec {
   int threads = 0;                   ///< compute threads; 0 = all cores
   ComputeDtype dtype = ComputeDtype::Auto;  ///< compute dtype ("dtype": f32, bf16, q8_0, q4_0, blocks, blocks-bf16, auto)
   KvCacheDtype kv_cache_dtype = KvCacheDtype::Auto;  ///< "kv_cache_dtype": f32, bf16, f16, auto (bf16 for a bf16 compute dtype)
+  MatmulMode matmul = MatmulMode::Exact;  ///< run's --matmul: how decode steps on kept blocks multiply
   int batch_size = 1;                ///< rows per forward pass / per generation batch
   /// "auto": the run picks the largest batch_size (at most kAutoBatchMax) its memory plan allows.
   bool batch_size_auto = false;

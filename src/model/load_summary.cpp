@@ -42,11 +42,12 @@ std::string format_load_summary(const LoadSummary& s) {
   if (!s.tokenizer_pre.empty()) tok += "/" + s.tokenizer_pre;
   return fmt::format(
       "load: {}, {:.2f}M parameters, tensors {} ({:.1f} MiB in file); weights {} in memory, {:.1f} MiB resident; "
-      "context {}; tokenizer {}{}{}; {:.3f} s",
+      "context {}; tokenizer {}{}{}{}; {:.3f} s",
       s.architecture.empty() ? "?" : s.architecture, static_cast<double>(s.parameters) / 1e6,
       types.empty() ? "none" : types, static_cast<double>(s.file_tensor_bytes) / mib, s.weight_dtype,
-      static_cast<double>(s.resident_bytes) / mib, s.context_length, tok, s.sliding.empty() ? "" : "; " + s.sliding,
-      s.longrope.empty() ? "" : "; " + s.longrope, s.load_seconds);
+      static_cast<double>(s.resident_bytes) / mib, s.context_length, tok,
+      s.matmul == "int8" ? "; matmul int8 (decode steps on Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks with int8 activations)" : "",
+      s.sliding.empty() ? "" : "; " + s.sliding, s.longrope.empty() ? "" : "; " + s.longrope, s.load_seconds);
 }
 
 }  // namespace kveval

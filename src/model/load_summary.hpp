@@ -24,6 +24,8 @@ struct LoadSummary {
   /// Bytes of resident_bytes that only the embedding lookup reads (one row per token): token_embd's F32 rows or
   /// kept blocks; 0 when a tied output multiplies token_embd's own blocks (a decode step streams them).
   uint64_t lookup_only_bytes = 0;
+  /// How decode steps on kept blocks multiply: "exact" or "int8" (ModelOptions::matmul).
+  std::string matmul = "exact";
   uint64_t context_length = 0;     ///< `<arch>.context_length` (tokens), 0 when absent
   std::string tokenizer_model;     ///< tokenizer.ggml.model ("llama", "gpt2", ...), "" when absent
   std::string tokenizer_pre;       ///< tokenizer.ggml.pre ("llama-bpe", ...), "" when absent
@@ -43,8 +45,9 @@ LoadSummary summarize_gguf(const gguf::File& f);
 
 /// "load: llama, 24.70M parameters, tensors Q4_K x98, Q6_K x1, F32 x65 (13.9 MiB in file);
 /// weights F32 in memory, 94.2 MiB resident; context 2048; tokenizer llama; 0.120 s"
-/// (tokenizer "gpt2/llama-bpe" when a pre-tokenizer is named); with `sliding` set,
-/// "; sliding window 4096 on 13 of 26 layers (those read at most 4096 cached positions)" before the time, then
+/// (tokenizer "gpt2/llama-bpe" when a pre-tokenizer is named); with `matmul` "int8",
+/// "; matmul int8 (decode steps on Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks with int8 activations)" before the time; then
+/// with `sliding` set, "; sliding window 4096 on 13 of 26 layers (those read at most 4096 cached positions)"; then
 /// with `longrope` set "; " and it.
 std::string format_load_summary(const LoadSummary& s);
 

@@ -96,6 +96,12 @@ ComputeDtype resolve_dtype(ComputeDtype requested, bool cpu_bf16, bool file_f32,
 /// (IoError, FormatError).
 ComputeDtype resolve_dtype_for_file(const std::string& path, ComputeDtype requested);
 
+/// How decode steps on kept Q8_0, Q4_0, Q4_K, Q5_K and Q6_K blocks multiply (backend::MatmulMode):
+/// Exact (f32, the default) or Int8 (llama.cpp's int8 activations; docs/dtypes.md).
+using MatmulMode = backend::MatmulMode;
+/// Parses "exact" or "int8"; throws ArgumentError naming `what` otherwise.
+MatmulMode parse_matmul_mode(const std::string& s, const std::string& what = "--matmul");
+
 /// Auto -> the compute dtype row's kv_cache (BF16 for bf16, else F32); F32, BF16 and F16 are kept.
 KvCacheDtype resolve_kv_cache_dtype(KvCacheDtype requested, ComputeDtype compute);
 
@@ -127,6 +133,9 @@ struct ModelOptions {
   /// against the resolved compute dtype): the element type each new Context starts
   /// with; Context::set_kv_cache_dtype changes a context's.
   KvCacheDtype kv_cache_dtype = KvCacheDtype::Auto;
+  /// How decode steps on kept Q8_0, Q4_0, Q4_K, Q5_K and Q6_K blocks multiply (the
+  /// engine's backend::MatmulMode); recorded in the load summary.
+  MatmulMode matmul = MatmulMode::Exact;
   /// Refuse weights holding NaN or Inf (FormatError naming the tensor and the
   /// first bad element); checked while converting, in the same pass.
   bool check_finite = true;

@@ -579,7 +579,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   check_unchanged(path, *at_open, file_bytes.size());  // and after: the copy saw one version of the file
   im.engine = std::make_unique<be::Engine>(opts.threads);
   im.engine->set_block_tiles_bf16(compute_dtype_info(im.dtype).bf16_tiles);
+  im.engine->set_matmul_mode(opts.matmul);
   im.summary = summarize_gguf(f);
+  im.summary.matmul = be::to_string(opts.matmul);
   // weight_bytes: matrices in mat_dtype (or kept blocks), token_embd (its kept blocks, else F32) and norms F32;
   // a tied output adds its copy unless it is token_embd's kept blocks.
   im.summary.weight_dtype =

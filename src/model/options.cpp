@@ -81,6 +81,12 @@ KvCacheDtype parse_kv_cache_dtype(const std::string& s, const std::string& what)
   throw ArgumentError(fmt::format("{} '{}': expected {}", what, s, join_names(kv_cache_dtype_name_list(), " or ", "'")));
 }
 
+MatmulMode parse_matmul_mode(const std::string& s, const std::string& what) {
+  if (s == "exact") return MatmulMode::Exact;
+  if (s == "int8") return MatmulMode::Int8;
+  throw ArgumentError(fmt::format("{} '{}': expected 'exact' or 'int8'", what, s));
+}
+
 KvCacheDtype resolve_kv_cache_dtype(KvCacheDtype requested, ComputeDtype compute) {
   if (requested != KvCacheDtype::Auto) return requested;
   return compute_dtype_info(compute).kv_cache;

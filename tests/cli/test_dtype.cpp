@@ -443,4 +443,45 @@ TEST_SUITE("cli.dtype") {
     CHECK(e.code != 0);
     CHECK(e.err.find("needs --spec") != std::string::npos);
   }
+  TEST_CASE("--matmul int8: the load line names it; bench fidelity compares exact with int8; a bad value is refused") {
+    const std::string shared = kveval::test::shared_dir();
+    const std::string model = shared + "/quant/model-Q4_K_M.gguf";
+    if (shared.empty() || !std::ifstream(model)) {
+      MESSAGE("SKIPPED: no " << model);
+      return;
+    }
+    TempDir d;
+    for (const char* cmd : {"generate -m MODEL -p x -n 1 --matmul fp8", "bench -m MODEL --tests tg --matmul fp8"}) {
+      std::string c = cmd;
+      c.replace(c.find("MODEL"), 5, model);
+      Run b = run_kveval(d, c);
+      CHECK(b.code != 0);
+      CHECK(b.err.find("--matmul 'fp8': expected 'exact' or 'int8'") != std::string::npos);
+    }
+    Run g = run_kveval(d, "generate -m " + model + " -p Once -n 4 -t 1 --matmul int8");
+    INFO(g.err);
+    REQUIRE(g.code == 0);
+    CHECK(g.err.find("; matmul int8 (decode steps on Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks with int8 activations)") != std::string::npos);
+    const std::string spec = d.write("spec.json", R"({"model": "unused.gguf", "tasks": [
+      {"name": "mc", "output_type": "multiple_choice", "docs": [
+         {"q": "Lily went to the park to play with her", "c": ["ball", "car"], "g": 0}],
+       "doc_to_text": "q", "doc_to_choice": "c", "doc_to_target": "g"},
+      {"name": "gen", "output_type": "generate_until", "docs": [{"p": "Once upon a time", "a": ", there"}],
+       "doc_to_text": "p", "doc_to_target": "a", "generation_kwargs": {"until": ["."], "max_gen_toks": 8}}]})");
+    Run r = run_kveval(d, "bench -m " + model + " -t 1 --tests fidelity --matmul int8 --spec " + spec + " -o json");
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    json j = json::parse(r.out);
+    std::map<std::string, json> rows;
+    for (const auto& row : j["results"]) rows[row["name"].get<std::string>()] = row;
+    REQUIRE(rows.count("max abs dlogprob int8"));
+    REQUIRE(rows.count("mean abs dlogprob int8"));
+    const double mx = rows["max abs dlogprob int8"]["median"], mean = rows["mean abs dlogprob int8"]["median"];
+    CHECK(mx >= mean);
+    CHECK(mean > 0);    // the int8 kernels ran in the teacher-forced decode steps
+    CHECK(mx < 0.05);   // and stay near exact on this fixture
+    CHECK(rows["max abs dlogprob int8"]["requests"] == 2);
+    CHECK(j["notes"].dump().find("--matmul exact and --matmul int8") != std::string::npos);
+    CHECK(j["meta"]["options"]["matmul"] == "int8");
+  }
 }

@@ -1,12 +1,17 @@
 // Fidelity report arithmetic, on hand-made runs whose
 // numbers are checked by hand: per-token |Δ log-prob| and the documents whose
-// acc / acc_norm / exact_match / generated text differ between two runs.
+// acc / acc_norm / exact_match / generated text differ between two runs; and
+// decode_logprobs (teacher-forced through the cache) against cache-free scoring.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <span>
 #include <vector>
 
 #include "eval/fidelity.hpp"
+#include "context_support.hpp"
 #include "eval/metrics.hpp"
+#include "test_support.hpp"
 #include "util/error.hpp"
 
 using namespace kveval;
@@ -90,5 +95,16 @@ TEST_SUITE("eval.fidelity") {
     // runs of another spec are refused
     b.docs.pop_back();
     CHECK_THROWS_AS(metric_flips(spec, a, b), ArgumentError);
+  }
+  TEST_CASE("decode_logprobs: teacher-forced through the cache, within 1e-4 of cache-free scoring" * kveval::test::needs_model()) {
+    Context& c = kveval::test::real_context();
+    const ScoreRequest r{{1, 40, 81, 7, 300, 12, 95, 4}, 3};
+    const auto want = score(c, std::span<const ScoreRequest>(&r, 1), 1)[0].logprobs;
+    const auto got = decode_logprobs(c, r);
+    REQUIRE(got.size() == 5);
+    REQUIRE(want.size() == got.size());
+    for (size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - want[i]) < 1e-4);
+    CHECK(!c.caches_are_setup());  // released after
+    CHECK_THROWS_AS(decode_logprobs(c, ScoreRequest{{1, 2}, 2}), ArgumentError);
   }
 }

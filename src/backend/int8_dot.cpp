@@ -1,0 +1,262 @@
+// Decode products on kept Q8_0, Q4_0, Q4_K, Q5_K and Q6_K blocks with int8 activations:
+// see int8_dot.hpp. Each format has a scalar form (the spec) and an AVX-512
+// VNNI form; the integer sums are exact in both and every f32 step is the same
+// operation in the same order, so they give the same bits.
+#include "backend/int8_dot.hpp"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "backend/int8_impl.hpp"
+#include "backend/kernel_isa.hpp"
+#include "util/error.hpp"
+#include "util/half.hpp"
+
+// GCC 12's AVX-512 conversion intrinsics warn about their own undefined
+// pass-through operand (false -Wmaybe-uninitialized/-Wuninitialized in avx512fintrin.h).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace kveval::backend {
+
+using int8_detail::Int8Rows;
+
+namespace {
+
+/// ggml's nearest_int (ggml-quants.c): round half to even for |v| < 2^22.
+inline int nearest_int(float v) {
+  const float f = v + 12582912.0f;
+  int32_t i;
+  std::memcpy(&i, &f, sizeof i);
+  return (i & 0x007fffff) - 0x00400000;
+}
+
+// ---- Q8_0 ----------------------------------------------------------------
+// A row's block b: quants at q + b * kQGroup * kQBlock, scale at d[b * kQGroup]
+// (Weight's interleaved groups of kQGroup rows, see Weight::raw).
+
+/// 16 lanes summed: a_l = v_l + v_{l+8}, t_l = a_l + a_{l+4}, (t_0 + t_2) + (t_1 + t_3).
+inline float reduce16(const float* v) {
+  float a[8], t[4];
+  for (int l = 0; l < 8; ++l) a[l] = v[l] + v[l + 8];
+  for (int l = 0; l < 4; ++l) t[l] = a[l] + a[l + 4];
+  return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+/// Q8_0's quants (int8), or with `Four` Q4_0's (element j < 16 the low nibble
+/// of byte j, j + 16 its high nibble, minus 8): block b's at q + b * kQGroup * bytes.
+template <bool Four>
+float q8_0_dot_scalar(const uint8_t* q, const float* d, int64_t nb, const int8_t* xq, const float* xd) {
+  constexpr int64_t bytes = Four ? kQBlock / 2 : kQBlock;
+  float acc[16] = {};
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* qb = q + b * kQGroup * bytes;
+    const int8_t* xb = xq + b * kQBlock;
+    const float s = d[b * kQGroup] * xd[b];
+    float* lane = acc + 8 * (b & 1);
+    int v[kQBlock];
+    for (int j = 0; j < kQBlock; ++j)
+      v[j] = Four ? (j < 16 ? qb[j] & 15 : qb[j - 16] >> 4) - 8 : static_cast<int8_t>(qb[j]);
+    for (int l = 0; l < 8; ++l) {
+      int32_t p = 0;
+      for (int k = 0; k < 4; ++k) p += v[4 * l + k] * xb[4 * l + k];
+      lane[l] = std::fma(s, static_cast<float>(p), lane[l]);
+    }
+  }
+  return reduce16(acc);
+}
+
+/// |w| as unsigned bytes against x with w's sign: vpdpbusd's u8 x s8 products
+/// equal w x (x in [-127, 127], as both quantizers give).
+KV_VNNI inline __m512i dot_signed(__m512i w, __m512i x) {
+  const __m512i zero = _mm512_setzero_si512();
+  return _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(w), _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), zero, x));
+}
+
+/// Q4_0's 16 bytes at p as the block's 32 nibbles in element order (u8).
+KV_VNNI inline __m256i nibbles(const uint8_t* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), m4 = _mm_set1_epi8(15);
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, m4)), _mm_and_si128(_mm_srli_epi16(v, 4), m4), 1);
+}
+
+/// Block products of 8 lanes per block: Q8_0 (signed quants) or Q4_0 (nibble - 8: the
+/// nibbles' u8 x s8 sums minus 8 times the activations' sums, both from vpdpbusd).
+template <bool Four>
+KV_VNNI inline __m512i block_dot(__m512i w, __m512i x) {
+  if constexpr (Four) {
+    const __m512i zero = _mm512_setzero_si512();
+    return _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, w, x), _mm512_dpbusd_epi32(zero, _mm512_set1_epi8(8), x));
+  } else {
+    return dot_signed(w, x);
+  }
+}
+
+/// Block b's quants as 32 bytes (Q4_0: the nibbles).
+template <bool Four>
+KV_VNNI inline __m256i block_bytes(const uint8_t* q, int64_t b) {
+  if constexpr (Four) return nibbles(q + b * kQGroup * (kQBlock / 2));
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b * kQGroup * kQBlock));
+}
+
+template <bool Four>
+KV_VNNI float q8_0_dot_vnni(const uint8_t* q, const float* d, int64_t nb, const int8_t* xq, const float* xd) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 1 < nb; b += 2) {
+    const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(block_bytes<Four>(q, b)), block_bytes<Four>(q, b + 1), 1);
+    const __m512i dp = block_dot<Four>(w, _mm512_loadu_si512(xq + b * kQBlock));
+    const __m512 s = _mm512_insertf32x8(_mm512_set1_ps(d[b * kQGroup] * xd[b]),
+                                        _mm256_set1_ps(d[(b + 1) * kQGroup] * xd[b + 1]), 1);
+    acc = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(dp), acc);
+  }
+  if (b < nb) {  // the last, even block: lanes 0-7 only
+    const __m512i w = _mm512_zextsi256_si512(block_bytes<Four>(q, b));
+    const __m512i x = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * kQBlock)));
+    const __m512 s = _mm512_set1_ps(d[b * kQGroup] * xd[b]);
+    acc = _mm512_mask3_fmadd_ps(s, _mm512_cvtepi32_ps(block_dot<Four>(w, x)), acc, 0x00FF);
+  }
+  alignas(64) float v[16];
+  _mm512_store_ps(v, acc);
+  return reduce16(v);
+}
+
+// ---- the product ---------------------------------------------------------
+
+/// Rows [n0, n1) of y (+)= the Q8_0 / Q4_0 products of W's rows with the m quantized rows.
+void q8_0_rows(const Weight& w, const Int8Rows& xr, int64_t m, int64_t n0, int64_t n1, bool vnni, float* y,
+               bool accumulate) {
+  const int64_t N = w.n_out(), K = w.n_in(), nb = K / kQBlock;
+  const auto* raw = static_cast<const uint8_t*>(w.raw());
+  const bool four = w.dtype() == Dtype::Q4_0;
+  for (int64_t n = n0; n < n1; ++n) {
+    const int64_t i = w.block_index(n, 0);
+    const uint8_t* q = raw + i * block_quant_bytes(w.dtype());
+    const float* d = w.scales() + i;
+    for (int64_t r = 0; r < m; ++r) {
+      const int8_t* xq = xr.qs + r * K;
+      const float* xd = xr.d + r * nb;
+      const float v = vnni ? (four ? q8_0_dot_vnni<true>(q, d, nb, xq, xd) : q8_0_dot_vnni<false>(q, d, nb, xq, xd))
+                           : (four ? q8_0_dot_scalar<true>(q, d, nb, xq, xd) : q8_0_dot_scalar<false>(q, d, nb, xq, xd));
+      y[r * N + n] = accumulate ? y[r * N + n] + v : v;
+    }
+  }
+}
+
+constexpr int64_t round64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+}  // namespace
+
+bool int8_kernel(Dtype d) { return is_blocks(d) || d == Dtype::Q4_K || d == Dtype::Q5_K || d == Dtype::Q6_K; }
+
+bool int8_has_vnni() {
+  static const bool v = kernel_isa() == KernelIsa::Avx512 && __builtin_cpu_supports("avx512vnni") &&
+                        onednn_isa_includes(dnnl::cpu_isa::avx512_core_vnni);
+  return v;
+}
+
+int64_t int8_scratch_floats(int64_t m, int64_t n_in) {
+  return (round64(4 * m * (n_in / kQBlock)) + round64(2 * m * (n_in / kKBlock) * 24) + 2 * round64(m * n_in)) / 4;
+}
+
+Int8Rows int8_detail::carve(float* scratch, int64_t m, int64_t K) {
+  auto* base = reinterpret_cast<uint8_t*>(scratch);
+  const int64_t d_bytes = round64(4 * m * (K / kQBlock)), bs_bytes = round64(2 * m * (K / kKBlock) * 24);
+  const int64_t nbs = m * (K / kKBlock) * 16;
+  auto* bs = reinterpret_cast<int16_t*>(base + d_bytes);
+  auto* qs = reinterpret_cast<int8_t*>(base + d_bytes + bs_bytes);
+  return {qs, scratch, bs, bs + nbs, qs + round64(m * K)};
+}
+
+void quantize_row_q8_K(const float* x, int64_t n, int8_t* qs, float* d, int16_t* bsums) {
+  if (n % kKBlock != 0) throw ArgumentError(fmt::format("quantize_row_q8_K: {} values (a multiple of {} expected)", n, kKBlock));
+  for (int64_t b = 0; b < n / kKBlock; ++b) {
+    const float* xb = x + b * kKBlock;
+    int8_t* q = qs + b * kKBlock;
+    int16_t* bs = bsums + b * 16;
+    float max = 0.0f, amax = 0.0f;
+    for (int j = 0; j < kKBlock; ++j) {
+      const float ax = std::fabs(xb[j]);
+      if (ax > amax) {
+        amax = ax;
+        max = xb[j];
+      }
+    }
+    const float iscale = amax > 0.0f ? -127.0f / max : 0.0f;
+    if (iscale == 0.0f || !std::isfinite(iscale)) {
+      d[b] = 0.0f;
+      std::memset(q, 0, kKBlock);
+      std::memset(bs, 0, 16 * sizeof(int16_t));
+      continue;
+    }
+    for (int j = 0; j < kKBlock; ++j) q[j] = static_cast<int8_t>(std::min(127, nearest_int(iscale * xb[j])));
+    for (int g = 0; g < 16; ++g) {
+      int s = 0;
+      for (int l = 0; l < 16; ++l) s += q[16 * g + l];
+      bs[g] = static_cast<int16_t>(s);
+    }
+    d[b] = 1.0f / iscale;
+  }
+}
+
+void quantize_row_q8_0(const float* x, int64_t n, int8_t* qs, float* d) {
+  if (n % kQBlock != 0) throw ArgumentError(fmt::format("quantize_row_q8_0: {} values (a multiple of {} expected)", n, kQBlock));
+  for (int64_t b = 0; b < n / kQBlock; ++b) {
+    const float* xb = x + b * kQBlock;
+    int8_t* q = qs + b * kQBlock;
+    float amax = 0.0f;
+    for (int j = 0; j < kQBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float dd = amax / 127.0f;
+    float dh = util::f16_to_f32(util::f32_to_f16(dd));
+    if (std::isinf(dh)) dh = dd;  // beyond f16's range
+    if (!(dh != 0.0f)) {          // 0 (or NaN): the block contributes nothing
+      d[b] = 0.0f;
+      std::memset(q, 0, kQBlock);
+      continue;
+    }
+    const float id = 1.0f / dd;
+    for (int j = 0; j < kQBlock; ++j) {
+      const float v = std::round(xb[j] * id);
+      q[j] = static_cast<int8_t>(v >= -127.0f && v <= 127.0f ? v : 0.0f);  // always within for finite x
+    }
+    d[b] = dh;
+  }
+}
+
+void int8_matmul(const float* x, int64_t m, const Weight& w, float* y, bool accumulate, int threads, float* scratch,
+                 bool vnni) {
+  if (!int8_kernel(w.dtype()))
+    throw ArgumentError(fmt::format("int8_matmul: a {} weight (Q8_0, Q4_0, Q4_K, Q5_K or Q6_K only)", to_string(w.dtype())));
+  if (m < 1 || m > kInt8MaxRows) throw ArgumentError(fmt::format("int8_matmul: {} rows outside [1, {}]", m, kInt8MaxRows));
+  if (vnni && !int8_has_vnni()) throw ArgumentError("int8_matmul: the VNNI form asked for on a CPU without it");
+  if (scratch == nullptr) throw ArgumentError("int8_matmul: no scratch");
+  const int64_t N = w.n_out(), K = w.n_in();
+  const Int8Rows xr = int8_detail::carve(scratch, m, K);
+  const bool kq = !is_blocks(w.dtype());
+  for (int64_t r = 0; r < m; ++r) {
+    if (kq)
+      quantize_row_q8_K(x + r * K, K, xr.qs + r * K, xr.d + r * (K / kKBlock), xr.bsums + r * (K / kKBlock) * 16);
+    else
+      quantize_row_q8_0(x + r * K, K, xr.qs + r * K, xr.d + r * (K / kQBlock));
+  }
+  if (kq) int8_detail::prepare_k4(xr, m, K);
+  const int t = m * N * K < kDecodeParallelMacs ? 1 : std::max(1, threads);
+  // Each thread a contiguous range of whole tiles of 4 rows (the K-quant VNNI kernels' tile).
+  const int64_t tiles = (N + 3) / 4;
+#pragma omp parallel num_threads(t)
+  {
+    const int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+    const int64_t n0 = std::min(N, 4 * (tiles * id / nt)), n1 = std::min(N, 4 * (tiles * (id + 1) / nt));
+    if (kq)
+      int8_detail::kquant_rows(w, xr, m, n0, n1, vnni, y, accumulate);
+    else
+      q8_0_rows(w, xr, m, n0, n1, vnni, y, accumulate);
+  }
+}
+
+}  // namespace kveval::backend

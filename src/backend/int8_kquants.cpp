@@ -1,0 +1,311 @@
+// Int8 decode products on Q4_K, Q5_K and Q6_K super-blocks (int8_dot.hpp gives
+// the operation order). Both forms build the same 16 int32 lanes per
+// super-block (exact) and do the same f32 steps in the same order, so they
+// give the same bits: the scalar form walks the elements and adds each to its
+// lane (q4k_lane, q6k_lane); the AVX-512 VNNI form gets the lanes from
+// vpdpbusd on 64-element chunks, vpackssdw of two chunks' sums (each fits int16)
+// and vpdpwssd with the sub-blocks' scales, tiles of 4 weight rows sharing every
+// activation load and each weight super-block dotted with every activation row.
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "backend/int8_dot.hpp"
+#include "backend/int8_impl.hpp"
+#include "util/half.hpp"
+
+// GCC 12's AVX-512 conversion intrinsics warn about their own undefined
+// pass-through operand (false -Wmaybe-uninitialized/-Wuninitialized in avx512fintrin.h).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace kveval::backend::int8_detail {
+
+namespace {
+
+constexpr int64_t kQ4KBytes = 144, kQ5KBytes = 176, kQ6KBytes = 210;
+/// Super-blocks ahead of the current one that each weight row's stream prefetches.
+constexpr int64_t kAhead = 4;
+
+/// The little-endian f16 at p as f32 (exact).
+inline float load_f16(const uint8_t* p) { return util::f16_to_f32(static_cast<uint16_t>(p[0] | (p[1] << 8))); }
+
+/// A Q4_K/Q5_K super-block's 12 scale bytes decoded with ggml's kmask trick (ggml_vec_dot_q4_K_q8_K):
+/// out[0..7] the sub-blocks' 6-bit scales, out[8..15] their 6-bit mins (get_scale_min_k4's values).
+inline void q4k_scales_mins(const uint8_t* s12, uint8_t* out) {
+  constexpr uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+  uint32_t u[4];
+  std::memcpy(u, s12, 12);
+  u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+  const uint32_t mins_lo = u[1] & k1;
+  u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+  u[2] = mins_lo;
+  u[0] &= k1;
+  std::memcpy(out, u, 16);
+}
+
+/// The int32 lane (0-15) that element e of a Q4_K/Q5_K super-block adds to: chunk byte p of
+/// prepare_k4's layout (s: low or high nibble) feeds vpdpbusd lane p / 4; vpackssdw puts chunk
+/// s's lane i at word 8 (i / 4) + 4 s + i % 4; vpdpwssd adds words 2 j and 2 j + 1 into lane j.
+constexpr int q4k_lane(int e) {
+  const int r = e % 128, s = (r / 32) % 2, p = r % 32 + 32 * (r / 64);
+  return 4 * (p / 16) + 2 * s + (p % 16) / 8;
+}
+
+/// As q4k_lane for Q6_K, whose chunks are elements 128 h + 64 s + [0, 64) in order.
+constexpr int q6k_lane(int e) {
+  const int r = e % 128, s = r / 64, p = r % 64;
+  return 4 * (p / 16) + 2 * s + (p % 16) / 8;
+}
+
+/// The 16 lanes summed: a_l = v_l + v_{l+8}, t_l = a_l + a_{l+4}, (t_0 + t_2) + (t_1 + t_3).
+inline float reduce16(const float* v) {
+  float a[8], t[4];
+  for (int l = 0; l < 8; ++l) a[l] = v[l] + v[l + 8];
+  for (int l = 0; l < 4; ++l) t[l] = a[l] + a[l + 4];
+  return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+// ---- scalar form ----------------------------------------------------------
+
+/// One Q4_K (Q5_K with `Five`) super-block into the lanes: acc_j = fma(d dx, I_j, acc_j) and
+/// accm_i = fma(-(dmin dx), M_i, accm_i), M_i = m_{2i} B_{2i} + m_{2i+1} B_{2i+1} (B: bsums32).
+template <bool Five>
+void q4k_block_scalar(const uint8_t* blk, const int8_t* xq, const int16_t* b32, float dx, float* acc, float* accm) {
+  uint8_t sm[16];
+  q4k_scales_mins(blk + 4, sm);
+  const uint8_t* qs = blk + (Five ? 48 : 16);
+  const uint8_t* qh = blk + 16;
+  int32_t lane[16] = {};
+  for (int e = 0; e < 256; ++e) {  // ggml: element e in qs[32 (e / 64) + e % 32], high nibble when (e / 32) odd
+    int q = (qs[32 * (e / 64) + e % 32] >> (4 * ((e / 32) % 2))) & 15;
+    if constexpr (Five) q |= ((qh[e % 32] >> (e / 32)) & 1) << 4;
+    lane[q4k_lane(e)] += sm[e / 32] * q * xq[e];
+  }
+  const float s = load_f16(blk) * dx, sm_neg = -(load_f16(blk + 2) * dx);
+  for (int j = 0; j < 16; ++j) acc[j] = std::fma(s, static_cast<float>(lane[j]), acc[j]);
+  for (int i = 0; i < 4; ++i) {
+    const int32_t mi = sm[8 + 2 * i] * b32[2 * i] + sm[9 + 2 * i] * b32[2 * i + 1];
+    accm[i] = std::fma(sm_neg, static_cast<float>(mi), accm[i]);
+  }
+}
+
+/// One Q6_K super-block into the lanes (I_j of the centred quants q - 32): acc_j = fma(d dx, I_j, acc_j).
+void q6k_block_scalar(const uint8_t* blk, const int8_t* xq, float dx, float* acc) {
+  const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
+  int32_t lane[16] = {};
+  for (int e = 0; e < 256; ++e) {  // ggml's dequantize_row_q6_K: quarter k of each 128-element half
+    const int h = e / 128, l = e % 32, k = (e % 128) / 32;
+    const int lo = (blk[64 * h + 32 * (k % 2) + l] >> (4 * (k / 2))) & 15, hi = (blk[128 + 32 * h + l] >> (2 * k)) & 3;
+    lane[q6k_lane(e)] += sc[e / 16] * ((lo | hi << 4) - 32) * xq[e];
+  }
+  const float s = load_f16(blk + 208) * dx;
+  for (int j = 0; j < 16; ++j) acc[j] = std::fma(s, static_cast<float>(lane[j]), acc[j]);
+}
+
+/// W row `row` (nb super-blocks) against the m quantized rows: out[r].
+void row_scalar(Dtype dt, const uint8_t* row, int64_t nb, const Int8Rows& xr, int64_t K, int64_t m, float* out) {
+  const int64_t bytes = dt == Dtype::Q4_K ? kQ4KBytes : dt == Dtype::Q5_K ? kQ5KBytes : kQ6KBytes;
+  for (int64_t r = 0; r < m; ++r) {
+    float acc[16] = {}, accm[4] = {};
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = row + b * bytes;
+      const int64_t xb = r * (K / kKBlock) + b;
+      const int8_t* xq = xr.qs + xb * kKBlock;
+      if (dt == Dtype::Q4_K) q4k_block_scalar<false>(blk, xq, xr.bsums32 + xb * 8, xr.d[xb], acc, accm);
+      else if (dt == Dtype::Q5_K) q4k_block_scalar<true>(blk, xq, xr.bsums32 + xb * 8, xr.d[xb], acc, accm);
+      else q6k_block_scalar(blk, xq, xr.d[xb], acc);
+    }
+    out[r] = reduce16(acc) + ((accm[0] + accm[2]) + (accm[1] + accm[3]));
+  }
+}
+
+// ---- VNNI form -----------------------------------------------------------
+
+/// reduce16 of v's lanes then + ((m_0 + m_2) + (m_1 + m_3)).
+KV_VNNI inline float finish(__m512 v, __m128 mv) {
+  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  const __m128 t = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t));
+  const __m128 w = _mm_add_ps(mv, _mm_movehl_ps(mv, mv));
+  const float sum = _mm_cvtss_f32(_mm_add_ss(u, _mm_shuffle_ps(u, u, 1)));
+  return sum + _mm_cvtss_f32(_mm_add_ss(w, _mm_shuffle_ps(w, w, 1)));
+}
+
+/// vpdpwssd word index -> source word for scale vectors: lane j of chunk pair h takes the scale
+/// of sub-block (Q4_K) 4 h + (j % 4) / 2 + 2 (j / 8), of group (Q6_K) 8 h + 4 ((j % 4) / 2) + j / 4.
+KV_VNNI inline __m512i scale_index(bool six, int h) {
+  alignas(64) int16_t idx[32];
+  for (int w = 0; w < 32; ++w) {
+    const int j = w / 2;
+    idx[w] = static_cast<int16_t>(six ? 8 * h + 4 * ((j % 4) / 2) + j / 4 : 4 * h + (j % 4) / 2 + 2 * (j / 8));
+  }
+  return _mm512_load_si512(idx);
+}
+
+/// One weight super-block unpacked: the 4 chunks' u8 quants, the scale words of chunk pairs 0
+/// and 1, and (Q4_K/Q5_K) the mins as 8 words.
+struct WBlock {
+  __m512i q[4], s[2];
+  __m128i mins;
+  float d, dmin;
+};
+
+/// The Q4_K/Q5_K unpacking: chunk 2 h + s = nibble s of qs[64 h .. 64 h + 63] (| bit 4 from qh).
+template <bool Five>
+KV_VNNI inline void unpack_q4k(const uint8_t* blk, const __m512i* sidx, WBlock& wb) {
+  const __m512i m4 = _mm512_set1_epi8(15);
+  const uint8_t* qs = blk + (Five ? 48 : 16);
+  __m512i qhb;
+  if constexpr (Five) qhb = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16)));
+  for (int h = 0; h < 2; ++h) {
+    const __m512i z = _mm512_loadu_si512(qs + 64 * h);
+    wb.q[2 * h] = _mm512_and_si512(z, m4);
+    wb.q[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+    if constexpr (Five) {  // chunk (h, s): bit 4 h + s of qh[l] in its low half, 4 h + s + 2 in its high half
+      for (int s = 0; s < 2; ++s) {
+        const __m512i cnt = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(4 * h + s)),
+                                               _mm256_set1_epi16(static_cast<int16_t>(4 * h + s + 2)), 1);
+        const __m512i bit = _mm512_and_si512(_mm512_srlv_epi16(qhb, cnt), _mm512_set1_epi8(1));
+        wb.q[2 * h + s] = _mm512_or_si512(wb.q[2 * h + s], _mm512_slli_epi16(bit, 4));
+      }
+    }
+  }
+  alignas(16) uint8_t sm[16];
+  q4k_scales_mins(blk + 4, sm);
+  const __m256i sm16 = _mm256_cvtepu8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(sm)));
+  wb.s[0] = _mm512_permutexvar_epi16(sidx[0], _mm512_zextsi256_si512(sm16));
+  wb.s[1] = _mm512_permutexvar_epi16(sidx[1], _mm512_zextsi256_si512(sm16));
+  wb.mins = _mm256_extracti128_si256(sm16, 1);
+  wb.d = load_f16(blk);
+  wb.dmin = load_f16(blk + 2);
+}
+
+/// The Q6_K unpacking: chunk 2 h + s = elements 128 h + 64 s + [0, 64), 6-bit quants 0..63.
+KV_VNNI inline void unpack_q6k(const uint8_t* blk, const __m512i* sidx, WBlock& wb) {
+  const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
+  const __m512i up = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+  const __m512i down = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+  for (int h = 0; h < 2; ++h) {
+    const __m512i ql = _mm512_loadu_si512(blk + 64 * h);
+    const __m512i qhb = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h)));
+    wb.q[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qhb, up), m30));
+    wb.q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                      _mm512_and_si512(_mm512_srlv_epi16(qhb, down), m30));
+  }
+  const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
+  wb.s[0] = _mm512_permutexvar_epi16(sidx[0], _mm512_zextsi256_si512(sc16));
+  wb.s[1] = _mm512_permutexvar_epi16(sidx[1], _mm512_zextsi256_si512(sc16));
+  wb.d = load_f16(blk + 208);
+  wb.dmin = 0.0f;
+}
+
+/// The 16 int32 lanes of one weight super-block against one activation super-block's chunks x,
+/// vpdpbusd starting from base (zero, or for Q6_K -32 times the sums of x's 4-element groups).
+KV_VNNI inline __m512i lanes(const WBlock& wb, const __m512i* x, const __m512i* base) {
+  const __m512i p0 = _mm512_packs_epi32(_mm512_dpbusd_epi32(base[0], wb.q[0], x[0]), _mm512_dpbusd_epi32(base[1], wb.q[1], x[1]));
+  const __m512i p1 = _mm512_packs_epi32(_mm512_dpbusd_epi32(base[2], wb.q[2], x[2]), _mm512_dpbusd_epi32(base[3], wb.q[3], x[3]));
+  const __m512i zero = _mm512_setzero_si512();
+  return _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(zero, p0, wb.s[0]), p1, wb.s[1]);
+}
+
+/// R weight rows (rows[i], nb super-blocks each) against M quantized rows (M = 0: m at run time):
+/// out[i * m + r]. Type: 4 (Q4_K), 5 (Q5_K) or 6 (Q6_K).
+template <int Type, int R, int M>
+KV_VNNI void tile_vnni(const uint8_t* const* rows, int64_t nb, const Int8Rows& xr, int64_t K, int64_t m, float* out) {
+  constexpr int64_t bytes = Type == 4 ? kQ4KBytes : Type == 5 ? kQ5KBytes : kQ6KBytes;
+  constexpr int MR = M ? M : kInt8MaxRows;
+  const int64_t mr = M ? M : m;
+  const __m512i sidx[2] = {scale_index(Type == 6, 0), scale_index(Type == 6, 1)};
+  __m512 acc[R][MR];
+  __m128 accm[R][MR];
+  for (int i = 0; i < R; ++i)
+    for (int64_t r = 0; r < mr; ++r) acc[i][r] = _mm512_setzero_ps(), accm[i][r] = _mm_setzero_ps();
+  const int8_t* xbase = Type == 6 ? xr.qs : xr.qs_k4;
+  for (int64_t b = 0; b < nb; ++b) {
+    WBlock wb[R];
+    for (int i = 0; i < R; ++i) {
+      const uint8_t* blk = rows[i] + b * bytes;
+      const auto ahead = reinterpret_cast<uintptr_t>(blk) + static_cast<uintptr_t>(kAhead * bytes);  // never dereferenced
+      for (int64_t l = 0; l < bytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + l), _MM_HINT_T0);
+      if constexpr (Type == 6) unpack_q6k(blk, sidx, wb[i]);
+      else unpack_q4k<Type == 5>(blk, sidx, wb[i]);
+    }
+    for (int64_t r = 0; r < mr; ++r) {
+      const int64_t xb = r * (K / kKBlock) + b;
+      const int8_t* xq = xbase + xb * kKBlock;
+      const __m512i x[4] = {_mm512_loadu_si512(xq), _mm512_loadu_si512(xq + 64), _mm512_loadu_si512(xq + 128),
+                            _mm512_loadu_si512(xq + 192)};
+      const float dx = xr.d[xb];
+      if constexpr (Type == 6) {  // (q - 32) x: vpdpbusd from -32 Σx of each 4-element group
+        const __m512i zero = _mm512_setzero_si512(), k32 = _mm512_set1_epi8(32);
+        __m512i base[4];
+        for (int c = 0; c < 4; ++c) base[c] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k32, x[c]));
+        for (int i = 0; i < R; ++i) {
+          const __m512i l = lanes(wb[i], x, base);
+          acc[i][r] = _mm512_fmadd_ps(_mm512_set1_ps(wb[i].d * dx), _mm512_cvtepi32_ps(l), acc[i][r]);
+        }
+      } else {
+        const __m128i b32 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(xr.bsums32 + xb * 8));
+        const __m512i zero = _mm512_setzero_si512(), base[4] = {zero, zero, zero, zero};
+        for (int i = 0; i < R; ++i) {
+          const __m512i l = lanes(wb[i], x, base);
+          acc[i][r] = _mm512_fmadd_ps(_mm512_set1_ps(wb[i].d * dx), _mm512_cvtepi32_ps(l), acc[i][r]);
+          const __m128 mi = _mm_cvtepi32_ps(_mm_madd_epi16(wb[i].mins, b32));
+          accm[i][r] = _mm_fmadd_ps(_mm_set1_ps(-(wb[i].dmin * dx)), mi, accm[i][r]);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i)
+    for (int64_t r = 0; r < mr; ++r) out[i * mr + r] = finish(acc[i][r], accm[i][r]);
+}
+
+/// tile_vnni for the weight's type, R rows and m activation rows (m = 1 with its accumulators in registers).
+template <int R>
+void tile_for(Dtype dt, const uint8_t* const* rows, int64_t nb, const Int8Rows& xr, int64_t K, int64_t m, float* out) {
+  if (dt == Dtype::Q4_K) return m == 1 ? tile_vnni<4, R, 1>(rows, nb, xr, K, m, out) : tile_vnni<4, R, 0>(rows, nb, xr, K, m, out);
+  if (dt == Dtype::Q5_K) return m == 1 ? tile_vnni<5, R, 1>(rows, nb, xr, K, m, out) : tile_vnni<5, R, 0>(rows, nb, xr, K, m, out);
+  return m == 1 ? tile_vnni<6, R, 1>(rows, nb, xr, K, m, out) : tile_vnni<6, R, 0>(rows, nb, xr, K, m, out);
+}
+
+}  // namespace
+
+void prepare_k4(const Int8Rows& xr, int64_t m, int64_t K) {
+  for (int64_t xb = 0; xb < m * (K / kKBlock); ++xb) {
+    const int8_t* q = xr.qs + xb * kKBlock;
+    int8_t* o = xr.qs_k4 + xb * kKBlock;
+    for (int c = 0; c < 4; ++c) {
+      const int e0 = 128 * (c / 2) + 32 * (c % 2);
+      std::memcpy(o + 64 * c, q + e0, 32);
+      std::memcpy(o + 64 * c + 32, q + e0 + 64, 32);
+    }
+    for (int j = 0; j < 8; ++j)
+      xr.bsums32[xb * 8 + j] = static_cast<int16_t>(xr.bsums[xb * 16 + 2 * j] + xr.bsums[xb * 16 + 2 * j + 1]);
+  }
+}
+
+void kquant_rows(const Weight& w, const Int8Rows& xr, int64_t m, int64_t n0, int64_t n1, bool vnni, float* y,
+                 bool accumulate) {
+  constexpr int kTile = 4;
+  const int64_t N = w.n_out(), K = w.n_in(), nb = K / kKBlock;
+  const auto* raw = static_cast<const uint8_t*>(w.raw());
+  float v[kTile * kInt8MaxRows];
+  for (int64_t n = n0; n < n1;) {
+    const int rows = vnni && n + kTile <= n1 ? kTile : 1;
+    const uint8_t* rp[kTile];
+    for (int i = 0; i < rows; ++i) rp[i] = raw + (n + i) * w.ld();
+    if (!vnni) row_scalar(w.dtype(), rp[0], nb, xr, K, m, v);
+    else if (rows == kTile) tile_for<kTile>(w.dtype(), rp, nb, xr, K, m, v);
+    else tile_for<1>(w.dtype(), rp, nb, xr, K, m, v);
+    for (int i = 0; i < rows; ++i)
+      for (int64_t r = 0; r < m; ++r) {
+        float& o = y[r * N + n + i];
+        o = accumulate ? o + v[i * m + r] : v[i * m + r];
+      }
+    n += rows;
+  }
+}
+
+}  // namespace kveval::backend::int8_detail
