@@ -4,6 +4,7 @@
 // the compute-dtype line of a dtype given; --quiet with --baseline.
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "cli_run.hpp"
@@ -12,7 +13,7 @@ namespace {
 
 /// A spec of the demo model with `task` and the top-level keys `extra` (", \"max_length\": 64" or "").
 std::string spec_of(const std::string& task, const std::string& extra = "") {
-  return "{\"model\": " + json(kveval::test::model_path()).dump() + extra + ", \"tasks\": [" + task + "]}";
+  return "{\"model\": " + json(std::filesystem::absolute(kveval::test::model_path()).string()).dump() + extra + ", \"tasks\": [" + task + "]}";
 }
 
 /// A loglikelihood_rolling task "ppl" over one document; `extra` adds keys (", \"num_fewshot\": 3").
