@@ -1,6 +1,9 @@
 #pragma once
 // Tests' handle on a loaded model with one Context over it (model, eval and cli
 // tests), and the real model's Context shared by a test binary's suites.
+#include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -12,6 +15,22 @@
 #include "test_support.hpp"
 
 namespace kveval::test {
+
+/// Path of the random model `spec()` with weights from `seed` (write_random_model),
+/// written once per test binary as `name`.gguf in a scratch directory of its own
+/// (removed at exit); later calls with the same `name` return the same path.
+inline const std::string& cached_random_model(const std::string& name, const std::function<RandomModelSpec()>& spec,
+                                              uint64_t seed) {
+  static std::map<std::string, std::pair<std::unique_ptr<ScratchDir>, std::string>> written;
+  auto it = written.find(name);
+  if (it == written.end()) {
+    auto dir = std::make_unique<ScratchDir>(name);
+    const std::string path = dir->file(name + ".gguf");
+    write_random_model(path, spec(), seed);
+    it = written.emplace(name, std::make_pair(std::move(dir), path)).first;
+  }
+  return it->second.second;
+}
 
 /// A model loaded for a test and one Context over it; `->` and `*` reach the
 /// context, `model()` the model.

@@ -11,7 +11,6 @@
 #include "eval/json_input.hpp"
 #include "model/gguf.hpp"
 #include "util/error.hpp"
-#include "util/input_file.hpp"
 
 namespace kveval::cli {
 
@@ -23,11 +22,11 @@ void add_chat_template_command(CLI::App& app, Action& action) {
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("chat-template", "Render a conversation with a chat template (as transformers' apply_chat_template)");
   auto* model = cmd->add_option("-m,--model", o->model, "GGUF file whose tokenizer.chat_template is used (tensors are not read)");
-  auto* templ = cmd->add_option("--template", o->templ, "Jinja chat template file instead of a model's")->check(CLI::ExistingFile);
+  auto* templ = cmd->add_option("--template", o->templ, "Jinja chat template file instead of a model's");
   model->excludes(templ);
   auto* name = cmd->add_option("--chat-template", o->name, "use the model's named template tokenizer.chat_template.NAME");
   name->needs(model);
-  cmd->add_option("--messages", o->messages, "JSON file: a list of {\"role\", \"content\"} objects")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--messages", o->messages, "JSON file: a list of {\"role\", \"content\"} objects")->required();
   cmd->add_flag("--add-generation-prompt", o->add_generation_prompt, "end with the assistant turn's opening");
   auto* bos = cmd->add_option("--bos-token", o->bos, "bos_token text (default: the model's BOS token text; empty with --template)");
   auto* eos = cmd->add_option("--eos-token", o->eos, "eos_token text (default: the model's EOS token text; empty with --template)");
@@ -35,12 +34,12 @@ void add_chat_template_command(CLI::App& app, Action& action) {
     action = [o, model, templ, bos, eos] {
       if (model->count() == 0 && templ->count() == 0) throw ArgumentError("chat-template: give -m MODEL.gguf or --template FILE.jinja");
       const nlohmann::json messages =
-          eval::parse_json_text(util::read_input_file(o->messages, util::InputKind::Text), o->messages);
+          eval::parse_json_text(read_option_file("--messages", o->messages), o->messages);
       eval::check_chat_messages(messages, o->messages);
       eval::ChatTemplate ct;
       std::string bos_text, eos_text;
       if (templ->count()) {
-        ct = eval::ChatTemplate::parse(util::read_input_file(o->templ, util::InputKind::Text), o->templ);
+        ct = eval::ChatTemplate::parse(read_option_file("--template", o->templ), o->templ);
       } else {
         require_model_file(o->model, "--model");
         gguf::File f(o->model);

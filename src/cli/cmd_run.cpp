@@ -189,6 +189,42 @@ std::vector<eval::InputFingerprint> spec_inputs(const std::string& spec_path, co
   return out;
 }
 
+/// The command line's values over the spec's: threads, dtype, kv_cache_dtype, batch_size,
+/// bootstrap_iters, max_length, limit (the documents cut to it), each key recorded in
+/// spec.set_by so that a message about its value names the option. Throws ArgumentError
+/// for a --max-length below a rolling task's context_length.
+void apply_run_options(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec) {
+  using namespace kveval::eval;
+  if (a.threads >= 0) spec.threads = a.threads, spec.set_by["threads"] = "--threads";
+  if (!a.dtype.empty()) spec.dtype = parse_compute_dtype(a.dtype, "--dtype"), spec.set_by["dtype"] = "--dtype";
+  if (!a.kv_cache_dtype.empty())
+    spec.kv_cache_dtype = parse_kv_cache_dtype(a.kv_cache_dtype, "--kv-cache-dtype"), spec.set_by["kv_cache_dtype"] = "--kv-cache-dtype";
+  if (!a.matmul.empty()) spec.matmul = parse_matmul_mode(a.matmul, "--matmul"), spec.set_by["matmul"] = "--matmul";
+  // several ranks on one host share its cores unless --threads or the spec says otherwise
+  if (a.threads < 0 && spec.threads == 0 && dist.local_size() > 1)
+    spec.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / dist.local_size());
+  if (a.batch_size == "auto" || a.batch_size.starts_with("auto:")) spec.batch_size_auto = true;  // lm-eval's auto[:N]
+  else if (!a.batch_size.empty()) spec.batch_size = std::stoi(a.batch_size), spec.batch_size_auto = false;
+  if (!a.batch_size.empty()) spec.set_by["batch_size"] = "--batch-size";
+  if (a.bootstrap_iters >= 0) spec.bootstrap_iters = a.bootstrap_iters, spec.set_by["bootstrap_iters"] = "--bootstrap-iters";
+  if (a.max_length >= 0) {
+    spec.max_length = a.max_length, spec.set_by["max_length"] = "--max-length";
+    for (const auto& t : spec.tasks)
+      if (t.context_length > a.max_length)
+        throw ArgumentError(fmt::format("--max-length {}: task '{}' has {} tokens per rolling chunk (context_length)",
+                                        a.max_length, t.name, t.context_length));
+  }
+  if (!a.limit_text.empty()) spec.set_by["limit"] = "--limit";
+  if (a.limit >= 0) {
+    spec.limit = a.limit;
+    for (auto& t : spec.tasks)
+      if (t.docs.size() > static_cast<size_t>(a.limit)) t.docs.resize(static_cast<size_t>(a.limit));
+  }
+  for (auto& t : spec.tasks)  // lm-eval: ceil(len(eval_docs) * limit) documents
+    if (a.limit_fraction > 0)
+      t.docs.resize(std::min(t.docs.size(), static_cast<size_t>(std::ceil(t.n_docs_total * a.limit_fraction))));
+}
+
 /// Steps 0 and 1 of a run, on every rank: the command line, the spec and its
 /// data, the baseline (rank 0) and the model file's presence. Throws SpecError /
 /// ArgumentError like a one-process run.
@@ -218,7 +254,7 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
   over.fewshot_as_multiturn = a.fewshot_as_multiturn;
   if (a.tasks.empty()) spec = load_spec(a.spec, a.model, over);
   else spec = parse_spec({{"model", a.model}, {"tasks", a.tasks}}, "--tasks", ".", a.model, over);
-  if (dist.rank() == 0)
+  if (dist.rank() == 0)  // also under --quiet: a name that resolves as lm-eval does, not as it reads
     for (const auto& n : spec.notes) fmt::print(stderr, "kveval: note: {}\n", n);
   // an output that names an input would replace it (the spec, the model, the baseline the gate reads, a task's data)
   for (const auto& [option, out] : {std::pair<const char*, const std::string&>{"--output", a.output}, {"--log-samples", a.log_samples}}) {
@@ -232,31 +268,7 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
                                         path == out ? "" : " (" + path + ")"));
   }
   if (seeds) std::tie(spec.random_seed, spec.numpy_seed, spec.torch_seed) = std::tie((*seeds)[0], (*seeds)[1], (*seeds)[2]);
-  if (a.threads >= 0) spec.threads = a.threads;
-  if (!a.dtype.empty()) spec.dtype = parse_compute_dtype(a.dtype, "--dtype");
-  if (!a.kv_cache_dtype.empty()) spec.kv_cache_dtype = parse_kv_cache_dtype(a.kv_cache_dtype, "--kv-cache-dtype");
-  if (!a.matmul.empty()) spec.matmul = parse_matmul_mode(a.matmul, "--matmul");
-  // several ranks on one host share its cores unless --threads or the spec says otherwise
-  if (a.threads < 0 && spec.threads == 0 && dist.local_size() > 1)
-    spec.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / dist.local_size());
-  if (a.batch_size == "auto" || a.batch_size.starts_with("auto:")) spec.batch_size_auto = true;  // lm-eval's auto[:N]
-  else if (!a.batch_size.empty()) spec.batch_size = std::stoi(a.batch_size), spec.batch_size_auto = false;
-  if (a.bootstrap_iters >= 0) spec.bootstrap_iters = a.bootstrap_iters;
-  if (a.max_length >= 0) {
-    spec.max_length = a.max_length;
-    for (const auto& t : spec.tasks)
-      if (t.context_length > a.max_length)
-        throw ArgumentError(fmt::format("--max-length {}: task '{}' has {} tokens per rolling chunk (context_length)",
-                                        a.max_length, t.name, t.context_length));
-  }
-  if (a.limit >= 0) {
-    spec.limit = a.limit;
-    for (auto& t : spec.tasks)
-      if (t.docs.size() > static_cast<size_t>(a.limit)) t.docs.resize(static_cast<size_t>(a.limit));
-  }
-  for (auto& t : spec.tasks)  // lm-eval: ceil(len(eval_docs) * limit) documents
-    if (a.limit_fraction > 0)
-      t.docs.resize(std::min(t.docs.size(), static_cast<size_t>(std::ceil(t.n_docs_total * a.limit_fraction))));
+  apply_run_options(a, dist, spec);
   if (dist.rank() == 0 && !a.baseline.empty()) {
     std::string text;
     try {
@@ -379,7 +391,7 @@ int run(const RunArgs& a) {
       fmt::print(stderr, "kveval: regression: {} {}: {:.6g} -> {:.6g} (tolerance {})\n", r.task, r.metric, r.baseline,
                  r.current, a.tolerance);
     if (!check.ok()) code = kRegression;
-    else fmt::print(stderr, "kveval: baseline: no metric worse by more than {}\n", a.tolerance);
+    else if (!a.quiet) fmt::print(stderr, "kveval: baseline: no metric worse by more than {}\n", a.tolerance);
   }
   return dist.broadcast_exit_code(code);
 }
@@ -404,9 +416,22 @@ std::pair<CLI::Option*, CLI::Option*> add_chat_options(CLI::App* cmd, RunArgs& a
 }
 
 /// The chat options' values as given: --apply-chat-template with no value is the model's template, "" is refused.
-void read_chat_options(RunArgs& a, const CLI::Option* chat_opt, const CLI::Option* system_opt) {
+/// Its optional value takes the next argument, so `run --apply-chat-template spec.json` reads the spec as the
+/// template: a value that is an existing .json or .yaml file, or one that leaves no spec and no --tasks, is
+/// refused with the two ways to write it. `has_spec`: a spec or --tasks was given.
+void read_chat_options(RunArgs& a, const CLI::Option* chat_opt, const CLI::Option* system_opt, bool has_spec) {
   if (chat_opt->count() > 0) {
     if (a.chat_template_text.empty()) throw CLI::ValidationError("--apply-chat-template", "empty name");
+    const std::string& v = a.chat_template_text;
+    std::error_code ec;
+    const std::string ext = std::filesystem::path(v).extension().string();
+    const bool spec_file = (ext == ".json" || ext == ".yaml" || ext == ".yml") && std::filesystem::is_regular_file(v, ec);
+    if (v != kModelChatTemplate && (spec_file || !has_spec))
+      throw CLI::ValidationError(
+          "--apply-chat-template",
+          fmt::format("took '{}' as the template{}: write --apply-chat-template=NAME for a template, or put the spec "
+                      "before --apply-chat-template for the model's own",
+                      v, spec_file ? ", but it is a spec file" : ", leaving no spec or --tasks"));
     a.chat_template = a.chat_template_text == kModelChatTemplate ? "" : a.chat_template_text;
   }
   if (system_opt->count() > 0) a.system_instruction = a.system_instruction_text;
@@ -505,7 +530,7 @@ void add_run_command(CLI::App& app, Action& action) {
       if (args->output_path.empty()) throw CLI::ValidationError("--log-samples", "needs a file, or --output-path DIR to write into");
       args->log_samples.clear(), args->samples_to_dir = true;
     }
-    read_chat_options(*args, chat_opt, system_opt);
+    read_chat_options(*args, chat_opt, system_opt, spec_opt->count() > 0 || tasks_opt->count() > 0);
     if (spec_opt->count() == 0 && tasks_opt->count() == 0)
       throw CLI::ValidationError("run", "give a spec file or --tasks NAMES");
     if (tasks_opt->count() > 0 && args->model.empty()) throw CLI::ValidationError("--tasks", "needs --model (-m)");

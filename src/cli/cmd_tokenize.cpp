@@ -9,7 +9,6 @@
 
 #include "cli/commands.hpp"
 #include "model/gguf.hpp"
-#include "util/input_file.hpp"
 #include "model/tokenizer.hpp"
 #include "util/error.hpp"
 
@@ -57,8 +56,7 @@ void add_tokenize_command(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand("tokenize", "Token ids of a text (works on vocab-only GGUF files)");
   cmd->add_option("-m,--model", o->model, "GGUF file (its tokenizer.ggml.* keys; tensors are not read)")->required();
   auto* text = cmd->add_option("text", o->text, "the text");
-  auto* file = cmd->add_option("-f,--file", o->file, "read the text from FILE (all bytes, as is)")
-                   ->check(CLI::ExistingFile);
+  auto* file = cmd->add_option("-f,--file", o->file, "read the text from FILE (all bytes, as is)");
   text->excludes(file);
   cmd->add_flag("--no-bos", o->no_bos, "do not add BOS (it is added only when the file's add_bos_token says so)");
   cmd->add_flag("--ids", o->ids, "print only the ids, as a JSON list (llama-tokenize --ids)");
@@ -67,11 +65,8 @@ void add_tokenize_command(CLI::App& app, Action& action) {
   cmd->callback([o, text, file, &action] {
     action = [o, text, file] {
       if (text->count() == 0 && file->count() == 0) throw ArgumentError("tokenize: give a TEXT or -f FILE");
+      const std::string input = file->count() ? read_option_file("--file", o->file) : o->text;
       require_model_file(o->model, "--model");
-      std::string input = o->text;
-      if (file->count()) {
-        input = util::read_input_file(o->file, util::InputKind::Text);
-      }
       gguf::File f(o->model);
       const Tokenizer tok = Tokenizer::from_gguf(f);
       const std::vector<int32_t> ids = tok.encode(input, !o->no_bos && tok.add_bos(), o->parse_special);

@@ -36,6 +36,10 @@ inline void require_model_file(const std::string& path, const std::string& where
   if (!probe) throw ArgumentError(fmt::format("{}: model file not found ({})", path, where));
 }
 
+/// The bytes of the file `path` given to option `option`, read as util::read_input_file
+/// (InputKind::Text); its errors name the option: "--file: missing.txt: not found" (SpecError, exit 2).
+std::string read_option_file(const std::string& option, const std::string& path);
+
 /// Validator for an integer option in [lo, hi], worded like the spec's
 /// checks: "--threads: expected an integer in [0, 4096], got 65536" (CLI11
 /// prefixes the option name).

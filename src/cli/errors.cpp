@@ -5,6 +5,7 @@
 
 #include "cli/commands.hpp"
 #include "util/error.hpp"
+#include "util/input_file.hpp"
 
 namespace kveval::cli {
 
@@ -18,6 +19,14 @@ int exit_code_of(std::exception_ptr ep) {
     return kUsage;
   } catch (...) {
     return kFailure;
+  }
+}
+
+std::string read_option_file(const std::string& option, const std::string& path) {
+  try {
+    return util::read_input_file(path, util::InputKind::Text);
+  } catch (const SpecError& e) {
+    throw SpecError(option + ": " + e.what());
   }
 }
 

@@ -375,7 +375,7 @@ RunResult start_result(const EvalSpec& spec, const Context& ctx, const RunOption
   const int n_ctx = model.hparams().n_ctx_train;
   if (spec.max_length) {
     if (n_ctx > 0 && *spec.max_length > n_ctx)
-      throw SpecError(fmt::format("{}: max_length: {} exceeds the model's context_length {}", spec.path,
+      throw SpecError(fmt::format("{}: {} exceeds the model's context_length {}", value_origin(spec, "max_length"),
                                   *spec.max_length, n_ctx));
     res.max_length = *spec.max_length;
   } else {

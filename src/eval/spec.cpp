@@ -296,7 +296,7 @@ void parse_prompt_fields(const json& tj, const Where& w, TaskSpec& t) {
 }
 
 /// The mappings each output type requires; doc_to_choice only on multiple_choice.
-void check_required_mappings(const json& tj, const Where& w, const TaskSpec& t) {
+void check_required_mappings(const json& tj, const Where& w, const TaskSpec& t, const EvalSpec& spec) {
   switch (t.output_type) {
     case OutputType::Loglikelihood:
       if (!tj.contains("doc_to_text")) w.fail("loglikelihood task needs 'doc_to_text' (the context)");
@@ -310,7 +310,8 @@ void check_required_mappings(const json& tj, const Where& w, const TaskSpec& t) 
     case OutputType::LoglikelihoodRolling:
       if (t.doc_to_target.empty() && t.doc_to_text.empty())
         w.fail("loglikelihood_rolling task needs 'doc_to_target' (the text to score; lm-eval convention) or 'doc_to_text'");
-      if (t.num_fewshot > 0) w.key("num_fewshot").fail("loglikelihood_rolling tasks take no few-shot examples");
+      if (t.num_fewshot > 0)
+        task_key_where(w, spec.set_by, "num_fewshot", t.name).fail("loglikelihood_rolling tasks take no few-shot examples");
       break;
     case OutputType::GenerateUntil:
       if (!tj.contains("doc_to_text")) w.fail("generate_until task needs 'doc_to_text' (the prompt)");
@@ -383,7 +384,7 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
   parse_rolling_method(tj, w, t);
   if (t.context_length > 0 && spec.max_length && t.context_length > *spec.max_length)
     w.key("context_length").fail(fmt::format("{} tokens per chunk do not fit max_length {}", t.context_length, *spec.max_length));
-  check_required_mappings(tj, w, t);
+  check_required_mappings(tj, w, t, spec);
   parse_generation_kwargs(tj, w, spec, t);
   parse_repeats(tj, w, t);
   parse_metric_list(tj, w, t);
@@ -519,6 +520,7 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
     s.seed = sd.get<uint64_t>();
   }
   if (o.fewshot_seed) s.seed = *o.fewshot_seed;
+  if (o.num_fewshot) s.set_by["num_fewshot"] = "--num-fewshot";
   if (j.contains("limit")) s.limit = static_cast<int>(expect_int(j["limit"], w.key("limit"), 0, 1 << 30));
   if (j.contains("bootstrap_iters"))
     s.bootstrap_iters = static_cast<int>(expect_int(j["bootstrap_iters"], w.key("bootstrap_iters"), 0, 100000000));
@@ -543,6 +545,11 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
     s.tasks.push_back(std::move(t));
   }
   return s;
+}
+
+std::string value_origin(const EvalSpec& s, const std::string& key) {
+  const auto it = s.set_by.find(key);
+  return it != s.set_by.end() ? it->second : fmt::format("{}: {}", s.path, key);
 }
 
 EvalSpec load_spec(const std::string& path, const std::string& model_override, const TaskOverrides& o) {

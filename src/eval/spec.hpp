@@ -8,6 +8,7 @@
 // the file and the JSON path (`spec.json: tasks[2].generation_kwargs.until[0]: ...`)
 // or the JSONL line (`data.jsonl:17: ...`).
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -207,7 +208,16 @@ struct EvalSpec {
   /// Notes to print once: a name used that stands for a task or group and a tag (TaskTree::notes).
   std::vector<std::string> notes;
   nlohmann::json raw;                ///< the spec as parsed (for the results file)
+  /// Keys the command line set, each with the option that set it ("max_length" ->
+  /// "--max-length", "num_fewshot" -> "--num-fewshot" for every task): a message about
+  /// such a value names the option, not the spec's key (value_origin, task_key_where).
+  std::map<std::string, std::string> set_by;
 };
+
+/// The prefix of a message about the value of the spec's top-level `key`: the
+/// option that set it ("--max-length") when the command line did, else
+/// "<spec path>: <key>" ("spec.json: max_length").
+std::string value_origin(const EvalSpec& s, const std::string& key);
 
 /// Metrics an output type can report (lm-eval names), in report order.
 const std::vector<std::string>& metrics_for(OutputType t);
@@ -222,7 +232,7 @@ inline constexpr const char* kPerplexityLlamaCpp = "perplexity_llamacpp";
 
 /// Command-line settings that reach into every task of a spec (`kveval run`).
 struct TaskOverrides {
-  std::optional<int> num_fewshot;          ///< --num-fewshot: set on every task
+  std::optional<int> num_fewshot;          ///< --num-fewshot: set on every task (EvalSpec::set_by names it)
   std::vector<std::string> include_paths;  ///< --include-path: where task names are looked up (task_index.hpp)
   std::optional<uint64_t> fewshot_seed;    ///< --seed's few-shot seed: replaces the spec's `seed`
   nlohmann::json gen_kwargs;               ///< --gen-kwargs (parse_gen_kwargs_arg); null = none

@@ -43,6 +43,15 @@ struct Where {
   [[noreturn]] void fail(const std::string& msg) const { throw SpecError(fmt::format("{}: {}", text(), msg)); }
 };
 
+/// Where the value of a task's key `key` (its Where `w`) is reported: the option
+/// that set it on every task, as "--num-fewshot: task 'NAME'", when `set_by`
+/// (EvalSpec::set_by) has the key, else the task's key ("spec.json: tasks[0].num_fewshot").
+inline Where task_key_where(const Where& w, const std::map<std::string, std::string>& set_by, const std::string& key,
+                            const std::string& task) {
+  const auto it = set_by.find(key);
+  return it == set_by.end() ? w.key(key) : Where{fmt::format("{}: task '{}'", it->second, task), ""};
+}
+
 inline void check_keys(const json& obj, const Where& w, const std::vector<std::string>& allowed) {
   for (auto it = obj.begin(); it != obj.end(); ++it) {
     if (std::find(allowed.begin(), allowed.end(), it.key()) != allowed.end()) continue;

@@ -44,8 +44,13 @@ FileKinds file_kinds(const gguf::File& f) {
 
 namespace detail {
 
-/// The compute dtype for `requested` and a note on how it was chosen (Model::dtype_note).
+/// The compute dtype for `requested` and a note on how it was chosen (Model::dtype_note): a requested
+/// dtype is itself ("q8_0"); auto names what it resolved to and why (the file's matrix types, the ISA).
 ComputeDtype choose_dtype(const gguf::File& f, ComputeDtype requested, std::string& note) {
+  if (requested != ComputeDtype::Auto) {
+    note = to_string(requested);
+    return requested;
+  }
   const FileKinds kinds = file_kinds(f);
   const bool cpu_bf16 = be::cpu_has_bf16();
   const ComputeDtype dtype = resolve_dtype(requested, cpu_bf16, kinds.f32, kinds.kept, kinds.all_kept);

@@ -199,7 +199,9 @@ class Model {
   const LoadSummary& load_summary() const;
   /// Resolved compute dtype (F32, BF16, Q8_0 or Q4_0, never Auto).
   ComputeDtype dtype() const;
-  /// How the dtype was chosen, e.g. "auto -> f32: file is F32 (oneDNN ISA avx512_core_bf16)".
+  /// How the dtype was chosen: a requested dtype as itself ("q8_0"), auto with its reasons
+  /// ("auto -> f32 (file F32, oneDNN ISA avx512_core_bf16, bf16)"); either followed by
+  /// "; no Q8_0 matrix in the file: every matrix widened to F32" when kept blocks were widened.
   const std::string& dtype_note() const;
   /// SHA-256 (64 hex digits) of the file bytes this model was loaded from,
   /// computed at load from the same mapping the weights were copied from;

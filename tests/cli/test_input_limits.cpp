@@ -56,7 +56,7 @@ TEST_SUITE("cli.input_limits") {
     CHECK(z.err.find("zero.jsonl") != std::string::npos);
     const std::string model = d.write("m.gguf", "");  // present: the text file is read before the model
     check_refused(run_kveval(d, "tokenize -m " + quote(model) + " -f /dev/zero", kBounded),
-                  "/dev/zero: is a character device, not a regular file");
+                  "--file: /dev/zero: is a character device, not a regular file");
     REQUIRE(::mkfifo(d.file("fifo.json").c_str(), 0600) == 0);  // no writer: opening must not wait
     check_refused(run_kveval(d, "run " + quote(d.file("fifo.json"))), d.file("fifo.json") + ": is a FIFO, not a regular file");
   }

@@ -1,12 +1,15 @@
 #pragma once
 // Helpers for the eval/cli suites: a fresh temporary directory per test and small file writers.
+#include <exception>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
 #include "test_support.hpp"
+#include "util/error.hpp"
 
 namespace kveval::test {
 
@@ -20,6 +23,22 @@ struct TempDir : ScratchDir {
     return p;
   }
 };
+
+/// The message of the SpecError `f` throws; "" and a failed check when it throws
+/// nothing or another exception (named in the failure).
+template <class F>
+std::string spec_error(F&& f) {
+  try {
+    f();
+  } catch (const SpecError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    FAIL_CHECK("not a SpecError: " << e.what());
+    return "";
+  }
+  FAIL_CHECK("no SpecError thrown");
+  return "";
+}
 
 /// A loglikelihood task "t" reading data.jsonl next to the spec (context "q", target "a").
 inline constexpr const char* kTask =

@@ -13,11 +13,13 @@
 #include "eval/spec.hpp"
 #include "model/gguf.hpp"
 #include "model/tokenizer.hpp"
+#include "eval_test_util.hpp"
 #include "test_support.hpp"
 #include "util/error.hpp"
 
 using namespace kveval;
 using namespace kveval::eval;
+using kveval::test::spec_error;
 using nlohmann::json;
 
 namespace {
@@ -37,17 +39,6 @@ ChatOptions options_with(const std::string& source, bool multiturn = false) {
 }
 
 json msg(const char* role, const std::string& content) { return {{"role", role}, {"content", content}}; }
-
-/// The message of the SpecError `f` throws ("" when it throws none).
-template <class F>
-std::string spec_error(F&& f) {
-  try {
-    f();
-  } catch (const SpecError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 /// The shared fixtures' vocabulary file `name`, or "" (the case is skipped) without ../shared.
 std::string vocab(const std::string& name) {

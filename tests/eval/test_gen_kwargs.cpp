@@ -18,19 +18,10 @@
 
 using namespace kveval;
 using namespace kveval::eval;
+using kveval::test::spec_error;
 using nlohmann::json;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const SpecError& e) {
-    return e.what();
-  }
-  FAIL("no SpecError thrown");
-  return "";
-}
 
 /// A generate_until task over two inline documents with `extra` keys merged in.
 json gen_spec(const json& extra) {
@@ -41,7 +32,7 @@ json gen_spec(const json& extra) {
 }
 
 std::string spec_err(const json& extra) {
-  return error_of([&] { parse_spec(gen_spec(extra), "s.json", "."); });
+  return spec_error([&] { parse_spec(gen_spec(extra), "s.json", "."); });
 }
 
 FilterPipeline pipe(std::vector<FilterStep> steps) { return FilterPipeline{"p", std::move(steps)}; }
@@ -97,7 +88,7 @@ TEST_SUITE("eval.gen_kwargs") {
     json ll = {{"model", "m"}, {"tasks", json::array({{{"name", "l"}, {"output_type", "loglikelihood"},
                                                         {"docs", json::array({{{"q", "a"}}})}, {"doc_to_text", "q"},
                                                         {"doc_to_target", "q"}, {"repeats", 2}}})}};
-    CHECK(error_of([&] { parse_spec(ll, "s.json", "."); }) ==
+    CHECK(spec_error([&] { parse_spec(ll, "s.json", "."); }) ==
           "s.json: tasks[0].repeats: only generate_until tasks take repeats > 1 (this task is loglikelihood)");
   }
 
@@ -113,15 +104,15 @@ TEST_SUITE("eval.gen_kwargs") {
     EvalSpec s = load("  do_sample: true\n  temperature: 0.2\nrepeats: 3\n");
     CHECK(s.tasks[0].repeats == 3);
     CHECK(s.tasks[0].generation_kwargs.sampling.do_sample);
-    CHECK(error_of([&] { load("repeats: 0\n"); }) == d.file("t.yaml") + ":8: repeats: expected an integer in [1, 65536], got 0");
-    CHECK(error_of([&] { load("  top_p: 2\n"); }) == d.file("t.yaml") + ":6: generation_kwargs.top_p: 2 is outside (0, 1]");
+    CHECK(spec_error([&] { load("repeats: 0\n"); }) == d.file("t.yaml") + ":8: repeats: expected an integer in [1, 65536], got 0");
+    CHECK(spec_error([&] { load("  top_p: 2\n"); }) == d.file("t.yaml") + ":6: generation_kwargs.top_p: 2 is outside (0, 1]");
   }
 
   TEST_CASE("--gen-kwargs: lm-eval's key=value list or JSON, checked as generation_kwargs") {
     const json j = parse_gen_kwargs_arg("do_sample=True,temperature=0.2,top_k=10,until=Q");
     CHECK(j == json{{"do_sample", true}, {"temperature", 0.2}, {"top_k", 10}, {"until", "Q"}});
     CHECK(parse_gen_kwargs_arg(R"({"top_p": 0.5})") == json{{"top_p", 0.5}});
-    CHECK(error_of([] { parse_gen_kwargs_arg("temperature"); }) ==
+    CHECK(spec_error([] { parse_gen_kwargs_arg("temperature"); }) ==
           "--gen-kwargs: 'temperature': expected key=value");
     TaskOverrides o;
     o.gen_kwargs = parse_gen_kwargs_arg("do_sample=true,top_p=0.5,seed=3");
@@ -130,7 +121,7 @@ TEST_SUITE("eval.gen_kwargs") {
     CHECK(s.tasks[0].generation_kwargs.sampling.seed == 3);
     CHECK(s.tasks[0].generation_kwargs.max_gen_toks == 4);
     o.gen_kwargs = parse_gen_kwargs_arg("top_p=2");
-    CHECK(error_of([&] { parse_spec(gen_spec({}), "s.json", ".", "", o); }) == "--gen-kwargs: top_p: 2 is outside (0, 1]");
+    CHECK(spec_error([&] { parse_spec(gen_spec({}), "s.json", ".", "", o); }) == "--gen-kwargs: top_p: 2 is outside (0, 1]");
   }
 
   TEST_CASE("selection filters on a document's repeats, as lm-eval's filters/selection.py") {

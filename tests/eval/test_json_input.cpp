@@ -12,25 +12,10 @@
 using namespace kveval;
 using namespace kveval::eval;
 using kveval::test::kTask;
+using kveval::test::spec_error;
 using kveval::test::TempDir;
 
 namespace {
-
-/// The message of the SpecError thrown by `f`; "" (and a failed check) when
-/// nothing or something else is thrown.
-template <class F>
-std::string spec_error(F&& f) {
-  try {
-    f();
-  } catch (const SpecError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    FAIL_CHECK("not a SpecError: " << e.what());
-    return "";
-  }
-  FAIL_CHECK("no SpecError thrown");
-  return "";
-}
 
 std::string nested(size_t depth, const std::string& inner = "1") {
   return std::string(depth, '[') + inner + std::string(depth, ']');

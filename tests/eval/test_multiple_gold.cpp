@@ -8,6 +8,7 @@
 
 #include "eval/metrics.hpp"
 #include "eval/spec.hpp"
+#include "eval_test_util.hpp"
 #include "util/error.hpp"
 
 using namespace kveval;
@@ -27,13 +28,7 @@ const MetricValue& find(const std::vector<MetricValue>& ms, const std::string& n
 }
 
 std::string spec_error(const json& task) {
-  try {
-    spec_of(task);
-  } catch (const SpecError& e) {
-    return e.what();
-  }
-  FAIL("no SpecError thrown");
-  return "";
+  return kveval::test::spec_error([&] { spec_of(task); });
 }
 
 }  // namespace

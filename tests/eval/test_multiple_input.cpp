@@ -14,6 +14,7 @@
 #include "eval/metrics.hpp"
 #include "eval/runner.hpp"
 #include "eval/spec.hpp"
+#include "eval_test_util.hpp"
 #include "test_support.hpp"
 #include "util/error.hpp"
 
@@ -32,13 +33,7 @@ EvalSpec yaml_spec(const std::string& yaml, const json& extra = json::object()) 
 }
 
 std::string spec_error(const json& task) {
-  try {
-    parse_spec({{"model", "m.gguf"}, {"tasks", {task}}}, "spec.json", ".");
-  } catch (const SpecError& e) {
-    return e.what();
-  }
-  FAIL("no SpecError thrown");
-  return "";
+  return kveval::test::spec_error([&] { parse_spec({{"model", "m.gguf"}, {"tasks", {task}}}, "spec.json", "."); });
 }
 
 const MetricValue& find(const std::vector<MetricValue>& ms, const std::string& name) {

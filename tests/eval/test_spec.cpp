@@ -8,21 +8,10 @@
 
 using namespace kveval;
 using namespace kveval::eval;
+using kveval::test::spec_error;
 using kveval::test::TempDir;
 
 namespace {
-
-/// The message of the SpecError thrown by `f`, or "" (fails the test) if none.
-template <class F>
-std::string spec_error(F&& f) {
-  try {
-    f();
-  } catch (const SpecError& e) {
-    return e.what();
-  }
-  FAIL("no SpecError thrown");
-  return "";
-}
 
 const char* kModelLine = R"("model": "m.gguf",)";
 

@@ -46,15 +46,7 @@ RandomModelSpec gemma2_spec() {
   return s;
 }
 
-const std::string& gemma2_path() {
-  static const test::ScratchDir dir("gemma2");
-  static const std::string path = [] {
-    const std::string p = dir.file("gemma2.gguf");
-    write_random_model(p, gemma2_spec(), 5);
-    return p;
-  }();
-  return path;
-}
+const std::string& gemma2_path() { return test::cached_random_model("gemma2", [] { return gemma2_spec(); }, 5); }
 
 using test::log_softmax_rows;
 using test::max_diff;
@@ -209,15 +201,7 @@ RandomModelSpec gemma3_spec() {
   return s;
 }
 
-const std::string& gemma3_path() {
-  static const test::ScratchDir dir("gemma3");
-  static const std::string path = [] {
-    const std::string p = dir.file("gemma3.gguf");
-    write_random_model(p, gemma3_spec(), 6);
-    return p;
-  }();
-  return path;
-}
+const std::string& gemma3_path() { return test::cached_random_model("gemma3", [] { return gemma3_spec(); }, 6); }
 
 }  // namespace
 

@@ -102,15 +102,7 @@ RandomModelSpec granite_spec() {
   return s;
 }
 
-const std::string& granite_path() {
-  static const test::ScratchDir dir("granite");
-  static const std::string path = [] {
-    const std::string p = dir.file("granite.gguf");
-    write_random_model(p, granite_spec(), 11);
-    return p;
-  }();
-  return path;
-}
+const std::string& granite_path() { return test::cached_random_model("granite", [] { return granite_spec(); }, 11); }
 
 }  // namespace
 
@@ -214,15 +206,7 @@ RandomModelSpec phi3_spec(int window = 0) {
   return s;
 }
 
-const std::string& phi3_path() {
-  static const test::ScratchDir dir("phi3");
-  static const std::string path = [] {
-    const std::string p = dir.file("phi3.gguf");
-    write_random_model(p, phi3_spec(), 12);
-    return p;
-  }();
-  return path;
-}
+const std::string& phi3_path() { return test::cached_random_model("phi3", [] { return phi3_spec(); }, 12); }
 
 }  // namespace
 

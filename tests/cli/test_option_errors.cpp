@@ -1,0 +1,138 @@
+// One-line errors a first run of the README's commands meets: a value set by a
+// command-line option is named by that option, a value from the spec by its key;
+// --apply-chat-template's optional value taking the spec; missing input files;
+// the compute-dtype line of a dtype given; --quiet with --baseline.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "cli_run.hpp"
+
+namespace {
+
+/// A spec of the demo model with `task` and the top-level keys `extra` (", \"max_length\": 64" or "").
+std::string spec_of(const std::string& task, const std::string& extra = "") {
+  return "{\"model\": " + json(std::filesystem::absolute(kveval::test::model_path()).string()).dump() + extra + ", \"tasks\": [" + task + "]}";
+}
+
+/// A loglikelihood_rolling task "ppl" over one document; `extra` adds keys (", \"num_fewshot\": 3").
+std::string rolling_task(const std::string& extra = "") {
+  return R"({"name": "ppl", "output_type": "loglikelihood_rolling", "docs": [{"t": "Once upon a time"}], "doc_to_target": "t")" +
+         extra + "}";
+}
+
+/// kLL with `extra` keys added before its closing brace.
+std::string ll_task(const std::string& extra) {
+  const std::string ll = kLL;
+  return ll.substr(0, ll.size() - 1) + extra + "}";
+}
+
+}  // namespace
+
+TEST_SUITE("cli.option_errors") {
+  TEST_CASE("a value an option set is named by the option; the same value in the spec by its key" * kveval::test::needs_model()) {
+    TempDir d;
+    const std::string rolling = d.write("rolling.json", spec_of(rolling_task()));
+    const std::string rolling3 = d.write("rolling3.json", spec_of(rolling_task(", \"num_fewshot\": 3")));
+    const std::string ll = d.write("ll.json", spec_of(kLL));
+    const std::string ll3 = d.write("ll3.json", spec_of(ll_task(", \"num_fewshot\": 3")));
+    const std::string long_spec = d.write("long.json", spec_of(kLL, ", \"max_length\": 100000"));
+    // stories260K: context_length 2048; kLL has two documents, so one example at most
+    check_one_line(run_kveval(d, "run -q --num-fewshot 3 " + quote(rolling)),
+                   "kveval: error: --num-fewshot: task 'ppl': loglikelihood_rolling tasks take no few-shot examples");
+    check_one_line(run_kveval(d, "run -q " + quote(rolling3)),
+                   "kveval: error: " + rolling3 + ": tasks[0].num_fewshot: loglikelihood_rolling tasks take no few-shot examples");
+    check_one_line(run_kveval(d, "run -q " + quote(ll) + " --num-fewshot 3"),
+                   "kveval: error: --num-fewshot: task 'll': 3 examples requested but only 1 available (a document is never its own example)");
+    check_one_line(run_kveval(d, "run -q " + quote(ll3)),
+                   "kveval: error: " + ll3 + ": tasks[0].num_fewshot: 3 examples requested but only 1 available (a document is never its own example)");
+    check_one_line(run_kveval(d, "run -q " + quote(ll) + " --max-length 100000"),
+                   "kveval: error: --max-length: 100000 exceeds the model's context_length 2048");
+    check_one_line(run_kveval(d, "run -q " + quote(long_spec)),
+                   "kveval: error: " + long_spec + ": max_length: 100000 exceeds the model's context_length 2048");
+    // the option overrides the spec's value: the spec's 100000 is not checked against the model
+    CHECK(run_kveval(d, "run -q " + quote(long_spec) + " --max-length 64").code == 0);
+    // ranges checked when the command line is read
+    for (const auto& [args, line] : std::vector<std::pair<std::string, std::string>>{
+             {"--max-length 1", "--max-length: expected an integer in [2, 16777216], got 1"},
+             {"--batch-size 0", "--batch-size: must be >= 1, got 0"},
+             {"--limit -1", "--limit: must be >= 0, got -1"},
+             {"--threads 99999", "--threads: expected an integer in [0, 4096], got 99999"},
+             {"--num-fewshot -1", "--num-fewshot: expected an integer in [0, 1048576], got -1"}}) {
+      CAPTURE(args);
+      check_one_line(run_kveval(d, "run -q " + quote(ll) + " " + args), "kveval: error: " + line + " (see --help)");
+    }
+  }
+
+  TEST_CASE("--apply-chat-template before the spec: its optional value took the spec; one line with the two fixes" *
+            kveval::test::needs_model()) {
+    TempDir d;
+    const std::string spec = d.write("spec.json", spec_of(kLL)), other = d.write("other.yaml", "task: x\n");
+    const std::string fix =
+        ": write --apply-chat-template=NAME for a template, or put the spec before --apply-chat-template for the "
+        "model's own (see --help)";
+    check_one_line(run_kveval(d, "run --apply-chat-template " + quote(spec)),
+                   "kveval: error: --apply-chat-template: took '" + spec + "' as the template, but it is a spec file" + fix);
+    check_one_line(run_kveval(d, "run " + quote(spec) + " --apply-chat-template " + quote(other)),
+                   "kveval: error: --apply-chat-template: took '" + other + "' as the template, but it is a spec file" + fix);
+    check_one_line(run_kveval(d, "run --apply-chat-template nowhere.json"),
+                   "kveval: error: --apply-chat-template: took 'nowhere.json' as the template, leaving no spec or --tasks" + fix);
+    // after the spec, with no value: the model's own template (stories260K has none: that error, not this one)
+    const Run own = run_kveval(d, "run " + quote(spec) + " --apply-chat-template");
+    CHECK(own.code == 2);
+    CHECK(own.err.find("no chat template (key 'tokenizer.chat_template' is missing)") != std::string::npos);
+  }
+
+  TEST_CASE("a missing file given to tokenize or chat-template is one line naming the option, exit 2" * kveval::test::needs_model()) {
+    TempDir d;
+    const std::string model = kveval::test::model_path(), missing = d.file("missing.txt");
+    const std::string messages = d.write("m.json", R"([{"role": "user", "content": "Hi"}])");
+    const std::string tpl = kveval::test::source_dir() + "/tests/data/chat_templates/im-think.jinja";
+    check_one_line(run_kveval(d, "tokenize -m " + quote(model) + " -f " + quote(missing)),
+                   "kveval: error: --file: " + missing + ": not found");
+    check_one_line(run_kveval(d, "tokenize -m " + quote(model) + " --file " + quote(d.path.string())),
+                   "kveval: error: --file: " + d.path.string() + ": is a directory, not a regular file");
+    check_one_line(run_kveval(d, "chat-template --template " + quote(missing) + " --messages " + quote(messages)),
+                   "kveval: error: --template: " + missing + ": not found");
+    check_one_line(run_kveval(d, "chat-template --template " + quote(tpl) + " --messages " + quote(missing)),
+                   "kveval: error: --messages: " + missing + ": not found");
+    // the same files present: they are read
+    const std::string text = d.write("t.txt", "Hello world");
+    CHECK(run_kveval(d, "tokenize -m " + quote(model) + " --ids -f " + quote(text)).code == 0);
+    CHECK(run_kveval(d, "chat-template --template " + quote(tpl) + " --messages " + quote(messages)).code == 0);
+  }
+
+  TEST_CASE("generate: a dtype given is named alone, auto with its reasons" * kveval::test::needs_model()) {
+    TempDir d;
+    const std::string model = kveval::test::model_path();
+    const Run given = run_kveval(d, "generate -m " + quote(model) + " -p 'Once upon' -n 2 --dtype f32");
+    INFO(given.err);
+    REQUIRE(given.code == 0);
+    CHECK(given.err.find("kveval: compute dtype f32; KV cache f32\n") != std::string::npos);
+    const Run chosen = run_kveval(d, "generate -m " + quote(model) + " -p 'Once upon' -n 2");
+    REQUIRE(chosen.code == 0);
+    CHECK(chosen.err.find("kveval: compute dtype auto -> f32 (file F32, oneDNN ISA ") != std::string::npos);
+  }
+
+  TEST_CASE("--quiet with --baseline: nothing on stderr when the gate passes, only the regression when it fails" *
+            kveval::test::needs_model()) {
+    TempDir d;
+    const std::string spec = d.write("spec.json", spec_of(kLL, ", \"max_length\": 64"));
+    REQUIRE(run_kveval(d, "run -q " + quote(spec) + " -o " + quote(d.file("base.json"))).code == 0);
+    const Run loud = run_kveval(d, "run " + quote(spec) + " --baseline " + quote(d.file("base.json")));
+    CHECK(loud.code == 0);
+    CHECK(loud.err.find("kveval: baseline: no metric worse by more than 0\n") != std::string::npos);
+    const Run same = run_kveval(d, "run -q " + quote(spec) + " --baseline " + quote(d.file("base.json")));
+    CHECK(same.code == 0);
+    CHECK(same.err == "");
+    json base = json::parse(slurp(d.file("base.json")));
+    const double ppl = base["results"]["ll"]["perplexity,none"].get<double>();
+    base["results"]["ll"]["perplexity,none"] = ppl - 0.5;  // the baseline was better
+    std::ofstream(d.file("better.json")) << base.dump();
+    const Run worse = run_kveval(d, "run -q " + quote(spec) + " --baseline " + quote(d.file("better.json")));
+    CHECK(worse.code == 3);
+    CHECK(count_lines(worse.err) == 1);
+    CHECK(worse.err.rfind("kveval: regression: ll perplexity: ", 0) == 0);
+  }
+}
