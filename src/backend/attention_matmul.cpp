@@ -15,7 +15,7 @@
 namespace kveval::backend {
 
 namespace {
-using detail::check_kv_dtype;
+using detail::check_kv_view;
 using detail::widen_row;
 
 /// The oneDNN path's softmax: row r of S [G * n_q, n_ctx] holds query i = r % n_q's
@@ -69,7 +69,7 @@ void attention(Engine& engine, const float* q, const KvView& kv, float* out, int
                int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t q_stride, Buffer& scratch,
                const AttentionOptions& opts) {
   if (q_stride == 0) q_stride = n_head * head_dim;
-  check_kv_dtype(kv);
+  check_kv_view(kv, past, opts);
   if (opts.tree != nullptr) {
     tree_attention(engine, q, kv, out, n_q, past, n_head, n_head_kv, head_dim, q_stride, scratch, opts);
     return;
@@ -80,7 +80,7 @@ void attention(Engine& engine, const float* q, const KvView& kv, float* out, int
   }
   // Causal blocks: queries [c0, c1) attend to positions [0, past + c1), so the
   // masked upper triangle costs ~1/(2 * blocks) of the square instead of half.
-  constexpr int64_t kBlock = 128;
+  constexpr int64_t kBlock = kAttentionQueryBlock;
   if (n_q > kBlock) {
     for (int64_t c0 = 0; c0 < n_q; c0 += kBlock)
       attention(engine, q + c0 * q_stride, kv, out + c0 * n_head * head_dim, std::min(kBlock, n_q - c0), past + c0,
@@ -92,23 +92,32 @@ void attention(Engine& engine, const float* q, const KvView& kv, float* out, int
   const int64_t G = n_head / n_head_kv, n_ctx = past + n_q, HD = head_dim;
   const float scale = opts.scale_for(HD);
   const bool narrow = kv.dtype != Dtype::F32;  // BF16 or F16
-  // Scores, then (16-bit K/V) one kv head's K and V widened to f32 [n_ctx, HD].
-  scratch.reserve(static_cast<size_t>(G * n_q * n_ctx + (narrow ? 2 * n_ctx * HD : 0)));
+  const bool copied = narrow || kv.begin > 0;   // K and V rebuilt as f32 rows [n_ctx, HD]
+  // Scores, then (16-bit K/V or a view from begin > 0) one kv head's K and V as f32 [n_ctx, HD].
+  scratch.reserve(static_cast<size_t>(G * n_q * n_ctx + (copied ? 2 * n_ctx * HD : 0)));
   float* S = scratch.data();
   float* kw = S + G * n_q * n_ctx;
   float* vw = kw + n_ctx * HD;
   // kv head hk's K (which 0) or V (1) as f32 rows pos_stride apart: in place
-  // for f32, widened into kw / vw for bf16 and f16.
+  // for an f32 view from position 0, else copied (16-bit widened) into kw / vw,
+  // the positions before kv.begin as zero rows (their scores are masked).
   auto head_rows = [&](int which, int64_t hk, int64_t& stride) -> float* {
     const void* base = which == 0 ? kv.k : kv.v;
-    if (!narrow) {
+    if (!copied) {
       stride = kv.pos_stride;
       return const_cast<float*>(static_cast<const float*>(base) + hk * kv.head_stride);
     }
-    const uint16_t* src = static_cast<const uint16_t*>(base) + hk * kv.head_stride;
     float* dst = which == 0 ? kw : vw;
+    const int64_t b = kv.begin;
+    std::fill(dst, dst + b * HD, 0.0f);
 #pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < n_ctx; ++p) widen_row(src + p * kv.pos_stride, kv.dtype, dst + p * HD, HD);
+    for (int64_t p = b; p < n_ctx; ++p) {
+      const int64_t at = hk * kv.head_stride + (p - b) * kv.pos_stride;
+      if (narrow)
+        widen_row(static_cast<const uint16_t*>(base) + at, kv.dtype, dst + p * HD, HD);
+      else
+        std::copy_n(static_cast<const float*>(base) + at, HD, dst + p * HD);
+    }
     stride = HD;
     return dst;
   };

@@ -44,7 +44,8 @@ LoadSummary summarize_gguf(const gguf::File& f);
 /// "load: llama, 24.70M parameters, tensors Q4_K x98, Q6_K x1, F32 x65 (13.9 MiB in file);
 /// weights F32 in memory, 94.2 MiB resident; context 2048; tokenizer llama; 0.120 s"
 /// (tokenizer "gpt2/llama-bpe" when a pre-tokenizer is named); with `sliding` set,
-/// "; sliding window 4096 on 13 of 26 layers (those read at most 4096 cached positions)" before the time, then
+/// "; sliding window 4096 on 13 of 26 layers (those read at most 4096 cached positions and keep at most
+/// 4223 per KV cache row)" before the time, then
 /// with `longrope` set "; " and it.
 std::string format_load_summary(const LoadSummary& s);
 
