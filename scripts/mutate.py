@@ -100,6 +100,10 @@ MUTATIONS = [
              "  n_past_[static_cast<size_t>(row)] = 0;\n",
              "",
              "reset_cache_row leaves the row's n_past"),
+    Mutation("sliding-cache-moves-off-by-one", "src/model/kv_cache.cpp",
+             "base + static_cast<size_t>(nb - b) * row_bytes",
+             "base + static_cast<size_t>(nb - b + 1) * row_bytes",
+             "a sliding layer's cache keeps the positions after those its next query sees (off by one)"),
     # more than the list
     Mutation("rope-model-positions-plus-1", "src/model/forward.cpp",
              "pos[static_cast<size_t>(seq_start[s] + i)] = tree ? static_cast<int32_t>(tree->position(i)) : p0 + i;",

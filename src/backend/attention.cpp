@@ -26,9 +26,13 @@ namespace kveval::backend {
 
 namespace detail {
 
-void check_kv_dtype(const KvView& kv) {
+void check_kv_view(const KvView& kv, int64_t past, const AttentionOptions& opts) {
   if (kv.dtype != Dtype::F32 && kv.dtype != Dtype::BF16 && kv.dtype != Dtype::F16)
     throw ArgumentError(fmt::format("attention: K/V dtype {} (f32, bf16 or f16 only)", to_string(kv.dtype)));
+  const int64_t first = opts.tree ? 0 : opts.first_visible(past);
+  if (kv.begin < 0 || kv.begin > first)
+    throw ArgumentError(fmt::format("attention: the K/V view starts at position {}; the query at {} sees position {}",
+                                    kv.begin, past, first));
 }
 
 void widen_row(const uint16_t* src, Dtype dtype, float* dst, int64_t n) {
@@ -42,7 +46,7 @@ void widen_row(const uint16_t* src, Dtype dtype, float* dst, int64_t n) {
 
 }  // namespace detail
 
-using detail::check_kv_dtype;
+using detail::check_kv_view;
 using detail::widen_row;
 
 namespace {
@@ -475,7 +479,7 @@ void run_item(const LoopPlan& pl, const float* qi, const KvView& kv, int64_t hk_
 /// Item (query i, chunk c of kv heads) of sequence sq: the query at block
 /// index past + i (its position, unless it is a tree branch's) sees positions
 /// [first_visible, position], handed to the kernels as positions [0, len) of a
-/// view shifted by first_visible (gathered for a tree branch).
+/// view shifted to first_visible (gathered for a tree branch).
 void attend_item(const LoopPlan& pl, const AttentionSeq& sq, int64_t i, int64_t c, LoopScratch& b) {
   const int64_t hk0 = c * pl.per_chunk, hk1 = std::min(pl.n_head_kv, hk0 + pl.per_chunk);
   const float* qi = sq.q + i * pl.q_stride;
@@ -490,8 +494,8 @@ void attend_item(const LoopPlan& pl, const AttentionSeq& sq, int64_t i, int64_t 
   const int64_t first = pl.opts.first_visible(t), len = t + 1 - first;
   const int64_t esize = sq.kv.dtype != Dtype::F32 ? 2 : 4;
   KvView kv = sq.kv;
-  kv.k = static_cast<const char*>(sq.kv.k) + first * kv.pos_stride * esize;
-  kv.v = static_cast<const char*>(sq.kv.v) + first * kv.pos_stride * esize;
+  kv.k = static_cast<const char*>(sq.kv.k) + (first - sq.kv.begin) * kv.pos_stride * esize;
+  kv.v = static_cast<const char*>(sq.kv.v) + (first - sq.kv.begin) * kv.pos_stride * esize;
   run_item(pl, qi, kv, 0, hk0, hk1, len, b, out_i);
 }
 
@@ -537,7 +541,7 @@ void attention(std::span<const AttentionSeq> seqs, int64_t n_head, int64_t n_hea
   if (opts.tree) detail::check_tree(seqs, *opts.tree);
   int64_t queries = 0, cost = 0;
   for (const AttentionSeq& s : seqs) {
-    check_kv_dtype(s.kv);
+    check_kv_view(s.kv, s.past, opts);
     queries += s.n_q;
     pl.max_ctx = std::max(pl.max_ctx, s.past + s.n_q);
     cost += s.n_q * n_head * (s.past + s.n_q) * head_dim;

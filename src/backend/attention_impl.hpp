@@ -9,8 +9,10 @@
 
 namespace kveval::backend::detail {
 
-/// Throws ArgumentError unless kv.dtype is F32, BF16 or F16.
-void check_kv_dtype(const KvView& kv);
+/// Throws ArgumentError unless kv.dtype is F32, BF16 or F16 and the view
+/// holds every position a block of queries from `past` sees: kv.begin in
+/// [0, opts.first_visible(past)], and 0 for a token tree.
+void check_kv_view(const KvView& kv, int64_t past, const AttentionOptions& opts);
 
 /// dst[d] = element d of the row at src (n 16-bit elements of `dtype`, BF16
 /// or F16) widened exactly to float.

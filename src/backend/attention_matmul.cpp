@@ -15,7 +15,7 @@
 namespace kveval::backend {
 
 namespace {
-using detail::check_kv_dtype;
+using detail::check_kv_view;
 using detail::widen_row;
 
 /// The oneDNN path's softmax: row r of S [G * n_q, n_ctx] holds query i = r % n_q's
@@ -48,6 +48,32 @@ void masked_softmax_rows(float* S, int64_t rows, int64_t n_q, int64_t n_ctx, int
     for (int64_t p = len; p < n_ctx; ++p) row[p] = 0.0f;
   }
 }
+/// kv head hk's K (which 0) or V (1) at positions [0, n_ctx) as f32 rows, `stride`
+/// floats apart: in place for an f32 view from position 0, else copied (16-bit
+/// ones widened) into dst [n_ctx, head_dim], the positions before kv.begin as
+/// zero rows (their scores are masked to 0, so 0 · v adds the same as a held row).
+float* head_rows(const KvView& kv, int which, int64_t hk, int64_t n_ctx, int64_t head_dim, float* dst,
+                 int64_t& stride) {
+  const void* base = which == 0 ? kv.k : kv.v;
+  const bool narrow = kv.dtype != Dtype::F32;  // BF16 or F16
+  if (!narrow && kv.begin == 0) {
+    stride = kv.pos_stride;
+    return const_cast<float*>(static_cast<const float*>(base) + hk * kv.head_stride);
+  }
+  const int64_t b = kv.begin, HD = head_dim;
+  std::fill(dst, dst + b * HD, 0.0f);
+#pragma omp parallel for schedule(static)
+  for (int64_t p = b; p < n_ctx; ++p) {
+    const int64_t at = hk * kv.head_stride + (p - b) * kv.pos_stride;
+    if (narrow)
+      widen_row(static_cast<const uint16_t*>(base) + at, kv.dtype, dst + p * HD, HD);
+    else
+      std::copy_n(static_cast<const float*>(base) + at, HD, dst + p * HD);
+  }
+  stride = HD;
+  return dst;
+}
+
 /// A token-tree block (opts.tree): the trunk as a causal block (any path), then
 /// the branch queries by the loop path, which honours the tree mask.
 void tree_attention(Engine& engine, const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past,
@@ -69,7 +95,7 @@ void attention(Engine& engine, const float* q, const KvView& kv, float* out, int
                int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t q_stride, Buffer& scratch,
                const AttentionOptions& opts) {
   if (q_stride == 0) q_stride = n_head * head_dim;
-  check_kv_dtype(kv);
+  check_kv_view(kv, past, opts);
   if (opts.tree != nullptr) {
     tree_attention(engine, q, kv, out, n_q, past, n_head, n_head_kv, head_dim, q_stride, scratch, opts);
     return;
@@ -80,7 +106,7 @@ void attention(Engine& engine, const float* q, const KvView& kv, float* out, int
   }
   // Causal blocks: queries [c0, c1) attend to positions [0, past + c1), so the
   // masked upper triangle costs ~1/(2 * blocks) of the square instead of half.
-  constexpr int64_t kBlock = 128;
+  constexpr int64_t kBlock = kAttentionQueryBlock;
   if (n_q > kBlock) {
     for (int64_t c0 = 0; c0 < n_q; c0 += kBlock)
       attention(engine, q + c0 * q_stride, kv, out + c0 * n_head * head_dim, std::min(kBlock, n_q - c0), past + c0,
@@ -91,27 +117,12 @@ void attention(Engine& engine, const float* q, const KvView& kv, float* out, int
   omp_set_num_threads(im.threads);
   const int64_t G = n_head / n_head_kv, n_ctx = past + n_q, HD = head_dim;
   const float scale = opts.scale_for(HD);
-  const bool narrow = kv.dtype != Dtype::F32;  // BF16 or F16
-  // Scores, then (16-bit K/V) one kv head's K and V widened to f32 [n_ctx, HD].
-  scratch.reserve(static_cast<size_t>(G * n_q * n_ctx + (narrow ? 2 * n_ctx * HD : 0)));
+  const bool copied = kv.dtype != Dtype::F32 || kv.begin > 0;  // head_rows copies K and V
+  // Scores, then (copied) one kv head's K and V as f32 [n_ctx, HD].
+  scratch.reserve(static_cast<size_t>(G * n_q * n_ctx + (copied ? 2 * n_ctx * HD : 0)));
   float* S = scratch.data();
   float* kw = S + G * n_q * n_ctx;
   float* vw = kw + n_ctx * HD;
-  // kv head hk's K (which 0) or V (1) as f32 rows pos_stride apart: in place
-  // for f32, widened into kw / vw for bf16 and f16.
-  auto head_rows = [&](int which, int64_t hk, int64_t& stride) -> float* {
-    const void* base = which == 0 ? kv.k : kv.v;
-    if (!narrow) {
-      stride = kv.pos_stride;
-      return const_cast<float*>(static_cast<const float*>(base) + hk * kv.head_stride);
-    }
-    const uint16_t* src = static_cast<const uint16_t*>(base) + hk * kv.head_stride;
-    float* dst = which == 0 ? kw : vw;
-#pragma omp parallel for schedule(static)
-    for (int64_t p = 0; p < n_ctx; ++p) widen_row(src + p * kv.pos_stride, kv.dtype, dst + p * HD, HD);
-    stride = HD;
-    return dst;
-  };
   using dt = dnnl::memory::data_type;
   auto& qk = im.get_attn(0, G);
   auto& sv = im.get_attn(1, G);
@@ -121,7 +132,7 @@ void attention(Engine& engine, const float* q, const KvView& kv, float* out, int
       // S[g, i, p] = q[i, hk*G + g, :] · k[p, hk, :]
       dnnl::memory qm({{G, n_q, HD}, dt::f32, {HD, q_stride, 1}}, im.eng, const_cast<float*>(q + hk * G * HD));
       int64_t ks = 0;
-      float* kh = head_rows(0, hk, ks);
+      float* kh = head_rows(kv, 0, hk, n_ctx, HD, kw, ks);
       dnnl::memory km({{1, HD, n_ctx}, dt::f32, {HD * n_ctx, 1, ks}}, im.eng, kh);
       dnnl::memory sm({{G, n_q, n_ctx}, dt::f32, {n_q * n_ctx, n_ctx, 1}}, im.eng, S);
       dnnl::memory sp1(qk.scratch_md, im.eng, im.scratch.data());
@@ -130,7 +141,7 @@ void attention(Engine& engine, const float* q, const KvView& kv, float* out, int
       masked_softmax_rows(S, G * n_q, n_q, n_ctx, past, scale, opts);
       // out[i, hk*G + g, :] = sum_p S[g, i, p] v[p, hk, :]
       int64_t vs = 0;
-      float* vh = head_rows(1, hk, vs);
+      float* vh = head_rows(kv, 1, hk, n_ctx, HD, vw, vs);
       dnnl::memory vm({{1, n_ctx, HD}, dt::f32, {n_ctx * HD, vs, 1}}, im.eng, vh);
       dnnl::memory om({{G, n_q, HD}, dt::f32, {HD, out_stride, 1}}, im.eng, out + hk * G * HD);
       dnnl::memory sp2(sv.scratch_md, im.eng, im.scratch.data());

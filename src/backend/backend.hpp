@@ -453,12 +453,19 @@ void add_scaled(float* y, const float* x, int64_t n, float scale);
 /// or F16 (uint16_t IEEE half bits); BF16 and F16 are widened exactly to float
 /// as they are read, so attention over them is bit-identical to attention over
 /// their F32 widening. Other dtypes throw ArgumentError.
+/// `begin`: the first position the view holds (a sliding-window cache drops
+/// older ones): k and v point at position `begin`, position p's element is at
+/// base[(p - begin) * pos_stride + ...], and no query of the call may see a
+/// position before it (ArgumentError). The batched-matmul path runs over
+/// positions [0, past + n_q) as for begin 0, the absent ones as zero rows
+/// (scores masked to 0, so the bits equal those of a view holding them).
 struct KvView {
   const void* k = nullptr;
   const void* v = nullptr;
   int64_t pos_stride = 0;
   int64_t head_stride = 0;
   Dtype dtype = Dtype::F32;
+  int64_t begin = 0;
 };
 
 /// A one-level token tree over a query block without a cached prefix (prefix
@@ -554,6 +561,11 @@ void attention(Engine& eng, const float* q, const KvView& kv, float* out, int64_
 /// without a cached prefix where the AVX-512 head kernel runs (head_dim 32-128
 /// in steps of 16).
 bool attention_uses_loop(int64_t n_q, int64_t past, int64_t head_dim);
+
+/// Queries per block of the oneDNN `attention`: a longer block runs as blocks
+/// of this many queries (query c0 of the block at past + c0), so calls on
+/// consecutive blocks of this size give the bits of one call on all of them.
+inline constexpr int64_t kAttentionQueryBlock = 128;
 
 /// Float buffer aligned to 64 bytes, grow-only (no shrink, no zero-fill).
 class Buffer {

@@ -24,6 +24,9 @@ void Context::set_kv_cache_dtype(KvCacheDtype d) {
   impl_->cache.set_dtype(resolve_kv_cache_dtype(d, impl_->w.dtype));
 }
 
+void Context::set_kv_cache_swa_full(bool full) { impl_->cache.set_swa_full(full); }
+bool Context::kv_cache_swa_full() const { return impl_->cache.swa_full(); }
+
 void Context::setup_caches(int batch_size, int max_seq_len) {
   auto& im = *impl_;
   if (batch_size < 1 || max_seq_len < 1)

@@ -48,15 +48,23 @@ class Context {
   const Model& model() const;
 
   // ---- KV cache (delegates to the context's KvCache) -----------------------
-  // K and V are each [n_layer][batch][n_kv_head][max_seq][head_dim] of
+  // K and V are each [n_layer][batch][n_kv_head][cells][head_dim] of
   // kv_cache_dtype() (float32, bfloat16 or IEEE half). Positions are half-open: row r
-  // holds [0, n_past(r)).
+  // has seen [0, n_past(r)); a global layer holds them all (cells = max_seq_len),
+  // a sliding-window layer the last window - 1 + 128 at most (KvCache).
 
   /// Element type of the caches (F32, BF16 or F16, never Auto).
   KvCacheDtype kv_cache_dtype() const;
   /// Sets the element type of caches set up from now on (Auto: resolved against
   /// the model's compute dtype). Throws CacheError while caches are set up (delete them first).
   void set_kv_cache_dtype(KvCacheDtype d);
+
+  /// llama.cpp's swa_full for caches set up from now on: true keeps every
+  /// position in the sliding-window layers too (KvCache::set_swa_full; the
+  /// same results, the memory of a cache without windows). Default false.
+  /// Throws CacheError while caches are set up.
+  void set_kv_cache_swa_full(bool full);
+  bool kv_cache_swa_full() const;
 
   /// Allocates caches for `batch_size` rows of `max_seq_len` positions and
   /// enables them; every row starts at position 0. No zero-fill: pages are
@@ -89,7 +97,7 @@ class Context {
   int cache_batch_size() const;
   /// Bytes held by K and V caches together (0 when not set up).
   size_t bytes() const;
-  /// Bytes a cache of this shape and of kv_cache_dtype() would take.
+  /// Bytes a cache of this shape, of kv_cache_dtype() and kv_cache_swa_full() would take.
   size_t cache_bytes_for(int batch_size, int max_seq_len) const;
   /// Raw cache memory for tests: K (which=0) or V (which=1), nullptr if not
   /// set up. F32 caches only: throws CacheError for a BF16 or F16 cache.

@@ -16,7 +16,8 @@ struct Context::Impl {
   explicit Impl(const Model& m)
       : model(m),
         w(*m.impl_),
-        cache(m.impl_->hp.n_layer, m.impl_->hp.n_head_kv, m.impl_->hp.head_dim(), m.impl_->kv_dtype) {}
+        cache(m.impl_->hp.n_layer, m.impl_->hp.n_head_kv, m.impl_->hp.head_dim(), m.impl_->kv_dtype,
+              m.impl_->layer_windows()) {}
 
   const Model& model;
   const Model::Impl& w;  ///< the weights and the shared engine
@@ -84,6 +85,8 @@ struct Context::Impl {
                       float* y);
   void attention_block(const Pass& p, int layer);
   void attend(const Pass& p, int layer, float* q, float* k, float* v);
+  void attend_blocks(int layer, int row, const float* q, const float* k, const float* v, float* out, int n,
+                     int64_t past, const backend::AttentionOptions& opts);
   void ffn_block(const Pass& p, int layer);
   void add_branch(const Pass& p, const std::vector<float>& post_norm);
   void output_head(const Pass& p, int batch, int seq, Logits mode, std::span<float> logits_out);

@@ -204,6 +204,10 @@ void Context::Impl::attend(const Pass& p, int layer, float* q, float* k, float* 
     int64_t past = 0;
     if (p.cached) {
       past = cache.n_past(r);
+      if (n > cache.max_append(layer)) {  // more than a sliding layer's cells take at once
+        attend_blocks(layer, r, q + t0 * QS, k + t0 * QS, v + t0 * QS, att.data() + t0 * NQ, n, past, opts);
+        continue;
+      }
       // Append K, V of the new tokens at positions [past, past + n).
       const uint64_t over = cache.append(layer, r, n, k + t0 * QS, v + t0 * QS, QS);
       stats.kv_f16_overflows += over;
@@ -224,6 +228,31 @@ void Context::Impl::attend(const Pass& p, int layer, float* q, float* k, float* 
   }
   be::attention(short_att, hp.n_head, hp.n_head_kv, HD, QS, opts);
   short_att.clear();
+}
+
+// One sequence's n tokens (q, k, v rows QS floats apart, out rows NQ apart)
+// at positions [past, past + n) of a sliding layer whose cells take fewer at
+// once: blocks of cache.max_append(layer) tokens (backend::kAttentionQueryBlock),
+// each appended, then attended. The same calls and bits as one call on all of
+// them: the oneDNN attention splits a long block into such blocks itself, and
+// the loop paths compute each query on its own.
+void Context::Impl::attend_blocks(int layer, int row, const float* q, const float* k, const float* v, float* out,
+                                  int n, int64_t past, const be::AttentionOptions& opts) {
+  const HParams& hp = w.hp;
+  const int HD = hp.head_dim(), NQ = w.q_dim();
+  const int64_t QS = NQ + 2 * w.kv_dim();
+  const int B = cache.max_append(layer);
+  const bool loop = be::attention_uses_loop(n, past, HD);
+  for (int c0 = 0; c0 < n; c0 += B) {
+    const int m = std::min(B, n - c0);
+    stats.kv_f16_overflows += cache.append(layer, row, m, k + c0 * QS, v + c0 * QS, QS, c0);
+    const be::KvView view = cache.view(layer, row);
+    if (loop)
+      be::attention(q + c0 * QS, view, out + int64_t{c0} * NQ, m, past + c0, hp.n_head, hp.n_head_kv, HD, QS, opts);
+    else
+      be::attention(*w.engine, q + c0 * QS, view, out + int64_t{c0} * NQ, m, past + c0, hp.n_head, hp.n_head_kv, HD,
+                    QS, scores, opts);
+  }
 }
 
 // x += ffn_down(act(ffn_norm(x) · [gate | up]ᵀ)) (+ biases), act = swiglu or geglu (the recipe's

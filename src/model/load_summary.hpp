@@ -47,7 +47,8 @@ LoadSummary summarize_gguf(const gguf::File& f);
 /// weights F32 in memory, 94.2 MiB resident; context 2048; tokenizer llama; 0.120 s"
 /// (tokenizer "gpt2/llama-bpe" when a pre-tokenizer is named); with `matmul` "int8",
 /// "; matmul int8 (decode steps on Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks with int8 activations)" before the time; then
-/// with `sliding` set, "; sliding window 4096 on 13 of 26 layers (those read at most 4096 cached positions)"; then
+/// with `sliding` set, "; sliding window 4096 on 13 of 26 layers (those read at most 4096 cached positions and keep
+/// at most 4223 per KV cache row)"; then
 /// with `longrope` set "; " and it.
 std::string format_load_summary(const LoadSummary& s);
 

@@ -48,7 +48,8 @@ KvCacheDtype Model::kv_cache_dtype() const { return impl_->kv_dtype; }
 size_t Model::cache_bytes_for(int batch_size, int max_seq_len, KvCacheDtype kv) const {
   const HParams& hp = impl_->hp;
   const KvCache shape(hp.n_layer, hp.n_head_kv, hp.head_dim(),
-                      kv == KvCacheDtype::Auto ? impl_->kv_dtype : resolve_kv_cache_dtype(kv, impl_->dtype));
+                      kv == KvCacheDtype::Auto ? impl_->kv_dtype : resolve_kv_cache_dtype(kv, impl_->dtype),
+                      impl_->layer_windows());
   return shape.bytes_for(batch_size, max_seq_len);
 }
 

@@ -219,7 +219,8 @@ class Model {
   /// materialises). For planning memory before a run.
   size_t activation_bytes_for(int rows, int seq, bool all_logits, int64_t tokens = -1, int64_t logit_rows = -1) const;
   /// Bytes K and V caches of `batch_size` rows x `max_seq_len` positions of
-  /// element type `kv` take (Auto: kv_cache_dtype()): KvCache::bytes_for.
+  /// element type `kv` take (Auto: kv_cache_dtype()), the sliding-window
+  /// layers window-sized: KvCache::bytes_for.
   size_t cache_bytes_for(int batch_size, int max_seq_len, KvCacheDtype kv = KvCacheDtype::Auto) const;
   /// Backend counters: oneDNN primitives created so far (by every Context of this model).
   uint64_t primitives_created() const;

@@ -101,6 +101,12 @@ struct Model::Impl {
   int sliding_window(int layer) const {
     return hp.sliding_window > 0 && (!desc->sliding_layer || desc->sliding_layer(layer)) ? hp.sliding_window : 0;
   }
+  /// sliding_window(layer) of every layer (the KV cache's per-layer windows).
+  std::vector<int> layer_windows() const {
+    std::vector<int> w(static_cast<size_t>(hp.n_layer));
+    for (int l = 0; l < hp.n_layer; ++l) w[static_cast<size_t>(l)] = sliding_window(l);
+    return w;
+  }
   /// Whether sliding layers rotate with other angles than the global ones (rope_swa).
   bool rope_swa_differs() const {
     return hp.sliding_window > 0 && (rope_swa.freq_base != rope.freq_base || rope_swa.freq_scale != rope.freq_scale);

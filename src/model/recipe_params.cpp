@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/backend.hpp"
 #include "util/error.hpp"
 
 namespace kveval {
@@ -35,6 +36,20 @@ void check_sliding_pattern(const gguf::File& f, const arch::Description& d, cons
       throw FormatError(fmt::format("{}: key '{}' makes layer {} {}; kveval supports only architecture '{}''s own "
                                     "pattern",
                                     f.path(), k, l, file[static_cast<size_t>(l)] ? "sliding" : "global", d.name));
+}
+
+/// {arch}.rope.scaling.finetuned (bool): llama.cpp reads it for every
+/// architecture (llama-model.cpp load_hparams: rope_finetuned, printed, used
+/// for no arithmetic) and, for granite, as the RoPE switch
+/// (src/models/granite.cpp: absent = true; false = no RoPE on any layer; the
+/// Granite converter writes true for attention-only files). Accepted and
+/// ignored, except granite's false, which is refused: kveval always rotates.
+void check_rope_finetuned(const gguf::File& f, const arch::Description& d) {
+  const std::string k = std::string(d.name) + ".rope.scaling.finetuned";
+  if (d.name == "granite" && !f.get_bool_or(k, true))
+    throw FormatError(fmt::format("{}: key '{}' is false: architecture 'granite' then runs without RoPE (llama.cpp's "
+                                  "switch), which kveval does not support",
+                                  f.path(), k));
 }
 
 }  // namespace
@@ -69,6 +84,7 @@ void read_recipe_numbers(const gguf::File& f, const arch::Description& d, HParam
     throw FormatError(fmt::format("{}: sliding window {} must be an integer in [0, {}]", f.path(), window, 1 << 24));
   hp.sliding_window = static_cast<int>(window);
   check_sliding_pattern(f, d, hp);
+  check_rope_finetuned(f, d);
   const float base_swa = resolve(d.rope_base_swa, "sliding layers' RoPE base");
   if (base_swa != 0.0f && !(base_swa > 1.0f))
     throw FormatError(fmt::format("{}: sliding layers' RoPE base {} must be > 1", f.path(), base_swa));
@@ -82,8 +98,11 @@ std::string sliding_summary(const HParams& hp, const arch::Description& d) {
   for (int l = 0; l < hp.n_layer; ++l) n += hp.sliding_window > 0 && (!d.sliding_layer || d.sliding_layer(l));
   if (n == 0) return "";
   const bool own_rope = hp.rope_freq_base_swa != hp.rope_freq_base || hp.rope_freq_scale_swa != hp.rope_freq_scale;
-  return fmt::format("sliding window {} on {} of {} layers (those read at most {} cached positions{})",
+  // KvCache::cells_for: window - 1 + the attention's query block.
+  return fmt::format("sliding window {} on {} of {} layers (those read at most {} cached positions and keep at "
+                     "most {} per KV cache row{})",
                      hp.sliding_window, n, hp.n_layer, hp.sliding_window,
+                     int64_t{hp.sliding_window} - 1 + backend::kAttentionQueryBlock,
                      own_rope ? fmt::format(", RoPE base {} scale {}", hp.rope_freq_base_swa, hp.rope_freq_scale_swa)
                               : "");
 }

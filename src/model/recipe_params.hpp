@@ -21,7 +21,8 @@ namespace kveval {
 void read_recipe_numbers(const gguf::File& f, const arch::Description& d, HParams& hp);
 
 /// "sliding window 4096 on 13 of 26 layers (those read at most 4096 cached
-/// positions[, RoPE base B scale S])", or "" when no layer slides.
+/// positions and keep at most 4223 per KV cache row[, RoPE base B scale S])"
+/// (KvCache::cells_for), or "" when no layer slides.
 std::string sliding_summary(const HParams& hp, const arch::Description& d);
 
 }  // namespace kveval

@@ -216,7 +216,8 @@ TEST_SUITE("model.gemma3") {
     CHECK(hp.rope_freq_scale_swa == 1.0f);
     CHECK(hp.rope_freq_scale == 0.25f);
     CHECK(m.model().load_summary().sliding ==
-          "sliding window 5 on 6 of 7 layers (those read at most 5 cached positions, RoPE base 10000 scale 1)");
+          "sliding window 5 on 6 of 7 layers (those read at most 5 cached positions and keep at most 132 per KV "
+          "cache row, RoPE base 10000 scale 1)");
     const test::ReferenceModel ref(gemma3_path());
     const size_t V = static_cast<size_t>(hp.n_vocab);
     const int T = 40;

@@ -192,6 +192,25 @@ TEST_SUITE("model.granite") {
                          doctest::Contains("tensor 'blk.0.attn_q_norm.weight' is not used by architecture 'granite'"),
                          FormatError);
   }
+
+  TEST_CASE("rope.scaling.finetuned: true (llama.cpp's RoPE on) loads with the same logits; false (no RoPE) is refused") {
+    const test::ScratchDir dir("granite_finetuned");
+    auto with_key = [](bool value) -> MetaEdit {
+      return [value](gguf::Writer& w, const std::string& k, const gguf::Value& v) {
+        w.add(k, v);
+        if (k == "granite.logit_scale") w.add_bool("granite.rope.scaling.finetuned", value);
+      };
+    };
+    const std::string on = rewritten(granite_path(), dir, "on.gguf", with_key(true));
+    REQUIRE(gguf::File(on).get_bool_or("granite.rope.scaling.finetuned", false));
+    auto a = test::load_context(granite_path(), ModelOptions{.dtype = ComputeDtype::F32});
+    auto b = test::load_context(on, ModelOptions{.dtype = ComputeDtype::F32});
+    const auto ids = token_ids(30, a.model().hparams().n_vocab);
+    CHECK(cache_free(*b, ids) == cache_free(*a, ids));
+    refused(rewritten(granite_path(), dir, "off.gguf", with_key(false)),
+            "key 'granite.rope.scaling.finetuned' is false: architecture 'granite' then runs without RoPE (llama.cpp's "
+            "switch), which kveval does not support");
+  }
 }
 
 namespace {
