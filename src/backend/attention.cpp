@@ -428,9 +428,10 @@ struct LoopPlan {
 
 /// Per-thread buffers of the loop attention, grown once: scores [heads per
 /// chunk][max_ctx], per-head max and 1/sum, heads_avx512's V sums, 16-bit K/V
-/// widened, a tree branch query's gathered K/V.
+/// widened, a tree query's visible rows and gathered K/V.
 struct LoopScratch {
   std::vector<float> scores, mx, inv, vacc, widened, tree_keys;
+  std::vector<int64_t> tree_rows;
   void reserve(const LoopPlan& pl) {
     const auto heads = static_cast<size_t>(pl.per_chunk * pl.group);
     if (scores.size() < heads * static_cast<size_t>(pl.max_ctx)) scores.resize(heads * static_cast<size_t>(pl.max_ctx));
@@ -473,21 +474,26 @@ void run_item(const LoopPlan& pl, const float* qi, const KvView& kv, int64_t hk_
 }
 
 /// Item (query i, chunk c of kv heads) of sequence sq: the query at block
-/// index past + i (its position, unless it is a tree branch's) sees positions
+/// index past + i (its position, unless it is a tree node's) sees positions
 /// [first_visible, position], handed to the kernels as positions [0, len) of a
-/// view shifted by first_visible (gathered for a tree branch).
+/// view shifted to the first of them (a tree node's rows gathered unless they
+/// are side by side: a node whose visible ancestors are the block indices just before it).
 void attend_item(const LoopPlan& pl, const AttentionSeq& sq, int64_t i, int64_t c, LoopScratch& b) {
   const int64_t hk0 = c * pl.per_chunk, hk1 = std::min(pl.n_head_kv, hk0 + pl.per_chunk);
   const float* qi = sq.q + i * pl.q_stride;
   float* out_i = sq.out + i * pl.n_head * pl.head_dim;
   const int64_t t = sq.past + i;
+  int64_t first = pl.opts.first_visible(t), len = t + 1 - first;
   if (pl.opts.tree && t >= pl.opts.tree->trunk) {
-    int64_t len = 0;
-    const KvView g = detail::gather_tree_keys(*pl.opts.tree, pl.opts, sq.kv, pl.head_dim, t, hk0, hk1, len, b.tree_keys);
-    run_item(pl, qi, g, hk0, hk0, hk1, len, b, out_i);
-    return;
+    detail::tree_rows(*pl.opts.tree, pl.opts, t, b.tree_rows);
+    len = static_cast<int64_t>(b.tree_rows.size());
+    first = b.tree_rows.front();
+    if (t - first + 1 != len) {  // ancestors not side by side: gathered
+      const KvView g = detail::gather_tree_keys(b.tree_rows, sq.kv, pl.head_dim, hk0, hk1, b.tree_keys);
+      run_item(pl, qi, g, hk0, hk0, hk1, len, b, out_i);
+      return;
+    }
   }
-  const int64_t first = pl.opts.first_visible(t), len = t + 1 - first;
   const int64_t esize = sq.kv.dtype != Dtype::F32 ? 2 : 4;
   KvView kv = sq.kv;
   kv.k = static_cast<const char*>(sq.kv.k) + first * kv.pos_stride * esize;
