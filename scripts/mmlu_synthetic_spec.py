@@ -5,15 +5,19 @@ solved questions and one open question, about `--context-words` words in all
 (~600 tokens with a Llama 3 vocabulary at the default 450 words), and four
 one-token choices " A", " B", " C", " D", as lm-eval's mmlu tasks ask
 ("Answer:" + " A"...). The words are drawn from a fixed list with a seeded
-random generator, so the same arguments give the same files. The numbers it
-measures are time and tokens; accuracies are meaningless.
+random generator, so the same arguments give the same files. With
+--shared-shots every document gets the same solved questions (lm-eval's
+first_n sampler over a dev split: every document of an MMLU subject has the
+same five shots), so the documents share a prefix of ~500 tokens; without it
+each document draws its own. The numbers it measures are time and tokens;
+accuracies are meaningless.
 
 Writes OUTDIR/mmlu_synthetic.json and OUTDIR/mmlu_synthetic.jsonl into a folder
 outside the repository.
 
 Usage:
     scripts/mmlu_synthetic_spec.py OUTDIR [--docs 8] [--shots 5] [--context-words 450]
-        [--seed 1] [--model FILE] [--batch-size B]
+        [--seed 1] [--model FILE] [--batch-size B] [--shared-shots]
 
 Exit status: 0, or 1 with one line on stderr for bad arguments or an output
 folder inside the repository.
@@ -56,6 +60,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--model", default="")
     ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--shared-shots", action="store_true")
     a = ap.parse_args()
     if a.docs < 1 or a.shots < 0 or a.context_words < 40 or a.batch_size < 1:
         fail("--docs >= 1, --shots >= 0, --context-words >= 40 and --batch-size >= 1 are needed")
@@ -65,10 +70,12 @@ def main():
     rng = random.Random(a.seed)
     per_q = a.context_words // (a.shots + 1)
     os.makedirs(out, exist_ok=True)
+    head = "The following are multiple choice questions (with answers).\n\n"
+    draw_shots = lambda: "".join(question(rng, per_q, rng.choice("ABCD")) for _ in range(a.shots))
+    shared = draw_shots() if a.shared_shots else None
     with open(os.path.join(out, "mmlu_synthetic.jsonl"), "w", encoding="utf-8") as f:
         for _ in range(a.docs):
-            head = "The following are multiple choice questions (with answers).\n\n"
-            shots = "".join(question(rng, per_q, rng.choice("ABCD")) for _ in range(a.shots))
+            shots = shared if shared is not None else draw_shots()
             f.write(json.dumps({"question": head + shots + question(rng, per_q, None),
                                 "choices": [" A", " B", " C", " D"], "answer": rng.randrange(4)}) + "\n")
     spec = {"batch_size": a.batch_size, "tasks": [{

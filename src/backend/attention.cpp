@@ -166,13 +166,16 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 load16(const F16
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
+/// Row of K or V holding position p: rows[p], or p itself when rows is null.
+inline int64_t row_of(const int64_t* rows, int64_t p) { return rows ? rows[p] : p; }
+
 /// Scaled scores of one query head against 16 positions from p0 (the first
-/// `m` of them real, the others 0): lane j = scale * q · k[p0 + j], each dot
-/// as NV 16-float products added in order, then sum_lanes16.
+/// `m` of them real, the others 0): lane j = scale * q · k[row_of(rows, p0 + j)],
+/// each dot as NV 16-float products added in order, then sum_lanes16.
 template <int NV, bool Full, class T>
 __attribute__((target("avx512f"), always_inline)) inline __m512 scores16(const __m512* qr, const T* k,
-                                                                        int64_t pos_stride, int64_t p0, int64_t m,
-                                                                        __m512 scale) {
+                                                                        int64_t pos_stride, const int64_t* rows,
+                                                                        int64_t p0, int64_t m, __m512 scale) {
   __m512 acc[16];
 #pragma GCC unroll 16
   for (int j = 0; j < 16; ++j) {
@@ -180,7 +183,7 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 scores16(const _
       acc[j] = _mm512_setzero_ps();
       continue;
     }
-    const T* kp = k + (p0 + j) * pos_stride;
+    const T* kp = k + row_of(rows, p0 + j) * pos_stride;
     acc[j] = _mm512_mul_ps(qr[0], load16(kp));
 #pragma GCC unroll 8
     for (int c = 1; c < NV; ++c) acc[j] = _mm512_fmadd_ps(qr[c], load16(kp + 16 * c), acc[j]);
@@ -196,22 +199,24 @@ inline void softcap_row(float* row, int64_t len, float softcap) {
   for (int64_t p = 0; p < len; ++p) row[p] = scale_softcap(row[p], 1.0f, softcap);
 }
 
-/// heads_avx512's scores: sc[g, p] = scale * q_g · k[p] for the G heads, p in
-/// [0, len), in 16-position blocks (each block of K rows read from memory once
-/// for all G heads).
+/// heads_avx512's scores: sc[g, p] = scale * q_g · k[row_of(rows, p)] for the
+/// G heads, p in [0, len), in 16-position blocks (each block of K rows read
+/// from memory once for all G heads).
 template <int NV, class T>
 __attribute__((target("avx512f"), always_inline)) inline void head_scores(const float* q, int64_t G, const T* k,
-                                                                         int64_t pos_stride, int64_t len, float scale,
-                                                                         float* sc, int64_t sc_stride) {
+                                                                         int64_t pos_stride, const int64_t* rows,
+                                                                         int64_t len, float scale, float* sc,
+                                                                         int64_t sc_stride) {
   constexpr int64_t HD = 16 * NV;
   const __m512 sv = _mm512_set1_ps(scale);
   int64_t p0 = 0;
   for (; p0 + 16 <= len; p0 += 16) {
-    if (p0 + kKAhead < len) prefetch_positions(k, pos_stride, p0 + kKAhead, std::min<int64_t>(16, len - p0 - kKAhead), HD);
+    if (p0 + kKAhead < len && !rows)
+      prefetch_positions(k, pos_stride, p0 + kKAhead, std::min<int64_t>(16, len - p0 - kKAhead), HD);
     for (int64_t g = 0; g < G; ++g) {
       __m512 qr[NV];
       for (int c = 0; c < NV; ++c) qr[c] = _mm512_loadu_ps(q + g * HD + 16 * c);
-      _mm512_storeu_ps(sc + g * sc_stride + p0, scores16<NV, true, T>(qr, k, pos_stride, p0, 16, sv));
+      _mm512_storeu_ps(sc + g * sc_stride + p0, scores16<NV, true, T>(qr, k, pos_stride, rows, p0, 16, sv));
     }
   }
   if (p0 < len) {
@@ -220,7 +225,7 @@ __attribute__((target("avx512f"), always_inline)) inline void head_scores(const 
     for (int64_t g = 0; g < G; ++g) {
       __m512 qr[NV];
       for (int c = 0; c < NV; ++c) qr[c] = _mm512_loadu_ps(q + g * HD + 16 * c);
-      _mm512_mask_storeu_ps(sc + g * sc_stride + p0, mask, scores16<NV, false, T>(qr, k, pos_stride, p0, m, sv));
+      _mm512_mask_storeu_ps(sc + g * sc_stride + p0, mask, scores16<NV, false, T>(qr, k, pos_stride, rows, p0, m, sv));
     }
   }
 }
@@ -246,13 +251,13 @@ __attribute__((target("avx512f"))) inline void softmax_rows16(float* sc, int64_t
   }
 }
 
-/// heads_avx512's weighted sum of V: acc[g, 2, HD] = sum_p sc[g, p] v[p] over
+/// heads_avx512's weighted sum of V: acc[g, 2, HD] = sum_p sc[g, p] v[row_of(rows, p)] over
 /// blocks of kVBlock positions (V read once for the G heads), even and odd
 /// positions in two accumulator sets (halving the fma chains' latency).
 template <int NV, class T>
 __attribute__((target("avx512f"), always_inline)) inline void head_values(const float* sc, int64_t G, int64_t sc_stride,
-                                                                          const T* v, int64_t pos_stride, int64_t len,
-                                                                          float* acc) {
+                                                                          const T* v, int64_t pos_stride,
+                                                                          const int64_t* rows, int64_t len, float* acc) {
   constexpr int64_t HD = 16 * NV;
   constexpr int64_t kVBlock = 32;  // even: the two accumulator sets see the same position pairs as one pass would
   std::fill(acc, acc + G * 2 * HD, 0.0f);
@@ -269,9 +274,9 @@ __attribute__((target("avx512f"), always_inline)) inline void head_values(const 
       int64_t p = pb;
       for (; p + 2 <= pe; p += 2) {
         const __m512 a0 = _mm512_set1_ps(sp[p]), a1 = _mm512_set1_ps(sp[p + 1]);
-        if (g == 0 && p + kVAhead + 1 < len) prefetch_positions(v, pos_stride, p + kVAhead, 2, HD);
-        const T* v0 = v + p * pos_stride;
-        const T* v1 = v0 + pos_stride;
+        if (g == 0 && p + kVAhead + 1 < len && !rows) prefetch_positions(v, pos_stride, p + kVAhead, 2, HD);
+        const T* v0 = v + row_of(rows, p) * pos_stride;
+        const T* v1 = v + row_of(rows, p + 1) * pos_stride;
 #pragma GCC unroll 8
         for (int c = 0; c < NV; ++c) {
           o0[c] = _mm512_fmadd_ps(a0, load16(v0 + 16 * c), o0[c]);
@@ -280,7 +285,7 @@ __attribute__((target("avx512f"), always_inline)) inline void head_values(const 
       }
       if (p < pe) {  // the last position when len is odd
         const __m512 a0 = _mm512_set1_ps(sp[p]);
-        for (int c = 0; c < NV; ++c) o0[c] = _mm512_fmadd_ps(a0, load16(v + p * pos_stride + 16 * c), o0[c]);
+        for (int c = 0; c < NV; ++c) o0[c] = _mm512_fmadd_ps(a0, load16(v + row_of(rows, p) * pos_stride + 16 * c), o0[c]);
       }
       for (int c = 0; c < NV; ++c) {
         _mm512_storeu_ps(ag + 16 * c, o0[c]);
@@ -291,7 +296,8 @@ __attribute__((target("avx512f"), always_inline)) inline void head_values(const 
 }
 
 /// The `G` query heads sharing one kv head, head_dim = 16 NV (AVX-512): q and
-/// out [G, head_dim]; K and V rows of positions [0, len) `pos_stride` apart.
+/// out [G, head_dim]; K and V rows of positions [0, len) `pos_stride` apart
+/// (position p in row rows[p] when rows is not null: a tree query's ancestors).
 /// Scores go to sc [G, sc_stride] (head_scores), then softmax in float with
 /// max subtraction after the soft-cap (softmax_rows16: 1 / sum in inv[G]),
 /// then out = (sum_p e_p v_p) / sum_p e_p (head_values; the G heads' running
@@ -300,12 +306,13 @@ __attribute__((target("avx512f"), always_inline)) inline void head_values(const 
 /// and V (widened as read).
 template <int NV, class T>
 __attribute__((target("avx512f"))) void heads_avx512(const float* q, int64_t G, const void* k_, const void* v_,
-                                                    int64_t pos_stride, int64_t len, float scale, float softcap,
-                                                    float* sc, int64_t sc_stride, float* inv, float* acc, float* out) {
+                                                    int64_t pos_stride, const int64_t* rows, int64_t len, float scale,
+                                                    float softcap, float* sc, int64_t sc_stride, float* inv, float* acc,
+                                                    float* out) {
   constexpr int64_t HD = 16 * NV;
-  head_scores<NV, T>(q, G, static_cast<const T*>(k_), pos_stride, len, scale, sc, sc_stride);
+  head_scores<NV, T>(q, G, static_cast<const T*>(k_), pos_stride, rows, len, scale, sc, sc_stride);
   softmax_rows16(sc, G, sc_stride, len, softcap, inv);
-  head_values<NV, T>(sc, G, sc_stride, static_cast<const T*>(v_), pos_stride, len, acc);
+  head_values<NV, T>(sc, G, sc_stride, static_cast<const T*>(v_), pos_stride, rows, len, acc);
   for (int64_t g = 0; g < G; ++g) {
     const __m512 iv = _mm512_set1_ps(inv[g]);
     const float* ag = acc + g * 2 * HD;
@@ -315,8 +322,8 @@ __attribute__((target("avx512f"))) void heads_avx512(const float* q, int64_t G, 
   }
 }
 
-using HeadKernel = void (*)(const float*, int64_t, const void*, const void*, int64_t, int64_t, float, float, float*,
-                            int64_t, float*, float*, float*);
+using HeadKernel = void (*)(const float*, int64_t, const void*, const void*, int64_t, const int64_t*, int64_t, float,
+                            float, float*, int64_t, float*, float*, float*);
 
 template <class T>
 HeadKernel head_kernel_t(int64_t head_dim) {
@@ -432,9 +439,10 @@ struct LoopPlan {
 
 /// Per-thread buffers of the loop attention, grown once: scores [heads per
 /// chunk][max_ctx], per-head max and 1/sum, heads_avx512's V sums, 16-bit K/V
-/// widened, a tree branch query's gathered K/V.
+/// widened, a tree query's visible rows and gathered K/V.
 struct LoopScratch {
   std::vector<float> scores, mx, inv, vacc, widened, tree_keys;
+  std::vector<int64_t> tree_rows;
   void reserve(const LoopPlan& pl) {
     const auto heads = static_cast<size_t>(pl.per_chunk * pl.group);
     if (scores.size() < heads * static_cast<size_t>(pl.max_ctx)) scores.resize(heads * static_cast<size_t>(pl.max_ctx));
@@ -448,11 +456,12 @@ struct LoopScratch {
 };
 
 /// The kernels on one item's `len` visible positions, handed over as positions
-/// [0, len) of `kv` whose kv head hk starts at (hk - hk_base) * head_stride:
-/// heads_avx512 kv head by kv head when available, else loop_item (16-bit K/V
-/// widened first: the f32 loop's arithmetic on the exact f32 values).
+/// [0, len) of `kv` whose kv head hk starts at (hk - hk_base) * head_stride
+/// (position p in row rows[p] of kv when rows is not null): heads_avx512 kv head
+/// by kv head when available, else loop_item (16-bit K/V widened first: the f32
+/// loop's arithmetic on the exact f32 values; rows must then be null).
 void run_item(const LoopPlan& pl, const float* qi, const KvView& kv, int64_t hk_base, int64_t hk0, int64_t hk1,
-              int64_t len, LoopScratch& b, float* out_i) {
+              int64_t len, LoopScratch& b, float* out_i, const int64_t* rows = nullptr) {
   const int64_t HD = pl.head_dim, G = pl.group;
   const bool narrow = kv.dtype != Dtype::F32;  // BF16 or F16
   const int64_t esize = narrow ? 2 : 4;
@@ -462,7 +471,7 @@ void run_item(const LoopPlan& pl, const float* qi, const KvView& kv, int64_t hk_
     for (int64_t hk = hk0; hk < hk1; ++hk) {
       const int64_t off = (hk - hk_base) * kv.head_stride * esize;  // bytes
       hkern(qi + hk * G * HD, G, static_cast<const char*>(kv.k) + off, static_cast<const char*>(kv.v) + off,
-            kv.pos_stride, len, pl.scale, pl.opts.softcap, sc, pl.max_ctx, b.inv.data(), b.vacc.data(),
+            kv.pos_stride, rows, len, pl.scale, pl.opts.softcap, sc, pl.max_ctx, b.inv.data(), b.vacc.data(),
             out_i + hk * G * HD);
     }
     return;
@@ -477,21 +486,30 @@ void run_item(const LoopPlan& pl, const float* qi, const KvView& kv, int64_t hk_
 }
 
 /// Item (query i, chunk c of kv heads) of sequence sq: the query at block
-/// index past + i (its position, unless it is a tree branch's) sees positions
+/// index past + i (its position, unless it is a tree node's) sees positions
 /// [first_visible, position], handed to the kernels as positions [0, len) of a
-/// view shifted to first_visible (gathered for a tree branch).
+/// view shifted to the first of them (a tree node's rows gathered unless they
+/// are side by side: a node whose visible ancestors are the block indices just before it).
 void attend_item(const LoopPlan& pl, const AttentionSeq& sq, int64_t i, int64_t c, LoopScratch& b) {
   const int64_t hk0 = c * pl.per_chunk, hk1 = std::min(pl.n_head_kv, hk0 + pl.per_chunk);
   const float* qi = sq.q + i * pl.q_stride;
   float* out_i = sq.out + i * pl.n_head * pl.head_dim;
   const int64_t t = sq.past + i;
+  int64_t first = pl.opts.first_visible(t), len = t + 1 - first;
   if (pl.opts.tree && t >= pl.opts.tree->trunk) {
-    int64_t len = 0;
-    const KvView g = detail::gather_tree_keys(*pl.opts.tree, pl.opts, sq.kv, pl.head_dim, t, hk0, hk1, len, b.tree_keys);
-    run_item(pl, qi, g, hk0, hk0, hk1, len, b, out_i);
-    return;
+    detail::tree_rows(*pl.opts.tree, pl.opts, t, b.tree_rows);
+    len = static_cast<int64_t>(b.tree_rows.size());
+    first = b.tree_rows.front();
+    if (t - first + 1 != len) {  // ancestors not side by side: read through their rows, or gathered for the loop
+      if (pl.f32) {
+        run_item(pl, qi, sq.kv, 0, hk0, hk1, len, b, out_i, b.tree_rows.data());
+        return;
+      }
+      const KvView g = detail::gather_tree_keys(b.tree_rows, sq.kv, pl.head_dim, hk0, hk1, b.tree_keys);
+      run_item(pl, qi, g, hk0, hk0, hk1, len, b, out_i);
+      return;
+    }
   }
-  const int64_t first = pl.opts.first_visible(t), len = t + 1 - first;
   const int64_t esize = sq.kv.dtype != Dtype::F32 ? 2 : 4;
   KvView kv = sq.kv;
   kv.k = static_cast<const char*>(sq.kv.k) + (first - sq.kv.begin) * kv.pos_stride * esize;

@@ -19,15 +19,18 @@ void check_kv_view(const KvView& kv, int64_t past, const AttentionOptions& opts)
 void widen_row(const uint16_t* src, Dtype dtype, float* dst, int64_t n);
 
 /// Throws ArgumentError unless `tree` fits the one sequence of `seqs` (a
-/// tree mask applies to one query block; branch starts strictly increasing
-/// from the trunk's end, inside the block).
+/// tree mask applies to one query block; each node's parent earlier, its
+/// position the parent's + 1).
 void check_tree(std::span<const AttentionSeq> seqs, const TreeMask& tree);
 
-/// A branch query of `tree` at block index t: the K and V rows of kv heads
-/// [hk0, hk1) at the positions it sees (opts.first_visible .. its own), in
-/// position order (trunk rows, then its branch's), gathered as f32 into
-/// w [2][hk1 - hk0][len][head_dim]; returns that view (kv head hk0 first) and sets len.
-KvView gather_tree_keys(const TreeMask& tree, const AttentionOptions& opts, const KvView& kv, int64_t head_dim,
-                        int64_t t, int64_t hk0, int64_t hk1, int64_t& len, std::vector<float>& w);
+/// rows [len]: the block indices of the positions the tree query at block
+/// index t sees (opts.first_visible .. its own), in position order (its
+/// ancestors, then itself), strictly increasing.
+void tree_rows(const TreeMask& tree, const AttentionOptions& opts, int64_t t, std::vector<int64_t>& rows);
+
+/// The K and V rows of kv heads [hk0, hk1) at block indices `rows`, gathered
+/// as f32 into w [2][hk1 - hk0][rows.size()][head_dim]; returns that view (kv head hk0 first).
+KvView gather_tree_keys(std::span<const int64_t> rows, const KvView& kv, int64_t head_dim, int64_t hk0, int64_t hk1,
+                        std::vector<float>& w);
 
 }  // namespace kveval::backend::detail

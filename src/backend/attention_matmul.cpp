@@ -75,7 +75,7 @@ float* head_rows(const KvView& kv, int which, int64_t hk, int64_t n_ctx, int64_t
 }
 
 /// A token-tree block (opts.tree): the trunk as a causal block (any path), then
-/// the branch queries by the loop path, which honours the tree mask.
+/// the other tree nodes by the loop path, which honours the tree mask.
 void tree_attention(Engine& engine, const float* q, const KvView& kv, float* out, int64_t n_q, int64_t past,
                     int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t q_stride, Buffer& scratch,
                     const AttentionOptions& opts) {

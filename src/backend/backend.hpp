@@ -468,20 +468,22 @@ struct KvView {
   int64_t begin = 0;
 };
 
-/// A one-level token tree over a query block without a cached prefix (prefix
-/// packing): block indices [0, trunk) are a causal trunk at positions [0, trunk);
-/// branch b holds the block indices [branch_start[b], branch_start[b + 1]) (the
-/// last one up to the block's end), its j-th token at position trunk + j,
-/// seeing the trunk's positions and its own branch up to itself, never a
-/// sibling. A branch token's keys are handed to the kernels in position order
-/// (trunk, then its branch), so its output has the bits of the same tokens
-/// attended as one causal sequence by the loop path.
+/// A token tree (a trie of token sequences) over a query block without a
+/// cached prefix (prefix packing): block indices [0, trunk) are a causal trunk
+/// at positions [0, trunk); every later block index t has a parent
+/// parent[t - trunk] < t (-1: a root, at position 0) and sits at position
+/// pos[t - trunk] = the parent's position + 1. A query sees its ancestors and
+/// itself, never another node. Its keys are handed to the kernels in position
+/// order, so its output has the bits of the same tokens attended as one causal
+/// sequence by the loop path.
 struct TreeMask {
   int64_t trunk = 0;
-  std::span<const int64_t> branch_start;  ///< strictly increasing, [0] == trunk
-  /// Branch of block index t >= trunk (-1 for the trunk) and its position.
-  int64_t branch_of(int64_t t) const;
-  int64_t position(int64_t t) const;
+  std::span<const int64_t> parent;  ///< [n_q - trunk]: each later query's parent block index (< its own, or -1)
+  std::span<const int64_t> pos;     ///< [n_q - trunk]: their positions
+  /// Position of block index t.
+  int64_t position(int64_t t) const { return t < trunk ? t : pos[static_cast<size_t>(t - trunk)]; }
+  /// Block index of t's parent (-1 for a root).
+  int64_t parent_of(int64_t t) const { return t < trunk ? t - 1 : parent[static_cast<size_t>(t - trunk)]; }
 };
 
 /// How attention turns a query-key dot product into a softmax input, and which
@@ -497,7 +499,7 @@ struct AttentionOptions {
   /// Non-null: the query block is a token tree (TreeMask); windows apply to
   /// its positions. Honoured by the loop paths (one sequence per call, past =
   /// the block index of its first query); the oneDNN `attention` runs the trunk
-  /// as a causal block and routes the branch queries to the loop path.
+  /// as a causal block and routes the other nodes to the loop path.
   const TreeMask* tree = nullptr;
   /// The scale for heads of `head_dim`: `scale`, or 1 / sqrt(head_dim) when it is 0.
   float scale_for(int64_t head_dim) const {

@@ -169,5 +169,7 @@ void run_roofline(Ctx& c);
 void run_pp(Ctx& c, Steps steps);
 /// Test "ll": kveval::score throughput on synthetic requests at each batch (pp.cpp).
 void run_ll(Ctx& c, Steps steps);
+/// Test "mc": multiple-choice scoring (mc_requests) packed and unpacked at each batch (mc.cpp).
+void run_mc(Ctx& c, Steps steps);
 
 }  // namespace kveval::bench::detail

@@ -66,6 +66,8 @@ void write_start_meta(const Options& o, Report& rep) {
                          {"gen_mixed_prompts", o.gen_mixed_prompts}, {"gen_mixed_max_gen", o.gen_mixed_max_gen},
                          {"gen_mixed_rows", o.gen_mixed_rows}, {"dtypes", o.dtypes},
                          {"kv_cache_dtypes", o.kv_cache_dtypes}, {"matmul", o.matmul}};
+  opts["mc"] = {{"docs", o.mc.docs}, {"prefix", o.mc.prefix}, {"context", o.mc.context}, {"choices", o.mc.choices},
+                {"choice_tokens", o.mc.choice_tokens}};
   opts["cache_shapes"] = nlohmann::json::array();
   for (const auto& s : o.cache_shapes) opts["cache_shapes"].push_back({s[0], s[1]});
   rep.meta["options"] = opts;
@@ -216,6 +218,7 @@ void ThreadRun::run_test(Ctx& c, Model& model, const std::vector<KvCacheDtype>& 
   if (test == "cache") run_cache(c, steps);
   if (test == "switch") guarded([&] { run_switch(c, steps); });
   if (test == "ll") run_ll(c, steps);
+  if (test == "mc") run_mc(c, steps);
   if (test == "load") run_load(o, c.threads, model.dtype(), rep, progress);
   if (test == "dequant") run_dequant(o, c.threads, rep, progress);
   if (test == "gen-mixed") guarded([&] { run_gen_mixed(o, c.context, c.threads, rep, progress, steps); });

@@ -187,6 +187,18 @@ struct Planner {
     for (int b : o.batches) test(base, "ll", b);
   }
 
+  void mc(const Instance& base) {
+    const int64_t need = int64_t(o.mc.prefix) + o.mc.context + o.mc.choice_tokens;  // one request's tokens
+    if (need > int64_t(n_ctx) + 1) {
+      warn(base, "mc",
+           fmt::format("mc skipped: a request of {} + {} + {} tokens (--mc-prefix, --mc-context, --mc-choice-tokens) "
+                       "does not fit the model's context length {}",
+                       o.mc.prefix, o.mc.context, o.mc.choice_tokens, n_ctx));
+      return;
+    }
+    for (int b : o.batches) test(base, "mc", b);
+  }
+
   void gen_mixed(const Instance& base) {
     if (n_ctx < 33) {  // the workload's prompts: up to 32 tokens, then >= 1 generated
       warn(base, "gen-mixed",
@@ -229,6 +241,7 @@ struct Planner {
       if (selected(o, "cache")) cache(base);
       if (selected(o, "switch")) switch_(base);
       if (first && selected(o, "ll")) ll(base);
+      if (first && selected(o, "mc")) mc(base);
       if (first && selected(o, "load")) test(base, "load");
       if (first && selected(o, "dequant") && dequant) test(base, "dequant");
       if (selected(o, "gen-mixed")) gen_mixed(base);

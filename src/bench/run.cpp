@@ -33,12 +33,14 @@ using namespace detail;  // Ctx, repeat, run_cache, run_switch (ctx.hpp)
 
 const std::vector<std::string>& test_names() {
   static const std::vector<std::string> names = {"roofline", "pp",  "tg",   "tg-nocache", "cache",
-                                                 "switch",   "ll",  "load", "dequant", "fidelity", "gen-mixed"};
+                                                 "switch",   "ll",  "mc",  "load", "dequant", "fidelity", "gen-mixed"};
   return names;
 }
 
 /// Tests that run only when named in --tests (load reloads the model many times).
-static bool opt_in(const std::string& t) { return t == "load" || t == "dequant" || t == "fidelity" || t == "gen-mixed"; }
+static bool opt_in(const std::string& t) {
+  return t == "load" || t == "dequant" || t == "fidelity" || t == "gen-mixed" || t == "mc";
+}
 
 std::vector<std::string> detail::default_tests() {
   std::vector<std::string> v;
@@ -90,7 +92,9 @@ void validate(const Options& o) {
                          Bound{o.ll_requests, "--ll-requests", 1000000},
                          Bound{o.gen_mixed_prompts, "--gen-mixed-prompts", 1000000},
                          Bound{o.gen_mixed_max_gen, "--gen-mixed-max-gen", 1 << 20},
-                         Bound{o.gen_mixed_rows, "--gen-mixed-rows", 4096}})
+                         Bound{o.gen_mixed_rows, "--gen-mixed-rows", 4096}, Bound{o.mc.docs, "--mc-docs", 1000000},
+                         Bound{o.mc.prefix, "--mc-prefix", 1 << 20}, Bound{o.mc.context, "--mc-context", 1 << 20},
+                         Bound{o.mc.choices, "--mc-choices", 4096}, Bound{o.mc.choice_tokens, "--mc-choice-tokens", 1 << 20}})
     if (b.v < 1 || b.v > b.hi) throw ArgumentError(fmt::format("{}: must be in [1, {}], got {}", b.name, b.hi, b.v));
   if (o.kv_cache_dtypes.empty()) throw ArgumentError("--kv-cache-dtype: expected at least one value");
   for (const auto& k : o.kv_cache_dtypes) parse_kv_cache_dtype(k, "--kv-cache-dtype");  // a bad name fails first

@@ -4,8 +4,8 @@
 // Tests: pp (cache-free prompt forward), tg (cached decode), tg-nocache
 // (decode re-running the whole sequence, plus the cached/uncached speedup),
 // cache (KV cache lifecycle), switch (generate/score alternation under both
-// cache policies), ll (scoring throughput), roofline (stream bandwidth and
-// oneDNN sgemm at the model's shapes).
+// cache policies), ll (scoring throughput), mc (multiple-choice scoring,
+// packed and unpacked), roofline (stream bandwidth and oneDNN sgemm at the model's shapes).
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -23,6 +23,17 @@ namespace kveval::bench {
 /// Names accepted by --tests, in the order they run. "load", "dequant"
 /// (load.hpp) and "gen-mixed" (gen.hpp) run only when named; an empty --tests runs the others.
 const std::vector<std::string>& test_names();
+
+/// The synthetic multiple-choice workload of test "mc": `docs` documents whose
+/// contexts are a shared prefix of `prefix` tokens (BOS first) then `context`
+/// tokens of their own, each with `choices` continuations of `choice_tokens` tokens.
+struct McShape {
+  int docs = 16;
+  int prefix = 128;
+  int context = 64;
+  int choices = 4;
+  int choice_tokens = 2;
+};
 
 /// What to measure. Lists are swept as a cross product, like llama-bench.
 struct Options {
@@ -42,6 +53,7 @@ struct Options {
   int switch_prompt = 16;  ///< switch: prompt tokens per row
   int switch_gen = 32;     ///< switch: generated tokens per row G
   int ll_requests = 64;    ///< ll: synthetic requests per run
+  McShape mc;              ///< mc: the workload
   int gen_mixed_prompts = 64;   ///< gen-mixed: prompts per run
   int gen_mixed_max_gen = 256;  ///< gen-mixed: max_gen_toks drawn uniformly in [1, this]
   int gen_mixed_rows = 8;       ///< gen-mixed: cache rows when -b holds no value >= 2
@@ -78,6 +90,24 @@ size_t fit_stream_buffer(size_t wanted, std::optional<uint64_t> available, size_
 /// `batch` prompts of `n_prompt` tokens: BOS, then ids uniform in
 /// [3, n_vocab) excluding BOS/EOS, deterministic from `seed` (mt19937_64).
 std::vector<std::vector<int32_t>> synthetic_prompts(const Model& model, int batch, int n_prompt, uint64_t seed);
+
+/// Most tokens of one of test mc's packed rows (capped at the context length):
+/// max_length's usual value in lm-eval runs.
+inline constexpr int kMcRowTokens = 2048;
+
+/// The requests of test mc (ScoreRequest::pack set), document by document:
+/// the prefix is synthetic_prompts(model, 1, prefix, seed); each document's own
+/// part and each choice begin with a distinct id (3 + index), so that they
+/// share nothing beyond the prefix and their document's context.
+std::vector<ScoreRequest> mc_requests(const Model& model, const McShape& s, uint64_t seed);
+
+/// What score() computes for mc_requests(s) in rows of at most `row_tokens`
+/// tokens: requests, tokens requested (each request's tokens but its last),
+/// tokens computed shared (the tries) and alone, and logit rows either way.
+struct McCounts {
+  int64_t requests = 0, requested = 0, computed_shared = 0, logit_rows_shared = 0, logit_rows_alone = 0;
+};
+McCounts mc_counts(const McShape& s, int row_tokens);
 
 /// A measurement that could not be made as asked, for a reason of the model
 /// (a row's logits turned NaN or Inf, e.g. an f16 KV cache overflowed): the

@@ -84,7 +84,7 @@ void add_bench_options(CLI::App* sub, const std::shared_ptr<BenchState>& st) {
   sub->add_option("-n,--n-gen", st->o.n_gen, "tg/tg-nocache: generated tokens, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("--tg-prompt", st->o.tg_prompt, "tg/tg-nocache: prompt tokens before generating")->delimiter(',')->capture_default_str();
   sub->add_option("-r,--repetitions", st->o.repetitions, "timed repetitions after one warm-up")->capture_default_str();
-  sub->add_option("--tests", st->o.tests, "tests to run: roofline,pp,tg,tg-nocache,cache,switch,ll (default: all of these), load, dequant, fidelity, gen-mixed")
+  sub->add_option("--tests", st->o.tests, "tests to run: roofline,pp,tg,tg-nocache,cache,switch,ll (default: all of these), mc, load, dequant, fidelity, gen-mixed")
       ->delimiter(',');
   sub->add_option("--cache-shapes", st->shapes, "cache test: BATCHxPOSITIONS list")->delimiter(',')->capture_default_str();
   sub->add_option("--switch-rounds", st->o.switch_rounds, "switch: timed rounds per policy")->capture_default_str();
@@ -92,6 +92,12 @@ void add_bench_options(CLI::App* sub, const std::shared_ptr<BenchState>& st) {
   sub->add_option("--switch-prompt", st->o.switch_prompt, "switch: prompt tokens per row")->capture_default_str();
   sub->add_option("--switch-gen", st->o.switch_gen, "switch: generated tokens per row")->capture_default_str();
   sub->add_option("--ll-requests", st->o.ll_requests, "ll: synthetic requests")->capture_default_str();
+  sub->add_option("--mc-docs", st->o.mc.docs, "mc: documents")->capture_default_str();
+  sub->add_option("--mc-prefix", st->o.mc.prefix, "mc: tokens of the prefix all documents share (BOS first)")
+      ->capture_default_str();
+  sub->add_option("--mc-context", st->o.mc.context, "mc: tokens of each document's own context")->capture_default_str();
+  sub->add_option("--mc-choices", st->o.mc.choices, "mc: choices per document")->capture_default_str();
+  sub->add_option("--mc-choice-tokens", st->o.mc.choice_tokens, "mc: tokens per choice")->capture_default_str();
   sub->add_option("--gen-mixed-prompts", st->o.gen_mixed_prompts, "gen-mixed: prompts per run")->capture_default_str();
   sub->add_option("--gen-mixed-max-gen", st->o.gen_mixed_max_gen, "gen-mixed: max_gen_toks drawn in [1, this]")
       ->capture_default_str();

@@ -22,6 +22,7 @@ using detail::plan_for;
 using detail::plan_generation;
 using detail::score_chunk_size;
 using detail::score_chunks;
+using detail::score_options;
 
 /// Earliest position of any stop string in `text` at or after `from`, npos if none.
 size_t find_stop(const std::string& text, const std::vector<std::string>& until, size_t from = 0) {
@@ -104,13 +105,15 @@ void score_phase(const EvalSpec& spec, Context& ctx, const RunOptions& opts, con
   Stopwatch sw;
   int64_t tokens = 0;
   size_t done = 0;
-  for (const auto& chunk : score_chunks(order, res.requests, score_chunk_size(res.batch_size), opts.pack_prefixes)) {
-    const std::vector<ScoreRequest> batch = chunk_requests(chunk, res.requests, opts.pack_prefixes);
+  const ScoreOptions sopts = score_options(opts.pack_prefixes, res.max_length);
+  const int n_ctx = ctx.model().hparams().n_ctx_train;
+  for (const auto& chunk : score_chunks(order, res.requests, score_chunk_size(res.batch_size), n_ctx, sopts)) {
+    const std::vector<ScoreRequest> batch = chunk_requests(chunk, res.requests);
     for (const ScoreRequest& r : batch) {
       tokens += static_cast<int64_t>(r.tokens.size());
       res.ll_tokens_requested += r.tokens.size() - 1;
     }
-    std::vector<ScoreResult> out = score(ctx, batch, res.batch_size);
+    std::vector<ScoreResult> out = score(ctx, batch, res.batch_size, sopts);
     if (out.size() != batch.size())
       throw Error(fmt::format("internal: score() returned {} results for {} requests", out.size(), batch.size()));
     for (size_t k = 0; k < chunk.size(); ++k) {

@@ -38,10 +38,11 @@ struct RunOptions {
   /// (groups of batch_size requests, each decoded until its longest row ends).
   /// Outputs are the same; only the time differs.
   Batching batching = Batching::Dynamic;
-  /// Log-likelihood requests with the same context tokens (every choice of a
-  /// multiple_choice document, not left-truncated) share one token-tree row
-  /// (score(), ScoreRequest::pack); false scores each alone. Numbers are the same
-  /// either way (bit for bit where Context::TokenTree says, else up to float rounding).
+  /// Log-likelihood requests sharing a prefix (the choices of a multiple_choice
+  /// document, documents with the same few-shot examples) share its positions
+  /// in token-trie rows of at most max_length tokens (score(),
+  /// ScoreOptions::share_prefixes); false scores each alone. Numbers are the
+  /// same bit for bit either way (where the matmuls are batch-invariant).
   bool pack_prefixes = true;
   /// Test hook: called inside the generation scope before the requests of batch
   /// `batch` (0-based; generation-order requests [batch x rows, (batch + 1) x rows))

@@ -1,8 +1,7 @@
-// The runner's scoring chunks (prefix-packing groups kept whole) and its memory plan.
+// The runner's scoring chunks (score()'s rows kept whole) and its memory plan.
 #include "eval/score_chunks.hpp"
 
 #include <algorithm>
-#include <map>
 
 #include "model/cost.hpp"
 
@@ -21,46 +20,36 @@ GenPlan plan_generation(const std::vector<size_t>& order, const std::vector<Requ
   return p;
 }
 
-/// True for a request score() may pack with others of the same context:
-/// a loglikelihood request (also a multiple_choice choice) that was not left-truncated.
-bool packable(const Request& r) { return r.kind == RequestKind::Loglikelihood && r.truncated_tokens == 0; }
+/// True for a request score() scores as a token tree and may pack with others
+/// sharing a prefix: a loglikelihood request (also a multiple_choice choice,
+/// left-truncated or not).
+bool packable(const Request& r) { return r.kind == RequestKind::Loglikelihood; }
+
+/// score()'s options for the runner: prefixes shared when `pack`, rows of at
+/// most max_length tokens.
+ScoreOptions score_options(bool pack, int max_length) { return ScoreOptions{pack, max_length}; }
 
 /// The scoring requests of `order` (canonical) cut into the chunks score_phase
-/// hands to score(): requests with the same context (packable, identical
-/// tokens[0, score_from)) follow the first of them, and a chunk of at least
-/// `chunk` requests never splits such a group, so score() forms the same rows
+/// hands to score(): score()'s rows over all of them (score_rows), whole rows
+/// per chunk of at least `chunk` requests, so score() forms the same rows
 /// whatever the chunk size.
 std::vector<std::vector<size_t>> score_chunks(const std::vector<size_t>& order, const std::vector<Request>& requests,
-                                              size_t chunk, bool pack) {
-  std::map<std::vector<int32_t>, size_t> group_of;  // context -> its group
-  std::vector<std::vector<size_t>> groups;
-  for (size_t i : order) {
-    const ScoreRequest& s = requests[i].score;
-    if (!pack || !packable(requests[i])) {
-      groups.push_back({i});
-      continue;
-    }
-    auto [it, added] = group_of.try_emplace(std::vector<int32_t>(s.tokens.begin(), s.tokens.begin() + s.score_from),
-                                            groups.size());
-    if (added) groups.emplace_back();
-    groups[it->second].push_back(i);
-  }
+                                              size_t chunk, int n_ctx, const ScoreOptions& opts) {
   std::vector<std::vector<size_t>> chunks;
-  for (const auto& g : groups) {
+  for (const auto& row : score_rows(chunk_requests(order, requests), n_ctx, opts)) {
     if (chunks.empty() || chunks.back().size() >= chunk) chunks.emplace_back();
-    chunks.back().insert(chunks.back().end(), g.begin(), g.end());
+    for (size_t m : row) chunks.back().push_back(order[m]);
   }
   return chunks;
 }
 
-/// The ScoreRequests of one chunk (with `pack`: pack set where packable).
-std::vector<ScoreRequest> chunk_requests(const std::vector<size_t>& chunk, const std::vector<Request>& requests,
-                                         bool pack) {
+/// The ScoreRequests of one chunk (pack set where packable).
+std::vector<ScoreRequest> chunk_requests(const std::vector<size_t>& chunk, const std::vector<Request>& requests) {
   std::vector<ScoreRequest> out;
   out.reserve(chunk.size());
   for (size_t i : chunk) {
     out.push_back(requests[i].score);
-    out.back().pack = pack && packable(requests[i]);
+    out.back().pack = packable(requests[i]);
   }
   return out;
 }
@@ -75,9 +64,10 @@ MemoryPlan plan_for(const Model& model, const std::vector<Request>& requests, co
   p.weights = model.weight_bytes();
   // scoring: the passes score() runs on score_phase's chunks (forward_rows packs the valid tokens and
   // materialises logits only for the scored positions)
-  for (const auto& chunk : score_chunks(score_order, requests, score_chunk_size(batch_size), pack))
-    for (const ScorePassShape& s : score_pass_shapes(chunk_requests(chunk, requests, pack), batch_size,
-                                                     model.hparams().n_ctx_train))
+  const int n_ctx = model.hparams().n_ctx_train;
+  const ScoreOptions opts = score_options(pack, max_length);
+  for (const auto& chunk : score_chunks(score_order, requests, score_chunk_size(batch_size), n_ctx, opts))
+    for (const ScorePassShape& s : score_pass_shapes(chunk_requests(chunk, requests), batch_size, n_ctx, opts))
       p.activations = std::max(p.activations, model.activation_bytes_for(s.rows, s.seq, false, s.tokens, s.logit_rows));
   // generation: the cache of the scope and each batch's prefill (last-position logits)
   const GenPlan g = plan_generation(gen_order, requests, batch_size, max_length);

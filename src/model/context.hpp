@@ -134,19 +134,20 @@ class Context {
     int index = 0;
   };
 
-  /// A row packed as a one-level token tree (prefix packing, cache-free only):
-  /// tokens [0, trunk) are the shared trunk at positions [0, trunk); then the
-  /// branches, branch b = tokens [branch_start[b], branch_start[b + 1]) (the last
-  /// one up to n_tokens[row]), its j-th token at RoPE position trunk + j,
-  /// attending to the whole trunk and to its own branch up to itself, never to
-  /// another branch (backend::TreeMask). Without branches the row is a plain
-  /// causal sequence. Each token's result equals the one of the same tokens
-  /// scored alone as trunk + branch (bit-identical where both take the loop
-  /// attention: sequences of up to 64 tokens on AVX-512 or any length with
-  /// head_dim < 32; otherwise up to float rounding of the attention).
+  /// A row packed as a token tree (a trie of token sequences; prefix packing,
+  /// cache-free only): tokens [0, trunk) are a causal trunk at positions
+  /// [0, trunk); token trunk + i has the parent token parent[i] (an earlier
+  /// index, or -1 for a root at position 0) and sits at RoPE position the
+  /// parent's + 1, attending to its ancestors and itself, never to another
+  /// node (backend::TreeMask). Without nodes (parent empty) the row is a plain
+  /// causal sequence. Each node's result equals the one of its ancestors'
+  /// tokens scored alone as one sequence: bit for bit where both take the loop
+  /// attention (nodes always do; a causal row or trunk does up to 64 tokens
+  /// on AVX-512, any length with head_dim < 32), otherwise up to float
+  /// rounding of the attention.
   struct TokenTree {
     int trunk = 0;
-    std::vector<int> branch_start;  ///< strictly increasing, branch_start[0] == trunk, each < n_tokens[row]
+    std::vector<int> parent;  ///< [n_tokens[row] - trunk], each < trunk + its index, or -1
   };
 
   /// Cache-free forward pass that materialises logits only at `at`:
@@ -235,8 +236,10 @@ int32_t argmax(std::span<const float> logits);
 struct ScoreRequest {
   std::vector<int32_t> tokens;
   int score_from = 1;  ///< first scored position, >= 1
-  /// May share a row with the other `pack` requests whose tokens[0, score_from)
-  /// are identical (prefix packing, see score()).
+  /// Scored as a token tree (every query through the loop attention, whose
+  /// bits depend only on the query's own ancestors), so it may share the
+  /// positions of its common prefix with the other `pack` requests of a row
+  /// (ScoreOptions::share_prefixes) and get the same bits alone or shared.
   bool pack = false;
 };
 /// Result of scoring: per scored position its log-prob (nats) and whether it was the argmax.
@@ -252,21 +255,37 @@ struct ScoreResult {
   /// True when every scored position was the argmax (lm-eval's is_greedy).
   bool all_greedy() const;
 };
+/// How score() forms its rows.
+struct ScoreOptions {
+  /// true: `pack` requests share rows as tries of their tokens; false: each
+  /// request alone in its row (the same bits, more tokens computed).
+  bool share_prefixes = true;
+  /// Most tokens of a shared row; 0 (or more than the model's context
+  /// length): the context length.
+  int row_tokens = 0;
+};
 /// Scores `requests` cache-free in one Context::forward_rows pass per batch of
 /// up to `batch_size` rows (caches must be disabled or absent: CacheError
-/// otherwise), logits only at the positions that predict a scored token. A row
-/// is one request, over its tokens [0, size - 1) (the last token is only a
-/// target, so a request may hold context_length + 1 tokens), or the `pack`
-/// requests with identical tokens[0, score_from) and at least one scored token,
-/// packed as a one-level token tree (Context::TokenTree): the shared prefix
-/// once as the trunk, whose last position predicts every member's first scored
-/// token, then each member's tokens [score_from, size - 1) as a branch. A
-/// group's row holds at most context_length tokens (a larger group continues
-/// in another row). Rows are formed in order of their first request, so results
-/// do not depend on batch_size; packed results equal unpacked ones (see
-/// Context::TokenTree for when bit for bit). Throws ArgumentError for a longer
-/// request or score_from outside [1, size].
-std::vector<ScoreResult> score(Context& ctx, std::span<const ScoreRequest> requests, int batch_size);
+/// otherwise), logits only at the positions that predict a scored token (one
+/// logits row per distinct position). A row is one request, over its tokens
+/// [0, size - 1) (the last token is only a target, so a request may hold
+/// context_length + 1 tokens), or with opts.share_prefixes a trie of `pack`
+/// requests (Context::TokenTree, trunk 0): the requests sorted by their tokens,
+/// each row taking the next ones while its trie (tokens [0, size - 1) of each,
+/// a common prefix once) holds at most opts.row_tokens tokens. A `pack`
+/// request's every query takes the loop attention, so its log-probs and
+/// is_greedy are bit-identical alone, shared, at any batch_size and thread
+/// count (where the matmuls are batch-invariant: f32; bf16 without AMX).
+/// Rows depend only on the requests and opts, never on batch_size or their
+/// order. Throws ArgumentError for a longer request or score_from outside [1, size].
+std::vector<ScoreResult> score(Context& ctx, std::span<const ScoreRequest> requests, int batch_size,
+                               const ScoreOptions& opts = {});
+
+/// The rows score() forms (request indices of each, in the order it runs
+/// them: requests alone in their order, then the shared rows) on a model of
+/// context length `n_ctx`; never throws.
+std::vector<std::vector<size_t>> score_rows(std::span<const ScoreRequest> requests, int n_ctx,
+                                            const ScoreOptions& opts = {});
 
 /// The shape of one forward pass score() runs: rows, the longest row (seq),
 /// the tokens computed and the logit rows materialised.
@@ -276,9 +295,10 @@ struct ScorePassShape {
   int64_t tokens = 0;
   int64_t logit_rows = 0;
 };
-/// The passes score(ctx, requests, batch_size) runs on a model of context
+/// The passes score(ctx, requests, batch_size, opts) runs on a model of context
 /// length `n_ctx` (for memory plans and counters); never throws.
-std::vector<ScorePassShape> score_pass_shapes(std::span<const ScoreRequest> requests, int batch_size, int n_ctx);
+std::vector<ScorePassShape> score_pass_shapes(std::span<const ScoreRequest> requests, int batch_size, int n_ctx,
+                                              const ScoreOptions& opts = {});
 
 /// How generate_greedy schedules more prompts than the cache has rows.
 enum class Batching {

@@ -38,7 +38,7 @@ struct Context::Impl {
   std::vector<int> tree_for_seq;
   size_t n_rows = 0;  // rows of the current forward_rows batch
   std::vector<backend::TreeMask> trees;
-  std::vector<std::vector<int64_t>> tree_starts;  // trees[i].branch_start's storage
+  std::vector<std::vector<int64_t>> tree_parent, tree_pos;  // trees[i].parent's and .pos's storage
 
   /// The tree mask of packed sequence s, or nullptr.
   const backend::TreeMask* seq_tree(size_t s) const {

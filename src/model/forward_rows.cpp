@@ -13,34 +13,41 @@ namespace kveval {
 namespace be = kveval::backend;
 
 // tree_for_seq / trees for the packed sequences of pack_batch (a row without
-// branches stays a causal sequence); throws ArgumentError for a tree that does
+// a tree stays a causal sequence); throws ArgumentError for a tree that does
 // not fit its row.
 void Context::Impl::set_trees(std::span<const TokenTree> in, std::span<const int> n_tokens) {
   tree_for_seq.assign(seq_row.size(), -1);
   trees.clear();
-  tree_starts.clear();
+  tree_parent.clear();
+  tree_pos.clear();
   if (in.empty()) return;
   if (in.size() != n_tokens.size())
     throw ArgumentError(fmt::format("forward_rows: {} trees for {} rows", in.size(), n_tokens.size()));
   for (size_t r = 0; r < in.size(); ++r) {
     const TokenTree& t = in[r];
     const int n = n_tokens[r];
-    bool ok = t.branch_start.empty() || (t.trunk >= 0 && t.branch_start[0] == t.trunk);
-    for (size_t b = 0; ok && b < t.branch_start.size(); ++b)
-      ok = t.branch_start[b] < n && (b == 0 || t.branch_start[b] > t.branch_start[b - 1]);
+    bool ok = t.parent.empty() || (t.trunk >= 0 && t.trunk + static_cast<int>(t.parent.size()) == n);
+    for (size_t i = 0; ok && i < t.parent.size(); ++i) ok = t.parent[i] >= -1 && t.parent[i] < t.trunk + static_cast<int>(i);
     if (!ok)
-      throw ArgumentError(fmt::format("forward_rows: tree of row {} (trunk {}, {} branches) does not fit its {} tokens "
-                                      "(branch starts strictly increasing from the trunk's end, each < n_tokens)",
-                                      r, t.trunk, t.branch_start.size(), n));
+      throw ArgumentError(fmt::format("forward_rows: tree of row {} (trunk {}, {} nodes) does not fit its {} tokens "
+                                      "(one parent per token after the trunk, each an earlier token or -1)",
+                                      r, t.trunk, t.parent.size(), n));
   }
+  std::vector<int64_t> trunks;
   for (size_t s = 0; s < seq_row.size(); ++s) {
     const TokenTree& t = in[static_cast<size_t>(seq_row[s])];
-    if (t.branch_start.empty()) continue;
-    tree_for_seq[s] = static_cast<int>(tree_starts.size());
-    tree_starts.emplace_back(t.branch_start.begin(), t.branch_start.end());
+    if (t.parent.empty()) continue;
+    trunks.push_back(t.trunk);
+    tree_for_seq[s] = static_cast<int>(tree_parent.size());
+    std::vector<int64_t>& parent = tree_parent.emplace_back(t.parent.begin(), t.parent.end());
+    std::vector<int64_t>& pos = tree_pos.emplace_back(parent.size());
+    for (size_t i = 0; i < parent.size(); ++i) {  // a parent is earlier: its position is known
+      const int64_t p = parent[i];
+      pos[i] = p < 0 ? 0 : (p < t.trunk ? p : pos[static_cast<size_t>(p - t.trunk)]) + 1;
+    }
   }
-  for (const auto& starts : tree_starts)  // spans into tree_starts, which no longer grows
-    trees.push_back({starts.front(), std::span<const int64_t>(starts)});
+  for (size_t i = 0; i < tree_parent.size(); ++i)  // spans into the storage, which no longer grows
+    trees.push_back({trunks[i], tree_parent[i], tree_pos[i]});
 }
 
 // logits_out[k] = output head (output_norm, output matmul, logit scale, soft-cap)

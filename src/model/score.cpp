@@ -1,6 +1,6 @@
 // Scoring: cache-free log-likelihoods of token sequences (score), with logits
-// only where a token is scored and prefix packing of requests that share their
-// unscored prefix (one-level token trees, Context::forward_rows).
+// only where a token is scored and prefix packing of requests that share a
+// prefix (token tries, Context::forward_rows).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -46,89 +46,135 @@ bool ScoreResult::all_greedy() const {
 
 namespace {
 
-/// One row of a scoring pass: one request, or (members > 1) requests sharing
-/// tokens[0, trunk) packed as a token tree.
+/// One row of a scoring pass: a request alone as a causal sequence (tree
+/// false), or `pack` requests as a trie of their tokens [0, size - 1).
 struct ScoreRow {
-  std::vector<size_t> members;  ///< request indices, in request order
-  int trunk = 0;                ///< the members' score_from (packed rows)
-  int64_t tokens = 0;           ///< tokens computed
-  int64_t logit_rows = 0;       ///< = the members' scored tokens
+  std::vector<size_t> members;  ///< request indices
+  bool tree = false;
+  std::vector<int32_t> tokens;  ///< tree rows: the nodes' tokens (a node after its parent)
+  std::vector<int> parent;      ///< tree rows: each node's parent (-1: a root)
+  std::vector<std::vector<int>> path;  ///< tree rows, per member: the nodes of its tokens [score_from - 1, size - 1)
+  std::map<std::pair<int, int32_t>, int> child;  ///< (parent, token) -> node, while the row is planned
+  int64_t n_tokens = 0;         ///< tokens computed
+  int64_t logit_rows = 0;       ///< distinct positions predicting a scored token
+
+  /// Nodes request `r` would add to the trie.
+  int64_t added(const ScoreRequest& r) const {
+    int node = -1;
+    const int64_t n = static_cast<int64_t>(r.tokens.size()) - 1;
+    for (int64_t i = 0; i < n; ++i) {
+      auto it = child.find({node, r.tokens[static_cast<size_t>(i)]});
+      if (it == child.end()) return n - i;
+      node = it->second;
+    }
+    return 0;
+  }
+  /// Adds request i (`r`) to the trie.
+  void insert(size_t i, const ScoreRequest& r) {
+    members.push_back(i);
+    std::vector<int>& nodes = path.emplace_back();
+    int node = -1;
+    for (size_t p = 0; p + 1 < r.tokens.size(); ++p) {
+      auto [it, added] = child.try_emplace({node, r.tokens[p]}, static_cast<int>(tokens.size()));
+      if (added) {
+        tokens.push_back(r.tokens[p]);
+        parent.push_back(node);
+      }
+      node = it->second;
+      if (p + 1 >= static_cast<size_t>(r.score_from)) nodes.push_back(node);
+    }
+    n_tokens = static_cast<int64_t>(tokens.size());
+  }
 };
 
-/// The rows of `requests` in order of their first request (see score()).
-std::vector<ScoreRow> plan_rows(std::span<const ScoreRequest> requests, int n_ctx) {
+/// True for a request scored as a tree: `pack`, at least one scored token.
+bool as_tree(const ScoreRequest& r) { return r.pack && r.score_from >= 1 && r.tokens.size() >= 2 && r.tokens.size() > static_cast<size_t>(r.score_from); }
+
+/// The logit rows of a tree row: its distinct scoring nodes.
+int64_t count_logit_rows(const ScoreRow& row) {
+  std::vector<int> nodes;
+  for (const auto& p : row.path) nodes.insert(nodes.end(), p.begin(), p.end());
+  std::sort(nodes.begin(), nodes.end());
+  return std::unique(nodes.begin(), nodes.end()) - nodes.begin();
+}
+
+/// The rows of `requests` (see score() and score_rows()).
+std::vector<ScoreRow> plan_rows(std::span<const ScoreRequest> requests, int n_ctx, const ScoreOptions& opts) {
   std::vector<ScoreRow> rows;
-  std::map<std::vector<int32_t>, size_t> open;  // shared prefix -> the row its requests join
+  std::vector<size_t> trees;
   for (size_t i = 0; i < requests.size(); ++i) {
     const ScoreRequest& r = requests[i];
+    if (as_tree(r)) {
+      trees.push_back(i);
+      continue;
+    }
     const int64_t size = static_cast<int64_t>(r.tokens.size()), scored = size - r.score_from;
-    if (!r.pack || scored < 1 || r.score_from < 1 || size < 2) {
-      rows.push_back({{i}, 0, std::max<int64_t>(size - 1, 0), std::max<int64_t>(scored, 0)});
-      continue;
+    ScoreRow& row = rows.emplace_back();
+    row.members = {i};
+    row.n_tokens = std::max<int64_t>(size - 1, 0);
+    row.logit_rows = std::max<int64_t>(scored, 0);
+  }
+  // a prefix shared by several requests sorts them side by side; ties keep their order
+  std::stable_sort(trees.begin(), trees.end(), [&](size_t a, size_t b) { return requests[a].tokens < requests[b].tokens; });
+  const int64_t budget = opts.row_tokens > 0 ? std::min(opts.row_tokens, n_ctx) : n_ctx;
+  const size_t first_tree = rows.size();
+  for (size_t i : trees) {
+    const bool open = rows.size() > first_tree && opts.share_prefixes;
+    if (!open || rows.back().n_tokens + rows.back().added(requests[i]) > budget) {
+      if (rows.size() > first_tree) rows.back().child.clear();
+      rows.emplace_back().tree = true;
     }
-    const int64_t branch = size - 1 - r.score_from;  // tokens after the trunk through the row
-    std::vector<int32_t> key(r.tokens.begin(), r.tokens.begin() + r.score_from);
-    auto it = open.find(key);
-    if (it != open.end() && rows[it->second].tokens + branch <= n_ctx) {
-      ScoreRow& row = rows[it->second];
-      row.members.push_back(i);
-      row.tokens += branch;
-      row.logit_rows += scored;
-      continue;
-    }
-    rows.push_back({{i}, r.score_from, r.score_from + branch, scored});
-    open[std::move(key)] = rows.size() - 1;
+    rows.back().insert(i, requests[i]);
+  }
+  for (size_t j = first_tree; j < rows.size(); ++j) {
+    rows[j].child.clear();
+    rows[j].logit_rows = count_logit_rows(rows[j]);
   }
   return rows;
 }
 
 /// One pass's inputs: rows [r0, r1) of `rows` laid out for forward_rows, and
-/// for each logits row the (request, token position) it scores.
+/// for each scored token the (request, token position, logits row) it takes.
 struct PassInput {
   int seq = 1;
   std::vector<int32_t> tokens;
   std::vector<int> n_tokens;
   std::vector<Context::TokenTree> trees;
   std::vector<Context::LogitRow> at;
-  std::vector<std::pair<size_t, size_t>> target;  ///< [at.size()]: request, scored position
+  struct Target {
+    size_t request = 0, position = 0, logits = 0;
+  };
+  std::vector<Target> target;
 };
 
 /// Lays out one row (index j of the pass) into `in`: a request alone over its
-/// tokens [0, size - 1), or the trunk then each member's branch.
+/// tokens [0, size - 1), or the trie's nodes (one logits row per scoring node).
 void lay_out_row(std::span<const ScoreRequest> requests, const ScoreRow& row, int j, PassInput& in) {
   int32_t* dst = in.tokens.data() + static_cast<size_t>(j) * in.seq;
-  if (row.members.size() == 1) {
+  if (!row.tree) {
     const size_t i = row.members[0];
     const ScoreRequest& r = requests[i];
-    std::copy(r.tokens.begin(), r.tokens.end() - 1, dst);
+    if (r.tokens.size() > 1) std::copy(r.tokens.begin(), r.tokens.end() - 1, dst);
     in.n_tokens[static_cast<size_t>(j)] = static_cast<int>(r.tokens.size()) - 1;
     for (size_t p = static_cast<size_t>(r.score_from); p < r.tokens.size(); ++p) {
+      in.target.push_back({i, p, in.at.size()});
       in.at.push_back({j, static_cast<int>(p) - 1});
-      in.target.emplace_back(i, p);
     }
     return;
   }
-  const int c = row.trunk;
-  const ScoreRequest& first = requests[row.members[0]];
-  std::copy(first.tokens.begin(), first.tokens.begin() + c, dst);
-  Context::TokenTree& tree = in.trees[static_cast<size_t>(j)];
-  tree.trunk = c;
-  int off = c;
-  for (size_t i : row.members) {
-    const ScoreRequest& r = requests[i];
-    in.at.push_back({j, c - 1});  // the trunk's last position predicts the first scored token
-    in.target.emplace_back(i, static_cast<size_t>(c));
-    const int branch = static_cast<int>(r.tokens.size()) - 1 - c;
-    if (branch == 0) continue;
-    tree.branch_start.push_back(off);
-    std::copy(r.tokens.begin() + c, r.tokens.end() - 1, dst + off);
-    for (int b = 0; b < branch; ++b) {
-      in.at.push_back({j, off + b});
-      in.target.emplace_back(i, static_cast<size_t>(c + 1 + b));
+  std::copy(row.tokens.begin(), row.tokens.end(), dst);
+  in.n_tokens[static_cast<size_t>(j)] = static_cast<int>(row.tokens.size());
+  in.trees[static_cast<size_t>(j)] = {0, row.parent};
+  std::map<int, size_t> logits_of;  // node -> its logits row
+  for (size_t m = 0; m < row.members.size(); ++m) {
+    const size_t i = row.members[m];
+    const std::vector<int>& nodes = row.path[m];
+    for (size_t k = 0; k < nodes.size(); ++k) {
+      auto [it, added] = logits_of.try_emplace(nodes[k], in.at.size());
+      if (added) in.at.push_back({j, nodes[k]});
+      in.target.push_back({i, static_cast<size_t>(requests[i].score_from) + k, it->second});
     }
-    off += branch;
   }
-  in.n_tokens[static_cast<size_t>(j)] = off;
 }
 
 void check_requests(std::span<const ScoreRequest> requests, int n_ctx) {
@@ -145,16 +191,24 @@ void check_requests(std::span<const ScoreRequest> requests, int n_ctx) {
 
 }  // namespace
 
-std::vector<ScorePassShape> score_pass_shapes(std::span<const ScoreRequest> requests, int batch_size, int n_ctx) {
-  const std::vector<ScoreRow> rows = plan_rows(requests, n_ctx);
+std::vector<std::vector<size_t>> score_rows(std::span<const ScoreRequest> requests, int n_ctx,
+                                            const ScoreOptions& opts) {
+  std::vector<std::vector<size_t>> out;
+  for (ScoreRow& row : plan_rows(requests, n_ctx, opts)) out.push_back(std::move(row.members));
+  return out;
+}
+
+std::vector<ScorePassShape> score_pass_shapes(std::span<const ScoreRequest> requests, int batch_size, int n_ctx,
+                                              const ScoreOptions& opts) {
+  const std::vector<ScoreRow> rows = plan_rows(requests, n_ctx, opts);
   std::vector<ScorePassShape> out;
   const size_t B = static_cast<size_t>(std::max(batch_size, 1));
   for (size_t r0 = 0; r0 < rows.size(); r0 += B) {
     ScorePassShape s;
     for (size_t j = r0; j < std::min(rows.size(), r0 + B); ++j) {
       ++s.rows;
-      s.seq = std::max(s.seq, static_cast<int>(rows[j].tokens));
-      s.tokens += rows[j].tokens;
+      s.seq = std::max(s.seq, static_cast<int>(rows[j].n_tokens));
+      s.tokens += rows[j].n_tokens;
       s.logit_rows += rows[j].logit_rows;
     }
     out.push_back(s);
@@ -162,14 +216,15 @@ std::vector<ScorePassShape> score_pass_shapes(std::span<const ScoreRequest> requ
   return out;
 }
 
-std::vector<ScoreResult> score(Context& ctx, std::span<const ScoreRequest> requests, int batch_size) {
+std::vector<ScoreResult> score(Context& ctx, std::span<const ScoreRequest> requests, int batch_size,
+                               const ScoreOptions& opts) {
   if (ctx.caches_are_enabled())
     throw CacheError("score: KV caches are enabled; scoring runs cache-free (use KvCacheDisabled or leave the cache scope)");
   if (batch_size < 1) throw ArgumentError(fmt::format("score: batch_size {} must be >= 1", batch_size));
   const size_t V = static_cast<size_t>(ctx.model().hparams().n_vocab);
   const int n_ctx = ctx.model().hparams().n_ctx_train;
   check_requests(requests, n_ctx);
-  const std::vector<ScoreRow> rows = plan_rows(requests, n_ctx);
+  const std::vector<ScoreRow> rows = plan_rows(requests, n_ctx, opts);
   std::vector<ScoreResult> out(requests.size());
   std::vector<float> logits;
   PassInput in;
@@ -177,28 +232,27 @@ std::vector<ScoreResult> score(Context& ctx, std::span<const ScoreRequest> reque
     const size_t r1 = std::min(rows.size(), r0 + static_cast<size_t>(batch_size));
     const int nb = static_cast<int>(r1 - r0);
     in.seq = 1;
-    bool packed = false;
+    bool trees = false;
     for (size_t j = r0; j < r1; ++j) {
-      in.seq = std::max(in.seq, static_cast<int>(rows[j].tokens));
-      packed |= rows[j].members.size() > 1;
+      in.seq = std::max(in.seq, static_cast<int>(rows[j].n_tokens));
+      trees |= rows[j].tree;
     }
     in.tokens.assign(static_cast<size_t>(nb) * in.seq, 0);
     in.n_tokens.assign(static_cast<size_t>(nb), 0);
-    in.trees.assign(packed ? static_cast<size_t>(nb) : 0, {});
+    in.trees.assign(trees ? static_cast<size_t>(nb) : 0, {});
     in.at.clear();
     in.target.clear();
     for (size_t j = r0; j < r1; ++j) lay_out_row(requests, rows[j], static_cast<int>(j - r0), in);
     logits.resize(in.at.size() * V);
     ctx.forward_rows(in.tokens, nb, in.seq, in.n_tokens, in.at, logits, in.trees);
-    for (size_t k = 0; k < in.at.size(); ++k) {
-      const auto [i, p] = in.target[k];
-      ScoreResult& res = out[i];
+    for (const PassInput::Target& tg : in.target) {
+      ScoreResult& res = out[tg.request];
       if (res.nonfinite_at >= 0) continue;  // scoring of this request stopped at an earlier position
-      std::span<const float> row(logits.data() + k * V, V);
-      const int32_t tok = requests[i].tokens[p];
+      std::span<const float> row(logits.data() + tg.logits * V, V);
+      const int32_t tok = requests[tg.request].tokens[tg.position];
       const double lp = token_logprob(row, tok);
       if (!std::isfinite(lp)) {  // an overflowed forward pass: this request fails, never scores
-        res.nonfinite_at = static_cast<int>(p);
+        res.nonfinite_at = static_cast<int>(tg.position);
         continue;
       }
       res.logprobs.push_back(lp);

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <map>
+#include <set>
 
 #include <algorithm>
 #include <cmath>
@@ -210,21 +211,50 @@ TEST_SUITE("eval.runtime_checks") {
     CHECK(p.cache_positions == 11);
     CHECK(p.kv_cache == size_t{2} * 5 * 1 * 4 * 11 * 8 * 4);
     CHECK(p.weights == m.weight_bytes());
-    // one scoring pass of 4 rows: each mc document's two choices share a row (the context once, then each
-    // choice's tokens after it but the last), ll and roll alone; logits only for the scored tokens
-    std::map<std::pair<int, int>, int64_t> row_tokens;
-    int64_t logit_rows = 0;
+    // the scoring rows: the rolling window alone; the loglikelihood requests (mc's choices and ll) sorted by
+    // their tokens into tries of at most max_length = 64 tokens, counted as sets of prefixes (a prefix of a
+    // request's tokens but its last is a token; a prefix before a scored token a logits row); passes of 4 rows
+    struct RowCount {
+      int64_t tokens = 0, logits = 0;
+    };
+    std::vector<RowCount> rows;
+    std::vector<std::pair<std::vector<int32_t>, int>> packed;
     for (const auto& r : reqs) {
       if (r.kind == RequestKind::Generate) continue;
       const int64_t size = static_cast<int64_t>(r.score.tokens.size()), from = r.score.score_from;
-      auto [it, added] = row_tokens.try_emplace({r.task, r.doc}, 0);
-      it->second += spec.tasks[static_cast<size_t>(r.task)].name == "mc" ? (added ? from : 0) + size - 1 - from : size - 1;
-      logit_rows += size - from;
+      if (r.kind == RequestKind::Loglikelihood)
+        packed.emplace_back(r.score.tokens, r.score.score_from);
+      else
+        rows.push_back({size - 1, size - from});
     }
-    REQUIRE(row_tokens.size() == 4);
-    int64_t tokens = 0, seq = 0;
-    for (const auto& [k, n] : row_tokens) tokens += n, seq = std::max(seq, n);
-    CHECK(p.activations == m.activation_bytes_for(4, static_cast<int>(seq), false, tokens, logit_rows));
+    std::sort(packed.begin(), packed.end());
+    std::set<std::vector<int32_t>> nodes, scoring;
+    auto close = [&] {
+      rows.push_back({static_cast<int64_t>(nodes.size()), static_cast<int64_t>(scoring.size())});
+      nodes.clear();
+      scoring.clear();
+    };
+    for (const auto& [t, from] : packed) {
+      std::set<std::vector<int32_t>> more = nodes;
+      for (size_t n = 1; n < t.size(); ++n) more.emplace(t.begin(), t.begin() + long(n));
+      if (!nodes.empty() && more.size() > 64) {
+        close();
+        more.clear();
+        for (size_t n = 1; n < t.size(); ++n) more.emplace(t.begin(), t.begin() + long(n));
+      }
+      nodes = std::move(more);
+      for (size_t k = size_t(from); k < t.size(); ++k) scoring.emplace(t.begin(), t.begin() + long(k));
+    }
+    if (!nodes.empty()) close();
+    size_t most = 0;
+    for (size_t r0 = 0; r0 < rows.size(); r0 += 4) {
+      int64_t tokens = 0, seq = 0, logit_rows = 0;
+      const size_t r1 = std::min(rows.size(), r0 + 4);
+      for (size_t j = r0; j < r1; ++j) tokens += rows[j].tokens, seq = std::max(seq, rows[j].tokens), logit_rows += rows[j].logits;
+      most = std::max(most, m.activation_bytes_for(int(r1 - r0), static_cast<int>(seq), false, tokens, logit_rows));
+    }
+    CHECK(rows.size() >= 2);
+    CHECK(p.activations == most);
 
     RunOptions o;
     o.memory_budget = MemoryBudget{p.kv_cache + p.activations - 1, "a test budget"};

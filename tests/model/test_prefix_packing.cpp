@@ -1,10 +1,11 @@
-// score() with prefix packing (requests sharing tokens[0, score_from) as one
-// token-tree row) against the same requests scored one row each, and
+// score() with prefix packing (requests sharing a prefix as one token-trie row)
+// against the same requests scored one row each, and
 // Context::forward_rows' logits against forward(Logits::All): hand-built trees
 // on random models of each architecture flavour, f32 and bf16.
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -58,61 +59,97 @@ ScoreRequest request(const std::vector<int32_t>& ctx, const std::vector<int32_t>
   return r;
 }
 
-/// The hand-built requests: a choice that is a prefix of another, one-token
-/// choices (an empty-looking " " is one token), identical choices, a long
-/// branch, a second context, and a request of the first context not packed.
-std::vector<ScoreRequest> cases(int V, int ctx_len, bool pack) {
-  const std::vector<int32_t> c1 = ids(ctx_len, 1, V), c2 = ids(5, 2, V);
-  const std::vector<int32_t> a = ids(3, 3, V), ab = {a[0], a[1], a[2], 17, 5}, sp = {9}, lng = ids(20, 4, V);
-  std::vector<ScoreRequest> r = {request(c1, a, pack),   request(c2, sp, pack), request(c1, ab, pack),
-                                 request(c1, sp, pack),  request(c1, a, pack),  request(c2, lng, pack),
-                                 request(c1, {c1.back()}, pack), request(c1, lng, false)};
+/// The hand-built requests over a few-shot prefix P of `prefix` tokens shared by
+/// three documents d1 = P + q1, d2 = P + q2, d3 = d1 + e (a context that
+/// extends another document's): a choice that is a prefix of another (a, ab),
+/// one-token choices, identical requests (0 and 6), lm-eval's _encode_pair
+/// split (7: d1 with its last token encoded otherwise, `alt`; 8: the same
+/// tokens with alt in the continuation), and a request not packed (9).
+std::vector<ScoreRequest> cases(int V, int prefix, bool pack) {
+  const std::vector<int32_t> P = ids(prefix, 1, V), q1 = ids(4, 2, V), q2 = ids(3, 3, V), e = ids(2, 7, V);
+  std::vector<int32_t> d1 = P, d2 = P;
+  d1.insert(d1.end(), q1.begin(), q1.end());
+  d2.insert(d2.end(), q2.begin(), q2.end());
+  std::vector<int32_t> d3 = d1, d1alt(d1.begin(), d1.end() - 1);
+  d3.insert(d3.end(), e.begin(), e.end());
+  const int32_t alt = 3;
+  d1alt.push_back(alt);
+  const std::vector<int32_t> a = ids(3, 6, V), ab = {a[0], a[1], a[2], 17, 5}, sp = {9}, lng = ids(20, 4, V);
+  std::vector<ScoreRequest> r = {request(d1, a, pack),     request(d1, ab, pack), request(d1, sp, pack),
+                                 request(d2, sp, pack),    request(d2, a, pack),  request(d3, sp, pack),
+                                 request(d1, a, pack),     request(d1alt, sp, pack),
+                                 request(std::vector<int32_t>(d1alt.begin(), d1alt.end() - 1), {alt, 9}, pack),
+                                 request(d1, lng, false)};
   return r;
 }
 
-/// Scores cases() unpacked (batch 1) and packed (batches 1 and 3): every
-/// log-prob equal (bit for bit when tol is 0, else within tol nats), every is_greedy equal.
-/// Bit equality needs the AVX-512 head kernel, which runs a branch's queries like an unpacked
-/// row's; elsewhere unpacked rows of 16+ queries take oneDNN's matmuls (5e-6 nats, docs/engine.md).
-void check_packed_equals_unpacked(Context& ctx, int ctx_len, double tol) {
-  if (tol == 0 && backend::kernel_isa() != backend::KernelIsa::Avx512) tol = 5e-6;
+/// Tokens and logit rows of cases(V, L, true) (hand-counted in cases()'s order).
+/// Shared: the trie of the packed nine holds d1 and a[0..1] (L + 6), then a[2], 17
+/// (request 1), q2 (3), a[0..1] after d2 (2), e (2), alt (1): L + 16 tokens; the
+/// scoring nodes: d1's end, a0, a1 (3), a2, 17 (2), d2's end (1), d2 + a0, a1 (2),
+/// d3's end (1), alt (1), d1's end but one (1): 11. The unpacked one: L + 23 tokens, 20 rows.
+/// Alone: the nine take L + 6, L + 8, L + 4, L + 3, L + 5, L + 6, L + 6, L + 4, L + 4 tokens
+/// (9 L + 46) and 3 + 5 + 1 + 1 + 3 + 1 + 3 + 1 + 2 = 20 logit rows.
+uint64_t shared_tokens(int L) { return uint64_t(L + 16 + L + 23); }
+uint64_t alone_tokens(int L) { return uint64_t(9 * L + 46 + L + 23); }
+constexpr uint64_t kSharedLogitRows = 11 + 20, kAloneLogitRows = 20 + 20;
+
+/// cases() scored with `opts` at `batch_size`; checks the tokens computed and logit rows.
+std::vector<ScoreResult> score_counted(Context& ctx, int prefix, int batch_size, const ScoreOptions& opts) {
   const int V = ctx.model().hparams().n_vocab;
-  const auto plain = score(ctx, cases(V, ctx_len, false), 1);
-  for (int b : {1, 3}) {
-    CAPTURE(b);
-    const uint64_t t0 = ctx.stats().tokens_processed, l0 = ctx.stats().logit_rows;
-    const auto packed = score(ctx, cases(V, ctx_len, true), b);
-    // c1 once + branches (2 + 4 + 0 + 2 + 0 + 19 for its packed choices), c2 once + 19, the unpacked one alone.
-    CHECK(ctx.stats().tokens_processed - t0 == uint64_t(ctx_len + 2 + 4 + 2 + 0 + 5 + 19 + ctx_len + 19));
-    CHECK(ctx.stats().logit_rows - l0 == uint64_t(3 + 1 + 5 + 1 + 3 + 20 + 1 + 20));
-    REQUIRE(packed.size() == plain.size());
-    for (size_t i = 0; i < plain.size(); ++i) {
-      CAPTURE(i);
-      REQUIRE(packed[i].logprobs.size() == plain[i].logprobs.size());
-      CHECK(packed[i].is_greedy == plain[i].is_greedy);
-      for (size_t k = 0; k < plain[i].logprobs.size(); ++k) {
-        if (tol == 0)
-          CHECK(packed[i].logprobs[k] == plain[i].logprobs[k]);
-        else
-          CHECK(std::abs(packed[i].logprobs[k] - plain[i].logprobs[k]) <= tol);
-      }
+  const uint64_t t0 = ctx.stats().tokens_processed, l0 = ctx.stats().logit_rows;
+  auto out = score(ctx, cases(V, prefix, true), batch_size, opts);
+  CHECK(ctx.stats().tokens_processed - t0 == (opts.share_prefixes ? shared_tokens(prefix) : alone_tokens(prefix)));
+  CHECK(ctx.stats().logit_rows - l0 == (opts.share_prefixes ? kSharedLogitRows : kAloneLogitRows));
+  return out;
+}
+
+/// Every log-prob of a and b equal (bit for bit when tol is 0, else within tol nats), every is_greedy equal.
+void check_same(const std::vector<ScoreResult>& a, const std::vector<ScoreResult>& b, double tol) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(a[i].logprobs.size() == b[i].logprobs.size());
+    CHECK(a[i].is_greedy == b[i].is_greedy);
+    for (size_t k = 0; k < a[i].logprobs.size(); ++k) {
+      if (tol == 0)
+        CHECK(a[i].logprobs[k] == b[i].logprobs[k]);
+      else
+        CHECK(std::abs(a[i].logprobs[k] - b[i].logprobs[k]) <= tol);
     }
-    CHECK(packed[0].logprobs == packed[4].logprobs);  // identical choices
   }
+}
+
+/// Scores cases() each alone (batch 1) and shared as tries (batches 1, 3 and 8):
+/// bit for bit the same, and (tol) against the requests scored as plain causal
+/// rows (pack false), which take the same loop attention up to 64 tokens on AVX-512.
+void check_packed_equals_unpacked(Context& ctx, int prefix, double plain_tol) {
+  if (plain_tol == 0 && backend::kernel_isa() != backend::KernelIsa::Avx512) plain_tol = 5e-6;
+  const int V = ctx.model().hparams().n_vocab;
+  const auto alone = score_counted(ctx, prefix, 1, {.share_prefixes = false});
+  for (int b : {1, 3, 8}) {
+    CAPTURE(b);
+    const auto packed = score_counted(ctx, prefix, b, {});
+    check_same(packed, alone, 0);
+    CHECK(packed[0].logprobs == packed[6].logprobs);  // identical requests
+    CHECK(packed[7].logprobs.back() == packed[8].logprobs.back());  // the same token after the same tokens
+  }
+  std::vector<ScoreRequest> plain = cases(V, prefix, false);
+  check_same(score(ctx, plain, 2), alone, plain_tol);
 }
 
 }  // namespace
 
 TEST_SUITE("model.prefix_packing") {
-  TEST_CASE("packed trees score every token as unpacked rows, bit for bit, on each architecture (f32)") {
+  TEST_CASE("tries score every token as each request alone, bit for bit, on each architecture (f32)") {
     for (const std::string& f : random_model_flavours()) {
       CAPTURE(f);
       Loaded l = load_flavour(f, ComputeDtype::F32);
-      check_packed_equals_unpacked(*l.ctx, 12, 0);  // rows of <= 64 tokens: the loop attention either way
+      check_packed_equals_unpacked(*l.ctx, 12, 0);  // rows of <= 64 tokens: plain rows take the loop attention too
     }
   }
 
-  TEST_CASE("bf16: packed equals unpacked, bit for bit where bf16 products are row-invariant") {
+  TEST_CASE("bf16: shared equals alone, bit for bit where bf16 products are row-invariant") {
     if (!backend::bf16_matmul_available()) {
       MESSAGE("SKIPPED: oneDNN has no bf16 matmul on this CPU (" << std::string(backend::cpu_isa_name()) << ")");
       return;
@@ -122,38 +159,54 @@ TEST_SUITE("model.prefix_packing") {
     // bits depend on the rows of its pass (batch sizes differ there too, docs/engine.md).
     const bool invariant = backend::matmul_rows_invariant(backend::Dtype::BF16);
     // There a row's bf16 rounding of its activations may flip with the rows around it: 1e-2 nats then.
-    if (!invariant) MESSAGE("bf16 products are not row-invariant on this CPU (AMX): checked within 1e-2 nats");
-    check_packed_equals_unpacked(*l.ctx, 12, invariant ? 0.0 : 1e-2);
+    if (!invariant) {
+      MESSAGE("bf16 products are not row-invariant on this CPU (AMX): checked within 1e-2 nats");
+      const auto alone = score_counted(*l.ctx, 12, 1, {.share_prefixes = false});
+      check_same(score_counted(*l.ctx, 12, 3, {}), alone, 1e-2);
+      return;
+    }
+    check_packed_equals_unpacked(*l.ctx, 12, 0);
   }
 
-  TEST_CASE("a context of 80 tokens (the oneDNN attention unpacked) agrees within 5e-6 nats") {
-    // Measured: up to 1.55e-6 (the trunk's block and the branch queries sum in another order).
+  TEST_CASE("a prefix of 80 tokens: shared equals alone bit for bit; plain rows (oneDNN attention) within 5e-6 nats") {
+    // Measured: up to 1.55e-6 (the plain rows' matmul attention sums in another order).
     Loaded l = load_flavour("llama3", ComputeDtype::F32);
     check_packed_equals_unpacked(*l.ctx, 80, 5e-6);
   }
 
-  TEST_CASE("packed scores do not depend on the thread count") {
+  TEST_CASE("shared scores do not depend on the thread count or the batch size") {
     Loaded one = load_flavour("qwen2", ComputeDtype::F32, 1), two = load_flavour("qwen2", ComputeDtype::F32, 2);
-    const int V = one.model->hparams().n_vocab;
-    const auto a = score(*one.ctx, cases(V, 70, true), 2), b = score(*two.ctx, cases(V, 70, true), 5);
-    for (size_t i = 0; i < a.size(); ++i) CHECK(a[i].logprobs == b[i].logprobs);
+    const auto a = score_counted(*one.ctx, 70, 1, {.share_prefixes = false});
+    check_same(score_counted(*two.ctx, 70, 8, {}), a, 0);
+    check_same(score_counted(*one.ctx, 70, 3, {}), a, 0);
   }
 
-  TEST_CASE("a group larger than the context length continues in another row, scores unchanged") {
+  TEST_CASE("rows hold at most row_tokens tokens (and the context length); scores unchanged") {
     Loaded l = load_flavour("llama", ComputeDtype::F32);
     const int V = l.model->hparams().n_vocab, n_ctx = l.model->hparams().n_ctx_train;  // 160
     const std::vector<int32_t> c = ids(100, 5, V);
-    std::vector<ScoreRequest> packed, plain;
-    for (int k = 0; k < 3; ++k) {  // 100 + 3 x 60 tokens > 160: three rows
-      packed.push_back(request(c, ids(n_ctx + 1 - 100, 6 + k, V), true));
-      plain.push_back(packed.back());
-      plain.back().pack = false;
-    }
-    const uint64_t t0 = l.ctx->stats().tokens_processed;
-    const auto p = score(*l.ctx, packed, 2);
+    std::vector<ScoreRequest> reqs;
+    for (int k = 0; k < 3; ++k) reqs.push_back(request(c, ids(n_ctx + 1 - 100, 6 + k, V), true));  // 160 tokens each
+    uint64_t t0 = l.ctx->stats().tokens_processed;
+    const auto p = score(*l.ctx, reqs, 2);  // 100 + 3 x 60 tokens > 160: three rows
     CHECK(l.ctx->stats().tokens_processed - t0 == uint64_t(3 * n_ctx));
-    const auto u = score(*l.ctx, plain, 2);
-    for (size_t i = 0; i < 3; ++i) CHECK(p[i].logprobs == u[i].logprobs);
+    check_same(p, score(*l.ctx, reqs, 1, {.share_prefixes = false}), 0);
+    // Short requests: d1-like contexts of 30 tokens sharing 25, continuations of 2.
+    std::vector<ScoreRequest> few;
+    for (int k = 0; k < 4; ++k) {
+      std::vector<int32_t> ctx = ids(25, 9, V), q = ids(5, 10 + k, V);
+      ctx.insert(ctx.end(), q.begin(), q.end());
+      few.push_back(request(ctx, {5, 6}, true));
+    }
+    // Each takes 31 tokens alone, 6 more when it shares the 25: rows of at most 33 tokens hold
+    // one request (4 x 31), of 40 two (2 x 37), of 200 all four (31 + 3 x 6).
+    for (auto [budget, rows, tokens] : {std::tuple{33, 4, 124}, {40, 2, 74}, {200, 1, 49}}) {
+      CAPTURE(budget);
+      t0 = l.ctx->stats().tokens_processed;
+      check_same(score(*l.ctx, few, 3, {.row_tokens = budget}), score(*l.ctx, few, 1, {.share_prefixes = false}), 0);
+      CHECK(l.ctx->stats().tokens_processed - t0 == uint64_t(tokens + 124));  // the unshared pass adds 4 x 31
+      CHECK(score_rows(few, n_ctx, {.row_tokens = budget}).size() == size_t(rows));
+    }
   }
 
   TEST_CASE("forward_rows: the asked rows equal forward(Logits::All)'s, bit for bit; bad rows are refused") {
@@ -175,8 +228,11 @@ TEST_SUITE("model.prefix_packing") {
     const std::vector<Context::LogitRow> bad = {{1, 4}};  // row 1 has 4 tokens
     CHECK_THROWS_AS(l.ctx->forward_rows(toks, 2, seq, n, bad, some), ArgumentError);
     std::vector<Context::TokenTree> trees(2);
-    trees[0].trunk = 3;
-    trees[0].branch_start = {4, 6};  // must start at the trunk's end
+    trees[0] = {3, {2, 3, 4, 7, 5, 6}};  // a parent (7) after its token (6)
     CHECK_THROWS_AS(l.ctx->forward_rows(toks, 2, seq, n, at, some, trees), ArgumentError);
+    trees[0] = {3, {2, 3, 4, 5, 5}};  // one parent short of the 6 tokens after the trunk
+    CHECK_THROWS_AS(l.ctx->forward_rows(toks, 2, seq, n, at, some, trees), ArgumentError);
+    trees[0] = {0, {-1, 0, 1, 0, 3, 3, 5, 2, -1}};  // a trie with two roots: accepted
+    CHECK_NOTHROW(l.ctx->forward_rows(toks, 2, seq, n, at, some, trees));
   }
 }
