@@ -456,6 +456,20 @@ void add_lm_eval_run_options(CLI::App* cmd, RunArgs& a) {
       ->check(int_in(2, 1 << 24));  // the spec's max_length range
 }
 
+/// run's --dtype, --kv-cache-dtype and --matmul (each overrides the spec's key).
+void add_dtype_options(CLI::App* cmd, RunArgs& a) {
+  cmd->add_option("--dtype", a.dtype,
+                  fmt::format("compute dtype: {} (overrides the spec; default auto: blocks-bf16 on a bf16 CPU, else "
+                              "blocks, when every matrix has a kept-block type, else bf16 on a bf16 CPU for a non-F32 "
+                              "file; docs/dtypes.md)",
+                              join_names(compute_dtype_name_list())));
+  cmd->add_option("--kv-cache-dtype", a.kv_cache_dtype,
+                  fmt::format("KV-cache element type: {} (overrides the spec; default auto: bf16 when the compute "
+                              "dtype is bf16, else f32)",
+                              join_names(kv_cache_dtype_name_list())));
+  cmd->add_option("--matmul", a.matmul, "decode steps on kept Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks: exact (f32, the default) or int8 (llama.cpp's int8 activations, not exact; docs/dtypes.md)");
+}
+
 void add_run_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* cmd = app.add_subcommand("run", "Evaluate a model on the tasks of a JSON spec");
@@ -486,16 +500,7 @@ void add_run_command(CLI::App& app, Action& action) {
                           ->check(at_least(0, false));
   cmd->add_option("-t,--threads", args->threads, "compute threads (overrides the spec; 0 = all cores)")
       ->check(int_in(0, kMaxThreads));
-  cmd->add_option("--dtype", args->dtype,
-                  fmt::format("compute dtype: {} (overrides the spec; default auto: blocks-bf16 on a bf16 CPU, else "
-                              "blocks, when every matrix has a kept-block type, else bf16 on a bf16 CPU for a non-F32 "
-                              "file; docs/dtypes.md)",
-                              join_names(compute_dtype_name_list())));
-  cmd->add_option("--kv-cache-dtype", args->kv_cache_dtype,
-                  fmt::format("KV-cache element type: {} (overrides the spec; default auto: bf16 when the compute "
-                              "dtype is bf16, else f32)",
-                              join_names(kv_cache_dtype_name_list())));
-  cmd->add_option("--matmul", args->matmul, "decode steps on kept Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks: exact (f32, the default) or int8 (llama.cpp's int8 activations, not exact; docs/dtypes.md)");
+  add_dtype_options(cmd, *args);
   cmd->add_option("--batch-size,--batch_size", args->batch_size,
                   "rows per batch (overrides the spec), or auto: the largest (at most 64) the memory plan allows")
       ->check(batch_size_validator());
