@@ -157,6 +157,10 @@ class PageBuffer {
 enum class MatmulMode { Exact, Int8 };
 /// "exact" / "int8".
 const char* to_string(MatmulMode m);
+/// True for the weight dtypes MatmulMode::Int8 multiplies with int8 activations: Q8_0, Q4_0, Q4_K, Q5_K, Q6_K.
+inline constexpr bool int8_matmul_dtype(Dtype d) {
+  return is_blocks(d) || d == Dtype::Q4_K || d == Dtype::Q5_K || d == Dtype::Q6_K;
+}
 
 /// Engine, stream and thread pool. One per model. Not thread-safe.
 class Engine {

@@ -26,6 +26,7 @@
 namespace kveval::backend {
 
 using int8_detail::Int8Rows;
+using int8_detail::reduce16;
 
 namespace {
 
@@ -40,14 +41,6 @@ inline int nearest_int(float v) {
 // ---- Q8_0 ----------------------------------------------------------------
 // A row's block b: quants at q + b * kQGroup * kQBlock, scale at d[b * kQGroup]
 // (Weight's interleaved groups of kQGroup rows, see Weight::raw).
-
-/// 16 lanes summed: a_l = v_l + v_{l+8}, t_l = a_l + a_{l+4}, (t_0 + t_2) + (t_1 + t_3).
-inline float reduce16(const float* v) {
-  float a[8], t[4];
-  for (int l = 0; l < 8; ++l) a[l] = v[l] + v[l + 8];
-  for (int l = 0; l < 4; ++l) t[l] = a[l] + a[l + 4];
-  return (t[0] + t[2]) + (t[1] + t[3]);
-}
 
 /// Q8_0's quants (int8), or with `Four` Q4_0's (element j < 16 the low nibble
 /// of byte j, j + 16 its high nibble, minus 8): block b's at q + b * kQGroup * bytes.
@@ -152,7 +145,7 @@ constexpr int64_t round64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
 
 }  // namespace
 
-bool int8_kernel(Dtype d) { return is_blocks(d) || d == Dtype::Q4_K || d == Dtype::Q5_K || d == Dtype::Q6_K; }
+bool int8_kernel(Dtype d) { return int8_matmul_dtype(d); }
 
 bool int8_has_vnni() {
   static const bool v = kernel_isa() == KernelIsa::Avx512 && __builtin_cpu_supports("avx512vnni") &&

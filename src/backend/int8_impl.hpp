@@ -22,6 +22,14 @@ struct Int8Rows {
   int8_t* qs_k4 = nullptr;
 };
 
+/// 16 lanes summed: a_l = v_l + v_{l+8}, t_l = a_l + a_{l+4}, (t_0 + t_2) + (t_1 + t_3).
+inline float reduce16(const float* v) {
+  float a[8], t[4];
+  for (int l = 0; l < 8; ++l) a[l] = v[l] + v[l + 8];
+  for (int l = 0; l < 4; ++l) t[l] = a[l] + a[l + 4];
+  return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
 /// The parts of `scratch` (int8_scratch_floats(m, K) floats) for m rows of K activations.
 Int8Rows carve(float* scratch, int64_t m, int64_t K);
 

@@ -59,14 +59,6 @@ constexpr int q6k_lane(int e) {
   return 4 * (p / 16) + 2 * s + (p % 16) / 8;
 }
 
-/// The 16 lanes summed: a_l = v_l + v_{l+8}, t_l = a_l + a_{l+4}, (t_0 + t_2) + (t_1 + t_3).
-inline float reduce16(const float* v) {
-  float a[8], t[4];
-  for (int l = 0; l < 8; ++l) a[l] = v[l] + v[l + 8];
-  for (int l = 0; l < 4; ++l) t[l] = a[l] + a[l + 4];
-  return (t[0] + t[2]) + (t[1] + t[3]);
-}
-
 // ---- scalar form ----------------------------------------------------------
 
 /// One Q4_K (Q5_K with `Five`) super-block into the lanes: acc_j = fma(d dx, I_j, acc_j) and

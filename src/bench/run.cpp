@@ -96,6 +96,13 @@ void validate(const Options& o) {
                          Bound{o.mc.prefix, "--mc-prefix", 1 << 20}, Bound{o.mc.context, "--mc-context", 1 << 20},
                          Bound{o.mc.choices, "--mc-choices", 4096}, Bound{o.mc.choice_tokens, "--mc-choice-tokens", 1 << 20}})
     if (b.v < 1 || b.v > b.hi) throw ArgumentError(fmt::format("{}: must be in [1, {}], got {}", b.name, b.hi, b.v));
+  // mc's request list holds every request's tokens: docs x choices requests of prefix + context + choice tokens
+  const int64_t mc_requests = int64_t(o.mc.docs) * o.mc.choices;
+  const int64_t mc_tokens = mc_requests * (int64_t(o.mc.prefix) + o.mc.context + o.mc.choice_tokens);
+  if (mc_requests > 1000000 || mc_tokens > (int64_t(1) << 26))
+    throw ArgumentError(fmt::format("--mc-docs {} x --mc-choices {}: {} requests of {} tokens in all; at most 1000000 "
+                                    "requests and 67108864 tokens",
+                                    o.mc.docs, o.mc.choices, mc_requests, mc_tokens));
   if (o.kv_cache_dtypes.empty()) throw ArgumentError("--kv-cache-dtype: expected at least one value");
   for (const auto& k : o.kv_cache_dtypes) parse_kv_cache_dtype(k, "--kv-cache-dtype");  // a bad name fails first
   if (o.kv_cache_dtypes.size() > 1 && std::find(o.tests.begin(), o.tests.end(), "fidelity") != o.tests.end())

@@ -12,6 +12,7 @@
 
 #include "cli/commands.hpp"
 #include "model/random_model.hpp"
+#include "util/atomic_file.hpp"
 #include "util/error.hpp"
 
 namespace kveval::cli {
@@ -76,6 +77,7 @@ int write_model(const MakeModelArgs& a, bool arch_given) {
   if (std::filesystem::is_directory(a.out, ec))
     throw ArgumentError(fmt::format("--output {}: is a directory (give a file path, e.g. {}/{}.gguf)", a.out,
                                     a.out, a.preset));
+  util::check_writable("--output", a.out);
   RandomModelSpec spec = make_model_spec(a, arch_given);
   const int vocab_tokens = spec.vocab.empty() ? spec.n_vocab : random_model_vocab_size(spec.vocab);
   gguf::TensorType type = gguf::TensorType::F32;

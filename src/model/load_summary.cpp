@@ -46,7 +46,9 @@ std::string format_load_summary(const LoadSummary& s) {
       s.architecture.empty() ? "?" : s.architecture, static_cast<double>(s.parameters) / 1e6,
       types.empty() ? "none" : types, static_cast<double>(s.file_tensor_bytes) / mib, s.weight_dtype,
       static_cast<double>(s.resident_bytes) / mib, s.context_length, tok,
-      s.matmul == "int8" ? "; matmul int8 (decode steps on Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks with int8 activations)" : "",
+      s.matmul == "int8"       ? "; matmul int8 (decode steps on Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks with int8 activations)"
+      : s.matmul_int8_ignored ? "; --matmul int8 ignored (no matrix kept in Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks)"
+                              : "",
       s.sliding.empty() ? "" : "; " + s.sliding, s.longrope.empty() ? "" : "; " + s.longrope, s.load_seconds);
 }
 

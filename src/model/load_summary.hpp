@@ -26,6 +26,8 @@ struct LoadSummary {
   uint64_t lookup_only_bytes = 0;
   /// How decode steps on kept blocks multiply: "exact" or "int8" (ModelOptions::matmul).
   std::string matmul = "exact";
+  /// --matmul int8 was asked for but no matrix is kept in a block type it multiplies (matmul stays "exact").
+  bool matmul_int8_ignored = false;
   uint64_t context_length = 0;     ///< `<arch>.context_length` (tokens), 0 when absent
   std::string tokenizer_model;     ///< tokenizer.ggml.model ("llama", "gpt2", ...), "" when absent
   std::string tokenizer_pre;       ///< tokenizer.ggml.pre ("llama-bpe", ...), "" when absent

@@ -107,6 +107,19 @@ struct Model::Impl {
     for (int l = 0; l < hp.n_layer; ++l) w[static_cast<size_t>(l)] = sliding_window(l);
     return w;
   }
+  /// Whether a matrix (a layer's projection or the output) is held in a block type MatmulMode::Int8 multiplies.
+  bool has_int8_matrix() const {
+    const auto int8 = [](const backend::Weight& w) { return w.n_out() > 0 && backend::int8_matmul_dtype(w.dtype()); };
+    if (int8(output)) return true;
+    for (const detail::Layer& L : layers) {
+      for (const backend::Weight* w : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down})
+        if (int8(*w)) return true;
+      for (const auto* parts : {&L.qkv_parts, &L.gate_up_parts})
+        for (const backend::Weight& w : *parts)
+          if (int8(w)) return true;
+    }
+    return false;
+  }
   /// Whether sliding layers rotate with other angles than the global ones (rope_swa).
   bool rope_swa_differs() const {
     return hp.sliding_window > 0 && (rope_swa.freq_base != rope.freq_base || rope_swa.freq_scale != rope.freq_scale);

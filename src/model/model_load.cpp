@@ -579,9 +579,10 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   check_unchanged(path, *at_open, file_bytes.size());  // and after: the copy saw one version of the file
   im.engine = std::make_unique<be::Engine>(opts.threads);
   im.engine->set_block_tiles_bf16(compute_dtype_info(im.dtype).bf16_tiles);
-  im.engine->set_matmul_mode(opts.matmul);
+  const be::MatmulMode mm = im.has_int8_matrix() ? opts.matmul : be::MatmulMode::Exact;  // int8 needs its blocks
+  im.engine->set_matmul_mode(mm);
   im.summary = summarize_gguf(f);
-  im.summary.matmul = be::to_string(opts.matmul);
+  im.summary.matmul = be::to_string(mm), im.summary.matmul_int8_ignored = mm != opts.matmul;
   // weight_bytes: matrices in mat_dtype (or kept blocks), token_embd (its kept blocks, else F32) and norms F32;
   // a tied output adds its copy unless it is token_embd's kept blocks.
   im.summary.weight_dtype =

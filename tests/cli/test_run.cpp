@@ -399,6 +399,9 @@ TEST_SUITE("cli.run") {
     CHECK(outdir.code == 2);
     CHECK(outdir.err.find(": is a directory") != std::string::npos);
     CHECK(outdir.err.find(".part") == std::string::npos);
+    Run nodir = run_kveval(d, "make-model --preset tiny -o " + quote(d.file("missing/m.gguf")));
+    CHECK(nodir.code == 2);
+    CHECK(nodir.err.find("--output " + d.file("missing/m.gguf") + ": directory") != std::string::npos);
     Run bogus = run_kveval(d, "bogus");
     CHECK(bogus.code == 2);
     CHECK(bogus.err.find("unknown subcommand 'bogus'") != std::string::npos);
@@ -453,7 +456,12 @@ TEST_SUITE("cli.run") {
              {"--seed 18446744073709551616", "--seed: expected an integer in [0, 18446744073709551615]"},
              {"-r 1000000000", "--repetitions: must be in [1, 100000], got 1000000000"},
              {"--ll-requests 2000000000", "--ll-requests: must be in [1, 1000000], got 2000000000"},
-             {"--gen-mixed-prompts 2000000000", "--gen-mixed-prompts: must be in [1, 1000000], got 2000000000"}}) {
+             {"--gen-mixed-prompts 2000000000", "--gen-mixed-prompts: must be in [1, 1000000], got 2000000000"},
+             {"--tests mc --mc-docs 1000000 --mc-choices 4096",
+              "--mc-docs 1000000 x --mc-choices 4096: 4096000000 requests of"},
+             {"--tests mc --mc-docs 10000 --mc-prefix 10000",
+              "--mc-docs 10000 x --mc-choices 4: 40000 requests of 402640000 tokens in all; at most 1000000 requests "
+              "and 67108864 tokens"}}) {
       CAPTURE(args);
       Run e = run_kveval(d, "bench -m " + m + " " + args);
       CHECK(e.code == 2);

@@ -113,6 +113,23 @@ TEST_SUITE("model.matmul_mode") {
     }
   }
 
+  TEST_CASE("int8 on a model with no Q8_0/Q4_0/Q4_K/Q5_K/Q6_K matrix is ignored, and the load line says so") {
+    const std::string q8 = test::quant_file("model-Q8_0.gguf"), q41 = test::quant_file("model-Q4_1.gguf");
+    if (q8.empty() || q41.empty()) return;
+    // Q8_0 widened to f32, and Q4_1 kept in its own blocks (a type int8 does not multiply)
+    for (const auto& [file, dtype] : {std::pair{q8, ComputeDtype::F32}, std::pair{q41, ComputeDtype::Blocks}}) {
+      CAPTURE(file);
+      auto q = test::load_context(file, {.threads = 1, .dtype = dtype, .matmul = MatmulMode::Int8});
+      CHECK(q->model().load_summary().matmul == "exact");
+      CHECK(q->model().load_summary().matmul_int8_ignored);
+      CHECK(format_load_summary(q->model().load_summary()).find("; --matmul int8 ignored (no matrix kept in ") !=
+            std::string::npos);
+    }
+    auto k = test::load_context(q8, {.threads = 1, .dtype = ComputeDtype::Blocks, .matmul = MatmulMode::Int8});
+    CHECK(k->model().load_summary().matmul == "int8");
+    CHECK_FALSE(k->model().load_summary().matmul_int8_ignored);
+  }
+
   TEST_CASE("parse_matmul_mode takes exact and int8 and names the option otherwise") {
     CHECK(parse_matmul_mode("exact") == MatmulMode::Exact);
     CHECK(parse_matmul_mode("int8") == MatmulMode::Int8);
