@@ -26,8 +26,12 @@ GenPlan plan_generation(const std::vector<size_t>& order, const std::vector<Requ
 bool packable(const Request& r) { return r.kind == RequestKind::Loglikelihood; }
 
 /// score()'s options for the runner: prefixes shared when `pack`, rows of at
-/// most max_length tokens.
-ScoreOptions score_options(bool pack, int max_length) { return ScoreOptions{pack, max_length}; }
+/// most min(max_length, 1024) tokens and 128 scored tokens, so that a pass of
+/// batch_size rows holds about as many activations and logits rows as one
+/// document's choices per row would (logits are n_vocab floats per row: 128
+/// rows of a 128k vocabulary are 64 MiB), while few-shot prefixes are still
+/// shared by the documents that fit.
+ScoreOptions score_options(bool pack, int max_length) { return ScoreOptions{pack, std::min(max_length, 1024), 128}; }
 
 /// The scoring requests of `order` (canonical) cut into the chunks score_phase
 /// hands to score(): score()'s rows over all of them (score_rows), whole rows

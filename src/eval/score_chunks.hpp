@@ -22,7 +22,8 @@ GenPlan plan_generation(const std::vector<size_t>& order, const std::vector<Requ
 
 /// True for a request score() scores as a token tree (ScoreRequest::pack).
 bool packable(const Request& r);
-/// score()'s options for the runner: prefixes shared when `pack`, rows of at most max_length tokens.
+/// score()'s options for the runner: prefixes shared when `pack`, rows of at most min(max_length, 1024)
+/// tokens and 128 scored tokens (score_chunks.cpp says why).
 ScoreOptions score_options(bool pack, int max_length);
 /// The scoring requests of `order` cut into the chunks handed to score(), on a
 /// model of context length n_ctx (see score_chunks.cpp).

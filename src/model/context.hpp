@@ -263,6 +263,10 @@ struct ScoreOptions {
   /// Most tokens of a shared row; 0 (or more than the model's context
   /// length): the context length.
   int row_tokens = 0;
+  /// Most scored tokens of a shared row (the sum over its requests of size -
+  /// score_from, a bound on its logits rows); 0: no limit. A request above
+  /// either limit gets a row of its own.
+  int row_scored = 0;
 };
 /// Scores `requests` cache-free in one Context::forward_rows pass per batch of
 /// up to `batch_size` rows (caches must be disabled or absent: CacheError
@@ -272,7 +276,8 @@ struct ScoreOptions {
 /// context_length + 1 tokens), or with opts.share_prefixes a trie of `pack`
 /// requests (Context::TokenTree, trunk 0): the requests sorted by their tokens,
 /// each row taking the next ones while its trie (tokens [0, size - 1) of each,
-/// a common prefix once) holds at most opts.row_tokens tokens. A `pack`
+/// a common prefix once) holds at most opts.row_tokens tokens and its requests at
+/// most opts.row_scored scored tokens. A `pack`
 /// request's every query takes the loop attention, so its log-probs and
 /// is_greedy are bit-identical alone, shared, at any batch_size and thread
 /// count (where the matmuls are batch-invariant: f32; bf16 without AMX).

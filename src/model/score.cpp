@@ -57,6 +57,7 @@ struct ScoreRow {
   std::map<std::pair<int, int32_t>, int> child;  ///< (parent, token) -> node, while the row is planned
   int64_t n_tokens = 0;         ///< tokens computed
   int64_t logit_rows = 0;       ///< distinct positions predicting a scored token
+  int64_t scored = 0;           ///< scored tokens of the members (a bound on logit_rows)
 
   /// Nodes request `r` would add to the trie.
   int64_t added(const ScoreRequest& r) const {
@@ -120,10 +121,13 @@ std::vector<ScoreRow> plan_rows(std::span<const ScoreRequest> requests, int n_ct
   const size_t first_tree = rows.size();
   for (size_t i : trees) {
     const bool open = rows.size() > first_tree && opts.share_prefixes;
-    if (!open || rows.back().n_tokens + rows.back().added(requests[i]) > budget) {
+    const int64_t scored = static_cast<int64_t>(requests[i].tokens.size()) - requests[i].score_from;
+    if (!open || rows.back().n_tokens + rows.back().added(requests[i]) > budget ||
+        (opts.row_scored > 0 && rows.back().scored + scored > opts.row_scored)) {
       if (rows.size() > first_tree) rows.back().child.clear();
       rows.emplace_back().tree = true;
     }
+    rows.back().scored += scored;
     rows.back().insert(i, requests[i]);
   }
   for (size_t j = first_tree; j < rows.size(); ++j) {
