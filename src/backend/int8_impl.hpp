@@ -5,7 +5,7 @@
 
 #include "backend/backend.hpp"
 
-#define KV_VNNI __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+#define KV_VNNI __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
 namespace kveval::backend::int8_detail {
 

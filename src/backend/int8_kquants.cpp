@@ -25,8 +25,12 @@ namespace kveval::backend::int8_detail {
 namespace {
 
 constexpr int64_t kQ4KBytes = 144, kQ5KBytes = 176, kQ6KBytes = 210;
-/// Super-blocks ahead of the current one that each weight row's stream prefetches.
-constexpr int64_t kAhead = 4;
+/// Tiles ahead of the current one that the VNNI form prefetches: a thread's rows are one
+/// contiguous byte range, read a tile (kTile rows) at a time, so it prefetches the bytes
+/// kAheadTiles tiles further on in that range, a tile's share per super-block step.
+constexpr int64_t kAheadTiles = 2;
+/// Weight rows per tile of the VNNI form.
+constexpr int kTile = 4;
 
 /// The little-endian f16 at p as f32 (exact).
 inline float load_f16(const uint8_t* p) { return util::f16_to_f32(static_cast<uint16_t>(p[0] | (p[1] << 8))); }
@@ -144,6 +148,18 @@ struct WBlock {
   float d, dmin;
 };
 
+/// q4k_scales_mins in one register (no store to memory): u = bytes 0-11 as 32-bit words; word 0
+/// u0 & k1, word 1 (u2 & k2) | ((u0 >> 6) & k3) << 4, word 2 u1 & k1, word 3
+/// ((u2 >> 4) & k2) | ((u1 >> 6) & k3) << 4, where ((v >> 6) & k3) << 4 = (v >> 2) & 0x30303030.
+KV_VNNI inline __m128i q4k_scales_mins_vnni(const uint8_t* s12) {
+  const __m128i u = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s12));  // bytes 12-15: the next field, unused
+  const __m128i a = _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0)), b = _mm_shuffle_epi32(u, _MM_SHUFFLE(1, 1, 0, 0));
+  const __m128i lo = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
+                                   _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+  const __m128i hi = _mm_and_si128(_mm_srli_epi32(b, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+  return _mm_or_si128(lo, hi);
+}
+
 /// The Q4_K/Q5_K unpacking: chunk 2 h + s = nibble s of qs[64 h .. 64 h + 63] (| bit 4 from qh).
 template <bool Five>
 KV_VNNI inline void unpack_q4k(const uint8_t* blk, const __m512i* sidx, WBlock& wb) {
@@ -164,14 +180,15 @@ KV_VNNI inline void unpack_q4k(const uint8_t* blk, const __m512i* sidx, WBlock& 
       }
     }
   }
-  alignas(16) uint8_t sm[16];
-  q4k_scales_mins(blk + 4, sm);
-  const __m256i sm16 = _mm256_cvtepu8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(sm)));
+  const __m256i sm16 = _mm256_cvtepu8_epi16(q4k_scales_mins_vnni(blk + 4));
   wb.s[0] = _mm512_permutexvar_epi16(sidx[0], _mm512_zextsi256_si512(sm16));
   wb.s[1] = _mm512_permutexvar_epi16(sidx[1], _mm512_zextsi256_si512(sm16));
   wb.mins = _mm256_extracti128_si256(sm16, 1);
-  wb.d = load_f16(blk);
-  wb.dmin = load_f16(blk + 2);
+  uint32_t dd;
+  std::memcpy(&dd, blk, 4);
+  const __m128 df = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd)));  // exact, as f16_to_f32
+  wb.d = _mm_cvtss_f32(df);
+  wb.dmin = _mm_cvtss_f32(_mm_movehdup_ps(df));
 }
 
 /// The Q6_K unpacking: chunk 2 h + s = elements 128 h + 64 s + [0, 64), 6-bit quants 0..63.
@@ -189,7 +206,9 @@ KV_VNNI inline void unpack_q6k(const uint8_t* blk, const __m512i* sidx, WBlock& 
   const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
   wb.s[0] = _mm512_permutexvar_epi16(sidx[0], _mm512_zextsi256_si512(sc16));
   wb.s[1] = _mm512_permutexvar_epi16(sidx[1], _mm512_zextsi256_si512(sc16));
-  wb.d = load_f16(blk + 208);
+  uint16_t dd;
+  std::memcpy(&dd, blk + 208, 2);
+  wb.d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(dd)));  // exact, as f16_to_f32
   wb.dmin = 0.0f;
 }
 
@@ -202,10 +221,38 @@ KV_VNNI inline __m512i lanes(const WBlock& wb, const __m512i* x, const __m512i* 
   return _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(zero, p0, wb.s[0]), p1, wb.s[1]);
 }
 
-/// R weight rows (rows[i], nb super-blocks each) against M quantized rows (M = 0: m at run time):
-/// out[i * m + r]. Type: 4 (Q4_K), 5 (Q5_K) or 6 (Q6_K).
+/// Adds weight block wb's products with activation super-block xb (chunks x, vpdpbusd bases
+/// `base`) to acc and accm.
+template <int Type>
+KV_VNNI inline void block_fma(const WBlock& wb, const __m512i* x, const __m512i* base, const Int8Rows& xr, int64_t xb,
+                              __m512& acc, __m128& accm) {
+  const float dx = xr.d[xb];
+  acc = _mm512_fmadd_ps(_mm512_set1_ps(wb.d * dx), _mm512_cvtepi32_ps(lanes(wb, x, base)), acc);
+  if constexpr (Type != 6) {
+    const __m128i b32 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(xr.bsums32 + xb * 8));
+    const __m128 mi = _mm_cvtepi32_ps(_mm_madd_epi16(wb.mins, b32));
+    accm = _mm_fmadd_ps(_mm_set1_ps(-(wb.dmin * dx)), mi, accm);
+  }
+}
+
+/// Activation super-block xb's 4 chunks into x and the vpdpbusd bases: zero, or for Q6_K
+/// ((q - 32) x) -32 times the sums of x's 4-element groups.
+template <int Type>
+KV_VNNI inline void load_x(const int8_t* xq, __m512i* x, __m512i* base) {
+  const __m512i zero = _mm512_setzero_si512(), k32 = _mm512_set1_epi8(32);
+  for (int c = 0; c < 4; ++c) {
+    x[c] = _mm512_loadu_si512(xq + 64 * c);
+    base[c] = Type == 6 ? _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k32, x[c])) : zero;
+  }
+}
+
+/// R weight rows (rows[0] + i ld, nb super-blocks each) against M quantized rows (M = 0: m at run
+/// time): out[i * m + r]. Type: 4 (Q4_K), 5 (Q5_K) or 6 (Q6_K). Prefetches the bytes `ahead` past
+/// the tile's, R blocks' worth per step. With M = 1 each weight block is dotted as soon as it is
+/// unpacked (only one row's WBlock live); otherwise all R are unpacked, then dotted with each x row.
 template <int Type, int R, int M>
-KV_VNNI void tile_vnni(const uint8_t* const* rows, int64_t nb, const Int8Rows& xr, int64_t K, int64_t m, float* out) {
+KV_VNNI void tile_vnni(const uint8_t* rows, int64_t ld, int64_t ahead, int64_t nb, const Int8Rows& xr, int64_t K,
+                       int64_t m, float* out) {
   constexpr int64_t bytes = Type == 4 ? kQ4KBytes : Type == 5 ? kQ5KBytes : kQ6KBytes;
   constexpr int MR = M ? M : kInt8MaxRows;
   const int64_t mr = M ? M : m;
@@ -215,39 +262,30 @@ KV_VNNI void tile_vnni(const uint8_t* const* rows, int64_t nb, const Int8Rows& x
   for (int i = 0; i < R; ++i)
     for (int64_t r = 0; r < mr; ++r) acc[i][r] = _mm512_setzero_ps(), accm[i][r] = _mm_setzero_ps();
   const int8_t* xbase = Type == 6 ? xr.qs : xr.qs_k4;
+  const auto pf = reinterpret_cast<uintptr_t>(rows) + static_cast<uintptr_t>(ahead);  // never dereferenced
+  __m512i x[4], base[4];
   for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t l = 0; l < R * bytes; l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(pf + static_cast<uintptr_t>(b * R * bytes + l)), _MM_HINT_T0);
+    if constexpr (M == 1) {
+      load_x<Type>(xbase + b * kKBlock, x, base);
+      for (int i = 0; i < R; ++i) {
+        WBlock wb;
+        if constexpr (Type == 6) unpack_q6k(rows + i * ld + b * bytes, sidx, wb);
+        else unpack_q4k<Type == 5>(rows + i * ld + b * bytes, sidx, wb);
+        block_fma<Type>(wb, x, base, xr, b, acc[i][0], accm[i][0]);
+      }
+      continue;
+    }
     WBlock wb[R];
     for (int i = 0; i < R; ++i) {
-      const uint8_t* blk = rows[i] + b * bytes;
-      const auto ahead = reinterpret_cast<uintptr_t>(blk) + static_cast<uintptr_t>(kAhead * bytes);  // never dereferenced
-      for (int64_t l = 0; l < bytes; l += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + l), _MM_HINT_T0);
-      if constexpr (Type == 6) unpack_q6k(blk, sidx, wb[i]);
-      else unpack_q4k<Type == 5>(blk, sidx, wb[i]);
+      if constexpr (Type == 6) unpack_q6k(rows + i * ld + b * bytes, sidx, wb[i]);
+      else unpack_q4k<Type == 5>(rows + i * ld + b * bytes, sidx, wb[i]);
     }
     for (int64_t r = 0; r < mr; ++r) {
       const int64_t xb = r * (K / kKBlock) + b;
-      const int8_t* xq = xbase + xb * kKBlock;
-      const __m512i x[4] = {_mm512_loadu_si512(xq), _mm512_loadu_si512(xq + 64), _mm512_loadu_si512(xq + 128),
-                            _mm512_loadu_si512(xq + 192)};
-      const float dx = xr.d[xb];
-      if constexpr (Type == 6) {  // (q - 32) x: vpdpbusd from -32 Σx of each 4-element group
-        const __m512i zero = _mm512_setzero_si512(), k32 = _mm512_set1_epi8(32);
-        __m512i base[4];
-        for (int c = 0; c < 4; ++c) base[c] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, k32, x[c]));
-        for (int i = 0; i < R; ++i) {
-          const __m512i l = lanes(wb[i], x, base);
-          acc[i][r] = _mm512_fmadd_ps(_mm512_set1_ps(wb[i].d * dx), _mm512_cvtepi32_ps(l), acc[i][r]);
-        }
-      } else {
-        const __m128i b32 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(xr.bsums32 + xb * 8));
-        const __m512i zero = _mm512_setzero_si512(), base[4] = {zero, zero, zero, zero};
-        for (int i = 0; i < R; ++i) {
-          const __m512i l = lanes(wb[i], x, base);
-          acc[i][r] = _mm512_fmadd_ps(_mm512_set1_ps(wb[i].d * dx), _mm512_cvtepi32_ps(l), acc[i][r]);
-          const __m128 mi = _mm_cvtepi32_ps(_mm_madd_epi16(wb[i].mins, b32));
-          accm[i][r] = _mm_fmadd_ps(_mm_set1_ps(-(wb[i].dmin * dx)), mi, accm[i][r]);
-        }
-      }
+      load_x<Type>(xbase + xb * kKBlock, x, base);
+      for (int i = 0; i < R; ++i) block_fma<Type>(wb[i], x, base, xr, xb, acc[i][r], accm[i][r]);
     }
   }
   for (int i = 0; i < R; ++i)
@@ -256,10 +294,13 @@ KV_VNNI void tile_vnni(const uint8_t* const* rows, int64_t nb, const Int8Rows& x
 
 /// tile_vnni for the weight's type, R rows and m activation rows (m = 1 with its accumulators in registers).
 template <int R>
-void tile_for(Dtype dt, const uint8_t* const* rows, int64_t nb, const Int8Rows& xr, int64_t K, int64_t m, float* out) {
-  if (dt == Dtype::Q4_K) return m == 1 ? tile_vnni<4, R, 1>(rows, nb, xr, K, m, out) : tile_vnni<4, R, 0>(rows, nb, xr, K, m, out);
-  if (dt == Dtype::Q5_K) return m == 1 ? tile_vnni<5, R, 1>(rows, nb, xr, K, m, out) : tile_vnni<5, R, 0>(rows, nb, xr, K, m, out);
-  return m == 1 ? tile_vnni<6, R, 1>(rows, nb, xr, K, m, out) : tile_vnni<6, R, 0>(rows, nb, xr, K, m, out);
+void tile_for(Dtype dt, const uint8_t* rows, int64_t ld, int64_t ahead, int64_t nb, const Int8Rows& xr, int64_t K,
+              int64_t m, float* out) {
+  if (dt == Dtype::Q4_K)
+    return m == 1 ? tile_vnni<4, R, 1>(rows, ld, ahead, nb, xr, K, m, out) : tile_vnni<4, R, 0>(rows, ld, ahead, nb, xr, K, m, out);
+  if (dt == Dtype::Q5_K)
+    return m == 1 ? tile_vnni<5, R, 1>(rows, ld, ahead, nb, xr, K, m, out) : tile_vnni<5, R, 0>(rows, ld, ahead, nb, xr, K, m, out);
+  return m == 1 ? tile_vnni<6, R, 1>(rows, ld, ahead, nb, xr, K, m, out) : tile_vnni<6, R, 0>(rows, ld, ahead, nb, xr, K, m, out);
 }
 
 }  // namespace
@@ -280,17 +321,16 @@ void prepare_k4(const Int8Rows& xr, int64_t m, int64_t K) {
 
 void kquant_rows(const Weight& w, const Int8Rows& xr, int64_t m, int64_t n0, int64_t n1, bool vnni, float* y,
                  bool accumulate) {
-  constexpr int kTile = 4;
   const int64_t N = w.n_out(), K = w.n_in(), nb = K / kKBlock;
   const auto* raw = static_cast<const uint8_t*>(w.raw());
+  const int64_t ld = w.ld(), ahead = kAheadTiles * kTile * ld;
   float v[kTile * kInt8MaxRows];
   for (int64_t n = n0; n < n1;) {
     const int rows = vnni && n + kTile <= n1 ? kTile : 1;
-    const uint8_t* rp[kTile];
-    for (int i = 0; i < rows; ++i) rp[i] = raw + (n + i) * w.ld();
-    if (!vnni) row_scalar(w.dtype(), rp[0], nb, xr, K, m, v);
-    else if (rows == kTile) tile_for<kTile>(w.dtype(), rp, nb, xr, K, m, v);
-    else tile_for<1>(w.dtype(), rp, nb, xr, K, m, v);
+    const uint8_t* rp = raw + n * ld;
+    if (!vnni) row_scalar(w.dtype(), rp, nb, xr, K, m, v);
+    else if (rows == kTile) tile_for<kTile>(w.dtype(), rp, ld, ahead, nb, xr, K, m, v);
+    else tile_for<1>(w.dtype(), rp, ld, ahead, nb, xr, K, m, v);
     for (int i = 0; i < rows; ++i)
       for (int64_t r = 0; r < m; ++r) {
         float& o = y[r * N + n + i];
