@@ -97,47 +97,77 @@ KV_VNNI inline __m256i block_bytes(const uint8_t* q, int64_t b) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b * kQGroup * kQBlock));
 }
 
-template <bool Four>
-KV_VNNI float q8_0_dot_vnni(const uint8_t* q, const float* d, int64_t nb, const int8_t* xq, const float* xd) {
-  __m512 acc = _mm512_setzero_ps();
+/// Bytes ahead of the current block pair that the Q8_0/Q4_0 VNNI form prefetches in its group's stream.
+constexpr int64_t kQAheadBytes = 2048;
+
+/// R rows of one group of kQGroup (row i's block b at q0 + (b kQGroup + i) bytes, its scale at
+/// d0[b kQGroup + i]) against one quantized row: out[i]. Each row's steps are those of one row
+/// alone; the R rows share each activation load and read the group's interleaved blocks as one stream.
+template <bool Four, int R>
+KV_VNNI void q8_0_tile_vnni(const uint8_t* q0, const float* d0, int64_t nb, const int8_t* xq, const float* xd,
+                            float* out) {
+  constexpr int64_t bytes = Four ? kQBlock / 2 : kQBlock;
+  __m512 acc[R];
+  for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+  const auto pq = reinterpret_cast<uintptr_t>(q0) + static_cast<uintptr_t>(kQAheadBytes);  // never dereferenced
+  const auto pd = reinterpret_cast<uintptr_t>(d0) + static_cast<uintptr_t>(kQAheadBytes * 4 / bytes);
   int64_t b = 0;
   for (; b + 1 < nb; b += 2) {
-    const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(block_bytes<Four>(q, b)), block_bytes<Four>(q, b + 1), 1);
-    const __m512i dp = block_dot<Four>(w, _mm512_loadu_si512(xq + b * kQBlock));
-    const __m512 s = _mm512_insertf32x8(_mm512_set1_ps(d[b * kQGroup] * xd[b]),
-                                        _mm256_set1_ps(d[(b + 1) * kQGroup] * xd[b + 1]), 1);
-    acc = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(dp), acc);
+    for (int64_t l = 0; l < 2 * kQGroup * bytes; l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(pq + static_cast<uintptr_t>(b * kQGroup * bytes + l)), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(pd + static_cast<uintptr_t>(b * kQGroup * 4)), _MM_HINT_T0);
+    const __m512i x = _mm512_loadu_si512(xq + b * kQBlock);
+    for (int i = 0; i < R; ++i) {
+      const uint8_t* q = q0 + i * bytes;
+      const float* d = d0 + i;
+      const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(block_bytes<Four>(q, b)), block_bytes<Four>(q, b + 1), 1);
+      const __m512i dp = block_dot<Four>(w, x);
+      const __m512 s = _mm512_insertf32x8(_mm512_set1_ps(d[b * kQGroup] * xd[b]),
+                                          _mm256_set1_ps(d[(b + 1) * kQGroup] * xd[b + 1]), 1);
+      acc[i] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(dp), acc[i]);
+    }
   }
   if (b < nb) {  // the last, even block: lanes 0-7 only
-    const __m512i w = _mm512_zextsi256_si512(block_bytes<Four>(q, b));
     const __m512i x = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * kQBlock)));
-    const __m512 s = _mm512_set1_ps(d[b * kQGroup] * xd[b]);
-    acc = _mm512_mask3_fmadd_ps(s, _mm512_cvtepi32_ps(block_dot<Four>(w, x)), acc, 0x00FF);
+    for (int i = 0; i < R; ++i) {
+      const __m512i w = _mm512_zextsi256_si512(block_bytes<Four>(q0 + i * bytes, b));
+      const __m512 s = _mm512_set1_ps(d0[b * kQGroup + i] * xd[b]);
+      acc[i] = _mm512_mask3_fmadd_ps(s, _mm512_cvtepi32_ps(block_dot<Four>(w, x)), acc[i], 0x00FF);
+    }
   }
-  alignas(64) float v[16];
-  _mm512_store_ps(v, acc);
-  return reduce16(v);
+  for (int i = 0; i < R; ++i) {
+    alignas(64) float v[16];
+    _mm512_store_ps(v, acc[i]);
+    out[i] = reduce16(v);
+  }
 }
 
 // ---- the product ---------------------------------------------------------
 
-/// Rows [n0, n1) of y (+)= the Q8_0 / Q4_0 products of W's rows with the m quantized rows.
+/// Rows [n0, n1) of y (+)= the Q8_0 / Q4_0 products of W's rows with the m quantized rows: the VNNI
+/// form a whole group of kQGroup rows at a time (n0 a multiple of kQGroup), the scalar form a row at a time.
 void q8_0_rows(const Weight& w, const Int8Rows& xr, int64_t m, int64_t n0, int64_t n1, bool vnni, float* y,
                bool accumulate) {
   const int64_t N = w.n_out(), K = w.n_in(), nb = K / kQBlock;
   const auto* raw = static_cast<const uint8_t*>(w.raw());
   const bool four = w.dtype() == Dtype::Q4_0;
-  for (int64_t n = n0; n < n1; ++n) {
+  float v[kQGroup];
+  for (int64_t n = n0; n < n1;) {
+    const int rows = vnni && n % kQGroup == 0 && n + kQGroup <= n1 ? kQGroup : 1;
     const int64_t i = w.block_index(n, 0);
     const uint8_t* q = raw + i * block_quant_bytes(w.dtype());
     const float* d = w.scales() + i;
     for (int64_t r = 0; r < m; ++r) {
       const int8_t* xq = xr.qs + r * K;
       const float* xd = xr.d + r * nb;
-      const float v = vnni ? (four ? q8_0_dot_vnni<true>(q, d, nb, xq, xd) : q8_0_dot_vnni<false>(q, d, nb, xq, xd))
-                           : (four ? q8_0_dot_scalar<true>(q, d, nb, xq, xd) : q8_0_dot_scalar<false>(q, d, nb, xq, xd));
-      y[r * N + n] = accumulate ? y[r * N + n] + v : v;
+      if (!vnni) v[0] = four ? q8_0_dot_scalar<true>(q, d, nb, xq, xd) : q8_0_dot_scalar<false>(q, d, nb, xq, xd);
+      else if (rows == kQGroup)
+        four ? q8_0_tile_vnni<true, kQGroup>(q, d, nb, xq, xd, v) : q8_0_tile_vnni<false, kQGroup>(q, d, nb, xq, xd, v);
+      else
+        four ? q8_0_tile_vnni<true, 1>(q, d, nb, xq, xd, v) : q8_0_tile_vnni<false, 1>(q, d, nb, xq, xd, v);
+      for (int k = 0; k < rows; ++k) y[r * N + n + k] = accumulate ? y[r * N + n + k] + v[k] : v[k];
     }
+    n += rows;
   }
 }
 

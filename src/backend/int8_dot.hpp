@@ -67,7 +67,8 @@ void quantize_row_q8_0(const float* x, int64_t n, int8_t* qs, float* d);
 /// vpdpbusd and its f32 steps in the same order as the scalar form, so both
 /// give the same bits (`vnni` picks the form; true where unavailable throws).
 /// The K-quant VNNI form walks tiles of 4 W rows, each weight super-block unpacked once
-/// and dotted with every x row. Rows of W split among `threads` OpenMP threads in
+/// and dotted with every x row; the Q8_0/Q4_0 VNNI form a group of kQGroup rows at a time per
+/// x row (one stream over the group's interleaved blocks). Both prefetch ahead in the stream. Rows of W split among `threads` OpenMP threads in
 /// contiguous ranges of whole 4-row tiles (one thread below kDecodeParallelMacs
 /// multiply-adds); each output depends only on its x row and W row. Throws
 /// ArgumentError for another dtype or m out of range.
