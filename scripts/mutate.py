@@ -158,7 +158,7 @@ MUTATIONS = [
              "if (!post_norm.empty()) be::rmsnorm(",
              "if (false) be::rmsnorm(",
              "the post-attention and post-FFN norms (Gemma 2/3) are skipped"),
-    Mutation("rope-linear-scale-ignored", "src/model/model_load.cpp",
+    Mutation("rope-linear-scale-ignored", "src/model/read_hparams.cpp",
              "hp.rope_freq_scale = (type == \"none\" || factor == 0.0) ? 1.0f : static_cast<float>(1.0 / factor);",
              "hp.rope_freq_scale = 1.0f;",
              "linear rope scaling (rope.scaling.factor) is ignored"),

@@ -63,10 +63,14 @@ void check_fits(const Model& model, const GenerateArgs& o, size_t prompt_tokens,
       {"activations", model.activation_bytes_for(1, std::max(ctx_plan, 1), false)}};
   check_memory_plan("the generation", parts, memory_budget(), "lower --max-gen-toks or --max-length");
   if (static_cast<int64_t>(prompt_tokens) > max_length ||
-      (static_cast<int64_t>(prompt_tokens) == max_length && o.max_gen_toks > 0))
+      (static_cast<int64_t>(prompt_tokens) == max_length && o.max_gen_toks > 0)) {
+    if (o.prompt.empty())  // the BOS token alone fills the context
+      throw ArgumentError(fmt::format("--max-length {} holds only the BOS token (no --prompt given): no room for a "
+                                      "generated token", max_length));
     throw ArgumentError(fmt::format("--prompt has {} tokens (BOS included); the context holds {} (--max-length){}",
                                     prompt_tokens, max_length,
                                     static_cast<int64_t>(prompt_tokens) == max_length ? ", no room for a generated token" : ""));
+  }
 }
 
 /// The load summary, its warnings and the compute dtype and KV cache on stderr.

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
+#include "model/arch/arch.hpp"
 #include "model/random_model.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
@@ -35,6 +36,17 @@ std::string lower(std::string s) {
   return s;
 }
 
+/// Refuses option `opt` when architecture `name` reads no GGUF key for `param`
+/// (sliding_window, attn_softcap, final_softcap), naming the architectures that do.
+void check_arch_takes(const char* opt, const std::string& name, arch::Param arch::Description::*param) {
+  const arch::Description* d = arch::find(name);
+  if (!d || !(d->*param).key.empty()) return;  // an unknown architecture is check_spec's error
+  std::string takers;
+  for (const arch::Description* a : arch::all())
+    if (!(a->*param).key.empty()) takers += (takers.empty() ? "" : ", ") + std::string(a->name);
+  throw ArgumentError(fmt::format("{}: architecture {} does not take it (architectures that do: {})", opt, name, takers));
+}
+
 /// The spec of `a`: a synthetic shape in the --arch flavour (n_vocab from
 /// --vocab when given), or a real-model preset as it is (--arch refused; with
 /// --vocab its n_vocab stays, and a vocabulary with more tokens is refused).
@@ -48,6 +60,9 @@ RandomModelSpec make_model_spec(const MakeModelArgs& a, bool arch_given) {
                                     a.arch, a.preset, spec.hf_model, spec.arch));
   }
   spec.tied_output = spec.tied_output || a.tied;
+  if (a.sliding_window >= 0) check_arch_takes("--sliding-window", spec.arch, &arch::Description::sliding_window);
+  if (a.attn_softcap >= 0) check_arch_takes("--attn-softcap", spec.arch, &arch::Description::attn_softcap);
+  if (a.final_softcap >= 0) check_arch_takes("--final-softcap", spec.arch, &arch::Description::final_softcap);
   if (a.sliding_window >= 0) spec.sliding_window = a.sliding_window;
   if (a.attn_softcap >= 0) spec.attn_softcap = a.attn_softcap;
   if (a.final_softcap >= 0) spec.final_softcap = a.final_softcap;

@@ -225,6 +225,16 @@ void apply_run_options(const RunArgs& a, const Distributed& dist, eval::EvalSpec
       t.docs.resize(std::min(t.docs.size(), static_cast<size_t>(std::ceil(t.n_docs_total * a.limit_fraction))));
 }
 
+/// Where the model path came from, for its not-found line: "--model", or the spec's
+/// 'model' as written when it was resolved against the spec's folder.
+std::string model_origin(const RunArgs& a, const eval::EvalSpec& spec) {
+  if (!a.model.empty()) return "--model";
+  const nlohmann::json& m = spec.raw.is_object() && spec.raw.contains("model") ? spec.raw["model"] : nlohmann::json();
+  if (m.is_string() && m.get<std::string>() != spec.model)
+    return fmt::format("spec 'model' \"{}\", relative to the spec's folder", m.get<std::string>());
+  return "spec 'model'";
+}
+
 /// Steps 0 and 1 of a run, on every rank: the command line, the spec and its
 /// data, the baseline (rank 0) and the model file's presence. Throws SpecError /
 /// ArgumentError like a one-process run.
@@ -280,7 +290,7 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
     if (!baseline.is_object() || !baseline.contains("results") || !baseline["results"].is_object())
       throw SpecError(fmt::format("{}: not a kveval results file (no \"results\" object)", a.baseline));
   }
-  require_model_file(spec.model, "spec 'model' or --model");
+  require_model_file(spec.model, model_origin(a, spec));
 }
 
 /// The samples (--log-samples), then the results (--output), each all or

@@ -230,23 +230,12 @@ void validate_filters(const TaskSpec& t, const std::string& where) {
 
 namespace {
 
-/// A custom filter step on the `responses` of `doc`: its result, a list or one string.
-FilteredResponses python_filter(const FilterStep& s, const std::vector<std::string>& responses, const Doc* doc) {
-  if (!doc) throw Error("internal: a custom filter step runs without its document");
-  const nlohmann::json r = run_filter_hook(*s.hook, s.kwargs, responses, *doc);
-  if (r.is_string()) return {{r.get<std::string>()}, false};
-  return {r.get<std::vector<std::string>>(), true};
-}
-
-}  // namespace
-
-std::string apply_filter_pipeline(const FilterPipeline& p, const std::string& output, const Doc* doc) {
+/// Built-in steps on one generated text (one response per document).
+std::string apply_builtin_steps(const std::vector<FilterStep>& steps, const std::string& output) {
   std::string r = output;
-  for (const auto& s : p.steps) {
+  for (const auto& s : steps) {
     if (s.hook) {
-      FilteredResponses f = python_filter(s, {r}, doc);
-      if (f.items.empty()) throw SpecError(fmt::format("{}: {} gave an empty list", doc->origin, s.function));
-      r = f.items[0];
+      throw Error("internal: a custom filter step runs on one text (filter_task calls it on the task)");
     } else if (s.function == "regex") {
       PyRegex re(s.regex_pattern);
       auto matches = re.findall(r);
@@ -284,40 +273,120 @@ std::string apply_filter_pipeline(const FilterPipeline& p, const std::string& ou
   return r;
 }
 
-FilteredResponses apply_filter_pipeline(const FilterPipeline& p, const std::vector<std::string>& responses,
-                                        const Doc* doc) {
-  FilteredResponses f{responses, true};
+/// A built-in step on one document's responses, with lm-eval's list semantics.
+void builtin_list_step(const FilterStep& s, FilteredResponses& f) {
+  if (!f.is_list) {  // after take_first the response is one string: the remaining steps act on it
+    if (s.function != "take_first" && s.function != "take_first_k" && s.function != "majority_vote")
+      f.items[0] = apply_builtin_steps({s}, f.items[0]);
+    return;
+  }
+  if (s.function == "take_first") {
+    f.items.resize(std::min<size_t>(f.items.size(), 1));
+    f.is_list = false;
+  } else if (s.function == "take_first_k") {
+    f.items.resize(std::min(f.items.size(), static_cast<size_t>(s.k)));
+  } else if (s.function == "majority_vote") {  // Counter(resp).most_common(1)[0][0]
+    std::vector<std::pair<std::string, int>> counts;  // first-seen order
+    for (const auto& r : f.items) {
+      auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == r; });
+      if (it == counts.end()) counts.emplace_back(r, 1);
+      else ++it->second;
+    }
+    size_t best = 0;
+    for (size_t j = 1; j < counts.size(); ++j)
+      if (counts[j].second > counts[best].second) best = j;
+    f.items = counts.empty() ? std::vector<std::string>{} : std::vector<std::string>{counts[best].first};
+  } else {
+    for (auto& r : f.items) r = apply_builtin_steps({s}, r);
+  }
+}
+
+/// A custom filter step on every document of `out` not yet failed: one call with all their
+/// responses and documents; each result mapped back to its document (a string ends its list;
+/// with `one_response` a list keeps its first item). A failing call fails all of them.
+void custom_step(const FilterStep& s, const std::vector<DocResponses>& docs, bool one_response,
+                 std::vector<FilterOutcome>& out) {
+  std::vector<size_t> live;
+  std::vector<std::vector<std::string>> resps;
+  std::vector<const Doc*> ds;
+  for (size_t i = 0; i < docs.size(); ++i) {
+    if (!out[i].error.empty()) continue;
+    if (!docs[i].doc) throw Error("internal: a custom filter step runs without its document");
+    live.push_back(i);
+    resps.push_back(out[i].filtered.items);
+    ds.push_back(docs[i].doc);
+  }
+  if (live.empty()) return;
+  nlohmann::json r;
+  try {
+    r = run_filter_hook(*s.hook, s.kwargs, resps, ds);
+  } catch (const std::exception& e) {
+    for (size_t i : live) out[i].error = e.what();
+    return;
+  }
+  for (size_t j = 0; j < live.size(); ++j) {
+    FilterOutcome& o = out[live[j]];
+    const bool was_list = o.filtered.is_list;
+    if (r[j].is_string()) o.filtered = {{r[j].get<std::string>()}, false};
+    else o.filtered = {r[j].get<std::vector<std::string>>(), was_list};
+    if (!was_list || one_response) {
+      if (o.filtered.items.empty()) o.error = fmt::format("{}: {} gave an empty list", docs[live[j]].doc->origin, s.function);
+      else o.filtered.items.resize(1);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<FilterOutcome> filter_task(const FilterPipeline& p, const std::vector<DocResponses>& docs, bool one_response) {
+  std::vector<FilterOutcome> out(docs.size());
+  for (size_t i = 0; i < docs.size(); ++i) out[i].filtered = {docs[i].responses, true};
   std::vector<FilterStep> steps = p.steps;
   if (steps.empty()) steps.push_back({.function = "take_first"});  // lm-eval's "none" pipeline
   for (const FilterStep& s : steps) {
-    if (!f.is_list) {  // after take_first the response is one string: the remaining steps act on it
-      if (s.function != "take_first" && s.function != "take_first_k" && s.function != "majority_vote")
-        f.items[0] = apply_filter_pipeline(FilterPipeline{"", {s}}, f.items[0], doc);
+    if (s.hook) {
+      custom_step(s, docs, one_response, out);
       continue;
     }
-    if (s.hook) {
-      f = python_filter(s, f.items, doc);
-    } else if (s.function == "take_first") {
-      f.items.resize(std::min<size_t>(f.items.size(), 1));
-      f.is_list = false;
-    } else if (s.function == "take_first_k") {
-      f.items.resize(std::min(f.items.size(), static_cast<size_t>(s.k)));
-    } else if (s.function == "majority_vote") {  // Counter(resp).most_common(1)[0][0]
-      std::vector<std::pair<std::string, int>> counts;  // first-seen order
-      for (const auto& r : f.items) {
-        auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == r; });
-        if (it == counts.end()) counts.emplace_back(r, 1);
-        else ++it->second;
+    for (auto& o : out) {
+      if (!o.error.empty()) continue;
+      try {
+        builtin_list_step(s, o.filtered);
+      } catch (const std::exception& e) {  // e.g. a regex the PCRE2 matcher cannot run on this text
+        o.error = e.what();
       }
-      size_t best = 0;
-      for (size_t j = 1; j < counts.size(); ++j)
-        if (counts[j].second > counts[best].second) best = j;
-      f.items = counts.empty() ? std::vector<std::string>{} : std::vector<std::string>{counts[best].first};
-    } else {
-      for (auto& r : f.items) r = apply_filter_pipeline(FilterPipeline{"", {s}}, r, doc);
     }
   }
-  return f;
+  if (one_response)
+    for (auto& o : out)
+      if (o.error.empty()) o.filtered.is_list = false;
+  return out;
+}
+
+std::vector<std::optional<FilterOutcome>> filter_docs(const FilterPipeline& p,
+                                                      const std::vector<std::optional<std::vector<std::string>>>& responses,
+                                                      const std::vector<Doc>& docs, bool one_response) {
+  std::vector<DocResponses> in;
+  std::vector<size_t> at;
+  for (size_t i = 0; i < responses.size() && i < docs.size(); ++i)
+    if (responses[i]) in.push_back({*responses[i], &docs[i]}), at.push_back(i);
+  std::vector<FilterOutcome> got = filter_task(p, in, one_response);
+  std::vector<std::optional<FilterOutcome>> out(responses.size());
+  for (size_t j = 0; j < at.size(); ++j) out[at[j]] = std::move(got[j]);
+  return out;
+}
+
+std::string apply_filter_pipeline(const FilterPipeline& p, const std::string& output, const Doc* doc) {
+  FilterOutcome o = filter_task(p, {{{output}, doc}}, true).at(0);
+  if (!o.error.empty()) throw SpecError(o.error);
+  return o.filtered.items.at(0);
+}
+
+FilteredResponses apply_filter_pipeline(const FilterPipeline& p, const std::vector<std::string>& responses,
+                                        const Doc* doc) {
+  FilterOutcome o = filter_task(p, {{responses, doc}}, false).at(0);
+  if (!o.error.empty()) throw SpecError(o.error);
+  return o.filtered;
 }
 
 std::string exact_match_normalize(const ExactMatchOptions& o, const std::string& text) {

@@ -7,6 +7,7 @@
 // classes (PCRE2_UTF | PCRE2_UCP, as Python's str patterns), `\Z` read as
 // Python's end of string.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,29 +48,58 @@ class PyRegex {
 /// exact_match regexes. Throws SpecError naming `where`.
 void validate_filters(const TaskSpec& t, const std::string& where);
 
-/// Applies one pipeline to a generated text (one response per document, as
-/// lm-eval with repeats = 1; selection steps keep it): regex = findall()[group_select] (a Python index,
-/// negative from the end; for several groups the first non-empty one), stripped;
-/// the fallback when nothing matches, when group_select is past the matches
-/// or when every group of the selected match is empty; take_first
-/// keeps the response; lowercase/uppercase = str.lower()/upper();
-/// remove_whitespace = str.strip(); a custom filter (FilterStep::hook) runs on [output]
-/// of `doc` (run_filter_hook), a list result keeping its first item (as a take_first
-/// after it would). Throws SpecError (a regex PCRE2 cannot run, a failing hook).
-std::string apply_filter_pipeline(const FilterPipeline& p, const std::string& output, const Doc* doc = nullptr);
-
 /// What a pipeline makes of a document's responses (one per repeat), with
-/// lm-eval's semantics on lists (lm_eval/filters/): regex, lowercase,
-/// uppercase and remove_whitespace map over the list; take_first keeps the
-/// first response and ends the list (is_list false); take_first_k keeps the
-/// first k (fewer when fewer are left); majority_vote keeps [the most common
-/// response] (Counter.most_common: ties go to the one seen first); a custom filter
-/// maps the list of `doc` to its result (a list, or one string that ends the list). A
-/// pipeline without steps ("none") is lm-eval's default take_first.
+/// lm-eval's semantics on lists (lm_eval/filters/): regex = findall()[group_select] (a
+/// Python index, negative from the end; for several groups the first non-empty one),
+/// stripped; the fallback when nothing matches, when group_select is past the matches
+/// or when every group of the selected match is empty; lowercase/uppercase =
+/// str.lower()/upper(); remove_whitespace = str.strip(); these map over the list.
+/// take_first keeps the first response and ends the list (is_list false); take_first_k
+/// keeps the first k (fewer when fewer are left); majority_vote keeps [the most common
+/// response] (Counter.most_common: ties go to the one seen first); a custom filter maps
+/// the list to its result (a list, or one string that ends the list). A pipeline
+/// without steps ("none") is lm-eval's default take_first.
 struct FilteredResponses {
   std::vector<std::string> items;  ///< one item when !is_list
   bool is_list = true;
 };
+
+/// One document's input to a pipeline: its responses (one per repeat) and the document
+/// (needed by custom filters; may be null for built-in steps).
+struct DocResponses {
+  std::vector<std::string> responses;
+  const Doc* doc = nullptr;
+};
+
+/// One document's result: the filtered responses, or (error not empty) why the document
+/// is left out (a regex PCRE2 cannot run on its text, a failing custom filter).
+struct FilterOutcome {
+  FilteredResponses filtered;
+  std::string error;
+};
+
+/// Runs pipeline `p` on a task's documents, step by step as lm-eval's
+/// FilterEnsemble.apply: built-in steps per document (FilteredResponses), each custom
+/// filter (FilterStep::hook) called ONCE with the responses and documents of all
+/// documents not yet failed (run_filter_hook), its results mapped back in order; a
+/// custom filter after the list has ended gets [that response] and keeps the first item
+/// of a list result. `one_response`: every document has one response (repeats = 1) and
+/// keeps one: a custom filter's list result keeps its first item (as a take_first after
+/// it would) and the result is that one string (is_list false). Returns one outcome per
+/// document, in order; never throws for a document's own failure.
+std::vector<FilterOutcome> filter_task(const FilterPipeline& p, const std::vector<DocResponses>& docs, bool one_response);
+
+/// filter_task on the documents i of `docs` whose responses[i] is set (the others, e.g.
+/// documents whose requests failed, are not passed on): their outcomes, nullopt for the others.
+std::vector<std::optional<FilterOutcome>> filter_docs(const FilterPipeline& p,
+                                                      const std::vector<std::optional<std::vector<std::string>>>& responses,
+                                                      const std::vector<Doc>& docs, bool one_response);
+
+/// filter_task on one generated text (one_response): the filtered string. Throws
+/// SpecError with the document's error.
+std::string apply_filter_pipeline(const FilterPipeline& p, const std::string& output, const Doc* doc = nullptr);
+
+/// filter_task on one document's responses. Throws SpecError with the document's error.
 FilteredResponses apply_filter_pipeline(const FilterPipeline& p, const std::vector<std::string>& responses,
                                         const Doc* doc = nullptr);
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "eval/json_input.hpp"
 #include "util/whitespace.hpp"
 
 namespace kveval::eval {
@@ -168,7 +169,7 @@ json parse_gen_kwargs_arg(const std::string& value) {
       if (!j.is_object()) throw SpecError("--gen-kwargs: expected a JSON object");
       return j;
     } catch (const json::parse_error& e) {
-      throw SpecError(fmt::format("--gen-kwargs: not valid JSON: {}", e.what()));
+      throw SpecError(fmt::format("--gen-kwargs: not valid JSON at byte {}: {}", e.byte, short_parse_message(e.what())));
     }
   }
   json out = json::object();

@@ -101,12 +101,20 @@ std::vector<MetricValue> hook_metrics(const TaskSpec& task, std::span<const DocO
     std::map<std::string, std::vector<json>> values;
     int failed = 0;
     std::string first;
+    const bool gen = task.output_type == OutputType::GenerateUntil;
+    std::vector<std::optional<FilterOutcome>> filtered;  // the pipeline on every ok output, in one pass (filter_docs)
+    if (gen) {
+      std::vector<std::optional<std::vector<std::string>>> responses(task.docs.size());
+      for (size_t i = 0; i < outcomes.size() && i < task.docs.size(); ++i)
+        if (outcomes[i].ok) responses[i] = std::vector<std::string>{outcomes[i].output};
+      filtered = filter_docs(pipe, responses, task.docs, true);
+    }
     for (size_t i = 0; i < outcomes.size() && i < task.docs.size(); ++i) {
       if (!outcomes[i].ok) continue;
       try {
         std::string f;
-        const bool gen = task.output_type == OutputType::GenerateUntil;
-        if (gen) f = pipe.steps.empty() ? outcomes[i].output : apply_filter_pipeline(pipe, outcomes[i].output, &task.docs[i]);
+        if (gen && !filtered[i]->error.empty()) throw SpecError(filtered[i]->error);
+        if (gen) f = filtered[i]->filtered.items.at(0);
         for (auto& [name, v] : hook_doc_values(task, task.docs[i], outcomes[i], gen ? &f : nullptr))
           values[name].push_back(std::move(v));
       } catch (const std::exception& e) {

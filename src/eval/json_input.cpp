@@ -72,16 +72,6 @@ struct Source {
   }
 };
 
-/// nlohmann's message without its "[json.exception.parse_error.101] parse error at line 1, column 2: " prefix.
-std::string short_parse_message(const std::string& what) {
-  std::string s = what;
-  auto p = s.find("] ");
-  if (p != std::string::npos) s = s.substr(p + 2);
-  auto c = s.find(": ");
-  if (s.rfind("parse error", 0) == 0 && c != std::string::npos) s = s.substr(c + 2);
-  return s;
-}
-
 /// One linear pass over the text, before nlohmann builds anything: refuses
 /// nesting deeper than kMaxJsonDepth and numbers beyond the double range
 /// (nlohmann would throw out_of_range.406 without a position), each with the
@@ -179,6 +169,15 @@ json parse_checked(std::string_view text, const Source& src) {
 }
 
 }  // namespace
+
+std::string short_parse_message(const std::string& what) {
+  std::string s = what;
+  auto p = s.find("] ");
+  if (p != std::string::npos) s = s.substr(p + 2);
+  auto c = s.find(": ");
+  if (s.rfind("parse error", 0) == 0 && c != std::string::npos) s = s.substr(c + 2);
+  return s;
+}
 
 json parse_json_text(std::string_view text, const std::string& origin) { return parse_checked(text, Source{origin}); }
 

@@ -33,6 +33,10 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& origin)
 /// line from util::InputFile (InputKind::Data). Returns (line number, object) pairs.
 std::vector<std::pair<int, nlohmann::json>> read_jsonl(const std::string& path);
 
+/// nlohmann's parse_error text without its "[json.exception.parse_error.101] parse error at
+/// line 1, column 2: " prefix ("syntax error while parsing object key - invalid literal; ...").
+std::string short_parse_message(const std::string& what);
+
 /// A JSON value shown in a message: compact, at most ~40 bytes.
 std::string json_excerpt(const nlohmann::json& v);
 

@@ -151,28 +151,27 @@ struct SampleResponses {
 };
 
 /// lm-eval's one instance of a document with repeats: its arguments once, resps
-/// [[every repeat's text]], filtered_resps [the pipeline's string or list].
-void repeated_responses(const TaskSpec& task, const Doc& d, const DocOutcome* o, const FilterPipeline& pipe,
+/// [[every repeat's text]], filtered_resps [the pipeline's string or list] (`fo`: the
+/// pipeline's outcome for the document, none when it did not run).
+void repeated_responses(const TaskSpec& task, const Doc& d, const std::optional<FilterOutcome>& fo,
                         const RunResult& res, const std::vector<size_t>& reqs, SampleResponses& s) {
   s.arguments["gen_args_0"] = {{"arg_0", d.context}, {"arg_1", generation_kwargs_json(task.generation_kwargs)}};
   ojson texts = ojson::array();
   for (size_t i : reqs) texts.push_back(res.outcomes[i].ran ? ojson(res.outcomes[i].output) : ojson(nullptr));
   s.resps.push_back(texts);
   ojson f = nullptr;
-  if (o && o->ok) {
-    try {
-      s.filtered_n = apply_filter_pipeline(pipe, o->outputs, &d);
-      f = s.filtered_n->is_list ? ojson(s.filtered_n->items) : ojson(s.filtered_n->items.at(0));
-    } catch (const std::exception& e) {  // a regex the PCRE2 matcher cannot run: no value for this doc
-      s.filter_error = e.what();
-    }
+  if (fo && !fo->error.empty()) {  // a regex the PCRE2 matcher cannot run: no value for this doc
+    s.filter_error = fo->error;
+  } else if (fo) {
+    s.filtered_n = fo->filtered;
+    f = s.filtered_n->is_list ? ojson(s.filtered_n->items) : ojson(s.filtered_n->items.at(0));
   }
   s.filtered.push_back(f);
 }
 
 /// The responses of the requests `reqs` of document `d` (outcome `o`, may be
-/// null) after the filter pipeline `pipe`.
-SampleResponses responses_of(const TaskSpec& task, const Doc& d, const DocOutcome* o, const FilterPipeline& pipe,
+/// null) and `fo`, the outcome of the filter pipeline on them (generate_until).
+SampleResponses responses_of(const TaskSpec& task, const Doc& d, const DocOutcome* o, const std::optional<FilterOutcome>& fo,
                              const RunResult& res, const std::vector<size_t>& reqs) {
   SampleResponses s;
   auto add_args = [&](size_t k, std::vector<ojson> args) {
@@ -207,7 +206,7 @@ SampleResponses responses_of(const TaskSpec& task, const Doc& d, const DocOutcom
     }
     case OutputType::GenerateUntil:
       if (task.repeats > 1) {
-        repeated_responses(task, d, o, pipe, res, reqs, s);
+        repeated_responses(task, d, fo, res, reqs, s);
         break;
       }
       for (size_t k = 0; k < reqs.size(); ++k) {
@@ -215,13 +214,11 @@ SampleResponses responses_of(const TaskSpec& task, const Doc& d, const DocOutcom
         add_args(k, {d.context, generation_kwargs_json(task.generation_kwargs)});
         s.resps.push_back(ojson::array({ro.ran ? ojson(ro.output) : ojson(nullptr)}));
         ojson f = nullptr;
-        if (ro.ran) {
-          try {
-            s.filtered_text = apply_filter_pipeline(pipe, ro.output, &d);
-            f = *s.filtered_text;
-          } catch (const std::exception& e) {  // a regex the PCRE2 matcher cannot run: no value for this doc
-            s.filter_error = e.what();
-          }
+        if (ro.ran && k == 0 && fo && !fo->error.empty()) {  // a regex the PCRE2 matcher cannot run: no value
+          s.filter_error = fo->error;
+        } else if (ro.ran && k == 0 && fo) {
+          s.filtered_text = fo->filtered.items.at(0);
+          f = *s.filtered_text;
         }
         s.filtered.push_back(f);
       }
@@ -254,15 +251,16 @@ ojson request_details(const RunResult& res, const std::vector<size_t>& reqs) {
   return extra;
 }
 
-/// The lm-eval sample of one document after one filter pipeline (see sample_records).
-ojson sample_of(const TaskSpec& task, int t, size_t di, const FilterPipeline& pipe, const RunResult& res,
-                const std::vector<size_t>& reqs) {
+/// The lm-eval sample of one document after one filter pipeline (see sample_records; `f`:
+/// the pipeline's outcome for the document).
+ojson sample_of(const TaskSpec& task, int t, size_t di, const FilterPipeline& pipe, const std::optional<FilterOutcome>& f,
+                const RunResult& res, const std::vector<size_t>& reqs) {
   const Doc& d = task.docs[di];
   const DocOutcome* o = static_cast<size_t>(t) < res.docs.size() && di < res.docs[static_cast<size_t>(t)].size()
                             ? &res.docs[static_cast<size_t>(t)][di]
                             : nullptr;
   const ojson target = target_of(task, d);
-  const SampleResponses r = responses_of(task, d, o, pipe, res, reqs);
+  const SampleResponses r = responses_of(task, d, o, f, res, reqs);
   const ojson extra = request_details(res, reqs);
   std::vector<std::pair<std::string, json>> values;
   if (o && (task.output_type != OutputType::GenerateUntil || r.filtered_text || r.filtered_n))
@@ -549,12 +547,21 @@ std::vector<ojson> sample_records(const EvalSpec& spec, const RunResult& res) {
     std::vector<FilterPipeline> pipes = task.output_type == OutputType::GenerateUntil ? task.filter_list
                                                                                      : std::vector<FilterPipeline>{};
     if (pipes.empty()) pipes.push_back({kFilter, {}});
+    std::vector<const std::vector<size_t>*> reqs(task.docs.size(), &no_requests);
+    for (size_t di = 0; di < task.docs.size(); ++di)
+      if (auto it = by_doc.find({static_cast<int>(t), static_cast<int>(di)}); it != by_doc.end()) reqs[di] = &it->second;
+    // generate_until: the outputs each pipeline runs on (a custom filter is called once for all of them)
+    std::vector<std::optional<std::vector<std::string>>> outputs(task.docs.size());
+    for (size_t di = 0; di < task.docs.size() && task.output_type == OutputType::GenerateUntil; ++di) {
+      const DocOutcome* o = t < res.docs.size() && di < res.docs[t].size() ? &res.docs[t][di] : nullptr;
+      if (task.repeats > 1 && o && o->ok) outputs[di] = o->outputs;
+      if (task.repeats <= 1 && !reqs[di]->empty() && res.outcomes[reqs[di]->front()].ran)
+        outputs[di] = std::vector<std::string>{res.outcomes[reqs[di]->front()].output};
+    }
     for (const FilterPipeline& pipe : pipes) {
+      const auto filtered = filter_docs(pipe, outputs, task.docs, task.repeats <= 1);
       for (size_t di = 0; di < task.docs.size(); ++di)
-        out.push_back(sample_of(task, static_cast<int>(t), di, pipe, res, [&]() -> const std::vector<size_t>& {
-          auto it = by_doc.find({static_cast<int>(t), static_cast<int>(di)});
-          return it == by_doc.end() ? no_requests : it->second;
-        }()));
+        out.push_back(sample_of(task, static_cast<int>(t), di, pipe, filtered[di], res, *reqs[di]));
     }
   }
   return out;

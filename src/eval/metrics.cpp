@@ -251,27 +251,41 @@ struct DocScores {
   std::vector<std::vector<double>> em;      ///< em[p]: hits of pipes[p]
   std::vector<std::string> filter_errors;   ///< the first error of pipes[p]
   std::vector<int> filter_failed;           ///< documents pipes[p] could not run on
+  std::vector<std::vector<std::optional<FilterOutcome>>> filtered;  ///< filtered[p][i]: pipes[p] on document i
   double sum_ll = 0, sum_words = 0, sum_bytes = 0, sum_tokens = 0;  ///< loglikelihood_rolling sums
   int n_ok = 0, n_requests = 0;             ///< ok documents and their requests
 };
 
-/// exact_match of one generate_until output under every filter pipeline of `s`.
-void add_exact_match(const TaskSpec& task, const Doc& d, const DocOutcome& o, DocScores& s) {
+/// exact_match of one generate_until document `i` under every filter pipeline of `s`
+/// (its outputs after each pipeline: s.filtered).
+void add_exact_match(const TaskSpec& task, size_t i, DocScores& s) {
+  const Doc& d = task.docs[i];
   if (!d.has_target) return;
   for (size_t p = 0; p < s.pipes.size(); ++p) {
+    const std::optional<FilterOutcome>& f = s.filtered[p][i];
+    if (!f) continue;
     try {
+      if (!f->error.empty()) throw SpecError(f->error);
       if (task.repeats > 1) {  // lm-eval's filters on the list of repeats
-        s.em[p].push_back(exact_match_value(task.exact_match, apply_filter_pipeline(s.pipes[p], o.outputs, &d), d));
+        s.em[p].push_back(exact_match_value(task.exact_match, f->filtered, d));
         continue;
       }
-      std::string out = apply_filter_pipeline(s.pipes[p], o.output, &d);
-      bool hit = exact_match_hit(task.exact_match, out, d);
+      bool hit = exact_match_hit(task.exact_match, f->filtered.items.at(0), d);
       s.em[p].push_back(hit ? 1.0 : 0.0);
     } catch (const std::exception& e) {
       // a regex the PCRE2 matcher cannot run (e.g. its match limit): left out of the metric, counted in its note
       if (s.filter_failed[p]++ == 0) s.filter_errors[p] = e.what();
     }
   }
+}
+
+/// generate_until: every pipeline of `s` on the ok documents' outputs, a custom filter
+/// called once per pipeline for all of them (filter_docs).
+void filter_outputs(const TaskSpec& task, std::span<const DocOutcome> outcomes, DocScores& s) {
+  std::vector<std::optional<std::vector<std::string>>> responses(task.docs.size());
+  for (size_t i = 0; i < outcomes.size() && i < task.docs.size(); ++i)
+    if (outcomes[i].ok) responses[i] = task.repeats > 1 ? outcomes[i].outputs : std::vector<std::string>{outcomes[i].output};
+  for (const auto& pipe : s.pipes) s.filtered.push_back(filter_docs(pipe, responses, task.docs, task.repeats <= 1));
 }
 
 /// The values of the ok documents of `outcomes` (document order). Throws Error
@@ -283,6 +297,7 @@ DocScores collect_scores(const TaskSpec& task, std::span<const DocOutcome> outco
   s.em.resize(s.pipes.size());
   s.filter_errors.resize(s.pipes.size());
   s.filter_failed.assign(s.pipes.size(), 0);
+  if (task.output_type == OutputType::GenerateUntil) filter_outputs(task, outcomes, s);
   for (size_t i = 0; i < outcomes.size() && i < task.docs.size(); ++i) {
     const DocOutcome& o = outcomes[i];
     if (!o.ok) continue;
@@ -312,7 +327,7 @@ DocScores collect_scores(const TaskSpec& task, std::span<const DocOutcome> outco
         s.sum_tokens += static_cast<double>(o.tokens);
         break;
       case OutputType::GenerateUntil:
-        add_exact_match(task, d, o, s);
+        add_exact_match(task, i, s);
         break;
     }
   }

@@ -335,14 +335,14 @@ void parse_metric_list(const json& tj, const Where& w, TaskSpec& t) {
   std::vector<std::string> allowed = metrics_for(t.output_type);
   if (t.rolling_method == RollingMethod::LlamaCpp) allowed.push_back(kPerplexityLlamaCpp);
   for (size_t i = 0; i < ml.size(); ++i) {
-    Where iw = mw.index(i);
+    const Where ew = mw.index(i);  // the entry; iw: its metric name
+    Where iw = ew;
     std::string name;
     if (ml[i].is_object()) {
-      check_keys(ml[i], iw, {"metric", "aggregation", "higher_is_better", "ignore_case", "ignore_punctuation", "regexes_to_ignore"});
-      if (!ml[i].contains("metric")) iw.fail("missing required key 'metric'");
-      name = expect_string(ml[i]["metric"], iw.key("metric"));
-      parse_metric_options(t, name, ml[i], iw);
-      iw = iw.key("metric");
+      check_keys(ml[i], ew, {"metric", "aggregation", "higher_is_better", "ignore_case", "ignore_punctuation", "regexes_to_ignore"});
+      if (!ml[i].contains("metric")) ew.fail("missing required key 'metric'");
+      iw = ew.key("metric");
+      name = expect_string(ml[i]["metric"], iw);
     } else {
       name = expect_string(ml[i], iw);
     }
@@ -357,6 +357,7 @@ void parse_metric_list(const json& tj, const Where& w, TaskSpec& t) {
       iw.fail(fmt::format("metric \"{}\" is not available for {}{}; available: {}", name, to_string(t.output_type),
                           hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint), list));
     }
+    if (ml[i].is_object()) parse_metric_options(t, name, ml[i], ew);  // after the name is known to be a metric
     if (std::find(t.metric_list.begin(), t.metric_list.end(), name) == t.metric_list.end()) t.metric_list.push_back(name);
   }
   if (t.metric_list.empty()) mw.fail("empty metric list");

@@ -173,15 +173,13 @@ TaskHooks take_task_hooks(std::map<std::string, json>& values, const std::map<st
   return hooks;
 }
 
-json run_filter_hook(const PythonHook& hook, const json& kwargs, const std::vector<std::string>& responses,
-                     const Doc& doc) {
-  ojson args = ojson::array({ojson::array({ojson(responses)}), ojson::array({ordered_doc(doc.raw, doc.raw_text)}),
-                             ojson::parse(kwargs.is_object() ? kwargs.dump() : std::string("{}"))});
-  try {
-    return json::parse(call_python_hook(hook, HookCall::Filter, args).dump()).at(0);
-  } catch (const SpecError& e) {
-    throw SpecError(fmt::format("{}: {}", doc.origin, e.what()));
-  }
+json run_filter_hook(const PythonHook& hook, const json& kwargs, const std::vector<std::vector<std::string>>& responses,
+                     const std::vector<const Doc*>& docs) {
+  ojson resps = ojson::array(), ds = ojson::array();
+  for (const auto& r : responses) resps.push_back(ojson(r));
+  for (const Doc* d : docs) ds.push_back(ordered_doc(d->raw, d->raw_text));
+  ojson args = ojson::array({std::move(resps), std::move(ds), ojson::parse(kwargs.is_object() ? kwargs.dump() : std::string("{}"))});
+  return json::parse(call_python_hook(hook, HookCall::Filter, args).dump());
 }
 
 bool parse_hook_filter_step(const json& st, const Where& sw, const TaskHooks* hooks, FilterStep& fs) {

@@ -81,12 +81,13 @@ TaskHooks take_task_hooks(std::map<std::string, nlohmann::json>& values,
 std::vector<nlohmann::ordered_json> run_process_docs(const PythonHook& hook, std::vector<nlohmann::ordered_json> docs,
                                                      const std::string& origin);
 
-/// A custom filter step (FilterStep::hook) on one document's responses: lm-eval's
-/// Filter.apply(resps, docs) with resps = [responses] and docs = [the document]
-/// (kveval calls it per document). Returns that document's result: a string, or a
-/// list of strings. Throws SpecError naming the document and the hook.
+/// A custom filter step (FilterStep::hook) on a task's documents, called once as lm-eval's
+/// apply_filters calls it on a task's instances: Filter.apply(resps, docs) with resps[i] the
+/// responses of docs[i] (the same length). Returns one result per document, each a string or a
+/// list of strings. Throws SpecError naming the hook (it raised, or gave a result of another
+/// length or type).
 nlohmann::json run_filter_hook(const PythonHook& hook, const nlohmann::json& kwargs,
-                               const std::vector<std::string>& responses, const Doc& doc);
+                               const std::vector<std::vector<std::string>>& responses, const std::vector<const Doc*>& docs);
 
 /// A filter_list step whose function is Python: `function: "!function m.Class"` (the
 /// placeholder take_task_hooks left; the step's other keys become FilterStep::kwargs) or

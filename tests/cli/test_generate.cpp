@@ -74,5 +74,8 @@ TEST_SUITE("cli.generate") {
     auto over = run_kveval(dir, "generate -m " + kveval::test::model_path() + " -p 'Once upon a time' --max-length 4 -n 0");
     CHECK(over.code == 2);
     CHECK(over.err.find("--prompt has 5 tokens (BOS included); the context holds 4 (--max-length)\n") != std::string::npos);
+    // no --prompt: the BOS token alone fills a context of 1
+    check_one_line(run_kveval(dir, "generate -m " + kveval::test::model_path() + " --max-length 1"),
+                   "kveval: error: --max-length 1 holds only the BOS token (no --prompt given): no room for a generated token");
   }
 }

@@ -58,6 +58,11 @@ TEST_SUITE("cli.lm_eval_args") {
     check_one_line(run_kveval(d, "run " + quote(d.file("g.yaml")) + " -m " + quote(d.file("none.gguf")) +
                                      " --gen-kwargs do_sample=true,top_p=2"),
                    "kveval: error: --gen-kwargs: top_p: 2 is outside (0, 1]");
+    // JSON that does not parse: the byte and nlohmann's reason, without its exception id
+    check_one_line(run_kveval(d, "run " + quote(d.file("g.yaml")) + " -m " + quote(d.file("none.gguf")) +
+                                     " --gen-kwargs '{bad'"),
+                   "kveval: error: --gen-kwargs: not valid JSON at byte 2: syntax error while parsing object key - "
+                   "invalid literal; last read: '{b'; expected string literal");
   }
 
   TEST_CASE("a name that is a task and a tag: resolved as lm-eval and said once") {

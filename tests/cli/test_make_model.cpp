@@ -65,6 +65,13 @@ TEST_SUITE("cli.make_model") {
     // the default value is refused too when given explicitly: the preset, not --arch, decides
     CHECK(run_kveval(dir, "make-model --preset qwen2.5-0.5b --arch llama -o " + quote(out)).code == 2);
     CHECK_FALSE(std::filesystem::exists(out));
+    // an option for a key the architecture does not read: named, with the architectures that read it
+    check_one_line(run_kveval(dir, "make-model --preset llama-3.2-1b --sliding-window 8 -o " + quote(out)),
+                   "kveval: error: --sliding-window: architecture llama does not take it (architectures that do: "
+                   "gemma2, gemma3, phi3)");
+    check_one_line(run_kveval(dir, "make-model --preset tiny --arch qwen2 --final-softcap 5 -o " + quote(out)),
+                   "kveval: error: --final-softcap: architecture qwen2 does not take it (architectures that do: gemma2, gemma3)");
+    CHECK_FALSE(std::filesystem::exists(out));
 
     const std::string shared = kveval::test::shared_dir();
     const std::string qwen = shared + "/tokenizers/ggml-vocab-qwen2.gguf";

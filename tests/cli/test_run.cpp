@@ -101,6 +101,11 @@ TEST_SUITE("cli.run") {
         {"MC target out of range",
          spec_with(R"({"name": "t", "output_type": "multiple_choice", "dataset_path": "data.jsonl", "doc_to_text": "c", "doc_to_choice": "ch", "doc_to_target": "g"})"),
          "{\"c\": \"a\", \"ch\": [\"x\", \"y\"], \"g\": 2}\n", "data.jsonl:1: doc_to_target: gold index 2 out of range [0, 2)"},
+        // the unknown name comes before its options' checks (true contradicts an unknown name's default)
+        {"misspelt metric with options",
+         spec_with(R"({"name": "t", "output_type": "multiple_choice", "docs": [], "doc_to_text": "c", "doc_to_choice": "ch", "doc_to_target": "g", "metric_list": [{"metric": "acc_nrom", "higher_is_better": true}]})"),
+         "", "spec.json: tasks[0].metric_list[0].metric: metric \"acc_nrom\" is not available for multiple_choice (did you "
+         "mean 'acc_norm'?); available: acc, acc_norm, acc_bytes\n"},
     };
     for (const auto& c : cases) {
       CAPTURE(c.name);
@@ -118,6 +123,12 @@ TEST_SUITE("cli.run") {
     Run r = run_kveval(d, "run " + quote(spec));
     CHECK(r.code == 2);
     CHECK(r.err.find("nowhere.gguf: model file not found") != std::string::npos);
+    // a path relative to the spec's folder: the file tried, and the value as written
+    std::filesystem::create_directories(d.file("sub"));
+    const std::string sub = d.write("sub/spec.json", R"({"model": "models/nowhere.gguf", "tasks": [)" + std::string(kLL) + "]}");
+    check_one_line(run_kveval(d, "run " + quote(sub)),
+                   "kveval: error: " + d.file("sub") + "/models/nowhere.gguf: model file not found (spec 'model' "
+                   "\"models/nowhere.gguf\", relative to the spec's folder)");
     // the same line and exit code from every command that takes -m
     for (const std::string cmd : {"generate -m nowhere.gguf -n 1", "bench -m nowhere.gguf --tests tg -n 2 -r 1",
                                   "tokenize -m nowhere.gguf hello"}) {

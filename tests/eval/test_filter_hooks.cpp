@@ -1,8 +1,9 @@
-// Custom filters in filter_list (tests/data/lm_eval_hooks/filter_hooks.yaml and
-// extras.py): `function: !function extras.LastWord` with its keyword argument,
-// lm-eval's `function: custom` with `filter_fn`, and a filter whose result has
-// the wrong length. Expected exact_match values are hand-computed from the
-// outputs below and extras.py.
+// Custom filters in filter_list (tests/data/lm_eval_hooks/filter_hooks.yaml,
+// filter_calls.yaml and extras.py): `function: !function extras.LastWord` with its
+// keyword argument, lm-eval's `function: custom` with `filter_fn`, a filter whose
+// result has the wrong length, and filters that report how many documents one call
+// received (lm-eval calls a filter once per task with every document). Expected
+// values are hand-computed from the outputs below and extras.py.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -10,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eval/filters.hpp"
 #include "eval/metrics.hpp"
 #include "eval/spec.hpp"
 #include "eval_test_util.hpp"
@@ -66,9 +68,46 @@ TEST_SUITE("eval.filter_hooks") {
     CHECK(*find(ms, "ending").value == 0.5);
     const MetricValue& drops = find(ms, "drops");
     CHECK(!drops.value);
-    CHECK(drops.note == "4 document(s) left out: " + hooks_dir() + "/docs.jsonl:1: " + hooks_dir() +
-                            "/filter_hooks.yaml:25: filter_list[2].filter[0].function: extras.Drops returned list, "
-                            "expected one filtered entry per document");
+    CHECK(drops.note == "4 document(s) left out: " + hooks_dir() +
+                            "/filter_hooks.yaml:25: filter_list[2].filter[0].function: extras.Drops returned a list of 0, "
+                            "expected one filtered entry per document (4)");
+  }
+
+  TEST_CASE("a custom filter is called once per pipeline with every document's responses and document") {
+    const EvalSpec s = load({{"lm_eval_yaml", "filter_calls.yaml"}});
+    const auto& t = s.tasks[0];
+    REQUIRE(t.filter_list.size() == 2);
+    const char* outputs[] = {"France", "x", "Italy", "Peru"};  // the four targets
+    std::vector<std::optional<std::vector<std::string>>> resps(4);
+    for (size_t i = 0; i < 4; ++i) resps[i] = std::vector<std::string>{outputs[i]};
+    // SeenDocs appends "|<documents it received>|<its call number>"
+    const auto first = kveval::eval::filter_docs(t.filter_list[0], resps, t.docs, true);
+    REQUIRE(first.size() == 4);
+    REQUIRE(first[0]);
+    REQUIRE(first[0]->error.empty());
+    const std::string r0 = first[0]->filtered.items.at(0);
+    REQUIRE(r0.rfind("France|4|", 0) == 0);
+    const int call = std::stoi(r0.substr(9));
+    for (size_t i = 0; i < 4; ++i) {
+      REQUIRE(first[i]);
+      CHECK(first[i]->error.empty());
+      CHECK(!first[i]->filtered.is_list);
+      CHECK(first[i]->filtered.items == std::vector<std::string>{std::string(outputs[i]) + "|4|" + std::to_string(call)});
+    }
+    // a document left out (its requests failed) is not passed on; the next run is the next single call
+    resps[1].reset();
+    const auto second = kveval::eval::filter_docs(t.filter_list[0], resps, t.docs, true);
+    CHECK(!second[1]);
+    for (size_t i : {0, 2, 3})
+      CHECK(second[i]->filtered.items == std::vector<std::string>{std::string(outputs[i]) + "|3|" + std::to_string(call + 1)});
+    // exact_match through compute_metrics: keep_if_four_docs keeps the outputs only when it saw all four documents
+    std::vector<DocOutcome> o(4);
+    for (size_t i = 0; i < 4; ++i) o[i].ok = true, o[i].output = outputs[i];
+    const auto ms = compute_metrics(t, o);
+    CHECK(*find(ms, "four").value == 1.0);
+    CHECK(*find(ms, "seen").value == 0.0);
+    o[3].ok = false;  // three documents: "[saw 3]" for each
+    CHECK(*find(compute_metrics(t, o), "four").value == 0.0);
   }
 
   TEST_CASE("custom without filter_fn, and a '!function' filter in a JSON spec, are one line") {

@@ -38,3 +38,18 @@ def keep_if_ending(resps, docs):
 class Drops(Filter):
     def apply(self, resps, docs):
         return []
+
+
+class SeenDocs(Filter):
+    """Each response followed by "|<documents this call received>|<this call's number>":
+    what the filter saw, for the count of calls per pipeline."""
+
+    calls = 0
+
+    def apply(self, resps, docs):
+        SeenDocs.calls += 1
+        return [[f"{r}|{len(docs)}|{SeenDocs.calls}" for r in group] for group in resps]
+
+
+def keep_if_four_docs(resps, docs):
+    return [group if len(docs) == 4 else [f"[saw {len(docs)}]" for r in group] for group in resps]
