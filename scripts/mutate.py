@@ -270,6 +270,14 @@ MUTATIONS = [
              "if constexpr (Five) q |= ((qh[e % 32] >> (e / 32)) & 1) << 4;",
              "if constexpr (Five) q |= ((qh[e % 32] >> (e / 32)) & 1) << 3;",
              "the scalar int8 Q5_K product reads the fifth bit as 8 instead of 16"),
+    Mutation("bf16-pack-round-half-up", "src/backend/bf16_panels.cpp",
+             "_mm512_and_si512(_mm512_srli_epi32(x, 16), one)",
+             "_mm512_and_si512(_mm512_srli_epi32(x, 17), one)",
+             "the AVX-512 panel pack rounds ties by the wrong bit: some weights widened for bf16 products are off by one bf16 ulp"),
+    Mutation("bf16-pack-transpose-lanes", "src/backend/bf16_panels.cpp",
+             "r[4 + c] = _mm512_shuffle_i32x4(b, d, 0x88);",
+             "r[4 + c] = _mm512_shuffle_i32x4(d, b, 0x88);",
+             "the AVX-512 panel pack swaps rows 0-7 and 8-15 of pairs 4-7 of each 16: weights land in the wrong columns"),
 ]
 
 

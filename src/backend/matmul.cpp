@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "backend/backend.hpp"
+#include "backend/bf16_panels.hpp"
 #include "backend/engine_impl.hpp"
 #include "backend/gemv.hpp"
 #include "backend/int8_dot.hpp"
 #include "backend/kernel_isa.hpp"
 #include "backend/qblocks.hpp"
-#include "util/bf16.hpp"
 
 namespace kveval::backend {
 
@@ -42,7 +42,17 @@ const char* to_string(MatmulMode m) { return m == MatmulMode::Int8 ? "int8" : "e
 namespace {
 
 void run_matmul(Engine& engine, const float* x, int64_t m, int64_t k, const void* wt, Dtype wdt, int64_t n, int64_t ld,
-                bool w_rows, float* y, int64_t ldy, bool accumulate, bool batch_invariant, bool panels = false);
+                bool w_rows, float* y, int64_t ldy, bool accumulate, bool batch_invariant, bool panels = false,
+                const uint16_t* x_bf16 = nullptr);
+
+/// x [n] rounded to bf16 (to_bf16) into the engine's x_bf16 buffer, once for
+/// every oneDNN product of a call on bf16 weights.
+const uint16_t* x_to_bf16(Engine::Impl& im, const float* x, int64_t n) {
+  if (im.x_bf16.reserve((static_cast<size_t>(n) + 1) / 2)) ++im.allocations;
+  auto* xb = reinterpret_cast<uint16_t*>(im.x_bf16.data());
+  to_bf16(x, xb, static_cast<size_t>(n));
+  return xb;
+}
 
 /// True when oneDNN's sgemm runs on AVX2 or older (no AVX-512): its kernels
 /// there are not row-invariant across M (see matmul's batch_invariant).
@@ -126,9 +136,11 @@ int64_t panel_block(int64_t left) {
 /// product on row-major Wᵀ at every M measured (docs/design/matmul-paths.md).
 void run_panels(Engine& engine, const float* x, int64_t m, const Weight& w, float* y, bool accumulate) {
   const int64_t K = w.n_in(), N = w.n_out();
+  const uint16_t* xb = x_to_bf16(engine.impl(), x, m * K);
   for (int64_t r = 0; r < m;) {
     const int64_t b = panel_block(m - r);
-    run_matmul(engine, x + r * K, b, K, w.raw(), Dtype::BF16, N, w.ld(), false, y + r * N, N, accumulate, false, true);
+    run_matmul(engine, x + r * K, b, K, w.raw(), Dtype::BF16, N, w.ld(), false, y + r * N, N, accumulate, false, true,
+               xb + r * K);
     r += b;
   }
 }
@@ -156,18 +168,44 @@ void matmul_widened(Engine& engine, const float* x, int64_t m, const Weight& w, 
   }
 }
 
+/// y[b, nc] (row stride ldy) (+)= x[b, K] · the panels' nc columns for a
+/// chunk of panels (matmul_widened_bf16). oneDNN 2.6's brgemm on blocked
+/// weights wants a dense destination (a strided one gets the reference
+/// kernel): with ldy > nc the rows go through [b, nc] rows of pad_y, copied
+/// by every thread.
+void run_dense_dst(Engine& engine, const float* x, const uint16_t* xb, int64_t b, int64_t K, const uint32_t* panels,
+                   int64_t nc, int64_t ld, float* y, int64_t ldy, bool accumulate) {
+  auto& im = engine.impl();
+  if (ldy == nc) {
+    run_matmul(engine, x, b, K, panels, Dtype::BF16, nc, ld, false, y, nc, accumulate, false, true, xb);
+    return;
+  }
+  if (im.pad_y.reserve(static_cast<size_t>(b * nc))) ++im.allocations;
+  float* t = im.pad_y.data();
+  const size_t row_bytes = sizeof(float) * static_cast<size_t>(nc);
+  const int threads = b * nc >= 65536 ? im.threads : 1;
+  if (accumulate) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < b; ++i) std::memcpy(t + i * nc, y + i * ldy, row_bytes);
+  }
+  run_matmul(engine, x, b, K, panels, Dtype::BF16, nc, ld, false, t, nc, accumulate, false, true, xb);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < b; ++i) std::memcpy(y + i * ldy, t + i * nc, row_bytes);
+}
+
 /// Kept-block weights on CPUs with bf16 dot products (kernel_has_bf16_dot, the
 /// condition under which BF16 weights live in panels): a chunk of 64-row panels
 /// (~2 MiB of bf16) at a time, each thread widens its panels' rows of W to f32
 /// 16 rows at a time, rounds them to bf16
 /// (f32_to_bf16, as a BF16 weight is rounded at load) into oneDNN's BA16a64b2a
-/// layout (Weight::bf16_panels, zero padding), and multiplied as run_panels
-/// does, so batch-invariant passes have the invariance BF16 weights have
+/// layout (pack_panel_pairs; Weight::bf16_panels, zero padding), and multiplied
+/// as run_panels does (x rounded to bf16 once per call), so batch-invariant passes have the invariance BF16 weights have
 /// (bf16_paths_agree). Scoring thus runs at the speed of BF16 weights on the
 /// values a BF16 weight rounded from the same blocks holds (the same bits for
 /// many-row products: tests/backend/test_qblocks.cpp), and no widened copy is kept.
 void matmul_widened_bf16(Engine& engine, const float* x, int64_t m, const Weight& w, float* y, bool accumulate) {
   auto& im = engine.impl();
+  const uint16_t* xb = x_to_bf16(im, x, m * w.n_in());
   const int64_t K = w.n_in(), N = w.n_out();  // K: a multiple of the block size (32), so pairs (k, k + 1) never straddle it
   const int64_t ld = (K + 31) / 32 * 32 * 64;  // bf16 elements per 64-column panel (Weight::ld for panels)
   const int64_t chunk = std::min((N + 63) / 64 * 64, std::max<int64_t>(64, (int64_t(1) << 20) / ld * 64));
@@ -187,27 +225,12 @@ void matmul_widened_bf16(Engine& engine, const float* x, int64_t m, const Weight
       for (int64_t j0 = 0; j0 < rows_here; j0 += kTile) {
         const int64_t jn = std::min(kTile, rows_here - j0);
         widen_rows(w, n0 + p * 64 + j0, jn, tmp, K, 1);
-        for (int64_t q0 = 0; q0 < kp; q0 += 16) {  // [jn rows, 16 pairs] -> [16 pairs, jn rows] of the panel
-          const int64_t q1 = std::min(kp, q0 + 16);
-          for (int64_t j = 0; j < jn; ++j) {
-            const float* src = tmp + j * K;
-            for (int64_t q = q0; q < q1; ++q)
-              dst[q * 64 + j0 + j] = uint32_t(util::f32_to_bf16(src[2 * q])) | uint32_t(util::f32_to_bf16(src[2 * q + 1])) << 16;
-          }
-        }
+        pack_panel_pairs(tmp, K, jn, kp, dst + j0);
       }
     }
-    // oneDNN 2.6's brgemm on blocked weights wants a dense destination (a
-    // strided one gets the reference kernel): each block of rows goes through
-    // [b, nc] rows of pad_y.
     for (int64_t r = 0; r < m;) {
       const int64_t b = panel_block(m - r);
-      if (im.pad_y.reserve(static_cast<size_t>(b * nc))) ++im.allocations;
-      float* t = im.pad_y.data();
-      if (accumulate)
-        for (int64_t i = 0; i < b; ++i) std::memcpy(t + i * nc, y + (r + i) * N + n0, sizeof(float) * static_cast<size_t>(nc));
-      run_matmul(engine, x + r * K, b, K, panels, Dtype::BF16, nc, ld, false, t, nc, accumulate, false, true);
-      for (int64_t i = 0; i < b; ++i) std::memcpy(y + (r + i) * N + n0, t + i * nc, sizeof(float) * static_cast<size_t>(nc));
+      run_dense_dst(engine, x + r * K, xb + r * K, b, K, panels, nc, ld, y + r * N + n0, N, accumulate);
       r += b;
     }
   }
@@ -327,7 +350,8 @@ namespace {
 // elements: wdt; with w_rows, wt holds W [n, k] with row stride ld instead) with a
 // cached oneDNN primitive.
 void run_matmul(Engine& engine, const float* x, int64_t m, int64_t k, const void* wt, Dtype wdt, int64_t n, int64_t ld,
-                bool w_rows, float* y, int64_t ldy, bool accumulate, bool batch_invariant, bool panels) {
+                bool w_rows, float* y, int64_t ldy, bool accumulate, bool batch_invariant, bool panels,
+                const uint16_t* x_bf16) {
   auto& im = engine.impl();
   // Below ~1M multiply-adds (tens of microseconds on one core) a fork/join of
   // the thread team costs more than it saves, and far more on a busy machine;
@@ -353,12 +377,7 @@ void run_matmul(Engine& engine, const float* x, int64_t m, int64_t k, const void
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   void* src_ptr = const_cast<float*>(x);
-  if (wdt == Dtype::BF16) {
-    const size_t nx = static_cast<size_t>(m * k);
-    if (im.x_bf16.reserve((nx + 1) / 2)) ++im.allocations;
-    to_bf16(x, reinterpret_cast<uint16_t*>(im.x_bf16.data()), nx);
-    src_ptr = im.x_bf16.data();
-  }
+  if (wdt == Dtype::BF16) src_ptr = const_cast<uint16_t*>(x_bf16 ? x_bf16 : x_to_bf16(im, x, m * k));
   const dt in_dt = wdt == Dtype::BF16 ? dt::bf16 : dt::f32;
   try {
     if (key_m > 0 || one_row) {

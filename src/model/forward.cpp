@@ -137,9 +137,10 @@ void Context::Impl::matmul_stacked(const Pass& p, const float* in, const be::Wei
   for (const be::Weight& part : parts) {
     const int64_t n = part.n_out();
     matmul(p, in, part, part_out.data(), false);
-    for (size_t t = 0; t < p.T; ++t)
-      std::memcpy(y + static_cast<int64_t>(t) * n_all + col, part_out.data() + static_cast<int64_t>(t) * n,
-                  sizeof(float) * static_cast<size_t>(n));
+    const int64_t T = static_cast<int64_t>(p.T);
+#pragma omp parallel for schedule(static) if (T * n > 65536)
+    for (int64_t t = 0; t < T; ++t)
+      std::memcpy(y + t * n_all + col, part_out.data() + t * n, sizeof(float) * static_cast<size_t>(n));
     col += n;
   }
 }

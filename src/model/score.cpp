@@ -193,6 +193,29 @@ void check_requests(std::span<const ScoreRequest> requests, int n_ctx) {
   }
 }
 
+/// A target's token_logprob and whether its token is the row's argmax.
+struct TargetScore {
+  double logprob = 0.0;
+  uint8_t greedy = 0;
+};
+
+/// scored[i] for each target of a pass (a token outside [0, V): left 0, the
+/// caller throws), the targets split among the OpenMP threads: each one reads
+/// only its own logits row, so the values are the same for every thread count.
+void score_targets(std::span<const ScoreRequest> requests, std::span<const PassInput::Target> targets,
+                   const std::vector<float>& logits, size_t V, std::vector<TargetScore>& scored) {
+  scored.assign(targets.size(), TargetScore{});
+  const int64_t n = static_cast<int64_t>(targets.size());
+#pragma omp parallel for schedule(dynamic, 4) if (n > 1)
+  for (int64_t i = 0; i < n; ++i) {
+    const PassInput::Target& tg = targets[static_cast<size_t>(i)];
+    const int32_t tok = requests[tg.request].tokens[tg.position];
+    if (tok < 0 || static_cast<size_t>(tok) >= V) continue;
+    const std::span<const float> row(logits.data() + tg.logits * V, V);
+    scored[static_cast<size_t>(i)] = {token_logprob(row, tok), static_cast<uint8_t>(argmax(row) == tok ? 1 : 0)};
+  }
+}
+
 }  // namespace
 
 std::vector<std::vector<size_t>> score_rows(std::span<const ScoreRequest> requests, int n_ctx,
@@ -231,6 +254,7 @@ std::vector<ScoreResult> score(Context& ctx, std::span<const ScoreRequest> reque
   const std::vector<ScoreRow> rows = plan_rows(requests, n_ctx, opts);
   std::vector<ScoreResult> out(requests.size());
   std::vector<float> logits;
+  std::vector<TargetScore> scored;
   PassInput in;
   for (size_t r0 = 0; r0 < rows.size(); r0 += static_cast<size_t>(batch_size)) {
     const size_t r1 = std::min(rows.size(), r0 + static_cast<size_t>(batch_size));
@@ -249,18 +273,20 @@ std::vector<ScoreResult> score(Context& ctx, std::span<const ScoreRequest> reque
     for (size_t j = r0; j < r1; ++j) lay_out_row(requests, rows[j], static_cast<int>(j - r0), in);
     logits.resize(in.at.size() * V);
     ctx.forward_rows(in.tokens, nb, in.seq, in.n_tokens, in.at, logits, in.trees);
-    for (const PassInput::Target& tg : in.target) {
+    score_targets(requests, in.target, logits, V, scored);
+    for (size_t i = 0; i < in.target.size(); ++i) {
+      const PassInput::Target& tg = in.target[i];
       ScoreResult& res = out[tg.request];
       if (res.nonfinite_at >= 0) continue;  // scoring of this request stopped at an earlier position
-      std::span<const float> row(logits.data() + tg.logits * V, V);
       const int32_t tok = requests[tg.request].tokens[tg.position];
-      const double lp = token_logprob(row, tok);
+      if (tok < 0 || static_cast<size_t>(tok) >= V) token_logprob(std::span<const float>(logits.data(), V), tok);  // throws
+      const double lp = scored[i].logprob;
       if (!std::isfinite(lp)) {  // an overflowed forward pass: this request fails, never scores
         res.nonfinite_at = static_cast<int>(tg.position);
         continue;
       }
       res.logprobs.push_back(lp);
-      res.is_greedy.push_back(argmax(row) == tok ? 1 : 0);
+      res.is_greedy.push_back(scored[i].greedy);
     }
   }
   return out;
