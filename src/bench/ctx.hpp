@@ -74,6 +74,7 @@ struct Ctx {
     r.threads = threads;
     r.dtype = to_string(model.dtype());
     r.kv_cache_dtype = to_string(context.kv_cache_dtype());
+    r.matmul = model.load_summary().matmul;  // "exact" where --matmul int8 did not apply
     return r;
   }
   void note(const std::string& n) { rep.add_note(n); }

@@ -39,7 +39,7 @@ void run_fidelity(const Options& o, eval::EvalSpec spec, int threads, Report& re
     }
   }
   // --matmul int8: exact against int8 in the first --dtype (auto when none is named).
-  const bool int8 = parse_matmul_mode(o.matmul, "--matmul") == MatmulMode::Int8;
+  const bool int8 = std::find(o.matmul.begin(), o.matmul.end(), "int8") != o.matmul.end();  // run_bench's int8 pass
   const ComputeDtype first = parse_compute_dtype(o.dtypes.empty() ? "auto" : o.dtypes.front(), "--dtype");
   if (say)
     say(int8 ? fmt::format("[t={}] fidelity: {} with --matmul exact and int8 ({})", threads, o.spec, to_string(first))

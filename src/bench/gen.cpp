@@ -106,6 +106,7 @@ void add_mixed_rows(Report& rep, const Context& ctx, int threads, const GenMixed
     Row r;
     r.test = "gen-mixed";
     r.dtype = to_string(ctx.model().dtype());
+    r.matmul = ctx.model().load_summary().matmul;
     r.kv_cache_dtype = to_string(ctx.kv_cache_dtype());
     r.name = name;
     r.threads = threads;

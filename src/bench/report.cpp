@@ -95,6 +95,7 @@ nlohmann::json row_to_json(const Row& r) {
   };
   if (!r.dtype.empty()) j["dtype"] = r.dtype;
   if (!r.kv_cache_dtype.empty()) j["kv_cache_dtype"] = r.kv_cache_dtype;
+  if (!r.matmul.empty()) j["matmul"] = r.matmul;
   for (const auto& f : r.fields) j[f.first] = number(f.second);
   return j;
 }
@@ -165,8 +166,9 @@ std::string markdown_header(const nlohmann::json& m) {
   return out;
 }
 
-/// One test's markdown table. `several_dtypes`: the names show the dtype.
-std::string markdown_table(const Report& rep, const std::string& t, bool several_dtypes) {
+/// One test's markdown table. `several_dtypes`: the names show the dtype; `matmul_column`: a matmul
+/// column after batch.
+std::string markdown_table(const Report& rep, const std::string& t, bool several_dtypes, bool matmul_column) {
   const auto& m = rep.meta;
   std::vector<const Row*> rows;
   for (const auto& r : rep.rows)
@@ -183,9 +185,9 @@ std::string markdown_table(const Report& rep, const std::string& t, bool several
         m["dtypes"][r->dtype].contains("kv_cache_dtypes"))
       several_kv = true;
   }
-  std::string out = fmt::format("\n### {}\n\n| threads | batch | test | value |", t);
+  std::string out = fmt::format("\n### {}\n\n| threads | batch |{} test | value |", t, matmul_column ? " matmul |" : "");
   for (const auto& k : keys) out += " " + k + " |";
-  out += "\n|---:|---:|:---|---:|";
+  out += matmul_column ? "\n|---:|---:|:---|:---|---:|" : "\n|---:|---:|:---|---:|";
   for (size_t i = 0; i < keys.size(); ++i) out += "---:|";
   out += "\n";
   for (const Row* r : rows) {
@@ -197,7 +199,9 @@ std::string markdown_table(const Report& rep, const std::string& t, bool several
       name += fmt::format(" (p{})", r->n_prompt);
     std::string value = fmt_num(r->value.median) + " " + r->unit;
     if (r->value.n > 1) value = fmt_num(r->value.median) + " ± " + fmt_num(r->value.stddev) + " " + r->unit;
-    out += fmt::format("| {} | {} | {} | {} |", r->threads, r->batch > 0 ? std::to_string(r->batch) : "", name, value);
+    out += fmt::format("| {} | {} |", r->threads, r->batch > 0 ? std::to_string(r->batch) : "");
+    if (matmul_column) out += fmt::format(" {} |", r->matmul);
+    out += fmt::format(" {} | {} |", name, value);
     for (const auto& k : keys) {
       out += ' ';
       if (r->has_field(k)) out += fmt_num(r->field(k));
@@ -225,7 +229,19 @@ std::string to_markdown(const Report& rep) {
     if (first_dtype.empty()) first_dtype = r.dtype;
     if (r.dtype != first_dtype) several_dtypes = true;
   }
-  for (const auto& t : tests) out += markdown_table(rep, t, several_dtypes);
+  // A matmul column when the options list several --matmul modes or the rows differ in it.
+  bool matmul_column = false;
+  if (rep.meta.contains("options") && rep.meta["options"].contains("matmul")) {
+    const auto& m = rep.meta["options"]["matmul"];
+    matmul_column = m.is_array() && m.size() > 1;
+  }
+  std::string first_matmul;  // rows without a mode (load, dequant, fidelity) do not count
+  for (const auto& r : rep.rows) {
+    if (r.matmul.empty()) continue;
+    if (first_matmul.empty()) first_matmul = r.matmul;
+    if (r.matmul != first_matmul) matmul_column = true;
+  }
+  for (const auto& t : tests) out += markdown_table(rep, t, several_dtypes, matmul_column);
   if (!rep.notes.empty()) {
     out += "\nNotes:\n";
     for (const auto& n : rep.notes) out += "- " + n + "\n";
@@ -237,7 +253,7 @@ std::string to_csv(const Report& rep) {
   std::vector<const Row*> rows;
   for (const auto& r : rep.rows) rows.push_back(&r);
   const auto keys = field_union(rows);
-  std::string out = "test,name,threads,batch,n_prompt,n_gen,positions,unit,median,stddev,mean,min,max,n,dtype,kv_cache_dtype";
+  std::string out = "test,name,threads,batch,n_prompt,n_gen,positions,unit,median,stddev,mean,min,max,n,dtype,kv_cache_dtype,matmul";
   for (const auto& k : keys) {
     out += ',';
     out += csv_escape(k);
@@ -245,10 +261,11 @@ std::string to_csv(const Report& rep) {
   out += "\n";
   auto num = [](double v) { return std::isfinite(v) ? fmt::format("{}", v) : std::string(); };
   for (const Row* r : rows) {
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}", csv_escape(r->test), csv_escape(r->name),
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}", csv_escape(r->test), csv_escape(r->name),
                        r->threads, r->batch, r->n_prompt, r->n_gen, r->positions, csv_escape(r->unit),
                        num(r->value.median), num(r->value.stddev), num(r->value.mean), num(r->value.min),
-                       num(r->value.max), r->value.n, csv_escape(r->dtype), csv_escape(r->kv_cache_dtype));
+                       num(r->value.max), r->value.n, csv_escape(r->dtype), csv_escape(r->kv_cache_dtype),
+                       csv_escape(r->matmul));
     for (const auto& k : keys) {
       out += ',';
       if (r->has_field(k)) out += num(r->field(k));

@@ -25,6 +25,9 @@ struct Row {
   /// KV-cache element type of the model load ("f32", "bf16", "f16"), "" when
   /// not applicable (fidelity rows compare two loads).
   std::string kv_cache_dtype;
+  /// How the load's decode steps on kept blocks multiplied ("exact", or "int8" when --matmul int8
+  /// applied: LoadSummary::matmul); "" when not applicable (load, dequant, fidelity).
+  std::string matmul;
   int batch = 0;      ///< rows per forward pass (0 when not applicable)
   int n_prompt = 0;   ///< prompt tokens per row
   int n_gen = 0;      ///< generated tokens per row
@@ -67,17 +70,18 @@ bool fits_budget(Report& rep, const std::string& what, std::span<const MemoryPar
                  const std::optional<MemoryBudget>& budget = {});
 
 /// One JSON object per row: test, name, threads, batch, n_prompt, n_gen,
-/// positions, unit, median, stddev, mean, min, max, n, dtype and
-/// kv_cache_dtype (where set), then the fields.
+/// positions, unit, median, stddev, mean, min, max, n, dtype,
+/// kv_cache_dtype and matmul (where set), then the fields.
 nlohmann::json row_to_json(const Row& r);
 /// {"meta": ..., "results": [row...], "notes": [...]}.
 nlohmann::json to_json(const Report& rep);
 /// Markdown: a header line, one table per test in order of first appearance
-/// (columns: threads, batch, test, value ± stddev, then the test's fields), the notes.
+/// (columns: threads, batch, test, value ± stddev, then the test's fields; a matmul column
+/// after batch when the options list several --matmul modes or the rows differ in it), the notes.
 std::string to_markdown(const Report& rep);
 /// CSV with a header; fixed columns (test, name, threads, batch, n_prompt,
 /// n_gen, positions, unit, median, stddev, mean, min, max, n, dtype,
-/// kv_cache_dtype; the last two empty for rows without one) then the union of
+/// kv_cache_dtype, matmul; the last three empty for rows without one) then the union of
 /// all field names; strings
 /// quoted when they contain a comma or quote.
 std::string to_csv(const Report& rep);

@@ -109,7 +109,8 @@ void validate(const Options& o) {
     throw ArgumentError(fmt::format("--kv-cache-dtype {}: --tests fidelity takes one KV-cache type (it compares compute "
                                     "dtypes); run it on its own",
                                     fmt::join(o.kv_cache_dtypes, ",")));
-  parse_matmul_mode(o.matmul, "--matmul");
+  if (o.matmul.empty()) throw ArgumentError("--matmul: expected at least one of exact, int8");
+  for (const auto& m : o.matmul) parse_matmul_mode(m, "--matmul");
   if (o.stream_bytes != 0 && o.stream_bytes < 4096)
     throw ArgumentError(fmt::format("--stream-mib: buffer of {} bytes is too small", o.stream_bytes));
   if (o.stream_bytes > (size_t(2) << 30))
@@ -186,7 +187,28 @@ Report run_bench(const Options& o, const std::function<void(const std::string&)>
   std::optional<eval::EvalSpec> fidelity_spec;  // read before the model file
   if (selected(o, "fidelity")) fidelity_spec = load_fidelity_spec(o);
   const ModelFacts facts = model_facts(o);
-  return execute(o, facts, plan(o, facts), std::move(fidelity_spec), progress, info);
+  // One pass per --matmul mode; fidelity runs once (exact against int8 when int8 is listed).
+  const std::string fidelity_pass =
+      std::find(o.matmul.begin(), o.matmul.end(), "int8") != o.matmul.end() ? "int8" : o.matmul.front();
+  Report rep;
+  for (size_t i = 0; i < o.matmul.size(); ++i) {
+    Options one = o;
+    one.matmul = {o.matmul[i]};
+    std::vector<Instance> steps = plan(one, facts);
+    if (o.matmul[i] != fidelity_pass) std::erase_if(steps, [](const Instance& s) { return s.test == "fidelity"; });
+    if (o.matmul.size() > 1 && progress) progress(fmt::format("--matmul {}", o.matmul[i]));
+    Report r = execute(one, facts, steps, o.matmul[i] == fidelity_pass ? fidelity_spec : std::nullopt, progress, info);
+    if (i == 0) {
+      rep = std::move(r);
+      continue;
+    }
+    for (Row& row : r.rows) rep.rows.push_back(std::move(row));
+    for (const auto& n : r.notes) rep.add_note(n);
+    for (const auto& w : r.warnings) rep.add_warning(w);
+    rep.meta["machine"]["loadavg_end"] = r.meta["machine"]["loadavg_end"];
+  }
+  rep.meta["options"]["matmul"] = o.matmul;
+  return rep;
 }
 
 }  // namespace kveval::bench

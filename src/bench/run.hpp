@@ -62,9 +62,11 @@ struct Options {
   /// switch and gen-mixed; the others run once per load, with the first.
   /// fidelity takes one value.
   std::vector<std::string> kv_cache_dtypes = {"auto"};
-  /// How decode steps on kept Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks multiply in every load: "exact" or "int8"
-  /// (ModelOptions::matmul); with "int8", fidelity compares exact with int8 instead of f32 with a reduced dtype.
-  std::string matmul = "exact";
+  /// How decode steps on kept Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks multiply: "exact" and/or "int8"
+  /// (ModelOptions::matmul). run_bench runs the whole plan once per mode, in order, and each row records the
+  /// mode its load used; when "int8" is listed, fidelity (run once) compares exact with int8 instead of f32
+  /// with a reduced dtype.
+  std::vector<std::string> matmul = {"exact"};
   size_t stream_bytes = 0; ///< roofline: read-bandwidth buffer (0 = backend::stream_buffer_bytes())
   uint64_t seed = 1;       ///< synthetic token ids
   std::string spec;        ///< fidelity: evaluation spec whose tasks are scored in f32 and bf16
@@ -74,7 +76,9 @@ struct Options {
 void validate(const Options& o);
 
 /// Runs every selected test at every thread count: validate, model_facts, then
-/// execute(plan(...)) (plan.hpp). `progress` (may be empty) receives one line per
+/// execute(plan(...)) (plan.hpp) once per --matmul mode, the rows of each pass
+/// appended in turn to one report (fidelity in the int8 pass when int8 is listed,
+/// else in the only one). `progress` (may be empty) receives one line per
 /// measurement; `info` (may be empty) the load summary line of each compute
 /// dtype's first load. Throws what Model::load and the engine throw,
 /// ArgumentError for invalid options.

@@ -36,7 +36,7 @@ std::array<int, 2> parse_shape(const std::string& s) {
 }
 
 /// Drops repeated values, keeping the first of each in order (-t 1,1, --dtype
-/// f32,f32 and -p 8,8 measure once).
+/// f32,f32, --matmul int8,int8 and -p 8,8 measure once).
 template <class T>
 void drop_repeats(std::vector<T>& v) {
   std::vector<T> out;
@@ -76,9 +76,10 @@ void add_bench_options(CLI::App* sub, const std::shared_ptr<BenchState>& st) {
                               join_names(kv_cache_dtype_name_list())))
       ->delimiter(',')->capture_default_str();
   sub->add_option("--matmul", st->o.matmul,
-                  "decode steps on kept Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks: exact (f32) or int8 (llama.cpp's int8 activations, not "
-                  "exact; docs/dtypes.md); with int8, fidelity compares exact with int8 in the first --dtype")
-      ->capture_default_str();
+                  "decode steps on kept Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks, comma-separated: exact (f32) and/or int8 "
+                  "(llama.cpp's int8 activations, not exact; docs/dtypes.md); the tests run once per mode, in order, "
+                  "each row records its mode; with int8 listed, fidelity compares exact with int8 in the first --dtype")
+      ->delimiter(',')->capture_default_str();
   sub->add_option("-b,--batch-size", st->o.batches, "rows per forward, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("-p,--n-prompt", st->o.n_prompt, "pp: prompt tokens, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("-n,--n-gen", st->o.n_gen, "tg/tg-nocache: generated tokens, comma-separated")->delimiter(',')->capture_default_str();
@@ -133,6 +134,7 @@ int run_bench_command(const BenchState& st) {
   drop_repeats(o.dtypes);
   drop_repeats(o.cache_shapes);
   drop_repeats(o.kv_cache_dtypes);
+  drop_repeats(o.matmul);
   for (const auto& k : o.kv_cache_dtypes) parse_kv_cache_dtype(k, "--kv-cache-dtype");  // before anything is read
   if (st.stream_mib < 0) throw ArgumentError(fmt::format("--stream-mib: must be >= 0, got {}", st.stream_mib));
   o.stream_bytes = static_cast<size_t>(st.stream_mib) << 20;

@@ -275,6 +275,7 @@ TEST_SUITE("bench.cmd_bench") {
         {" -t 1,", "--threads: empty item in '1,'"},
         {" -b1,,2", "--batch-size: empty item in '1,,2'"},
         {" --cache-shapes 1x64,", "--cache-shapes: empty item in '1x64,'"},
+        {" --matmul exact, --tests tg", "--matmul: empty item in 'exact,'"},
         {" -t 1 ,2", "--threads: empty item in ',2'"},  // CLI11 also takes the tokens up to the next option
         {" --dtype f32 bf16, --tests pp", "--dtype: empty item in 'bf16,'"}};
     for (const auto& [args, want] : lists) {
@@ -310,6 +311,45 @@ TEST_SUITE("bench.cmd_bench") {
     CHECK(err.find("warning: pp5000 skipped: longer than the context length 2048") != std::string::npos);
     CHECK(err.find("warning: tg: -n 3000 after a 16-token prompt exceeds the context length 2048; capped to 2032") !=
           std::string::npos);
+  }
+
+  TEST_CASE("--matmul exact,int8: one row per mode in every format, the mode a load used, repeats once") {
+    std::string out, err;
+    const fs::path q8 = temp_dir() / "tiny-q8_0.gguf", f32 = temp_dir() / "tiny-f32.gguf";
+    REQUIRE(run(kveval_bin() + " make-model --preset tiny --type q8_0 -o " + q8.string(), out, err) == 0);
+    REQUIRE(run(kveval_bin() + " make-model --preset tiny --type f32 -o " + f32.string(), out, err) == 0);
+    const std::string tg = " -t 1 --tests tg -n 4 --tg-prompt 4 -r 1";
+    // Q8_0 blocks: int8 applies; the list's order is the run order, a repeat measures once.
+    REQUIRE(run(kveval_bin() + " bench -m " + q8.string() + tg + " --matmul int8,exact,int8 -o json", out, err) == 0);
+    auto j = nlohmann::json::parse(out);
+    REQUIRE(j["results"].size() == 2);
+    CHECK(j["results"][0]["name"] == "tg4");
+    CHECK(j["results"][0]["matmul"] == "int8");
+    CHECK(j["results"][1]["name"] == "tg4");
+    CHECK(j["results"][1]["matmul"] == "exact");
+    CHECK(j["meta"]["options"]["matmul"] == nlohmann::json::array({"int8", "exact"}));
+    CHECK(err.find("; matmul int8 (decode steps on") != std::string::npos);
+    REQUIRE(run(kveval_bin() + " bench -m " + q8.string() + tg + " --matmul exact,int8 -o csv", out, err) == 0);
+    CHECK(out.find(",n,dtype,kv_cache_dtype,matmul,") != std::string::npos);
+    CHECK(out.find("\ntg,tg4,1,1,4,4,0,tok/s,") < out.find(",f32,exact,"));
+    CHECK(out.find(",f32,exact,") < out.find(",f32,int8,"));
+    REQUIRE(run(kveval_bin() + " bench -m " + q8.string() + tg + " --matmul exact,int8", out, err) == 0);
+    CHECK(out.find("| threads | batch | matmul | test | value |") != std::string::npos);
+    CHECK(out.find("| 1 | 1 | exact | tg4 (p4) |") < out.find("| 1 | 1 | int8 | tg4 (p4) |"));
+    CHECK(out.find("| 1 | 1 | int8 | tg4 (p4) |") != std::string::npos);
+    // F32 weights: int8 does not apply; said once on stderr, and both rows record exact.
+    REQUIRE(run(kveval_bin() + " bench -m " + f32.string() + tg + " --matmul exact,int8 -o jsonl", out, err) == 0);
+    std::vector<std::string> modes;
+    std::istringstream in(out);
+    for (std::string l; std::getline(in, l);) modes.push_back(nlohmann::json::parse(l)["matmul"]);
+    CHECK(modes == std::vector<std::string>{"exact", "exact"});
+    const auto ignored = err.find("--matmul int8 ignored (no matrix kept in");
+    CHECK(ignored != std::string::npos);
+    CHECK(err.find("--matmul int8 ignored", ignored + 1) == std::string::npos);
+    // A bad value: one line naming --matmul and what it takes, before any load.
+    CHECK(run(kveval_bin() + " bench -m " + q8.string() + tg + " --matmul exact,fp8", out, err) == 2);
+    CHECK(err == "kveval: error: --matmul 'fp8': expected 'exact' or 'int8'\n");
+    CHECK(out.empty());
   }
 
   TEST_CASE("repeated list values and an auto that resolves to a listed dtype are measured once" *

@@ -25,6 +25,7 @@ Report sample() {
   tg.threads = 2;
   tg.dtype = "bf16";
   tg.kv_cache_dtype = "f16";
+  tg.matmul = "int8";
   tg.batch = 8;
   tg.n_prompt = 16;
   tg.n_gen = 64;
@@ -67,6 +68,8 @@ TEST_SUITE("bench.report") {
     CHECK_FALSE(j["results"][1].contains("dtype"));
     CHECK(r["kv_cache_dtype"] == "f16");
     CHECK_FALSE(j["results"][1].contains("kv_cache_dtype"));
+    CHECK(r["matmul"] == "int8");
+    CHECK_FALSE(j["results"][1].contains("matmul"));
     CHECK(r["batch"] == 8);
     CHECK(r["n_gen"] == 64);
     CHECK(r["median"].get<double>() == 100.0);
@@ -83,9 +86,9 @@ TEST_SUITE("bench.report") {
     REQUIRE(ls.size() == 3);
     CHECK(ls[0] ==
           "test,name,threads,batch,n_prompt,n_gen,positions,unit,median,stddev,mean,min,max,n,dtype,kv_cache_dtype,"
-          "weights_GB_per_s,frac_of_stream,cache_MiB");
-    CHECK(ls[1] == "tg,tg64,2,8,16,64,0,tok/s,100,10,100,90,110,3,bf16,f16,12.5,0.5,");
-    CHECK(ls[2] == "cache,reset_caches,1,4,0,0,2048,us,0.004,0,0.004,0.004,0.004,1,,,,,10");
+          "matmul,weights_GB_per_s,frac_of_stream,cache_MiB");
+    CHECK(ls[1] == "tg,tg64,2,8,16,64,0,tok/s,100,10,100,90,110,3,bf16,f16,int8,12.5,0.5,");
+    CHECK(ls[2] == "cache,reset_caches,1,4,0,0,2048,us,0.004,0,0.004,0.004,0.004,1,,,,,,10");
   }
 
   TEST_CASE("add_note keeps the first of equal notes, in order") {
@@ -121,6 +124,25 @@ TEST_SUITE("bench.report") {
     Report rev = sample();
     std::swap(rev.rows[0], rev.rows[1]);
     CHECK(format_report(rev, "md").find("| 2 | 8 | tg64 (p16) | 100 ± 10 tok/s |") != std::string::npos);
+  }
+
+  TEST_CASE("markdown has a matmul column when several --matmul modes are listed or the rows differ in it") {
+    Report one = sample();  // one mode asked, rows without a mode beside one with: no column
+    one.meta["options"]["matmul"] = {"int8"};
+    CHECK(format_report(one, "md").find("| threads | batch | test | value |") != std::string::npos);
+    CHECK(format_report(one, "md").find("matmul") == std::string::npos);
+    Report two = sample();  // two modes asked: a column, even where the rows' modes agree
+    two.meta["options"]["matmul"] = {"exact", "int8"};
+    two.rows[1].matmul = "int8";
+    const std::string md = format_report(two, "md");
+    CHECK(md.find("| threads | batch | matmul | test | value | weights_GB_per_s | frac_of_stream |\n"
+                  "|---:|---:|:---|:---|---:|---:|---:|\n") != std::string::npos);
+    CHECK(md.find("| 2 | 8 | int8 | tg64 (p16) | 100 ± 10 tok/s | 12.50 | 0.5 |") != std::string::npos);
+    CHECK(md.find("| 1 | 4 | int8 | reset_caches @2048 | 0.004 us | 10 |") != std::string::npos);
+    Report differ = sample();  // no options recorded, rows of two modes: a column
+    differ.rows.push_back(differ.rows[0]);
+    differ.rows[2].matmul = "exact";
+    CHECK(format_report(differ, "md").find("| 2 | 8 | exact | tg64 (p16) |") != std::string::npos);
   }
 
   TEST_CASE("the markdown header names the weights of each compute dtype compared") {
