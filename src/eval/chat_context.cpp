@@ -94,17 +94,55 @@ std::string system_prompt(const std::optional<std::string>& system_instruction, 
   return description;
 }
 
+bool requires_delimiter(std::string_view prefix, std::string_view suffix) {
+  if (prefix.empty()) return false;
+  // the last character of `prefix` is whitespace when some whitespace character (1-3 bytes) ends it
+  for (size_t n = 1; n <= 3 && n <= prefix.size(); ++n)
+    if (util::space_length_at(prefix, prefix.size() - n) == n) return false;
+  return util::space_length_at(suffix, 0) == 0;
+}
+
+std::string maybe_delimit(const std::string& prefix, const std::string& suffix) {
+  if (prefix.empty()) return suffix;
+  if (suffix.empty()) return prefix;
+  return requires_delimiter(prefix, suffix) ? prefix + " " + suffix : prefix + suffix;
+}
+
+FewshotTurn fewshot_turn(const std::string& text, const std::string& target, const std::optional<std::string>& gen_prefix,
+                         const std::string& target_delimiter, const std::string& fewshot_delimiter) {
+  const std::string prefix = gen_prefix.value_or("");  // Python: `if gen_prefix:`
+  const bool has_answer = !target.empty();
+  FewshotTurn t{text, "", std::nullopt, ""};
+  if ((has_answer && prefix.empty()) || (!prefix.empty() && requires_delimiter(text, prefix))) t.text_delimiter = target_delimiter;
+  if (has_answer) {
+    t.answer = maybe_delimit(prefix, target);
+    t.answer_delimiter = fewshot_delimiter;
+  } else if (!prefix.empty()) {
+    t.answer = prefix;
+  }
+  return t;
+}
+
+std::string fewshot_text(const std::vector<FewshotTurn>& turns) {
+  std::string out;
+  for (const FewshotTurn& t : turns) {
+    out += t.text + t.text_delimiter;
+    if (t.answer) out += *t.answer + t.answer_delimiter;
+  }
+  return out;
+}
+
 nlohmann::json chat_messages(const ChatPrompt& p, bool fewshot_as_multiturn) {
   using nlohmann::json;
   auto message = [](const char* role, const std::string& content) { return json{{"role", role}, {"content", content}}; };
   const bool has_prefix = p.gen_prefix && !p.gen_prefix->empty();  // Python: `if gen_prefix:`
   json m = json::array();
   if (!p.system.empty()) m.push_back(message("system", p.system));
-  if (p.has_fewshot) {  // ContextSampler.get_chat_context
-    if (fewshot_as_multiturn) {
+  if (p.has_fewshot) {
+    if (fewshot_as_multiturn) {  // the examples' Messages as to_dict() gives them
       for (const FewshotTurn& t : p.turns) {
         m.push_back(message("user", t.text));
-        m.push_back(message("assistant", (has_prefix ? *p.gen_prefix + " " : std::string()) + t.target));
+        if (t.answer) m.push_back(message("assistant", *t.answer));
       }
     } else {
       m.push_back(message("user", p.examples));

@@ -5,9 +5,12 @@
 // ContextSampler.get_chat_context and ConfigurableTask.append_target_question
 // build it (lm_eval/api/task.py, lm_eval/api/samplers.py), rendered as
 // HFLM.apply_chat_template renders it (lm_eval/models/huggingface.py), and the
-// options' resolution and their record in the results.
+// options' resolution and their record in the results. The few-shot examples'
+// messages (plain text and chat) follow lm-eval's main branch instead
+// (ConfigurableTask.build_qa_turn, lm_eval/api/task.py), as fewshot_config does.
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -38,27 +41,57 @@ void resolve_chat_options(const nlohmann::json& spec, const Where& w, const Task
 std::string system_prompt(const std::optional<std::string>& system_instruction, const std::string& description,
                           const std::string& fewshot_delimiter);
 
-/// One few-shot example of a multi-turn chat: its doc_to_text and its target
-/// text (a choice's text, or str(target[0]) for a list target, as get_context).
+/// lm-eval's requires_delimiter(prefix, suffix) (lm_eval/api/utils.py): false
+/// when `prefix` is empty, else whether neither the last character of `prefix`
+/// nor the first of `suffix` is whitespace (Python's str.isspace, util::is_space).
+bool requires_delimiter(std::string_view prefix, std::string_view suffix);
+
+/// lm-eval's maybe_delimit(prefix, suffix, delimiter=" ") (lm_eval/api/utils.py):
+/// `suffix` when `prefix` is empty, `prefix` when `suffix` is empty, else
+/// prefix + " " + suffix, without the " " when either side of the join is whitespace.
+std::string maybe_delimit(const std::string& prefix, const std::string& suffix);
+
+/// One few-shot example as the Messages of lm-eval's ConfigurableTask.build_qa_turn
+/// (lm_eval/api/task.py, main branch): a user message of its doc_to_text and,
+/// when there is one, an assistant message; each with the delimiter its plain
+/// text (Message.to_text) ends with. Chat messages drop the delimiters.
 struct FewshotTurn {
-  std::string text, target;
+  std::string text;                   ///< doc_to_text (user content)
+  std::string text_delimiter;         ///< target_delimiter or ""
+  std::optional<std::string> answer;  ///< assistant content; nullopt: no assistant message
+  std::string answer_delimiter;       ///< fewshot_delimiter after a target, "" after a bare gen_prefix
 };
+
+/// build_qa_turn(q=text, a=target, gen_prefix, tgt_delim=target_delimiter,
+/// few_delim=fewshot_delimiter) of a few-shot example, `target` being the target's
+/// text ("" = no answer) and `gen_prefix` the prefix resolved against this example's
+/// document (nullopt or "" = none). With a target: text + target_delimiter (with a
+/// gen_prefix only when requires_delimiter(text, gen_prefix)), then the assistant's
+/// maybe_delimit(gen_prefix, target) + fewshot_delimiter. Without one: text, then with
+/// a gen_prefix target_delimiter when requires_delimiter(text, gen_prefix) and the
+/// assistant's gen_prefix with no delimiter after it.
+FewshotTurn fewshot_turn(const std::string& text, const std::string& target, const std::optional<std::string>& gen_prefix,
+                         const std::string& target_delimiter, const std::string& fewshot_delimiter);
+
+/// The plain text of few-shot examples: every message's content + delimiter,
+/// concatenated (lm-eval's "".join(m.to_text() for m in messages)).
+std::string fewshot_text(const std::vector<FewshotTurn>& turns);
 
 /// The parts of one document's chat prompt.
 struct ChatPrompt {
   std::string system;                 ///< system_prompt(); "" = no system message
   bool has_fewshot = false;           ///< num_fewshot > 0
   std::vector<FewshotTurn> turns;     ///< fewshot_as_multiturn: the examples
-  std::string examples;               ///< otherwise: get_context's text of the examples (one user message)
+  std::string examples;               ///< otherwise: fewshot_text of the examples (one user message)
   std::string question;               ///< doc_to_text of the document
   std::optional<std::string> gen_prefix;  ///< doc_to_prefix (nullopt: the task has none)
 };
 
 /// The messages of fewshot_context under apply_chat_template: the system
-/// message (when `p.system` is not empty); with few-shot examples either a
-/// user/assistant pair per example (multiturn; the assistant's content is
-/// gen_prefix + " " + target when gen_prefix is not empty) or one user message
-/// of `p.examples`; then append_target_question: the question as a new user
+/// message (when `p.system` is not empty); with few-shot examples either each
+/// example's user message and its assistant message when it has one (multiturn,
+/// FewshotTurn) or one user message of `p.examples` (multiturn_to_singleturn);
+/// then the question as a new user
 /// message (multiturn, or when the last message is the system's or there is
 /// none) or appended to the last user message; then, when gen_prefix is not
 /// empty, an assistant message of it. A JSON list of {"role", "content"}.

@@ -147,7 +147,8 @@ struct TaskSpec {
   /// when the examples are the task's own documents.
   std::optional<bool> fewshot_same_split;
   /// gen_prefix: a field name or template rendered per document; the context ends with
-  /// target_delimiter + prefix, and each few-shot target is preceded by prefix + " ".
+  /// target_delimiter + prefix, and each few-shot example carries its own document's prefix
+  /// (fewshot_turn, chat_context.hpp).
   std::optional<std::string> gen_prefix;
   ExactMatchOptions exact_match;     ///< options of the exact_match entry of metric_list
   std::vector<FilterPipeline> filter_list;  ///< generate_until: filters on the output (empty = lm-eval's "none")

@@ -311,21 +311,18 @@ std::vector<size_t> draw_fewshot(const TaskSpec& t, const std::vector<RawDoc>& s
   return kept;
 }
 
-/// lm-eval's text of the few-shot examples `kept` (fewshot_context): each is text +
-/// target_delimiter [+ gen_prefix + " "] + target + fewshot_delimiter, or the text alone
-/// when its target is ""; both delimiters are fewshot_config's when it gives them, else
-/// the task's (lm-eval's FewshotConfig.from_dict).
-std::string fewshot_examples(const TaskSpec& t, const std::vector<Doc>& shots, const std::vector<size_t>& kept,
-                             const std::optional<std::string>& gp) {
+/// The few-shot examples `kept` as lm-eval main's ConfigurableTask.fewshot_context builds them
+/// (lm_eval/api/task.py): build_qa_turn of each example's doc_to_text, target and its own gen_prefix
+/// (`prefixes`, resolved against the example's document); both delimiters are fewshot_config's when
+/// it gives them, else the task's (lm-eval's FewshotConfig.from_dict, lm_eval/config/task.py).
+std::vector<FewshotTurn> fewshot_turns(const TaskSpec& t, const std::vector<Doc>& shots,
+                                       const std::vector<std::optional<std::string>>& prefixes,
+                                       const std::vector<size_t>& kept) {
   const std::string target_delimiter = t.fewshot_target_delimiter.value_or(t.target_delimiter);
   const std::string fewshot_delimiter = t.fewshot_fewshot_delimiter.value_or(t.fewshot_delimiter);
-  std::string out;
-  for (size_t k : kept) {
-    const Doc& s = shots[k];
-    out += s.context;
-    if (!s.target.empty())
-      out += target_delimiter + (gp && !gp->empty() ? *gp + " " : "") + s.target + fewshot_delimiter;
-  }
+  std::vector<FewshotTurn> out;
+  for (size_t k : kept)
+    out.push_back(fewshot_turn(shots[k].context, shots[k].target, prefixes[k], target_delimiter, fewshot_delimiter));
   return out;
 }
 
@@ -333,13 +330,12 @@ std::string fewshot_examples(const TaskSpec& t, const std::vector<Doc>& shots, c
 /// as text (system prompt + examples + doc_to_text [+ target_delimiter + gen_prefix]) or,
 /// with the spec's chat template, rendered as a chat (chat_context.hpp).
 std::string doc_context(const TaskSpec& t, const EvalSpec& spec, const std::string& description,
-                        const std::vector<Doc>& shots, const std::vector<size_t>& kept, const std::string& question,
+                        const std::vector<FewshotTurn>& turns, const std::string& question,
                         const std::optional<std::string>& gp, const std::string& where) {
-  const std::string examples = t.num_fewshot > 0 ? fewshot_examples(t, shots, kept, gp) : "";
+  const std::string examples = fewshot_text(turns);
   const std::string system = system_prompt(spec.chat.system_instruction, description, t.fewshot_delimiter);
   if (!spec.chat.apply) return system + examples + question + (gp ? t.target_delimiter + *gp : "");
-  ChatPrompt p{system, t.num_fewshot > 0, {}, examples, question, gp};
-  for (size_t k : kept) p.turns.push_back({shots[k].context, shots[k].target});
+  ChatPrompt p{system, t.num_fewshot > 0, turns, examples, question, gp};
   return chat_context(spec.chat, p, where);
 }
 
@@ -421,6 +417,12 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
   std::optional<tmpl::Template> description, gen_prefix;
   if (!t.description.empty()) description = parse_template(t.description, w.key("description"));
   if (t.gen_prefix) gen_prefix = parse_template(*t.gen_prefix, w.key("gen_prefix"));
+  // each example's gen_prefix, resolved against its own document (lm-eval main's
+  // resolve_field(fs_doc, fewshot_cfg.gen_prefix))
+  std::vector<std::optional<std::string>> shot_prefixes(shots.size());
+  if (gen_prefix)
+    for (size_t k = 0; k < shots.size(); ++k)
+      shot_prefixes[k] = field_or_template(*t.gen_prefix, *gen_prefix, shot_raw[k].doc, shot_raw[k].origin, "gen_prefix");
 
   size_t n_use = limit ? std::min<size_t>(rendered.size(), static_cast<size_t>(*limit)) : rendered.size();
   // lm-eval's samplers (lm_eval/api/samplers.py): one random.Random(seed) per task, consumed
@@ -438,16 +440,15 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
       const std::string desc = description ? render_template(*description, doc, raw[i].origin, "description") : "";
       std::optional<std::string> gp;
       if (gen_prefix) gp = field_or_template(*t.gen_prefix, *gen_prefix, doc, raw[i].origin, "gen_prefix");
-      std::vector<size_t> kept;
-      if (t.num_fewshot > 0) kept = draw_fewshot(t, shot_raw, draw, doc, rnd);
+      std::vector<FewshotTurn> turns;
+      if (t.num_fewshot > 0) turns = fewshot_turns(t, shots, shot_prefixes, draw_fewshot(t, shot_raw, draw, doc, rnd));
       if (t.multiple_input) {
         if (spec.chat.apply)
           w.fail("a multiple-input task (doc_to_text gives the gold index) cannot run under --apply-chat-template");
         std::string prefix = system_prompt(spec.chat.system_instruction, desc, t.fewshot_delimiter);
-        if (t.num_fewshot > 0) prefix += fewshot_examples(t, shots, kept, gp);
-        set_multiple_input_contexts(prefix, gp, d);
+        set_multiple_input_contexts(prefix + fewshot_text(turns), gp, d);
       } else {
-        d.context = doc_context(t, spec, desc, shots, kept, d.context, gp,
+        d.context = doc_context(t, spec, desc, turns, d.context, gp,
                                 fmt::format("task '{}' document {} ({})", t.name, i, raw[i].origin));
       }
     }

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """kveval's prompts under --apply-chat-template against an independent re-implementation of lm-eval's.
 
-The re-implementation below follows lm-eval v0.4.9.1 as written there:
+The re-implementation below follows lm-eval v0.4.9.1 as written there, except
+for the few-shot examples, which follow lm-eval's main branch
+(ConfigurableTask.build_qa_turn with each example's own gen_prefix, joined by
+requires_delimiter / maybe_delimit of lm_eval/api/utils.py):
 ConfigurableTask.fewshot_context (system prompt = system_instruction and/or
 description joined by fewshot_delimiter; chat messages or plain text),
-ContextSampler.get_context / get_chat_context (random.Random(seed).sample of
-num_fewshot + 1 documents, the evaluated one dropped; one user message or
-user/assistant turns), ConfigurableTask.append_target_question,
+ContextSampler's draw (random.Random(seed).sample of num_fewshot + 1
+documents, the evaluated one dropped; one user message or user/assistant
+turns), ConfigurableTask.append_target_question,
 construct_requests (multiple_choice continuations lose target_delimiter under a
 chat template) and HFLM.apply_chat_template (add_generation_prompt unless a
 gen_prefix ends the chat, continue_final_message = not add_generation_prompt as
@@ -52,6 +55,22 @@ def apply_template(source, doc):
     return env.from_string(source).render(**doc)
 
 
+def requires_delimiter(prefix, suffix):
+    """lm_eval/api/utils.py (main branch), as written there."""
+    if prefix == "":
+        return False
+    return not (prefix[-1].isspace() or suffix[0].isspace())
+
+
+def maybe_delimit(prefix, suffix, delimiter=" "):
+    """lm_eval/api/utils.py (main branch), as written there."""
+    if not prefix:
+        return suffix or ""
+    if not suffix:
+        return prefix or ""
+    return prefix + delimiter + suffix if not (prefix[-1].isspace() or suffix[0].isspace()) else prefix + suffix
+
+
 class Task:
     """The parts of lm-eval's ConfigurableTask these tasks use."""
 
@@ -81,24 +100,27 @@ class Task:
         p = self.cfg.get("gen_prefix")
         return None if p is None else (doc[p] if p in doc else apply_template(p, doc))
 
-    def get_context(self, selected, gen_prefix):
-        prefix = gen_prefix + " " if gen_prefix else ""
-        out = ""
-        for d in selected:
-            out += self.doc_to_text(d)
-            if self.target_text(d) != "":
-                out += self.target_delimiter + prefix + self.target_text(d) + self.fewshot_delimiter
-        return out
+    def qa_turn(self, d):
+        """lm-eval main's build_qa_turn of a few-shot example, its gen_prefix resolved against
+        the example's document: [(role, content, delimiter)]."""
+        q, a, p = self.doc_to_text(d), self.target_text(d), self.gen_prefix(d)
+        if a and not p:
+            turn = [("user", q, self.target_delimiter)]
+        else:
+            turn = [("user", q, self.target_delimiter if p and requires_delimiter(q, p) else "")]
+        if a:
+            turn.append(("assistant", maybe_delimit(p, a), self.fewshot_delimiter))
+        elif p:
+            turn.append(("assistant", p, ""))
+        return turn
 
-    def get_chat_context(self, selected, multiturn, gen_prefix):
-        prefix = gen_prefix + " " if gen_prefix else ""
+    def get_context(self, selected):
+        return "".join(c + dl for d in selected for _, c, dl in self.qa_turn(d))
+
+    def get_chat_context(self, selected, multiturn):
         if not multiturn:
-            return [{"role": "user", "content": self.get_context(selected, gen_prefix)}]
-        chat = []
-        for d in selected:
-            chat.append({"role": "user", "content": self.doc_to_text(d)})
-            chat.append({"role": "assistant", "content": prefix + self.target_text(d)})
-        return chat
+            return [{"role": "user", "content": self.get_context(selected)}]
+        return [{"role": r, "content": c} for d in selected for r, c, _ in self.qa_turn(d)]
 
     def fewshot_context(self, doc, selected, num_fewshot, system_instruction, chat_template, multiturn):
         gen_prefix = self.gen_prefix(doc)
@@ -113,11 +135,11 @@ class Task:
         if chat_template is None:
             text = system_prompt
             if num_fewshot > 0:
-                text += self.get_context(selected, gen_prefix)
+                text += self.get_context(selected)
             return text + question + (self.target_delimiter + gen_prefix if gen_prefix is not None else "")
         chat = [{"role": "system", "content": system_prompt}] if system_prompt else []
         if num_fewshot > 0:
-            chat.extend(self.get_chat_context(selected, multiturn, gen_prefix))
+            chat.extend(self.get_chat_context(selected, multiturn))
         # append_target_question
         if not multiturn and chat and chat[-1]["role"] != "system":
             chat[-1]["content"] += question

@@ -75,18 +75,63 @@ TEST_SUITE("eval.chat_context") {
   }
 
   TEST_CASE("messages: one user message of examples + question, or user/assistant turns; gen_prefix as the last turn") {
-    ChatPrompt p{"S.", true, {{"Q1", "a1"}, {"Q2", "a2"}}, "Q1 a1\n\nQ2 a2\n\n", "Q3", std::nullopt};
+    const std::vector<FewshotTurn> turns{fewshot_turn("Q1", "a1", std::nullopt, " ", "\n\n"),
+                                         fewshot_turn("Q2", "a2", std::nullopt, " ", "\n\n")};
+    ChatPrompt p{"S.", true, turns, fewshot_text(turns), "Q3", std::nullopt};
     CHECK(chat_messages(p, false) == json::array({msg("system", "S."), msg("user", "Q1 a1\n\nQ2 a2\n\nQ3")}));
     CHECK(chat_messages(p, true) == json::array({msg("system", "S."), msg("user", "Q1"), msg("assistant", "a1"),
                                                  msg("user", "Q2"), msg("assistant", "a2"), msg("user", "Q3")}));
-    p.gen_prefix = "Answer:";  // few-shot answers start with it too (get_chat_context's prefix + " ")
+    // lm-eval main: fewshot_context gives each example build_qa_turn(gen_prefix=the example's own prefix);
+    // its assistant Message is maybe_delimit(gen_prefix, answer) = "Answer:" + " " + "a1", to_dict() drops
+    // the delimiters
+    p.turns = {fewshot_turn("Q1", "a1", std::string("Answer:"), " ", "\n\n"),
+               fewshot_turn("Q2", "a2", std::string("Answer:"), " ", "\n\n")};
+    p.gen_prefix = "Answer:";
     CHECK(chat_messages(p, true) == json::array({msg("system", "S."), msg("user", "Q1"), msg("assistant", "Answer: a1"),
                                                  msg("user", "Q2"), msg("assistant", "Answer: a2"), msg("user", "Q3"),
                                                  msg("assistant", "Answer:")}));
+    // an example without a target: build_qa_turn gives its user Message and, with a gen_prefix, an
+    // assistant Message of the prefix alone; without one, no assistant Message
+    p.turns = {fewshot_turn("Q1", "", std::string("Answer:"), " ", "\n\n"), fewshot_turn("Q2", "", std::nullopt, " ", "\n\n")};
+    CHECK(chat_messages(p, true) == json::array({msg("system", "S."), msg("user", "Q1"), msg("assistant", "Answer:"),
+                                                 msg("user", "Q2"), msg("user", "Q3"), msg("assistant", "Answer:")}));
     ChatPrompt zero{"", false, {}, "", "Q", std::string("")};  // an empty gen_prefix adds no turn
     CHECK(chat_messages(zero, false) == json::array({msg("user", "Q")}));
     ChatPrompt sys_only{"S.", false, {}, "", "Q", std::nullopt};
     CHECK(chat_messages(sys_only, false) == json::array({msg("system", "S."), msg("user", "Q")}));
+  }
+
+  TEST_CASE("requires_delimiter and maybe_delimit: lm_eval/api/utils.py, Python's str.isspace at the join") {
+    CHECK(requires_delimiter("Q:", "A"));
+    CHECK_FALSE(requires_delimiter("", "A"));          // `if prefix == "": return False`
+    CHECK_FALSE(requires_delimiter("Q:\n", "A"));      // prefix[-1].isspace()
+    CHECK_FALSE(requires_delimiter("Q:", " A"));        // suffix[0].isspace()
+    CHECK_FALSE(requires_delimiter("Q:\u00a0", "A"));  // '\xa0'.isspace() (2 UTF-8 bytes)
+    CHECK_FALSE(requires_delimiter("Q:", "\u3000A"));  // '\u3000'.isspace() (3 UTF-8 bytes)
+    CHECK_FALSE(requires_delimiter("Q:\x1f", "A"));     // '\x1f'.isspace() in Python
+    CHECK(requires_delimiter("caf\u00e9", "A"));        // 'é' is not whitespace
+    CHECK(maybe_delimit("", "x") == "x");
+    CHECK(maybe_delimit("p", "") == "p");
+    CHECK(maybe_delimit("p", "x") == "p x");
+    CHECK(maybe_delimit("p ", "x") == "p x");
+    CHECK(maybe_delimit("p", "\nx") == "p\nx");
+  }
+
+  TEST_CASE("fewshot_turn: lm-eval main's build_qa_turn of a few-shot example, as plain text") {
+    // user Message(q, tgt_delim if has_answer and not gen_prefix else tgt_delim if gen_prefix and
+    // requires_delimiter(q, gen_prefix) else ""), then assistant Message(maybe_delimit(gen_prefix, a), few_delim)
+    CHECK(fewshot_text({fewshot_turn("Q: y", "Y", std::string("A:"), " ", "\n\n")}) == "Q: y A: Y\n\n");
+    CHECK(fewshot_text({fewshot_turn("Q: y\n", " Y", std::string("A: "), " ", "\n\n")}) == "Q: y\nA:  Y\n\n");
+    CHECK(fewshot_text({fewshot_turn("Q: y", "Y", std::string(" A:"), "|", "\n\n")}) == "Q: y A: Y\n\n");
+    CHECK(fewshot_text({fewshot_turn("Q: y\n", "Y", std::nullopt, " ", "\n\n")}) == "Q: y\n Y\n\n");  // no prefix: always
+    CHECK(fewshot_text({fewshot_turn("Q: y\n", "Y", std::string(""), " ", "\n\n")}) == "Q: y\n Y\n\n");  // "" is none
+    // no answer: with a gen_prefix, assistant Message(gen_prefix) with no delimiter; without one, the text alone
+    CHECK(fewshot_text({fewshot_turn("Q", "", std::string("A:"), " ", "\n\n"), fewshot_turn("R", "", std::nullopt, " ", "\n\n")}) ==
+          "Q A:R");
+    const FewshotTurn t = fewshot_turn("Q\n", "Y", std::string("A:"), " ", "\n\n");
+    CHECK(t.text_delimiter.empty());
+    CHECK(t.answer == std::optional<std::string>("A: Y"));
+    CHECK(t.answer_delimiter == "\n\n");
   }
 
   TEST_CASE("continue_final_message: cut after the final message's last occurrence, its trailing space kept when rendered") {

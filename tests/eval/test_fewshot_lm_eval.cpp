@@ -157,7 +157,7 @@ fewshot_config:
     }
   }
 
-  TEST_CASE("gen_prefix naming a field, and an empty few-shot target adds no delimiters") {
+  TEST_CASE("gen_prefix naming a field: each example takes its own document's, an empty target ends at the prefix") {
     json task = {{"name", "g"},
                  {"output_type", "generate_until"},
                  {"doc_to_text", "q"},
@@ -168,8 +168,14 @@ fewshot_config:
                  {"docs", {{{"q", "x"}, {"a", ""}, {"p", "P1"}}, {{"q", "y"}, {"a", "Y"}, {"p", "P2"}}}}};
     EvalSpec s = parse_spec({{"model", "m.gguf"}, {"tasks", {task}}}, "spec.json", ".");
     REQUIRE(s.tasks[0].docs.size() == 2);
-    CHECK(s.tasks[0].docs[0].context == "y P1 Y\n\nx P1");  // the document's own prefix in its examples
-    CHECK(s.tasks[0].docs[1].context == "xy P2");           // x's empty target: no delimiters
+    // lm-eval main's fewshot_context: each example is build_qa_turn(q, a, gen_prefix=resolve_field(fs_doc,
+    // fewshot_cfg.gen_prefix)), i.e. the example's own "p"; with a target: q + target_delimiter " " (as
+    // requires_delimiter("y", "P2")) + maybe_delimit("P2", "Y") + fewshot_delimiter; then the document's
+    // doc_to_text + target_delimiter + its own prefix
+    CHECK(s.tasks[0].docs[0].context == "y P2 Y\n\nx P1");
+    // x's target "" (has_answer false): user "x" + " " (requires_delimiter("x", "P1")), then the assistant
+    // Message "P1" with no delimiter, so no fewshot_delimiter follows
+    CHECK(s.tasks[0].docs[1].context == "x P1y P2");
   }
 
   TEST_CASE("regex_replace: lm-eval's Jinja filter, re.sub with Python's replacement syntax") {
