@@ -45,4 +45,12 @@ bool is_local_builder(const TaskKeys& c);
 /// a URL, an extension that does not pick dataset_path's reader, an unsupported key).
 std::map<std::string, std::vector<std::string>> local_data_files(const TaskKeys& c);
 
+/// A Hugging Face Hub dataset_path (lm-eval's Task.download: datasets.load_dataset(path=dataset_path,
+/// name=dataset_name, **dataset_kwargs) in the embedded Python): the rows of `eval_split` become
+/// t["docs"] and, when `fewshot_split` is not empty, its rows t["fewshot_docs"]. Throws SpecError
+/// "file:line: dataset_path: ..." when `datasets` is not importable (naming both ways out: install
+/// it, or give a local copy), when eval_split is empty (no test_split or validation_split), or
+/// when load_dataset raises (offline, no such dataset) or lacks a split.
+void load_hub_docs(const TaskKeys& c, const std::string& eval_split, const std::string& fewshot_split, nlohmann::json& t);
+
 }  // namespace kveval::eval

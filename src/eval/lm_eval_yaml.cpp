@@ -401,15 +401,18 @@ json task_fields(const TaskKeys& c, const json& entry) {
 }
 
 /// The task entry's dataset_path and fewshot_split: the spec entry's files,
-/// else the local json splits (test, else validation split evaluated; few-shot
+/// else the local json splits, else a Hub dataset's splits as inline documents
+/// (load_hub_docs: "docs", "fewshot_docs") (test, else validation split evaluated; few-shot
 /// documents from fewshot_split, else fewshot_config.samples, else the training,
 /// else the validation split: lm-eval FewshotConfig.get_docs, Task.fewshot_docs);
 /// and lm-eval's few-shot rule in out.fewshot_same_split.
 void set_data_paths(const TaskKeys& c, const json& entry, json& t, LmEvalTask& out) {
   std::map<std::string, std::vector<std::string>> files;  // split -> files
   const bool local = is_local_builder(c);
+  const bool has_samples = c.has("fewshot_config") && c.at("fewshot_config").is_object() &&
+                           c.at("fewshot_config").contains("samples") && !c.at("fewshot_config")["samples"].is_null();
   if (local) files = local_data_files(c);
-  else if (c.has("dataset_kwargs")) c.fail("dataset_kwargs", "only used with dataset_path json, csv or parquet");
+  const bool hub = !local && c.has("dataset_path") && c.at("dataset_path").is_string();
   auto split_name = [&](const char* k) -> std::string {
     if (!c.has(k)) return "";
     if (!c.at(k).is_string()) c.fail(k, fmt::format("expected a split name, got {}", json_excerpt(c.at(k))));
@@ -435,17 +438,20 @@ void set_data_paths(const TaskKeys& c, const json& entry, json& t, LmEvalTask& o
     std::string eval_split = !test.empty() ? test : val;
     if (eval_split.empty()) c.fail("dataset_path", "no test_split or validation_split names the documents to evaluate");
     t["dataset_path"] = file_of(eval_split, !test.empty() ? "test_split" : "validation_split");
+  } else if (hub) {
+    // the Hub splits the task reads, loaded by the embedded Python's `datasets`
+    std::string eval_split = !test.empty() ? test : val;
+    std::string shots = entry.contains("fewshot_split") || (fewshot.empty() && has_samples) ? ""
+                        : !fewshot.empty() ? fewshot : !train.empty() ? train : val;
+    load_hub_docs(c, eval_split, shots == eval_split ? "" : shots, t);
   } else {
     std::string name = c.has("dataset_path") ? json_excerpt(c.at("dataset_path")) : std::string("none");
-    throw SpecError(fmt::format("{}: dataset_path: {} is not a local file: kveval reads local files only (JSON Lines, CSV, "
-                                "Parquet), never the Hugging Face Hub; give a local copy of the split (a file the Hub's "
-                                "cache may already hold) as \"dataset_path\": \"docs.jsonl\" next to \"lm_eval_yaml\" in "
-                                "the spec, or write dataset_path: json with dataset_kwargs.data_files", c.w("dataset_path"), name));
+    throw SpecError(fmt::format("{}: dataset_path: {} is not a local file: give a local copy of the split as "
+                                "\"dataset_path\": \"docs.jsonl\" next to \"lm_eval_yaml\" in the spec, or write "
+                                "dataset_path: json with dataset_kwargs.data_files", c.w("dataset_path"), name));
   }
   // few-shot documents: fewshot_split, else fewshot_config.samples, else training, else validation split
   // (lm-eval FewshotConfig.get_docs, Task.fewshot_docs); else the task's own
-  const bool has_samples = c.has("fewshot_config") && c.at("fewshot_config").is_object() &&
-                           c.at("fewshot_config").contains("samples") && !c.at("fewshot_config")["samples"].is_null();
   if (entry.contains("fewshot_split")) {
     t["fewshot_split"] = entry["fewshot_split"];
   } else if (local && (fewshot.empty() && has_samples)) {

@@ -198,6 +198,36 @@ std::vector<std::pair<int, ojson>> read_table_with_python(const std::string& pat
   return rows;
 }
 
+bool python_can_import(const std::string& module) {
+  interpreter();
+  PythonHook finder;  // names the call in glue_call's messages and its time limit
+  finder.module = "importlib.util";
+  finder.function = "find_spec";
+  finder.where = module;
+  std::pair<bool, std::string> r;
+  {
+    py::gil_scoped_acquire gil;
+    r = glue_call(finder, "can_import", py::make_tuple(module));
+  }
+  return r.first && r.second == "true";
+}
+
+ojson load_hub_dataset(const std::string& path, const ojson& name, const ojson& kwargs,
+                        const std::vector<std::string>& splits) {
+  interpreter();
+  PythonHook loader;  // names the call in glue_call's messages and its time limit
+  loader.module = "datasets";
+  loader.function = "load_dataset";
+  loader.where = path;
+  std::pair<bool, std::string> r;
+  {
+    py::gil_scoped_acquire gil;
+    r = glue_call(loader, "load_hub", py::make_tuple(path, name.dump(), kwargs.dump(), ojson(splits).dump()));
+  }
+  if (!r.first) throw SpecError(r.second);
+  return ojson::parse(r.second);
+}
+
 void set_python_hook_timeout(double seconds) {
   if (!(seconds > 0)) throw ArgumentError(fmt::format("hook time limit {}: expected seconds > 0", seconds));
   timeout_seconds() = seconds;

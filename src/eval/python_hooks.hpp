@@ -68,6 +68,20 @@ nlohmann::ordered_json call_python_hook(const PythonHook& hook, HookCall call, c
 std::vector<std::pair<int, nlohmann::ordered_json>> read_table_with_python(const std::string& path,
                                                                            const std::string& format);
 
+/// Whether the embedded Python can import the top-level package `module`
+/// (importlib.util.find_spec; the package is not imported).
+bool python_can_import(const std::string& module);
+
+/// A Hugging Face Hub dataset as lm-eval's Task.download loads it:
+/// `datasets.load_dataset(path=path, name=name, **kwargs)` in the embedded Python
+/// (`datasets` reads its own environment: HF cache, HF_DATASETS_OFFLINE), then the
+/// rows of each of `splits` (objects in column order). Returns an object split ->
+/// list of rows, or null when the `datasets` package is not importable. Throws
+/// SpecError, one line without the file (the caller names it): "datasets.load_dataset raised
+/// ValueError: ...", "the dataset has no split 'x' (splits: ...)", a row that is not JSON-like.
+nlohmann::ordered_json load_hub_dataset(const std::string& path, const nlohmann::ordered_json& name,
+                                        const nlohmann::ordered_json& kwargs, const std::vector<std::string>& splits);
+
 /// The time limit of one call in seconds (> 0); the default comes from
 /// KVEVAL_HOOK_TIMEOUT (else 300). Throws ArgumentError for <= 0.
 void set_python_hook_timeout(double seconds);

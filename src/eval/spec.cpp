@@ -369,7 +369,7 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
   static const std::vector<std::string> keys = {
       "name", "output_type", "dataset_path", "docs", "doc_to_text", "doc_to_target", "doc_to_choice",
       "target_delimiter", "description", "generation_kwargs", "metric_list", "num_fewshot", "fewshot_split",
-      "fewshot_delimiter", "fewshot_config", "filter_list", "metadata", "limit", "rolling_method", "context_length",
+      "fewshot_docs", "fewshot_delimiter", "fewshot_config", "filter_list", "metadata", "limit", "rolling_method", "context_length",
       "gen_prefix", "task_alias", "repeats"};
   check_keys(tj, w, keys);
   TaskSpec t;

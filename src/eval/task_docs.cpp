@@ -268,7 +268,8 @@ std::vector<RawDoc> processed(const TaskSpec& t, std::vector<RawDoc> raw, const 
   return res;
 }
 
-/// The few-shot documents: fewshot_split, else fewshot_config.samples, else the task's own
+/// The few-shot documents: fewshot_split, else the inline fewshot_docs (both through process_docs),
+/// else fewshot_config.samples, else the task's own
 /// documents (`own` = true). A fewshot_split that is the same files as dataset_path however they
 /// are spelt (same_files) is the task's own.
 std::vector<RawDoc> fewshot_source(const TaskSpec& t, const json& tj, const Where& w, const std::vector<RawDoc>& raw,
@@ -281,6 +282,15 @@ std::vector<RawDoc> fewshot_source(const TaskSpec& t, const json& tj, const Wher
       shot_raw = processed(t, load_docs_files(files, w.key("fewshot_split")), fmt::format("{}", fmt::join(files, ", "))), own = false;
   } else if (tj.contains("fewshot_split")) {
     w.key("fewshot_split").fail("empty path");
+  } else if (tj.contains("fewshot_docs")) {
+    const json& d = tj["fewshot_docs"];
+    if (!d.is_array()) w.key("fewshot_docs").fail(fmt::format("expected a list of objects, got {}", json_excerpt(d)));
+    for (size_t i = 0; i < d.size(); ++i) {
+      Where dw = w.key("fewshot_docs").index(i);
+      expect_object(d[i], dw);
+      shot_raw.push_back({fmt::format("{}: {}", dw.origin, dw.path), d[i], ""});
+    }
+    shot_raw = processed(t, std::move(shot_raw), w.key("fewshot_docs").text()), own = false;
   } else if (t.fewshot_samples.is_array()) {
     if (t.num_fewshot > 0 && t.fewshot_samples.empty()) w.key("fewshot_config").key("samples").fail("an empty list");
     for (size_t k = 0; k < t.fewshot_samples.size(); ++k) {
