@@ -512,7 +512,7 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
   }
   if (j.contains("threads")) s.threads = static_cast<int>(expect_int(j["threads"], w.key("threads"), 0, 4096));
   if (j.contains("batch_size") && j["batch_size"] == json("auto")) s.batch_size_auto = true;
-  else if (j.contains("batch_size")) s.batch_size = static_cast<int>(expect_int(j["batch_size"], w.key("batch_size"), 1, 4096));
+  else if (j.contains("batch_size")) s.batch_size = static_cast<int>(expect_int(j["batch_size"], w.key("batch_size"), 1, kMaxBatchSize));
   if (j.contains("max_length")) s.max_length = static_cast<int>(expect_int(j["max_length"], w.key("max_length"), 2, 1 << 24));
   if (j.contains("seed")) {
     const json& sd = j["seed"];
