@@ -550,6 +550,10 @@ void add_run_command(CLI::App& app, Action& action) {
     if (spec_opt->count() == 0 && tasks_opt->count() == 0)
       throw CLI::ValidationError("run", "give a spec file or --tasks NAMES");
     if (tasks_opt->count() > 0 && args->model.empty()) throw CLI::ValidationError("--tasks", "needs --model (-m)");
+    // stdout by another name is "-" (the tables go to stderr); two of them are refused by prepare()
+    const bool o_stdout = !args->output.empty() && util::names_stdout(args->output);
+    const bool l_stdout = !args->log_samples.empty() && util::names_stdout(args->log_samples);
+    if (o_stdout != l_stdout) (o_stdout ? args->output : args->log_samples) = "-";
     action = [args] { return run(*args); };
   });
 }
