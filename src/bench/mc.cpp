@@ -99,21 +99,23 @@ void run_mc(Ctx& c, Steps steps) {
         secs.push_back(sw.seconds());
       }
       const McCounts n = mc_counts(s, row_tokens);
+      const auto computed = static_cast<double>(s1.tokens_processed - s0.tokens_processed);
       Row r = c.row("mc", name);
       r.batch = b;
       r.unit = "tok/s";
       r.value = summarize(map_samples(secs, [&](double t) { return static_cast<double>(n.requested) / t; }));
       r.with("requests", static_cast<double>(reqs.size()))
           .with("tokens_requested", static_cast<double>(n.requested))
-          .with("tokens_computed", static_cast<double>(s1.tokens_processed - s0.tokens_processed))
+          .with("tokens_computed", computed)
           .with("logit_rows", static_cast<double>(s1.logit_rows - s0.logit_rows))
-          .with("computed_tok_s", static_cast<double>(s1.tokens_processed - s0.tokens_processed) / median(secs));
+          .with("computed_tok_s", summarize(map_samples(secs, [&](double t) { return computed / t; })).median);
       c.rep.rows.push_back(r);
     }
   }
   c.note(fmt::format("mc: {} documents sharing a prefix of {} tokens, then {} own tokens each, {} choices of {} tokens "
-                     "(kveval::score, rows of at most {} tokens); tok/s = tokens requested (each request's own, all "
-                     "but its last) / time; packed shares prefixes in token tries, unpacked scores each request "
+                     "(kveval::score, rows of at most {} tokens); tok/s = the median over repetitions of tokens requested "
+                     "(each request's own, all but its last) / that repetition's time, computed_tok_s likewise of "
+                     "tokens_computed; packed shares prefixes in token tries, unpacked scores each request "
                      "alone (the same bits); tokens_computed and logit_rows as the forward passes count them.",
                      s.docs, s.prefix, s.context, s.choices, s.choice_tokens, row_tokens));
 }

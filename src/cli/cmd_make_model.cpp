@@ -93,6 +93,9 @@ int write_model(const MakeModelArgs& a, bool arch_given) {
     throw ArgumentError(fmt::format("--output {}: is a directory (give a file path, e.g. {}/{}.gguf)", a.out,
                                     a.out, a.preset));
   util::check_writable("--output", a.out);
+  if (!a.vocab.empty() && util::same_output_file(a.out, a.vocab))  // the only file make-model reads
+    throw ArgumentError(fmt::format("--output {} is the --vocab file{}: refusing to overwrite an input", a.out,
+                                    a.vocab == a.out ? "" : " (" + a.vocab + ")"));
   RandomModelSpec spec = make_model_spec(a, arch_given);
   const int vocab_tokens = spec.vocab.empty() ? spec.n_vocab : random_model_vocab_size(spec.vocab);
   gguf::TensorType type = gguf::TensorType::F32;

@@ -100,7 +100,7 @@ CLI::Validator limit_validator() {
 }
 
 /// Validator for a number option: `lo` or more; an integer when `integer`.
-/// Its message reads "--batch-size: must be >= 1, got 0" (CLI11 prefixes the option name).
+/// Its message reads "--tolerance: must be >= 0, got -1" (CLI11 prefixes the option name).
 CLI::Validator at_least(double lo, bool integer) {
   return CLI::Validator(
       [lo, integer](std::string& v) -> std::string {
@@ -116,15 +116,16 @@ CLI::Validator at_least(double lo, bool integer) {
       integer ? fmt::format("INT>={}", lo) : fmt::format("NUMBER>={}", lo));
 }
 
-/// Validator of --batch-size: an integer >= 1, or lm-eval's "auto" / "auto:N".
+/// Validator of --batch-size: an integer in the spec's batch_size range [1, kMaxBatchSize]
+/// ("--batch-size: expected an integer in [1, 4096], got 5000"), or lm-eval's "auto" / "auto:N".
 CLI::Validator batch_size_validator() {
   return CLI::Validator(
       [](std::string& v) -> std::string {
         if (v == "auto" || v.starts_with("auto:")) return {};
         std::string copy = v;
-        return at_least(1, true)(copy);
+        return int_in(1, eval::kMaxBatchSize)(copy);
       },
-      "INT>=1|auto");
+      fmt::format("INT in [1, {}]|auto", eval::kMaxBatchSize));
 }
 
 /// Fault injection for the tests (KVEVAL_FAULT_INJECT="RANK:PHASE:throw|kill|term|int"):
@@ -549,6 +550,10 @@ void add_run_command(CLI::App& app, Action& action) {
     if (spec_opt->count() == 0 && tasks_opt->count() == 0)
       throw CLI::ValidationError("run", "give a spec file or --tasks NAMES");
     if (tasks_opt->count() > 0 && args->model.empty()) throw CLI::ValidationError("--tasks", "needs --model (-m)");
+    // stdout by another name is "-" (the tables go to stderr); two of them are refused by prepare()
+    const bool o_stdout = !args->output.empty() && util::names_stdout(args->output);
+    const bool l_stdout = !args->log_samples.empty() && util::names_stdout(args->log_samples);
+    if (o_stdout != l_stdout) (o_stdout ? args->output : args->log_samples) = "-";
     action = [args] { return run(*args); };
   });
 }

@@ -57,7 +57,9 @@ Seeds parse_seed_arg(const std::string& value) {
   }
   if (items.size() == 1) return {items[0], items[0], items[0], items[0]};
   if (items.size() < 3 || items.size() > 4)
-    throw ArgumentError("--seed: expected 4 integers or None, separated by ',' (or one integer for all four)");
+    throw ArgumentError(fmt::format("--seed: expected three or four integers or None, separated by ',' (a missing fourth "
+                                    "is 1234), or one integer for all four; got {} values",
+                                    items.size()));
   Seeds s = {items[0], items[1], items[2], items.size() == 4 ? items[3] : std::optional<int64_t>(1234)};
   return s;
 }

@@ -63,8 +63,7 @@ void add_metric_rows(const std::string& name, const std::vector<MetricValue>& ms
   for (const auto& m : ms) {
     std::string val = m.value ? format_table_number(*m.value, 4) : "n/a";
     std::string se = m.stderr_ ? "± " + format_table_number(*m.stderr_, 4) : "";
-    std::string note = m.value ? (m.stderr_ ? "" : m.note) : m.note;
-    rows.push_back({name, metric_key(m.name, m.filter), val, se, std::to_string(m.n), note});
+    rows.push_back({name, metric_key(m.name, m.filter), val, se, std::to_string(m.n), m.note});
   }
 }
 

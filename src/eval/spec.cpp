@@ -512,7 +512,7 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
   }
   if (j.contains("threads")) s.threads = static_cast<int>(expect_int(j["threads"], w.key("threads"), 0, 4096));
   if (j.contains("batch_size") && j["batch_size"] == json("auto")) s.batch_size_auto = true;
-  else if (j.contains("batch_size")) s.batch_size = static_cast<int>(expect_int(j["batch_size"], w.key("batch_size"), 1, 4096));
+  else if (j.contains("batch_size")) s.batch_size = static_cast<int>(expect_int(j["batch_size"], w.key("batch_size"), 1, kMaxBatchSize));
   if (j.contains("max_length")) s.max_length = static_cast<int>(expect_int(j["max_length"], w.key("max_length"), 2, 1 << 24));
   if (j.contains("seed")) {
     const json& sd = j["seed"];
@@ -537,12 +537,15 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
   if (!tasks.is_array()) w.key("tasks").fail(fmt::format("expected a list of tasks, got {}", json_excerpt(tasks)));
   if (tasks.empty()) w.key("tasks").fail("no tasks");
   std::set<std::string> names;
+  const bool selection = origin == "--tasks";  // `run --tasks`: a task met twice (a name and a tag holding it) runs once
   for (const auto& [i, entry] : named_tasks(j, w, base_dir, o, s.groups, s.notes)) {
     TaskSpec t = entry.is_object() && entry.contains("lm_eval_yaml")
                      ? parse_yaml_task(entry, w.key("tasks").index(i), base_dir, s)
                      : parse_task(entry, w.key("tasks").index(i), base_dir, s);
-    if (!names.insert(t.name).second)
+    if (!names.insert(t.name).second) {
+      if (selection) continue;
       w.key("tasks").index(i).key("name").fail(fmt::format("duplicate task name \"{}\"", t.name));
+    }
     s.tasks.push_back(std::move(t));
   }
   return s;

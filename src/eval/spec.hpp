@@ -180,6 +180,9 @@ struct ChatOptions {
   std::string bos_token, eos_token;              ///< the template's bos_token / eos_token: the GGUF vocabulary's texts
 };
 
+/// The largest batch_size a spec or `run --batch-size` accepts.
+inline constexpr int kMaxBatchSize = 4096;
+
 /// A validated spec.
 struct EvalSpec {
   std::string path;                  ///< the spec file as given ("" for in-memory specs)

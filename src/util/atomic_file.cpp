@@ -266,6 +266,13 @@ bool same_output_file(const std::string& out, const std::string& path) {
   return fs::equivalent(name(out), name(path), ec) && !ec;
 }
 
+bool names_stdout(const std::string& path) {
+  if (path == "-" || path == "/dev/stdout" || path == "/proc/self/fd/1" || path == "/dev/fd/1") return true;
+  struct stat out {}, named {};
+  return ::fstat(STDOUT_FILENO, &out) == 0 && ::stat(path.c_str(), &named) == 0 && out.st_dev == named.st_dev &&
+         out.st_ino == named.st_ino;
+}
+
 std::string resolve_links(const std::string& path) {
   std::error_code ec;
   fs::path p = path;

@@ -80,6 +80,11 @@ void write_all(int fd, std::string_view content, const std::string& name);
 /// that cannot be resolved further is returned as far as it got).
 std::string resolve_links(const std::string& path);
 
+/// Whether the output path `path` is this process's standard output: "-",
+/// "/dev/stdout", "/proc/self/fd/1", "/dev/fd/1", or any name of the file,
+/// pipe or terminal open as fd 1 (same device and inode by stat/fstat). Never throws.
+bool names_stdout(const std::string& path);
+
 /// Whether writing output `out` would replace the file `path` ("-" in either
 /// is stdout): the same file after following links (resolve_links, also a link
 /// to a file not yet created), or two names of one existing file (a hard link,

@@ -90,7 +90,7 @@ TEST_SUITE("bench.mc") {
     const char* bin = std::getenv("KVEVAL_BIN");
     std::string out;
     REQUIRE(run(std::string(bin ? bin : "kveval") + " bench -m " + test::model_path() +
-                    " -t 1 -b 1,4 -r 1 --tests mc --mc-docs 3 --mc-prefix 5 --mc-context 4 --mc-choices 3"
+                    " -t 1 -b 1,4 -r 2 --tests mc --mc-docs 3 --mc-prefix 5 --mc-context 4 --mc-choices 3"
                     " --mc-choice-tokens 2 --output json",
                 out) == 0);
     const auto j = nlohmann::json::parse(out);
@@ -107,6 +107,9 @@ TEST_SUITE("bench.mc") {
       CHECK(r["tokens_requested"] == n.requested);
       CHECK(r["tokens_computed"] == (packed ? n.computed_shared : n.requested));
       CHECK(r["logit_rows"] == (packed ? n.logit_rows_shared : n.logit_rows_alone));
+      // both rates are medians over the repetitions of tokens / that repetition's time (-r 2: the mean of two)
+      const double per_token = r["tokens_computed"].get<double>() / r["tokens_requested"].get<double>();
+      CHECK(r["computed_tok_s"].get<double>() == doctest::Approx(r["median"].get<double>() * per_token).epsilon(1e-12));
     }
     CHECK(rows == 4);  // batches 1 and 4, packed and unpacked
     CHECK(j["meta"]["options"]["mc"]["docs"] == 3);

@@ -27,8 +27,9 @@ TEST_SUITE("cli.lm_eval_args") {
     CHECK(parse_seed_arg("1,2,3") == Seeds{1, 2, 3, 1234});
     CHECK(parse_seed_arg("1_000") == Seeds{1000, 1000, 1000, 1000});  // Python int()
     CHECK(message_of([] { parse_seed_arg("1,2"); }) ==
-          "--seed: expected 4 integers or None, separated by ',' (or one integer for all four)");
-    CHECK(message_of([] { parse_seed_arg("1,2,3,4,5"); }).find("expected 4 integers") != std::string::npos);
+          "--seed: expected three or four integers or None, separated by ',' (a missing fourth is 1234), or one "
+          "integer for all four; got 2 values");
+    CHECK(message_of([] { parse_seed_arg("1,2,3,4,5"); }).find("expected three or four integers or None, separated by ','") != std::string::npos);
     CHECK(message_of([] { parse_seed_arg("X"); }) == "--seed: x is not an integer or None");
     CHECK(message_of([] { parse_seed_arg("1.5"); }) == "--seed: 1.5 is not an integer or None");
     CHECK(message_of([] { parse_seed_arg("-3"); }) == "--seed: -3: a seed must be >= 0");
@@ -48,7 +49,8 @@ TEST_SUITE("cli.lm_eval_args") {
     TempDir d;
     const std::string inc = " --include-path " + quote(task_tree()) + " -m " + quote(d.file("none.gguf"));
     check_one_line(run_kveval(d, "run --tasks chores --seed 1,2" + inc),
-                   "kveval: error: --seed: expected 4 integers or None, separated by ',' (or one integer for all four)");
+                   "kveval: error: --seed: expected three or four integers or None, separated by ',' (a missing fourth "
+                   "is 1234), or one integer for all four; got 2 values");
     d.write("g.yaml", std::string(kveval::test::kYamlTaskHead) +
                           "dataset_kwargs:\n  data_files:\n    test: d.jsonl\ntest_split: test\n");
     d.write("d.jsonl", "{\"q\": \"x\", \"a\": \"y\"}\n");

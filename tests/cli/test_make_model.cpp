@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "cli_run.hpp"
@@ -52,6 +53,15 @@ TEST_SUITE("cli.make_model") {
     CHECK(count_lines(bad_vocab.err) == 1);
     CHECK(bad_vocab.err.find(not_gguf) != std::string::npos);
     CHECK(!std::ifstream(d.file("x.gguf")).good());
+    // -o naming the --vocab input is refused before anything is written; the vocabulary stays as it was
+    const std::string v = d.file("v.gguf");
+    REQUIRE(run_kveval(d, "make-model --preset tiny --seed 3 -o " + quote(v)).code == 0);
+    auto bytes = [&v] { std::ifstream f(v, std::ios::binary); return std::string(std::istreambuf_iterator<char>(f), {}); };
+    const std::string before = bytes();
+    Run self = run_kveval(d, "make-model --preset tiny --seed 4 --vocab " + quote(v) + " -o " + quote(v));
+    CHECK(self.code == 2);
+    CHECK(self.err == "kveval: error: --output " + v + " is the --vocab file: refusing to overwrite an input\n");
+    CHECK(bytes() == before);
   }
 
   TEST_CASE("real-model presets: --arch and a vocabulary larger than the model's vocab_size are refused") {

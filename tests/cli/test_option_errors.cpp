@@ -56,7 +56,8 @@ TEST_SUITE("cli.option_errors") {
     // ranges checked when the command line is read
     for (const auto& [args, line] : std::vector<std::pair<std::string, std::string>>{
              {"--max-length 1", "--max-length: expected an integer in [2, 16777216], got 1"},
-             {"--batch-size 0", "--batch-size: must be >= 1, got 0"},
+             {"--batch-size 0", "--batch-size: expected an integer in [1, 4096], got 0"},
+             {"--batch-size 5000", "--batch-size: expected an integer in [1, 4096], got 5000"},
              {"--limit -1", "--limit: must be >= 0, got -1"},
              {"--threads 99999", "--threads: expected an integer in [0, 4096], got 99999"},
              {"--num-fewshot -1", "--num-fewshot: expected an integer in [0, 1048576], got -1"}}) {

@@ -55,6 +55,20 @@ TEST_SUITE("cli.output_signal") {
     CHECK(!json::parse(slurp(res))["kveval"].contains("samples"));
   }
 
+  TEST_CASE("-o /dev/stdout is -o -: stdout holds the results JSON alone, the tables go to stderr" * kveval::test::needs_model()) {
+    TempDir d;
+    const std::string spec = d.write("spec.json", "{\"model\": " + json(kveval::test::model_path()).dump() +
+                                                      ", \"max_length\": 64, \"tasks\": [" + kLL + "]}");
+    for (const char* out : {"/dev/stdout", "/proc/self/fd/1"}) {
+      CAPTURE(out);
+      Run r = run_kveval(d, "run " + quote(spec) + " -q -o " + out);
+      REQUIRE(r.code == 0);
+      const json j = json::parse(r.out);  // throws on tables mixed in
+      CHECK(j.contains("results"));
+      CHECK(r.err.find("| task") != std::string::npos);
+    }
+  }
+
   TEST_CASE("SIGTERM or SIGINT at each write stage: no temporary file, results never newer than their samples" * kveval::test::needs_model()) {
     TempDir d;
     const std::string spec = d.write("spec.json", "{\"model\": " + json(kveval::test::model_path()).dump() +

@@ -391,7 +391,7 @@ TEST_SUITE("cli.run") {
     std::string spec = d.write("spec.json", spec_with(kLL));
     Run bs = run_kveval(d, "run " + quote(spec) + " --batch-size 0");
     CHECK(bs.code == 2);
-    CHECK(bs.err.find("--batch-size: must be >= 1, got 0") != std::string::npos);
+    CHECK(bs.err.find("--batch-size: expected an integer in [1, 4096], got 0") != std::string::npos);
     CHECK(bs.err.find("1797693") == std::string::npos);
     Run lim = run_kveval(d, "run " + quote(spec) + " --limit -3");
     CHECK(lim.code == 2);

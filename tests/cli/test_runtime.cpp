@@ -161,7 +161,7 @@ TEST_SUITE("cli.runtime") {
     CHECK(r.err.find("token_embd.weight") != std::string::npos);
   }
 
-  TEST_CASE("memory: --batch-size 100000 plans only the rows it fills; a 10 GiB KV cache is refused in one line before anything runs" * kveval::test::needs_model()) {
+  TEST_CASE("memory: --batch-size 4096 plans only the rows it fills; a 10 GiB KV cache is refused in one line before anything runs" * kveval::test::needs_model()) {
     TempDir d;
     const std::string demo = kveval::test::source_dir() + "/tasks/demo.json";
     const std::string m = " --model " + quote(model()) + " -q";
@@ -177,7 +177,7 @@ TEST_SUITE("cli.runtime") {
     const std::string limit = "KVEVAL_MEMORY_LIMIT_BYTES=" + std::to_string(limit_mib * 1048576) + " ";
     // a batch larger than the requests costs no more than the requests: the plan counts the rows
     // score() and the KV cache really fill (8 generation prompts, the packed scoring rows)
-    Run big = run_kveval(d, "run " + quote(demo) + m + " --batch-size 100000", limit);
+    Run big = run_kveval(d, "run " + quote(demo) + m + " --batch-size 4096", limit);
     Run small = run_kveval(d, "run " + quote(demo) + m + " --batch-size 1", limit);
     INFO(probe.err << big.err << small.err);
     CHECK(big.code == 0);

@@ -14,6 +14,8 @@
 
 #include "eval/metrics.hpp"
 #include "eval/python_hooks.hpp"
+#include "eval/report.hpp"
+#include "eval/runner.hpp"
 #include "eval/spec.hpp"
 #include "eval_test_util.hpp"
 #include "util/error.hpp"
@@ -187,5 +189,14 @@ print(json.dumps({"acc": sum(r["acc"] for r in rs) / 3, "margin": utils.median_a
     CHECK(ms[0].n == 2);
     CHECK(ms[0].note.find("1 document(s) left out: ") == 0);
     CHECK(ms[0].note.find("utils.results_fail_on_rome raised KeyError: 'rome'") != std::string::npos);
+    // the printed row keeps the note next to the value and its stderr
+    kveval::eval::RunResult res;
+    res.metrics = {ms};
+    const std::string table = kveval::eval::format_metrics_table(s, res);
+    const size_t row = table.find("| hooks_scoring");
+    REQUIRE(row != std::string::npos);
+    const std::string line = table.substr(row, table.find('\n', row) - row);
+    CHECK(line.find("| 1.0000 | ± 0.0000 | 2 | 1 document(s) left out: ") != std::string::npos);
+    CHECK(line.find("KeyError: 'rome'") != std::string::npos);
   }
 }

@@ -105,4 +105,19 @@ TEST_SUITE("eval.task_index") {
     CHECK(message_of([&] { load_spec(bad); }) ==
           bad + ": tasks[1]: unknown task, tag or group 'dayly'; did you mean 'daily'? (searched " + task_tree() + ")");
   }
+
+  TEST_CASE("run --tasks: a task named and also in a tag runs once, in its first place") {
+    const nlohmann::json j = {{"model", "m.gguf"}, {"tasks", {"pets_fewshot", "everyday", "chores"}}};
+    TaskOverrides o;
+    o.include_paths = {task_tree()};
+    EvalSpec s = parse_spec(j, "--tasks", ".", "m.gguf", o);
+    Names got;
+    for (const auto& t : s.tasks) got.push_back(t.name);
+    CHECK(got == Names{"pets_fewshot", "pets", "chores"});
+    // the same list in a spec file names the repeated task
+    TempDir d;
+    const std::string spec = d.write("spec.json", "{\"model\": \"m.gguf\", \"include_path\": \"" + task_tree() +
+                                                      "\", \"tasks\": [\"pets\", \"everyday\"]}");
+    CHECK(message_of([&] { load_spec(spec); }) == spec + ": tasks[1].name: duplicate task name \"pets\"");
+  }
 }

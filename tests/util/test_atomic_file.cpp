@@ -2,12 +2,14 @@
 // naming the path and the reason (never silent, never a half-written target).
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -218,5 +220,24 @@ TEST_SUITE("util.atomic_file") {
     CHECK(!util::same_output_file(d.file("a.json"), d.file("b.json")));
     CHECK(!util::same_output_file(d.file("new.json"), d.file("other.json")));  // neither exists
     CHECK(!util::same_output_file("-", d.file("a.json")));
+  }
+
+  TEST_CASE("names_stdout: the names of fd 1, and a file only while fd 1 is open on it") {
+    for (const char* p : {"-", "/dev/stdout", "/proc/self/fd/1", "/dev/fd/1"}) CHECK(util::names_stdout(p));
+    ScratchDir d("names_stdout");
+    util::write_file_atomic(d.file("a.json"), "{}\n");
+    CHECK(!util::names_stdout(d.file("a.json")));
+    CHECK(!util::names_stdout(d.file("missing.json")));
+    std::fflush(stdout);
+    const int saved = ::dup(STDOUT_FILENO);
+    REQUIRE(saved >= 0);
+    const int fd = ::open(d.file("a.json").c_str(), O_WRONLY | O_APPEND);
+    REQUIRE(fd >= 0);
+    ::dup2(fd, STDOUT_FILENO);
+    const bool same = util::names_stdout(d.file("a.json"));
+    ::dup2(saved, STDOUT_FILENO);
+    ::close(fd);
+    ::close(saved);
+    CHECK(same);
   }
 }
