@@ -181,17 +181,27 @@ ojson call_python_hook(const PythonHook& h, HookCall c, const ojson& args) {
   }
 }
 
-std::vector<std::pair<int, ojson>> read_table_with_python(const std::string& path, const std::string& format) {
+namespace {
+
+/// Glue function `fn` called with `args` (interpreter started, GIL held for the
+/// call), as a hook named module.function at `where` in glue_call's messages
+/// and time limit: {ok, JSON text or the error line}.
+template <class... A>
+std::pair<bool, std::string> glue_named(const std::string& module, const char* function, const std::string& where,
+                                        const char* fn, A&&... args) {
   interpreter();
-  PythonHook reader;  // names the call in glue_call's messages and its time limit
-  reader.module = format;
-  reader.function = "read";
-  reader.where = path;
-  std::pair<bool, std::string> r;
-  {
-    py::gil_scoped_acquire gil;
-    r = glue_call(reader, "read_table", py::make_tuple(path, format));
-  }
+  PythonHook h;
+  h.module = module;
+  h.function = function;
+  h.where = where;
+  py::gil_scoped_acquire gil;
+  return glue_call(h, fn, py::make_tuple(std::forward<A>(args)...));
+}
+
+}  // namespace
+
+std::vector<std::pair<int, ojson>> read_table_with_python(const std::string& path, const std::string& format) {
+  const auto r = glue_named(format, "read", path, "read_table", path, format);
   if (!r.first) throw SpecError(fmt::format("{}: {}", path, r.second));
   std::vector<std::pair<int, ojson>> rows;
   for (auto& e : ojson::parse(r.second)) rows.emplace_back(e[0].get<int>(), std::move(e[1]));
@@ -199,31 +209,13 @@ std::vector<std::pair<int, ojson>> read_table_with_python(const std::string& pat
 }
 
 bool python_can_import(const std::string& module) {
-  interpreter();
-  PythonHook finder;  // names the call in glue_call's messages and its time limit
-  finder.module = "importlib.util";
-  finder.function = "find_spec";
-  finder.where = module;
-  std::pair<bool, std::string> r;
-  {
-    py::gil_scoped_acquire gil;
-    r = glue_call(finder, "can_import", py::make_tuple(module));
-  }
+  const auto r = glue_named("importlib.util", "find_spec", module, "can_import", module);
   return r.first && r.second == "true";
 }
 
 ojson load_hub_dataset(const std::string& path, const ojson& name, const ojson& kwargs,
                         const std::vector<std::string>& splits) {
-  interpreter();
-  PythonHook loader;  // names the call in glue_call's messages and its time limit
-  loader.module = "datasets";
-  loader.function = "load_dataset";
-  loader.where = path;
-  std::pair<bool, std::string> r;
-  {
-    py::gil_scoped_acquire gil;
-    r = glue_call(loader, "load_hub", py::make_tuple(path, name.dump(), kwargs.dump(), ojson(splits).dump()));
-  }
+  const auto r = glue_named("datasets", "load_dataset", path, "load_hub", path, name.dump(), kwargs.dump(), ojson(splits).dump());
   if (!r.first) throw SpecError(r.second);
   return ojson::parse(r.second);
 }
