@@ -120,6 +120,13 @@ struct Model::Impl {
     }
     return false;
   }
+  /// Sets rope and rope_swa from hp and rope_factors (read first: they point into rope_factors). In model_load.cpp.
+  void set_rope();
+  /// Creates the engine (threads, bf16 tiles, matmul mode `requested` where an int8 matrix exists) and fills
+  /// summary from the file f and the weights read (keep: the kept block types, mat_dtype: other matrices'
+  /// type in memory; n_ctx: the run's context, 0 = n_ctx_train). In model_load.cpp.
+  void finish_load(const gguf::File& f, int threads, backend::MatmulMode requested, detail::KeptBlocks keep,
+                   DType mat_dtype, int64_t n_ctx);
   /// Whether sliding layers rotate with other angles than the global ones (rope_swa).
   bool rope_swa_differs() const {
     return hp.sliding_window > 0 && (rope_swa.freq_base != rope.freq_base || rope_swa.freq_scale != rope.freq_scale);

@@ -432,12 +432,47 @@ std::string kept_weight_dtype(detail::KeptBlocks keep, const be::Weight& output,
   return kept == all.size() ? types : (kept == 0 ? "F32" : types + "+F32");
 }
 
-}  // namespace
-
-std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& opts) {
+/// Refuses thread counts outside [0, kMaxThreads] and a negative n_ctx (ArgumentError naming the option).
+void check_load_options(const ModelOptions& opts) {
   if (opts.threads < 0 || opts.threads > kMaxThreads)
     throw ArgumentError(fmt::format("threads: expected an integer in [0, {}], got {}", kMaxThreads, opts.threads));
   if (opts.n_ctx < 0) throw ArgumentError(fmt::format("n_ctx: expected an integer >= 0, got {}", opts.n_ctx));
+}
+
+}  // namespace
+
+void Model::Impl::set_rope() {
+  rope = be::RopeParams{hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale,
+                        hp.rope_freq_factors ? rope_factors.data() : nullptr, hp.rope_style == arch::RopeStyle::Neox,
+                        hp.rope_attn_factor};
+  rope_swa = rope;
+  rope_swa.freq_base = hp.rope_freq_base_swa;
+  rope_swa.freq_scale = hp.rope_freq_scale_swa;
+}
+
+void Model::Impl::finish_load(const gguf::File& f, int threads, be::MatmulMode requested, detail::KeptBlocks keep,
+                              DType mat_dtype, int64_t n_ctx) {
+  engine = std::make_unique<be::Engine>(threads);
+  engine->set_block_tiles_bf16(compute_dtype_info(dtype).bf16_tiles);
+  const be::MatmulMode mm = has_int8_matrix() ? requested : be::MatmulMode::Exact;  // int8 needs its blocks
+  engine->set_matmul_mode(mm);
+  summary = summarize_gguf(f);
+  summary.matmul = be::to_string(mm), summary.matmul_int8_ignored = mm != requested;
+  // weight_bytes: matrices in mat_dtype (or kept blocks), token_embd (its kept blocks, else F32) and norms F32;
+  // a tied output adds its copy unless it is token_embd's kept blocks.
+  summary.weight_dtype = keep.any() ? kept_weight_dtype(keep, output, layers, dtype_note) : dtype_name(mat_dtype);
+  summary.resident_bytes = weight_bytes + (hp.tied_output && !embd_in_output ? output.bytes() : 0);
+  summary.lookup_only_bytes =
+      embd_in_output ? 0 : embd_blocks.n_out() > 0 ? embd_blocks.bytes() : tok_embd.size() * sizeof(float);
+  summary.sliding = sliding_summary(hp, *desc);
+  if (!hp.rope_factors_set.empty())
+    summary.longrope = fmt::format("LongRoPE {} factors (context {} {} original {}), attention factor {:.4g}",
+                                   hp.rope_factors_set, n_ctx > 0 ? n_ctx : hp.n_ctx_train,
+                                   hp.rope_factors_set == "long" ? ">" : "<=", hp.n_ctx_orig, hp.rope_attn_factor);
+}
+
+std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& opts) {
+  check_load_options(opts);
   const std::optional<FileStamp> at_open = stamp_of(path);
   Stopwatch load_time;
   gguf::File f(path);
@@ -474,12 +509,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   im.output_norm = r.vec(std::string(arch::kOutputNorm), hp.n_embd);
   im.rope_factors = load_rope_factors(r, desc, hp, path, opts.n_ctx > 0 ? opts.n_ctx : hp.n_ctx_train);
   hp.rope_freq_factors = !im.rope_factors.empty();
-  im.rope = be::RopeParams{hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale,
-                           hp.rope_freq_factors ? im.rope_factors.data() : nullptr,
-                           hp.rope_style == arch::RopeStyle::Neox, hp.rope_attn_factor};
-  im.rope_swa = im.rope;
-  im.rope_swa.freq_base = hp.rope_freq_base_swa;
-  im.rope_swa.freq_scale = hp.rope_freq_scale_swa;
+  im.set_rope();
   im.layers.resize(static_cast<size_t>(hp.n_layer));
   for (int l = 0; l < hp.n_layer; ++l) load_layer(r, desc, hp, l, im.layers[static_cast<size_t>(l)], path);
   for (const detail::Layer& L : im.layers)
@@ -489,24 +519,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   hp.qk_norm = !im.layers[0].q_norm.empty();
   r.check_all_used(hp.arch);
   check_unchanged(path, *at_open, file_bytes.size());  // and after: the copy saw one version of the file
-  im.engine = std::make_unique<be::Engine>(opts.threads);
-  im.engine->set_block_tiles_bf16(compute_dtype_info(im.dtype).bf16_tiles);
-  const be::MatmulMode mm = im.has_int8_matrix() ? opts.matmul : be::MatmulMode::Exact;  // int8 needs its blocks
-  im.engine->set_matmul_mode(mm);
-  im.summary = summarize_gguf(f);
-  im.summary.matmul = be::to_string(mm), im.summary.matmul_int8_ignored = mm != opts.matmul;
-  // weight_bytes: matrices in mat_dtype (or kept blocks), token_embd (its kept blocks, else F32) and norms F32;
-  // a tied output adds its copy unless it is token_embd's kept blocks.
-  im.summary.weight_dtype =
-      keep.any() ? kept_weight_dtype(keep, im.output, im.layers, im.dtype_note) : dtype_name(mat_dtype);
-  im.summary.resident_bytes = im.weight_bytes + (hp.tied_output && !im.embd_in_output ? im.output.bytes() : 0);
-  im.summary.lookup_only_bytes =
-      im.embd_in_output ? 0 : im.embd_blocks.n_out() > 0 ? im.embd_blocks.bytes() : im.tok_embd.size() * sizeof(float);
-  im.summary.sliding = sliding_summary(hp, desc);
-  if (!hp.rope_factors_set.empty())
-    im.summary.longrope = fmt::format("LongRoPE {} factors (context {} {} original {}), attention factor {:.4g}",
-                                      hp.rope_factors_set, opts.n_ctx > 0 ? opts.n_ctx : hp.n_ctx_train,
-                                      hp.rope_factors_set == "long" ? ">" : "<=", hp.n_ctx_orig, hp.rope_attn_factor);
+  im.finish_load(f, opts.threads, opts.matmul, keep, mat_dtype, opts.n_ctx);
   im.summary.load_seconds = load_time.seconds();
   return m;
 }
