@@ -116,7 +116,7 @@ void parse_fewshot_config(TaskSpec& t, const json& tj, const Where& w) {
   Where fw = w.key("fewshot_config");
   const json& f = expect_object(tj["fewshot_config"], fw);
   check_keys(f, fw, {"sampler", "samples", "doc_to_text", "doc_to_target", "doc_to_choice", "target_delimiter",
-                     "fewshot_delimiter"});
+                     "fewshot_delimiter", "gen_prefix"});
   if (f.contains("sampler")) {
     t.fewshot_sampler = expect_string(f["sampler"], fw.key("sampler"));
     if (t.fewshot_sampler != "default" && t.fewshot_sampler != "first_n")
@@ -134,6 +134,9 @@ void parse_fewshot_config(TaskSpec& t, const json& tj, const Where& w) {
   if (f.contains("doc_to_target")) t.fewshot_doc_to_target = f["doc_to_target"].get<std::string>();
   if (f.contains("target_delimiter")) t.fewshot_target_delimiter = f["target_delimiter"].get<std::string>();
   if (f.contains("fewshot_delimiter")) t.fewshot_fewshot_delimiter = f["fewshot_delimiter"].get<std::string>();
+  // null is lm-eval's None: the examples have no prefix, as with ""
+  if (f.contains("gen_prefix"))
+    t.fewshot_gen_prefix = f["gen_prefix"].is_null() ? "" : expect_string(f["gen_prefix"], fw.key("gen_prefix"));
   if (f.contains("doc_to_choice")) {
     const json& c = f["doc_to_choice"];
     if (c.is_array()) {

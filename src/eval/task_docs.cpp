@@ -336,15 +336,30 @@ std::vector<FewshotTurn> fewshot_turns(const TaskSpec& t, const std::vector<Doc>
   return out;
 }
 
-/// The context of one (non-rolling) document: lm-eval's ConfigurableTask.fewshot_context,
-/// as text (system prompt + examples + doc_to_text [+ target_delimiter + gen_prefix]) or,
-/// with the spec's chat template, rendered as a chat (chat_context.hpp).
+/// The first `n` few-shot examples' gen_prefix (none when the source is absent or ""): fewshot_config.gen_prefix
+/// when it is given, else the task's (lm-eval's FewshotConfig.from_dict inherits it), each resolved against the
+/// example's own document (lm-eval main's fewshot_context: resolve_field(fs_doc, fewshot_cfg.gen_prefix)).
+std::vector<std::optional<std::string>> shot_prefixes(const TaskSpec& t, const Where& w, const std::vector<RawDoc>& shot_raw,
+                                                      size_t n) {
+  std::vector<std::optional<std::string>> out(n);
+  const bool own = t.fewshot_gen_prefix.has_value();
+  const std::optional<std::string>& source = own ? t.fewshot_gen_prefix : t.gen_prefix;
+  if (!source || source->empty()) return out;  // resolve_field: `if field:`
+  const tmpl::Template tpl = parse_template(*source, own ? w.key("fewshot_config").key("gen_prefix") : w.key("gen_prefix"));
+  const char* key = own ? "fewshot_config.gen_prefix" : "gen_prefix";
+  for (size_t k = 0; k < n; ++k) out[k] = field_or_template(*source, tpl, shot_raw[k].doc, shot_raw[k].origin, key);
+  return out;
+}
+
+/// The context of one (non-rolling) document: lm-eval main's ConfigurableTask.fewshot_context,
+/// as text (system prompt + examples + the document's question_turn) or, with the spec's chat
+/// template, rendered as a chat (chat_context.hpp).
 std::string doc_context(const TaskSpec& t, const EvalSpec& spec, const std::string& description,
                         const std::vector<FewshotTurn>& turns, const std::string& question,
                         const std::optional<std::string>& gp, const std::string& where) {
   const std::string examples = fewshot_text(turns);
   const std::string system = system_prompt(spec.chat.system_instruction, description, t.fewshot_delimiter);
-  if (!spec.chat.apply) return system + examples + question + (gp ? t.target_delimiter + *gp : "");
+  if (!spec.chat.apply) return system + examples + fewshot_text({question_turn(question, gp, t.target_delimiter)});
   ChatPrompt p{system, t.num_fewshot > 0, turns, examples, question, gp};
   return chat_context(spec.chat, p, where);
 }
@@ -427,12 +442,7 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
   std::optional<tmpl::Template> description, gen_prefix;
   if (!t.description.empty()) description = parse_template(t.description, w.key("description"));
   if (t.gen_prefix) gen_prefix = parse_template(*t.gen_prefix, w.key("gen_prefix"));
-  // each example's gen_prefix, resolved against its own document (lm-eval main's
-  // resolve_field(fs_doc, fewshot_cfg.gen_prefix))
-  std::vector<std::optional<std::string>> shot_prefixes(shots.size());
-  if (gen_prefix)
-    for (size_t k = 0; k < shots.size(); ++k)
-      shot_prefixes[k] = field_or_template(*t.gen_prefix, *gen_prefix, shot_raw[k].doc, shot_raw[k].origin, "gen_prefix");
+  const std::vector<std::optional<std::string>> prefixes = shot_prefixes(t, w, shot_raw, shots.size());
 
   size_t n_use = limit ? std::min<size_t>(rendered.size(), static_cast<size_t>(*limit)) : rendered.size();
   // lm-eval's samplers (lm_eval/api/samplers.py): one random.Random(seed) per task, consumed
@@ -447,11 +457,13 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
       d.context.clear();
     } else {
       const json& doc = raw[i].doc;
-      const std::string desc = description ? render_template(*description, doc, raw[i].origin, "description") : "";
+      // lm-eval main: resolve_field(doc, description), a field of that name or the template
+      const std::string desc =
+          description ? field_or_template(t.description, *description, doc, raw[i].origin, "description") : "";
       std::optional<std::string> gp;
       if (gen_prefix) gp = field_or_template(*t.gen_prefix, *gen_prefix, doc, raw[i].origin, "gen_prefix");
       std::vector<FewshotTurn> turns;
-      if (t.num_fewshot > 0) turns = fewshot_turns(t, shots, shot_prefixes, draw_fewshot(t, shot_raw, draw, doc, rnd));
+      if (t.num_fewshot > 0) turns = fewshot_turns(t, shots, prefixes, draw_fewshot(t, shot_raw, draw, doc, rnd));
       if (t.multiple_input) {
         if (spec.chat.apply)
           w.fail("a multiple-input task (doc_to_text gives the gold index) cannot run under --apply-chat-template");
