@@ -68,7 +68,7 @@ namespace {
 
 TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec,
                     std::optional<bool> fewshot_same_split = std::nullopt,
-                    std::shared_ptr<const TaskHooks> hooks = nullptr);
+                    std::shared_ptr<const TaskHooks> hooks = nullptr, const DocKeyOrder* order = nullptr);
 
 /// lm-eval's higher_is_better of each metric kveval reports.
 bool higher_is_better_metric(const std::string& m) { return m == "acc" || m == "acc_norm" || m == "exact_match"; }
@@ -367,7 +367,7 @@ void parse_metric_list(const json& tj, const Where& w, TaskSpec& t) {
 }
 
 TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec,
-                    std::optional<bool> fewshot_same_split, std::shared_ptr<const TaskHooks> hooks) {
+                    std::optional<bool> fewshot_same_split, std::shared_ptr<const TaskHooks> hooks, const DocKeyOrder* order) {
   expect_object(tj, w);
   static const std::vector<std::string> keys = {
       "name", "output_type", "dataset_path", "docs", "doc_to_text", "doc_to_target", "doc_to_choice",
@@ -394,7 +394,7 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
   parse_metric_list(tj, w, t);
   validate_filters(t, w.text());
   t.fewshot_same_split = fewshot_same_split;
-  build_task_docs(t, tj, w, base_dir, spec);
+  build_task_docs(t, tj, w, base_dir, spec, order);
   return t;
 }
 
@@ -422,7 +422,7 @@ TaskSpec parse_yaml_task(const json& tj, const Where& w, const std::string& base
   for (const char* k : {"name", "task_alias"})
     if (tj.contains(k)) (*lines)[k] = w.key(k).text();
   Where yw{yaml, "", lines};
-  TaskSpec t = parse_task(lt.task, yw, "", spec, lt.fewshot_same_split, lt.hooks);
+  TaskSpec t = parse_task(lt.task, yw, "", spec, lt.fewshot_same_split, lt.hooks, &lt.order);
   t.source = yaml;
   t.loglikelihood_delimiter = false;  // lm-eval: loglikelihood arguments are (context, doc_to_target)
   return t;

@@ -51,7 +51,8 @@ struct Doc {
   bool has_target = false;           ///< doc_to_target was given
   std::vector<std::string> choices;  ///< multiple_choice: doc_to_choice
   nlohmann::json raw;                ///< the document as read (for the samples file)
-  std::string raw_text;              ///< its JSONL line ("" for inline docs): the samples' `doc` keeps its key order
+  /// its JSON text as read (a JSONL line, a Hub row; "" when not known): the samples' `doc` keeps its key order
+  std::string raw_text;
   nlohmann::json target_value;       ///< doc_to_target's value as lm-eval returns it (int, str or list; samples' `target`)
   int gold = -1;                     ///< multiple_choice: index of the gold choice (the first of `golds`)
   /// generate_until whose doc_to_target is a list: every reference answer (lm-eval's

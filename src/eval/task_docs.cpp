@@ -10,6 +10,7 @@
 #include "eval/chat_context.hpp"
 #include "eval/data_files.hpp"
 #include "eval/json_input.hpp"
+#include "eval/lm_eval_yaml.hpp"
 #include "eval/mapping.hpp"
 #include "eval/task_hooks.hpp"
 #include "util/error.hpp"
@@ -24,8 +25,14 @@ namespace {
 struct RawDoc {
   std::string origin;
   json doc;
-  std::string text;  ///< the JSONL line ("" for inline documents)
+  std::string text;  ///< its JSON text, keys as read (a JSONL line, a Hub row); "" when not known
 };
+
+/// Element `i` of `list` (an inline documents' DocKeyOrder list, may be null) as JSON text, keys in
+/// their order; "" when there is none.
+std::string ordered_text(const nlohmann::ordered_json* list, size_t i) {
+  return list && list->is_array() && i < list->size() ? (*list)[i].dump() : std::string();
+}
 
 /// The task's doc_to_* mappings, compiled once.
 struct Mappings {
@@ -273,7 +280,7 @@ std::vector<RawDoc> processed(const TaskSpec& t, std::vector<RawDoc> raw, const 
 /// documents (`own` = true). A fewshot_split that is the same files as dataset_path however they
 /// are spelt (same_files) is the task's own.
 std::vector<RawDoc> fewshot_source(const TaskSpec& t, const json& tj, const Where& w, const std::vector<RawDoc>& raw,
-                                   bool& own) {
+                                   const DocKeyOrder* order, bool& own) {
   std::vector<RawDoc> shot_raw;
   own = true;
   if (!t.fewshot_split.empty()) {
@@ -288,7 +295,8 @@ std::vector<RawDoc> fewshot_source(const TaskSpec& t, const json& tj, const Wher
     for (size_t i = 0; i < d.size(); ++i) {
       Where dw = w.key("fewshot_docs").index(i);
       expect_object(d[i], dw);
-      shot_raw.push_back({fmt::format("{}: {}", dw.origin, dw.path), d[i], ""});
+      shot_raw.push_back(
+          {fmt::format("{}: {}", dw.origin, dw.path), d[i], ordered_text(order ? &order->fewshot_docs : nullptr, i)});
     }
     shot_raw = processed(t, std::move(shot_raw), w.key("fewshot_docs").text()), own = false;
   } else if (t.fewshot_samples.is_array()) {
@@ -381,7 +389,7 @@ void set_multiple_input_contexts(const std::string& prefix, const std::optional<
 /// The task's documents as given: the `dataset_path` file (t.dataset_path set) or the inline `docs` list,
 /// before process_docs; `has_path` tells which.
 std::vector<RawDoc> read_raw_docs(TaskSpec& t, const json& tj, const Where& w, const std::string& base_dir,
-                                  bool& has_path) {
+                                  const DocKeyOrder* order, bool& has_path) {
   std::vector<RawDoc> raw;
   has_path = tj.contains("dataset_path");
   const bool has_docs = tj.contains("docs");
@@ -397,7 +405,7 @@ std::vector<RawDoc> read_raw_docs(TaskSpec& t, const json& tj, const Where& w, c
     for (size_t i = 0; i < d.size(); ++i) {
       Where dw = w.key("docs").index(i);
       expect_object(d[i], dw);
-      raw.push_back({fmt::format("{}: {}", dw.origin, dw.path), d[i]});
+      raw.push_back({fmt::format("{}: {}", dw.origin, dw.path), d[i], ordered_text(order ? &order->docs : nullptr, i)});
     }
   }
   return raw;
@@ -405,9 +413,10 @@ std::vector<RawDoc> read_raw_docs(TaskSpec& t, const json& tj, const Where& w, c
 
 }  // namespace
 
-void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec) {
+void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec,
+                     const DocKeyOrder* order) {
   bool has_path = false;
-  std::vector<RawDoc> raw = read_raw_docs(t, tj, w, base_dir, has_path);
+  std::vector<RawDoc> raw = read_raw_docs(t, tj, w, base_dir, order, has_path);
   raw = processed(t, std::move(raw), has_path ? fmt::format("{}", fmt::join(t.dataset_files, ", ")) : w.key("docs").text());
   t.n_docs_total = static_cast<int>(raw.size());
   std::optional<int> limit = t.limit ? t.limit : spec.limit;
@@ -420,7 +429,7 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
   for (const auto& rd : raw) rendered.push_back(render_doc(t, maps, rd));
 
   bool own_docs = true;
-  std::vector<RawDoc> shot_raw = fewshot_source(t, tj, w, raw, own_docs);
+  std::vector<RawDoc> shot_raw = fewshot_source(t, tj, w, raw, order, own_docs);
   // lm-eval's ContextSampler: n + 1 drawn exactly when fewshot_split == test_split by name
   const bool extra = t.fewshot_same_split.value_or(own_docs);
   std::vector<Doc> shots;
