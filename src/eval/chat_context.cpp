@@ -1,4 +1,4 @@
-// Chat-template prompts the lm-eval way (lm-eval v0.4.9.1): see chat_context.hpp.
+// Prompts of instruct models the lm-eval way (lm-eval main's fewshot_context): see chat_context.hpp.
 #include "eval/chat_context.hpp"
 
 #include <filesystem>
@@ -89,23 +89,25 @@ void resolve_chat_options(const nlohmann::json& j, const Where& w, const TaskOve
 
 std::string system_prompt(const std::optional<std::string>& system_instruction, const std::string& description,
                           const std::string& fewshot_delimiter) {
-  if (system_instruction && !description.empty()) return *system_instruction + fewshot_delimiter + description;
-  if (system_instruction) return *system_instruction;
-  return description;
+  return maybe_delimit(system_instruction.value_or(""), description, fewshot_delimiter);
+}
+
+bool ends_with_whitespace(std::string_view s) {
+  // the last character is whitespace when some whitespace character (1-3 bytes) ends `s`
+  for (size_t n = 1; n <= 3 && n <= s.size(); ++n)
+    if (util::space_length_at(s, s.size() - n) == n) return true;
+  return false;
 }
 
 bool requires_delimiter(std::string_view prefix, std::string_view suffix) {
   if (prefix.empty()) return false;
-  // the last character of `prefix` is whitespace when some whitespace character (1-3 bytes) ends it
-  for (size_t n = 1; n <= 3 && n <= prefix.size(); ++n)
-    if (util::space_length_at(prefix, prefix.size() - n) == n) return false;
-  return util::space_length_at(suffix, 0) == 0;
+  return !ends_with_whitespace(prefix) && util::space_length_at(suffix, 0) == 0;
 }
 
-std::string maybe_delimit(const std::string& prefix, const std::string& suffix) {
+std::string maybe_delimit(const std::string& prefix, const std::string& suffix, const std::string& delimiter) {
   if (prefix.empty()) return suffix;
   if (suffix.empty()) return prefix;
-  return requires_delimiter(prefix, suffix) ? prefix + " " + suffix : prefix + suffix;
+  return requires_delimiter(prefix, suffix) ? prefix + delimiter + suffix : prefix + suffix;
 }
 
 FewshotTurn fewshot_turn(const std::string& text, const std::string& target, const std::optional<std::string>& gen_prefix,
@@ -121,6 +123,11 @@ FewshotTurn fewshot_turn(const std::string& text, const std::string& target, con
     t.answer = prefix;
   }
   return t;
+}
+
+FewshotTurn question_turn(const std::string& question, const std::optional<std::string>& gen_prefix,
+                          const std::string& target_delimiter) {
+  return fewshot_turn(question, "", gen_prefix, target_delimiter, "");
 }
 
 std::string fewshot_text(const std::vector<FewshotTurn>& turns) {
@@ -148,7 +155,7 @@ nlohmann::json chat_messages(const ChatPrompt& p, bool fewshot_as_multiturn) {
       m.push_back(message("user", p.examples));
     }
   }
-  // ConfigurableTask.append_target_question
+  // the question's user Message: to_dict() or, in multiturn_to_singleturn, joined to the examples without its delimiter
   if (fewshot_as_multiturn || m.empty() || m.back()["role"] == "system") {
     m.push_back(message("user", p.question));
   } else {

@@ -1,13 +1,12 @@
 #pragma once
-// Prompts of instruct models the lm-eval way (lm-eval v0.4.9.1's
-// --apply_chat_template, --system_instruction, --fewshot_as_multiturn): the
-// chat of a document as ConfigurableTask.fewshot_context,
-// ContextSampler.get_chat_context and ConfigurableTask.append_target_question
-// build it (lm_eval/api/task.py, lm_eval/api/samplers.py), rendered as
-// HFLM.apply_chat_template renders it (lm_eval/models/huggingface.py), and the
-// options' resolution and their record in the results. The few-shot examples'
-// messages (plain text and chat) follow lm-eval's main branch instead
-// (ConfigurableTask.build_qa_turn, lm_eval/api/task.py), as fewshot_config does.
+// Prompts of instruct models the lm-eval way (lm-eval's --apply_chat_template,
+// --system_instruction, --fewshot_as_multiturn), as lm-eval's main branch
+// builds them: ConfigurableTask.fewshot_context with build_qa_turn and
+// multiturn_to_singleturn (lm_eval/api/task.py, lm_eval/api/utils.py) for the
+// system prompt, the few-shot examples and the evaluated document, in plain
+// text and as chat messages; rendered as HFLM.apply_chat_template renders them
+// (lm_eval/models/huggingface.py); the options' resolution and their record in
+// the results.
 #include <optional>
 #include <string>
 #include <string_view>
@@ -35,9 +34,10 @@ struct Where;  // eval/spec_check.hpp
 /// template outside the engine; ArgumentError for a missing model file.
 void resolve_chat_options(const nlohmann::json& spec, const Where& w, const TaskOverrides& o, EvalSpec& s);
 
-/// fewshot_context's system prompt: system_instruction + fewshot_delimiter +
-/// description when both are given (a description "" counts as none), else
-/// either alone, else "".
+/// fewshot_context's system prompt: maybe_delimit(system_instruction,
+/// description, fewshot_delimiter) (lm-eval main): either alone when the other
+/// is absent or "", else both joined by fewshot_delimiter unless the join has
+/// whitespace on either side.
 std::string system_prompt(const std::optional<std::string>& system_instruction, const std::string& description,
                           const std::string& fewshot_delimiter);
 
@@ -46,15 +46,20 @@ std::string system_prompt(const std::optional<std::string>& system_instruction, 
 /// nor the first of `suffix` is whitespace (Python's str.isspace, util::is_space).
 bool requires_delimiter(std::string_view prefix, std::string_view suffix);
 
-/// lm-eval's maybe_delimit(prefix, suffix, delimiter=" ") (lm_eval/api/utils.py):
-/// `suffix` when `prefix` is empty, `prefix` when `suffix` is empty, else
-/// prefix + " " + suffix, without the " " when either side of the join is whitespace.
-std::string maybe_delimit(const std::string& prefix, const std::string& suffix);
+/// lm-eval's ends_with_whitespace(s) (lm_eval/api/utils.py): `s` is not empty
+/// and its last character is whitespace (Python's str.isspace, util::is_space).
+bool ends_with_whitespace(std::string_view s);
 
-/// One few-shot example as the Messages of lm-eval's ConfigurableTask.build_qa_turn
-/// (lm_eval/api/task.py, main branch): a user message of its doc_to_text and,
-/// when there is one, an assistant message; each with the delimiter its plain
-/// text (Message.to_text) ends with. Chat messages drop the delimiters.
+/// lm-eval's maybe_delimit(prefix, suffix, delimiter) (lm_eval/api/utils.py):
+/// `suffix` when `prefix` is empty, `prefix` when `suffix` is empty, else
+/// prefix + delimiter + suffix, without the delimiter when either side of the join is whitespace.
+std::string maybe_delimit(const std::string& prefix, const std::string& suffix, const std::string& delimiter = " ");
+
+/// One turn (a few-shot example or the evaluated document) as the Messages of
+/// lm-eval's ConfigurableTask.build_qa_turn (lm_eval/api/task.py, main branch):
+/// a user message of its doc_to_text and, when there is one, an assistant
+/// message; each with the delimiter its plain text (Message.to_text) ends with.
+/// Chat messages drop the delimiters.
 struct FewshotTurn {
   std::string text;                   ///< doc_to_text (user content)
   std::string text_delimiter;         ///< target_delimiter or ""
@@ -73,8 +78,15 @@ struct FewshotTurn {
 FewshotTurn fewshot_turn(const std::string& text, const std::string& target, const std::optional<std::string>& gen_prefix,
                          const std::string& target_delimiter, const std::string& fewshot_delimiter);
 
-/// The plain text of few-shot examples: every message's content + delimiter,
-/// concatenated (lm-eval's "".join(m.to_text() for m in messages)).
+/// The evaluated document's turn: build_qa_turn(q=question, gen_prefix, tgt_delim=target_delimiter,
+/// few_delim="") as fewshot_context calls it, with no answer: the question, then target_delimiter only
+/// when gen_prefix is not empty and requires_delimiter(question, gen_prefix), then the gen_prefix.
+/// fewshot_turn(question, "", gen_prefix, target_delimiter, "").
+FewshotTurn question_turn(const std::string& question, const std::optional<std::string>& gen_prefix,
+                          const std::string& target_delimiter);
+
+/// The plain text of turns: every message's content + delimiter, concatenated
+/// (lm-eval's "".join(m.to_text() for m in messages)).
 std::string fewshot_text(const std::vector<FewshotTurn>& turns);
 
 /// The parts of one document's chat prompt.
@@ -93,8 +105,9 @@ struct ChatPrompt {
 /// FewshotTurn) or one user message of `p.examples` (multiturn_to_singleturn);
 /// then the question as a new user
 /// message (multiturn, or when the last message is the system's or there is
-/// none) or appended to the last user message; then, when gen_prefix is not
-/// empty, an assistant message of it. A JSON list of {"role", "content"}.
+/// none) or appended to the last user message (multiturn_to_singleturn drops
+/// the question's own delimiter); then, when gen_prefix is not empty, an
+/// assistant message of it. A JSON list of {"role", "content"}.
 nlohmann::json chat_messages(const ChatPrompt& p, bool fewshot_as_multiturn);
 
 /// transformers' apply_chat_template(continue_final_message=True) cut of

@@ -7,6 +7,7 @@
 
 #include "eval/json_input.hpp"
 #include "eval/lm_eval_task_keys.hpp"
+#include "eval/lm_eval_yaml.hpp"
 #include "eval/python_hooks.hpp"
 #include "util/error.hpp"
 
@@ -15,7 +16,8 @@ namespace kveval::eval {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-void load_hub_docs(const TaskKeys& c, const std::string& eval_split, const std::string& fewshot_split, json& t) {
+void load_hub_docs(const TaskKeys& c, const std::string& eval_split, const std::string& fewshot_split, json& t,
+                   DocKeyOrder& order) {
   const std::string path = c.at("dataset_path").get<std::string>();
   ojson name = nullptr, kwargs = ojson::object();
   if (c.has("dataset_name")) {
@@ -45,8 +47,14 @@ void load_hub_docs(const TaskKeys& c, const std::string& eval_split, const std::
     c.fail("dataset_path", fmt::format("{}: {}", path, e.what()));
   }
   if (rows.is_null()) c.fail("dataset_path", fmt::format("{}: the datasets package cannot be imported", path));
-  t["docs"] = json::parse(rows[eval_split].dump());
-  if (!fewshot_split.empty()) t["fewshot_docs"] = json::parse(rows[fewshot_split].dump());
+  // the rows as `datasets` gives them (dicts in column order): `order` keeps that order for the samples'
+  // `doc` and doc_hash, the task's JSON (sorted keys) is what the spec checks read
+  order.docs = std::move(rows[eval_split]);
+  t["docs"] = json::parse(order.docs.dump());
+  if (!fewshot_split.empty()) {
+    order.fewshot_docs = std::move(rows[fewshot_split]);
+    t["fewshot_docs"] = json::parse(order.fewshot_docs.dump());
+  }
 }
 
 }  // namespace kveval::eval

@@ -13,6 +13,8 @@
 
 namespace kveval::eval {
 
+struct DocKeyOrder;  // eval/lm_eval_yaml.hpp
+
 /// The checked top-level keys of one task YAML (includes merged), with where
 /// each was written, and the "file:line: key: message" errors naming them.
 struct TaskKeys {
@@ -47,10 +49,12 @@ std::map<std::string, std::vector<std::string>> local_data_files(const TaskKeys&
 
 /// A Hugging Face Hub dataset_path (lm-eval's Task.download: datasets.load_dataset(path=dataset_path,
 /// name=dataset_name, **dataset_kwargs) in the embedded Python): the rows of `eval_split` become
-/// t["docs"] and, when `fewshot_split` is not empty, its rows t["fewshot_docs"]. Throws SpecError
+/// t["docs"] and, when `fewshot_split` is not empty, its rows t["fewshot_docs"], both also into `order`
+/// with their keys in the dataset's column order. Throws SpecError
 /// "file:line: dataset_path: ..." when `datasets` is not importable (naming both ways out: install
 /// it, or give a local copy), when eval_split is empty (no test_split or validation_split), or
 /// when load_dataset raises (offline, no such dataset) or lacks a split.
-void load_hub_docs(const TaskKeys& c, const std::string& eval_split, const std::string& fewshot_split, nlohmann::json& t);
+void load_hub_docs(const TaskKeys& c, const std::string& eval_split, const std::string& fewshot_split, nlohmann::json& t,
+                   DocKeyOrder& order);
 
 }  // namespace kveval::eval

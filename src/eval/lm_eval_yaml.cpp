@@ -443,7 +443,7 @@ void set_data_paths(const TaskKeys& c, const json& entry, json& t, LmEvalTask& o
     std::string eval_split = !test.empty() ? test : val;
     std::string shots = entry.contains("fewshot_split") || (fewshot.empty() && has_samples) ? ""
                         : !fewshot.empty() ? fewshot : !train.empty() ? train : val;
-    load_hub_docs(c, eval_split, shots == eval_split ? "" : shots, t);
+    load_hub_docs(c, eval_split, shots == eval_split ? "" : shots, t, out.order);
   } else {
     std::string name = c.has("dataset_path") ? json_excerpt(c.at("dataset_path")) : std::string("none");
     throw SpecError(fmt::format("{}: dataset_path: {} is not a local file: give a local copy of the split as "

@@ -20,6 +20,14 @@ namespace kveval::eval {
 
 struct TaskHooks;  // eval/task_hooks.hpp
 
+/// The key order of a task's inline documents, which the task's nlohmann::json
+/// (LmEvalTask::task) sorts: task["docs"] and task["fewshot_docs"] again as
+/// ordered JSON, keys as read (a Hub dataset's rows in their column order); null
+/// when the task has no such documents.
+struct DocKeyOrder {
+  nlohmann::ordered_json docs, fewshot_docs;
+};
+
 /// A task read from an lm-eval YAML.
 struct LmEvalTask {
   nlohmann::json task;   ///< kveval task entry (name, output_type, doc_to_*, dataset_path, ...), paths resolved
@@ -31,6 +39,8 @@ struct LmEvalTask {
   bool fewshot_same_split = true;
   /// The `!function` hooks, imported (null: none).
   std::shared_ptr<const TaskHooks> hooks;
+  /// The Hub documents' key order (the samples' `doc` and doc_hash keep it).
+  DocKeyOrder order;
 };
 
 /// Reads `path` (and its includes). `entry` holds the spec entry's own keys,

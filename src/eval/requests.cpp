@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "eval/chat_context.hpp"
 #include "util/error.hpp"
 #include "util/whitespace.hpp"
 
@@ -31,7 +32,10 @@ const std::string& context_of(const Doc& d, int index) {
 }
 
 std::string continuation_of(const TaskSpec& t, const Doc& d, int index) {
-  const std::string delim = t.chat_template ? std::string() : t.target_delimiter;
+  // lm-eval main's construct_requests: under a chat template target_delimiter stays only after a gen_prefix
+  // (the task's, as written) that does not end in whitespace
+  const bool keep = !t.chat_template || (t.gen_prefix && !t.gen_prefix->empty() && !ends_with_whitespace(*t.gen_prefix));
+  const std::string delim = keep ? t.target_delimiter : std::string();
   if (index >= 0 && !d.contexts.empty()) return delim + d.target;  // multiple input: the contexts differ
   if (index >= 0) return delim + d.choices.at(static_cast<size_t>(index));
   return (t.loglikelihood_delimiter ? delim : std::string()) + d.target;

@@ -72,8 +72,10 @@ EncodedPair encode_pair(const Tokenizer& tok, std::string_view context, std::str
 /// construct_requests builds it: for choice `index` (multiple_choice)
 /// target_delimiter + the choice, for index -1 (loglikelihood) the target
 /// after target_delimiter when the task keeps it (TaskSpec::loglikelihood_delimiter).
-/// Under a chat template (TaskSpec::chat_template) no delimiter: lm-eval sets
-/// it to "" there (the rendered prompt ends the assistant's turn opening).
+/// Under a chat template (TaskSpec::chat_template) no delimiter unless the
+/// task's gen_prefix (the source as written, TaskSpec::gen_prefix) is not empty
+/// and does not end in whitespace (lm-eval main's construct_requests,
+/// ends_with_whitespace): the rendered prompt then ends with that prefix.
 /// A multiple-input task (Doc::contexts non-empty, Winogrande style): target_delimiter + the target for
 /// every index.
 std::string continuation_of(const TaskSpec& t, const Doc& d, int index);

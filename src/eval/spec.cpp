@@ -68,7 +68,7 @@ namespace {
 
 TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec,
                     std::optional<bool> fewshot_same_split = std::nullopt,
-                    std::shared_ptr<const TaskHooks> hooks = nullptr);
+                    std::shared_ptr<const TaskHooks> hooks = nullptr, const DocKeyOrder* order = nullptr);
 
 /// lm-eval's higher_is_better of each metric kveval reports.
 bool higher_is_better_metric(const std::string& m) { return m == "acc" || m == "acc_norm" || m == "exact_match"; }
@@ -116,7 +116,7 @@ void parse_fewshot_config(TaskSpec& t, const json& tj, const Where& w) {
   Where fw = w.key("fewshot_config");
   const json& f = expect_object(tj["fewshot_config"], fw);
   check_keys(f, fw, {"sampler", "samples", "doc_to_text", "doc_to_target", "doc_to_choice", "target_delimiter",
-                     "fewshot_delimiter"});
+                     "fewshot_delimiter", "gen_prefix"});
   if (f.contains("sampler")) {
     t.fewshot_sampler = expect_string(f["sampler"], fw.key("sampler"));
     if (t.fewshot_sampler != "default" && t.fewshot_sampler != "first_n")
@@ -134,6 +134,9 @@ void parse_fewshot_config(TaskSpec& t, const json& tj, const Where& w) {
   if (f.contains("doc_to_target")) t.fewshot_doc_to_target = f["doc_to_target"].get<std::string>();
   if (f.contains("target_delimiter")) t.fewshot_target_delimiter = f["target_delimiter"].get<std::string>();
   if (f.contains("fewshot_delimiter")) t.fewshot_fewshot_delimiter = f["fewshot_delimiter"].get<std::string>();
+  // null is lm-eval's None: the examples have no prefix, as with ""
+  if (f.contains("gen_prefix"))
+    t.fewshot_gen_prefix = f["gen_prefix"].is_null() ? "" : expect_string(f["gen_prefix"], fw.key("gen_prefix"));
   if (f.contains("doc_to_choice")) {
     const json& c = f["doc_to_choice"];
     if (c.is_array()) {
@@ -364,7 +367,7 @@ void parse_metric_list(const json& tj, const Where& w, TaskSpec& t) {
 }
 
 TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec,
-                    std::optional<bool> fewshot_same_split, std::shared_ptr<const TaskHooks> hooks) {
+                    std::optional<bool> fewshot_same_split, std::shared_ptr<const TaskHooks> hooks, const DocKeyOrder* order) {
   expect_object(tj, w);
   static const std::vector<std::string> keys = {
       "name", "output_type", "dataset_path", "docs", "doc_to_text", "doc_to_target", "doc_to_choice",
@@ -391,7 +394,7 @@ TaskSpec parse_task(const json& tj, const Where& w, const std::string& base_dir,
   parse_metric_list(tj, w, t);
   validate_filters(t, w.text());
   t.fewshot_same_split = fewshot_same_split;
-  build_task_docs(t, tj, w, base_dir, spec);
+  build_task_docs(t, tj, w, base_dir, spec, order);
   return t;
 }
 
@@ -419,7 +422,7 @@ TaskSpec parse_yaml_task(const json& tj, const Where& w, const std::string& base
   for (const char* k : {"name", "task_alias"})
     if (tj.contains(k)) (*lines)[k] = w.key(k).text();
   Where yw{yaml, "", lines};
-  TaskSpec t = parse_task(lt.task, yw, "", spec, lt.fewshot_same_split, lt.hooks);
+  TaskSpec t = parse_task(lt.task, yw, "", spec, lt.fewshot_same_split, lt.hooks, &lt.order);
   t.source = yaml;
   t.loglikelihood_delimiter = false;  // lm-eval: loglikelihood arguments are (context, doc_to_target)
   return t;

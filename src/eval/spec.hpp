@@ -51,7 +51,8 @@ struct Doc {
   bool has_target = false;           ///< doc_to_target was given
   std::vector<std::string> choices;  ///< multiple_choice: doc_to_choice
   nlohmann::json raw;                ///< the document as read (for the samples file)
-  std::string raw_text;              ///< its JSONL line ("" for inline docs): the samples' `doc` keeps its key order
+  /// its JSON text as read (a JSONL line, a Hub row; "" when not known): the samples' `doc` keeps its key order
+  std::string raw_text;
   nlohmann::json target_value;       ///< doc_to_target's value as lm-eval returns it (int, str or list; samples' `target`)
   int gold = -1;                     ///< multiple_choice: index of the gold choice (the first of `golds`)
   /// generate_until whose doc_to_target is a list: every reference answer (lm-eval's
@@ -147,9 +148,12 @@ struct TaskSpec {
   /// when the examples are the task's own documents.
   std::optional<bool> fewshot_same_split;
   /// gen_prefix: a field name or template rendered per document; the context ends with
-  /// target_delimiter + prefix, and each few-shot example carries its own document's prefix
-  /// (fewshot_turn, chat_context.hpp).
+  /// it (after target_delimiter when requires_delimiter holds: question_turn), and each
+  /// few-shot example carries its own document's prefix (fewshot_turn, chat_context.hpp).
   std::optional<std::string> gen_prefix;
+  /// fewshot_config.gen_prefix: the few-shot examples' prefix in place of gen_prefix
+  /// (lm-eval main's FewshotConfig); nullopt = the task's gen_prefix, "" (also for null) = none.
+  std::optional<std::string> fewshot_gen_prefix;
   ExactMatchOptions exact_match;     ///< options of the exact_match entry of metric_list
   std::vector<FilterPipeline> filter_list;  ///< generate_until: filters on the output (empty = lm-eval's "none")
   std::optional<double> version;     ///< metadata.version (lm-eval task version), when given

@@ -10,6 +10,7 @@
 #include "eval/chat_context.hpp"
 #include "eval/data_files.hpp"
 #include "eval/json_input.hpp"
+#include "eval/lm_eval_yaml.hpp"
 #include "eval/mapping.hpp"
 #include "eval/task_hooks.hpp"
 #include "util/error.hpp"
@@ -24,8 +25,14 @@ namespace {
 struct RawDoc {
   std::string origin;
   json doc;
-  std::string text;  ///< the JSONL line ("" for inline documents)
+  std::string text;  ///< its JSON text, keys as read (a JSONL line, a Hub row); "" when not known
 };
+
+/// Element `i` of `list` (an inline documents' DocKeyOrder list, may be null) as JSON text, keys in
+/// their order; "" when there is none.
+std::string ordered_text(const nlohmann::ordered_json* list, size_t i) {
+  return list && list->is_array() && i < list->size() ? (*list)[i].dump() : std::string();
+}
 
 /// The task's doc_to_* mappings, compiled once.
 struct Mappings {
@@ -273,7 +280,7 @@ std::vector<RawDoc> processed(const TaskSpec& t, std::vector<RawDoc> raw, const 
 /// documents (`own` = true). A fewshot_split that is the same files as dataset_path however they
 /// are spelt (same_files) is the task's own.
 std::vector<RawDoc> fewshot_source(const TaskSpec& t, const json& tj, const Where& w, const std::vector<RawDoc>& raw,
-                                   bool& own) {
+                                   const DocKeyOrder* order, bool& own) {
   std::vector<RawDoc> shot_raw;
   own = true;
   if (!t.fewshot_split.empty()) {
@@ -288,7 +295,8 @@ std::vector<RawDoc> fewshot_source(const TaskSpec& t, const json& tj, const Wher
     for (size_t i = 0; i < d.size(); ++i) {
       Where dw = w.key("fewshot_docs").index(i);
       expect_object(d[i], dw);
-      shot_raw.push_back({fmt::format("{}: {}", dw.origin, dw.path), d[i], ""});
+      shot_raw.push_back(
+          {fmt::format("{}: {}", dw.origin, dw.path), d[i], ordered_text(order ? &order->fewshot_docs : nullptr, i)});
     }
     shot_raw = processed(t, std::move(shot_raw), w.key("fewshot_docs").text()), own = false;
   } else if (t.fewshot_samples.is_array()) {
@@ -336,15 +344,30 @@ std::vector<FewshotTurn> fewshot_turns(const TaskSpec& t, const std::vector<Doc>
   return out;
 }
 
-/// The context of one (non-rolling) document: lm-eval's ConfigurableTask.fewshot_context,
-/// as text (system prompt + examples + doc_to_text [+ target_delimiter + gen_prefix]) or,
-/// with the spec's chat template, rendered as a chat (chat_context.hpp).
+/// The first `n` few-shot examples' gen_prefix (none when the source is absent or ""): fewshot_config.gen_prefix
+/// when it is given, else the task's (lm-eval's FewshotConfig.from_dict inherits it), each resolved against the
+/// example's own document (lm-eval main's fewshot_context: resolve_field(fs_doc, fewshot_cfg.gen_prefix)).
+std::vector<std::optional<std::string>> shot_prefixes(const TaskSpec& t, const Where& w, const std::vector<RawDoc>& shot_raw,
+                                                      size_t n) {
+  std::vector<std::optional<std::string>> out(n);
+  const bool own = t.fewshot_gen_prefix.has_value();
+  const std::optional<std::string>& source = own ? t.fewshot_gen_prefix : t.gen_prefix;
+  if (!source || source->empty()) return out;  // resolve_field: `if field:`
+  const tmpl::Template tpl = parse_template(*source, own ? w.key("fewshot_config").key("gen_prefix") : w.key("gen_prefix"));
+  const char* key = own ? "fewshot_config.gen_prefix" : "gen_prefix";
+  for (size_t k = 0; k < n; ++k) out[k] = field_or_template(*source, tpl, shot_raw[k].doc, shot_raw[k].origin, key);
+  return out;
+}
+
+/// The context of one (non-rolling) document: lm-eval main's ConfigurableTask.fewshot_context,
+/// as text (system prompt + examples + the document's question_turn) or, with the spec's chat
+/// template, rendered as a chat (chat_context.hpp).
 std::string doc_context(const TaskSpec& t, const EvalSpec& spec, const std::string& description,
                         const std::vector<FewshotTurn>& turns, const std::string& question,
                         const std::optional<std::string>& gp, const std::string& where) {
   const std::string examples = fewshot_text(turns);
   const std::string system = system_prompt(spec.chat.system_instruction, description, t.fewshot_delimiter);
-  if (!spec.chat.apply) return system + examples + question + (gp ? t.target_delimiter + *gp : "");
+  if (!spec.chat.apply) return system + examples + fewshot_text({question_turn(question, gp, t.target_delimiter)});
   ChatPrompt p{system, t.num_fewshot > 0, turns, examples, question, gp};
   return chat_context(spec.chat, p, where);
 }
@@ -366,7 +389,7 @@ void set_multiple_input_contexts(const std::string& prefix, const std::optional<
 /// The task's documents as given: the `dataset_path` file (t.dataset_path set) or the inline `docs` list,
 /// before process_docs; `has_path` tells which.
 std::vector<RawDoc> read_raw_docs(TaskSpec& t, const json& tj, const Where& w, const std::string& base_dir,
-                                  bool& has_path) {
+                                  const DocKeyOrder* order, bool& has_path) {
   std::vector<RawDoc> raw;
   has_path = tj.contains("dataset_path");
   const bool has_docs = tj.contains("docs");
@@ -382,7 +405,7 @@ std::vector<RawDoc> read_raw_docs(TaskSpec& t, const json& tj, const Where& w, c
     for (size_t i = 0; i < d.size(); ++i) {
       Where dw = w.key("docs").index(i);
       expect_object(d[i], dw);
-      raw.push_back({fmt::format("{}: {}", dw.origin, dw.path), d[i]});
+      raw.push_back({fmt::format("{}: {}", dw.origin, dw.path), d[i], ordered_text(order ? &order->docs : nullptr, i)});
     }
   }
   return raw;
@@ -390,9 +413,10 @@ std::vector<RawDoc> read_raw_docs(TaskSpec& t, const json& tj, const Where& w, c
 
 }  // namespace
 
-void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec) {
+void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::string& base_dir, const EvalSpec& spec,
+                     const DocKeyOrder* order) {
   bool has_path = false;
-  std::vector<RawDoc> raw = read_raw_docs(t, tj, w, base_dir, has_path);
+  std::vector<RawDoc> raw = read_raw_docs(t, tj, w, base_dir, order, has_path);
   raw = processed(t, std::move(raw), has_path ? fmt::format("{}", fmt::join(t.dataset_files, ", ")) : w.key("docs").text());
   t.n_docs_total = static_cast<int>(raw.size());
   std::optional<int> limit = t.limit ? t.limit : spec.limit;
@@ -405,7 +429,7 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
   for (const auto& rd : raw) rendered.push_back(render_doc(t, maps, rd));
 
   bool own_docs = true;
-  std::vector<RawDoc> shot_raw = fewshot_source(t, tj, w, raw, own_docs);
+  std::vector<RawDoc> shot_raw = fewshot_source(t, tj, w, raw, order, own_docs);
   // lm-eval's ContextSampler: n + 1 drawn exactly when fewshot_split == test_split by name
   const bool extra = t.fewshot_same_split.value_or(own_docs);
   std::vector<Doc> shots;
@@ -427,12 +451,7 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
   std::optional<tmpl::Template> description, gen_prefix;
   if (!t.description.empty()) description = parse_template(t.description, w.key("description"));
   if (t.gen_prefix) gen_prefix = parse_template(*t.gen_prefix, w.key("gen_prefix"));
-  // each example's gen_prefix, resolved against its own document (lm-eval main's
-  // resolve_field(fs_doc, fewshot_cfg.gen_prefix))
-  std::vector<std::optional<std::string>> shot_prefixes(shots.size());
-  if (gen_prefix)
-    for (size_t k = 0; k < shots.size(); ++k)
-      shot_prefixes[k] = field_or_template(*t.gen_prefix, *gen_prefix, shot_raw[k].doc, shot_raw[k].origin, "gen_prefix");
+  const std::vector<std::optional<std::string>> prefixes = shot_prefixes(t, w, shot_raw, shots.size());
 
   size_t n_use = limit ? std::min<size_t>(rendered.size(), static_cast<size_t>(*limit)) : rendered.size();
   // lm-eval's samplers (lm_eval/api/samplers.py): one random.Random(seed) per task, consumed
@@ -447,11 +466,13 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
       d.context.clear();
     } else {
       const json& doc = raw[i].doc;
-      const std::string desc = description ? render_template(*description, doc, raw[i].origin, "description") : "";
+      // lm-eval main: resolve_field(doc, description), a field of that name or the template
+      const std::string desc =
+          description ? field_or_template(t.description, *description, doc, raw[i].origin, "description") : "";
       std::optional<std::string> gp;
       if (gen_prefix) gp = field_or_template(*t.gen_prefix, *gen_prefix, doc, raw[i].origin, "gen_prefix");
       std::vector<FewshotTurn> turns;
-      if (t.num_fewshot > 0) turns = fewshot_turns(t, shots, shot_prefixes, draw_fewshot(t, shot_raw, draw, doc, rnd));
+      if (t.num_fewshot > 0) turns = fewshot_turns(t, shots, prefixes, draw_fewshot(t, shot_raw, draw, doc, rnd));
       if (t.multiple_input) {
         if (spec.chat.apply)
           w.fail("a multiple-input task (doc_to_text gives the gold index) cannot run under --apply-chat-template");

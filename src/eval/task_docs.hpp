@@ -10,11 +10,15 @@
 
 namespace kveval::eval {
 
+struct DocKeyOrder;  // eval/lm_eval_yaml.hpp
+
 /// Reads (or takes inline) the task's documents, renders every one of them
 /// (also those past `limit`, so all data are validated), and fills `t.docs`
 /// (after `limit`) and `t.n_docs_total`. `tj` is the task's JSON object, `w`
-/// its place in the spec. Throws SpecError.
+/// its place in the spec; `order` (may be null) the key order of tj's inline
+/// `docs` / `fewshot_docs`, which the samples' `doc` and process_docs then keep
+/// (without it their keys are sorted). Throws SpecError.
 void build_task_docs(TaskSpec& t, const nlohmann::json& tj, const Where& w, const std::string& base_dir,
-                     const EvalSpec& spec);
+                     const EvalSpec& spec, const DocKeyOrder* order = nullptr);
 
 }  // namespace kveval::eval

@@ -1,22 +1,23 @@
 #!/usr/bin/env python3
 """kveval's prompts under --apply-chat-template against an independent re-implementation of lm-eval's.
 
-The re-implementation below follows lm-eval v0.4.9.1 as written there, except
-for the few-shot examples, which follow lm-eval's main branch
-(ConfigurableTask.build_qa_turn with each example's own gen_prefix, joined by
-requires_delimiter / maybe_delimit of lm_eval/api/utils.py):
-ConfigurableTask.fewshot_context (system prompt = system_instruction and/or
-description joined by fewshot_delimiter; chat messages or plain text),
-ContextSampler's draw (random.Random(seed).sample of num_fewshot + 1
-documents, the evaluated one dropped; one user message or user/assistant
-turns), ConfigurableTask.append_target_question,
-construct_requests (multiple_choice continuations lose target_delimiter under a
-chat template) and HFLM.apply_chat_template (add_generation_prompt unless a
-gen_prefix ends the chat, continue_final_message = not add_generation_prompt as
-transformers cuts it, the chat rendered once more without system messages when
-the template raises). Templates render with Debian's python3-jinja2 in Hugging
-Face's chat environment (hf_chat_check.py); the task's own templates with
-jinja2 as lm-eval's utils.apply_template sets it up.
+The re-implementation below follows lm-eval's main branch as written there
+(lm_eval/api/task.py, lm_eval/api/utils.py, lm_eval/models/huggingface.py):
+ConfigurableTask.fewshot_context (system prompt = maybe_delimit(system_instruction,
+resolve_field(doc, description), fewshot_delimiter); each few-shot example and then
+the evaluated document as build_qa_turn's Messages, the examples with their own
+gen_prefix, the document with its answer left out; joined by requires_delimiter /
+maybe_delimit; rendered as plain text, as to_dict() turns (multi-turn) or
+through multiturn_to_singleturn), ContextSampler's draw (random.Random(seed).sample
+of num_fewshot + 1 documents, the evaluated one dropped), construct_requests
+(multiple_choice continuations keep target_delimiter under a chat template only
+after a gen_prefix that does not end in whitespace, ends_with_whitespace) and
+HFLM.apply_chat_template (add_generation_prompt unless a gen_prefix ends the
+chat, continue_final_message = not add_generation_prompt as transformers cuts
+it, the chat rendered once more without system messages when the template
+raises). Templates render with Debian's python3-jinja2 in Hugging Face's chat
+environment (hf_chat_check.py); the task's own templates with jinja2 as lm-eval's
+utils.apply_template sets it up.
 
 kveval runs the task folder tests/data/chat_task (multiple_choice and
 generate_until, with and without description and gen_prefix, 0 and 2 shots)
@@ -92,7 +93,7 @@ class Task:
         return ast.literal_eval(apply_template(self.cfg["doc_to_choice"], doc))
 
     def target_text(self, doc):
-        """get_context's text of a target: a choice's text for an index."""
+        """build_qa_turn's answer text of a target: a choice's text for an index."""
         t = self.doc_to_target(doc)
         return t if isinstance(t, str) else str(self.doc_to_choice(doc)[t])
 
@@ -100,54 +101,61 @@ class Task:
         p = self.cfg.get("gen_prefix")
         return None if p is None else (doc[p] if p in doc else apply_template(p, doc))
 
-    def qa_turn(self, d):
-        """lm-eval main's build_qa_turn of a few-shot example, its gen_prefix resolved against
-        the example's document: [(role, content, delimiter)]."""
-        q, a, p = self.doc_to_text(d), self.target_text(d), self.gen_prefix(d)
-        if a and not p:
-            turn = [("user", q, self.target_delimiter)]
-        else:
-            turn = [("user", q, self.target_delimiter if p and requires_delimiter(q, p) else "")]
-        if a:
-            turn.append(("assistant", maybe_delimit(p, a), self.fewshot_delimiter))
+    def resolve_field(self, doc, field):
+        """ConfigurableTask.resolve_field."""
+        if field:
+            return doc[field] if field in doc else apply_template(field, doc)
+        return None
+
+    def build_qa_turn(self, q, a, p, tgt_delim, few_delim):
+        """ConfigurableTask.build_qa_turn: [(role, content, delimiter)]; `a` "" or None is no answer."""
+        has_answer = a is not None and a != ""
+        turn = [("user", q, tgt_delim if has_answer and not p else tgt_delim if p and requires_delimiter(q, p) else "")]
+        if has_answer:
+            turn.append(("assistant", maybe_delimit(p, a), few_delim))
         elif p:
             turn.append(("assistant", p, ""))
         return turn
 
-    def get_context(self, selected):
-        return "".join(c + dl for d in selected for _, c, dl in self.qa_turn(d))
-
-    def get_chat_context(self, selected, multiturn):
-        if not multiturn:
-            return [{"role": "user", "content": self.get_context(selected)}]
-        return [{"role": r, "content": c} for d in selected for r, c, _ in self.qa_turn(d)]
+    def qa_turn(self, d):
+        """A few-shot example's build_qa_turn, its gen_prefix resolved against the example's document."""
+        return self.build_qa_turn(self.doc_to_text(d), self.target_text(d), self.gen_prefix(d), self.target_delimiter,
+                                  self.fewshot_delimiter)
 
     def fewshot_context(self, doc, selected, num_fewshot, system_instruction, chat_template, multiturn):
         gen_prefix = self.gen_prefix(doc)
-        description = apply_template(self.cfg["description"], doc) if self.cfg.get("description") else ""
-        if system_instruction is not None and description:
-            system_prompt = system_instruction + self.fewshot_delimiter + description
-        elif system_instruction is not None:
-            system_prompt = system_instruction
-        else:
-            system_prompt = description
-        question = self.doc_to_text(doc)
-        if chat_template is None:
-            text = system_prompt
-            if num_fewshot > 0:
-                text += self.get_context(selected)
-            return text + question + (self.target_delimiter + gen_prefix if gen_prefix is not None else "")
-        chat = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        description = self.resolve_field(doc, self.cfg.get("description")) or ""
+        system_prompt = maybe_delimit(system_instruction, description, self.fewshot_delimiter)
+        messages = [("system", system_prompt, "")] if system_prompt else []
         if num_fewshot > 0:
-            chat.extend(self.get_chat_context(selected, multiturn))
-        # append_target_question
-        if not multiturn and chat and chat[-1]["role"] != "system":
-            chat[-1]["content"] += question
-        else:
-            chat.append({"role": "user", "content": question})
-        if gen_prefix:
-            chat.append({"role": "assistant", "content": gen_prefix})
+            for d in selected:
+                messages += self.qa_turn(d)
+        # the evaluated document: build_qa_turn(q, c, gen_prefix, tgt_delim=target_delimiter, few_delim=""), no answer
+        messages += self.build_qa_turn(self.doc_to_text(doc), None, gen_prefix, self.target_delimiter, "")
+        if chat_template is None:
+            return "".join(c + dl for _, c, dl in messages)
+        chat = [{"role": r, "content": c} for r, c, _ in messages] if multiturn else multiturn_to_singleturn(messages)
         return chat_template(chat, add_generation_prompt=not gen_prefix)
+
+    def continuation_delimiter(self, chat):
+        """construct_requests' target_delimiter of multiple_choice continuations (the task's gen_prefix as written)."""
+        if not chat:
+            return self.target_delimiter
+        p = self.cfg.get("gen_prefix")
+        return self.target_delimiter if p and not p[-1].isspace() else ""
+
+
+def multiturn_to_singleturn(messages):
+    """lm_eval/api/utils.py: the system message, one user message of every other message's text (the last
+    user message's delimiter dropped), and the final assistant message when the chat ends with one."""
+    system, rest = (messages[0], messages[1:]) if messages[0][0] == "system" else (None, messages)
+    final = rest[-1] if rest[-1][0] == "assistant" else None
+    user = rest[:-1] if final else rest
+    user = user[:-1] + [(user[-1][0], user[-1][1], "")]
+    res = [{"role": "user", "content": "".join(c + dl for _, c, dl in user)}]
+    if final:
+        res.append({"role": "assistant", "content": final[1]})
+    return ([{"role": "system", "content": system[1]}] if system else []) + res
 
 
 def hf_apply_chat_template(template, bos, eos):
@@ -193,7 +201,7 @@ def expected_samples(src, system_instruction, chat_template, multiturn):
                 ctx = task.fewshot_context(doc, selected, shots, system_instruction, chat_template, multiturn)
                 conts = []
                 if task.cfg["output_type"] == "multiple_choice":
-                    delim = "" if chat_template is not None else task.target_delimiter
+                    delim = task.continuation_delimiter(chat_template is not None)
                     conts = [delim + c for c in task.doc_to_choice(doc)]
                 out[(f"{base}_{shots}", i)] = (ctx, conts)
     return out

@@ -66,12 +66,15 @@ json with(json j, const std::string& k, const json& v) {
 }  // namespace
 
 TEST_SUITE("eval.chat_context") {
-  TEST_CASE("system prompt: system_instruction and description joined by fewshot_delimiter, or either alone") {
+  TEST_CASE("system prompt: maybe_delimit(system_instruction, description, fewshot_delimiter)") {
+    // lm-eval main's fewshot_context: system_prompt = maybe_delimit(system_instruction, description, fewshot_delimiter)
     CHECK(system_prompt(std::string("S."), "D.", "\n\n") == "S.\n\nD.");
     CHECK(system_prompt(std::string("S."), "", "\n\n") == "S.");
     CHECK(system_prompt(std::nullopt, "D.", "\n\n") == "D.");
     CHECK(system_prompt(std::nullopt, "", "\n\n") == "");
-    CHECK(system_prompt(std::string(""), "D.", "|") == "|D.");  // Python: `system_instruction is not None and description`
+    CHECK(system_prompt(std::string(""), "D.", "|") == "D.");         // `if not prefix: return suffix`
+    CHECK(system_prompt(std::string("S.\n"), "D.", "\n\n") == "S.\nD.");  // prefix[-1].isspace(): no delimiter
+    CHECK(system_prompt(std::string("S."), " D.", "|") == "S. D.");    // suffix[0].isspace(): no delimiter
   }
 
   TEST_CASE("messages: one user message of examples + question, or user/assistant turns; gen_prefix as the last turn") {
@@ -115,6 +118,15 @@ TEST_SUITE("eval.chat_context") {
     CHECK(maybe_delimit("p", "x") == "p x");
     CHECK(maybe_delimit("p ", "x") == "p x");
     CHECK(maybe_delimit("p", "\nx") == "p\nx");
+    CHECK(maybe_delimit("p", "x", "\n\n") == "p\n\nx");  // the delimiter argument
+    CHECK(maybe_delimit("p\t", "x", "\n\n") == "p\tx");
+    // ends_with_whitespace(s): bool(s) and s[-1].isspace()
+    CHECK_FALSE(ends_with_whitespace(""));
+    CHECK_FALSE(ends_with_whitespace("A:"));
+    CHECK(ends_with_whitespace("A: "));
+    CHECK(ends_with_whitespace("A:\u00a0"));  // 2 UTF-8 bytes
+    CHECK(ends_with_whitespace("A:\u3000"));  // 3 UTF-8 bytes
+    CHECK_FALSE(ends_with_whitespace(" A"));
   }
 
   TEST_CASE("fewshot_turn: lm-eval main's build_qa_turn of a few-shot example, as plain text") {
@@ -132,6 +144,21 @@ TEST_SUITE("eval.chat_context") {
     CHECK(t.text_delimiter.empty());
     CHECK(t.answer == std::optional<std::string>("A: Y"));
     CHECK(t.answer_delimiter == "\n\n");
+  }
+
+  TEST_CASE("question_turn: the evaluated document as fewshot_context's last build_qa_turn (no answer, few_delim \"\")") {
+    // user Message(q, tgt_delim if gen_prefix and requires_delimiter(q, gen_prefix) else ""), then an assistant
+    // Message(gen_prefix) with no delimiter when gen_prefix is not empty
+    CHECK(fewshot_text({question_turn("Q: x", std::string("A:"), " ")}) == "Q: x A:");
+    CHECK(fewshot_text({question_turn("Q: x\n", std::string("A:"), " ")}) == "Q: x\nA:");
+    CHECK(fewshot_text({question_turn("Q: x", std::string("\nA:"), " ")}) == "Q: x\nA:");
+    CHECK(fewshot_text({question_turn("Q: x", std::string(""), " ")}) == "Q: x");
+    CHECK(fewshot_text({question_turn("Q: x", std::nullopt, " ")}) == "Q: x");
+    CHECK(fewshot_text({question_turn("Q: x", std::string("A:"), "|")}) == "Q: x|A:");
+    // under a chat template the question's user message keeps no delimiter either way
+    const ChatOptions c = options_with(kBrackets);
+    CHECK(chat_context(c, {"", false, {}, "", "Q: x\n", std::string("A:")}, "t") == "[user]Q: x\n[assistant]A:");
+    CHECK(chat_context(c, {"", false, {}, "", "Q: x", std::string("A:")}, "t") == "[user]Q: x[assistant]A:");
   }
 
   TEST_CASE("continue_final_message: cut after the final message's last occurrence, its trailing space kept when rendered") {
@@ -157,7 +184,10 @@ TEST_SUITE("eval.chat_context") {
     CHECK(e.find("never") != std::string::npos);
   }
 
-  TEST_CASE("continuations lose target_delimiter under a chat template (construct_requests)") {
+  TEST_CASE("continuations under a chat template keep target_delimiter only after a gen_prefix not ending in whitespace") {
+    // lm-eval main's construct_requests (multiple_choice): under apply_chat_template, target_delimiter =
+    // config.target_delimiter if config.gen_prefix and not ends_with_whitespace(config.gen_prefix) else ""
+    // (config.gen_prefix as written, not rendered)
     TaskSpec t;
     t.target_delimiter = " ";
     Doc d;
@@ -169,8 +199,21 @@ TEST_SUITE("eval.chat_context") {
     CHECK(continuation_of(t, d, -1) == "x");
     t.chat_template = true;
     t.loglikelihood_delimiter = true;
-    CHECK(continuation_of(t, d, 1) == "y");
+    CHECK(continuation_of(t, d, 1) == "y");  // no gen_prefix
     CHECK(continuation_of(t, d, -1) == "x");
+    t.gen_prefix = "Answer:";
+    CHECK(continuation_of(t, d, 1) == " y");
+    t.gen_prefix = "{{prefix}}";  // a template or field name: its source does not end in whitespace
+    CHECK(continuation_of(t, d, 1) == " y");
+    t.gen_prefix = "Answer: ";
+    CHECK(continuation_of(t, d, 1) == "y");
+    t.gen_prefix = "Answer:\u00a0";  // '\xa0'.isspace()
+    CHECK(continuation_of(t, d, 1) == "y");
+    t.gen_prefix = "";  // `if config.gen_prefix` is false for ""
+    CHECK(continuation_of(t, d, 1) == "y");
+    t.chat_template = false;
+    t.gen_prefix = "Answer: ";  // plain text: always the delimiter
+    CHECK(continuation_of(t, d, 1) == " y");
   }
 
   TEST_CASE("token rule: special tokens parsed, the prefix token put first unless the text starts with its text") {

@@ -178,6 +178,78 @@ fewshot_config:
     CHECK(s.tasks[0].docs[1].context == "x P1y P2");
   }
 
+  TEST_CASE("the evaluated document's ending: target_delimiter before its gen_prefix only when requires_delimiter holds") {
+    // lm-eval main's fewshot_context ends with build_qa_turn(q=doc_to_text, gen_prefix=doc_to_prefix(doc),
+    // tgt_delim=target_delimiter, few_delim="") and no answer: user Message(q, tgt_delim if gen_prefix and
+    // requires_delimiter(q, gen_prefix) else ""), then, when gen_prefix is not empty, assistant Message(gen_prefix)
+    auto context = [](const std::string& text, const std::string& prefix, const std::string& delim = " ") {
+      json task = {{"name", "e"},        {"output_type", "generate_until"}, {"doc_to_text", text},
+                   {"doc_to_target", "a"}, {"gen_prefix", prefix},          {"target_delimiter", delim},
+                   {"docs", {{{"q", "x"}, {"a", "X"}}}}};
+      return parse_spec({{"model", "m.gguf"}, {"tasks", {task}}}, "spec.json", ".").tasks[0].docs[0].context;
+    };
+    CHECK(context("{{q}}", "A:") == "x A:");         // requires_delimiter("x", "A:")
+    CHECK(context("{{q}}", "A:", "\n") == "x\nA:");  // the task's target_delimiter
+    CHECK(context("{{q}}\n", "A:") == "x\nA:");      // "x\n"[-1].isspace(): no delimiter
+    CHECK(context("{{q}}", " A:") == "x A:");        // " A:"[0].isspace(): no delimiter
+    CHECK(context("{{q}}", "") == "x");              // `if gen_prefix` is false for "": the text alone
+  }
+
+  TEST_CASE("description naming a field: the document's value (resolve_field), else a template") {
+    // lm-eval main: description = resolve_field(doc, config.description) or "": doc[field] when the
+    // document has that key, else apply_template(field, doc)
+    json task = {{"name", "d"},          {"output_type", "generate_until"}, {"doc_to_text", "{{q}}"},
+                 {"doc_to_target", "a"}, {"description", "topic"},
+                 {"docs", {{{"q", "x"}, {"a", "X"}, {"topic", "Maths. "}}}}};
+    CHECK(parse_spec({{"model", "m.gguf"}, {"tasks", {task}}}, "spec.json", ".").tasks[0].docs[0].context == "Maths. x");
+    task["description"] = "{{topic}}| ";
+    CHECK(parse_spec({{"model", "m.gguf"}, {"tasks", {task}}}, "spec.json", ".").tasks[0].docs[0].context == "Maths. | x");
+  }
+
+  TEST_CASE("fewshot_config.gen_prefix: the examples' prefix in place of the task's; null or \"\" is none") {
+    // lm-eval main's fewshot_context: each example is build_qa_turn(q, a, gen_prefix=resolve_field(fs_doc,
+    // fewshot_cfg.gen_prefix), tgt_delim, few_delim); FewshotConfig.from_dict takes the task's gen_prefix unless
+    // fewshot_config gives one (None included). first_n with the task's own documents draws docs 0 and 1 and drops
+    // the document: doc 0's example is doc 1 ("y", "Y", p "P2")
+    json task = {{"name", "f"},          {"output_type", "generate_until"}, {"doc_to_text", "{{q}}"},
+                 {"doc_to_target", "a"}, {"gen_prefix", "A:"},              {"num_fewshot", 1},
+                 {"fewshot_config", {{"sampler", "first_n"}, {"gen_prefix", "Answer:"}}},
+                 {"docs", {{{"q", "x"}, {"a", "X"}, {"p", "P1"}}, {{"q", "y"}, {"a", "Y"}, {"p", "P2"}}}}};
+    auto first = [&] { return parse_spec({{"model", "m.gguf"}, {"tasks", {task}}}, "spec.json", ".").tasks[0].docs[0].context; };
+    // user "y" + " " (requires_delimiter("y", "Answer:")), assistant maybe_delimit("Answer:", "Y") + "\n\n";
+    // then the document: "x" + " " + its own (the task's) prefix "A:"
+    CHECK(first() == "y Answer: Y\n\nx A:");
+    task["fewshot_config"]["gen_prefix"] = "p";  // a field: the example's own value
+    CHECK(first() == "y P2 Y\n\nx A:");
+    task["fewshot_config"]["gen_prefix"] = nullptr;  // None: no prefix, user "y" + " ", assistant "Y"
+    CHECK(first() == "y Y\n\nx A:");
+    task["fewshot_config"]["gen_prefix"] = "";
+    CHECK(first() == "y Y\n\nx A:");
+    task.erase("gen_prefix");  // the examples' prefix alone
+    task["fewshot_config"]["gen_prefix"] = "Answer:";
+    CHECK(first() == "y Answer: Y\n\nx");
+    task["fewshot_config"]["gen_prefix"] = json::array({1});
+    CHECK_THROWS_WITH_AS(first(), doctest::Contains("fewshot_config.gen_prefix"), kveval::SpecError);
+  }
+
+  TEST_CASE("fewshot_config.gen_prefix in a task YAML") {
+    TempDir d;
+    write_data(d);
+    auto c = contexts(d, R"(dataset_kwargs:
+  data_files: {validation: val.jsonl}
+validation_split: validation
+gen_prefix: "So"
+num_fewshot: 1
+fewshot_config:
+  sampler: first_n
+  gen_prefix: "Ans:"
+)");
+    REQUIRE(c.size() == 3);
+    // v0's example is v1 (first_n over the validation documents, v0 dropped): build_qa_turn(q="Q: v1\nA:", a="B1",
+    // gen_prefix="Ans:") = "Q: v1\nA:" + " " + maybe_delimit("Ans:", "B1") + "\n\n"; then "Q: v0\nA:" + " " + "So"
+    CHECK(c[0] == "Q: v1\nA: Ans: B1\n\nQ: v0\nA: So");
+  }
+
   TEST_CASE("regex_replace: lm-eval's Jinja filter, re.sub with Python's replacement syntax") {
     json task = {{"name", "r"},
                  {"output_type", "generate_until"},

@@ -7,9 +7,12 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "eval/lm_eval_format.hpp"
+#include "eval/runner.hpp"
 #include "eval/spec.hpp"
 #include "eval_test_util.hpp"
 #include "util/error.hpp"
@@ -60,6 +63,31 @@ TEST_SUITE("eval.hub_datasets") {
                                 {"id", 6},
                                 {"config", "ARC-Fake"},
                                 {"load_kwargs", {{"revision", "r1"}, {"trust_remote_code", true}}}});
+  }
+
+  TEST_CASE("the samples' doc keeps the Hub row's column order, and its doc_hash is lm-eval's") {
+    if (!stub_on_path()) return;
+    TempDir d;
+    const EvalSpec s = load(d, std::string(kHead) + "test_split: test\n");
+    kveval::eval::RunResult r;
+    r.docs = {{}};
+    r.metrics = {{}};
+    r.task_errors = {0};
+    r.chunked.resize(1);
+    const auto samples = kveval::eval::sample_records(s, r);
+    REQUIRE(samples.size() == 3);
+    // the stub's first test row, dict(r, config=None, load_kwargs={}): its keys in that order, not sorted
+    std::vector<std::string> keys;
+    for (auto it = samples[0]["doc"].begin(); it != samples[0]["doc"].end(); ++it) keys.push_back(it.key());
+    CHECK(keys == std::vector<std::string>{"question", "answer", "id", "config", "load_kwargs"});
+    // lm-eval's evaluator: hash_string(json.dumps(doc, indent=2, default=handle_non_serializable, ensure_ascii=False)),
+    // hash_string = hashlib.sha256(s.encode("utf-8")).hexdigest(); computed with CPython 3.11 over
+    // {"question": "Q1?", "answer": "a1", "id": 4, "config": None, "load_kwargs": {}} (the same keys sorted give 04ea5db3...)
+    CHECK(samples[0]["doc_hash"] == "08778ab8e68e5a968d6045ad231fbff5efebb6756c5df9df2515f650a2d4c71d");
+    // process_docs sees the same order: it writes each row's keys, joined, into the row
+    d.write("hub_keys.py", "def keys(ds):\n    return ds.from_list([dict(r, keys=','.join(r)) for r in ds])\n");
+    const EvalSpec k = load(d, std::string(kHead) + "test_split: test\nprocess_docs: !function hub_keys.keys\n");
+    CHECK(k.tasks.at(0).docs.at(0).raw.at("keys") == "question,answer,id,config,load_kwargs");
   }
 
   TEST_CASE("without test_split the validation split is evaluated; no dataset_name passes None") {
