@@ -295,7 +295,7 @@ std::vector<RawDoc> fewshot_source(const TaskSpec& t, const json& tj, const Wher
     if (t.num_fewshot > 0 && t.fewshot_samples.empty()) w.key("fewshot_config").key("samples").fail("an empty list");
     for (size_t k = 0; k < t.fewshot_samples.size(); ++k) {
       Where sw = w.key("fewshot_config").key("samples").index(k);
-      shot_raw.push_back({fmt::format("{}: {}", sw.origin, sw.path), t.fewshot_samples[k]});
+      shot_raw.push_back({fmt::format("{}: {}", sw.origin, sw.path), t.fewshot_samples[k], ""});
     }
     own = false;
   }
@@ -382,7 +382,7 @@ std::vector<RawDoc> read_raw_docs(TaskSpec& t, const json& tj, const Where& w, c
     for (size_t i = 0; i < d.size(); ++i) {
       Where dw = w.key("docs").index(i);
       expect_object(d[i], dw);
-      raw.push_back({fmt::format("{}: {}", dw.origin, dw.path), d[i]});
+      raw.push_back({fmt::format("{}: {}", dw.origin, dw.path), d[i], ""});
     }
   }
   return raw;
