@@ -18,6 +18,7 @@
 #include "model/random_model.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
+#include "util/number_format.hpp"
 
 namespace kveval::cli {
 
@@ -144,8 +145,8 @@ int write_model(const MakeModelArgs& a, bool arch_given) {
   const std::string vocab_note =
       spec.vocab.empty()              ? ""
       : vocab_tokens == spec.n_vocab ? " from " + spec.vocab
-                                     : fmt::format(" from {}: {} tokens + {} [PAD] tokens", spec.vocab,
-                                                   vocab_tokens, spec.n_vocab - vocab_tokens);
+                                     : fmt::format(" from {}: {} + {}", spec.vocab, count_of(vocab_tokens, "token"),
+                                                   count_of(spec.n_vocab - vocab_tokens, "[PAD] token"));
   fmt::print(
       "wrote {}: preset {}{}, arch {} ({}; n_embd {}, n_layer {}, n_head {}, n_head_kv {}, head_dim {}, n_ff {}, "
       "n_vocab {}{}, n_ctx {}{}), {} parameters as {}, seed {}, {} bytes ({:.1f} MiB)\n",

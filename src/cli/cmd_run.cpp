@@ -37,6 +37,7 @@
 #include "util/error.hpp"
 #include "util/hash.hpp"
 #include "util/input_file.hpp"
+#include "util/number_format.hpp"
 #include "util/timer.hpp"
 
 namespace kveval::cli {
@@ -391,7 +392,7 @@ int run(const RunArgs& a) {
 
   int code = kOk;
   if (res.n_request_errors > 0) {
-    fmt::print(stderr, "kveval: {} request(s) failed (see the metrics table{})\n", res.n_request_errors,
+    fmt::print(stderr, "kveval: {} failed (see the metrics table{})\n", count_of(res.n_request_errors, "request"),
                a.log_samples.empty() ? "" : " and " + a.log_samples);
     code = kRequestErrors;
   }

@@ -98,7 +98,7 @@ std::string format_metrics_table(const EvalSpec& spec, const RunResult& res) {
   std::string out = table({"task", "metric", "value", "stderr", "n", "note"}, rows,
                           {false, false, true, true, true, false});
   if (res.n_request_errors > 0) {
-    out += fmt::format("{} request(s) failed:", res.n_request_errors);
+    out += fmt::format("{} failed:", count_of(static_cast<uint64_t>(res.n_request_errors), "request"));
     for (size_t t = 0; t < res.task_errors.size(); ++t)
       if (res.task_errors[t]) out += fmt::format(" {}: {};", spec.tasks[t].name, res.task_errors[t]);
     out += "\n";

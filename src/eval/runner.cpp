@@ -10,6 +10,7 @@
 #include "model/cost.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
+#include "util/number_format.hpp"
 #include "util/timer.hpp"
 
 namespace kveval::eval {
@@ -221,9 +222,10 @@ void record_generations(const EvalSpec& spec, const Tokenizer& tok, const std::v
       // An f16 cache stores K/V values with |x| >= 65520 as Inf: say so when this row's did.
       const std::string overflow_hint =
           g.kv_f16_overflows == 0 ? std::string() : " (" + kv_f16_overflow_note(g.kv_f16_overflows) + ")";
-      o.error = fmt::format("{}: non-finite logits (NaN or Inf) at token position {} (after {} generated tokens); "
+      o.error = fmt::format("{}: non-finite logits (NaN or Inf) at token position {} (after {}); "
                             "generation stopped and the output is not scored{}",
-                            request_label(spec, r), g.prompt_tokens + static_cast<int>(g.ids.size()), g.ids.size(),
+                            request_label(spec, r), g.prompt_tokens + static_cast<int>(g.ids.size()),
+                            count_of(g.ids.size(), "generated token"),
                             overflow_hint);
       continue;
     }
@@ -283,7 +285,8 @@ void generation_phase(const EvalSpec& spec, Context& ctx, const RunOptions& opts
   double setup_s = sw_setup.seconds();
   res.cache_bytes_setup = ctx.bytes();
   res.phases.push_back({"cache setup", setup_s, 0});
-  log_line(opts, fmt::format("generation cache: {} rows x {} positions = {} bytes (K+V, {})", rows, positions,
+  log_line(opts, fmt::format("generation cache: {} x {} = {} bytes (K+V, {})", count_of(rows, "row"),
+                             count_of(positions, "position"),
                              res.cache_bytes_setup, to_string(ctx.kv_cache_dtype())));
   // One call over every generation request: with Batching::Dynamic a row that
   // ends is rewound and refilled with the next request while the others decode.
@@ -418,7 +421,8 @@ void check_run_memory(const EvalSpec& spec, const Context& ctx, const RunOptions
                                    res.max_length, opts.pack_prefixes);
     const MemoryPart parts[] = {
         {"weights", mp.weights, true},
-        {fmt::format("KV cache ({} rows x {} positions)", mp.cache_rows, mp.cache_positions), mp.kv_cache},
+        {fmt::format("KV cache ({} x {})", count_of(mp.cache_rows, "row"), count_of(mp.cache_positions, "position")),
+         mp.kv_cache},
         {fmt::format("activations (batch_size {})", res.batch_size), mp.activations}};
     check_memory_plan(fmt::format("the run of {}", spec.path), parts,
                       opts.memory_budget ? *opts.memory_budget : memory_budget(),

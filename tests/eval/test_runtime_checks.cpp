@@ -266,7 +266,7 @@ TEST_SUITE("eval.runtime_checks") {
       const std::string msg = e.what();
       CAPTURE(msg);
       CHECK(msg.find("not enough memory for the run of test.json") == 0);
-      CHECK(msg.find(fmt::format("KV cache (1 rows x 11 positions) {} ({} bytes)", format_bytes(p.kv_cache), p.kv_cache)) !=
+      CHECK(msg.find(fmt::format("KV cache (1 row x 11 positions) {} ({} bytes)", format_bytes(p.kv_cache), p.kv_cache)) !=
             std::string::npos);
       CHECK(msg.find(fmt::format("activations (batch_size 4) {} ({} bytes)", format_bytes(p.activations), p.activations)) !=
             std::string::npos);
