@@ -410,9 +410,10 @@ void requests_phase(const EvalSpec& spec, const Model& model, const RunOptions& 
 
 /// Refuses (MemoryError) this rank's share of the run when its KV cache and
 /// activations do not fit the memory budget, before any forward pass (every
-/// rank stops if one cannot).
+/// rank stops if one cannot). `budget`: the reading `--batch-size auto` picked
+/// against, so that the check agrees with the pick; nullopt: read it now.
 void check_run_memory(const EvalSpec& spec, const Context& ctx, const RunOptions& opts, const std::vector<int>& owner,
-                      const RunResult& res) {
+                      const RunResult& res, const std::optional<MemoryBudget>& budget) {
   std::exception_ptr no_memory;
   try {
     const MemoryPlan mp = plan_for(ctx.model(), res.requests,
@@ -425,7 +426,7 @@ void check_run_memory(const EvalSpec& spec, const Context& ctx, const RunOptions
          mp.kv_cache},
         {fmt::format("activations (batch_size {})", res.batch_size), mp.activations}};
     check_memory_plan(fmt::format("the run of {}", spec.path), parts,
-                      opts.memory_budget ? *opts.memory_budget : memory_budget(),
+                      budget ? *budget : opts.memory_budget ? *opts.memory_budget : memory_budget(),
                       ctx.kv_cache_dtype() == KvCacheDtype::F32
                           ? "lower batch_size, max_length or max_gen_toks, or set kv_cache_dtype (--kv-cache-dtype) bf16 or f16 (half the KV cache)"
                           : "lower batch_size, max_length or max_gen_toks");
@@ -437,12 +438,11 @@ void check_run_memory(const EvalSpec& spec, const Context& ctx, const RunOptions
 }
 
 /// `--batch-size auto`: the largest batch_size up to kAutoBatchMax whose plan
-/// (KV cache and activations of this rank's share) fits the memory budget
-/// (1 when none does: check_run_memory then says why); kAutoBatchMax when the
-/// budget is unknown. Logged with the bytes it plans.
+/// (KV cache and activations of this rank's share) fits auto_batch_budget() of
+/// `budget` (1 when none does: check_run_memory, given the same `budget`, then
+/// says why); kAutoBatchMax when the budget is unknown. Logged with the bytes it plans.
 int auto_batch_size(const Context& ctx, const EvalSpec& spec, const RunOptions& opts, const std::vector<int>& owner,
-                    const RunResult& res) {
-  const MemoryBudget budget = opts.memory_budget ? *opts.memory_budget : memory_budget();
+                    const RunResult& res, const MemoryBudget& budget) {
   const std::vector<size_t> score = mine(canonical_score_order(spec, res.requests), owner, res.rank),
                             gen = mine(canonical_generate_order(spec, res.requests), owner, res.rank);
   auto need = [&](int b) {
@@ -453,15 +453,18 @@ int auto_batch_size(const Context& ctx, const EvalSpec& spec, const RunOptions& 
   if (!budget.available) {
     lo = kAutoBatchMax;
   } else {
+    const uint64_t room = auto_batch_budget(*budget.available);
     int hi = kAutoBatchMax;  // the plan grows with the batch: the largest that fits, by bisection
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
-      if (need(mid) <= *budget.available) lo = mid;
+      if (need(mid) <= room) lo = mid;
       else hi = mid - 1;
     }
   }
   log_line(opts, fmt::format("batch_size auto: {} ({} bytes of KV cache and activations; {}; at most {})", lo, need(lo),
-                             budget.available ? fmt::format("{} bytes available ({})", *budget.available, budget.source)
+                             budget.available ? fmt::format("{} of the {} bytes available ({})",
+                                                            auto_batch_budget(*budget.available), *budget.available,
+                                                            budget.source)
                                               : std::string("memory available unknown"),
                              kAutoBatchMax));
   return lo;
@@ -479,8 +482,13 @@ RunResult run_eval_impl(const EvalSpec& spec, Context& ctx, const RunOptions& op
     const HParams& hp = model.hparams();
     owner = assign_requests(res.requests, res.n_ranks, matmul_params(hp), hp.n_layer, hp.n_embd);
   }
-  if (spec.batch_size_auto) res.batch_size = auto_batch_size(ctx, spec, opts, owner, res);
-  check_run_memory(spec, ctx, opts, owner, res);
+  // One reading of the memory available serves auto's pick and the check, so the check never refuses the pick.
+  std::optional<MemoryBudget> picked;
+  if (spec.batch_size_auto) {
+    picked = opts.memory_budget ? *opts.memory_budget : memory_budget();
+    res.batch_size = auto_batch_size(ctx, spec, opts, owner, res, *picked);
+  }
+  check_run_memory(spec, ctx, opts, owner, res, picked);
   score_phase(spec, ctx, opts, owner, res);
   generation_phase(spec, ctx, opts, owner, res);
   if (res.n_ranks > 1) {
