@@ -378,18 +378,7 @@ RunResult start_result(const EvalSpec& spec, const Context& ctx, const RunOption
   res.kv_cache_dtype = to_string(ctx.kv_cache_dtype());
   if (opts.log) opts.log(fmt::format("compute dtype {}; KV cache {}", model.dtype_note(), res.kv_cache_dtype));
   res.batch_size = spec.batch_size;
-  const int n_ctx = model.hparams().n_ctx_train;
-  if (spec.max_length) {
-    if (n_ctx > 0 && *spec.max_length > n_ctx)
-      throw SpecError(fmt::format("{}: {} exceeds the model's context_length {}", value_origin(spec, "max_length"),
-                                  *spec.max_length, n_ctx));
-    res.max_length = *spec.max_length;
-  } else {
-    res.max_length = n_ctx;
-  }
-  if (res.max_length < 2)
-    throw SpecError(fmt::format("{}: max_length: the model's context_length {} is too small; set max_length >= 2",
-                                spec.path, res.max_length));
+  res.max_length = run_max_length(spec, model.hparams().n_ctx_train);
   return res;
 }
 
@@ -501,6 +490,20 @@ RunResult run_eval_impl(const EvalSpec& spec, Context& ctx, const RunOptions& op
 }
 
 }  // namespace
+
+int run_max_length(const EvalSpec& spec, int n_ctx) {
+  int max_length = n_ctx;
+  if (spec.max_length) {
+    if (n_ctx > 0 && *spec.max_length > n_ctx)
+      throw SpecError(fmt::format("{}: {} exceeds the model's context_length {}", value_origin(spec, "max_length"),
+                                  *spec.max_length, n_ctx));
+    max_length = *spec.max_length;
+  }
+  if (max_length < 2)
+    throw SpecError(fmt::format("{}: max_length: the model's context_length {} is too small; set max_length >= 2",
+                                spec.path, max_length));
+  return max_length;
+}
 
 MemoryPlan plan_memory(const EvalSpec& spec, const Model& model, const std::vector<Request>& requests, int batch_size,
                        int max_length) {

@@ -106,6 +106,11 @@ struct RunResult {
   bool is_root() const { return rank == 0; }
 };
 
+/// The context window (tokens) a run of `spec` uses on a model of context_length
+/// `n_ctx`: spec.max_length, else n_ctx. Throws SpecError when max_length
+/// exceeds n_ctx (naming the key or the option that set it) or the window is below 2.
+int run_max_length(const EvalSpec& spec, int n_ctx);
+
 /// The largest batch_size `--batch-size auto` picks (lm-eval's default --max_batch_size).
 inline constexpr int kAutoBatchMax = 64;
 
