@@ -294,8 +294,8 @@ TEST_SUITE("eval.runtime_checks") {
       const MemoryPlan p = plan_memory(spec, *own, reqs, b, 64);
       return static_cast<uint64_t>(p.kv_cache + p.activations);
     };
-    int k = 2;  // the first batch size whose plan is larger than batch 1's
-    while (k <= kAutoBatchMax && need(k) == need(1)) ++k;
+    int k = 2;  // the first batch size whose plan leaves room for batch 1's in 9/10 of it
+    while (k <= kAutoBatchMax && need(k) - need(k) / 10 < need(1)) ++k;
     REQUIRE(k <= kAutoBatchMax);
     std::vector<std::string> lines;
     RunOptions o;
@@ -305,6 +305,7 @@ TEST_SUITE("eval.runtime_checks") {
     RunResult r = run_eval(spec, ctx, o);
     CHECK(r.batch_size < k);
     CHECK(need(r.batch_size) <= need(k) - need(k) / 10);
+    CHECK(need(r.batch_size + 1) > need(k) - need(k) / 10);  // the largest such
     // 10/9 of need(k) (rounded up): batch k fits in 9/10 of it
     const uint64_t roomy = (need(k) * 10 + 8) / 9;
     o.memory_budget = MemoryBudget{roomy, "a test budget"};
@@ -312,6 +313,7 @@ TEST_SUITE("eval.runtime_checks") {
     r = run_eval(spec, ctx, o);
     CHECK(r.batch_size >= k);
     CHECK(need(r.batch_size) <= roomy - roomy / 10);
+    CHECK((r.batch_size == kAutoBatchMax || need(r.batch_size + 1) > roomy - roomy / 10));
     CHECK(std::any_of(lines.begin(), lines.end(), [&](const std::string& l) {
       return l.find(fmt::format("batch_size auto: {} ({} bytes of KV cache and activations; {} of the {} bytes available "
                                 "(a test budget); at most 64)",
