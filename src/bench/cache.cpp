@@ -10,6 +10,7 @@
 
 #include "bench/ctx.hpp"
 #include "util/error.hpp"
+#include "util/number_format.hpp"
 #include "util/timer.hpp"
 
 namespace kveval::bench::detail {
@@ -122,7 +123,7 @@ Row switch_policy(Ctx& c, CachePolicy policy, int b, int p, int g) {
   GenerateOptions gopts;
   gopts.max_gen_toks = {g};
   gopts.stop_at_eos = false;
-  c.say(fmt::format("switch: {} rounds, policy {}", c.o.switch_rounds, to_string(policy)));
+  c.say(fmt::format("switch: {}, policy {}", count_of(c.o.switch_rounds, "round"), to_string(policy)));
   drop_caches(c.context);
   auto round = [&] {
     Round r{};

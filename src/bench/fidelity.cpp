@@ -10,6 +10,7 @@
 #include "eval/spec.hpp"
 #include "model/model.hpp"
 #include "util/error.hpp"
+#include "util/number_format.hpp"
 
 namespace kveval::bench {
 
@@ -22,6 +23,13 @@ eval::EvalSpec load_fidelity_spec(const Options& o) {
   for (const auto& t : spec.tasks) docs += t.docs.size();
   if (docs == 0)
     throw ArgumentError(fmt::format("--spec {}: no document to compare (every task has 0 documents after 'limit')", o.spec));
+  // the requests from the file's tokenizer alone: a spec none of whose requests can be scored is refused
+  // before either model loads
+  const eval::RequestPreview p = eval::preview_requests(spec);
+  if (p.requests > 0 && p.failed == p.requests)
+    throw ArgumentError(fmt::format("--spec {}: fidelity would compare nothing: every request fails before scoring ({}; "
+                                    "first: {})",
+                                    o.spec, count_of(p.requests, "request"), p.first_error));
   return spec;
 }
 
@@ -51,8 +59,8 @@ void run_fidelity(const Options& o, eval::EvalSpec spec, int threads, Report& re
   const std::string failed =
       f.failed_either == 0
           ? ""
-          : fmt::format("{} of the {} requests failed ({} run: {}, {} run: {}; first: {})", f.failed_either,
-                        f.requests, f.dtype_a, f.failed[0], f.dtype_b, f.failed[1], f.first_error);
+          : fmt::format("{} of the {} failed ({} run: {}, {} run: {}; first: {})", f.failed_either,
+                        count_of(f.requests, "request"), f.dtype_a, f.failed[0], f.dtype_b, f.failed[1], f.first_error);
   if (f.tokens.tokens == 0 && docs == 0)
     throw ArgumentError(fmt::format("--spec {}: fidelity compared no token and no document{}", o.spec,
                                     failed.empty() ? "" : ": " + failed));

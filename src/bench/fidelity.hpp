@@ -11,8 +11,11 @@
 namespace kveval::bench {
 
 /// The spec fidelity scores: o.spec with the model o.model_path, read before
-/// any test runs. Throws ArgumentError when o.spec is empty or cannot be read
-/// or has no document (naming --spec), SpecError for a bad spec.
+/// any test runs; its requests are built with the file's tokenizer alone
+/// (eval::preview_requests). Throws ArgumentError naming --spec when o.spec is
+/// empty or cannot be read, has no document, or every request fails before
+/// scoring (too long for max_length); SpecError for a bad spec or a max_length
+/// beyond the file's context_length; what reading the file's header and tokenizer throws.
 eval::EvalSpec load_fidelity_spec(const Options& o);
 
 /// fidelity: runs `spec` (load_fidelity_spec; `threads` threads) with --dtype

@@ -10,6 +10,7 @@
 #include "bench/stats.hpp"
 #include "util/error.hpp"
 #include "util/memory.hpp"
+#include "util/number_format.hpp"
 #include "util/timer.hpp"
 
 namespace kveval::bench {
@@ -147,8 +148,8 @@ void run_gen_mixed(const Options& o, Context& ctx, int threads, Report& rep,
     if (!w) w = gen_mixed_workload(model, o.gen_mixed_prompts, o.gen_mixed_max_gen, o.seed);
     const int rows = step.batch;
     if (say)
-      say(fmt::format("[t={}] gen-mixed: {} prompts, {} tokens to generate, {} rows, static vs dynamic", threads,
-                      w->prompts.size(), w->gen_tokens(), rows));
+      say(fmt::format("[t={}] gen-mixed: {}, {} to generate, {}, static vs dynamic", threads,
+                      count_of(w->prompts.size(), "prompt"), count_of(w->gen_tokens(), "token"), count_of(rows, "row")));
     if (ctx.caches_are_setup()) ctx.delete_caches();
     const MemoryPart parts[] = {{"KV cache", ctx.cache_bytes_for(rows, w->positions)},
                                 {"activations", model.activation_bytes_for(rows, w->positions, false)}};

@@ -9,6 +9,7 @@
 
 #include "bench/ctx.hpp"
 #include "bench/stats.hpp"
+#include "util/number_format.hpp"
 #include "util/timer.hpp"
 
 namespace kveval::bench {
@@ -88,7 +89,7 @@ void run_mc(Ctx& c, Steps steps) {
         acts = std::max(acts, c.model.activation_bytes_for(p.rows, p.seq, false, p.tokens, p.logit_rows));
       const char* name = shared ? "packed" : "unpacked";
       if (!c.fits(fmt::format("mc {} batch {}", name, b), {{"activations", acts}})) continue;
-      c.say(fmt::format("mc: {} requests {}, batch {}", reqs.size(), name, b));
+      c.say(fmt::format("mc: {} {}, batch {}", count_of(reqs.size(), "request"), name, b));
       const ContextStats s0 = c.context.stats();
       score(c.context, reqs, b, opts);  // the warm-up, counted
       const ContextStats s1 = c.context.stats();

@@ -11,6 +11,7 @@
 #include "bench/stats.hpp"
 #include "util/error.hpp"
 #include "util/memory.hpp"
+#include "util/number_format.hpp"
 #include "util/timer.hpp"
 
 namespace kveval::bench::detail {
@@ -145,7 +146,7 @@ void run_ll(Ctx& c, Steps steps) {
     for (const ScorePassShape& s : score_pass_shapes(reqs, b, c.model.hparams().n_ctx_train))
       acts = std::max(acts, c.model.activation_bytes_for(s.rows, s.seq, false, s.tokens, s.logit_rows));
     if (!c.fits(fmt::format("ll batch {}", b), {{"activations", acts}})) continue;
-    c.say(fmt::format("ll: {} requests, batch {}", reqs.size(), b));
+    c.say(fmt::format("ll: {}, batch {}", count_of(reqs.size(), "request"), b));
     const auto secs = repeat(c.o.repetitions, [&] {
       Stopwatch sw;
       score(c.context, reqs, b);

@@ -25,6 +25,7 @@
 #include "bench/plan.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
+#include "util/number_format.hpp"
 #include "util/timer.hpp"
 
 namespace kveval::bench {
@@ -174,8 +175,8 @@ void require_whole(const std::vector<Generation>& gens, const std::vector<int>& 
     const Generation& g = gens[r];
     if (static_cast<int>(g.ids.size()) >= expected[r]) continue;
     const std::string why = g.reason == StopReason::NonFinite ? "non-finite logits (NaN or Inf)" : to_string(g.reason);
-    throw MeasurementError(fmt::format("{} stopped after {} of {} tokens in row {}: {}{}", what, g.ids.size(),
-                                       expected[r], r, why,
+    throw MeasurementError(fmt::format("{} stopped after {} of {} in row {}: {}{}", what, g.ids.size(),
+                                       count_of(expected[r], "token"), r, why,
                                        g.kv_f16_overflows > 0 ? " (" + kv_f16_overflow_note(g.kv_f16_overflows) + ")"
                                                               : std::string()));
   }

@@ -13,8 +13,9 @@
 #include "model/model.hpp"
 #include "util/error.hpp"
 #include "util/memory.hpp"
-#include "util/utf8.hpp"
+#include "util/number_format.hpp"
 #include "util/timer.hpp"
+#include "util/utf8.hpp"
 
 namespace kveval::cli {
 
@@ -59,7 +60,7 @@ void check_fits(const Model& model, const GenerateArgs& o, size_t prompt_tokens,
   const int ctx_plan = static_cast<int>(std::min<int64_t>(max_length, static_cast<int64_t>(prompt_tokens) + o.max_gen_toks));
   const MemoryPart parts[] = {
       {"weights", model.weight_bytes(), true},
-      {fmt::format("KV cache (1 row x {} positions)", ctx_plan), o.no_cache ? 0 : model.cache_bytes_for(1, std::max(ctx_plan, 1))},
+      {fmt::format("KV cache (1 row x {})", count_of(ctx_plan, "position")), o.no_cache ? 0 : model.cache_bytes_for(1, std::max(ctx_plan, 1))},
       {"activations", model.activation_bytes_for(1, std::max(ctx_plan, 1), false)}};
   check_memory_plan("the generation", parts, memory_budget(), "lower --max-gen-toks or --max-length");
   if (static_cast<int64_t>(prompt_tokens) > max_length ||
@@ -67,8 +68,8 @@ void check_fits(const Model& model, const GenerateArgs& o, size_t prompt_tokens,
     if (o.prompt.empty())  // the BOS token alone fills the context
       throw ArgumentError(fmt::format("--max-length {} holds only the BOS token (no --prompt given): no room for a "
                                       "generated token", max_length));
-    throw ArgumentError(fmt::format("--prompt has {} tokens (BOS included); the context holds {} (--max-length){}",
-                                    prompt_tokens, max_length,
+    throw ArgumentError(fmt::format("--prompt has {} (BOS included); the context holds {} (--max-length){}",
+                                    count_of(prompt_tokens, "token"), max_length,
                                     static_cast<int64_t>(prompt_tokens) == max_length ? ", no room for a generated token" : ""));
   }
 }
@@ -133,19 +134,23 @@ GenerateRun generate_streamed(const Model& model, const GenerateArgs& o, const s
   return run;
 }
 
-/// The stop reason and llama.cpp-style per-phase timings on stderr.
+/// The stop reason and llama.cpp-style per-phase timings on stderr, each line
+/// "kveval: ..." like every other diagnostic line.
 void print_timings(const Model& model, const GenerateArgs& o, const GenerateRun& run, double load_s, int ctx) {
   auto rate = [](int64_t n, double s) { return s > 0 ? n / s : 0.0; };
+  auto tokens = [&](const char* phase, double s, int64_t n) {
+    fmt::print(stderr, "kveval: {:<15}{:9.2f} ms / {:5} {:<6} ({:9.1f} tokens/s)\n", phase, s * 1e3, n,
+               noun_for(static_cast<uint64_t>(n), "token"), rate(n, s));
+  };
   const GenerateTiming& t = run.t;
-  fmt::print(stderr, "stop: {} after {} tokens\n", to_string(run.g.reason), run.g.ids.size());
-  fmt::print(stderr, "load          {:9.2f} ms\n", load_s * 1e3);
+  fmt::print(stderr, "kveval: stop: {} after {}\n", to_string(run.g.reason), count_of(run.g.ids.size(), "token"));
+  fmt::print(stderr, "kveval: {:<15}{:9.2f} ms\n", "load", load_s * 1e3);
   if (!o.no_cache)
-    fmt::print(stderr, "cache setup   {:9.3f} ms ({} bytes)\n", run.setup_s * 1e3, model.cache_bytes_for(1, ctx));
-  fmt::print(stderr, "prefill       {:9.2f} ms / {:5} tokens ({:9.1f} tokens/s)\n", t.prefill_seconds * 1e3,
-             t.prefill_tokens, rate(t.prefill_tokens, t.prefill_seconds));
-  fmt::print(stderr, "decode        {:9.2f} ms / {:5} tokens ({:9.1f} tokens/s)\n", t.decode_seconds * 1e3,
-             t.decode_tokens, rate(t.decode_tokens, t.decode_seconds));
-  if (!o.no_cache) fmt::print(stderr, "cache teardown{:9.3f} ms\n", run.teardown_s * 1e3);
+    fmt::print(stderr, "kveval: {:<15}{:9.3f} ms ({} bytes)\n", "cache setup", run.setup_s * 1e3,
+               model.cache_bytes_for(1, ctx));
+  tokens("prefill", t.prefill_seconds, t.prefill_tokens);
+  tokens("decode", t.decode_seconds, t.decode_tokens);
+  if (!o.no_cache) fmt::print(stderr, "kveval: {:<15}{:9.3f} ms\n", "cache teardown", run.teardown_s * 1e3);
 }
 
 /// `kveval generate`: checks, loads the model, generates and reports.
@@ -169,8 +174,8 @@ int run_generate(GenerateArgs& o) {
   const Generation& g = run.g;
   if (g.reason == StopReason::NonFinite)
     throw Error(fmt::format(
-        "non-finite logits (NaN or Inf) at token position {} (after {} generated tokens): generation stopped; {}",
-        g.prompt_tokens + static_cast<int>(g.ids.size()), g.ids.size(),
+        "non-finite logits (NaN or Inf) at token position {} (after {}): generation stopped; {}",
+        g.prompt_tokens + static_cast<int>(g.ids.size()), count_of(g.ids.size(), "generated token"),
         g.kv_f16_overflows > 0 ? kv_f16_overflow_note(g.kv_f16_overflows)
                                : std::string("the model's activations overflowed")));
   print_timings(*model, o, run, load_s, ctx);

@@ -7,14 +7,18 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/commands.hpp"
 #include "model/arch/arch.hpp"
 #include "model/random_model.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
+#include "util/number_format.hpp"
 
 namespace kveval::cli {
 
@@ -86,6 +90,39 @@ RandomModelSpec make_model_spec(const MakeModelArgs& a, bool arch_given) {
   return spec;
 }
 
+/// The first row length of `s`'s matrices (rows are GGUF's dims[0]: n_embd for
+/// the embedding, Q/K/V and FFN gate/up, n_ff for FFN down, n_head x head_dim
+/// for the attention output) that is not a multiple of `block` elements, as
+/// "n_embd 288"; "" when every row holds whole blocks.
+std::string misfit_row(const RandomModelSpec& s, uint32_t block) {
+  const std::pair<const char*, int64_t> rows[] = {
+      {"n_embd", s.n_embd}, {"n_ff", s.n_ff}, {"n_head x head_dim", int64_t{s.n_head} * s.head_dim()}};
+  for (const auto& [name, n] : rows)
+    if (n % block != 0) return fmt::format("{} {}", name, n);
+  return "";
+}
+
+/// Refuses --type `type` (ArgumentError naming --type, the preset, the row
+/// that does not fit and the presets that do) when a matrix row of `spec` is
+/// not a whole number of `type`'s blocks, before anything is written.
+void check_type_fits(const MakeModelArgs& a, const RandomModelSpec& spec, gguf::TensorType type, bool arch_given) {
+  const uint32_t block = gguf::type_info(type).block_size;
+  const std::string misfit = misfit_row(spec, block);
+  if (misfit.empty()) return;
+  std::vector<std::string> fit;  // the presets this --arch can write in this type
+  for (const std::string& p : random_model_presets()) {
+    RandomModelSpec ps = random_model_preset(p);
+    if (ps.hf_model.empty()) ps = random_model_flavour(ps, a.arch);
+    else if (arch_given) continue;
+    if (misfit_row(ps, block).empty()) fit.push_back(p);
+  }
+  throw ArgumentError(fmt::format("--type {}: preset {} has {}, not a multiple of {}'s block size {} (a quantized "
+                                  "row holds whole blocks); {}",
+                                  a.type, a.preset, misfit, a.type, block,
+                                  fit.empty() ? std::string("no preset fits this type")
+                                              : fmt::format("presets that fit: {}", fmt::join(fit, ", "))));
+}
+
 /// Writes the model of `a` and prints one line on what it wrote.
 int write_model(const MakeModelArgs& a, bool arch_given) {
   std::error_code ec;
@@ -101,14 +138,15 @@ int write_model(const MakeModelArgs& a, bool arch_given) {
   gguf::TensorType type = gguf::TensorType::F32;
   for (gguf::TensorType t : gguf::supported_types())
     if (lower(gguf::type_name(t)) == a.type) type = t;
+  check_type_fits(a, spec, type, arch_given);
   const uint64_t params = random_model_parameters(spec);
   const uint64_t bytes = write_random_model(a.out, spec, a.seed, type);
   const std::string preset_note = spec.hf_model.empty() ? "" : " (" + spec.hf_model + "'s shape)";
   const std::string vocab_note =
       spec.vocab.empty()              ? ""
       : vocab_tokens == spec.n_vocab ? " from " + spec.vocab
-                                     : fmt::format(" from {}: {} tokens + {} [PAD] tokens", spec.vocab,
-                                                   vocab_tokens, spec.n_vocab - vocab_tokens);
+                                     : fmt::format(" from {}: {} + {}", spec.vocab, count_of(vocab_tokens, "token"),
+                                                   count_of(spec.n_vocab - vocab_tokens, "[PAD] token"));
   fmt::print(
       "wrote {}: preset {}{}, arch {} ({}; n_embd {}, n_layer {}, n_head {}, n_head_kv {}, head_dim {}, n_ff {}, "
       "n_vocab {}{}, n_ctx {}{}), {} parameters as {}, seed {}, {} bytes ({:.1f} MiB)\n",

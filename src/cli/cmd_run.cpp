@@ -37,6 +37,7 @@
 #include "util/error.hpp"
 #include "util/hash.hpp"
 #include "util/input_file.hpp"
+#include "util/number_format.hpp"
 #include "util/timer.hpp"
 
 namespace kveval::cli {
@@ -255,7 +256,9 @@ void prepare(const RunArgs& a, const Distributed& dist, eval::EvalSpec& spec, nl
   std::error_code ec;
   if (!a.output_path.empty() && std::filesystem::exists(a.output_path, ec) && !std::filesystem::is_directory(a.output_path, ec))
     throw ArgumentError(fmt::format("--output-path {}: not a directory", a.output_path));
-  TaskOverrides over{a.num_fewshot >= 0 ? std::optional<int>(a.num_fewshot) : std::nullopt, a.include_paths};
+  TaskOverrides over;
+  if (a.num_fewshot >= 0) over.num_fewshot = a.num_fewshot;
+  over.include_paths = a.include_paths;
   std::optional<Seeds> seeds;
   if (!a.seed.empty()) seeds = parse_seed_arg(a.seed);
   if (seeds && (*seeds)[3]) over.fewshot_seed = static_cast<uint64_t>(*(*seeds)[3]);
@@ -389,7 +392,7 @@ int run(const RunArgs& a) {
 
   int code = kOk;
   if (res.n_request_errors > 0) {
-    fmt::print(stderr, "kveval: {} request(s) failed (see the metrics table{})\n", res.n_request_errors,
+    fmt::print(stderr, "kveval: {} failed (see the metrics table{})\n", count_of(res.n_request_errors, "request"),
                a.log_samples.empty() ? "" : " and " + a.log_samples);
     code = kRequestErrors;
   }

@@ -1,6 +1,7 @@
 #include "eval/aggregate.hpp"
 
 #include "eval/groups.hpp"
+#include "util/number_format.hpp"
 
 #include <algorithm>
 
@@ -109,10 +110,12 @@ void compute_task_metrics(const EvalSpec& spec, RunResult& res) {
     // every document failed: say so instead of compute_metrics' "no documents"
     bool any_ok = std::any_of(res.docs[t].begin(), res.docs[t].end(), [](const DocOutcome& d) { return d.ok; });
     if (res.docs[t].empty() || any_ok) continue;
+    // "all 3 requests failed", "its 1 request failed", "all 2 documents failed (2 of 4 requests)"
+    auto all = [](uint64_t n, const char* noun) { return fmt::format("{} {}", n == 1 ? "its" : "all", count_of(n, noun)); };
     std::string why = res.task_errors[t] == task_requests[t]
-                          ? fmt::format("all {} requests failed", task_requests[t])
-                          : fmt::format("all {} documents failed ({} of {} requests)", res.docs[t].size(),
-                                        res.task_errors[t], task_requests[t]);
+                          ? all(task_requests[t], "request") + " failed"
+                          : fmt::format("{} failed ({} of {})", all(res.docs[t].size(), "document"), res.task_errors[t],
+                                        count_of(task_requests[t], "request"));
     for (auto& m : res.metrics.back())
       if (!m.value) m.note = why;
   }

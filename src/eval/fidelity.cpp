@@ -7,6 +7,9 @@
 #include <fmt/format.h>
 
 #include "eval/metrics.hpp"
+#include "eval/requests.hpp"
+#include "model/gguf.hpp"
+#include "model/tokenizer.hpp"
 #include "util/error.hpp"
 
 namespace kveval::eval {
@@ -165,6 +168,25 @@ std::vector<double> decode_logprobs(Context& ctx, const ScoreRequest& r) {
     out.push_back(static_cast<double>(logits[static_cast<size_t>(r.tokens[static_cast<size_t>(next)])]) - mx - std::log(sum));
   }
   return out;
+}
+
+RequestPreview preview_requests(const EvalSpec& spec) {
+  const gguf::File file(spec.model);
+  int n_ctx = 0;
+  try {  // a key of the wrong type is Model::load's error to report, in its words
+    const std::string arch = file.get_string_or("general.architecture", "llama");
+    n_ctx = static_cast<int>(std::min<uint64_t>(file.get_uint_or(arch + ".context_length", 0), 1 << 24));
+  } catch (const FormatError&) {
+  }
+  if (n_ctx == 0 && !spec.max_length) return {};  // no window to build in: Model::load says why
+  const Tokenizer tok = Tokenizer::from_gguf(file);
+  RequestPreview p;
+  for (const Request& r : build_requests(spec, tok, run_max_length(spec, n_ctx), nullptr)) {
+    ++p.requests;
+    if (r.error.empty()) continue;
+    if (p.failed++ == 0) p.first_error = r.error;
+  }
+  return p;
 }
 
 FidelityReport compare_dtypes(const EvalSpec& spec, ComputeDtype a, ComputeDtype b) {

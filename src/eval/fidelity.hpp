@@ -51,6 +51,20 @@ struct FidelityReport {
   std::string first_error;         ///< the first failed request's error (run a first), "" when none failed
 };
 
+/// What the requests of a run of `spec` would be, known before any model loads.
+struct RequestPreview {
+  size_t requests = 0;      ///< requests built
+  size_t failed = 0;        ///< of those, failed before scoring (too long for max_length, ...)
+  std::string first_error;  ///< the first failed request's error, "" when none failed
+};
+
+/// Builds the requests of `spec` as a run does (build_requests, max_length from
+/// run_max_length) with only the header and the tokenizer of the GGUF file
+/// spec.model read, no weights. Throws SpecError when spec.max_length exceeds
+/// the file's context_length, and what gguf::File, Tokenizer::from_gguf and
+/// build_requests throw.
+RequestPreview preview_requests(const EvalSpec& spec);
+
 /// Runs `spec` (its model, threads, batch size and kv_cache_dtype, which
 /// `auto` resolves per run: a bf16 run generates with a bf16 cache) with compute dtype `a`,
 /// then `b` (one model load each, run_eval with the default options), scores

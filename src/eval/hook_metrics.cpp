@@ -10,6 +10,7 @@
 #include "eval/spec.hpp"
 #include "eval/task_hooks.hpp"
 #include "util/error.hpp"
+#include "util/number_format.hpp"
 
 namespace kveval::eval {
 
@@ -136,7 +137,7 @@ std::vector<MetricValue> hook_metrics(const TaskSpec& task, std::span<const DocO
         m.value.reset(), m.stderr_.reset();
         m.note = e.what();
       }
-      if (failed) m.note = fmt::format("{} document(s) left out: {}{}", failed, first, m.note.empty() ? "" : "; " + m.note);
+      if (failed) m.note = fmt::format("{} left out: {}{}", count_of(failed, "document"), first, m.note.empty() ? "" : "; " + m.note);
       out.push_back(std::move(m));
     }
   }

@@ -7,7 +7,8 @@
 // Everything kveval-specific (phases, cache, instrumentation, notes, warnings,
 // request errors, ranks) sits under one "kveval" key. Keys are in a stable,
 // readable order (nlohmann::ordered_json). The JSON Schema of the results file
-// is tests/data/results.schema.json.
+// is tests/data/results.schema.json. The results file is written by
+// lm_eval_format.cpp, the samples by lm_eval_samples.cpp.
 #include <string>
 #include <string_view>
 #include <vector>

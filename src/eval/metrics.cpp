@@ -10,8 +10,9 @@
 
 #include <fmt/format.h>
 
-#include "util/whitespace.hpp"
 #include "util/error.hpp"
+#include "util/number_format.hpp"
+#include "util/whitespace.hpp"
 
 namespace kveval::eval {
 
@@ -409,7 +410,7 @@ std::vector<MetricValue> compute_metrics(const TaskSpec& task, std::span<const D
         m.filter = s.pipes[p].name;
         if (s.em[p].empty() && s.n_ok > 0 && !s.filter_failed[p]) m.note = "no doc_to_target: outputs only";
         if (s.filter_failed[p])
-          m.note = fmt::format("{} document(s) left out: {}", s.filter_failed[p], s.filter_errors[p]);
+          m.note = fmt::format("{} left out: {}", count_of(s.filter_failed[p], "document"), s.filter_errors[p]);
         all.push_back(m);
       }
     } else {

@@ -98,7 +98,7 @@ std::string format_metrics_table(const EvalSpec& spec, const RunResult& res) {
   std::string out = table({"task", "metric", "value", "stderr", "n", "note"}, rows,
                           {false, false, true, true, true, false});
   if (res.n_request_errors > 0) {
-    out += fmt::format("{} request(s) failed:", res.n_request_errors);
+    out += fmt::format("{} failed:", count_of(static_cast<uint64_t>(res.n_request_errors), "request"));
     for (size_t t = 0; t < res.task_errors.size(); ++t)
       if (res.task_errors[t]) out += fmt::format(" {}: {};", spec.tasks[t].name, res.task_errors[t]);
     out += "\n";
@@ -135,29 +135,51 @@ std::vector<DistributedPhase> distributed_phases(const RunResult& res) {
   return out;
 }
 
+namespace {
+
+/// The phases that exist only around the generation KV cache.
+bool is_cache_phase(const std::string& name) {
+  return name == "cache setup" || name == "prefill" || name == "decode" || name == "cache teardown";
+}
+
+}  // namespace
+
+bool has_generation(const RunResult& res) {
+  return std::any_of(res.requests.begin(), res.requests.end(),
+                     [](const Request& r) { return r.kind == RequestKind::Generate; });
+}
+
 std::string format_phase_table(const RunResult& res) {
+  const bool gen = has_generation(res);
   std::vector<std::vector<std::string>> rows;
   for (const auto& p : res.phases) {
+    if (!gen && is_cache_phase(p.name)) continue;
     std::string tok = p.tokens > 0 ? std::to_string(p.tokens) : "-";
     std::string tps = p.tokens > 0 && p.seconds > 0 ? format_table_number(static_cast<double>(p.tokens) / p.seconds, 1) : "-";
     rows.push_back({p.name, format_table_number(p.seconds, 4), tok, tps});
   }
   std::string out = table({"phase", "seconds", "tokens", "tokens/s"}, rows, {false, true, true, true});
-  out += fmt::format("cache bytes: {} before generation, {} at setup ({} rows x {} positions), {} after teardown\n",
-                     res.cache_bytes_before, res.cache_bytes_setup, res.cache_rows, res.cache_positions,
-                     res.cache_bytes_after);
-  out += fmt::format("loglikelihood phase: {} forward passes, {} with caches set up, {} cached; {} tokens requested, "
-                     "{} computed{}, {} logit rows\n",
-                     res.ll_forward_calls, res.ll_forward_with_cache_setup, res.ll_forward_cached,
-                     res.ll_tokens_requested, res.ll_tokens_computed,
-                     res.ll_tokens_computed < res.ll_tokens_requested ? " (prefix packing)" : "", res.ll_logit_rows);
+  if (gen)
+    out += fmt::format("cache bytes: {} before generation, {} at setup ({} x {}), {} after teardown\n",
+                       res.cache_bytes_before, res.cache_bytes_setup, count_of(res.cache_rows, "row"),
+                       count_of(res.cache_positions, "position"), res.cache_bytes_after);
+  else
+    out += fmt::format("cache bytes: {} before the run, {} after (no generate_until task: no generation cache, no "
+                       "cache phases)\n",
+                       res.cache_bytes_before, res.cache_bytes_after);
+  out += fmt::format("loglikelihood phase: {}, {} with caches set up, {} cached; {} requested, {} computed{}, {}\n",
+                     count_of(res.ll_forward_calls, "forward pass", "forward passes"), res.ll_forward_with_cache_setup,
+                     res.ll_forward_cached, count_of(res.ll_tokens_requested, "token"), res.ll_tokens_computed,
+                     res.ll_tokens_computed < res.ll_tokens_requested ? " (prefix packing)" : "",
+                     count_of(res.ll_logit_rows, "logit row"));
   if (res.n_ranks > 1 && !res.rank_phases.empty()) {
     out += fmt::format("{} ranks: phase seconds above are the slowest rank's (wall), tokens all ranks'; CPU seconds (sum) "
                        "and load imbalance (max/mean) per phase:",
                        res.n_ranks);
     for (const auto& d : distributed_phases(res))
-      out += fmt::format(" {} {:.4f} s{}", d.name, d.cpu_seconds,
-                         d.imbalance ? fmt::format(" ({:.2f}x)", *d.imbalance) : std::string());
+      if (gen || !is_cache_phase(d.name))
+        out += fmt::format(" {} {:.4f} s{}", d.name, d.cpu_seconds,
+                           d.imbalance ? fmt::format(" ({:.2f}x)", *d.imbalance) : std::string());
     out += "\n";
   }
   return out;

@@ -41,9 +41,15 @@ struct DistributedPhase {
 /// Per-phase figures of a distributed run from RunResult::rank_phases (empty list on other ranks).
 std::vector<DistributedPhase> distributed_phases(const RunResult& res);
 
+/// True when the run has a generate_until request (its spec a generation task).
+bool has_generation(const RunResult& res);
+
 /// Phase table: phase, wall seconds, tokens, tokens/s (tokens / seconds; "-"
 /// where tokens do not apply), in execution order, then the cache bytes at
 /// set-up and after teardown and the log-likelihood instrumentation counters.
+/// A run without a generate_until request (has_generation) has no cache
+/// phases in the table (RunResult::phases keeps them, at 0) and says so in the
+/// cache line.
 std::string format_phase_table(const RunResult& res);
 
 /// Writes `lines` as JSONL to `path`, all or nothing (util::AtomicFile).

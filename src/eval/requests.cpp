@@ -7,6 +7,7 @@
 
 #include "eval/chat_context.hpp"
 #include "util/error.hpp"
+#include "util/number_format.hpp"
 #include "util/whitespace.hpp"
 
 namespace kveval::eval {
@@ -112,8 +113,8 @@ void add_llamacpp_chunks(const EvalSpec& spec, size_t ti, const Tokenizer& tok, 
     r.index = 0;
     r.kind = RequestKind::PerplexityChunk;
     r.error = fmt::format("task {}: llama.cpp perplexity needs at least 2 x context_length = {} tokens; the {} "
-                          "document(s) joined give {}",
-                          t.name, 2 * t.context_length, t.docs.size(), seq.size());
+                          "joined give {}",
+                          t.name, 2 * t.context_length, count_of(t.docs.size(), "document"), seq.size());
     out.push_back(std::move(r));
   }
   for (size_t k = 0; k < chunks.size(); ++k) {
@@ -264,8 +265,8 @@ std::vector<Request> build_requests(const EvalSpec& spec, const Tokenizer& tok, 
     if (t.output_type == OutputType::LoglikelihoodRolling && t.rolling_method == RollingMethod::LlamaCpp)
       add_llamacpp_chunks(spec, ti, tok, max_length, out);
     if (n_truncated > 0 && warnings)
-      warnings->push_back(fmt::format("task {}: {} request(s) left-truncated to fit max_length {} (BOS kept)", t.name,
-                                      n_truncated, max_length));
+      warnings->push_back(fmt::format("task {}: {} left-truncated to fit max_length {} (BOS kept)", t.name,
+                                      count_of(n_truncated, "request"), max_length));
   }
   return out;
 }

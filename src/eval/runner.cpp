@@ -10,6 +10,7 @@
 #include "model/cost.hpp"
 #include "util/error.hpp"
 #include "util/hash.hpp"
+#include "util/number_format.hpp"
 #include "util/timer.hpp"
 
 namespace kveval::eval {
@@ -221,9 +222,10 @@ void record_generations(const EvalSpec& spec, const Tokenizer& tok, const std::v
       // An f16 cache stores K/V values with |x| >= 65520 as Inf: say so when this row's did.
       const std::string overflow_hint =
           g.kv_f16_overflows == 0 ? std::string() : " (" + kv_f16_overflow_note(g.kv_f16_overflows) + ")";
-      o.error = fmt::format("{}: non-finite logits (NaN or Inf) at token position {} (after {} generated tokens); "
+      o.error = fmt::format("{}: non-finite logits (NaN or Inf) at token position {} (after {}); "
                             "generation stopped and the output is not scored{}",
-                            request_label(spec, r), g.prompt_tokens + static_cast<int>(g.ids.size()), g.ids.size(),
+                            request_label(spec, r), g.prompt_tokens + static_cast<int>(g.ids.size()),
+                            count_of(g.ids.size(), "generated token"),
                             overflow_hint);
       continue;
     }
@@ -283,7 +285,8 @@ void generation_phase(const EvalSpec& spec, Context& ctx, const RunOptions& opts
   double setup_s = sw_setup.seconds();
   res.cache_bytes_setup = ctx.bytes();
   res.phases.push_back({"cache setup", setup_s, 0});
-  log_line(opts, fmt::format("generation cache: {} rows x {} positions = {} bytes (K+V, {})", rows, positions,
+  log_line(opts, fmt::format("generation cache: {} x {} = {} bytes (K+V, {})", count_of(rows, "row"),
+                             count_of(positions, "position"),
                              res.cache_bytes_setup, to_string(ctx.kv_cache_dtype())));
   // One call over every generation request: with Batching::Dynamic a row that
   // ends is rewound and refilled with the next request while the others decode.
@@ -375,18 +378,7 @@ RunResult start_result(const EvalSpec& spec, const Context& ctx, const RunOption
   res.kv_cache_dtype = to_string(ctx.kv_cache_dtype());
   if (opts.log) opts.log(fmt::format("compute dtype {}; KV cache {}", model.dtype_note(), res.kv_cache_dtype));
   res.batch_size = spec.batch_size;
-  const int n_ctx = model.hparams().n_ctx_train;
-  if (spec.max_length) {
-    if (n_ctx > 0 && *spec.max_length > n_ctx)
-      throw SpecError(fmt::format("{}: {} exceeds the model's context_length {}", value_origin(spec, "max_length"),
-                                  *spec.max_length, n_ctx));
-    res.max_length = *spec.max_length;
-  } else {
-    res.max_length = n_ctx;
-  }
-  if (res.max_length < 2)
-    throw SpecError(fmt::format("{}: max_length: the model's context_length {} is too small; set max_length >= 2",
-                                spec.path, res.max_length));
+  res.max_length = run_max_length(spec, model.hparams().n_ctx_train);
   return res;
 }
 
@@ -407,9 +399,10 @@ void requests_phase(const EvalSpec& spec, const Model& model, const RunOptions& 
 
 /// Refuses (MemoryError) this rank's share of the run when its KV cache and
 /// activations do not fit the memory budget, before any forward pass (every
-/// rank stops if one cannot).
+/// rank stops if one cannot). `budget`: the reading `--batch-size auto` picked
+/// against, so that the check agrees with the pick; nullopt: read it now.
 void check_run_memory(const EvalSpec& spec, const Context& ctx, const RunOptions& opts, const std::vector<int>& owner,
-                      const RunResult& res) {
+                      const RunResult& res, const std::optional<MemoryBudget>& budget) {
   std::exception_ptr no_memory;
   try {
     const MemoryPlan mp = plan_for(ctx.model(), res.requests,
@@ -418,10 +411,11 @@ void check_run_memory(const EvalSpec& spec, const Context& ctx, const RunOptions
                                    res.max_length, opts.pack_prefixes);
     const MemoryPart parts[] = {
         {"weights", mp.weights, true},
-        {fmt::format("KV cache ({} rows x {} positions)", mp.cache_rows, mp.cache_positions), mp.kv_cache},
+        {fmt::format("KV cache ({} x {})", count_of(mp.cache_rows, "row"), count_of(mp.cache_positions, "position")),
+         mp.kv_cache},
         {fmt::format("activations (batch_size {})", res.batch_size), mp.activations}};
     check_memory_plan(fmt::format("the run of {}", spec.path), parts,
-                      opts.memory_budget ? *opts.memory_budget : memory_budget(),
+                      budget ? *budget : opts.memory_budget ? *opts.memory_budget : memory_budget(),
                       ctx.kv_cache_dtype() == KvCacheDtype::F32
                           ? "lower batch_size, max_length or max_gen_toks, or set kv_cache_dtype (--kv-cache-dtype) bf16 or f16 (half the KV cache)"
                           : "lower batch_size, max_length or max_gen_toks");
@@ -433,12 +427,11 @@ void check_run_memory(const EvalSpec& spec, const Context& ctx, const RunOptions
 }
 
 /// `--batch-size auto`: the largest batch_size up to kAutoBatchMax whose plan
-/// (KV cache and activations of this rank's share) fits the memory budget
-/// (1 when none does: check_run_memory then says why); kAutoBatchMax when the
-/// budget is unknown. Logged with the bytes it plans.
+/// (KV cache and activations of this rank's share) fits auto_batch_budget() of
+/// `budget` (1 when none does: check_run_memory, given the same `budget`, then
+/// says why); kAutoBatchMax when the budget is unknown. Logged with the bytes it plans.
 int auto_batch_size(const Context& ctx, const EvalSpec& spec, const RunOptions& opts, const std::vector<int>& owner,
-                    const RunResult& res) {
-  const MemoryBudget budget = opts.memory_budget ? *opts.memory_budget : memory_budget();
+                    const RunResult& res, const MemoryBudget& budget) {
   const std::vector<size_t> score = mine(canonical_score_order(spec, res.requests), owner, res.rank),
                             gen = mine(canonical_generate_order(spec, res.requests), owner, res.rank);
   auto need = [&](int b) {
@@ -449,15 +442,18 @@ int auto_batch_size(const Context& ctx, const EvalSpec& spec, const RunOptions& 
   if (!budget.available) {
     lo = kAutoBatchMax;
   } else {
+    const uint64_t room = auto_batch_budget(*budget.available);
     int hi = kAutoBatchMax;  // the plan grows with the batch: the largest that fits, by bisection
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
-      if (need(mid) <= *budget.available) lo = mid;
+      if (need(mid) <= room) lo = mid;
       else hi = mid - 1;
     }
   }
   log_line(opts, fmt::format("batch_size auto: {} ({} bytes of KV cache and activations; {}; at most {})", lo, need(lo),
-                             budget.available ? fmt::format("{} bytes available ({})", *budget.available, budget.source)
+                             budget.available ? fmt::format("{} of the {} bytes available ({})",
+                                                            auto_batch_budget(*budget.available), *budget.available,
+                                                            budget.source)
                                               : std::string("memory available unknown"),
                              kAutoBatchMax));
   return lo;
@@ -475,8 +471,13 @@ RunResult run_eval_impl(const EvalSpec& spec, Context& ctx, const RunOptions& op
     const HParams& hp = model.hparams();
     owner = assign_requests(res.requests, res.n_ranks, matmul_params(hp), hp.n_layer, hp.n_embd);
   }
-  if (spec.batch_size_auto) res.batch_size = auto_batch_size(ctx, spec, opts, owner, res);
-  check_run_memory(spec, ctx, opts, owner, res);
+  // One reading of the memory available serves auto's pick and the check, so the check never refuses the pick.
+  std::optional<MemoryBudget> picked;
+  if (spec.batch_size_auto) {
+    picked = opts.memory_budget ? *opts.memory_budget : memory_budget();
+    res.batch_size = auto_batch_size(ctx, spec, opts, owner, res, *picked);
+  }
+  check_run_memory(spec, ctx, opts, owner, res, picked);
   score_phase(spec, ctx, opts, owner, res);
   generation_phase(spec, ctx, opts, owner, res);
   if (res.n_ranks > 1) {
@@ -489,6 +490,20 @@ RunResult run_eval_impl(const EvalSpec& spec, Context& ctx, const RunOptions& op
 }
 
 }  // namespace
+
+int run_max_length(const EvalSpec& spec, int n_ctx) {
+  int max_length = n_ctx;
+  if (spec.max_length) {
+    if (n_ctx > 0 && *spec.max_length > n_ctx)
+      throw SpecError(fmt::format("{}: {} exceeds the model's context_length {}", value_origin(spec, "max_length"),
+                                  *spec.max_length, n_ctx));
+    max_length = *spec.max_length;
+  }
+  if (max_length < 2)
+    throw SpecError(fmt::format("{}: max_length: the model's context_length {} is too small; set max_length >= 2",
+                                spec.path, max_length));
+  return max_length;
+}
 
 MemoryPlan plan_memory(const EvalSpec& spec, const Model& model, const std::vector<Request>& requests, int batch_size,
                        int max_length) {

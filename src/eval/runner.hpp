@@ -55,7 +55,8 @@ struct RunOptions {
   Shard shard;
   /// run_spec: compute the model file's SHA-256 while loading (RunResult::model_sha256; "" when false).
   bool hash_model = true;
-  /// The memory the run may use; default: memory_budget() (util/memory.hpp) read when the plan is checked.
+  /// The memory the run may use; default: memory_budget() (util/memory.hpp) read when the plan is
+  /// checked (with `--batch-size auto`, once, for both the pick and the check).
   std::optional<MemoryBudget> memory_budget;
 };
 
@@ -105,8 +106,20 @@ struct RunResult {
   bool is_root() const { return rank == 0; }
 };
 
+/// The context window (tokens) a run of `spec` uses on a model of context_length
+/// `n_ctx`: spec.max_length, else n_ctx. Throws SpecError when max_length
+/// exceeds n_ctx (naming the key or the option that set it) or the window is below 2.
+int run_max_length(const EvalSpec& spec, int n_ctx);
+
 /// The largest batch_size `--batch-size auto` picks (lm-eval's default --max_batch_size).
 inline constexpr int kAutoBatchMax = 64;
+
+/// The bytes `--batch-size auto` lets its plan (KV cache and activations) take
+/// out of `available`: 9/10 of them, the tenth left for what the plan does not
+/// count (allocator slack, the outcomes and reports, other processes' growth).
+/// The memory check itself allows all of `available`, from the same reading,
+/// so auto's pick always passes it.
+constexpr uint64_t auto_batch_budget(uint64_t available) { return available - available / 10; }
 
 /// Memory the plan of a run needs beyond the loaded weights (bytes):
 /// the generation KV cache (rows x positions, K+V float32) and the peak of

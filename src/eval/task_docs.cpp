@@ -14,6 +14,7 @@
 #include "eval/mapping.hpp"
 #include "eval/task_hooks.hpp"
 #include "util/error.hpp"
+#include "util/number_format.hpp"
 #include "util/py_random.hpp"
 
 namespace kveval::eval {
@@ -303,7 +304,7 @@ std::vector<RawDoc> fewshot_source(const TaskSpec& t, const json& tj, const Wher
     if (t.num_fewshot > 0 && t.fewshot_samples.empty()) w.key("fewshot_config").key("samples").fail("an empty list");
     for (size_t k = 0; k < t.fewshot_samples.size(); ++k) {
       Where sw = w.key("fewshot_config").key("samples").index(k);
-      shot_raw.push_back({fmt::format("{}: {}", sw.origin, sw.path), t.fewshot_samples[k]});
+      shot_raw.push_back({fmt::format("{}: {}", sw.origin, sw.path), t.fewshot_samples[k], ""});
     }
     own = false;
   }
@@ -436,7 +437,7 @@ void build_task_docs(TaskSpec& t, const json& tj, const Where& w, const std::str
   const size_t draw = static_cast<size_t>(t.num_fewshot) + (extra ? 1 : 0);
   if (t.num_fewshot > 0) {
     if (shot_raw.size() < draw)
-      task_key_where(w, spec.set_by, "num_fewshot", t.name).fail(fmt::format("{} examples requested but only {} available{}", t.num_fewshot,
+      task_key_where(w, spec.set_by, "num_fewshot", t.name).fail(fmt::format("{} requested but only {} available{}", count_of(t.num_fewshot, "example"),
                                             extra ? shot_raw.size() - std::min<size_t>(shot_raw.size(), 1) : shot_raw.size(),
                                             extra ? " (a document is never its own example)" : ""));
     // the examples' own mappings: fewshot_config's doc_to_* overrides, else the task's

@@ -16,4 +16,13 @@ std::string format_table_number(double v, int decimals) {
   return s;
 }
 
+std::string noun_for(uint64_t n, std::string_view singular, std::string_view plural) {
+  if (n == 1) return std::string(singular);
+  return plural.empty() ? std::string(singular) + "s" : std::string(plural);
+}
+
+std::string count_of(uint64_t n, std::string_view singular, std::string_view plural) {
+  return fmt::format("{} {}", n, noun_for(n, singular, plural));
+}
+
 }  // namespace kveval

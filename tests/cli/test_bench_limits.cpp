@@ -145,17 +145,27 @@ TEST_SUITE("cli.bench_limits") {
     CHECK(r0.out.empty());
     CHECK(r0.err == "kveval: error: --spec " + none + ": no document to compare (every task has 0 documents after 'limit')\n");
 
-    // every request fails: refused, naming the spec (no row of 0 tokens)
+    // every request fails: refused, naming the spec (no row of 0 tokens), before either model loads: with
+    // 1 byte of memory allowed, loading would be refused (exit 1) before the spec's error could show
     const std::string all = d.file("all_fail.json");
     write(all, ll_spec(json::array({docs[1]}), 4));
-    Run ra = run_kveval(d, bench + quote(all));
-    INFO(ra.err);
-    CHECK(ra.code == 2);
-    CHECK(ra.out.empty());
-    CHECK(count(ra.err, "kveval: error:") == 1);
-    CHECK(ra.err.find("kveval: error: --spec " + all + ": fidelity compared no token and no document: 1 of the 1 "
-                      "requests failed (f32 run: 1, q8_0 run: 1; first: ") != std::string::npos);
-    CHECK(ra.err.find("continuation of ") != std::string::npos);
+    for (const char* limit : {"", "KVEVAL_MEMORY_LIMIT_BYTES=1 "}) {
+      CAPTURE(limit);
+      Run ra = run_kveval(d, bench + quote(all), limit);
+      INFO(ra.err);
+      CHECK(ra.code == 2);
+      CHECK(ra.out.empty());
+      CHECK(count_lines(ra.err) == 1);
+      CHECK(ra.err.find("kveval: error: --spec " + all + ": fidelity would compare nothing: every request fails before "
+                        "scoring (1 request; first: ") == 0);
+      CHECK(ra.err.find("continuation of ") != std::string::npos);
+    }
+    // a max_length beyond the file's context length (128): refused before loading too
+    const std::string wide = d.file("wide.json");
+    write(wide, ll_spec(docs, 4096));
+    Run rw = run_kveval(d, bench + quote(wide), "KVEVAL_MEMORY_LIMIT_BYTES=1 ");
+    CHECK(rw.code == 2);
+    CHECK(rw.err == "kveval: error: " + wide + ": max_length: 4096 exceeds the model's context_length 128\n");
 
     // one of two fails: measured, with a warning giving the count
     const std::string part = d.file("part_fail.json");

@@ -99,7 +99,7 @@ TEST_SUITE("cli.dtype") {
     const std::string spec = kveval::test::source_dir() + "/tasks/demo.json";
     Run r = run_kveval(d, "run " + spec + " --model " + loud + " --limit 2 --kv-cache-dtype f16 -o " + d.file("r.json"));
     CHECK(r.code == 4);  // requests failed
-    CHECK(r.out.find("2 request(s) failed: story_generation: 2;") != std::string::npos);
+    CHECK(r.out.find("2 requests failed: story_generation: 2;") != std::string::npos);
     CHECK(r.out.find("K/V values of its cache row exceeded the f16 KV cache's range of ±65504; use --kv-cache-dtype bf16 or "
                      "f32)") != std::string::npos);
     // bench: the overflowing type's measurements are skipped with the reason, never a rate of tokens not made;

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <sstream>
 #include <string>
 
 #include "cli_run.hpp"
@@ -22,6 +23,38 @@ TEST_SUITE("cli.generate") {
       auto uncached = run_kveval(dir, args + " --no-cache");
       CHECK(uncached.code == 0);
       CHECK(uncached.out == want);
+    }
+  }
+
+  TEST_CASE("stderr: every line starts 'kveval: '; the stop and timing lines count tokens in the right number" *
+            kveval::test::needs_model()) {
+    const kveval::test::ScratchDir dir("generate_lines");
+    const std::string args = "generate -t 1 --ignore-eos -m " + kveval::test::model_path() + " -p 'Once upon a time'";
+    for (const bool cached : {true, false}) {
+      CAPTURE(cached);
+      const auto one = run_kveval(dir, args + " -n 1" + (cached ? "" : " --no-cache"));
+      const auto two = run_kveval(dir, args + " -n 2" + (cached ? "" : " --no-cache"));
+      CHECK(one.code == 0);
+      CHECK(two.code == 0);
+      for (const auto* r : {&one, &two}) {
+        std::istringstream in(r->err);
+        std::string line;
+        int n = 0;
+        while (std::getline(in, line)) {
+          CAPTURE(line);
+          CHECK(line.rfind("kveval: ", 0) == 0);
+          ++n;
+        }
+        CHECK(n >= (cached ? 7 : 5));  // load summary, dtype, stop, load, [cache setup], prefill, decode, [teardown]
+      }
+      CHECK(one.err.find("kveval: stop: max_gen_toks after 1 token\n") != std::string::npos);
+      CHECK(two.err.find("kveval: stop: max_gen_toks after 2 tokens\n") != std::string::npos);
+      // decode counts every generated token (the first one's logits come from the prefill)
+      CHECK(one.err.find("kveval: decode ") != std::string::npos);
+      CHECK(one.err.find(" ms /     1 token  (") != std::string::npos);
+      CHECK(two.err.find(" ms /     2 tokens (") != std::string::npos);
+      CHECK((one.err.find("kveval: cache setup ") != std::string::npos) == cached);
+      CHECK((one.err.find("kveval: cache teardown ") != std::string::npos) == cached);
     }
   }
 

@@ -3,7 +3,8 @@
 // --vocab values are one-line errors that leave no output file; with the
 // real-model presets, the options that would change a real model's shape are
 // refused with one line and exit 2 before any file is written (the presets'
-// headers are checked in model.model_presets).
+// headers are checked in model.model_presets), and so is a --type whose blocks
+// do not fit the preset's rows.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -95,5 +96,25 @@ TEST_SUITE("cli.make_model") {
                          ": 151669 tokens, more than preset llama-3.2-1b's n_vocab 128256 (meta-llama/Llama-3.2-1B's "
                          "vocab_size)\n");
     CHECK_FALSE(std::filesystem::exists(out));
+  }
+
+  TEST_CASE("--type whose blocks do not fit the preset's rows: one line naming --type, the preset, the row and the presets that fit") {
+    TempDir d;
+    const std::string out = d.file("m.gguf");
+    // s15m: n_embd 288 = 9 x 32 (Q4_0 fits), not a multiple of the K-quants' 256. Fitting (n_embd, n_ff,
+    // n_head x head_dim all multiples of 256): s110m 768/2048/768, gqa 2048/5632/2048, llama-3.2-1b
+    // 2048/8192/2048, llama-3.2-3b 3072/8192/3072; tiny (64) and qwen2.5-0.5b (896) do not.
+    check_one_line(run_kveval(d, "make-model --preset s15m --type q4_k -o " + quote(out)),
+                   "kveval: error: --type q4_k: preset s15m has n_embd 288, not a multiple of q4_k's block size 256 "
+                   "(a quantized row holds whole blocks); presets that fit: s110m, gqa, llama-3.2-1b, llama-3.2-3b");
+    // with --arch, only the synthetic shapes can take it
+    check_one_line(run_kveval(d, "make-model --preset tiny --arch qwen2 --type q6_k -o " + quote(out)),
+                   "kveval: error: --type q6_k: preset tiny has n_embd 64, not a multiple of q6_k's block size 256 "
+                   "(a quantized row holds whole blocks); presets that fit: s110m, gqa");
+    CHECK_FALSE(std::filesystem::exists(out));
+    // 64, 96 and 4 x 16 are multiples of Q4_0's 32
+    Run q4 = run_kveval(d, "make-model --preset tiny --type q4_0 -o " + quote(out));
+    CHECK(q4.code == 0);
+    CHECK(q4.out.find("parameters as q4_0") != std::string::npos);
   }
 }

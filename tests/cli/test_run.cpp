@@ -178,7 +178,7 @@ TEST_SUITE("cli.run") {
     Run r = run_kveval(d, "run " + quote(spec) + " --output " + quote(d.file("r.json")));
     INFO(r.out << r.err);
     CHECK(r.code == 4);
-    CHECK(r.out.find("2 request(s) failed") != std::string::npos);
+    CHECK(r.out.find("2 requests failed") != std::string::npos);
     CHECK(r.out.find("n/a") != std::string::npos);
     CHECK(r.out.find("nan") == std::string::npos);
     CHECK(r.out.find("inf") == std::string::npos);

@@ -68,7 +68,7 @@ TEST_SUITE("eval.filter_hooks") {
     CHECK(*find(ms, "ending").value == 0.5);
     const MetricValue& drops = find(ms, "drops");
     CHECK(!drops.value);
-    CHECK(drops.note == "4 document(s) left out: " + hooks_dir() +
+    CHECK(drops.note == "4 documents left out: " + hooks_dir() +
                             "/filter_hooks.yaml:25: filter_list[2].filter[0].function: extras.Drops returned a list of 0, "
                             "expected one filtered entry per document (4)");
   }

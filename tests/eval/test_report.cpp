@@ -1,5 +1,5 @@
 // compare_baseline: strict comparison of two results documents; the groups
-// table printed after the metrics table.
+// table printed after the metrics table; the phase table and its summary lines.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -88,5 +88,58 @@ TEST_SUITE("eval.report") {
     spec.groups[0].aggregate_metric_list.reset();
     spec.groups[1].aggregate_metric_list->clear();
     CHECK(format_groups_table(spec, res).empty());  // no group aggregates a metric: lm-eval prints no groups table
+  }
+
+  TEST_CASE("the phase table: no cache phases without a generate_until request, said in the cache line; counts agree in number") {
+    RunResult res;
+    res.requests.resize(2);  // two loglikelihood requests
+    res.phases = {{"load", 0.5, 0},          {"requests", 0.25, 10}, {"loglikelihood", 1.0, 8}, {"cache setup", 0, 0},
+                  {"prefill", 0, 0},         {"decode", 0, 0},       {"cache teardown", 0, 0}};
+    res.ll_forward_calls = 1, res.ll_tokens_requested = 8, res.ll_tokens_computed = 8, res.ll_logit_rows = 1;
+    CHECK_FALSE(has_generation(res));
+    CHECK(format_phase_table(res) ==
+          "| phase         | seconds | tokens | tokens/s |\n"
+          "|---------------|---------|--------|----------|\n"
+          "| load          |  0.5000 |      - |        - |\n"
+          "| requests      |  0.2500 |     10 |     40.0 |\n"
+          "| loglikelihood |  1.0000 |      8 |      8.0 |\n"
+          "cache bytes: 0 before the run, 0 after (no generate_until task: no generation cache, no cache phases)\n"
+          "loglikelihood phase: 1 forward pass, 0 with caches set up, 0 cached; 8 tokens requested, 8 computed, 1 logit row\n");
+
+    // one generate_until request in a 1-row cache: every phase shown, the cache line with its shape
+    res.requests.resize(3);
+    res.requests[2].kind = RequestKind::Generate;
+    res.phases[4] = {"prefill", 0.5, 5};
+    res.phases[5] = {"decode", 0.25, 1};
+    res.cache_bytes_setup = 640, res.cache_rows = 1, res.cache_positions = 6;
+    res.ll_forward_calls = 2, res.ll_tokens_requested = 1, res.ll_tokens_computed = 1, res.ll_logit_rows = 2;
+    CHECK(has_generation(res));
+    const std::string t = format_phase_table(res);
+    for (const char* phase : {"| cache setup    |", "| prefill        |  0.5000 |      5 |     10.0 |",
+                              "| decode         |  0.2500 |      1 |      4.0 |", "| cache teardown |"})
+      CHECK(t.find(phase) != std::string::npos);
+    CHECK(t.find("cache bytes: 0 before generation, 640 at setup (1 row x 6 positions), 0 after teardown\n") !=
+          std::string::npos);
+    CHECK(t.find("loglikelihood phase: 2 forward passes, 0 with caches set up, 0 cached; 1 token requested, 1 computed, "
+                 "2 logit rows\n") != std::string::npos);
+  }
+
+  TEST_CASE("the metrics table counts failed requests in the right number") {
+    EvalSpec spec;
+    TaskSpec t;
+    t.name = "ll";
+    spec.tasks.push_back(t);
+    RunResult res;
+    res.requests.resize(2);
+    res.requests[0].error = "too long";
+    res.metrics = {{}};
+    res.task_errors = {1};
+    res.n_request_errors = 1;
+    const std::string one = format_metrics_table(spec, res);
+    CHECK(one.find("1 request failed: ll: 1;\n  too long\n") != std::string::npos);
+    res.requests[1].error = "too long";
+    res.task_errors = {2};
+    res.n_request_errors = 2;
+    CHECK(format_metrics_table(spec, res).find("2 requests failed: ll: 2;\n") != std::string::npos);
   }
 }

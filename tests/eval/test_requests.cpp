@@ -112,7 +112,7 @@ TEST_SUITE("eval.requests") {
     CHECK(reqs[0].truncated_tokens == 6);
     CHECK(reqs[0].until == std::vector<std::string>{"c"});
     REQUIRE(warnings.size() == 1);
-    CHECK(warnings[0].find("task zgen: 1 request(s) left-truncated") == 0);
+    CHECK(warnings[0].find("task zgen: 1 request left-truncated") == 0);
     CHECK(reqs[2].index == 0);
     CHECK(reqs[4].score.tokens == std::vector<int32_t>{1, 7, 9, 8});  // "a" + " c b"
     CHECK(reqs[4].score.score_from == 2);

@@ -350,7 +350,7 @@ TEST_SUITE("eval.runner") {
     CHECK(!r.metrics[1][0].value.has_value());
     std::string table = format_metrics_table(s, r);
     CHECK(table.find("nan") == std::string::npos);
-    CHECK(table.find("2 request(s) failed") != std::string::npos);
+    CHECK(table.find("2 requests failed") != std::string::npos);
     CHECK(table.find("empty document") != std::string::npos);
     nlohmann::ordered_json res = results_json(s, r, "");
     CHECK(res["kveval"]["request_errors"]["total"] == 2);

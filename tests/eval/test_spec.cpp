@@ -242,7 +242,7 @@ TEST_SUITE("eval.spec") {
             parse_spec(nlohmann::json::parse(R"({"model": "m", "tasks": [{"name": "t", "output_type": "loglikelihood",
       "docs": [{"q": "q0", "a": "a0"}], "doc_to_text": "q", "doc_to_target": "a", "num_fewshot": 1}]})"),
                        "s.json", ".");
-          }) == "s.json: tasks[0].num_fewshot: 1 examples requested but only 0 available (a document is never its own example)");
+          }) == "s.json: tasks[0].num_fewshot: 1 example requested but only 0 available (a document is never its own example)");
   }
 
   TEST_CASE("edit distance") {

@@ -97,7 +97,9 @@ TEST_SUITE("eval.task_index") {
     CHECK(s.tasks[0].source == task_tree() + "/everyday/pets/pets.yaml");
     CHECK(s.tasks[1].num_fewshot == 1);
     CHECK(s.tasks[3].docs.size() == 2);
-    EvalSpec o = load_spec(spec, "", TaskOverrides{2, {}, {}});
+    TaskOverrides two;
+    two.num_fewshot = 2;
+    EvalSpec o = load_spec(spec, "", two);
     CHECK(o.tasks[0].num_fewshot == 2);
     CHECK(o.tasks[1].num_fewshot == 2);
     CHECK(o.tasks[3].num_fewshot == 2);

@@ -137,6 +137,77 @@ struct Evaluator {
     return py_equal(l.get(), r.get());
   }
 
+  /// `{k: v, ...}`: string keys only.
+  Value dict_literal(const Expr& e) {
+    json o = json::object();
+    for (size_t k = 0; k + 1 < e.kids.size(); k += 2) {
+      Value kv = eval(*e.kids[k]);
+      const json& key = kv.get();
+      if (!key.is_string()) fail_at(*e.kids[k], fmt::format("dict literal keys must be strings here, got {}", py_type(key)));
+      o[key.get<std::string>()] = eval(*e.kids[k + 1]).get();
+    }
+    return o;
+  }
+
+  /// `x.m(...)` (a method) or `f(...)` (a global such as range or namespace).
+  Value call(const Expr& e) {
+    const Expr& callee = *e.kids[0];
+    if (callee.kind == ExprKind::Getattr) {
+      Value obj = eval(*callee.kids[0]);
+      no_kwargs(kwargs_of(e), "the method '" + callee.name + "()'");
+      if (obj.ns >= 0) fail(fmt::format("namespace() objects have no method '{}()'", callee.name));
+      if (hf)
+        if (auto r = call_hf_method(obj, callee.name, args_of(e, 1))) return *r;
+      return call_method(obj, callee.name, args_of(e, 1));
+    }
+    if (callee.kind == ExprKind::Name) return call_name(e, callee.name);
+    fail("only method calls (x.m(...)) and range(...) can be called");
+  }
+
+  /// `x is name(...)`.
+  Value test(const Expr& e) {
+    Value v = eval(*e.kids[0]);
+    if (!hf) return apply_test(e.name, v, args_of(e, 1));
+    no_kwargs(kwargs_of(e), "the test '" + e.name + "'");
+    if (v.ns >= 0) return e.name == "defined";
+    return apply_hf_test(e.name, v, args_of(e, 1));
+  }
+
+  /// `a ~ b ~ ...`: the texts joined, within the output size limit.
+  Value concat(const Expr& e) {
+    std::string s;
+    for (const auto& k : e.kids) {
+      s += text_of(eval(*k));
+      check_size(s.size(), "the '~' concatenation");
+    }
+    return s;
+  }
+
+  /// A comparison chain `a < b <= c` (Python's: each pair compared, false at the first that fails).
+  Value compare(const Expr& e) {
+    Value l = eval(*e.kids[0]);
+    for (size_t k = 1; k < e.kids.size(); ++k) {
+      Value r = eval(*e.kids[k]);
+      const std::string& op = e.ops[k - 1];
+      bool ok;
+      if ((op == "in" || op == "not in") && hf && r.undefined) {
+        ok = op == "not in";
+      } else if (op == "in" || op == "not in") {
+        ok = py_contains(r.get(), l.get()) == (op == "in");
+      } else if (op == "==" || op == "!=") {
+        check_not_range(l), check_not_range(r);
+        ok = equal(l, r) == (op == "==");
+      } else {
+        check_not_range(l), check_not_range(r);
+        int c = py_compare(l.get(), r.get(), op.c_str());
+        ok = c != 2 && (op == "<" ? c < 0 : op == "<=" ? c <= 0 : op == ">" ? c > 0 : c >= 0);
+      }
+      if (!ok) return false;
+      l = r;
+    }
+    return true;
+  }
+
   Value eval_inner(const Expr& e) {
     switch (e.kind) {
       case ExprKind::Const: return e.value;
@@ -146,16 +217,7 @@ struct Evaluator {
         for (const auto& k : e.kids) a.push_back(eval(*k).get());
         return a;
       }
-      case ExprKind::Dict: {
-        json o = json::object();
-        for (size_t k = 0; k + 1 < e.kids.size(); k += 2) {
-          Value kv = eval(*e.kids[k]);
-          const json& key = kv.get();
-          if (!key.is_string()) fail_at(*e.kids[k], fmt::format("dict literal keys must be strings here, got {}", py_type(key)));
-          o[key.get<std::string>()] = eval(*e.kids[k + 1]).get();
-        }
-        return o;
-      }
+      case ExprKind::Dict: return dict_literal(e);
       case ExprKind::Getattr: {
         Value obj = eval(*e.kids[0]);
         if (obj.ns >= 0) return ns_get(obj, json(e.name));
@@ -172,27 +234,9 @@ struct Evaluator {
         auto a = opt_int(e.kids[1]), b = opt_int(e.kids[2]), c = opt_int(e.kids[3]);
         return get_slice(obj, a, b, c);
       }
-      case ExprKind::Call: {
-        const Expr& callee = *e.kids[0];
-        if (callee.kind == ExprKind::Getattr) {
-          Value obj = eval(*callee.kids[0]);
-          no_kwargs(kwargs_of(e), "the method '" + callee.name + "()'");
-          if (obj.ns >= 0) fail(fmt::format("namespace() objects have no method '{}()'", callee.name));
-          if (hf)
-            if (auto r = call_hf_method(obj, callee.name, args_of(e, 1))) return *r;
-          return call_method(obj, callee.name, args_of(e, 1));
-        }
-        if (callee.kind == ExprKind::Name) return call_name(e, callee.name);
-        fail("only method calls (x.m(...)) and range(...) can be called");
-      }
+      case ExprKind::Call: return call(e);
       case ExprKind::Filter: return filter(e);
-      case ExprKind::Test: {
-        Value v = eval(*e.kids[0]);
-        if (!hf) return apply_test(e.name, v, args_of(e, 1));
-        no_kwargs(kwargs_of(e), "the test '" + e.name + "'");
-        if (v.ns >= 0) return e.name == "defined";
-        return apply_hf_test(e.name, v, args_of(e, 1));
-      }
+      case ExprKind::Test: return test(e);
       case ExprKind::Neg: case ExprKind::Pos: {
         Value v = eval(*e.kids[0]);
         check_not_range(v);
@@ -214,37 +258,8 @@ struct Evaluator {
         check_not_range(l), check_not_range(r);
         return py_binary(e.name, l.get(), r.get());
       }
-      case ExprKind::Concat: {
-        std::string s;
-        for (const auto& k : e.kids) {
-          s += text_of(eval(*k));
-          check_size(s.size(), "the '~' concatenation");
-        }
-        return s;
-      }
-      case ExprKind::Compare: {
-        Value l = eval(*e.kids[0]);
-        for (size_t k = 1; k < e.kids.size(); ++k) {
-          Value r = eval(*e.kids[k]);
-          const std::string& op = e.ops[k - 1];
-          bool ok;
-          if ((op == "in" || op == "not in") && hf && r.undefined) {
-            ok = op == "not in";
-          } else if (op == "in" || op == "not in") {
-            ok = py_contains(r.get(), l.get()) == (op == "in");
-          } else if (op == "==" || op == "!=") {
-            check_not_range(l), check_not_range(r);
-            ok = equal(l, r) == (op == "==");
-          } else {
-            check_not_range(l), check_not_range(r);
-            int c = py_compare(l.get(), r.get(), op.c_str());
-            ok = c != 2 && (op == "<" ? c < 0 : op == "<=" ? c <= 0 : op == ">" ? c > 0 : c >= 0);
-          }
-          if (!ok) return false;
-          l = r;
-        }
-        return true;
-      }
+      case ExprKind::Concat: return concat(e);
+      case ExprKind::Compare: return compare(e);
       case ExprKind::CondExpr: {
         if (truthy(eval(*e.kids[0]))) return eval(*e.kids[1]);
         if (e.kids[2]) return eval(*e.kids[2]);

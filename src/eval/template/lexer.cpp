@@ -200,55 +200,55 @@ struct Lexer {
     }
   }
 
-  void number() {
-    size_t start = pos;
-    auto digits = [&](size_t at, auto&& is_digit) {  // (\d+_)*\d+ : returns end or npos
-      size_t e = at;
-      if (e >= src.size() || !is_digit(src[e])) return std::string::npos;
-      while (true) {
-        while (e < src.size() && is_digit(src[e])) ++e;
-        if (e + 1 < src.size() && src[e] == '_' && is_digit(src[e + 1])) {
-          ++e;
-          continue;
-        }
-        return e;
-      }
-    };
+  /// End of a run of decimal digits with single underscores between them,
+  /// `(\d+_)*\d+`, starting at `at`; npos when `at` holds no digit.
+  size_t digits_end(size_t at) const {
     auto dec = [](char ch) { return ch >= '0' && ch <= '9'; };
-    bool after_dot = start > 0 && src[start - 1] == '.';
-    // float: (\d+_)*\d+ ( (\.(\d+_)*\d+)? e[+-]?(\d+_)*\d+ | \.(\d+_)*\d+ ), not right after a '.'
-    size_t ip = digits(start, dec);
-    if (!after_dot) {
-      size_t e = ip;
-      bool frac = false;
-      if (e < src.size() && src[e] == '.') {
-        size_t f = digits(e + 1, dec);
-        if (f != std::string::npos) e = f, frac = true;
+    size_t e = at;
+    if (e >= src.size() || !dec(src[e])) return std::string::npos;
+    while (true) {
+      while (e < src.size() && dec(src[e])) ++e;
+      if (e + 1 < src.size() && src[e] == '_' && dec(src[e + 1])) {
+        ++e;
+        continue;
       }
-      size_t ex = std::string::npos;
-      if (e < src.size() && (src[e] == 'e' || src[e] == 'E')) {
-        size_t s = e + 1;
-        if (s < src.size() && (src[s] == '+' || src[s] == '-')) ++s;
-        ex = digits(s, dec);
-      }
-      if (frac || ex != std::string::npos) {
-        size_t end = ex != std::string::npos ? ex : e;
-        std::string t;
-        for (size_t i = start; i < end; ++i)
-          if (src[i] != '_') t += src[i];
-        Token tok;
-        tok.kind = TokKind::Float;
-        tok.fval = std::strtod(t.c_str(), nullptr);
-        auto [l, c] = line_col(start);
-        tok.line = l, tok.col = c, tok.text = src.substr(start, end - start);
-        out.push_back(tok);
-        pos = end;
-        return;
-      }
+      return e;
     }
-    // integer: 0b / 0o / 0x prefixes, [1-9](_?\d)*, 0(_?0)*
-    int base = 10;
-    size_t d0 = start, end;
+  }
+
+  /// End of a float literal at `start` whose integer digits end at `ip`:
+  /// `(\d+_)*\d+ ( (\.(\d+_)*\d+)? e[+-]?(\d+_)*\d+ | \.(\d+_)*\d+ )`; npos when it is no float.
+  size_t float_end(size_t ip) const {
+    size_t e = ip;
+    bool frac = false;
+    if (e < src.size() && src[e] == '.') {
+      size_t f = digits_end(e + 1);
+      if (f != std::string::npos) e = f, frac = true;
+    }
+    size_t ex = std::string::npos;
+    if (e < src.size() && (src[e] == 'e' || src[e] == 'E')) {
+      size_t s = e + 1;
+      if (s < src.size() && (src[s] == '+' || src[s] == '-')) ++s;
+      ex = digits_end(s);
+    }
+    if (ex != std::string::npos) return ex;
+    return frac ? e : std::string::npos;
+  }
+
+  /// Appends `tok` as the literal src[start, end) and moves past it.
+  void push_literal(Token tok, size_t start, size_t end) {
+    auto [l, c] = line_col(start);
+    tok.line = l, tok.col = c, tok.text = src.substr(start, end - start);
+    out.push_back(tok);
+    pos = end;
+  }
+
+  /// End of an integer literal at `start` (`ip`: where its decimal digits end):
+  /// 0b / 0o / 0x prefixes, [1-9](_?\d)*, 0(_?0)*; sets `base` and `d0`, where its digits start.
+  size_t integer_end(size_t start, size_t ip, int& base, size_t& d0) {
+    base = 10;
+    d0 = start;
+    size_t end;
     if (src[start] == '0' && start + 1 < src.size() && src[start + 1] != '\0' && std::strchr("bBoOxX", src[start + 1])) {
       char p = static_cast<char>(std::tolower(static_cast<unsigned char>(src[start + 1])));
       base = p == 'b' ? 2 : p == 'o' ? 8 : 16;
@@ -271,6 +271,29 @@ struct Lexer {
     } else {
       end = ip;
     }
+    return end;
+  }
+
+  /// A number literal at pos: a float (not right after a '.', where digits
+  /// are an attribute such as x.0) or a 64-bit integer.
+  void number() {
+    const size_t start = pos;
+    const bool after_dot = start > 0 && src[start - 1] == '.';
+    const size_t ip = digits_end(start);
+    if (!after_dot) {
+      if (const size_t end = float_end(ip); end != std::string::npos) {
+        std::string t;
+        for (size_t i = start; i < end; ++i)
+          if (src[i] != '_') t += src[i];
+        Token tok;
+        tok.kind = TokKind::Float;
+        tok.fval = std::strtod(t.c_str(), nullptr);
+        return push_literal(tok, start, end);
+      }
+    }
+    int base;
+    size_t d0;
+    const size_t end = integer_end(start, ip, base, d0);
     uint64_t v = 0;
     for (size_t i = d0; i < end; ++i) {
       if (src[i] == '_') continue;
@@ -282,10 +305,7 @@ struct Lexer {
     Token tok;
     tok.kind = TokKind::Integer;
     tok.ival = static_cast<int64_t>(v);
-    auto [l, c] = line_col(start);
-    tok.line = l, tok.col = c, tok.text = src.substr(start, end - start);
-    out.push_back(tok);
-    pos = end;
+    push_literal(tok, start, end);
   }
 
   void string_literal() {
