@@ -346,14 +346,19 @@ def copy_tree(dst):
 
 
 def catchers(output):
-    """The failing ctest tests, doctest test cases and doctest suites named in ctest or doctest output."""
+    """The failing ctest tests, doctest test cases and doctest suites named in ctest or doctest output. doctest
+    prints a case's header (TEST SUITE:, TEST CASE:) for a MESSAGE or WARN too: only blocks (between its ====
+    lines) that report an ERROR or FATAL ERROR (failed checks, exceptions, crashes) name a failing case."""
     tests = re.findall(r"^\s*\d+ - (\S+) \((?:Failed|Timeout|SEGFAULT|Subprocess aborted|Exception|Child aborted)",
                        output, re.M)
     cases, suites = [], []
-    for found, pattern in ((cases, r"^TEST CASE:\s+(.*)$"), (suites, r"^TEST SUITE:\s+(.*)$")):
-        for c in re.findall(pattern, output, re.M):
-            if c.strip() not in found:
-                found.append(c.strip())
+    for block in re.split(r"^={20,}$", output, flags=re.M):
+        if not re.search(r"^\S.*?: (?:FATAL )?ERROR: ", block, re.M):
+            continue
+        for found, pattern in ((cases, r"^TEST CASE:\s+(.*)$"), (suites, r"^TEST SUITE:\s+(.*)$")):
+            for c in re.findall(pattern, block, re.M):
+                if c.strip() not in found:
+                    found.append(c.strip())
     return tests, cases, suites
 
 
