@@ -184,7 +184,7 @@ bool int8_has_vnni() {
 }
 
 int64_t int8_scratch_floats(int64_t m, int64_t n_in) {
-  return (round64(4 * m * (n_in / kQBlock)) + round64(2 * m * (n_in / kKBlock) * 24) + 2 * round64(m * n_in)) / 4;
+  return (round64(4 * m * (n_in / kQBlock)) + round64(2 * m * (n_in / kKBlock) * 24) + round64(m * n_in) + round64(m * n_in * 3 / 2)) / 4;
 }
 
 Int8Rows int8_detail::carve(float* scratch, int64_t m, int64_t K) {
@@ -267,7 +267,7 @@ void int8_matmul(const float* x, int64_t m, const Weight& w, float* y, bool accu
     else
       quantize_row_q8_0(x + r * K, K, xr.qs + r * K, xr.d + r * (K / kQBlock));
   }
-  if (kq) int8_detail::prepare_k4(xr, m, K);
+  if (kq) int8_detail::prepare_kquant(xr, m, K, w.dtype());
   const int t = m * N * K < kDecodeParallelMacs ? 1 : std::max(1, threads);
   // Each thread a contiguous range of whole tiles of 4 rows (the K-quant VNNI kernels' tile).
   const int64_t tiles = (N + 3) / 4;

@@ -66,8 +66,9 @@ void quantize_row_q8_0(const float* x, int64_t n, int8_t* qs, float* d);
 /// The integer sums are exact; the VNNI form (int8_has_vnni) computes them with
 /// vpdpbusd and its f32 steps in the same order as the scalar form, so both
 /// give the same bits (`vnni` picks the form; true where unavailable throws).
-/// The K-quant VNNI form walks tiles of 4 W rows, each weight super-block unpacked once
-/// and dotted with every x row; the Q8_0/Q4_0 VNNI form a group of kQGroup rows at a time per
+/// The K-quant VNNI form with one x row walks W's rows one after another, 4 super-blocks at a
+/// time (one sequential stream per thread); with more x rows it walks tiles of 4 W rows, each
+/// weight super-block unpacked once and dotted with every x row; the Q8_0/Q4_0 VNNI form a group of kQGroup rows at a time per
 /// x row (one stream over the group's interleaved blocks). Both prefetch ahead in the stream. Rows of W split among `threads` OpenMP threads in
 /// contiguous ranges of whole 4-row tiles (one thread below kDecodeParallelMacs
 /// multiply-adds); each output depends only on its x row and W row. Throws

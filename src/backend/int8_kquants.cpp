@@ -4,8 +4,11 @@
 // give the same bits: the scalar form walks the elements and adds each to its
 // lane (q4k_lane, q6k_lane); the AVX-512 VNNI form gets the lanes from
 // vpdpbusd on 64-element chunks, vpackssdw of two chunks' sums (each fits int16)
-// and vpdpwssd with the sub-blocks' scales, tiles of 4 weight rows sharing every
-// activation load and each weight super-block dotted with every activation row.
+// and vpdpwssd with the sub-blocks' scales. With one activation row (a decode
+// step) it walks its weight rows one after another, one sequential stream, 4
+// super-blocks at a time (their scales, d and mins decoded together); with more,
+// tiles of 4 weight rows share every activation load and each weight super-block
+// is dotted with every activation row.
 #include <immintrin.h>
 
 #include <cmath>
@@ -25,12 +28,16 @@ namespace kveval::backend::int8_detail {
 namespace {
 
 constexpr int64_t kQ4KBytes = 144, kQ5KBytes = 176, kQ6KBytes = 210;
+/// Bytes per activation super-block in the Q6_K layout of qs_k4: 256 quants, then 64 int16 bases.
+constexpr int64_t kQ6XBytes = kKBlock + 128;
 /// Tiles ahead of the current one that the VNNI form prefetches: a thread's rows are one
 /// contiguous byte range, read a tile (kTile rows) at a time, so it prefetches the bytes
 /// kAheadTiles tiles further on in that range, a tile's share per super-block step.
 constexpr int64_t kAheadTiles = 2;
-/// Weight rows per tile of the VNNI form.
+/// Weight rows per tile of the VNNI form (two or more activation rows).
 constexpr int kTile = 4;
+/// Bytes ahead in its row range that the VNNI form with one activation row prefetches.
+constexpr int64_t kAheadBytes = 2048;
 
 /// The little-endian f16 at p as f32 (exact).
 inline float load_f16(const uint8_t* p) { return util::f16_to_f32(static_cast<uint16_t>(p[0] | (p[1] << 8))); }
@@ -129,16 +136,33 @@ KV_VNNI inline float finish(__m512 v, __m128 mv) {
   return sum + _mm_cvtss_f32(_mm_add_ss(w, _mm_shuffle_ps(w, w, 1)));
 }
 
-/// vpdpwssd word index -> source word for scale vectors: lane j of chunk pair h takes the scale
-/// of sub-block (Q4_K) 4 h + (j % 4) / 2 + 2 (j / 8), of group (Q6_K) 8 h + 4 ((j % 4) / 2) + j / 4.
-KV_VNNI inline __m512i scale_index(bool six, int h) {
-  alignas(64) int16_t idx[32];
-  for (int w = 0; w < 32; ++w) {
-    const int j = w / 2;
-    idx[w] = static_cast<int16_t>(six ? 8 * h + 4 * ((j % 4) / 2) + j / 4 : 4 * h + (j % 4) / 2 + 2 * (j / 8));
-  }
-  return _mm512_load_si512(idx);
+/// Permutation indices, built at compile time. scale[six][h]: vpdpwssd word index -> source word
+/// of the scale vectors of chunk pair h: lane j takes the scale of sub-block (Q4_K) 4 h + (j % 4) / 2
+/// + 2 (j / 8), of group (Q6_K) 8 h + 4 ((j % 4) / 2) + j / 4. q4k_words[k][h]: vpermb indices (odd
+/// bytes masked to zero) that turn q4k_scales_mins_x4's bytes into those scale words of its block k;
+/// q4k_words[4][0]: into the 4 blocks' mins as words, block k's 8 in 128-bit lane k.
+struct IndexTables {
+  alignas(64) int16_t scale[2][2][32];
+  alignas(64) int8_t q4k_words[5][2][64];
+};
+
+constexpr IndexTables make_index_tables() {
+  IndexTables t{};
+  for (int h = 0; h < 2; ++h)
+    for (int w = 0; w < 32; ++w) {
+      const int j = w / 2;
+      t.scale[0][h][w] = static_cast<int16_t>(4 * h + (j % 4) / 2 + 2 * (j / 8));
+      t.scale[1][h][w] = static_cast<int16_t>(8 * h + 4 * ((j % 4) / 2) + j / 4);
+      for (int k = 0; k < 4; ++k) t.q4k_words[k][h][2 * w] = static_cast<int8_t>(16 * k + t.scale[0][h][w]);
+    }
+  for (int w = 0; w < 32; ++w) t.q4k_words[4][0][2 * w] = static_cast<int8_t>(16 * (w / 8) + 8 + w % 8);
+  return t;
 }
+
+constexpr IndexTables kIndex = make_index_tables();
+
+/// kIndex.scale[six][h] in a register.
+KV_VNNI inline __m512i scale_index(bool six, int h) { return _mm512_load_si512(kIndex.scale[six ? 1 : 0][h]); }
 
 /// One weight super-block unpacked: the 4 chunks' u8 quants, the scale words of chunk pairs 0
 /// and 1, and (Q4_K/Q5_K) the mins as 8 words.
@@ -160,26 +184,32 @@ KV_VNNI inline __m128i q4k_scales_mins_vnni(const uint8_t* s12) {
   return _mm_or_si128(lo, hi);
 }
 
-/// The Q4_K/Q5_K unpacking: chunk 2 h + s = nibble s of qs[64 h .. 64 h + 63] (| bit 4 from qh).
+/// The Q4_K/Q5_K quants: chunk 2 h + s = nibble s of qs[64 h .. 64 h + 63] (| bit 4 from qh).
 template <bool Five>
-KV_VNNI inline void unpack_q4k(const uint8_t* blk, const __m512i* sidx, WBlock& wb) {
+KV_VNNI inline void q4k_quants(const uint8_t* blk, __m512i* q) {
   const __m512i m4 = _mm512_set1_epi8(15);
   const uint8_t* qs = blk + (Five ? 48 : 16);
   __m512i qhb;
   if constexpr (Five) qhb = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16)));
   for (int h = 0; h < 2; ++h) {
     const __m512i z = _mm512_loadu_si512(qs + 64 * h);
-    wb.q[2 * h] = _mm512_and_si512(z, m4);
-    wb.q[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+    q[2 * h] = _mm512_and_si512(z, m4);
+    q[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
     if constexpr (Five) {  // chunk (h, s): bit 4 h + s of qh[l] in its low half, 4 h + s + 2 in its high half
       for (int s = 0; s < 2; ++s) {
         const __m512i cnt = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(4 * h + s)),
                                                _mm256_set1_epi16(static_cast<int16_t>(4 * h + s + 2)), 1);
         const __m512i bit = _mm512_and_si512(_mm512_srlv_epi16(qhb, cnt), _mm512_set1_epi8(1));
-        wb.q[2 * h + s] = _mm512_or_si512(wb.q[2 * h + s], _mm512_slli_epi16(bit, 4));
+        q[2 * h + s] = _mm512_or_si512(q[2 * h + s], _mm512_slli_epi16(bit, 4));
       }
     }
   }
+}
+
+/// The Q4_K/Q5_K unpacking: q4k_quants, the scale words (sidx: scale_index) and the mins, d and dmin.
+template <bool Five>
+KV_VNNI inline void unpack_q4k(const uint8_t* blk, const __m512i* sidx, WBlock& wb) {
+  q4k_quants<Five>(blk, wb.q);
   const __m256i sm16 = _mm256_cvtepu8_epi16(q4k_scales_mins_vnni(blk + 4));
   wb.s[0] = _mm512_permutexvar_epi16(sidx[0], _mm512_zextsi256_si512(sm16));
   wb.s[1] = _mm512_permutexvar_epi16(sidx[1], _mm512_zextsi256_si512(sm16));
@@ -191,21 +221,31 @@ KV_VNNI inline void unpack_q4k(const uint8_t* blk, const __m512i* sidx, WBlock& 
   wb.dmin = _mm_cvtss_f32(_mm_movehdup_ps(df));
 }
 
-/// The Q6_K unpacking: chunk 2 h + s = elements 128 h + 64 s + [0, 64), 6-bit quants 0..63.
-KV_VNNI inline void unpack_q6k(const uint8_t* blk, const __m512i* sidx, WBlock& wb) {
+/// The Q6_K quants: chunk 2 h + s = elements 128 h + 64 s + [0, 64), 6-bit quants 0..63.
+KV_VNNI inline void q6k_quants(const uint8_t* blk, __m512i* q) {
   const __m512i m4 = _mm512_set1_epi8(15), m30 = _mm512_set1_epi8(0x30);
   const __m512i up = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
   const __m512i down = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
   for (int h = 0; h < 2; ++h) {
     const __m512i ql = _mm512_loadu_si512(blk + 64 * h);
     const __m512i qhb = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h)));
-    wb.q[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qhb, up), m30));
-    wb.q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                      _mm512_and_si512(_mm512_srlv_epi16(qhb, down), m30));
+    q[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qhb, up), m30));
+    q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                   _mm512_and_si512(_mm512_srlv_epi16(qhb, down), m30));
   }
+}
+
+/// The Q6_K group scales as the scale words of chunk pairs 0 and 1 (sidx: scale_index).
+KV_VNNI inline void q6k_scale_words(const uint8_t* blk, const __m512i* sidx, __m512i* s) {
   const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)));
-  wb.s[0] = _mm512_permutexvar_epi16(sidx[0], _mm512_zextsi256_si512(sc16));
-  wb.s[1] = _mm512_permutexvar_epi16(sidx[1], _mm512_zextsi256_si512(sc16));
+  s[0] = _mm512_permutexvar_epi16(sidx[0], _mm512_zextsi256_si512(sc16));
+  s[1] = _mm512_permutexvar_epi16(sidx[1], _mm512_zextsi256_si512(sc16));
+}
+
+/// The Q6_K unpacking: q6k_quants, the scale words and d.
+KV_VNNI inline void unpack_q6k(const uint8_t* blk, const __m512i* sidx, WBlock& wb) {
+  q6k_quants(blk, wb.q);
+  q6k_scale_words(blk, sidx, wb.s);
   uint16_t dd;
   std::memcpy(&dd, blk + 208, 2);
   wb.d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(dd)));  // exact, as f16_to_f32
@@ -214,11 +254,11 @@ KV_VNNI inline void unpack_q6k(const uint8_t* blk, const __m512i* sidx, WBlock& 
 
 /// The 16 int32 lanes of one weight super-block against one activation super-block's chunks x,
 /// vpdpbusd starting from base (zero, or for Q6_K -32 times the sums of x's 4-element groups).
-KV_VNNI inline __m512i lanes(const WBlock& wb, const __m512i* x, const __m512i* base) {
-  const __m512i p0 = _mm512_packs_epi32(_mm512_dpbusd_epi32(base[0], wb.q[0], x[0]), _mm512_dpbusd_epi32(base[1], wb.q[1], x[1]));
-  const __m512i p1 = _mm512_packs_epi32(_mm512_dpbusd_epi32(base[2], wb.q[2], x[2]), _mm512_dpbusd_epi32(base[3], wb.q[3], x[3]));
+KV_VNNI inline __m512i lanes(const __m512i* q, const __m512i* s, const __m512i* x, const __m512i* base) {
+  const __m512i p0 = _mm512_packs_epi32(_mm512_dpbusd_epi32(base[0], q[0], x[0]), _mm512_dpbusd_epi32(base[1], q[1], x[1]));
+  const __m512i p1 = _mm512_packs_epi32(_mm512_dpbusd_epi32(base[2], q[2], x[2]), _mm512_dpbusd_epi32(base[3], q[3], x[3]));
   const __m512i zero = _mm512_setzero_si512();
-  return _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(zero, p0, wb.s[0]), p1, wb.s[1]);
+  return _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(zero, p0, s[0]), p1, s[1]);
 }
 
 /// Adds weight block wb's products with activation super-block xb (chunks x, vpdpbusd bases
@@ -227,7 +267,7 @@ template <int Type>
 KV_VNNI inline void block_fma(const WBlock& wb, const __m512i* x, const __m512i* base, const Int8Rows& xr, int64_t xb,
                               __m512& acc, __m128& accm) {
   const float dx = xr.d[xb];
-  acc = _mm512_fmadd_ps(_mm512_set1_ps(wb.d * dx), _mm512_cvtepi32_ps(lanes(wb, x, base)), acc);
+  acc = _mm512_fmadd_ps(_mm512_set1_ps(wb.d * dx), _mm512_cvtepi32_ps(lanes(wb.q, wb.s, x, base)), acc);
   if constexpr (Type != 6) {
     const __m128i b32 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(xr.bsums32 + xb * 8));
     const __m128 mi = _mm_cvtepi32_ps(_mm_madd_epi16(wb.mins, b32));
@@ -246,66 +286,178 @@ KV_VNNI inline void load_x(const int8_t* xq, __m512i* x, __m512i* base) {
   }
 }
 
-/// R weight rows (rows[0] + i ld, nb super-blocks each) against M quantized rows (M = 0: m at run
-/// time): out[i * m + r]. Type: 4 (Q4_K), 5 (Q5_K) or 6 (Q6_K). Prefetches the bytes `ahead` past
-/// the tile's, R blocks' worth per step. With M = 1 each weight block is dotted as soon as it is
-/// unpacked (only one row's WBlock live); otherwise all R are unpacked, then dotted with each x row.
-template <int Type, int R, int M>
+/// R weight rows (rows[0] + i ld, nb super-blocks each) against the m quantized rows (m >= 2):
+/// out[i * m + r]. Type: 4 (Q4_K), 5 (Q5_K) or 6 (Q6_K). Prefetches the bytes `ahead` past the
+/// tile's, R blocks' worth per step. All R weight blocks of a step are unpacked, then dotted with each x row.
+template <int Type, int R>
 KV_VNNI void tile_vnni(const uint8_t* rows, int64_t ld, int64_t ahead, int64_t nb, const Int8Rows& xr, int64_t K,
                        int64_t m, float* out) {
   constexpr int64_t bytes = Type == 4 ? kQ4KBytes : Type == 5 ? kQ5KBytes : kQ6KBytes;
-  constexpr int MR = M ? M : kInt8MaxRows;
-  const int64_t mr = M ? M : m;
   const __m512i sidx[2] = {scale_index(Type == 6, 0), scale_index(Type == 6, 1)};
-  __m512 acc[R][MR];
-  __m128 accm[R][MR];
+  __m512 acc[R][kInt8MaxRows];
+  __m128 accm[R][kInt8MaxRows];
   for (int i = 0; i < R; ++i)
-    for (int64_t r = 0; r < mr; ++r) acc[i][r] = _mm512_setzero_ps(), accm[i][r] = _mm_setzero_ps();
+    for (int64_t r = 0; r < m; ++r) acc[i][r] = _mm512_setzero_ps(), accm[i][r] = _mm_setzero_ps();
   const int8_t* xbase = Type == 6 ? xr.qs : xr.qs_k4;
   const auto pf = reinterpret_cast<uintptr_t>(rows) + static_cast<uintptr_t>(ahead);  // never dereferenced
   __m512i x[4], base[4];
   for (int64_t b = 0; b < nb; ++b) {
     for (int64_t l = 0; l < R * bytes; l += 64)
       _mm_prefetch(reinterpret_cast<const char*>(pf + static_cast<uintptr_t>(b * R * bytes + l)), _MM_HINT_T0);
-    if constexpr (M == 1) {
-      load_x<Type>(xbase + b * kKBlock, x, base);
-      for (int i = 0; i < R; ++i) {
-        WBlock wb;
-        if constexpr (Type == 6) unpack_q6k(rows + i * ld + b * bytes, sidx, wb);
-        else unpack_q4k<Type == 5>(rows + i * ld + b * bytes, sidx, wb);
-        block_fma<Type>(wb, x, base, xr, b, acc[i][0], accm[i][0]);
-      }
-      continue;
-    }
     WBlock wb[R];
     for (int i = 0; i < R; ++i) {
       if constexpr (Type == 6) unpack_q6k(rows + i * ld + b * bytes, sidx, wb[i]);
       else unpack_q4k<Type == 5>(rows + i * ld + b * bytes, sidx, wb[i]);
     }
-    for (int64_t r = 0; r < mr; ++r) {
+    for (int64_t r = 0; r < m; ++r) {
       const int64_t xb = r * (K / kKBlock) + b;
       load_x<Type>(xbase + xb * kKBlock, x, base);
       for (int i = 0; i < R; ++i) block_fma<Type>(wb[i], x, base, xr, xb, acc[i][r], accm[i][r]);
     }
   }
   for (int i = 0; i < R; ++i)
-    for (int64_t r = 0; r < mr; ++r) out[i * mr + r] = finish(acc[i][r], accm[i][r]);
+    for (int64_t r = 0; r < m; ++r) out[i * m + r] = finish(acc[i][r], accm[i][r]);
 }
 
-/// tile_vnni for the weight's type, R rows and m activation rows (m = 1 with its accumulators in registers).
+// ---- VNNI form, one activation row --------------------------------------
+
+/// Bytes [off, off + 16) of the blocks at p[0..3], block i's in 128-bit lane i.
+KV_VNNI inline __m512i quad_load(const uint8_t* const* p, int off) {
+  __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p[0] + off)));
+  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[1] + off)), 1);
+  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[2] + off)), 2);
+  return _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[3] + off)), 3);
+}
+
+/// q4k_scales_mins_vnni of 4 blocks at once (u = quad_load(p, 4)): lane i holds block i's 8 scales, then its 8 mins.
+KV_VNNI inline __m512i q4k_scales_mins_x4(__m512i u) {
+  const __m512i a = _mm512_shuffle_epi32(u, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(2, 1, 2, 0)));
+  const __m512i b = _mm512_shuffle_epi32(u, static_cast<_MM_PERM_ENUM>(_MM_SHUFFLE(1, 1, 0, 0)));
+  const __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(a, _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0, 0, 4))),
+                                      _mm512_broadcast_i32x4(_mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f)));
+  const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(b, 2), _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0x30303030, 0, 0x30303030)));
+  return _mm512_or_si512(lo, hi);
+}
+
+/// The 4 blocks' (p) d and dmin times their activation scales dx[0..3], as the scalar form's products:
+/// Q4_K/Q5_K [d_0 dx_0, -(dmin_0 dx_0), d_1 dx_1, ...], Q6_K [d_0 dx_0, ..., d_3 dx_3, 0, 0, 0, 0]
+/// (dmin (-dx) = -(dmin dx) exactly).
+template <int Type>
+KV_VNNI inline __m256 quad_factors(const uint8_t* const* p, const float* dx) {
+  const __m128 dx4 = _mm_loadu_ps(dx);
+  if constexpr (Type == 6) {
+    uint16_t h[4];
+    for (int i = 0; i < 4; ++i) std::memcpy(&h[i], p[i] + 208, 2);
+    const __m128i w = _mm_setr_epi16(static_cast<int16_t>(h[0]), static_cast<int16_t>(h[1]), static_cast<int16_t>(h[2]),
+                                     static_cast<int16_t>(h[3]), 0, 0, 0, 0);
+    return _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(w), dx4));
+  } else {
+    int32_t h[4];
+    for (int i = 0; i < 4; ++i) std::memcpy(&h[i], p[i], 4);
+    const __m256 sgn = _mm256_castsi256_ps(_mm256_setr_epi32(0, INT32_MIN, 0, INT32_MIN, 0, INT32_MIN, 0, INT32_MIN));
+    const __m256 dxx = _mm256_permutexvar_ps(_mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), _mm256_castps128_ps256(dx4));
+    return _mm256_mul_ps(_mm256_cvtph_ps(_mm_setr_epi32(h[0], h[1], h[2], h[3])), _mm256_xor_ps(dxx, sgn));
+  }
+}
+
+/// kIndex.q4k_words[k][h] in a register.
+KV_VNNI inline __m512i q4k_word_index(int k, int h) { return _mm512_load_si512(kIndex.q4k_words[k][h]); }
+
+/// One W row (nb super-blocks) against one quantized row, for Type 4 (Q4_K), 5 (Q5_K) or 6 (Q6_K): the
+/// steps of tile_vnni with one row and one x row, 4 super-blocks at a time: their scale bytes in one
+/// register, their d (and dmin) converted and multiplied by their dx together, their mins products from
+/// one vpmaddwd. Q6_K's quants go into vpdpbusd uncentred (q x fits the packed words) and the packed
+/// words get prepare_kquant's -32 x sums added (the same integers as the tile's vpdpbusd bases), its
+/// activations read from qs_k4's records. The row is one sequential stream, prefetched `ahead` bytes ahead.
+template <int Type>
+KV_VNNI float row_one(const uint8_t* row, int64_t nb, const Int8Rows& xr, int64_t ahead) {
+  constexpr int64_t bytes = Type == 4 ? kQ4KBytes : Type == 5 ? kQ5KBytes : kQ6KBytes;
+  const __m512i sidx[2] = {scale_index(Type == 6, 0), scale_index(Type == 6, 1)};
+  constexpr __mmask64 kEven = 0x5555555555555555ULL;
+  __m512 acc = _mm512_setzero_ps();
+  __m128 accm = _mm_setzero_ps();
+  const int8_t* xbase = Type == 6 ? xr.qs : xr.qs_k4;
+  const auto pf = reinterpret_cast<uintptr_t>(row) + static_cast<uintptr_t>(ahead);  // never dereferenced
+  __m512i x[4], base[4];
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4) {
+    for (int64_t l = 0; l < 4 * bytes; l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(pf + static_cast<uintptr_t>(b * bytes + l)), _MM_HINT_T0);
+    const uint8_t* p[4] = {row + b * bytes, row + (b + 1) * bytes, row + (b + 2) * bytes, row + (b + 3) * bytes};
+    alignas(32) float f[8];
+    _mm256_store_ps(f, quad_factors<Type>(p, xr.d + b));
+    __m512i sm = _mm512_setzero_si512();
+    if constexpr (Type != 6) {
+      sm = q4k_scales_mins_x4(quad_load(p, 4));
+      const __m512i b32 = _mm512_loadu_si512(xr.bsums32 + b * 8);
+      alignas(64) float mi[16];
+      _mm512_store_ps(mi, _mm512_cvtepi32_ps(_mm512_madd_epi16(_mm512_maskz_permutexvar_epi8(kEven, q4k_word_index(4, 0), sm), b32)));
+      for (int k = 0; k < 4; ++k) accm = _mm_fmadd_ps(_mm_set1_ps(f[2 * k + 1]), _mm_load_ps(mi + 4 * k), accm);
+    }
+    for (int k = 0; k < 4; ++k) {
+      __m512i q[4], s[2];
+      const int8_t* xq = Type == 6 ? xr.qs_k4 + (b + k) * kQ6XBytes : xbase + (b + k) * kKBlock;
+      for (int c = 0; c < 4; ++c) x[c] = _mm512_loadu_si512(xq + 64 * c);
+      if constexpr (Type == 6) {
+        q6k_quants(p[k], q);
+        q6k_scale_words(p[k], sidx, s);
+      } else {
+        q4k_quants<Type == 5>(p[k], q);
+        s[0] = _mm512_maskz_permutexvar_epi8(kEven, q4k_word_index(k, 0), sm);
+        s[1] = _mm512_maskz_permutexvar_epi8(kEven, q4k_word_index(k, 1), sm);
+      }
+      const __m512i zero = _mm512_setzero_si512();
+      __m512i p0 = _mm512_packs_epi32(_mm512_dpbusd_epi32(zero, q[0], x[0]), _mm512_dpbusd_epi32(zero, q[1], x[1]));
+      __m512i p1 = _mm512_packs_epi32(_mm512_dpbusd_epi32(zero, q[2], x[2]), _mm512_dpbusd_epi32(zero, q[3], x[3]));
+      if constexpr (Type == 6) {  // centre: q x - 32 x per 4 elements, exact in int16 (|q x| <= 32004)
+        p0 = _mm512_add_epi16(p0, _mm512_loadu_si512(xq + kKBlock));
+        p1 = _mm512_add_epi16(p1, _mm512_loadu_si512(xq + kKBlock + 64));
+      }
+      const __m512i li = _mm512_dpwssd_epi32(_mm512_madd_epi16(p0, s[0]), p1, s[1]);
+      acc = _mm512_fmadd_ps(_mm512_set1_ps(f[Type == 6 ? k : 2 * k]), _mm512_cvtepi32_ps(li), acc);
+    }
+  }
+  for (; b < nb; ++b) {  // the last nb % 4 super-blocks one at a time
+    WBlock wb;
+    if constexpr (Type == 6) unpack_q6k(row + b * bytes, sidx, wb);
+    else unpack_q4k<Type == 5>(row + b * bytes, sidx, wb);
+    load_x<Type>(xbase + b * kKBlock, x, base);
+    block_fma<Type>(wb, x, base, xr, b, acc, accm);
+  }
+  return finish(acc, accm);
+}
+
+/// tile_vnni for the weight's dtype, R rows and m >= 2 activation rows.
 template <int R>
 void tile_for(Dtype dt, const uint8_t* rows, int64_t ld, int64_t ahead, int64_t nb, const Int8Rows& xr, int64_t K,
               int64_t m, float* out) {
-  if (dt == Dtype::Q4_K)
-    return m == 1 ? tile_vnni<4, R, 1>(rows, ld, ahead, nb, xr, K, m, out) : tile_vnni<4, R, 0>(rows, ld, ahead, nb, xr, K, m, out);
-  if (dt == Dtype::Q5_K)
-    return m == 1 ? tile_vnni<5, R, 1>(rows, ld, ahead, nb, xr, K, m, out) : tile_vnni<5, R, 0>(rows, ld, ahead, nb, xr, K, m, out);
-  return m == 1 ? tile_vnni<6, R, 1>(rows, ld, ahead, nb, xr, K, m, out) : tile_vnni<6, R, 0>(rows, ld, ahead, nb, xr, K, m, out);
+  if (dt == Dtype::Q4_K) return tile_vnni<4, R>(rows, ld, ahead, nb, xr, K, m, out);
+  if (dt == Dtype::Q5_K) return tile_vnni<5, R>(rows, ld, ahead, nb, xr, K, m, out);
+  return tile_vnni<6, R>(rows, ld, ahead, nb, xr, K, m, out);
+}
+
+/// row_one for the weight's dtype.
+float row_for(Dtype dt, const uint8_t* row, int64_t nb, const Int8Rows& xr, int64_t ahead) {
+  if (dt == Dtype::Q4_K) return row_one<4>(row, nb, xr, ahead);
+  if (dt == Dtype::Q5_K) return row_one<5>(row, nb, xr, ahead);
+  return row_one<6>(row, nb, xr, ahead);
 }
 
 }  // namespace
 
-void prepare_k4(const Int8Rows& xr, int64_t m, int64_t K) {
+void prepare_kquant(const Int8Rows& xr, int64_t m, int64_t K, Dtype dt) {
+  if (dt == Dtype::Q6_K) {  // per chunk pair h, vpackssdw's order: lane L, chunk 2 h + s, 4-element group 4 L + i
+    for (int64_t xb = 0; xb < m * (K / kKBlock); ++xb) {
+      std::memcpy(xr.qs_k4 + xb * kQ6XBytes, xr.qs + xb * kKBlock, kKBlock);
+      for (int h = 0; h < 2; ++h)
+        for (int w = 0; w < 32; ++w) {
+          const int8_t* q = xr.qs + xb * kKBlock + 64 * (2 * h + (w % 8) / 4) + 4 * (4 * (w / 8) + w % 4);
+          const int16_t v = static_cast<int16_t>(-32 * (q[0] + q[1] + q[2] + q[3]));
+          std::memcpy(xr.qs_k4 + xb * kQ6XBytes + kKBlock + 2 * (32 * h + w), &v, 2);
+        }
+    }
+    return;
+  }
   for (int64_t xb = 0; xb < m * (K / kKBlock); ++xb) {
     const int8_t* q = xr.qs + xb * kKBlock;
     int8_t* o = xr.qs_k4 + xb * kKBlock;
@@ -324,6 +476,13 @@ void kquant_rows(const Weight& w, const Int8Rows& xr, int64_t m, int64_t n0, int
   const int64_t N = w.n_out(), K = w.n_in(), nb = K / kKBlock;
   const auto* raw = static_cast<const uint8_t*>(w.raw());
   const int64_t ld = w.ld(), ahead = kAheadTiles * kTile * ld;
+  if (vnni && m == 1) {  // one sequential stream over the rows
+    for (int64_t n = n0; n < n1; ++n) {
+      const float v = row_for(w.dtype(), raw + n * ld, nb, xr, kAheadBytes);
+      y[n] = accumulate ? y[n] + v : v;
+    }
+    return;
+  }
   float v[kTile * kInt8MaxRows];
   for (int64_t n = n0; n < n1;) {
     const int rows = vnni && n + kTile <= n1 ? kTile : 1;

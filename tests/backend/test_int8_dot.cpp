@@ -273,7 +273,7 @@ TEST_SUITE("backend.int8_dot") {
     // (nb + 8) 2^-24 Σ|terms| holds for any order of the same operations. Q8_0 and Q4_0 add a block
     // as 8 lane partials (4 products each), so their terms are the partials, |d_w dx| Σ_l |p_l|.
     for (Dtype dt : kTypes) {
-      for (int64_t K : {int64_t(256), int64_t(1024)}) {
+      for (int64_t K : {int64_t(256), int64_t(1024), int64_t(1792)}) {  // K-quants: 1, 4 and 7 super-blocks
         const std::string type = to_string(dt);
       CAPTURE(type);
         CAPTURE(K);
@@ -281,18 +281,20 @@ TEST_SUITE("backend.int8_dot") {
         const auto x = randv(static_cast<size_t>(5 * K), 21, 2.0f);
         const QRows q = quantize(dt, x.data(), 5, K);
         const int64_t nb = K / (is_blocks(dt) ? kQBlock : kKBlock);
-        for (bool vnni : forms()) {
-          const auto y = run(a, x, 5, vnni);
-          for (int64_t r = 0; r < 5; ++r)
-            for (int64_t n = 0; n < a.n_out; ++n) {
-              double mag;
-              int64_t imax;
-              const double want = naive(a, q, n, r, mag, imax);
-              CHECK(imax < (int64_t(1) << 31));
-              INFO("n " << n << " r " << r << " y " << y[r * a.n_out + n] << " want " << want << " mag " << mag);
-              CHECK(std::abs(double(y[r * a.n_out + n]) - want) <= double(nb + 8) * 0x1p-24 * mag + 1e-30);
-            }
-        }
+        for (bool vnni : forms())
+          for (int64_t m : {int64_t(5), int64_t(1)}) {  // one row: the VNNI form's per-row path
+            CAPTURE(m);
+            const auto y = run(a, x, m, vnni);
+            for (int64_t r = 0; r < m; ++r)
+              for (int64_t n = 0; n < a.n_out; ++n) {
+                double mag;
+                int64_t imax;
+                const double want = naive(a, q, n, r, mag, imax);
+                CHECK(imax < (int64_t(1) << 31));
+                INFO("n " << n << " r " << r << " y " << y[r * a.n_out + n] << " want " << want << " mag " << mag);
+                CHECK(std::abs(double(y[r * a.n_out + n]) - want) <= double(nb + 8) * 0x1p-24 * mag + 1e-30);
+              }
+          }
       }
     }
   }
@@ -305,7 +307,8 @@ TEST_SUITE("backend.int8_dot") {
     for (Dtype dt : kTypes) {
       const std::string type = to_string(dt);
       CAPTURE(type);
-      const int64_t K = is_blocks(dt) ? 96 * 7 : 768;  // Q8_0, Q4_0: 21 blocks, an odd one last
+      // Q8_0, Q4_0: 21 blocks, an odd one last; K-quants: 7 super-blocks, 4 at a time then 3 one by one
+      const int64_t K = is_blocks(dt) ? 96 * 7 : 256 * 7;
       const Mat a(dt, 53, K, 9);
       const auto x = randv(static_cast<size_t>(16 * K), 8, 4.0f);
       for (int64_t m = 1; m <= kInt8MaxRows; ++m) {
