@@ -443,8 +443,8 @@ void check_load_options(const ModelOptions& opts) {
 
 void Model::Impl::set_rope() {
   rope = be::RopeParams{hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale,
-                        hp.rope_freq_factors ? rope_factors.data() : nullptr, hp.rope_style == arch::RopeStyle::Neox,
-                        hp.rope_attn_factor};
+                        hp.rope_freq_factors ? rope_factors.data() : nullptr,
+                        hp.rope_style == arch::RopeStyle::Neox, hp.rope_attn_factor};
   rope_swa = rope;
   rope_swa.freq_base = hp.rope_freq_base_swa;
   rope_swa.freq_scale = hp.rope_freq_scale_swa;
