@@ -399,10 +399,10 @@ void requests_phase(const EvalSpec& spec, const Model& model, const RunOptions& 
 
 /// Refuses (MemoryError) this rank's share of the run when its KV cache and
 /// activations do not fit the memory budget, before any forward pass (every
-/// rank stops if one cannot). `budget`: the reading `--batch-size auto` picked
-/// against, so that the check agrees with the pick; nullopt: read it now.
+/// rank stops if one cannot). `budget`: the one reading of the memory available
+/// that `--batch-size auto` also picks against, so the check agrees with the pick.
 void check_run_memory(const EvalSpec& spec, const Context& ctx, const RunOptions& opts, const std::vector<int>& owner,
-                      const RunResult& res, const std::optional<MemoryBudget>& budget) {
+                      const RunResult& res, const MemoryBudget& budget) {
   std::exception_ptr no_memory;
   try {
     const MemoryPlan mp = plan_for(ctx.model(), res.requests,
@@ -415,7 +415,7 @@ void check_run_memory(const EvalSpec& spec, const Context& ctx, const RunOptions
          mp.kv_cache},
         {fmt::format("activations (batch_size {})", res.batch_size), mp.activations}};
     check_memory_plan(fmt::format("the run of {}", spec.path), parts,
-                      budget ? *budget : opts.memory_budget ? *opts.memory_budget : memory_budget(),
+                      budget,
                       ctx.kv_cache_dtype() == KvCacheDtype::F32
                           ? "lower batch_size, max_length or max_gen_toks, or set kv_cache_dtype (--kv-cache-dtype) bf16 or f16 (half the KV cache)"
                           : "lower batch_size, max_length or max_gen_toks");
@@ -472,12 +472,9 @@ RunResult run_eval_impl(const EvalSpec& spec, Context& ctx, const RunOptions& op
     owner = assign_requests(res.requests, res.n_ranks, matmul_params(hp), hp.n_layer, hp.n_embd);
   }
   // One reading of the memory available serves auto's pick and the check, so the check never refuses the pick.
-  std::optional<MemoryBudget> picked;
-  if (spec.batch_size_auto) {
-    picked = opts.memory_budget ? *opts.memory_budget : memory_budget();
-    res.batch_size = auto_batch_size(ctx, spec, opts, owner, res, *picked);
-  }
-  check_run_memory(spec, ctx, opts, owner, res, picked);
+  const MemoryBudget budget = opts.memory_budget ? *opts.memory_budget : memory_budget();
+  if (spec.batch_size_auto) res.batch_size = auto_batch_size(ctx, spec, opts, owner, res, budget);
+  check_run_memory(spec, ctx, opts, owner, res, budget);
   score_phase(spec, ctx, opts, owner, res);
   generation_phase(spec, ctx, opts, owner, res);
   if (res.n_ranks > 1) {
