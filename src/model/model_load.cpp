@@ -173,17 +173,11 @@ class TensorReader {
       changed_while_loading(path_, fmt::format("truncated while reading tensor '{}'", name));
   }
 
-  /// Rows of a file-block dtype (Q4_1, Q5_0, Q5_1, K-quants): the tensor's blocks copied as they are; with
-  /// check_finite, decoded a chunk of rows at a time (the values the kernel multiplies) to refuse a NaN/Inf
-  /// weight by element.
+  /// Rows of a file-block dtype (Q4_1, Q5_0, Q5_1, K-quants): the tensor's blocks copied as they are, with
+  /// check_finite their scales checked in the same pass (copy_file_block_rows).
   void put_file_blocks(be::Weight& w, int64_t row0, const gguf::TensorInfo& t) {
-    if (!read_catching_sigbus(t.data, t.n_bytes, [&] {
-          const uint64_t chunk = chunk_rows(t.row_length());
-          if (opts_.check_finite) rows_.resize(std::min(chunk, t.n_rows()) * t.row_length());
-          for (uint64_t r0 = 0; opts_.check_finite && r0 < t.n_rows(); r0 += chunk)
-            dequantize_rows(f_, t, r0, std::min(chunk, t.n_rows() - r0), DType::F32, rows_.data(), {true, opts_.threads});
-          w.set_rows_file_blocks(row0, t.data, static_cast<int64_t>(t.n_rows()));
-        }))
+    if (!read_catching_sigbus(t.data, t.n_bytes,
+                              [&] { copy_file_block_rows(f_, t, w, row0, {opts_.check_finite, opts_.threads}); }))
       changed_while_loading(path_, fmt::format("truncated while reading tensor '{}'", t.name));
   }
 

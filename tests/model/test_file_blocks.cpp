@@ -23,7 +23,9 @@
 #include "backend/qblocks.hpp"
 #include "model/dequantize.hpp"
 #include "model/gguf.hpp"
+#include "model/gguf_writer.hpp"
 #include "test_support.hpp"
+#include "util/error.hpp"
 
 using namespace kveval;
 
@@ -167,5 +169,80 @@ TEST_SUITE("model.file_blocks") {
       }
     }
     CHECK(checked == std::set<std::string>{"Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"});
+  }
+
+  TEST_CASE("block_scales_finite reads each format's f16 scale fields (ggml-common.h offsets) and nothing else") {
+    struct Case {
+      gguf::TensorType type;
+      std::vector<int> fields;  // byte offsets of the f16 scales
+    };
+    using T = gguf::TensorType;
+    for (const Case& c : {Case{T::Q2_K, {80, 82}}, Case{T::Q3_K, {108}}, Case{T::Q4_K, {0, 2}}, Case{T::Q5_K, {0, 2}},
+                          Case{T::Q6_K, {208}}, Case{T::Q4_1, {0, 2}}, Case{T::Q5_0, {0}}, Case{T::Q5_1, {0, 2}}}) {
+      const size_t ts = gguf::type_info(c.type).type_size;
+      INFO(gguf::type_name(c.type));
+      std::vector<std::byte> b(3 * ts, std::byte{0xff});  // quants and 6-bit scales all ones: still finite
+      const auto put = [&](size_t at, uint16_t h) { std::memcpy(b.data() + at, &h, 2); };
+      for (size_t i = 0; i < 3; ++i)
+        for (int f : c.fields) put(i * ts + f, 0x7bff);  // 65504, the largest finite f16
+      CHECK(block_scales_finite(c.type, b.data(), 3));
+      for (int f : c.fields)
+        for (uint16_t bad : {uint16_t{0x7c00}, uint16_t{0xfc00}, uint16_t{0x7e00}}) {  // +Inf, -Inf, NaN in block 2
+          put(2 * ts + f, bad);
+          CHECK_FALSE(block_scales_finite(c.type, b.data(), 3));
+          CHECK(block_scales_finite(c.type, b.data(), 2));  // blocks 0 and 1 only
+          put(2 * ts + f, 0x7bff);
+        }
+    }
+    std::vector<std::byte> z(64, std::byte{0});
+    CHECK_FALSE(block_scales_finite(T::Q8_0, z.data(), 1));  // no fields known: the caller decodes
+    CHECK_FALSE(block_scales_finite(T::F32, z.data(), 1));
+  }
+
+  TEST_CASE("copy_file_block_rows copies the tensor as it is and refuses the first non-finite weight across chunks") {
+    // Q6_K rows of 256: 19,972 rows per 4 MiB chunk, so 30,000 rows are two chunks on two threads.
+    gguf::Writer wr;
+    wr.add_tensor("big", {256, 30000}, [](uint64_t first, std::span<float> out) {
+      for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>((first + i) % 997) * 1e-3f - 0.5f;
+    }, gguf::TensorType::Q6_K);
+    const test::ScratchDir dir("copy_rows");
+    const std::string p = dir.file("copy_rows_q6k.gguf");
+    wr.write(p);
+    {
+      const gguf::File f(p);
+      const gguf::TensorInfo& t = f.tensor("big");
+      backend::Weight w(30002, 256, backend::Dtype::Q6_K);
+      copy_file_block_rows(f, t, w, 2, {.check_finite = true, .threads = 2});
+      CHECK(std::memcmp(static_cast<const std::byte*>(w.raw()) + 2 * 210, t.data, t.n_bytes) == 0);
+      CHECK_THROWS_AS(copy_file_block_rows(f, t, w, 3), ArgumentError);  // one row too many
+    }
+    std::vector<char> bytes;
+    {
+      std::ifstream in(p, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    const gguf::File clean(p);
+    const size_t base = clean.data_offset() + clean.tensor("big").offset;
+    const auto set_d = [&](size_t row, uint16_t h) { std::memcpy(bytes.data() + base + row * 210 + 208, &h, 2); };
+    set_d(25000, 0x7e00);  // NaN d in the second chunk
+    set_d(20000, 0x7c00);  // +Inf d, also in the second chunk, first
+    const std::string bad = dir.file("copy_rows_q6k_bad.gguf");
+    std::ofstream(bad, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    const gguf::File f(bad);
+    backend::Weight w(30000, 256, backend::Dtype::Q6_K);
+    // d = Inf times the group scale, times q - 32: the row's first element is ±Inf or NaN (0 · Inf).
+    const auto message = [&] {
+      try {
+        copy_file_block_rows(f, f.tensor("big"), w, 0, {.check_finite = true, .threads = 2});
+      } catch (const FormatError& e) {
+        return std::string(e.what());
+      }
+      return std::string();
+    };
+    const std::string msg = message();
+    CHECK(msg.find("tensor 'big' holds ") != std::string::npos);
+    CHECK(msg.find("at element 5120000 (row 20000, column 0)") != std::string::npos);
+    copy_file_block_rows(f, f.tensor("big"), w, 0, {.check_finite = false, .threads = 2});  // unchecked: copied
+    CHECK(std::memcmp(w.raw(), f.tensor("big").data, f.tensor("big").n_bytes) == 0);
   }
 }
