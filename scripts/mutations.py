@@ -302,4 +302,8 @@ MUTATIONS = [
              "r[4 + c] = _mm512_shuffle_i32x4(b, d, 0x88);",
              "r[4 + c] = _mm512_shuffle_i32x4(d, b, 0x88);",
              "the AVX-512 panel pack swaps rows 0-7 and 8-15 of pairs 4-7 of each 16: weights land in the wrong columns"),
+    Mutation("perplexity-stderr-of-one-document", "src/eval/metrics.cpp",
+             "if (ll.size() >= 2) m.stderr_ = bootstrap_stderr_perplexity(ll, bootstrap_iters);",
+             "m.stderr_ = bootstrap_stderr_perplexity(ll, bootstrap_iters);",
+             "perplexity of one document gets a bootstrap stderr: the rounding of identical resamples (~1e-13), not lm-eval's N/A"),
 ]
