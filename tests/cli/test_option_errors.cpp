@@ -1,11 +1,12 @@
 // One-line errors a first run of the README's commands meets: a value set by a
 // command-line option is named by that option, a value from the spec by its key;
 // --apply-chat-template's optional value taking the spec; missing input files;
-// the compute-dtype line of a dtype given; --quiet with --baseline.
+// the compute-dtype line of a dtype given; --quiet with --baseline; a spec with nothing to score.
 #include <doctest/doctest.h>
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "cli_run.hpp"
 
@@ -64,6 +65,32 @@ TEST_SUITE("cli.option_errors") {
       CAPTURE(args);
       check_one_line(run_kveval(d, "run -q " + quote(ll) + " " + args), "kveval: error: " + line + " (see --help)");
     }
+  }
+
+  TEST_CASE("a spec of generate_until tasks only: no loglikelihood row, no loglikelihood progress line" *
+            kveval::test::needs_model()) {
+    TempDir d;
+    const std::string gen = d.write(
+        "gen.json", spec_of(R"({"name": "g", "output_type": "generate_until", "docs": [{"p": "Once upon a", "a": "time"}], )"
+                            R"("doc_to_text": "p", "doc_to_target": "a", "generation_kwargs": {"max_gen_toks": 2}})",
+                            ", \"max_length\": 64"));
+    const Run r = run_kveval(d, "run " + quote(gen) + " -o " + quote(d.file("r.json")));
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("| loglikelihood") == std::string::npos);
+    CHECK(r.out.find("| prefill ") != std::string::npos);
+    CHECK(r.out.find("\nloglikelihood phase: 0 forward passes (no loglikelihood, multiple_choice or loglikelihood_rolling "
+                     "task: nothing to score)\n") != std::string::npos);
+    CHECK(r.err.find("kveval: loglikelihood:") == std::string::npos);
+    CHECK(r.err.find("kveval: generation: 1/1 (100%)") != std::string::npos);
+    // the results file keeps every phase, the loglikelihood one at 0, as every run has the same keys
+    const json res = json::parse(slurp(d.file("r.json")));
+    std::vector<std::string> phases;
+    for (const auto& p : res["kveval"]["phases"]) phases.push_back(p["name"]);
+    CHECK(phases == std::vector<std::string>{"load", "requests", "loglikelihood", "cache setup", "prefill", "decode",
+                                             "cache teardown"});
+    CHECK(res["kveval"]["phases"][2]["tokens"] == 0);
+    CHECK(res["kveval"]["instrumentation"]["loglikelihood_forward_calls"] == 0);
   }
 
   TEST_CASE("--apply-chat-template before the spec: its optional value took the spec; one line with the two fixes" *
