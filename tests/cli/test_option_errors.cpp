@@ -1,7 +1,8 @@
 // One-line errors a first run of the README's commands meets: a value set by a
 // command-line option is named by that option, a value from the spec by its key;
 // --apply-chat-template's optional value taking the spec; missing input files;
-// the compute-dtype line of a dtype given; --quiet with --baseline; a spec with nothing to score.
+// the compute-dtype line of a dtype given; --quiet with --baseline; --limit 0,
+// --tasks with a spec, a spec with nothing to score.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -59,12 +60,29 @@ TEST_SUITE("cli.option_errors") {
              {"--max-length 1", "--max-length: expected an integer in [2, 16777216], got 1"},
              {"--batch-size 0", "--batch-size: expected an integer in [1, 4096], got 0"},
              {"--batch-size 5000", "--batch-size: expected an integer in [1, 4096], got 5000"},
-             {"--limit -1", "--limit: must be >= 0, got -1"},
+             {"--limit -1", "--limit: must be >= 1 or a fraction in (0, 1), got -1"},
              {"--threads 99999", "--threads: expected an integer in [0, 4096], got 99999"},
              {"--num-fewshot -1", "--num-fewshot: expected an integer in [0, 1048576], got -1"}}) {
       CAPTURE(args);
       check_one_line(run_kveval(d, "run -q " + quote(ll) + " " + args), "kveval: error: " + line + " (see --help)");
     }
+  }
+
+  TEST_CASE("--limit 0, --tasks with a spec file: one line saying what to give, exit 2" * kveval::test::needs_model()) {
+    TempDir d;
+    const std::string ll = d.write("ll.json", spec_of(kLL));
+    const std::string zero = ": leaves no document to evaluate (lm-eval fails on it too); give N >= 1, a fraction in (0, 1), "
+                             "or no --limit for every document (see --help)";
+    for (const char* z : {"0", "0.0"}) {
+      CAPTURE(z);
+      const Run r = run_kveval(d, "run -q " + quote(ll) + " --limit " + z);
+      check_one_line(r, std::string("kveval: error: --limit: ") + z + zero.substr(1));
+      CHECK(r.out.empty());  // refused before anything ran
+    }
+    const std::string both = "kveval: error: --tasks: cannot be combined with a spec file (" + ll +
+                             "): give either the spec file or --tasks NAMES with --model (see --help)";
+    check_one_line(run_kveval(d, "run " + quote(ll) + " --tasks arc_easy -m x.gguf"), both);
+    check_one_line(run_kveval(d, "run --tasks arc_easy " + quote(ll)), both);
   }
 
   TEST_CASE("a spec of generate_until tasks only: no loglikelihood row, no loglikelihood progress line" *
