@@ -2,7 +2,7 @@
 // command-line option is named by that option, a value from the spec by its key;
 // --apply-chat-template's optional value taking the spec; missing input files;
 // the compute-dtype line of a dtype given; --quiet with --baseline; --limit 0,
-// --tasks with a spec, a spec with nothing to score.
+// --tasks with a spec, a data file given as the spec; a spec with nothing to score.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -83,6 +83,34 @@ TEST_SUITE("cli.option_errors") {
                              "): give either the spec file or --tasks NAMES with --model (see --help)";
     check_one_line(run_kveval(d, "run " + quote(ll) + " --tasks arc_easy -m x.gguf"), both);
     check_one_line(run_kveval(d, "run --tasks arc_easy " + quote(ll)), both);
+  }
+
+  TEST_CASE("a data file given as the spec: one line naming the file and what it holds, exit 2" * kveval::test::needs_model()) {
+    TempDir d;
+    const std::string shape = "; a spec is one JSON object {\"model\": ..., \"tasks\": [...]} (see docs/spec.md)";
+    const std::string jsonl = d.write("docs.jsonl", "{\"c\": \"Lily went to the\", \"x\": \"park\"}\n\n{\"c\": \"Tom saw a\", \"x\": \"dog\"}\n");
+    check_one_line(run_kveval(d, "run " + quote(jsonl)),
+                   "kveval: error: " + jsonl + ": not a kveval spec: it holds JSON lines, one value per line (a .jsonl "
+                   "data file?)" + shape);
+    // one line of JSONL is a whole JSON object, but none of its keys is a spec's
+    const std::string one = d.write("one.jsonl", "{\"context\": \"a\", \"continuation\": \"b\", \"label\": 1, \"id\": 7}\n");
+    check_one_line(run_kveval(d, "run " + quote(one)),
+                   "kveval: error: " + one + ": not a kveval spec: it holds a JSON object with none of a spec's keys "
+                   "('context', 'continuation', 'id', ...: a document of a data file?)" + shape);
+    const std::string array = d.write("docs.json", "[{\"c\": \"a\", \"x\": \"b\"}]\n");
+    check_one_line(run_kveval(d, "run " + quote(array)),
+                   "kveval: error: " + array + ": not a kveval spec: it holds a JSON array, not an object (a data file?)" + shape);
+    const std::string yaml = d.write("task.json", "# an lm-eval task\ntask: ll\noutput_type: loglikelihood\n");
+    check_one_line(run_kveval(d, "run " + quote(yaml)),
+                   "kveval: error: " + yaml + ": not a kveval spec: it looks like YAML (an lm-eval task YAML is read as "
+                   "the spec when its name ends in .yaml or .yml)" + shape);
+    // a spec with a syntax error keeps the parser's line and column; a misspelt key its hint
+    const std::string broken = d.write("broken.json", "{\"model\": \"m.gguf\",\n \"tasks\": [}\n");
+    const Run b = run_kveval(d, "run " + quote(broken));
+    CHECK(b.code == 2);
+    CHECK(b.err.starts_with("kveval: error: " + broken + ":2:"));
+    check_one_line(run_kveval(d, "run " + quote(d.write("typo.json", "{\"modle\": \"m.gguf\"}"))),
+                   "kveval: error: " + d.file("typo.json") + ": modle: unknown key (did you mean 'model'?)");
   }
 
   TEST_CASE("a spec of generate_until tasks only: no loglikelihood row, no loglikelihood progress line" *
