@@ -312,4 +312,12 @@ MUTATIONS = [
              "  for (int64_t k = first_bad + 1; k < n_chunks; ++k) {",
              "the chunk whose scales failed is never decoded: its NaN/Inf weight loads when no later chunk fails",
              suites=["model.file_blocks"]),
+    Mutation("perplexity-stderr-of-one-document", "src/eval/metrics.cpp",
+             "if (ll.size() >= 2) m.stderr_ = bootstrap_stderr_perplexity(ll, bootstrap_iters);",
+             "m.stderr_ = bootstrap_stderr_perplexity(ll, bootstrap_iters);",
+             "perplexity of one document gets a bootstrap stderr: the rounding of identical resamples (~1e-13), not lm-eval's N/A"),
+    Mutation("loglikelihood-row-without-scoring", "src/eval/report.cpp",
+             "return (gen || !is_cache_phase(phase)) && (scoring || phase != \"loglikelihood\");",
+             "return gen || !is_cache_phase(phase);",
+             "the phase table shows an empty loglikelihood row for a spec of generate_until tasks only"),
 ]

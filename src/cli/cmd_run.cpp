@@ -83,19 +83,26 @@ constexpr const char* kSamplesToOutputPath = "\n";
 /// The value of an --apply-chat-template given without one: the model's own template.
 constexpr const char* kModelChatTemplate = "\n";
 
-/// Validator of --limit, as lm-eval's: an integer >= 0 (documents per task) or
-/// a fraction in (0, 1) of each task's documents.
+/// Validator of --limit, as lm-eval's: an integer >= 1 (documents per task) or
+/// a fraction in (0, 1) of each task's documents. 0 is refused: lm-eval slices
+/// every task's requests to none and then fails on the empty list (IndexError
+/// in evaluate(), lm_eval/evaluator.py).
 CLI::Validator limit_validator() {
   return CLI::Validator(
       [](std::string& v) -> std::string {
         errno = 0;
         char* end = nullptr;
         const double x = std::strtod(v.c_str(), &end);
-        if (!v.empty() && end && *end == '\0' && errno != ERANGE && x < 0) return fmt::format("must be >= 0, got {}", v);
+        const bool number = !v.empty() && end && *end == '\0' && errno != ERANGE;
         const bool integer = v.find_first_not_of("0123456789") == std::string::npos && !v.empty();
+        if (number && x == 0)
+          return fmt::format("{} leaves no document to evaluate (lm-eval fails on it too); give N >= 1, a fraction in "
+                             "(0, 1), or no --limit for every document",
+                             v);
+        if (number && x < 0) return fmt::format("must be >= 1 or a fraction in (0, 1), got {}", v);
         if (integer && x <= 2147483647.0) return "";
-        if (!v.empty() && end && *end == '\0' && !integer && x > 0 && x < 1) return "";
-        return fmt::format("expected an integer >= 0 or a fraction in (0, 1), got {}", v);
+        if (number && !integer && x > 0 && x < 1) return "";
+        return fmt::format("expected an integer >= 1 or a fraction in (0, 1), got {}", v);
       },
       "N|FRACTION");
 }
@@ -491,8 +498,7 @@ void add_run_command(CLI::App& app, Action& action) {
   CLI::Option* tasks_opt = cmd->add_option("--tasks", args->tasks,
                                            "task, tag or group names, comma-separated, run without a spec file (needs --model)")
                                ->delimiter(',')
-                               ->allow_extra_args(false)
-                               ->excludes(spec_opt);
+                               ->allow_extra_args(false);
   add_lm_eval_run_options(cmd, *args);
   const auto [chat_opt, system_opt] = add_chat_options(cmd, *args);
   cmd->add_option("-m,--model", args->model, "GGUF model path (overrides the spec's 'model')");
@@ -519,7 +525,7 @@ void add_run_command(CLI::App& app, Action& action) {
                   "rows per batch (overrides the spec), or auto: the largest (at most 64) the memory plan allows")
       ->check(batch_size_validator());
   cmd->add_option("--limit", args->limit_text,
-                  "documents per task at most, or a fraction in (0, 1) of each task's (overrides the spec)")
+                  "documents per task at most (N >= 1), or a fraction in (0, 1) of each task's (overrides the spec)")
       ->check(limit_validator());
   cmd->add_option("--bootstrap-iters", args->bootstrap_iters,
                   "bootstrap resamples for the stderr of perplexity (lm-eval's default 100000; 0 = no stderr)")
@@ -552,6 +558,10 @@ void add_run_command(CLI::App& app, Action& action) {
     read_chat_options(*args, chat_opt, system_opt, spec_opt->count() > 0 || tasks_opt->count() > 0);
     if (spec_opt->count() == 0 && tasks_opt->count() == 0)
       throw CLI::ValidationError("run", "give a spec file or --tasks NAMES");
+    if (spec_opt->count() > 0 && tasks_opt->count() > 0)
+      throw CLI::ValidationError("--tasks", fmt::format("cannot be combined with a spec file ({}): give either the spec "
+                                                        "file or --tasks NAMES with --model",
+                                                        args->spec));
     if (tasks_opt->count() > 0 && args->model.empty()) throw CLI::ValidationError("--tasks", "needs --model (-m)");
     // stdout by another name is "-" (the tables go to stderr); two of them are refused by prepare()
     const bool o_stdout = !args->output.empty() && util::names_stdout(args->output);

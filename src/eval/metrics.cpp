@@ -355,7 +355,9 @@ MetricValue perplexity_metric(const std::string& name, const std::vector<double>
     return m;
   }
   m.value = p;
-  m.stderr_ = bootstrap_stderr_perplexity(ll, bootstrap_iters);
+  // lm-eval (evaluator_utils.py) bootstraps only for n >= 2: "N/A" for one
+  // document, whose resamples are all alike (their spread is rounding, ~1e-13)
+  if (ll.size() >= 2) m.stderr_ = bootstrap_stderr_perplexity(ll, bootstrap_iters);
   if (!m.stderr_)
     m.note = bootstrap_iters < 1 ? "bootstrap_iters 0: no stderr"
              : bootstrap_iters < 2 ? "bootstrap_iters 1: a stderr needs 2 resamples"

@@ -95,7 +95,7 @@ double exact_match_value(const ExactMatchOptions& o, const FilteredResponses& f,
 /// Metrics of one task from its documents' outcomes (outcomes[i] belongs to
 /// task.docs[i]), restricted to task.metric_list, in that order.
 /// - loglikelihood: acc = mean(is_greedy); perplexity = exp(-mean(logprob)) over
-///   requests (lm-eval `perplexity`), stderr by lm-eval's bootstrap.
+///   requests (lm-eval `perplexity`), stderr by lm-eval's bootstrap (none for n < 2, lm-eval's "N/A").
 /// - multiple_choice: acc = mean(argmax(ll) == gold); acc_norm = mean(argmax(ll_i /
 ///   characters(choice_i)) == gold); acc_bytes = mean(argmax(ll_i / utf8_bytes(choice_i)) == gold)
 ///   (lm-eval's pred_norm and pred_byte).

@@ -149,11 +149,19 @@ bool has_generation(const RunResult& res) {
                      [](const Request& r) { return r.kind == RequestKind::Generate; });
 }
 
+bool has_scoring(const RunResult& res) {
+  return std::any_of(res.requests.begin(), res.requests.end(),
+                     [](const Request& r) { return r.kind != RequestKind::Generate; });
+}
+
 std::string format_phase_table(const RunResult& res) {
-  const bool gen = has_generation(res);
+  const bool gen = has_generation(res), scoring = has_scoring(res);
+  const auto shown = [gen, scoring](const std::string& phase) {
+    return (gen || !is_cache_phase(phase)) && (scoring || phase != "loglikelihood");
+  };
   std::vector<std::vector<std::string>> rows;
   for (const auto& p : res.phases) {
-    if (!gen && is_cache_phase(p.name)) continue;
+    if (!shown(p.name)) continue;
     std::string tok = p.tokens > 0 ? std::to_string(p.tokens) : "-";
     std::string tps = p.tokens > 0 && p.seconds > 0 ? format_table_number(static_cast<double>(p.tokens) / p.seconds, 1) : "-";
     rows.push_back({p.name, format_table_number(p.seconds, 4), tok, tps});
@@ -167,17 +175,22 @@ std::string format_phase_table(const RunResult& res) {
     out += fmt::format("cache bytes: {} before the run, {} after (no generate_until task: no generation cache, no "
                        "cache phases)\n",
                        res.cache_bytes_before, res.cache_bytes_after);
-  out += fmt::format("loglikelihood phase: {}, {} with caches set up, {} cached; {} requested, {} computed{}, {}\n",
-                     count_of(res.ll_forward_calls, "forward pass", "forward passes"), res.ll_forward_with_cache_setup,
-                     res.ll_forward_cached, count_of(res.ll_tokens_requested, "token"), res.ll_tokens_computed,
-                     res.ll_tokens_computed < res.ll_tokens_requested ? " (prefix packing)" : "",
-                     count_of(res.ll_logit_rows, "logit row"));
+  if (scoring)
+    out += fmt::format("loglikelihood phase: {}, {} with caches set up, {} cached; {} requested, {} computed{}, {}\n",
+                       count_of(res.ll_forward_calls, "forward pass", "forward passes"), res.ll_forward_with_cache_setup,
+                       res.ll_forward_cached, count_of(res.ll_tokens_requested, "token"), res.ll_tokens_computed,
+                       res.ll_tokens_computed < res.ll_tokens_requested ? " (prefix packing)" : "",
+                       count_of(res.ll_logit_rows, "logit row"));
+  else
+    out += fmt::format("loglikelihood phase: {} (no loglikelihood, multiple_choice or loglikelihood_rolling task: "
+                       "nothing to score)\n",
+                       count_of(res.ll_forward_calls, "forward pass", "forward passes"));
   if (res.n_ranks > 1 && !res.rank_phases.empty()) {
     out += fmt::format("{} ranks: phase seconds above are the slowest rank's (wall), tokens all ranks'; CPU seconds (sum) "
                        "and load imbalance (max/mean) per phase:",
                        res.n_ranks);
     for (const auto& d : distributed_phases(res))
-      if (gen || !is_cache_phase(d.name))
+      if (shown(d.name))
         out += fmt::format(" {} {:.4f} s{}", d.name, d.cpu_seconds,
                            d.imbalance ? fmt::format(" ({:.2f}x)", *d.imbalance) : std::string());
     out += "\n";

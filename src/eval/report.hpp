@@ -43,13 +43,17 @@ std::vector<DistributedPhase> distributed_phases(const RunResult& res);
 
 /// True when the run has a generate_until request (its spec a generation task).
 bool has_generation(const RunResult& res);
+/// True when the run has a scoring request (loglikelihood, multiple_choice or loglikelihood_rolling).
+bool has_scoring(const RunResult& res);
 
 /// Phase table: phase, wall seconds, tokens, tokens/s (tokens / seconds; "-"
 /// where tokens do not apply), in execution order, then the cache bytes at
 /// set-up and after teardown and the log-likelihood instrumentation counters.
 /// A run without a generate_until request (has_generation) has no cache
-/// phases in the table (RunResult::phases keeps them, at 0) and says so in the
-/// cache line.
+/// phases in the table and says so in the cache line; one without a scoring
+/// request (has_scoring) has no loglikelihood row and says so in the
+/// loglikelihood line. RunResult::phases (and the results file) keeps every
+/// phase, at 0 when it did not run.
 std::string format_phase_table(const RunResult& res);
 
 /// Writes `lines` as JSONL to `path`, all or nothing (util::AtomicFile).

@@ -94,14 +94,16 @@ void check_requests_memory(const EvalSpec& spec, const Model& model, const RunOp
 
 /// The loglikelihood phase: scores this rank's requests cache-free in
 /// canonical order (batches of batch_size), a row with non-finite logits
-/// failing alone. Throws CacheError when caches are set up on entry.
+/// failing alone; no progress line when the run scores nothing. Throws
+/// CacheError when caches are set up on entry.
 void score_phase(const EvalSpec& spec, Context& ctx, const RunOptions& opts, const std::vector<int>& owner,
                  RunResult& res) {
   if (ctx.caches_are_setup())
     throw CacheError("loglikelihood phase: caches are set up; log-likelihood requests must run cache-free");
   if (opts.on_phase) opts.on_phase("loglikelihood");
-  std::vector<size_t> order = mine(canonical_score_order(spec, res.requests), owner, res.rank);
-  if (opts.progress) opts.progress("loglikelihood", 0, order.size(), 0);
+  const std::vector<size_t> all = canonical_score_order(spec, res.requests);
+  std::vector<size_t> order = mine(all, owner, res.rank);
+  if (opts.progress && !all.empty()) opts.progress("loglikelihood", 0, order.size(), 0);  // no line when nothing scores
   const ContextStats s0 = ctx.stats();
   Stopwatch sw;
   int64_t tokens = 0;

@@ -488,8 +488,7 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
                     const std::string& model_override, const TaskOverrides& o) {
   Where w{origin, ""};
   if (!j.is_object()) w.fail(fmt::format("expected a JSON object at the top level, got {}", json_excerpt(j)));
-  check_keys(j, w, {"model", "threads", "dtype", "kv_cache_dtype", "batch_size", "max_length", "seed", "limit", "bootstrap_iters",
-                    "tasks", "include_path", "apply_chat_template", "system_instruction", "fewshot_as_multiturn"});
+  check_keys(j, w, spec_top_keys());
   EvalSpec s;
   s.path = origin;
   s.raw = j;
@@ -572,7 +571,7 @@ EvalSpec load_spec(const std::string& path, const std::string& model_override, c
     return parse_spec(j, path, base.empty() ? "." : base, model_override, o);
   }
   const std::string text = util::read_input_file(path, util::InputKind::Text);
-  json j = parse_json_text(text, path);
+  json j = parse_spec_text(text, path);
   return parse_spec(j, path, base.empty() ? "." : base, model_override, o);
 }
 

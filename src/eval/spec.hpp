@@ -274,6 +274,13 @@ SamplingParams parse_sampling_kwargs(const nlohmann::json& kwargs, const std::st
 /// `o.include_paths`, then $KVEVAL_INCLUDE_PATH (TaskIndex).
 EvalSpec load_spec(const std::string& path, const std::string& model_override = "", const TaskOverrides& o = {});
 
+/// The JSON of the spec file `path` (its text `text`), refused in one SpecError line when the file holds
+/// something else: "PATH: not a kveval spec: WHAT; a spec is one JSON object {"model": ..., "tasks": [...]}
+/// (see docs/spec.md)", WHAT naming JSON lines (a .jsonl data file), a JSON array or scalar, YAML text, or an
+/// object none of whose keys is or nearly is a spec key (a document). Any other syntax error is
+/// parse_json_text's "PATH:LINE:COLUMN: ..." line.
+nlohmann::json parse_spec_text(std::string_view text, const std::string& path);
+
 /// Same as load_spec for a spec already in memory; `origin` names it in
 /// messages and `base_dir` resolves its relative paths. Throws SpecError.
 EvalSpec parse_spec(const nlohmann::json& j, const std::string& origin, const std::string& base_dir,

@@ -43,6 +43,15 @@ struct Where {
   [[noreturn]] void fail(const std::string& msg) const { throw SpecError(fmt::format("{}: {}", text(), msg)); }
 };
 
+/// The keys a spec's top-level object may have.
+inline const std::vector<std::string>& spec_top_keys() {
+  static const std::vector<std::string> keys = {"model", "threads", "dtype", "kv_cache_dtype", "batch_size",
+                                                "max_length", "seed", "limit", "bootstrap_iters", "tasks",
+                                                "include_path", "apply_chat_template", "system_instruction",
+                                                "fewshot_as_multiturn"};
+  return keys;
+}
+
 /// Where the value of a task's key `key` (its Where `w`) is reported: the option
 /// that set it on every task, as "--num-fewshot: task 'NAME'", when `set_by`
 /// (EvalSpec::set_by) has the key, else the task's key ("spec.json: tasks[0].num_fewshot").

@@ -1,11 +1,13 @@
 // One-line errors a first run of the README's commands meets: a value set by a
 // command-line option is named by that option, a value from the spec by its key;
 // --apply-chat-template's optional value taking the spec; missing input files;
-// the compute-dtype line of a dtype given; --quiet with --baseline.
+// the compute-dtype line of a dtype given; --quiet with --baseline; --limit 0,
+// --tasks with a spec, a data file given as the spec; a spec with nothing to score.
 #include <doctest/doctest.h>
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "cli_run.hpp"
 
@@ -58,12 +60,83 @@ TEST_SUITE("cli.option_errors") {
              {"--max-length 1", "--max-length: expected an integer in [2, 16777216], got 1"},
              {"--batch-size 0", "--batch-size: expected an integer in [1, 4096], got 0"},
              {"--batch-size 5000", "--batch-size: expected an integer in [1, 4096], got 5000"},
-             {"--limit -1", "--limit: must be >= 0, got -1"},
+             {"--limit -1", "--limit: must be >= 1 or a fraction in (0, 1), got -1"},
              {"--threads 99999", "--threads: expected an integer in [0, 4096], got 99999"},
              {"--num-fewshot -1", "--num-fewshot: expected an integer in [0, 1048576], got -1"}}) {
       CAPTURE(args);
       check_one_line(run_kveval(d, "run -q " + quote(ll) + " " + args), "kveval: error: " + line + " (see --help)");
     }
+  }
+
+  TEST_CASE("--limit 0, --tasks with a spec file: one line saying what to give, exit 2" * kveval::test::needs_model()) {
+    TempDir d;
+    const std::string ll = d.write("ll.json", spec_of(kLL));
+    const std::string zero = ": leaves no document to evaluate (lm-eval fails on it too); give N >= 1, a fraction in (0, 1), "
+                             "or no --limit for every document (see --help)";
+    for (const char* z : {"0", "0.0"}) {
+      CAPTURE(z);
+      const Run r = run_kveval(d, "run -q " + quote(ll) + " --limit " + z);
+      check_one_line(r, std::string("kveval: error: --limit: ") + z + zero.substr(1));
+      CHECK(r.out.empty());  // refused before anything ran
+    }
+    const std::string both = "kveval: error: --tasks: cannot be combined with a spec file (" + ll +
+                             "): give either the spec file or --tasks NAMES with --model (see --help)";
+    check_one_line(run_kveval(d, "run " + quote(ll) + " --tasks arc_easy -m x.gguf"), both);
+    check_one_line(run_kveval(d, "run --tasks arc_easy " + quote(ll)), both);
+  }
+
+  TEST_CASE("a data file given as the spec: one line naming the file and what it holds, exit 2" * kveval::test::needs_model()) {
+    TempDir d;
+    const std::string shape = "; a spec is one JSON object {\"model\": ..., \"tasks\": [...]} (see docs/spec.md)";
+    const std::string jsonl = d.write("docs.jsonl", "{\"c\": \"Lily went to the\", \"x\": \"park\"}\n\n{\"c\": \"Tom saw a\", \"x\": \"dog\"}\n");
+    check_one_line(run_kveval(d, "run " + quote(jsonl)),
+                   "kveval: error: " + jsonl + ": not a kveval spec: it holds JSON lines, one value per line (a .jsonl "
+                   "data file?)" + shape);
+    // one line of JSONL is a whole JSON object, but none of its keys is a spec's
+    const std::string one = d.write("one.jsonl", "{\"context\": \"a\", \"continuation\": \"b\", \"label\": 1, \"id\": 7}\n");
+    check_one_line(run_kveval(d, "run " + quote(one)),
+                   "kveval: error: " + one + ": not a kveval spec: it holds a JSON object with none of a spec's keys "
+                   "('context', 'continuation', 'id', ...: a document of a data file?)" + shape);
+    const std::string array = d.write("docs.json", "[{\"c\": \"a\", \"x\": \"b\"}]\n");
+    check_one_line(run_kveval(d, "run " + quote(array)),
+                   "kveval: error: " + array + ": not a kveval spec: it holds a JSON array, not an object (a data file?)" + shape);
+    const std::string yaml = d.write("task.json", "# an lm-eval task\ntask: ll\noutput_type: loglikelihood\n");
+    check_one_line(run_kveval(d, "run " + quote(yaml)),
+                   "kveval: error: " + yaml + ": not a kveval spec: it looks like YAML (an lm-eval task YAML is read as "
+                   "the spec when its name ends in .yaml or .yml)" + shape);
+    // a spec with a syntax error keeps the parser's line and column; a misspelt key its hint
+    const std::string broken = d.write("broken.json", "{\"model\": \"m.gguf\",\n \"tasks\": [}\n");
+    const Run b = run_kveval(d, "run " + quote(broken));
+    CHECK(b.code == 2);
+    CHECK(b.err.starts_with("kveval: error: " + broken + ":2:"));
+    check_one_line(run_kveval(d, "run " + quote(d.write("typo.json", "{\"modle\": \"m.gguf\"}"))),
+                   "kveval: error: " + d.file("typo.json") + ": modle: unknown key (did you mean 'model'?)");
+  }
+
+  TEST_CASE("a spec of generate_until tasks only: no loglikelihood row, no loglikelihood progress line" *
+            kveval::test::needs_model()) {
+    TempDir d;
+    const std::string gen = d.write(
+        "gen.json", spec_of(R"({"name": "g", "output_type": "generate_until", "docs": [{"p": "Once upon a", "a": "time"}], )"
+                            R"("doc_to_text": "p", "doc_to_target": "a", "generation_kwargs": {"max_gen_toks": 2}})",
+                            ", \"max_length\": 64"));
+    const Run r = run_kveval(d, "run " + quote(gen) + " -o " + quote(d.file("r.json")));
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("| loglikelihood") == std::string::npos);
+    CHECK(r.out.find("| prefill ") != std::string::npos);
+    CHECK(r.out.find("\nloglikelihood phase: 0 forward passes (no loglikelihood, multiple_choice or loglikelihood_rolling "
+                     "task: nothing to score)\n") != std::string::npos);
+    CHECK(r.err.find("kveval: loglikelihood:") == std::string::npos);
+    CHECK(r.err.find("kveval: generation: 1/1 (100%)") != std::string::npos);
+    // the results file keeps every phase, the loglikelihood one at 0, as every run has the same keys
+    const json res = json::parse(slurp(d.file("r.json")));
+    std::vector<std::string> phases;
+    for (const auto& p : res["kveval"]["phases"]) phases.push_back(p["name"]);
+    CHECK(phases == std::vector<std::string>{"load", "requests", "loglikelihood", "cache setup", "prefill", "decode",
+                                             "cache teardown"});
+    CHECK(res["kveval"]["phases"][2]["tokens"] == 0);
+    CHECK(res["kveval"]["instrumentation"]["loglikelihood_forward_calls"] == 0);
   }
 
   TEST_CASE("--apply-chat-template before the spec: its optional value took the spec; one line with the two fixes" *

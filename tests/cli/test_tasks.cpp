@@ -60,9 +60,9 @@ TEST_SUITE("cli.tasks") {
                        " (task)");
     check_one_line(run_kveval(d, "run --tasks chores" + model + " --include-path " + quote(d.file("nope"))),
                    "kveval: error: --include-path " + d.file("nope") + ": no such directory");
-    for (const char* bad : {"0.0", "1.5", "abc"})
+    for (const char* bad : {"1.5", "abc"})
       check_one_line(run_kveval(d, "run --tasks chores" + model + inc + " --limit " + bad),
-                     std::string("kveval: error: --limit: expected an integer >= 0 or a fraction in (0, 1), got ") + bad +
+                     std::string("kveval: error: --limit: expected an integer >= 1 or a fraction in (0, 1), got ") + bad +
                          " (see --help)");
     check_one_line(run_kveval(d, "run --tasks chores" + inc),
                    "kveval: error: --tasks: needs --model (-m) (see --help)");

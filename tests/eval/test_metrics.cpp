@@ -103,6 +103,32 @@ TEST_SUITE("eval.metrics") {
     CHECK(find(one, "perplexity").note == "bootstrap_iters 1: a stderr needs 2 resamples");
   }
 
+  TEST_CASE("one document: no metric has a stderr (lm-eval's \"N/A\" for n < 2), never a bootstrap of rounding") {
+    // the 100000 bootstrap resamples of one log-prob are all exp(0.4513); their mean
+    // differs from it by rounding, which a bootstrap would report as a stderr of ~2e-13
+    TaskSpec ll = task(OutputType::Loglikelihood);
+    ll.docs.resize(1);
+    DocOutcome o;
+    o.ok = true, o.logprob = -0.4513, o.is_greedy = true, o.tokens = 3;
+    for (const auto& m : compute_metrics(ll, std::vector<DocOutcome>{o})) {
+      CAPTURE(m.name);
+      CHECK(m.value.has_value());
+      CHECK(m.n == 1);
+      CHECK_FALSE(m.stderr_.has_value());
+      CHECK(m.note == "stderr needs n >= 2");
+    }
+    CHECK(*find(compute_metrics(ll, std::vector<DocOutcome>{o}), "perplexity").value == doctest::Approx(std::exp(0.4513)));
+    // the rolling task's corpus-level ratios have no stderr at any n
+    TaskSpec rolling = task(OutputType::LoglikelihoodRolling);
+    rolling.docs.resize(1);
+    rolling.docs[0].target = "one two";
+    for (const auto& m : compute_metrics(rolling, std::vector<DocOutcome>{o})) {
+      CAPTURE(m.name);
+      CHECK(m.value.has_value());
+      CHECK_FALSE(m.stderr_.has_value());
+    }
+  }
+
   TEST_CASE("rolling: lm-eval weighted perplexities and bits per byte") {
     TaskSpec t = task(OutputType::LoglikelihoodRolling);
     Doc a, b;

@@ -124,6 +124,34 @@ TEST_SUITE("eval.report") {
                  "2 logit rows\n") != std::string::npos);
   }
 
+  TEST_CASE("the phase table: no loglikelihood row without a scoring request, said in the loglikelihood line") {
+    RunResult res;
+    res.requests.resize(1);
+    res.requests[0].kind = RequestKind::Generate;
+    res.phases = {{"load", 0.5, 0},    {"requests", 0.25, 5}, {"loglikelihood", 0.125, 0}, {"cache setup", 0.5, 0},
+                  {"prefill", 0.5, 5}, {"decode", 0.25, 1},  {"cache teardown", 0.5, 0}};
+    res.cache_bytes_setup = 640, res.cache_rows = 1, res.cache_positions = 6;
+    CHECK(has_generation(res));
+    CHECK_FALSE(has_scoring(res));
+    CHECK(format_phase_table(res) ==
+          "| phase          | seconds | tokens | tokens/s |\n"
+          "|----------------|---------|--------|----------|\n"
+          "| load           |  0.5000 |      - |        - |\n"
+          "| requests       |  0.2500 |      5 |     20.0 |\n"
+          "| cache setup    |  0.5000 |      - |        - |\n"
+          "| prefill        |  0.5000 |      5 |     10.0 |\n"
+          "| decode         |  0.2500 |      1 |      4.0 |\n"
+          "| cache teardown |  0.5000 |      - |        - |\n"
+          "cache bytes: 0 before generation, 640 at setup (1 row x 6 positions), 0 after teardown\n"
+          "loglikelihood phase: 0 forward passes (no loglikelihood, multiple_choice or loglikelihood_rolling task: "
+          "nothing to score)\n");
+    // a rolling window is a scoring request: the row is back
+    res.requests.resize(2);
+    res.requests[1].kind = RequestKind::RollingWindow;
+    CHECK(has_scoring(res));
+    CHECK(format_phase_table(res).find("| loglikelihood  |  0.1250 |      - |        - |\n") != std::string::npos);
+  }
+
   TEST_CASE("the metrics table counts failed requests in the right number") {
     EvalSpec spec;
     TaskSpec t;

@@ -144,14 +144,13 @@ Value indent(const Value& v, const std::vector<Value>& args, const KwArgs& kw) {
   std::string ind = width.is_string() ? width.get<std::string>() : std::string(static_cast<size_t>(std::clamp<int64_t>(as_int(width).value_or(4), 0, 256)), ' ');
   std::u32string s = utf8_decode(py_str(v.get())) + U"\n";
   auto lines = splitlines(s);
-  std::string rv;
-  if (blank) {
-    for (size_t k = 0; k < lines.size(); ++k) rv += (k ? "\n" + ind : "") + utf8_encode(lines[k]);
-  } else {
-    rv = lines.empty() ? "" : utf8_encode(lines[0]);
-    for (size_t k = 1; k < lines.size(); ++k) rv += "\n" + (lines[k].empty() ? "" : ind + utf8_encode(lines[k]));
+  // built by appending: GCC 12 -O2 misreads `"\n" + std::string&&` as an overlapping copy (-Wrestrict)
+  std::string rv = first ? ind : std::string();
+  for (size_t k = 0; k < lines.size(); ++k) {
+    if (k > 0) rv += '\n';
+    if (k > 0 && (blank || !lines[k].empty())) rv += ind;  // without `blank`, an empty line stays empty
+    rv += utf8_encode(lines[k]);
   }
-  if (first) rv = ind + rv;
   check_size(rv.size(), "indent's result");
   return rv;
 }
