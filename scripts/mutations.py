@@ -320,4 +320,9 @@ MUTATIONS = [
              "return (gen || !is_cache_phase(phase)) && (scoring || phase != \"loglikelihood\");",
              "return gen || !is_cache_phase(phase);",
              "the phase table shows an empty loglikelihood row for a spec of generate_until tasks only"),
+    Mutation("file-release-no-advice", "src/model/gguf.cpp",
+             "  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);",
+             "  if (hi > lo && false) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);",
+             "loaded tensors' file pages stay resident: the peak RSS of a load is the file plus the weights",
+             suites=["model.gguf"]),
 ]

@@ -410,6 +410,15 @@ uint32_t File::version() const { return impl_->version; }
 uint64_t File::alignment() const { return impl_->alignment; }
 uint64_t File::data_offset() const { return impl_->data_start; }
 const std::vector<std::string>& File::warnings() const { return impl_->warnings; }
+void File::release(const std::byte* p, uint64_t n) const {
+  const auto* base = static_cast<const std::byte*>(impl_->map);
+  if (!base || p < base || n > impl_->map_size || p - base > static_cast<std::ptrdiff_t>(impl_->map_size - n)) return;
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + n) & ~(page - 1);
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
 std::span<const std::byte> File::bytes() const {
   return {static_cast<const std::byte*>(impl_->map), impl_->map_size};
 }

@@ -79,6 +79,11 @@ class File {
   /// The whole mapped file (read-only). Reading it faults with SIGBUS if the
   /// file is truncated meanwhile: see util/sigbus_guard.hpp.
   std::span<const std::byte> bytes() const;
+  /// Drops the pages wholly inside [p, p + n) (a range of bytes()) from this process's resident set
+  /// (madvise MADV_DONTNEED): the file stays mapped and a later read faults them in again from the
+  /// page cache. The loader calls it on each tensor once copied, so the file's pages do not add to the
+  /// peak RSS. Advice only: a range outside the mapping or a failing call is ignored.
+  void release(const std::byte* p, uint64_t n) const;
 
   /// All metadata in file order.
   const std::vector<std::pair<std::string, Value>>& metadata() const;

@@ -147,7 +147,7 @@ class TensorReader {
     });
     if (!read_ok) changed_while_loading(path_, fmt::format("truncated while reading tensor '{}'", name));
     weight_bytes_ += t.n_elements * dtype_size(dt);
-    used_.insert(name);
+    use(name);
   }
 
   /// Rows [row0, row0 + n) of block weight w (the kernel dtype of the tensor's type) from tensor `name`
@@ -181,6 +181,14 @@ class TensorReader {
       changed_while_loading(path_, fmt::format("truncated while reading tensor '{}'", t.name));
   }
 
+  /// Records tensor `name` as used and drops its pages of the mapped file from the resident set
+  /// (gguf::File::release): its data has been copied or converted.
+  void use(const std::string& name) {
+    used_.insert(name);
+    const gguf::TensorInfo& t = f_.tensor(name);
+    f_.release(t.data, t.n_bytes);
+  }
+
   /// Whether tensor `t` (rows of n_in elements) stays in its own blocks under the compute dtype.
   bool keeps(const gguf::TensorInfo& t, uint64_t n_in) const {
     return keep_.keeps(t.type) && n_in % gguf::type_info(t.type).block_size == 0;
@@ -191,7 +199,7 @@ class TensorReader {
   be::Weight kept(const std::string& name, uint64_t n_in, uint64_t n_out) {
     be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in), keep_.weight_dtype(f_.tensor(name).type));
     put_blocks(w, 0, name, n_in, n_out);
-    used_.insert(name);
+    use(name);
     weight_bytes_ += w.bytes();
     return w;
   }
@@ -219,7 +227,7 @@ class TensorReader {
       int64_t row0 = 0;
       for (const auto& [name, n] : parts) {
         put_blocks(w, row0, name, n_in, n);
-        used_.insert(name);
+        use(name);
         row0 += static_cast<int64_t>(n);
       }
       weight_bytes_ += w.bytes();
