@@ -47,15 +47,6 @@ void dequantize_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t
 /// block whose scales pass needs no decoding to be known finite. Returns false for any other type.
 bool block_scales_finite(gguf::TensorType type, const std::byte* src, uint64_t n_blocks);
 
-/// Copies tensor `t` (a Q2_K…Q6_K, Q4_1, Q5_0 or Q5_1 tensor of w.n_out() − row0 rows or fewer) byte
-/// for byte into rows [row0, row0 + t.n_rows()) of block weight `w` (Weight::set_rows_file_blocks),
-/// about 4 MiB of rows per chunk, chunks split among `opts.threads` OpenMP threads in two contiguous
-/// ranges (so first-touch page faults of `w`'s memory run in parallel). With opts.check_finite each
-/// chunk's scales are scanned in the same pass (block_scales_finite); a chunk that fails is decoded with
-/// dequantize_rows, which throws its FormatError naming the first non-finite weight.
-void copy_file_block_rows(const gguf::File& file, const gguf::TensorInfo& t, backend::Weight& w, int64_t row0,
-                          const ConvertOptions& opts = {});
-
 /// Splits rows [row0, row0 + rows) of a Q8_0 or Q4_0 tensor `t` (ggml-common.h
 /// block_q8_0: f16 d, then 32 int8 quants; block_q4_0: f16 d, then 16 bytes of
 /// nibbles) into `quants`, each block's quant bytes as in the file ([rows,

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "model/copy_blocks.hpp"
 #include "model/gguf.hpp"
 #include "model/model_impl.hpp"
 #include "model/read_hparams.hpp"

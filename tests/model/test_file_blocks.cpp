@@ -21,6 +21,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/qblocks.hpp"
+#include "model/copy_blocks.hpp"
 #include "model/dequantize.hpp"
 #include "model/gguf.hpp"
 #include "model/gguf_writer.hpp"
