@@ -229,6 +229,7 @@ void apply_run_options(const RunArgs& a, const Distributed& dist, eval::EvalSpec
     for (auto& t : spec.tasks)
       if (t.docs.size() > static_cast<size_t>(a.limit)) t.docs.resize(static_cast<size_t>(a.limit));
   }
+  if (a.limit_fraction > 0) spec.limit_fraction = a.limit_fraction;
   for (auto& t : spec.tasks)  // lm-eval: ceil(len(eval_docs) * limit) documents
     if (a.limit_fraction > 0)
       t.docs.resize(std::min(t.docs.size(), static_cast<size_t>(std::ceil(t.n_docs_total * a.limit_fraction))));

@@ -257,7 +257,9 @@ ojson run_config(const EvalSpec& spec, const RunResult& res) {
           {"batch_sizes", spec.batch_size_auto ? ojson::array({res.batch_size}) : ojson::array()},
           {"device", "cpu"},
           {"use_cache", nullptr},
-          {"limit", spec.limit ? ojson(*spec.limit) : ojson(nullptr)},
+          {"limit", spec.limit            ? ojson(*spec.limit)
+                    : spec.limit_fraction ? ojson(*spec.limit_fraction)
+                                          : ojson(nullptr)},
           {"bootstrap_iters", spec.bootstrap_iters},
           {"gen_kwargs", spec.gen_kwargs.is_null() ? ojson(nullptr) : ojson::parse(spec.gen_kwargs.dump())},
           {"random_seed", spec.random_seed ? ojson(*spec.random_seed) : ojson(nullptr)},

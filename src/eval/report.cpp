@@ -172,7 +172,7 @@ std::string format_phase_table(const RunResult& res) {
                        res.cache_bytes_before, res.cache_bytes_setup, count_of(res.cache_rows, "row"),
                        count_of(res.cache_positions, "position"), res.cache_bytes_after);
   else
-    out += fmt::format("cache bytes: {} before the run, {} after (no generate_until task: no generation cache, no "
+    out += fmt::format("cache bytes: {} before the run, {} after (no generate_until request: no generation cache, no "
                        "cache phases)\n",
                        res.cache_bytes_before, res.cache_bytes_after);
   if (scoring)
@@ -182,7 +182,7 @@ std::string format_phase_table(const RunResult& res) {
                        res.ll_tokens_computed < res.ll_tokens_requested ? " (prefix packing)" : "",
                        count_of(res.ll_logit_rows, "logit row"));
   else
-    out += fmt::format("loglikelihood phase: {} (no loglikelihood, multiple_choice or loglikelihood_rolling task: "
+    out += fmt::format("loglikelihood phase: {} (no loglikelihood, multiple_choice or loglikelihood_rolling request: "
                        "nothing to score)\n",
                        count_of(res.ll_forward_calls, "forward pass", "forward passes"));
   if (res.n_ranks > 1 && !res.rank_phases.empty()) {

@@ -112,9 +112,9 @@ void add_llamacpp_chunks(const EvalSpec& spec, size_t ti, const Tokenizer& tok, 
     r.doc = -1;
     r.index = 0;
     r.kind = RequestKind::PerplexityChunk;
-    r.error = fmt::format("task {}: llama.cpp perplexity needs at least 2 x context_length = {} tokens; the {} "
-                          "joined give {}",
-                          t.name, 2 * t.context_length, count_of(t.docs.size(), "document"), seq.size());
+    r.error = fmt::format("task {}: llama.cpp perplexity needs at least 2 x context_length = {} tokens; {} "
+                          "from {} joined",
+                          t.name, 2 * t.context_length, count_of(seq.size(), "token"), count_of(t.docs.size(), "document"));
     out.push_back(std::move(r));
   }
   for (size_t k = 0; k < chunks.size(); ++k) {

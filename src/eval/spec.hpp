@@ -205,6 +205,7 @@ struct EvalSpec {
   std::optional<int64_t> random_seed = 0, numpy_seed = 1234, torch_seed = 1234;
   int bootstrap_iters = 100000;      ///< lm-eval's bootstrap_iters (stderr of perplexity; 0: no stderr at all)
   std::optional<int> limit;          ///< documents per task at most
+  std::optional<double> limit_fraction;  ///< --limit in (0, 1): that share of each task's documents (lm-eval's limit < 1)
   /// --gen-kwargs: an object merged into every generate_until task's
   /// generation_kwargs (lm-eval's gen_kwargs; null = none).
   nlohmann::json gen_kwargs;

@@ -126,7 +126,7 @@ TEST_SUITE("cli.option_errors") {
     CHECK(r.out.find("| loglikelihood") == std::string::npos);
     CHECK(r.out.find("| prefill ") != std::string::npos);
     CHECK(r.out.find("\nloglikelihood phase: 0 forward passes (no loglikelihood, multiple_choice or loglikelihood_rolling "
-                     "task: nothing to score)\n") != std::string::npos);
+                     "request: nothing to score)\n") != std::string::npos);
     CHECK(r.err.find("kveval: loglikelihood:") == std::string::npos);
     CHECK(r.err.find("kveval: generation: 1/1 (100%)") != std::string::npos);
     // the results file keeps every phase, the loglikelihood one at 0, as every run has the same keys

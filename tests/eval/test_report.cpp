@@ -103,7 +103,7 @@ TEST_SUITE("eval.report") {
           "| load          |  0.5000 |      - |        - |\n"
           "| requests      |  0.2500 |     10 |     40.0 |\n"
           "| loglikelihood |  1.0000 |      8 |      8.0 |\n"
-          "cache bytes: 0 before the run, 0 after (no generate_until task: no generation cache, no cache phases)\n"
+          "cache bytes: 0 before the run, 0 after (no generate_until request: no generation cache, no cache phases)\n"
           "loglikelihood phase: 1 forward pass, 0 with caches set up, 0 cached; 8 tokens requested, 8 computed, 1 logit row\n");
 
     // one generate_until request in a 1-row cache: every phase shown, the cache line with its shape
@@ -143,7 +143,7 @@ TEST_SUITE("eval.report") {
           "| decode         |  0.2500 |      1 |      4.0 |\n"
           "| cache teardown |  0.5000 |      - |        - |\n"
           "cache bytes: 0 before generation, 640 at setup (1 row x 6 positions), 0 after teardown\n"
-          "loglikelihood phase: 0 forward passes (no loglikelihood, multiple_choice or loglikelihood_rolling task: "
+          "loglikelihood phase: 0 forward passes (no loglikelihood, multiple_choice or loglikelihood_rolling request: "
           "nothing to score)\n");
     // a rolling window is a scoring request: the row is back
     res.requests.resize(2);
