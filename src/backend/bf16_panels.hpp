@@ -15,6 +15,16 @@ namespace kveval::backend {
 /// the same bits.
 void pack_panel_pairs(const float* src, int64_t ld, int64_t jn, int64_t kp, uint32_t* dst);
 
+/// pack_panel_pairs for rows whose values are all finite and each zero or normal
+/// (as widened blocks are: every decoded weight is 0 or a multiple of 2^-24,
+/// far above f32's subnormals, and the load checks they are finite). There
+/// round to nearest even is all of f32_to_bf16, so with AVX512-BF16
+/// (kernel_has_bf16_dot) the rounding is VCVTNE2PS2BF16's, which flushes
+/// subnormals instead; else pack_panel_pairs. The same bits as
+/// pack_panel_pairs_scalar on such rows. With 16 rows at a 64-byte aligned dst
+/// the stores are non-temporal (an sfence before returning).
+void pack_panel_pairs_normal(const float* src, int64_t ld, int64_t jn, int64_t kp, uint32_t* dst);
+
 /// pack_panel_pairs in portable C++ (the specification the vector path matches).
 void pack_panel_pairs_scalar(const float* src, int64_t ld, int64_t jn, int64_t kp, uint32_t* dst);
 

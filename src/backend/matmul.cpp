@@ -193,12 +193,19 @@ void run_dense_dst(Engine& engine, const float* x, const uint16_t* xb, int64_t b
   for (int64_t i = 0; i < b; ++i) std::memcpy(y + i * ldy, t + i * nc, row_bytes);
 }
 
+/// Most bf16 elements matmul_widened_bf16 widens before multiplying (64 MiB):
+/// every matrix of a Llama-3.2-1B layer at once. Narrower chunks were measured
+/// slower at 2 threads (pp512 148 tok/s at 2 MiB against 173 at 64 MiB, median
+/// of 5 alternating runs on Q4_K_M): each chunk reads all of x again, and a
+/// chunk narrower than the output goes through pad_y (run_dense_dst).
+constexpr int64_t kWidenedBf16Elements = int64_t(32) << 20;
+
 /// Kept-block weights on CPUs with bf16 dot products (kernel_has_bf16_dot, the
 /// condition under which BF16 weights live in panels): a chunk of 64-row panels
-/// (~2 MiB of bf16) at a time, each thread widens its panels' rows of W to f32
+/// (the whole matrix up to kWidenedBf16Elements) at a time, each thread widens its panels' rows of W to f32
 /// 16 rows at a time, rounds them to bf16
 /// (f32_to_bf16, as a BF16 weight is rounded at load) into oneDNN's BA16a64b2a
-/// layout (pack_panel_pairs; Weight::bf16_panels, zero padding), and multiplied
+/// layout (pack_panel_pairs_normal; Weight::bf16_panels, zero padding), and multiplied
 /// as run_panels does (x rounded to bf16 once per call), so batch-invariant passes have the invariance BF16 weights have
 /// (bf16_paths_agree). Scoring thus runs at the speed of BF16 weights on the
 /// values a BF16 weight rounded from the same blocks holds (the same bits for
@@ -208,7 +215,7 @@ void matmul_widened_bf16(Engine& engine, const float* x, int64_t m, const Weight
   const uint16_t* xb = x_to_bf16(im, x, m * w.n_in());
   const int64_t K = w.n_in(), N = w.n_out();  // K: a multiple of the block size (32), so pairs (k, k + 1) never straddle it
   const int64_t ld = (K + 31) / 32 * 32 * 64;  // bf16 elements per 64-column panel (Weight::ld for panels)
-  const int64_t chunk = std::min((N + 63) / 64 * 64, std::max<int64_t>(64, (int64_t(1) << 20) / ld * 64));
+  const int64_t chunk = std::min((N + 63) / 64 * 64, std::max<int64_t>(64, kWidenedBf16Elements / ld * 64));
   constexpr int64_t kTile = 16;  // rows of W widened to f32 at a time by each thread (16 x K floats, in L2)
   const int threads = std::max(1, im.threads);
   const size_t tmp_elems = static_cast<size_t>(threads * kTile * K), bf16_elems = static_cast<size_t>(chunk / 64 * ld);
@@ -225,7 +232,7 @@ void matmul_widened_bf16(Engine& engine, const float* x, int64_t m, const Weight
       for (int64_t j0 = 0; j0 < rows_here; j0 += kTile) {
         const int64_t jn = std::min(kTile, rows_here - j0);
         widen_rows(w, n0 + p * 64 + j0, jn, tmp, K, 1);
-        pack_panel_pairs(tmp, K, jn, kp, dst + j0);
+        pack_panel_pairs_normal(tmp, K, jn, kp, dst + j0);
       }
     }
     for (int64_t r = 0; r < m;) {

@@ -4,9 +4,11 @@
 // every row count 1..16 and pair counts with and without a tail of 16.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <vector>
@@ -66,6 +68,28 @@ TEST_SUITE("backend.bf16_panels") {
         int64_t written = 0;
         for (uint32_t u : want) written += u != 0x5a5a5a5au;
         CHECK(written >= jn * kp - 1);  // the spec wrote the jn x kp words (one may equal the fill)
+      }
+    }
+  }
+
+  TEST_CASE("pack_panel_pairs_normal gives the scalar pack's bits on finite normal rows, aligned or not") {
+    if (!kernel_has_bf16_dot()) MESSAGE("no AVX512-BF16 on this CPU: it is pack_panel_pairs");
+    const int64_t ld = 2 * 50 + 6;
+    std::vector<float> src = awkward(static_cast<size_t>(16 * ld), 11);
+    for (float& f : src)  // widened blocks hold no subnormal, infinity or NaN; keep the rounding ties and zeros
+      if (!std::isfinite(f) || (f != 0.0f && std::fabs(f) < std::numeric_limits<float>::min())) f = 1.0f + 1.0f / 256;
+    for (int64_t offset : {0, 3}) {  // a 64-byte aligned dst (stored non-temporally at 16 rows) and an unaligned one
+      for (int64_t kp : {1, 16, 17, 50}) {
+        for (int64_t jn : {1, 7, 15, 16}) {
+          INFO("offset " << offset << " kp " << kp << " jn " << jn);
+          std::vector<uint32_t> want(static_cast<size_t>(kp * 64 + 16), 0x5a5a5a5au);
+          auto* buf = static_cast<uint32_t*>(std::aligned_alloc(64, want.size() * sizeof(uint32_t)));
+          std::copy(want.begin(), want.end(), buf);
+          pack_panel_pairs_scalar(src.data(), ld, jn, kp, want.data() + offset);
+          pack_panel_pairs_normal(src.data(), ld, jn, kp, buf + offset);
+          CHECK(std::equal(want.begin(), want.end(), buf));
+          std::free(buf);
+        }
       }
     }
   }
