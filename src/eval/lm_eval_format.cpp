@@ -335,6 +335,10 @@ ojson kveval_json(const EvalSpec& spec, const RunResult& res, const std::string&
                 {"rows", res.cache_rows},
                 {"positions", res.cache_positions},
                 {"dtype", res.kv_cache_dtype}};
+  k["memory"] = {{"resident_weight_bytes", res.load.resident_bytes},
+                 {"planned_kv_cache_bytes", res.planned_kv_cache},
+                 {"planned_activation_bytes", res.planned_activations},
+                 {"peak_rss_bytes", res.peak_rss}};
   k["instrumentation"] = {{"loglikelihood_forward_calls", res.ll_forward_calls},
                           {"loglikelihood_forward_with_cache_setup", res.ll_forward_with_cache_setup},
                           {"loglikelihood_forward_cached", res.ll_forward_cached},

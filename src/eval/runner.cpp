@@ -401,13 +401,14 @@ void requests_phase(const EvalSpec& spec, const Model& model, const RunOptions& 
 
 /// Refuses (MemoryError) this rank's share of the run when its KV cache and
 /// activations do not fit the memory budget, before any forward pass (every
-/// rank stops if one cannot). `budget`: the one reading of the memory available
+/// rank stops if one cannot); returns the plan checked. `budget`: the one reading of the memory available
 /// that `--batch-size auto` also picks against, so the check agrees with the pick.
-void check_run_memory(const EvalSpec& spec, const Context& ctx, const RunOptions& opts, const std::vector<int>& owner,
-                      const RunResult& res, const MemoryBudget& budget) {
+MemoryPlan check_run_memory(const EvalSpec& spec, const Context& ctx, const RunOptions& opts,
+                            const std::vector<int>& owner, const RunResult& res, const MemoryBudget& budget) {
   std::exception_ptr no_memory;
+  MemoryPlan mp;
   try {
-    const MemoryPlan mp = plan_for(ctx.model(), res.requests,
+    mp = plan_for(ctx.model(), res.requests,
                                    mine(canonical_score_order(spec, res.requests), owner, res.rank),
                                    mine(canonical_generate_order(spec, res.requests), owner, res.rank), res.batch_size,
                                    res.max_length, opts.pack_prefixes);
@@ -426,6 +427,7 @@ void check_run_memory(const EvalSpec& spec, const Context& ctx, const RunOptions
     no_memory = std::current_exception();
   }
   if (opts.shard.agree) opts.shard.agree(no_memory);
+  return mp;
 }
 
 /// `--batch-size auto`: the largest batch_size up to kAutoBatchMax whose plan
@@ -461,6 +463,21 @@ int auto_batch_size(const Context& ctx, const EvalSpec& spec, const RunOptions& 
   return lo;
 }
 
+/// Records the peak RSS in `res` and logs it beside the plan: "memory: peak RSS
+/// 1.1 GiB = weights 762.8 MiB + KV cache 40.0 MiB + activations 120.0 MiB +
+/// 210.2 MiB else (tokenizer, engine buffers, libraries)".
+void log_memory(const RunOptions& opts, RunResult& res) {
+  res.peak_rss = peak_rss_bytes();
+  if (res.peak_rss == 0) return;
+  const uint64_t planned = res.load.resident_bytes + res.planned_kv_cache + res.planned_activations;
+  const std::string rest = res.peak_rss >= planned
+                               ? fmt::format("+ {} else (tokenizer, engine buffers, libraries)", format_bytes(res.peak_rss - planned))
+                               : fmt::format("- {} not touched", format_bytes(planned - res.peak_rss));
+  log_line(opts, fmt::format("memory: peak RSS {} = weights {} + KV cache {} + activations {} {} (planned before the first pass)",
+                             format_bytes(res.peak_rss), format_bytes(res.load.resident_bytes),
+                             format_bytes(res.planned_kv_cache), format_bytes(res.planned_activations), rest));
+}
+
 /// The phases of a run: requests, the loglikelihood phase (cache-free), the
 /// generation phase in its KV-cache scope, the ranks' gathering, the outcomes
 /// and the metrics (rank 0).
@@ -476,9 +493,12 @@ RunResult run_eval_impl(const EvalSpec& spec, Context& ctx, const RunOptions& op
   // One reading of the memory available serves auto's pick and the check, so the check never refuses the pick.
   const MemoryBudget budget = opts.memory_budget ? *opts.memory_budget : memory_budget();
   if (spec.batch_size_auto) res.batch_size = auto_batch_size(ctx, spec, opts, owner, res, budget);
-  check_run_memory(spec, ctx, opts, owner, res, budget);
+  const MemoryPlan mp = check_run_memory(spec, ctx, opts, owner, res, budget);
+  res.planned_kv_cache = mp.kv_cache;
+  res.planned_activations = mp.activations;
   score_phase(spec, ctx, opts, owner, res);
   generation_phase(spec, ctx, opts, owner, res);
+  log_memory(opts, res);
   if (res.n_ranks > 1) {
     gather_ranks(opts.shard, owner, res);
     if (!res.is_root()) return res;

@@ -88,6 +88,10 @@ struct RunResult {
   size_t cache_bytes_setup = 0;          ///< Context::bytes() inside the scope (0 when no generation)
   size_t cache_bytes_after = 0;          ///< Context::bytes() after leaving the scope
   int cache_rows = 0, cache_positions = 0;  ///< shape of the scope (rows x positions per row)
+  // memory of this rank: the plan checked before the first pass, and what the process held at most
+  size_t planned_kv_cache = 0;           ///< bytes of KV cache planned (the largest scope of the run)
+  size_t planned_activations = 0;        ///< bytes of activations planned (the largest pass of the run)
+  uint64_t peak_rss = 0;                 ///< util::peak_rss_bytes() at the end of the run (0: unknown)
   // instrumentation of the log-likelihood phase (deltas of Context::stats())
   uint64_t ll_forward_calls = 0;              ///< forward passes run by the log-likelihood phase
   uint64_t ll_forward_with_cache_setup = 0;   ///< of those, run while caches were set up: must be 0

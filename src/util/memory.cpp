@@ -248,4 +248,10 @@ void check_memory_plan(std::string_view what, std::span<const MemoryPart> parts,
   throw MemoryError(msg);
 }
 
+uint64_t peak_rss_bytes() {
+  rusage u{};
+  if (::getrusage(RUSAGE_SELF, &u) != 0 || u.ru_maxrss <= 0) return 0;
+  return static_cast<uint64_t>(u.ru_maxrss) * 1024;
+}
+
 }  // namespace kveval

@@ -84,6 +84,10 @@ struct MemoryPart {
 void check_memory_plan(std::string_view what, std::span<const MemoryPart> parts, const MemoryBudget& budget,
                        std::string_view hint = {});
 
+/// This process's peak resident set so far, in bytes (getrusage's ru_maxrss,
+/// which Linux counts in KiB); 0 when the kernel does not say.
+uint64_t peak_rss_bytes();
+
 /// Bytes for people: "512 B", "1.5 KiB", "10.0 GiB" (binary units, one decimal).
 std::string format_bytes(uint64_t bytes);
 

@@ -61,6 +61,14 @@ TEST_SUITE("cli.run") {
     CHECK(res["kveval"]["cache"]["bytes_after_teardown"] == 0);
     CHECK(res["kveval"]["cache"]["bytes_at_setup"].get<long>() > 0);
     CHECK(res["kveval"]["cache"]["dtype"] == "f32");  // auto with the f32 compute dtype of an F32 file
+    // The plan checked before the first pass is the cache the generation scope then set up, and the
+    // process held at least the weights and that cache at its peak.
+    const auto& mem = res["kveval"]["memory"];
+    CHECK(mem["resident_weight_bytes"] == 1171200);
+    CHECK(mem["planned_kv_cache_bytes"] == res["kveval"]["cache"]["bytes_at_setup"]);
+    CHECK(mem["planned_activation_bytes"].get<long>() > 0);
+    CHECK(mem["peak_rss_bytes"].get<long>() > 1171200 + res["kveval"]["cache"]["bytes_at_setup"].get<long>());
+    CHECK(r.err.find("memory: peak RSS ") != std::string::npos);
     CHECK(res["kveval"]["instrumentation"]["loglikelihood_forward_with_cache_setup"] == 0);
     std::vector<std::string> phases;
     for (const auto& p : res["kveval"]["phases"]) phases.push_back(p["name"]);
