@@ -60,7 +60,7 @@ TEST_SUITE("cli.option_errors") {
              {"--max-length 1", "--max-length: expected an integer in [2, 16777216], got 1"},
              {"--batch-size 0", "--batch-size: expected an integer in [1, 4096], got 0"},
              {"--batch-size 5000", "--batch-size: expected an integer in [1, 4096], got 5000"},
-             {"--limit -1", "--limit: must be >= 1 or a fraction in (0, 1), got -1"},
+             {"--limit -1", "--limit: expected an integer >= 1 or a fraction in (0, 1), got -1"},
              {"--threads 99999", "--threads: expected an integer in [0, 4096], got 99999"},
              {"--num-fewshot -1", "--num-fewshot: expected an integer in [0, 1048576], got -1"}}) {
       CAPTURE(args);
