@@ -392,7 +392,7 @@ TEST_SUITE("cli.run") {
     }
   }
 
-  TEST_CASE("command-line messages: numeric ranges, unknown subcommand, spec is a directory or missing" * kveval::test::needs_model()) {
+  TEST_CASE("command-line messages: numeric ranges, unknown or missing subcommand, spec is a directory or missing" * kveval::test::needs_model()) {
     TempDir d;
     std::string spec = d.write("spec.json", spec_with(kLL));
     Run bs = run_kveval(d, "run " + quote(spec) + " --batch-size 0");
@@ -423,6 +423,9 @@ TEST_SUITE("cli.run") {
     CHECK(bogus.code == 2);
     CHECK(bogus.err.find("unknown subcommand 'bogus'") != std::string::npos);
     CHECK(count_lines(bogus.err) == 1);
+    Run bare = run_kveval(d, "");  // no subcommand: CLI11's message, lower-case as every other
+    CHECK(bare.code == 2);
+    CHECK(bare.err == "kveval: error: a subcommand is required (see --help)\n");
     Run typo = run_kveval(d, "run " + quote(spec) + " --dtpye bf16");
     CHECK(typo.code == 2);
     CHECK(typo.err == "kveval: error: unknown option '--dtpye' for 'run' (did you mean '--dtype'?) (see --help)\n");
