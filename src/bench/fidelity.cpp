@@ -22,7 +22,7 @@ eval::EvalSpec load_fidelity_spec(const Options& o) {
   size_t docs = 0;
   for (const auto& t : spec.tasks) docs += t.docs.size();
   if (docs == 0)
-    throw ArgumentError(fmt::format("--spec {}: no document to compare (every task has 0 documents after 'limit')", o.spec));
+    throw ArgumentError(fmt::format("--spec {}: no document to compare (no task has a document)", o.spec));
   // the requests from the file's tokenizer alone: a spec none of whose requests can be scored is refused
   // before either model loads
   const eval::RequestPreview p = eval::preview_requests(spec);

@@ -58,6 +58,7 @@ void run_roofline(Ctx& c) {
 void run_pp(Ctx& c, Steps steps) {
   drop_caches(c.context);
   const int64_t V = c.hp.n_vocab;
+  bool frac = false;  // some row has frac_of_sgemm (the roofline ran and its sgemm fit): the note explains it
   for (const Instance& step : steps) {
     if (step.kind == Instance::Kind::Warning) {
       c.warn(step.warning);
@@ -89,8 +90,10 @@ void run_pp(Ctx& c, Steps steps) {
     const double gflops = flops / median(secs) / 1e9;
     r.with("GFLOP_per_s", gflops);
     if (c.roofline) {  // compare with sgemm at the same M (when its matrices fit)
-      if (const auto* g = c.sgemm_at(static_cast<int64_t>(b) * p))
+      if (const auto* g = c.sgemm_at(static_cast<int64_t>(b) * p)) {
         r.with("sgemm_GFLOP_per_s", g->gflops).with("frac_of_sgemm", gflops / g->gflops);
+        frac = true;
+      }
     }
     c.rep.rows.push_back(r);
     // The same prompts with logits at the last position only: what llama-bench's
@@ -110,11 +113,12 @@ void run_pp(Ctx& c, Steps steps) {
     rl.with("GFLOP_per_s", flops_last / median(secs_last) / 1e9);
     c.rep.rows.push_back(rl);
   }
-  c.note("pp: logits at every position (scoring); 'ppP last': logits at the last position only, as llama-bench's "
-         "pp (prefill). GFLOP/s counts 2*M*N*K per weight matrix (7 per layer and the output layer at every position) plus "
-         "causal attention 2*2*(P^2/2)*n_embd per layer and row (QK^T and PV over the lower triangle; softmax, "
-         "norms and RoPE not counted; the output layer only at the last position for 'last'); frac_of_sgemm divides by oneDNN sgemm at the same shapes and M = batch*P "
-         "(weight matmuls only).");
+  c.note(fmt::format(
+      "pp: logits at every position (scoring); 'ppP last': logits at the last position only, as llama-bench's "
+      "pp (prefill). GFLOP/s counts 2*M*N*K per weight matrix (7 per layer and the output layer at every position) plus "
+      "causal attention 2*2*(P^2/2)*n_embd per layer and row (QK^T and PV over the lower triangle; softmax, "
+      "norms and RoPE not counted; the output layer only at the last position for 'last'){}.",
+      frac ? "; frac_of_sgemm divides by oneDNN sgemm at the same shapes and M = batch*P (weight matmuls only)" : ""));
 }
 
 // ---- ll -----------------------------------------------------------------------

@@ -135,7 +135,7 @@ GenerateRun generate_streamed(const Model& model, const GenerateArgs& o, const s
 }
 
 /// The stop reason and llama.cpp-style per-phase timings on stderr, each line
-/// "kveval: ..." like every other diagnostic line.
+/// "kveval: ..." like every other diagnostic line; decode counts n_gen - 1 steps (bench's tg).
 void print_timings(const Model& model, const GenerateArgs& o, const GenerateRun& run, double load_s, int ctx) {
   auto rate = [](int64_t n, double s) { return s > 0 ? n / s : 0.0; };
   auto tokens = [&](const char* phase, double s, int64_t n) {
@@ -149,7 +149,8 @@ void print_timings(const Model& model, const GenerateArgs& o, const GenerateRun&
     fmt::print(stderr, "kveval: {:<15}{:9.3f} ms ({} bytes)\n", "cache setup", run.setup_s * 1e3,
                model.cache_bytes_for(1, ctx));
   tokens("prefill", t.prefill_seconds, t.prefill_tokens);
-  tokens("decode", t.decode_seconds, t.decode_tokens);
+  // decode steps as bench's tg counts them: every generated token but the first, whose logits come from the prefill
+  tokens("decode", t.decode_seconds, std::max<int64_t>(0, t.decode_tokens - 1));
   if (!o.no_cache) fmt::print(stderr, "kveval: {:<15}{:9.3f} ms\n", "cache teardown", run.teardown_s * 1e3);
 }
 

@@ -99,7 +99,6 @@ CLI::Validator limit_validator() {
           return fmt::format("{} leaves no document to evaluate (lm-eval fails on it too); give N >= 1, a fraction in "
                              "(0, 1), or no --limit for every document",
                              v);
-        if (number && x < 0) return fmt::format("must be >= 1 or a fraction in (0, 1), got {}", v);
         if (integer && x <= 2147483647.0) return "";
         if (number && !integer && x > 0 && x < 1) return "";
         return fmt::format("expected an integer >= 1 or a fraction in (0, 1), got {}", v);

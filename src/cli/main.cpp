@@ -131,8 +131,12 @@ int run_main(int argc, char** argv) {
         fmt::print(stderr, "kveval: error: {} (see --help)\n", u);
         return cli::kUsage;
       }
-    // one line, like every other error ("--threads: expected an integer in [0, 4096], got 65536")
-    fmt::print(stderr, "kveval: error: {} (see --help)\n", e.what());
+    // one line, like every other error ("--threads: expected an integer in [0, 4096], got 65536"), lower-case as
+    // they are (CLI11 capitalises a few: "A subcommand is required")
+    std::string msg = e.what();
+    if (msg.size() > 1 && std::isupper(static_cast<unsigned char>(msg[0])) && !std::isupper(static_cast<unsigned char>(msg[1])))
+      msg[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(msg[0])));
+    fmt::print(stderr, "kveval: error: {} (see --help)\n", msg);
     return cli::kUsage;
   }
   auto& dist = cli::Distributed::get();

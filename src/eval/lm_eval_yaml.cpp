@@ -181,6 +181,15 @@ std::string shown_key(const std::string& k) {
   return name ? k : fmt::format("a key of {} bytes that is not a key name (not shown)", k.size());
 }
 
+/// The one line for a YAML file whose top level is not a mapping: what it holds instead.
+std::string not_a_task_yaml(const std::string& path, const YAML::Node& root) {
+  const char* what = root.IsSequence() ? "it holds a YAML list"
+                     : root.IsScalar() ? "it holds a single YAML value"
+                                       : "it holds no value (an empty file, or comments only)";
+  return fmt::format("{}: not an lm-eval task YAML: {}, not a mapping of task keys (task: NAME, dataset_path: ..., ...)",
+                     path, what);
+}
+
 /// One file with its includes merged (lm-eval load_yaml: includes in order, then local keys).
 Config load_config(const std::string& path, std::vector<std::string>& stack, const std::string& included_from) {
   std::error_code ec;
@@ -207,7 +216,7 @@ Config load_config(const std::string& path, std::vector<std::string>& stack, con
   } catch (const YAML::Exception& e) {
     throw SpecError(fmt::format("{}: {}", path, e.msg));
   }
-  if (!root.IsMap()) throw SpecError(fmt::format("{}: expected a mapping of task keys at the top level", path));
+  if (!root.IsMap()) throw SpecError(not_a_task_yaml(path, root));
   stack.push_back(canon);
   Config local, merged;
   YAML::Node include;
@@ -366,7 +375,10 @@ void set_generation_kwargs(const TaskKeys& c, const std::string& output_type, js
 /// and limit win.
 json task_fields(const TaskKeys& c, const json& entry) {
   json t = json::object();
-  if (!c.has("task")) throw SpecError(fmt::format("{}: missing required key 'task' (the task name)", c.path));
+  if (!c.has("task"))
+    throw SpecError(fmt::format("{}: not an lm-eval task: no 'task' key (an include base, whose keys task YAMLs take "
+                                "with `include:`?); give a task YAML, one with `task: NAME`",
+                                c.path));
   if (!c.at("task").is_string()) c.fail("task", fmt::format("expected a string, got {}", json_excerpt(c.at("task"))));
   t["name"] = entry.contains("name") ? entry["name"] : c.at("task");
   (*c.where)["name"] = c.w("task");

@@ -142,16 +142,20 @@ bool is_cache_phase(const std::string& name) {
   return name == "cache setup" || name == "prefill" || name == "decode" || name == "cache teardown";
 }
 
+/// True when some request of the run has a kind for which `pred(kind)` holds.
+template <class Pred>
+bool has_request_kind(const RunResult& res, Pred pred) {
+  return std::any_of(res.requests.begin(), res.requests.end(), [&pred](const Request& r) { return pred(r.kind); });
+}
+
 }  // namespace
 
 bool has_generation(const RunResult& res) {
-  return std::any_of(res.requests.begin(), res.requests.end(),
-                     [](const Request& r) { return r.kind == RequestKind::Generate; });
+  return has_request_kind(res, [](RequestKind k) { return k == RequestKind::Generate; });
 }
 
 bool has_scoring(const RunResult& res) {
-  return std::any_of(res.requests.begin(), res.requests.end(),
-                     [](const Request& r) { return r.kind != RequestKind::Generate; });
+  return has_request_kind(res, [](RequestKind k) { return k != RequestKind::Generate; });
 }
 
 std::string format_phase_table(const RunResult& res) {

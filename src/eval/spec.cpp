@@ -293,7 +293,7 @@ void parse_prompt_fields(const json& tj, const Where& w, TaskSpec& t) {
     }
     t.doc_to_choice = c;
   }
-  if (tj.contains("limit")) t.limit = static_cast<int>(expect_int(tj["limit"], w.key("limit"), 0, 1 << 30));
+  if (tj.contains("limit")) t.limit = expect_limit(tj["limit"], w.key("limit"));
   if (tj.contains("num_fewshot") && !tj["num_fewshot"].is_null())
     t.num_fewshot = static_cast<int>(expect_int(tj["num_fewshot"], w.key("num_fewshot"), 0, 1 << 20));
 }
@@ -408,8 +408,8 @@ TaskSpec parse_yaml_task(const json& tj, const Where& w, const std::string& base
   json entry = json::object();
   for (const char* k : {"dataset_path", "fewshot_split"})
     if (tj.contains(k)) entry[k] = resolve_path(base_dir, expect_path(tj[k], w.key(k)));
-  for (const char* k : {"num_fewshot", "limit"})
-    if (tj.contains(k)) entry[k] = expect_int(tj[k], w.key(k), 0, 1 << 30);
+  if (tj.contains("num_fewshot")) entry["num_fewshot"] = expect_int(tj["num_fewshot"], w.key("num_fewshot"), 0, 1 << 30);
+  if (tj.contains("limit")) entry["limit"] = expect_limit(tj["limit"], w.key("limit"));
   for (const char* k : {"name", "task_alias"})
     if (tj.contains(k)) entry[k] = expect_string(tj[k], w.key(k));
   for (const char* k : {"lm_eval_inline", "lm_eval_overrides"})  // a group's inline task dict (TaskIndex)
@@ -524,7 +524,7 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
   }
   if (o.fewshot_seed) s.seed = *o.fewshot_seed;
   if (o.num_fewshot) s.set_by["num_fewshot"] = "--num-fewshot";
-  if (j.contains("limit")) s.limit = static_cast<int>(expect_int(j["limit"], w.key("limit"), 0, 1 << 30));
+  if (j.contains("limit")) s.limit = expect_limit(j["limit"], w.key("limit"));
   if (j.contains("bootstrap_iters"))
     s.bootstrap_iters = static_cast<int>(expect_int(j["bootstrap_iters"], w.key("bootstrap_iters"), 0, 100000000));
   s.gen_kwargs = o.gen_kwargs;

@@ -277,8 +277,8 @@ EvalSpec load_spec(const std::string& path, const std::string& model_override = 
 
 /// The JSON of the spec file `path` (its text `text`), refused in one SpecError line when the file holds
 /// something else: "PATH: not a kveval spec: WHAT; a spec is one JSON object {"model": ..., "tasks": [...]}
-/// (see docs/spec.md)", WHAT naming JSON lines (a .jsonl data file), a JSON array or scalar, YAML text, or an
-/// object none of whose keys is or nearly is a spec key (a document). Any other syntax error is
+/// (see docs/spec.md)", WHAT naming an empty file (0 bytes or only whitespace), JSON lines (a .jsonl data file),
+/// a JSON array or scalar, YAML text, or an object none of whose keys is or nearly is a spec key (a document). Any other syntax error is
 /// parse_json_text's "PATH:LINE:COLUMN: ..." line.
 nlohmann::json parse_spec_text(std::string_view text, const std::string& path);
 

@@ -88,6 +88,20 @@ inline int64_t expect_int(const json& v, const Where& w, int64_t lo, int64_t hi)
   return x;
 }
 
+/// A spec's `limit` (top level, a task's or a task YAML entry's): documents per task, an integer in [1, 2^30].
+/// 0 is refused as `--limit 0` is (lm-eval fails on it); a fraction in (0, 1) is accepted only as `--limit`.
+inline int expect_limit(const json& v, const Where& w) {
+  if (v.is_number() && v.get<double>() == 0)
+    w.fail(fmt::format("{} leaves no document to evaluate (lm-eval fails on it too); give N >= 1, or no limit for "
+                       "every document",
+                       v.dump()));
+  if (v.is_number_float() && v.get<double>() > 0 && v.get<double>() < 1)
+    w.fail(fmt::format("{}: a fraction of each task's documents is accepted only on the command line (--limit {}); "
+                       "give an integer >= 1 here",
+                       v.dump(), v.dump()));
+  return static_cast<int>(expect_int(v, w, 1, 1 << 30));
+}
+
 /// A file path from the spec: a string without NUL bytes (which the OS would silently cut at).
 inline std::string expect_path(const json& v, const Where& w) {
   std::string p = expect_string(v, w);

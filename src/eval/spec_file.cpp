@@ -1,6 +1,6 @@
 // The JSON of a spec file, and the one line that names what a file given as
-// the spec holds when it is not a spec: JSON lines (a .jsonl data file), a
-// JSON array or scalar, YAML text, or a document-like object.
+// the spec holds when it is not a spec: nothing (an empty file), JSON lines (a
+// .jsonl data file), a JSON array or scalar, YAML text, or a document-like object.
 #include <algorithm>
 #include <cctype>
 #include <string>
@@ -76,6 +76,9 @@ std::string not_a_spec_value(const json& j) {
 }  // namespace
 
 nlohmann::json parse_spec_text(std::string_view text, const std::string& path) {
+  if (text.find_first_not_of(" \t\r\n") == std::string_view::npos)
+    throw SpecError(fmt::format("{}: not a kveval spec: the file is empty{}; {}", path,
+                                text.empty() ? "" : " (only whitespace)", kSpecShape));
   json j;
   try {
     j = parse_json_text(text, path);

@@ -164,6 +164,24 @@ TEST_SUITE("bench.cmd_bench") {
     CHECK(out.find("| 1 | 1 | tg4 (p4) |") != std::string::npos);
   }
 
+  TEST_CASE("pp's notes explain frac_of_sgemm only when a row has it (the roofline ran)" * kveval::test::needs_model()) {
+    std::string out, err;
+    const std::string base = kveval_bin() + " bench -m " + test::model_path() +
+                             " -t 1 -b 1 -p 8 -r 1 --stream-mib 16 --output json --tests ";
+    for (const bool roofline : {true, false}) {
+      CAPTURE(roofline);
+      REQUIRE(run(base + (roofline ? "roofline,pp" : "pp"), out, err) == 0);
+      const auto j = nlohmann::json::parse(out);
+      bool column = false, explained = false;
+      for (const auto& r : j["results"]) column = column || r.contains("frac_of_sgemm");
+      for (const auto& n : j["notes"])
+        if (n.get<std::string>().starts_with("pp: "))
+          explained = n.get<std::string>().find("frac_of_sgemm") != std::string::npos;
+      CHECK(column == roofline);
+      CHECK(explained == roofline);
+    }
+  }
+
   TEST_CASE("tg pairs each repetition with a stream read when the roofline runs, and has no frac_of_stream without it" *
             kveval::test::needs_model()) {
     std::string out, err;

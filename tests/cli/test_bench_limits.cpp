@@ -137,13 +137,14 @@ TEST_SUITE("cli.bench_limits") {
     const json docs = {{{"c", "the cat sat on the"}, {"x", "mat"}},
                        {{"c", "a b"}, {"x", "zebra quilt jumps over lazy dogs"}}};  // too long for 4 tokens
 
-    // no document after limit 0: refused, not a row of 0 tokens
+    // limit 0: refused by the spec, as by `kveval run`
     const std::string none = d.file("limit0.json");
     write(none, ll_spec(docs, 64, 0));
     Run r0 = run_kveval(d, bench + quote(none));
     CHECK(r0.code == 2);
     CHECK(r0.out.empty());
-    CHECK(r0.err == "kveval: error: --spec " + none + ": no document to compare (every task has 0 documents after 'limit')\n");
+    CHECK(r0.err == "kveval: error: " + none + ": limit: 0 leaves no document to evaluate (lm-eval fails on it too); give "
+                    "N >= 1, or no limit for every document\n");
 
     // every request fails: refused, naming the spec (no row of 0 tokens), before either model loads: with
     // 1 byte of memory allowed, loading would be refused (exit 1) before the spec's error could show

@@ -60,7 +60,7 @@ TEST_SUITE("cli.option_errors") {
              {"--max-length 1", "--max-length: expected an integer in [2, 16777216], got 1"},
              {"--batch-size 0", "--batch-size: expected an integer in [1, 4096], got 0"},
              {"--batch-size 5000", "--batch-size: expected an integer in [1, 4096], got 5000"},
-             {"--limit -1", "--limit: must be >= 1 or a fraction in (0, 1), got -1"},
+             {"--limit -1", "--limit: expected an integer >= 1 or a fraction in (0, 1), got -1"},
              {"--threads 99999", "--threads: expected an integer in [0, 4096], got 99999"},
              {"--num-fewshot -1", "--num-fewshot: expected an integer in [0, 1048576], got -1"}}) {
       CAPTURE(args);
@@ -85,7 +85,7 @@ TEST_SUITE("cli.option_errors") {
     check_one_line(run_kveval(d, "run --tasks arc_easy " + quote(ll)), both);
   }
 
-  TEST_CASE("a data file given as the spec: one line naming the file and what it holds, exit 2" * kveval::test::needs_model()) {
+  TEST_CASE("a data file or an empty file given as the spec: one line naming the file and what it holds, exit 2" * kveval::test::needs_model()) {
     TempDir d;
     const std::string shape = "; a spec is one JSON object {\"model\": ..., \"tasks\": [...]} (see docs/spec.md)";
     const std::string jsonl = d.write("docs.jsonl", "{\"c\": \"Lily went to the\", \"x\": \"park\"}\n\n{\"c\": \"Tom saw a\", \"x\": \"dog\"}\n");
@@ -104,6 +104,12 @@ TEST_SUITE("cli.option_errors") {
     check_one_line(run_kveval(d, "run " + quote(yaml)),
                    "kveval: error: " + yaml + ": not a kveval spec: it looks like YAML (an lm-eval task YAML is read as "
                    "the spec when its name ends in .yaml or .yml)" + shape);
+    // an empty file, or one of whitespace only
+    const std::string empty = d.write("empty.json", "");
+    check_one_line(run_kveval(d, "run " + quote(empty)), "kveval: error: " + empty + ": not a kveval spec: the file is empty" + shape);
+    const std::string blank = d.write("blank.json", " \n\t\r\n");
+    check_one_line(run_kveval(d, "run " + quote(blank)),
+                   "kveval: error: " + blank + ": not a kveval spec: the file is empty (only whitespace)" + shape);
     // a spec with a syntax error keeps the parser's line and column; a misspelt key its hint
     const std::string broken = d.write("broken.json", "{\"model\": \"m.gguf\",\n \"tasks\": [}\n");
     const Run b = run_kveval(d, "run " + quote(broken));

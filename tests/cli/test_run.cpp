@@ -303,12 +303,17 @@ TEST_SUITE("cli.run") {
     std::string spec = d.write("spec.json", spec_with(kLL));
     Run a = run_kveval(d, "run " + quote(spec) + " -q -o " + quote(d.file("base.json")));
     REQUIRE(a.code == 0);
-    // the spec's limit 0: every metric is n/a in this run; n-samples differ (warning)
-    const std::string none_spec = d.write("none.json", "{\"limit\": 0, " + spec_with(kLL).substr(1));
-    Run none = run_kveval(d, "run " + quote(none_spec) + " -q --baseline " + quote(d.file("base.json")));
+    // a baseline whose metrics are n/a (null, as a task without documents records them) and whose n-samples
+    // differ (warning): nothing is compared
+    json na = json::parse(slurp(d.file("base.json")));
+    na["results"]["ll"]["acc,none"] = nullptr;
+    na["results"]["ll"]["perplexity,none"] = nullptr;
+    na["n-samples"]["ll"]["effective"] = 1;
+    std::ofstream(d.file("na.json")) << na.dump();
+    Run none = run_kveval(d, "run " + quote(spec) + " -q --baseline " + quote(d.file("na.json")));
     CHECK(none.code == 3);
-    CHECK(none.err.find("not compared: ll acc: value of this run is n/a") != std::string::npos);
-    CHECK(none.err.find("not compared: ll perplexity: value of this run is n/a") != std::string::npos);
+    CHECK(none.err.find("not compared: ll acc: baseline value is n/a") != std::string::npos);
+    CHECK(none.err.find("not compared: ll perplexity: baseline value is n/a") != std::string::npos);
     CHECK(none.err.find("warning: ll: n-samples differ") != std::string::npos);
     // the spec's tasks are not in the baseline
     std::string other = d.write("other.json", spec_with(std::string(kLL).replace(10, 2, "zz")));
@@ -395,7 +400,7 @@ TEST_SUITE("cli.run") {
     }
   }
 
-  TEST_CASE("command-line messages: numeric ranges, unknown subcommand, spec is a directory or missing" * kveval::test::needs_model()) {
+  TEST_CASE("command-line messages: numeric ranges, unknown or missing subcommand, spec is a directory or missing" * kveval::test::needs_model()) {
     TempDir d;
     std::string spec = d.write("spec.json", spec_with(kLL));
     Run bs = run_kveval(d, "run " + quote(spec) + " --batch-size 0");
@@ -404,7 +409,7 @@ TEST_SUITE("cli.run") {
     CHECK(bs.err.find("1797693") == std::string::npos);
     Run lim = run_kveval(d, "run " + quote(spec) + " --limit -3");
     CHECK(lim.code == 2);
-    CHECK(lim.err.find("--limit: must be >= 1 or a fraction in (0, 1), got -3") != std::string::npos);
+    CHECK(lim.err.find("--limit: expected an integer >= 1 or a fraction in (0, 1), got -3") != std::string::npos);
     Run bi = run_kveval(d, "run " + quote(spec) + " --bootstrap-iters 1000000000");  // the spec's range: 10^8 at most
     CHECK(bi.code == 2);
     CHECK(bi.err.find("--bootstrap-iters: expected an integer in [0, 100000000], got 1000000000") != std::string::npos);
@@ -426,6 +431,9 @@ TEST_SUITE("cli.run") {
     CHECK(bogus.code == 2);
     CHECK(bogus.err.find("unknown subcommand 'bogus'") != std::string::npos);
     CHECK(count_lines(bogus.err) == 1);
+    Run bare = run_kveval(d, "");  // no subcommand: CLI11's message, lower-case as every other
+    CHECK(bare.code == 2);
+    CHECK(bare.err == "kveval: error: a subcommand is required (see --help)\n");
     Run typo = run_kveval(d, "run " + quote(spec) + " --dtpye bf16");
     CHECK(typo.code == 2);
     CHECK(typo.err == "kveval: error: unknown option '--dtpye' for 'run' (did you mean '--dtype'?) (see --help)\n");

@@ -176,6 +176,25 @@ TEST_SUITE("eval.lm_eval_yaml") {
     CHECK(s2.tasks[0].docs[0].gold == 1);
   }
 
+  TEST_CASE("an include base, a YAML list, a scalar or an empty file where a task YAML is expected: one line saying what it is") {
+    const std::string base = fixtures() + "/_arc_base.yaml";  // the keys arc_mini.yaml takes with `include:`, no `task`
+    CHECK(error_of([&] { load_fixture("_arc_base.yaml"); }) ==
+          base + ": not an lm-eval task: no 'task' key (an include base, whose keys task YAMLs take with `include:`?); "
+                 "give a task YAML, one with `task: NAME`");
+    CHECK(error_of([&] { load_spec(base, "m.gguf"); }) == error_of([&] { load_fixture("_arc_base.yaml"); }));
+    TempDir d;
+    const std::string tail = ", not a mapping of task keys (task: NAME, dataset_path: ..., ...)";
+    for (const auto& [text, what] : std::vector<std::pair<std::string, std::string>>{
+             {"- task: a\n- task: b\n", "it holds a YAML list"},
+             {"arc_mini\n", "it holds a single YAML value"},
+             {"", "it holds no value (an empty file, or comments only)"},
+             {"# a comment\n", "it holds no value (an empty file, or comments only)"}}) {
+      CAPTURE(text);
+      const std::string y = d.write("t.yaml", text);
+      CHECK(error_of([&] { load_spec(y, "m.gguf"); }) == y + ": not an lm-eval task YAML: " + what + tail);
+    }
+  }
+
   TEST_CASE("refused keys and YAML errors name file:line and the key") {
     TempDir d;
     auto err = [&](const std::string& yaml) {

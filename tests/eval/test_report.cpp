@@ -16,6 +16,21 @@ namespace {
 json results_doc(json results, json n_samples = json::object()) {
   return {{"results", std::move(results)}, {"n-samples", std::move(n_samples)}};
 }
+
+/// A run with one request of each of `kinds` and the runner's seven phases in their order (load, requests,
+/// loglikelihood, cache setup, prefill, decode, cache teardown), each taking `seconds` and counting `tokens`.
+RunResult phase_run(const std::vector<RequestKind>& kinds, const std::vector<double>& seconds,
+                    const std::vector<int64_t>& tokens) {
+  RunResult res;
+  for (RequestKind k : kinds) res.requests.emplace_back().kind = k;
+  const char* names[] = {"load", "requests", "loglikelihood", "cache setup", "prefill", "decode", "cache teardown"};
+  REQUIRE(seconds.size() == 7);
+  REQUIRE(tokens.size() == 7);
+  for (size_t i = 0; i < 7; ++i) res.phases.push_back({names[i], seconds[i], tokens[i]});
+  return res;
+}
+
+constexpr RequestKind kLL = RequestKind::Loglikelihood, kGen = RequestKind::Generate;
 }  // namespace
 
 TEST_SUITE("eval.report") {
@@ -91,10 +106,7 @@ TEST_SUITE("eval.report") {
   }
 
   TEST_CASE("the phase table: no cache phases without a generate_until request, said in the cache line; counts agree in number") {
-    RunResult res;
-    res.requests.resize(2);  // two loglikelihood requests
-    res.phases = {{"load", 0.5, 0},          {"requests", 0.25, 10}, {"loglikelihood", 1.0, 8}, {"cache setup", 0, 0},
-                  {"prefill", 0, 0},         {"decode", 0, 0},       {"cache teardown", 0, 0}};
+    RunResult res = phase_run({kLL, kLL}, {0.5, 0.25, 1.0, 0, 0, 0, 0}, {0, 10, 8, 0, 0, 0, 0});
     res.ll_forward_calls = 1, res.ll_tokens_requested = 8, res.ll_tokens_computed = 8, res.ll_logit_rows = 1;
     CHECK_FALSE(has_generation(res));
     CHECK(format_phase_table(res) ==
@@ -107,8 +119,7 @@ TEST_SUITE("eval.report") {
           "loglikelihood phase: 1 forward pass, 0 with caches set up, 0 cached; 8 tokens requested, 8 computed, 1 logit row\n");
 
     // one generate_until request in a 1-row cache: every phase shown, the cache line with its shape
-    res.requests.resize(3);
-    res.requests[2].kind = RequestKind::Generate;
+    res.requests.emplace_back().kind = kGen;
     res.phases[4] = {"prefill", 0.5, 5};
     res.phases[5] = {"decode", 0.25, 1};
     res.cache_bytes_setup = 640, res.cache_rows = 1, res.cache_positions = 6;
@@ -125,11 +136,7 @@ TEST_SUITE("eval.report") {
   }
 
   TEST_CASE("the phase table: no loglikelihood row without a scoring request, said in the loglikelihood line") {
-    RunResult res;
-    res.requests.resize(1);
-    res.requests[0].kind = RequestKind::Generate;
-    res.phases = {{"load", 0.5, 0},    {"requests", 0.25, 5}, {"loglikelihood", 0.125, 0}, {"cache setup", 0.5, 0},
-                  {"prefill", 0.5, 5}, {"decode", 0.25, 1},  {"cache teardown", 0.5, 0}};
+    RunResult res = phase_run({kGen}, {0.5, 0.25, 0.125, 0.5, 0.5, 0.25, 0.5}, {0, 5, 0, 0, 5, 1, 0});
     res.cache_bytes_setup = 640, res.cache_rows = 1, res.cache_positions = 6;
     CHECK(has_generation(res));
     CHECK_FALSE(has_scoring(res));
@@ -146,8 +153,7 @@ TEST_SUITE("eval.report") {
           "loglikelihood phase: 0 forward passes (no loglikelihood, multiple_choice or loglikelihood_rolling request: "
           "nothing to score)\n");
     // a rolling window is a scoring request: the row is back
-    res.requests.resize(2);
-    res.requests[1].kind = RequestKind::RollingWindow;
+    res.requests.emplace_back().kind = RequestKind::RollingWindow;
     CHECK(has_scoring(res));
     CHECK(format_phase_table(res).find("| loglikelihood  |  0.1250 |      - |        - |\n") != std::string::npos);
   }

@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "eval/spec.hpp"
 #include "eval_test_util.hpp"
@@ -99,6 +101,36 @@ TEST_SUITE("eval.spec") {
     CHECK(load_spec(a).kv_cache_dtype == kveval::KvCacheDtype::Auto);
   }
 
+  TEST_CASE("limit: 0 is refused as --limit 0 is, a fraction is for the command line; each names its JSON path") {
+    TempDir d;
+    const std::string task = R"({"name": "a", "output_type": "loglikelihood", "docs": [{"x": "a", "y": "b"}, {"x": "c", "y": "d"}], )"
+                             R"("doc_to_text": "x", "doc_to_target": "y")";
+    d.write("t.yaml", "task: t\noutput_type: loglikelihood\ndoc_to_text: x\ndoc_to_target: y\ndataset_path: d.jsonl\n");
+    d.write("d.jsonl", "{\"x\": \"a\", \"y\": \"b\"}\n");
+    auto spec = [&](const std::string& top, const std::string& entry) {
+      return d.write("spec.json", std::string("{") + kModelLine + top + R"("tasks": [)" + entry + "]}");
+    };
+    const std::string zero = " leaves no document to evaluate (lm-eval fails on it too); give N >= 1, or no limit for every document";
+    for (const auto& [top, entry, want] : std::vector<std::tuple<std::string, std::string, std::string>>{
+             {R"("limit": 0,)", task + "}", "limit: 0" + zero},
+             {R"("limit": 0.0,)", task + "}", "limit: 0.0" + zero},
+             {"", task + R"(, "limit": 0})", "tasks[0].limit: 0" + zero},
+             {"", R"({"lm_eval_yaml": "t.yaml", "limit": 0})", "tasks[0].limit: 0" + zero},
+             {R"("limit": 0.5,)", task + "}",
+              "limit: 0.5: a fraction of each task's documents is accepted only on the command line (--limit 0.5); give "
+              "an integer >= 1 here"},
+             {"", task + R"(, "limit": -1})", "tasks[0].limit: expected an integer in [1, 1073741824], got -1"},
+             {R"("limit": 1.5,)", task + "}", "limit: expected an integer, got 1.5"}}) {
+      CAPTURE(top);
+      CAPTURE(entry);
+      const std::string p = spec(top, entry);
+      CHECK(spec_error([&] { load_spec(p); }) == p + ": " + want);
+    }
+    // 1, the least limit, keeps one document
+    const std::string one = spec(R"("limit": 1,)", task + "}");
+    CHECK(load_spec(one).tasks[0].docs.size() == 1);
+  }
+
   TEST_CASE("wrong types name the JSON path") {
     TempDir d;
     std::string p = d.write("spec.json", std::string("{") + kModelLine + R"("tasks": [
@@ -109,7 +141,7 @@ TEST_SUITE("eval.spec") {
     CHECK(spec_error([&] { load_spec(p2); }) == p2 + ": batch_size: expected an integer in [1, 4096], got 0");
     // a value past int64 is echoed as written, not clamped
     std::string p2b = d.write("s2b.json", std::string("{") + kModelLine + R"("limit": 9223372036854775808, "tasks": []})");
-    CHECK(spec_error([&] { load_spec(p2b); }).find(": limit: expected an integer in [0, ") != std::string::npos);
+    CHECK(spec_error([&] { load_spec(p2b); }).find(": limit: expected an integer in [1, ") != std::string::npos);
     CHECK(spec_error([&] { load_spec(p2b); }).find("got 9223372036854775808") != std::string::npos);
     // sampling keys of the wrong type say so, before the value check
     for (const auto& [kw, expect] : std::vector<std::pair<std::string, std::string>>{
