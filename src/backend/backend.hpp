@@ -229,6 +229,12 @@ class Weight {
   /// block_q4_1 ... block_q6_K, any alignment), copied as they are.
   /// Throws ArgumentError on another dtype or rows outside [0, n_out).
   void set_rows_file_blocks(int64_t row0, const void* blocks, int64_t rows);
+  /// A file-block weight [n_out, n_in] reading its rows in place at `rows` (a GGUF tensor's bytes in a mapped
+  /// file, rows back to back, any alignment), holding `owner` (the mapping's handle) so they outlive the file
+  /// object; nothing copied, set_rows_file_blocks refused. Throws ArgumentError as the constructor, or for another dtype.
+  static Weight view_file_blocks(int64_t n_out, int64_t n_in, Dtype dtype, const void* rows, std::shared_ptr<const void> owner);
+  /// Whether raw() points into memory the weight does not own (view_file_blocks).
+  bool is_view() const { return view_ != nullptr; }
   int64_t n_out() const { return n_out_; }
   int64_t n_in() const { return n_in_; }
   Dtype dtype() const { return dtype_; }
@@ -254,7 +260,7 @@ class Weight {
   /// step reads one sequential stream: block b of row n is the block_quant_bytes
   /// bytes at raw() + block_index(n, b) * block_quant_bytes(dtype()). The last
   /// group is padded with zero rows (quants and scales 0).
-  const void* raw() const { return data_.get(); }
+  const void* raw() const { return view_ ? view_ : data_.get(); }
   /// Block dtypes: index of block b of row n in raw() and scales():
   /// ((n / kQGroup) * (n_in / kQBlock) + b) * kQGroup + n % kQGroup.
   int64_t block_index(int64_t n, int64_t b) const { return ((n / kQGroup) * (n_in_ / kQBlock) + b) * kQGroup + n % kQGroup; }
@@ -284,6 +290,8 @@ class Weight {
   Dtype dtype_ = Dtype::F32;
   bool panels_ = false;  // BF16 in oneDNN's BA16a64b2a layout (bf16_panels)
   float* scales_ = nullptr;  // Q8_0, Q4_0: inside data_, after the quants
+  const void* view_ = nullptr;  // view_file_blocks: the rows, kept mapped by owner_
+  std::shared_ptr<const void> owner_;
   void set_block_rows(Dtype d, int64_t row0, const void* quants, const float* scales, int64_t rows);
 };
 

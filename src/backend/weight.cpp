@@ -139,14 +139,36 @@ Weight::Weight(std::span<const float> data, int64_t n_out, int64_t n_in, Dtype d
   set_rows(0, data.data(), n_out);
 }
 
+namespace {
+
+/// Bytes of one row of file-block dtype `dtype`; throws ArgumentError when n_in is not a whole number of blocks.
+int64_t file_block_row_bytes(Dtype dtype, int64_t n_out, int64_t n_in) {
+  const int64_t be = file_block_elements(dtype);
+  if (n_in % be != 0)
+    throw ArgumentError(
+        fmt::format("Weight: {} needs n_in divisible by {} (shape [{}, {}])", to_string(dtype), be, n_out, n_in));
+  return n_in / be * file_block_bytes(dtype);
+}
+
+}  // namespace
+
+Weight Weight::view_file_blocks(int64_t n_out, int64_t n_in, Dtype dtype, const void* rows,
+                                std::shared_ptr<const void> owner) {
+  if (!is_file_blocks(dtype))
+    throw ArgumentError(fmt::format("Weight::view_file_blocks of a {} matrix", to_string(dtype)));
+  if (n_out <= 0 || n_in <= 0 || !rows) throw ArgumentError(fmt::format("Weight: bad shape [{}, {}]", n_out, n_in));
+  Weight w;
+  w.n_out_ = n_out, w.n_in_ = n_in, w.dtype_ = dtype;
+  w.ld_ = file_block_row_bytes(dtype, n_out, n_in);
+  w.view_ = rows;
+  w.owner_ = std::move(owner);
+  return w;
+}
+
 Weight::Weight(int64_t n_out, int64_t n_in, Dtype dtype) : n_out_(n_out), n_in_(n_in), dtype_(dtype) {
   if (n_out <= 0 || n_in <= 0) throw ArgumentError(fmt::format("Weight: bad shape [{}, {}]", n_out, n_in));
   if (is_file_blocks(dtype)) {  // the file's blocks, rows back to back
-    const int64_t be = file_block_elements(dtype);
-    if (n_in % be != 0)
-      throw ArgumentError(fmt::format("Weight: {} needs n_in divisible by {} (shape [{}, {}])", to_string(dtype), be,
-                                      n_out, n_in));
-    ld_ = n_in / be * file_block_bytes(dtype);
+    ld_ = file_block_row_bytes(dtype, n_out, n_in);
     data_.reset(alloc_floats((static_cast<size_t>(n_out * ld_) + 3) / 4));
     return;
   }
@@ -209,8 +231,9 @@ void Weight::set_rows_q4_0(int64_t row0, const uint8_t* packed, const float* sca
 }
 
 void Weight::set_rows_file_blocks(int64_t row0, const void* blocks, int64_t rows) {
-  if (!is_file_blocks(dtype_))
-    throw ArgumentError(fmt::format("Weight::set_rows_file_blocks on a {} matrix", to_string(dtype_)));
+  if (!is_file_blocks(dtype_) || view_)
+    throw ArgumentError(fmt::format("Weight::set_rows_file_blocks on a {}{} matrix", to_string(dtype_),
+                                    view_ ? " view" : ""));
   if (row0 < 0 || rows < 0 || row0 + rows > n_out_)
     throw ArgumentError(
         fmt::format("Weight::set_rows_file_blocks: rows [{}, {}) outside [0, {})", row0, row0 + rows, n_out_));

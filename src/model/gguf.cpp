@@ -168,6 +168,7 @@ struct File::Impl {
   std::string path;
   void* map = nullptr;
   size_t map_size = 0;
+  std::shared_ptr<const void> owner;  // unmaps `map` when the last holder (this or a weight viewing it) goes
   uint32_t version = 0;
   uint64_t alignment = 32;
   uint64_t data_start = 0;
@@ -176,10 +177,6 @@ struct File::Impl {
   std::vector<TensorInfo> tensors;
   std::map<std::string, size_t, std::less<>> tensor_index;
   std::vector<std::string> warnings;
-
-  ~Impl() {
-    if (map && map != MAP_FAILED) munmap(map, map_size);
-  }
 
   [[noreturn]] void fail(const std::string& what) const { throw FormatError(fmt::format("{}: {}", path, what)); }
 
@@ -271,6 +268,7 @@ void File::Impl::map_file() {
   if (p == MAP_FAILED) fail(fmt::format("cannot mmap: {}", std::strerror(e)));
   map = p;
   map_size = size;
+  owner = std::shared_ptr<const void>(p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
 }
 
 std::pair<uint64_t, uint64_t> File::Impl::read_header(Cursor& c) {
@@ -418,6 +416,8 @@ void File::release(const std::byte* p, uint64_t n) const {
   const uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + n) & ~(page - 1);
   if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
+
+std::shared_ptr<const void> File::mapping() const { return impl_->owner; }
 
 std::span<const std::byte> File::bytes() const {
   return {static_cast<const std::byte*>(impl_->map), impl_->map_size};

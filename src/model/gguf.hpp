@@ -84,6 +84,10 @@ class File {
   /// page cache. The loader calls it on each tensor once copied, so the file's pages do not add to the
   /// peak RSS. Advice only: a range outside the mapping or a failing call is ignored.
   void release(const std::byte* p, uint64_t n) const;
+  /// Shared ownership of the mapping behind bytes(): it stays mapped (and every TensorInfo::data valid)
+  /// while a copy of this handle lives, even after the File is destroyed. Weights that read the file's
+  /// blocks in place hold one (backend::Weight::view_file_blocks).
+  std::shared_ptr<const void> mapping() const;
 
   /// All metadata in file order.
   const std::vector<std::pair<std::string, Value>>& metadata() const;

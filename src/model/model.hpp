@@ -143,6 +143,10 @@ struct ModelOptions {
   bool hash = true;
   /// Check weights against the memory budget (util/memory.hpp) before copying them.
   bool check_memory = true;
+  /// Matrices kept in a file-block type (Q4_1, Q5_0, Q5_1, Q2_K…Q6_K) read in place from the mapped file
+  /// (backend::Weight::view_file_blocks, nothing copied; the file must not change while the model lives);
+  /// false copies them into memory of the process's own (huge pages where the kernel gives them).
+  bool map_weights = true;
   /// Test hook: called with "mapped" after the file is mapped and its header
   /// read (before hashing), and with "copy" just before the first tensor is
   /// copied (after the size re-check). Tests change the file there.

@@ -21,7 +21,8 @@ namespace detail {
 struct Layer {
   std::vector<float> attn_norm, ffn_norm;  // [n_embd]
   backend::Weight wqkv;       // [n_q + 2 kv_dim, n_embd]: attn_q, attn_k, attn_v stacked (one matmul), or empty
-  /// attn_q, attn_k, attn_v each in its own blocks when they are kept in different block types (wqkv empty);
+  /// attn_q, attn_k, attn_v each in its own blocks when they are kept in different block types or read in place
+  /// from the mapped file (file-block types; wqkv empty);
   /// their outputs go side by side as wqkv's would
   std::vector<backend::Weight> qkv_parts;
   std::vector<float> bqkv;    // [n_q + 2 kv_dim]: attn_q/k/v biases (zeros for a missing one), or empty

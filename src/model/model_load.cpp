@@ -156,21 +156,8 @@ class TensorReader {
   void put_blocks(be::Weight& w, int64_t row0, const std::string& name, uint64_t n_in, uint64_t n) {
     const gguf::TensorInfo& t = shaped(name, n_in, n);
     if (be::is_file_blocks(w.dtype())) return put_file_blocks(w, row0, t);
-    const uint64_t chunk = chunk_rows(n_in);  // split a chunk of rows at a time: no tensor-sized buffer
-    quants_.resize(chunk * n_in / be::kQBlock * static_cast<uint64_t>(be::block_quant_bytes(w.dtype())));
-    scales_.resize(chunk * n_in / be::kQBlock);
-    if (!read_catching_sigbus(t.data, t.n_bytes, [&] {
-          for (uint64_t r0 = 0; r0 < n; r0 += chunk) {
-            const uint64_t nr = std::min(chunk, n - r0);
-            const int64_t at = row0 + static_cast<int64_t>(r0);
-            split_block_rows(f_, t, r0, nr, quants_.data(), scales_.data(), opts_.check_finite);
-            if (w.dtype() == be::Dtype::Q4_0)
-              w.set_rows_q4_0(at, quants_.data(), scales_.data(), static_cast<int64_t>(nr));
-            else
-              w.set_rows_q8_0(at, reinterpret_cast<const int8_t*>(quants_.data()), scales_.data(),
-                              static_cast<int64_t>(nr));
-          }
-        }))
+    if (!read_catching_sigbus(t.data, t.n_bytes,
+                              [&] { copy_split_block_rows(f_, t, w, row0, {opts_.check_finite, opts_.threads}); }))
       changed_while_loading(path_, fmt::format("truncated while reading tensor '{}'", name));
   }
 
@@ -182,12 +169,12 @@ class TensorReader {
       changed_while_loading(path_, fmt::format("truncated while reading tensor '{}'", t.name));
   }
 
-  /// Records tensor `name` as used and drops its pages of the mapped file from the resident set
-  /// (gguf::File::release): its data has been copied or converted.
-  void use(const std::string& name) {
+  /// Records tensor `name` as used and, when its data has been copied or converted (`copied`), drops its pages
+  /// of the mapped file from the resident set (gguf::File::release); a weight viewing the file keeps them.
+  void use(const std::string& name, bool copied = true) {
     used_.insert(name);
     const gguf::TensorInfo& t = f_.tensor(name);
-    f_.release(t.data, t.n_bytes);
+    if (copied) f_.release(t.data, t.n_bytes);
   }
 
   /// Whether tensor `t` (rows of n_in elements) stays in its own blocks under the compute dtype.
@@ -197,10 +184,24 @@ class TensorReader {
 
   /// Matrix `name` (ggml dims {n_in, n_out}, of a type keeps() accepts) as a weight [n_out, n_in] in its own
   /// blocks; counts its bytes.
+  /// A file-block type with opts.map_weights is a view of the mapped file (its scales checked first).
   be::Weight kept(const std::string& name, uint64_t n_in, uint64_t n_out) {
-    be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in), keep_.weight_dtype(f_.tensor(name).type));
-    put_blocks(w, 0, name, n_in, n_out);
-    use(name);
+    const gguf::TensorInfo& t = shaped(name, n_in, n_out);
+    const be::Dtype dt = keep_.weight_dtype(t.type);
+    const bool view = opts_.map_weights && be::is_file_blocks(dt);
+    be::Weight w;
+    if (view) {
+      if (opts_.check_finite && !read_catching_sigbus(t.data, t.n_bytes, [&] {
+            check_file_block_rows(f_, t, {true, opts_.threads});
+          }))
+        changed_while_loading(path_, fmt::format("truncated while reading tensor '{}'", name));
+      w = be::Weight::view_file_blocks(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in), dt, t.data,
+                                       f_.mapping());
+    } else {
+      w = be::Weight(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in), dt);
+      put_blocks(w, 0, name, n_in, n_out);
+    }
+    use(name, !view);
     weight_bytes_ += w.bytes();
     return w;
   }
@@ -219,7 +220,10 @@ class TensorReader {
       blocks = blocks && t && keeps(*t, n_in);
       one_type = one_type && t && t->type == first->type;
     }
-    if (blocks && !one_type && kept_parts) {
+    // file blocks read in place: each part its own view (matmul_stacked multiplies the parts)
+    const bool views = blocks && opts_.map_weights && be::is_file_blocks(keep_.weight_dtype(first->type));
+    if (views && parts.size() == 1) return kept(parts.begin()->first, n_in, n_out);
+    if (blocks && (!one_type || views) && kept_parts) {
       for (const auto& [name, n] : parts) kept_parts->push_back(kept(name, n_in, n));
       return be::Weight();
     }
@@ -303,11 +307,6 @@ class TensorReader {
   std::unordered_set<std::string> used_;  // every tensor of the file must be used
   std::vector<float> rows_;               // F32 matrices
   std::vector<uint16_t> rows16_;          // BF16 matrices
-  std::vector<uint8_t> quants_;           // a chunk of Q8_0/Q4_0 rows kept as blocks (file-block rows are copied whole)
-  std::vector<float> scales_;
-
-  /// Rows per chunk when blocks are split or checked: about 4 MiB of f32, a multiple of 4 rows.
-  static uint64_t chunk_rows(uint64_t n_in) { return std::max<uint64_t>(4, (uint64_t{1} << 20) / n_in / 4 * 4); }
 };
 
 /// token_embd and the output projection (output.weight, or token_embd when it is absent: tied). A kept type

@@ -5,15 +5,22 @@
 // and the Q4_K_M / Q5_K_M mixes) and on random Q3_K_M- and Q2_K-like mixes:
 // log-probs against f32 and expected.json's float64 reference, resident bytes
 // against the file's tensor bytes, and `auto` choosing blocks for such files.
+// File-block matrices read in place from the mapped file (the default) give
+// the copied weights' log-probs and decode logits bit for bit; a non-finite
+// scale is still refused, named.
 #include <doctest/doctest.h>
 
 #include <fmt/format.h>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <tuple>
 
 #include "backend/backend.hpp"
 #include "model/gguf.hpp"
 #include "model/kept_blocks.hpp"
 #include "model/random_model.hpp"
+#include "util/error.hpp"
 
 using namespace kveval;
 
@@ -191,5 +198,53 @@ TEST_SUITE("model.dtype_blocks") {
     auto q = Model::load(file, {.threads = 2, .dtype = ComputeDtype::Q8_0});
     CHECK(b->load_summary().weight_dtype == "Q8_0");
     CHECK(b->load_summary().resident_bytes == q->load_summary().resident_bytes);
+  }
+
+  TEST_CASE("blocks: file-block matrices read in place from the mapping score and decode as the copied ones, bit for bit") {
+    for (const char* name : {"model-Q4_K_M.gguf", "model-Q6_K.gguf", "model-Q5_0.gguf", "model-Q8_0.gguf"}) {
+      CAPTURE(name);
+      const std::string file = test::quant_file(name);
+      if (file.empty()) return;
+      auto mapped = test::load_context(file, {.threads = 2, .dtype = ComputeDtype::Blocks});
+      auto copied = test::load_context(file, {.threads = 2, .dtype = ComputeDtype::Blocks, .map_weights = false});
+      CHECK(mapped->model().load_summary().resident_bytes == copied->model().load_summary().resident_bytes);
+      CHECK(mapped->model().load_summary().weight_dtype == copied->model().load_summary().weight_dtype);
+      const std::vector<int32_t> ids = {1, 5, 9, 14, 20, 30, 40, 100, 7, 8, 3, 4, 5, 6, 200, 300, 17, 2};
+      CHECK(test::rolling(*mapped, ids) == test::rolling(*copied, ids));  // 17 rows: the widened path
+      const std::vector<int32_t> prompt = {1, 5, 9, 14, 1, 20, 30, 40}, next = {3, 4};
+      const std::vector<int> n4 = {4, 4}, n1 = {1, 1};
+      std::vector<std::vector<float>> step;
+      for (Context* c : {mapped.ctx.get(), copied.ctx.get()}) {
+        std::vector<float> logits(2 * static_cast<size_t>(c->model().hparams().n_vocab));
+        KvCacheScope scope(*c, 2, 16);
+        c->forward(prompt, 2, 4, n4, Context::Logits::Last, logits);
+        c->forward(next, 2, 1, n1, Context::Logits::Last, logits);  // a 2-row decode step: the block kernel
+        step.push_back(logits);
+      }
+      CHECK(std::memcmp(step[0].data(), step[1].data(), step[0].size() * sizeof(float)) == 0);
+    }
+  }
+
+  TEST_CASE("blocks: a non-finite scale of a matrix read in place is refused, naming the tensor and the weight") {
+    const std::string file = test::quant_file("model-Q6_K.gguf");
+    if (file.empty()) return;
+    std::vector<char> bytes;
+    size_t at = 0;
+    {
+      std::ifstream in(file, std::ios::binary);
+      bytes.assign(std::istreambuf_iterator<char>(in), {});
+      const gguf::File f(file);
+      const gguf::TensorInfo& t = f.tensor("blk.1.ffn_down.weight");  // Q6_K rows of 768: 3 blocks of 210 bytes
+      REQUIRE(t.type == gguf::TensorType::Q6_K);
+      at = f.data_offset() + t.offset + 5 * t.row_bytes() + 210 + 208;  // row 5, block 1: its f16 d
+    }
+    const uint16_t nan = 0x7e00;
+    std::memcpy(bytes.data() + at, &nan, 2);
+    const test::ScratchDir dir("mapped_nan");
+    const std::string bad = dir.file("nan.gguf");
+    std::ofstream(bad, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    CHECK_THROWS_WITH_AS(Model::load(bad, {.threads = 2, .dtype = ComputeDtype::Blocks}),
+                         doctest::Contains("tensor 'blk.1.ffn_down.weight' holds NaN at element 4096 (row 5, column 256)"),
+                         FormatError);
   }
 }

@@ -4,7 +4,9 @@
 // (bit-identical to gguf-py's numpy) element for element, the exact-mode block
 // kernel matches a float64 product of those values within f32 rounding, and
 // rows looked up from kept token_embd blocks (every quantized type; random
-// blocks with extreme scales too) equal the dequantizer's rows bit for bit.
+// blocks with extreme scales too) equal the dequantizer's rows bit for bit. A
+// weight viewing the mapped file (Weight::view_file_blocks, at any alignment)
+// gives the copied weight's products bit for bit and outlives the gguf::File.
 // Skipped, with a message, when ../shared (KVEVAL_SHARED_DIR) is absent.
 #include <doctest/doctest.h>
 
@@ -20,6 +22,7 @@
 #include <fmt/ranges.h>
 
 #include "backend/backend.hpp"
+#include "backend/int8_dot.hpp"
 #include "backend/qblocks.hpp"
 #include "model/copy_blocks.hpp"
 #include "model/dequantize.hpp"
@@ -245,5 +248,131 @@ TEST_SUITE("model.file_blocks") {
     CHECK(msg.find("at element 5120000 (row 20000, column 0)") != std::string::npos);
     copy_file_block_rows(f, f.tensor("big"), w, 0, {.check_finite = false, .threads = 2});  // unchecked: copied
     CHECK(std::memcmp(w.raw(), f.tensor("big").data, f.tensor("big").n_bytes) == 0);
+  }
+
+  TEST_CASE("a weight viewing the mapped file (alignment 1, odd offsets) multiplies as the copy, bit for bit, after the File is gone") {
+    using gguf::TensorType;
+    const test::ScratchDir dir("view_blocks");
+    const std::string p = dir.file("view.gguf");
+    const std::vector<TensorType> types = {TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K,
+                                           TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+    gguf::Writer wr;
+    wr.add_uint32("general.alignment", 1);  // tensors back to back: offsets of any residue
+    wr.add_tensor("odd", {1}, std::vector<float>{1}, TensorType::F16);  // 2 bytes: what follows is 2-byte aligned
+    for (const TensorType type : types)  // 37 rows of 512: 37 · row bytes, odd for Q5_0 (22 per block)
+      wr.add_tensor(gguf::type_name(type), {512, 37}, [](uint64_t first, std::span<float> out) {
+        for (size_t i = 0; i < out.size(); ++i) out[i] = std::sin(0.37f * static_cast<float>(first + i)) * 1.5f;
+      }, type);
+    wr.write(p);
+    const int64_t K = 512, N = 37;
+    std::vector<backend::Weight> views, copies;
+    std::set<uint64_t> residues;  // address mod 32 of the viewed tensors
+    {
+      const gguf::File f(p);
+      for (const TensorType type : types) {
+        const gguf::TensorInfo& t = f.tensor(gguf::type_name(type));
+        const backend::Dtype dt = *gguf::type_info(type).kept;
+        residues.insert(reinterpret_cast<uintptr_t>(t.data) % 32);
+        views.push_back(backend::Weight::view_file_blocks(N, K, dt, t.data, f.mapping()));
+        copies.emplace_back(N, K, dt);
+        copy_file_block_rows(f, t, copies.back(), 0);
+        CHECK(views.back().raw() == static_cast<const void*>(t.data));
+        CHECK(views.back().is_view());
+        CHECK(views.back().bytes() == t.n_bytes);
+        CHECK_THROWS_AS(copy_file_block_rows(f, t, views.back(), 0), ArgumentError);  // a view is read-only
+      }
+    }  // the File is gone: the views' bytes stay mapped through their owner
+    CHECK(residues.size() >= 2);  // not all at one alignment: some are not 32-byte aligned
+    backend::Engine eng(2);
+    std::vector<float> x(static_cast<size_t>(40 * K));
+    std::mt19937 g(11);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (float& v : x) v = u(g);
+    for (size_t i = 0; i < types.size(); ++i) {
+      INFO(gguf::type_name(types[i]));
+      for (const backend::MatmulMode mode : {backend::MatmulMode::Exact, backend::MatmulMode::Int8}) {
+        eng.set_matmul_mode(mode);
+        for (const int64_t m : {1, 3, 40}) {  // decode steps in the block (or int8) kernel, 40 rows widened
+          std::vector<float> yv(static_cast<size_t>(m * N)), yc(yv.size(), 1.0f);
+          backend::matmul(eng, x.data(), m, views[i], yv.data());
+          backend::matmul(eng, x.data(), m, copies[i], yc.data());
+          CHECK(std::memcmp(yv.data(), yc.data(), yv.size() * sizeof(float)) == 0);
+        }
+      }
+      std::vector<float> rv(static_cast<size_t>(N * K)), rc(rv.size(), 1.0f);
+      backend::widen_rows(views[i], 0, N, rv.data(), K, 2);
+      backend::widen_rows(copies[i], 0, N, rc.data(), K, 2);
+      CHECK(std::memcmp(rv.data(), rc.data(), rv.size() * sizeof(float)) == 0);
+      CHECK(rows_differing(views[i], {0, 36, 17}, rc) == 0);
+    }
+  }
+
+  TEST_CASE("check_file_block_rows names the first non-finite weight without copying; view_file_blocks refuses other dtypes") {
+    gguf::Writer wr;
+    wr.add_tensor("big", {256, 30000}, [](uint64_t first, std::span<float> out) {
+      for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>((first + i) % 997) * 1e-3f - 0.5f;
+    }, gguf::TensorType::Q6_K);
+    const test::ScratchDir dir("check_rows");
+    const std::string p = dir.file("check_rows_q6k.gguf");
+    std::vector<uint8_t> bytes = wr.bytes();
+    {
+      std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      const gguf::File clean(p);
+      check_file_block_rows(clean, clean.tensor("big"), {.check_finite = true, .threads = 2});  // no throw
+      const size_t base = clean.data_offset() + clean.tensor("big").offset;
+      const auto set_d = [&](size_t row, uint16_t h) { std::memcpy(bytes.data() + base + row * 210 + 208, &h, 2); };
+      set_d(25000, 0x7e00);  // NaN d in the second chunk
+      set_d(20001, 0xfc00);  // -Inf d, also in the second chunk, first
+    }
+    const std::string bad = dir.file("check_rows_q6k_bad.gguf");
+    std::ofstream(bad, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    const gguf::File f(bad);
+    CHECK_THROWS_WITH_AS(check_file_block_rows(f, f.tensor("big"), {.check_finite = true, .threads = 2}),
+                         doctest::Contains("at element 5120256 (row 20001, column 0)"), FormatError);
+    check_file_block_rows(f, f.tensor("big"), {.check_finite = false, .threads = 2});  // unchecked: nothing read
+    CHECK_THROWS_AS(backend::Weight::view_file_blocks(4, 64, backend::Dtype::Q8_0, f.bytes().data(), f.mapping()),
+                    ArgumentError);
+    CHECK_THROWS_AS(backend::Weight::view_file_blocks(4, 100, backend::Dtype::Q4_K, f.bytes().data(), f.mapping()),
+                    ArgumentError);  // 100 is not a whole number of super-blocks
+  }
+
+  TEST_CASE("copy_split_block_rows re-lays out Q8_0 and Q4_0 in parallel chunks as the serial split does; names the first NaN") {
+    // rows of 256: 4,096 Q8_0 rows (8,192 Q4_0) per chunk, so 10,001 rows at row 2 are 3 chunks (2 for Q4_0).
+    for (const gguf::TensorType type : {gguf::TensorType::Q8_0, gguf::TensorType::Q4_0}) {
+      INFO(gguf::type_name(type));
+      const backend::Dtype dt = *gguf::type_info(type).kept;
+      gguf::Writer wr;
+      wr.add_tensor("m", {256, 10001}, [](uint64_t first, std::span<float> out) {
+        for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>((first + i) % 101) * 1e-2f - 0.5f;
+      }, type);
+      const test::ScratchDir dir("split_rows");
+      std::vector<uint8_t> bytes = wr.bytes();
+      const std::string p = dir.file("m.gguf"), bad = dir.file("bad.gguf");
+      std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      const gguf::File f(p);
+      const gguf::TensorInfo& t = f.tensor("m");
+      backend::Weight par(10005, 256, dt), ser(10005, 256, dt);
+      copy_split_block_rows(f, t, par, 2, {.check_finite = true, .threads = 2});
+      std::vector<uint8_t> q(10001 * 256);
+      std::vector<float> d(10001 * 8);
+      split_block_rows(f, t, 0, 10001, q.data(), d.data());
+      if (dt == backend::Dtype::Q4_0)
+        ser.set_rows_q4_0(2, q.data(), d.data(), 10001);
+      else
+        ser.set_rows_q8_0(2, reinterpret_cast<const int8_t*>(q.data()), d.data(), 10001);
+      std::vector<float> wp(static_cast<size_t>(10001 * 256)), ws(wp.size(), 1.0f);
+      backend::widen_rows(par, 2, 10001, wp.data(), 256, 2);
+      backend::widen_rows(ser, 2, 10001, ws.data(), 256, 2);
+      CHECK(std::memcmp(wp.data(), ws.data(), wp.size() * sizeof(float)) == 0);
+      CHECK_THROWS_AS(copy_split_block_rows(f, t, par, 5), ArgumentError);  // past the weight's rows
+      const size_t bb = gguf::type_info(type).type_size, base = f.data_offset() + t.offset;
+      const auto set_d = [&](size_t block, uint16_t h) { std::memcpy(bytes.data() + base + block * bb, &h, 2); };
+      set_d(9000 * 8 + 3, 0x7e00);  // NaN d in the last chunk
+      set_d(8500 * 8 + 1, 0x7c00);  // +Inf d earlier, in the third Q8_0 chunk (the second Q4_0 one)
+      std::ofstream(bad, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      const gguf::File fb(bad);
+      CHECK_THROWS_WITH_AS(copy_split_block_rows(fb, fb.tensor("m"), par, 0, {.check_finite = true, .threads = 2}),
+                           doctest::Contains("at element 2176032 (row 8500, column 32)"), FormatError);
+    }
   }
 }
