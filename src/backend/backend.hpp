@@ -335,6 +335,10 @@ void gather_rows(const Weight& w, std::span<const int32_t> ids, float* dst);
 void matmul(Engine& eng, const float* x, int64_t m, const Weight& w, float* y, bool accumulate = false,
             bool batch_invariant = false);
 
+/// Bytes of the engine buffer matmul widens a kept-block weight [n_out, n_in] into for a bf16
+/// product (Engine::set_block_tiles_bf16): its panels, at most 64 MiB, and `threads` f32 tiles.
+size_t widened_bf16_bytes(int64_t n_out, int64_t n_in, int threads);
+
 /// Rows up to which matmul's products that are not batch-invariant (decode
 /// steps) give each row of a `wdt` weight the bits it gets alone: kGemvMaxRows
 /// (8) for F32 on AVX-512 and BF16 with AVX512-BF16 without AMX (kveval's

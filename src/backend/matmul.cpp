@@ -210,12 +210,18 @@ constexpr int64_t kWidenedBf16Elements = int64_t(32) << 20;
 /// (bf16_paths_agree). Scoring thus runs at the speed of BF16 weights on the
 /// values a BF16 weight rounded from the same blocks holds (the same bits for
 /// many-row products: tests/backend/test_qblocks.cpp), and no widened copy is kept.
+/// Rows of W (a multiple of 64) matmul_widened_bf16 widens at a time for an n_out x n_in weight whose
+/// panels hold `ld` bf16 elements each.
+int64_t bf16_chunk_rows(int64_t n_out, int64_t ld) {
+  return std::min((n_out + 63) / 64 * 64, std::max<int64_t>(64, kWidenedBf16Elements / ld * 64));
+}
+
 void matmul_widened_bf16(Engine& engine, const float* x, int64_t m, const Weight& w, float* y, bool accumulate) {
   auto& im = engine.impl();
   const uint16_t* xb = x_to_bf16(im, x, m * w.n_in());
   const int64_t K = w.n_in(), N = w.n_out();  // K: a multiple of the block size (32), so pairs (k, k + 1) never straddle it
   const int64_t ld = (K + 31) / 32 * 32 * 64;  // bf16 elements per 64-column panel (Weight::ld for panels)
-  const int64_t chunk = std::min((N + 63) / 64 * 64, std::max<int64_t>(64, kWidenedBf16Elements / ld * 64));
+  const int64_t chunk = bf16_chunk_rows(N, ld);
   constexpr int64_t kTile = 16;  // rows of W widened to f32 at a time by each thread (16 x K floats, in L2)
   const int threads = std::max(1, im.threads);
   const size_t tmp_elems = static_cast<size_t>(threads * kTile * K), bf16_elems = static_cast<size_t>(chunk / 64 * ld);
@@ -244,6 +250,12 @@ void matmul_widened_bf16(Engine& engine, const float* x, int64_t m, const Weight
 }
 
 }  // namespace
+
+size_t widened_bf16_bytes(int64_t n_out, int64_t n_in, int threads) {
+  const int64_t ld = (n_in + 31) / 32 * 32 * 64;  // as matmul_widened_bf16
+  const auto tiles = static_cast<size_t>(std::max(1, threads)) * 16 * static_cast<size_t>(n_in) * sizeof(float);
+  return tiles + static_cast<size_t>(bf16_chunk_rows(n_out, ld) / 64 * ld) * sizeof(uint16_t);
+}
 
 int64_t decode_invariant_rows(Dtype wdt) {
   if (wdt == Dtype::F32) return kernel_isa() == KernelIsa::Avx512 ? kGemvMaxRows : 0;

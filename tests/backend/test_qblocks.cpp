@@ -287,4 +287,13 @@ TEST_SUITE("backend.qblocks") {
     CHECK_THROWS_AS(w.set_rows_q8_0(0, q.data(), d.data(), 5), kveval::ArgumentError);
     CHECK(std::string(to_string(Dtype::Q8_0)) == "q8_0");
   }
+
+  TEST_CASE("widened_bf16_bytes: the whole matrix's panels up to 64 MiB, and one f32 tile of 16 rows per thread") {
+    // Llama-3.2-1B's [gate; up]: 16384 x 2048, 256 panels of 2048 x 64 bf16 (64 MiB) + 2 x 16 x 2048 floats
+    CHECK(widened_bf16_bytes(16384, 2048, 2) == 67108864 + 262144);
+    // a 128,256-token output layer widens 64 MiB at a time
+    CHECK(widened_bf16_bytes(128256, 2048, 2) == 67108864 + 262144);
+    // 100 x 777: n_in padded to 800, 2 panels of 800 x 64 bf16 + 16 x 777 floats
+    CHECK(widened_bf16_bytes(100, 777, 1) == 2 * 800 * 64 * 2 + 16 * 777 * 4);
+  }
 }

@@ -205,7 +205,7 @@ TEST_SUITE("model.dtype_blocks") {
       CAPTURE(name);
       const std::string file = test::quant_file(name);
       if (file.empty()) return;
-      auto mapped = test::load_context(file, {.threads = 2, .dtype = ComputeDtype::Blocks});
+      auto mapped = test::load_context(file, {.threads = 2, .dtype = ComputeDtype::Blocks, .map_weights = true});
       auto copied = test::load_context(file, {.threads = 2, .dtype = ComputeDtype::Blocks, .map_weights = false});
       CHECK(mapped->model().load_summary().resident_bytes == copied->model().load_summary().resident_bytes);
       CHECK(mapped->model().load_summary().weight_dtype == copied->model().load_summary().weight_dtype);
@@ -225,7 +225,7 @@ TEST_SUITE("model.dtype_blocks") {
     }
   }
 
-  TEST_CASE("blocks: a non-finite scale of a matrix read in place is refused, naming the tensor and the weight") {
+  TEST_CASE("blocks: a non-finite scale of a matrix read in place or copied is refused, naming the tensor and the weight") {
     const std::string file = test::quant_file("model-Q6_K.gguf");
     if (file.empty()) return;
     std::vector<char> bytes;
@@ -243,8 +243,11 @@ TEST_SUITE("model.dtype_blocks") {
     const test::ScratchDir dir("mapped_nan");
     const std::string bad = dir.file("nan.gguf");
     std::ofstream(bad, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    CHECK_THROWS_WITH_AS(Model::load(bad, {.threads = 2, .dtype = ComputeDtype::Blocks}),
-                         doctest::Contains("tensor 'blk.1.ffn_down.weight' holds NaN at element 4096 (row 5, column 256)"),
-                         FormatError);
+    for (bool map : {true, false}) {
+      CAPTURE(map);
+      CHECK_THROWS_WITH_AS(Model::load(bad, {.threads = 2, .dtype = ComputeDtype::Blocks, .map_weights = map}),
+                           doctest::Contains("tensor 'blk.1.ffn_down.weight' holds NaN at element 4096 (row 5, column 256)"),
+                           FormatError);
+    }
   }
 }
