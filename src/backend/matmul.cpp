@@ -200,6 +200,12 @@ void run_dense_dst(Engine& engine, const float* x, const uint16_t* xb, int64_t b
 /// chunk narrower than the output goes through pad_y (run_dense_dst).
 constexpr int64_t kWidenedBf16Elements = int64_t(32) << 20;
 
+/// Rows of W (a multiple of 64) matmul_widened_bf16 widens at a time for an n_out x n_in weight whose
+/// panels hold `ld` bf16 elements each.
+int64_t bf16_chunk_rows(int64_t n_out, int64_t ld) {
+  return std::min((n_out + 63) / 64 * 64, std::max<int64_t>(64, kWidenedBf16Elements / ld * 64));
+}
+
 /// Kept-block weights on CPUs with bf16 dot products (kernel_has_bf16_dot, the
 /// condition under which BF16 weights live in panels): a chunk of 64-row panels
 /// (the whole matrix up to kWidenedBf16Elements) at a time, each thread widens its panels' rows of W to f32
@@ -210,12 +216,6 @@ constexpr int64_t kWidenedBf16Elements = int64_t(32) << 20;
 /// (bf16_paths_agree). Scoring thus runs at the speed of BF16 weights on the
 /// values a BF16 weight rounded from the same blocks holds (the same bits for
 /// many-row products: tests/backend/test_qblocks.cpp), and no widened copy is kept.
-/// Rows of W (a multiple of 64) matmul_widened_bf16 widens at a time for an n_out x n_in weight whose
-/// panels hold `ld` bf16 elements each.
-int64_t bf16_chunk_rows(int64_t n_out, int64_t ld) {
-  return std::min((n_out + 63) / 64 * 64, std::max<int64_t>(64, kWidenedBf16Elements / ld * 64));
-}
-
 void matmul_widened_bf16(Engine& engine, const float* x, int64_t m, const Weight& w, float* y, bool accumulate) {
   auto& im = engine.impl();
   const uint16_t* xb = x_to_bf16(im, x, m * w.n_in());
