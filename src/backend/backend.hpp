@@ -224,17 +224,15 @@ class Weight {
   /// in the low nibble of byte j, element j + 16 in its high nibble), and
   /// `scales` [rows, n_in / kQBlock]. Throws ArgumentError as set_rows_q8_0.
   void set_rows_q4_0(int64_t row0, const uint8_t* packed, const float* scales, int64_t rows);
-  /// As set_rows, for the file-block dtypes (is_file_blocks: Q4_1, Q5_0, Q5_1, K-quants) only: `blocks`
-  /// holds rows [rows, n_in / file_block_elements] blocks in the GGUF tensor's byte layout (ggml-common.h
-  /// block_q4_1 ... block_q6_K, any alignment), copied as they are.
-  /// Throws ArgumentError on another dtype or rows outside [0, n_out).
+  /// As set_rows, for the file-block dtypes (is_file_blocks: Q4_1, Q5_0, Q5_1, K-quants) only: `blocks` holds
+  /// rows [rows, n_in / file_block_elements] blocks in the GGUF tensor's byte layout (ggml-common.h block_q4_1
+  /// ... block_q6_K, any alignment), copied as they are. Throws ArgumentError on another dtype or rows outside [0, n_out).
   void set_rows_file_blocks(int64_t row0, const void* blocks, int64_t rows);
-  /// A file-block weight [n_out, n_in] reading its rows in place at `rows` (a GGUF tensor's bytes in a mapped
-  /// file, rows back to back, any alignment), holding `owner` (the mapping's handle) so they outlive the file
-  /// object; nothing copied, set_rows_file_blocks refused. Throws ArgumentError as the constructor, or for another dtype.
+  /// A file-block weight [n_out, n_in] reading its rows in place at `rows` (a GGUF tensor's bytes in a mapped file,
+  /// any alignment), holding `owner` (the mapping) so they outlive the file object; set_rows_file_blocks refused.
+  /// Throws ArgumentError as the constructor, or for another dtype.
   static Weight view_file_blocks(int64_t n_out, int64_t n_in, Dtype dtype, const void* rows, std::shared_ptr<const void> owner);
-  /// Whether raw() points into memory the weight does not own (view_file_blocks).
-  bool is_view() const { return view_ != nullptr; }
+  bool is_view() const { return view_ != nullptr; }  ///< raw() in memory not owned (view_file_blocks)
   int64_t n_out() const { return n_out_; }
   int64_t n_in() const { return n_in_; }
   Dtype dtype() const { return dtype_; }
@@ -335,8 +333,7 @@ void gather_rows(const Weight& w, std::span<const int32_t> ids, float* dst);
 void matmul(Engine& eng, const float* x, int64_t m, const Weight& w, float* y, bool accumulate = false,
             bool batch_invariant = false);
 
-/// Bytes of the engine buffer matmul widens a kept-block weight [n_out, n_in] into for a bf16
-/// product (Engine::set_block_tiles_bf16): its panels, at most 64 MiB, and `threads` f32 tiles.
+/// Bytes of the engine buffer a bf16 product widens kept blocks [n_out, n_in] into (panels, at most 64 MiB, + f32 tiles).
 size_t widened_bf16_bytes(int64_t n_out, int64_t n_in, int threads);
 
 /// Rows up to which matmul's products that are not batch-invariant (decode
@@ -573,11 +570,10 @@ void attention(Engine& eng, const float* q, const KvView& kv, float* out, int64_
                int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t q_stride, Buffer& scratch,
                const AttentionOptions& opts = {});
 
-/// True when the oneDNN `attention` above runs the loop version for this block
-/// of n_q queries after `past` cached positions, so the caller may batch it with
-/// other sequences: n_q < 16 or head_dim < 32, and blocks of up to 64 queries
-/// without a cached prefix where the AVX-512 head kernel runs (head_dim 32-128
-/// in steps of 16).
+/// True when the oneDNN `attention` above runs the loop version for this block of n_q queries after
+/// `past` cached positions, so the caller may batch it with other sequences: n_q < 16 or head_dim < 32,
+/// and blocks of up to 64 queries without a cached prefix where the AVX-512 head kernel runs (head_dim
+/// 32-128 in steps of 16).
 bool attention_uses_loop(int64_t n_q, int64_t past, int64_t head_dim);
 
 /// Queries per block of the oneDNN `attention`: a longer block runs as blocks

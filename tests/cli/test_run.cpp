@@ -69,6 +69,7 @@ TEST_SUITE("cli.run") {
     CHECK(mem["planned_activation_bytes"].get<long>() > 0);
     CHECK(mem["peak_rss_bytes"].get<long>() > 1171200 + res["kveval"]["cache"]["bytes_at_setup"].get<long>());
     CHECK(r.err.find("memory: peak RSS ") != std::string::npos);
+    CHECK(r.err.find(" measured; planned ") != std::string::npos);
     CHECK(res["kveval"]["instrumentation"]["loglikelihood_forward_with_cache_setup"] == 0);
     std::vector<std::string> phases;
     for (const auto& p : res["kveval"]["phases"]) phases.push_back(p["name"]);
