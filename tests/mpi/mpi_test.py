@@ -3,8 +3,9 @@
 
 - `mpirun -np 2` and `-np 3` on tasks/demo.json give results and samples
   byte-identical to the one-process run, timings excluded ("date",
-  "total_evaluation_time_seconds", and "phases", "cache", "instrumentation"
-  and "distributed" under "kveval" hold timings and per-rank figures;
+  "total_evaluation_time_seconds", and "phases", "cache", "instrumentation",
+  "memory" (but its weight bytes) and "distributed" under "kveval" hold timings
+  and per-rank figures;
   everything else must be equal, and the samples file byte for byte);
 - sampled generation (--gen-kwargs do_sample=true) gives the same samples with
   -np 2 as with one process;
@@ -80,11 +81,14 @@ def main():
             check(open(samples, "rb").read() == s1, f"-np {np}: samples byte-identical to one process")
             # per-rank figures: timings, each rank's cache shape, forward passes (more ranks, more batches)
             timing_keys = {"date", "total_evaluation_time_seconds"}
-            kveval_timing_keys = {"phases", "cache", "distributed", "instrumentation", "samples"}
+            kveval_timing_keys = {"phases", "cache", "distributed", "instrumentation", "samples", "memory"}
             same = {k: r1[k] == r.get(k) for k in r1 if k not in timing_keys | {"kveval"}}
             same.update({"kveval." + k: r1["kveval"][k] == r["kveval"].get(k) for k in r1["kveval"]
                          if k not in kveval_timing_keys})
             check(all(same.values()), f"-np {np}: results identical except timings ({[k for k, v in same.items() if not v]})")
+            # each rank plans and measures its own memory; the weights are the same on every rank
+            same_weights = r1["kveval"]["memory"]["resident_weight_bytes"] == r["kveval"]["memory"]["resident_weight_bytes"]
+            check(same_weights, f"-np {np}: the same resident weight bytes as one process")
             # each results file names its own samples file; the bytes, and so the sha256, are the same
             check(r["kveval"]["samples"] == {"path": samples, "sha256": r1["kveval"]["samples"]["sha256"]},
                   f"-np {np}: results name the samples file and its sha256")
