@@ -116,9 +116,10 @@ bool cpu_has_bf16();
 bool bf16_matmul_available();
 
 /// Allocates `n` floats, not zeroed, 64-byte aligned; from 2 MiB up the block
-/// is 2 MiB aligned and transparent huge pages are advised (fewer page faults
-/// at load, fewer TLB misses when streaming weights). Free with free_floats.
-/// Throws std::bad_alloc.
+/// is a 2 MiB aligned mapping of its own, with transparent huge pages advised
+/// for its whole 2 MiB pages (fewer page faults at load, fewer TLB misses when
+/// streaming weights) and its tail on 4 KiB pages, so no more than the block
+/// becomes resident. Free with free_floats (nullptr: nothing). Throws std::bad_alloc.
 float* alloc_floats(size_t n);
 void free_floats(float* p);
 

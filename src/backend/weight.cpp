@@ -82,18 +82,49 @@ bool bf16_matmul_available() {
   return ok;
 }
 
+namespace {
+
+/// What free_floats needs, kept in the 64 bytes before each block alloc_floats returns.
+struct FloatsHeader {
+  void* base;   ///< what to free: malloc's pointer, or the start of the mapping
+  size_t len;   ///< the mapping's length; 0 for a malloc'd block
+};
+constexpr size_t kHeaderBytes = 64, kHugePage = size_t(2) << 20, kSmallPage = size_t(4) << 10;
+
+FloatsHeader* header_of(void* p) { return reinterpret_cast<FloatsHeader*>(static_cast<std::byte*>(p) - kHeaderBytes); }
+
+}  // namespace
+
 float* alloc_floats(size_t n) {
-  constexpr size_t kHuge = size_t(2) << 20;
-  size_t bytes = std::max<size_t>(64, (n * sizeof(float) + 63) / 64 * 64);
-  const size_t align = bytes >= kHuge ? kHuge : 64;
-  bytes = (bytes + align - 1) / align * align;
-  void* p = std::aligned_alloc(align, bytes);
-  if (!p) throw std::bad_alloc();
-  if (align == kHuge) ::madvise(p, bytes, MADV_HUGEPAGE);  // advice only: failure is harmless
+  if (n > (SIZE_MAX - 2 * kHugePage) / sizeof(float)) throw std::bad_alloc();
+  const size_t bytes = std::max<size_t>(64, (n * sizeof(float) + 63) / 64 * 64);
+  if (bytes < kHugePage) {
+    void* base = nullptr;
+    if (::posix_memalign(&base, 64, bytes + kHeaderBytes) != 0) throw std::bad_alloc();
+    void* p = static_cast<std::byte*>(base) + kHeaderBytes;
+    *header_of(p) = {base, 0};
+    return static_cast<float*>(p);
+  }
+  // A mapping of its own (never malloc's heap, whose reused ranges would keep the advice below):
+  // one 4 KiB page for the header, then the block at the next 2 MiB boundary.
+  const size_t len = bytes + kHugePage + kSmallPage;
+  void* base = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) throw std::bad_alloc();
+  const auto b = reinterpret_cast<uintptr_t>(base);
+  void* p = reinterpret_cast<void*>((b + kSmallPage + kHugePage - 1) / kHugePage * kHugePage);
+  *header_of(p) = {base, len};
+  // Huge pages only for the block's whole 2 MiB pages: one under its tail would make up to
+  // 2 MiB resident that nobody asked for (advice only: failure is harmless).
+  ::madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
   return static_cast<float*>(p);
 }
 
-void free_floats(float* p) { std::free(p); }
+void free_floats(float* p) {
+  if (!p) return;
+  const FloatsHeader h = *header_of(p);
+  if (h.len == 0) std::free(h.base);
+  else ::munmap(h.base, h.len);
+}
 
 PageBuffer PageBuffer::allocate(size_t n) {
   PageBuffer b;
