@@ -92,9 +92,8 @@ Tokenizer::Tokenizer(std::vector<std::string> tokens, std::vector<float> scores,
   if (eos_ < 0 || eos_ >= n) throw FormatError(fmt::format("tokenizer: EOS id {} outside [0, {})", eos_, n));
   if (unk_ < -1 || unk_ >= n) throw FormatError(fmt::format("tokenizer: unknown-token id {} outside [0, {})", unk_, n));
   for (int b = 0; b < 256; ++b) {  // llama.cpp's byte_to_token: <0xXX>, else the byte itself as a token
-    auto it = index_.find(fmt::format("<0x{:02X}>", b));
-    if (it == index_.end()) it = index_.find(std::string(1, static_cast<char>(b)));
-    byte_token_[b] = it == index_.end() ? -1 : it->second;
+    const int32_t id = index_.find(fmt::format("<0x{:02X}>", b));
+    byte_token_[b] = id >= 0 ? id : index_.find(std::string(1, static_cast<char>(b)));
   }
   init_specials();
 }
@@ -151,16 +150,11 @@ void Tokenizer::init_vocab(bool allow_duplicates) {
   if (types_.size() != tokens_.size())
     throw FormatError(fmt::format("tokenizer: {} token types for {} tokens (key 'tokenizer.ggml.token_type')",
                                   types_.size(), tokens_.size()));
-  index_.reserve(tokens_.size());
-  for (int32_t i = 0; i < static_cast<int32_t>(n); ++i) {
-    auto [it, fresh] = index_.try_emplace(tokens_[i], i);
-    if (fresh) continue;
-    if (!allow_duplicates)
-      throw FormatError(fmt::format("token \"{}\" appears twice in the vocabulary, ids {} and {} "
-                                    "(key 'tokenizer.ggml.tokens')",
-                                    tokens_[i], it->second, i));
-    it->second = i;  // SPM: the last wins (llama.cpp before it refused duplicates)
-  }
+  index_ = TokenIndex(tokens_, /*last_wins=*/allow_duplicates);  // SPM: the last wins (llama.cpp)
+  if (const auto [first, again] = index_.first_duplicate(); !allow_duplicates && first >= 0)
+    throw FormatError(fmt::format("token \"{}\" appears twice in the vocabulary, ids {} and {} "
+                                  "(key 'tokenizer.ggml.tokens')",
+                                  tokens_[static_cast<size_t>(again)], first, again));
 }
 
 std::string Tokenizer::describe() const {

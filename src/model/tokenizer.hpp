@@ -14,8 +14,9 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
+
+#include "model/token_index.hpp"
 
 namespace kveval::gguf { class File; }
 
@@ -29,13 +30,6 @@ enum class TokenizerKind { Spm, Bpe };
 
 class PreTokenizer;
 class BpeMerges;
-
-/// Token text -> id, searchable by std::string_view without a copy.
-struct TokenTextHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-using TokenIndex = std::unordered_map<std::string, int32_t, TokenTextHash, std::equal_to<>>;
 
 /// Special ids and flags of a vocabulary (-1: none).
 struct SpecialTokens {

@@ -81,14 +81,16 @@ std::string unicode_to_bytes(std::string_view text) {
 }
 
 BpeMerges::BpeMerges(const std::vector<std::string>& merges, const TokenIndex& index) {
-  table_.reserve(merges.size());
+  size_t cap = 16;
+  while (2 * cap < 3 * merges.size()) cap *= 2;  // at most 2/3 full
+  table_.assign(cap, Entry{});
   std::string joined;
   auto find = [&](size_t r, const std::string& m, std::string_view t) -> int32_t {
-    auto it = index.find(t);
-    if (it == index.end())
+    const int32_t id = index.find(t);
+    if (id < 0)
       throw FormatError(fmt::format("key 'tokenizer.ggml.merges'[{}] \"{}\": token \"{}\" is not in the vocabulary", r,
                                     m, t));
-    return it->second;
+    return id;
   };
   for (size_t r = 0; r < merges.size(); ++r) {
     const std::string& m = merges[r];
@@ -100,7 +102,24 @@ BpeMerges::BpeMerges(const std::vector<std::string>& merges, const TokenIndex& i
     joined.assign(left);
     joined += right;
     const int32_t a = find(r, m, left), b = find(r, m, right), ab = find(r, m, joined);
-    table_.emplace(key(a, b), Merge{static_cast<int32_t>(r), ab});  // the first (lowest) rank wins
+    const uint64_t k = key(a, b);
+    for (size_t i = slot(k);; i = (i + 1) & (table_.size() - 1)) {
+      if (table_[i].key == k) break;  // the first (lowest) rank wins
+      if (table_[i].key == kEmpty) {
+        table_[i] = {k, static_cast<int32_t>(r), ab};
+        ++size_;
+        break;
+      }
+    }
+  }
+}
+
+const BpeMerges::Entry* BpeMerges::find(int32_t a, int32_t b) const {
+  if (table_.empty()) return nullptr;
+  const uint64_t k = key(a, b);
+  for (size_t i = slot(k);; i = (i + 1) & (table_.size() - 1)) {
+    if (table_[i].key == k) return &table_[i];
+    if (table_[i].key == kEmpty) return nullptr;
   }
 }
 
@@ -108,8 +127,8 @@ void BpeMerges::encode_word(std::string_view word, const TokenIndex& index,
                             bool ignore_merges, std::vector<int32_t>& out) const {
   if (word.empty()) return;
   if (ignore_merges) {
-    if (auto it = index.find(word); it != index.end()) {
-      out.push_back(it->second);
+    if (const int32_t id = index.find(word); id >= 0) {
+      out.push_back(id);
       return;
     }
   }
@@ -122,9 +141,8 @@ void BpeMerges::encode_word(std::string_view word, const TokenIndex& index,
   syms.reserve(word.size());
   for (size_t i = 0; i < word.size();) {
     const size_t n = std::min(utf8_len(static_cast<unsigned char>(word[i])), word.size() - i);
-    auto it = index.find(word.substr(i, n));
     const int idx = static_cast<int>(syms.size());
-    syms.push_back(Sym{it == index.end() ? -1 : it->second, static_cast<uint32_t>(i), static_cast<uint32_t>(n), idx - 1,
+    syms.push_back(Sym{index.find(word.substr(i, n)), static_cast<uint32_t>(i), static_cast<uint32_t>(n), idx - 1,
                        i + n == word.size() ? -1 : idx + 1});
     i += n;
   }
@@ -139,8 +157,7 @@ void BpeMerges::encode_word(std::string_view word, const TokenIndex& index,
   std::priority_queue<Pair, std::vector<Pair>, decltype(worse)> queue(worse);
   auto add_pair = [&](int l, int r) {
     if (l < 0 || r < 0 || syms[l].id < 0 || syms[r].id < 0) return;
-    auto it = table_.find(key(syms[l].id, syms[r].id));
-    if (it != table_.end()) queue.push(Pair{it->second.rank, l, r, syms[l].id, syms[r].id});
+    if (const Entry* e = find(syms[l].id, syms[r].id)) queue.push(Pair{e->rank, l, r, syms[l].id, syms[r].id});
   };
   for (int i = 1; i < static_cast<int>(syms.size()); ++i) add_pair(i - 1, i);
 
@@ -151,7 +168,7 @@ void BpeMerges::encode_word(std::string_view word, const TokenIndex& index,
     Sym& r = syms[p.right];
     // Stale: a side was merged away or into something else since it was queued.
     if (l.len == 0 || r.len == 0 || l.id != p.left_id || r.id != p.right_id || l.next != p.right) continue;
-    l.id = table_.at(key(p.left_id, p.right_id)).id;
+    l.id = find(p.left_id, p.right_id)->id;
     l.len += r.len;
     r.len = 0;
     l.next = r.next;
@@ -167,8 +184,7 @@ void BpeMerges::encode_word(std::string_view word, const TokenIndex& index,
       continue;
     }
     for (size_t k = 0; k < s.len; ++k) {  // llama.cpp: the tokens of its single bytes, when they exist
-      auto it = index.find(word.substr(s.start + k, 1));
-      if (it != index.end()) out.push_back(it->second);
+      if (const int32_t id = index.find(word.substr(s.start + k, 1)); id >= 0) out.push_back(id);
     }
   }
 }

@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "model/tokenizer.hpp"
@@ -35,7 +34,8 @@ class BpeMerges {
   /// not in the vocabulary.
   BpeMerges(const std::vector<std::string>& merges, const TokenIndex& index);
 
-  size_t size() const { return table_.size(); }
+  /// Distinct merges (a pair listed again at a later rank counts once).
+  size_t size() const { return size_; }
 
   /// Appends the ids of one pre-tokenized word, given as its byte-encoded text
   /// (byte_to_unicode of each byte). `ignore_merges`: a word that is a token
@@ -46,14 +46,24 @@ class BpeMerges {
                    std::vector<int32_t>& out) const;
 
  private:
-  struct Merge {
-    int32_t rank;
-    int32_t id;  // token of the concatenation
+  /// One merge in an open-addressing table (linear probing, at most 2/3 full).
+  struct Entry {
+    uint64_t key = kEmpty;  ///< key(left id, right id)
+    int32_t rank = 0;
+    int32_t id = 0;  ///< token of the concatenation
   };
+  static constexpr uint64_t kEmpty = ~uint64_t{0};  // no pair of ids in [0, 2^31) has it
   static uint64_t key(int32_t a, int32_t b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
-  std::unordered_map<uint64_t, Merge> table_;
+  /// Home slot of `k`: Fibonacci hashing (Knuth, TAOCP 6.4) of the pair into the table's power of two.
+  size_t slot(uint64_t k) const {
+    return static_cast<size_t>((k * 0x9E3779B97F4A7C15ull) >> 32) & (table_.size() - 1);
+  }
+  /// The merge of (a, b), or nullptr.
+  const Entry* find(int32_t a, int32_t b) const;
+  std::vector<Entry> table_;
+  size_t size_ = 0;
 };
 
 }  // namespace kveval

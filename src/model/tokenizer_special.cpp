@@ -75,8 +75,8 @@ void Tokenizer::init_specials() {
                                        "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
                                        "<end_of_utterance>"};
     for (const char* s : kEot) {
-      if (auto it = index_.find(s); it != index_.end()) {
-        eot_ = it->second;
+      if (const int32_t id = index_.find(s); id >= 0) {
+        eot_ = id;
         break;
       }
     }

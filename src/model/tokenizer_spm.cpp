@@ -5,6 +5,7 @@
 // resegmented: a piece in the vocabulary is emitted, otherwise split back into
 // the pair that formed it, or into byte tokens <0xXX>.
 #include <queue>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -68,9 +69,9 @@ void Tokenizer::encode_spm(std::string_view raw, std::vector<int32_t>& out) cons
   auto try_add_bigram = [&](int left, int right) {
     if (left == -1 || right == -1) return;
     std::string piece = text.substr(symbols[left].start, symbols[left].n + symbols[right].n);
-    auto it = index_.find(piece);
-    if (it == index_.end()) return;
-    queue.push(Bigram{left, right, scores_[it->second], piece.size()});
+    const int32_t id = index_.find(piece);
+    if (id < 0) return;
+    queue.push(Bigram{left, right, scores_[static_cast<size_t>(id)], piece.size()});
     rev_merge[piece] = {left, right};
   };
   for (size_t i = 1; i < symbols.size(); ++i) try_add_bigram(static_cast<int>(i) - 1, static_cast<int>(i));
@@ -94,8 +95,8 @@ void Tokenizer::encode_spm(std::string_view raw, std::vector<int32_t>& out) cons
   // the pair that formed them, else into byte tokens.
   auto resegment = [&](auto& self, const Symbol& s) -> void {
     std::string piece = text.substr(s.start, s.n);
-    if (auto it = index_.find(piece); it != index_.end()) {
-      out.push_back(it->second);
+    if (const int32_t id = index_.find(piece); id >= 0) {
+      out.push_back(id);
       return;
     }
     if (auto p = rev_merge.find(piece); p != rev_merge.end()) {
