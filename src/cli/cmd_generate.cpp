@@ -25,7 +25,7 @@ namespace {
 struct GenerateArgs {
   std::string model, prompt, dtype = "auto", kv_cache_dtype = "auto", matmul = "exact";
   int max_gen_toks = 128, threads = 0, max_length = 0;
-  bool no_cache = false, ignore_eos = false;
+  bool no_cache = false, ignore_eos = false, mmap = false;
   /// --temperature, --top-k, --top-p, --min-p, --seed as given (generation_kwargs' keys;
   /// do_sample when any but the seed is given), checked by eval::parse_sampling_kwargs.
   nlohmann::json sampling_kwargs = nlohmann::json::object();
@@ -163,6 +163,7 @@ int run_generate(GenerateArgs& o) {
                                      .kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype, "--kv-cache-dtype"),
                                      .matmul = parse_matmul_mode(o.matmul, "--matmul"),
                                      .hash = false,
+                                     .map_weights = o.mmap,
                                      .n_ctx = o.max_length});
   const double load_s = sw.seconds();
   const int max_length = resolve_max_length(*model, o);
@@ -205,6 +206,7 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_option("--max-length", o->max_length,
                   "context positions, prompt included (0 = the model's context_length); the KV cache holds "
                   "min(max-length, prompt + max-gen-toks) positions");
+  cmd->add_flag("--mmap", o->mmap, "read the kept Q4_1/Q5_0/Q5_1/Q2_K..Q6_K blocks in place from the file's mapping instead of copying them: a faster load, a slower decode (docs/engine.md)");
   cmd->add_flag("--no-cache", o->no_cache, "re-run the whole sequence every step (no KV cache)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating after EOS");
   auto* temperature = cmd->add_option("--temperature", o->temperature, "sample at this temperature (0: greedy)");

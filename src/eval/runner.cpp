@@ -541,6 +541,7 @@ RunResult run_spec(const EvalSpec& spec, const RunOptions& opts) {
   mo.dtype = spec.dtype;
   mo.kv_cache_dtype = spec.kv_cache_dtype;
   mo.matmul = spec.matmul;
+  mo.map_weights = spec.map_weights;
   mo.hash = opts.hash_model;
   mo.n_ctx = spec.max_length.value_or(0);  // LongRoPE's factor set follows the run's context
   std::unique_ptr<Model> model;

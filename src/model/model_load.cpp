@@ -452,9 +452,10 @@ void Model::Impl::set_rope() {
   rope_swa.freq_scale = hp.rope_freq_scale_swa;
 }
 
-void Model::Impl::finish_load(const gguf::File& f, int threads, be::MatmulMode requested, detail::KeptBlocks keep,
-                              DType mat_dtype, int64_t n_ctx) {
-  engine = std::make_unique<be::Engine>(threads);
+void Model::Impl::finish_load(const gguf::File& f, const ModelOptions& opts, detail::KeptBlocks keep, DType mat_dtype) {
+  const be::MatmulMode requested = opts.matmul;
+  const int64_t n_ctx = opts.n_ctx;
+  engine = std::make_unique<be::Engine>(opts.threads);
   engine->set_block_tiles_bf16(compute_dtype_info(dtype).bf16_tiles);
   const be::MatmulMode mm = has_int8_matrix() ? requested : be::MatmulMode::Exact;  // int8 needs its blocks
   engine->set_matmul_mode(mm);
@@ -466,6 +467,8 @@ void Model::Impl::finish_load(const gguf::File& f, int threads, be::MatmulMode r
   summary.resident_bytes = weight_bytes + (hp.tied_output && !embd_in_output ? output.bytes() : 0);
   summary.lookup_only_bytes =
       embd_in_output ? 0 : embd_blocks.n_out() > 0 ? embd_blocks.bytes() : tok_embd.size() * sizeof(float);
+  summary.mapped_bytes = mapped_bytes();
+  summary.map_ignored = opts.map_weights && summary.mapped_bytes == 0;
   summary.sliding = sliding_summary(hp, *desc);
   if (!hp.rope_factors_set.empty())
     summary.longrope = fmt::format("LongRoPE {} factors (context {} {} original {}), attention factor {:.4g}",
@@ -521,7 +524,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   hp.qk_norm = !im.layers[0].q_norm.empty();
   r.check_all_used(hp.arch);
   check_unchanged(path, *at_open, file_bytes.size());  // and after: the copy saw one version of the file
-  im.finish_load(f, opts.threads, opts.matmul, keep, mat_dtype, opts.n_ctx);
+  im.finish_load(f, opts, keep, mat_dtype);
   im.summary.load_seconds = load_time.seconds();
   return m;
 }
