@@ -236,13 +236,14 @@ void apply_run_options(const RunArgs& a, const Distributed& dist, eval::EvalSpec
       t.docs.resize(std::min(t.docs.size(), static_cast<size_t>(std::ceil(t.n_docs_total * a.limit_fraction))));
 }
 
-/// Where the model path came from, for its not-found line: "--model", or the spec's
-/// 'model' as written when it was resolved against the spec's folder.
+/// Where the model path came from, for its not-found line: "--model", or the spec's 'model' as written and,
+/// when relative, the absolute path it resolved to against the spec's folder.
 std::string model_origin(const RunArgs& a, const eval::EvalSpec& spec) {
   if (!a.model.empty()) return "--model";
   const nlohmann::json& m = spec.raw.is_object() && spec.raw.contains("model") ? spec.raw["model"] : nlohmann::json();
-  if (m.is_string() && m.get<std::string>() != spec.model)
-    return fmt::format("spec 'model' \"{}\", relative to the spec's folder", m.get<std::string>());
+  if (m.is_string() && std::filesystem::path(m.get<std::string>()).is_relative())
+    return fmt::format("spec 'model' \"{}\", resolved against the spec's folder: {}", m.get<std::string>(),
+                       std::filesystem::weakly_canonical(std::filesystem::absolute(spec.model)).string());
   return "spec 'model'";
 }
 

@@ -132,12 +132,17 @@ TEST_SUITE("cli.run") {
     Run r = run_kveval(d, "run " + quote(spec));
     CHECK(r.code == 2);
     CHECK(r.err.find("nowhere.gguf: model file not found") != std::string::npos);
-    // a path relative to the spec's folder: the file tried, and the value as written
+    // a path relative to the spec's folder: the file tried, the value as written and the absolute path it resolved to
     std::filesystem::create_directories(d.file("sub"));
     const std::string sub = d.write("sub/spec.json", R"({"model": "models/nowhere.gguf", "tasks": [)" + std::string(kLL) + "]}");
+    const std::string abs = std::filesystem::weakly_canonical(d.file("sub")).string() + "/models/nowhere.gguf";
     check_one_line(run_kveval(d, "run " + quote(sub)),
                    "kveval: error: " + d.file("sub") + "/models/nowhere.gguf: model file not found (spec 'model' "
-                   "\"models/nowhere.gguf\", relative to the spec's folder)");
+                   "\"models/nowhere.gguf\", resolved against the spec's folder: " + abs + ")");
+    // the spec given by a relative path from its own folder: the absolute path is the only one that says where
+    check_one_line(run_kveval(d, "run spec.json", "cd " + quote(d.file("sub")) + " && "),
+                   "kveval: error: models/nowhere.gguf: model file not found (spec 'model' \"models/nowhere.gguf\", "
+                   "resolved against the spec's folder: " + abs + ")");
     // the same line and exit code from every command that takes -m
     for (const std::string cmd : {"generate -m nowhere.gguf -n 1", "bench -m nowhere.gguf --tests tg -n 2 -r 1",
                                   "tokenize -m nowhere.gguf hello"}) {
