@@ -437,9 +437,13 @@ TEST_SUITE("cli.run") {
     CHECK(bogus.code == 2);
     CHECK(bogus.err.find("unknown subcommand 'bogus'") != std::string::npos);
     CHECK(count_lines(bogus.err) == 1);
-    Run bare = run_kveval(d, "");  // no subcommand: CLI11's message, lower-case as every other
+    Run bare = run_kveval(d, "");  // no subcommand: the help with its subcommand list, then the error line
     CHECK(bare.code == 2);
-    CHECK(bare.err == "kveval: error: a subcommand is required (see --help)\n");
+    CHECK(bare.out.empty());
+    CHECK(bare.err.find("Subcommands:\n") != std::string::npos);
+    for (const char* sub : {"run", "generate", "bench", "make-model", "tokenize", "chat-template", "tasks"})
+      CHECK_MESSAGE(bare.err.find("\n  " + std::string(sub) + " ") != std::string::npos, sub);
+    CHECK(bare.err.ends_with("\nkveval: error: a subcommand is required (one of the subcommands above)\n"));
     Run typo = run_kveval(d, "run " + quote(spec) + " --dtpye bf16");
     CHECK(typo.code == 2);
     CHECK(typo.err == "kveval: error: unknown option '--dtpye' for 'run' (did you mean '--dtype'?) (see --help)\n");
