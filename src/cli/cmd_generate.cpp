@@ -36,7 +36,10 @@ struct GenerateArgs {
 /// The options' own checks (ArgumentError; SpecError for a sampling value), before the model is read.
 void check_args(GenerateArgs& o) {
   o.sampling = eval::parse_sampling_kwargs(o.sampling_kwargs, "generate");
-  if (o.max_gen_toks < 0) throw ArgumentError(fmt::format("--max-gen-toks: must be >= 0, got {}", o.max_gen_toks));
+  if (o.max_gen_toks < 1)  // as bench's -n: a generation makes a token (the prompt alone is bench's pp)
+    throw ArgumentError(fmt::format("--max-gen-toks: must be >= 1, got {} (a generation makes at least one token; "
+                                    "to time the prompt alone: kveval bench --tests pp)",
+                                    o.max_gen_toks));
   if (const size_t bad = first_invalid_utf8(o.prompt); bad != std::string::npos)
     throw ArgumentError(fmt::format("--prompt: invalid UTF-8 at byte {} (0x{:02x}); prompts must be UTF-8 text",
                                     bad, static_cast<unsigned char>(o.prompt[bad])));
@@ -63,8 +66,7 @@ void check_fits(const Model& model, const GenerateArgs& o, size_t prompt_tokens,
       {fmt::format("KV cache (1 row x {})", count_of(ctx_plan, "position")), o.no_cache ? 0 : model.cache_bytes_for(1, std::max(ctx_plan, 1))},
       {"activations", model.activation_bytes_for(1, std::max(ctx_plan, 1), false)}};
   check_memory_plan("the generation", parts, memory_budget(), "lower --max-gen-toks or --max-length");
-  if (static_cast<int64_t>(prompt_tokens) > max_length ||
-      (static_cast<int64_t>(prompt_tokens) == max_length && o.max_gen_toks > 0)) {
+  if (static_cast<int64_t>(prompt_tokens) >= max_length) {  // no room for the first generated token
     if (o.prompt.empty())  // the BOS token alone fills the context
       throw ArgumentError(fmt::format("--max-length {} holds only the BOS token (no --prompt given): no room for a "
                                       "generated token", max_length));
@@ -191,7 +193,7 @@ void add_generate_command(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand("generate", "Greedy or sampled generation from a prompt (KV cache on by default)");
   cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
   cmd->add_option("-p,--prompt", o->prompt, "prompt text (BOS is prepended)");
-  cmd->add_option("-n,--max-gen-toks", o->max_gen_toks, "tokens to generate at most (default 128)");
+  cmd->add_option("-n,--max-gen-toks", o->max_gen_toks, "tokens to generate at most, >= 1 (default 128)");
   cmd->add_option("-t,--threads", o->threads, "compute threads (0 = all cores)")->check(int_in(0, kMaxThreads));
   cmd->add_option("--dtype", o->dtype,
                   fmt::format("compute dtype: {} (auto: blocks when every matrix has a kept-block type, else bf16 "
