@@ -137,12 +137,13 @@ GenerateRun generate_streamed(const Model& model, const GenerateArgs& o, const s
 }
 
 /// The stop reason and llama.cpp-style per-phase timings on stderr, each line
-/// "kveval: ..." like every other diagnostic line; decode counts n_gen - 1 steps (bench's tg).
+/// "kveval: ..." like every other diagnostic line; decode counts n_gen - 1 steps (bench's tg). The prefill is the
+/// process's first forward pass, so its time includes oneDNN's one-time kernel generation; its line says so.
 void print_timings(const Model& model, const GenerateArgs& o, const GenerateRun& run, double load_s, int ctx) {
   auto rate = [](int64_t n, double s) { return s > 0 ? n / s : 0.0; };
-  auto tokens = [&](const char* phase, double s, int64_t n) {
-    fmt::print(stderr, "kveval: {:<15}{:9.2f} ms / {:5} {:<6} ({:9.1f} tokens/s)\n", phase, s * 1e3, n,
-               noun_for(static_cast<uint64_t>(n), "token"), rate(n, s));
+  auto tokens = [&](const char* phase, double s, int64_t n, const char* note) {
+    fmt::print(stderr, "kveval: {:<15}{:9.2f} ms / {:5} {:<6} ({:9.1f} tokens/s){}\n", phase, s * 1e3, n,
+               noun_for(static_cast<uint64_t>(n), "token"), rate(n, s), note);
   };
   const GenerateTiming& t = run.t;
   fmt::print(stderr, "kveval: stop: {} after {}\n", to_string(run.g.reason), count_of(run.g.ids.size(), "token"));
@@ -150,9 +151,9 @@ void print_timings(const Model& model, const GenerateArgs& o, const GenerateRun&
   if (!o.no_cache)
     fmt::print(stderr, "kveval: {:<15}{:9.3f} ms ({} bytes)\n", "cache setup", run.setup_s * 1e3,
                model.cache_bytes_for(1, ctx));
-  tokens("prefill", t.prefill_seconds, t.prefill_tokens);
+  tokens("prefill", t.prefill_seconds, t.prefill_tokens, ", oneDNN's one-time kernel generation included");
   // decode steps as bench's tg counts them: every generated token but the first, whose logits come from the prefill
-  tokens("decode", t.decode_seconds, std::max<int64_t>(0, t.decode_tokens - 1));
+  tokens("decode", t.decode_seconds, std::max<int64_t>(0, t.decode_tokens - 1), "");
   if (!o.no_cache) fmt::print(stderr, "kveval: {:<15}{:9.3f} ms\n", "cache teardown", run.teardown_s * 1e3);
 }
 

@@ -55,6 +55,9 @@ TEST_SUITE("cli.generate") {
         return at == std::string::npos ? std::string() : err.substr(at, err.find('\n', at) - at);
       };
       CHECK(decode_line(one.err).find(" ms /     0 tokens (") != std::string::npos);
+      // the prefill, the process's first forward pass, says that oneDNN's kernel generation is in its time
+      CHECK(one.err.find(" tokens/s), oneDNN's one-time kernel generation included\n") != std::string::npos);
+      CHECK(decode_line(one.err).find("oneDNN") == std::string::npos);
       CHECK(decode_line(two.err).find(" ms /     1 token  (") != std::string::npos);
       CHECK((one.err.find("kveval: cache setup ") != std::string::npos) == cached);
       CHECK((one.err.find("kveval: cache teardown ") != std::string::npos) == cached);
