@@ -298,9 +298,12 @@ void generation_phase(const EvalSpec& spec, Context& ctx, const RunOptions& opts
   if (out.size() != batch.prompts.size())
     throw Error(fmt::format("internal: generate_greedy returned {} results for {} prompts", out.size(),
                             batch.prompts.size()));
+  // decode steps as generate and bench's tg count them: each sequence's tokens but its first, whose logits the prefill gave
+  int64_t steps = 0;
+  for (const Generation& g : out) steps += std::max<int64_t>(0, static_cast<int64_t>(g.ids.size()) - 1);
   record_generations(spec, tok, gen, out, res);
   res.phases.push_back({"prefill", timing.prefill_seconds, timing.prefill_tokens});
-  res.phases.push_back({"decode", timing.decode_seconds, timing.decode_tokens});
+  res.phases.push_back({"decode", timing.decode_seconds, steps});
   Stopwatch sw_down;
   scope.reset();
   res.phases.push_back({"cache teardown", sw_down.seconds(), 0});

@@ -91,6 +91,16 @@ TEST_SUITE("cli.run") {
     CHECK(first["kveval"]["requests"][0]["stop_reason"].is_string());
     CHECK(first["kveval"]["requests"][0]["tokens"].is_number());
     CHECK(first["doc_hash"].get<std::string>().size() == 64);
+    // decode counts each sequence's generated tokens but its first, whose logits the prefill gave (as generate's)
+    long generated = 0, sequences = 0;
+    for (std::istringstream all(samples); std::getline(all, line);) {
+      const json s = json::parse(line);
+      if (s["task"] != "story_generation") continue;
+      for (const auto& q : s["kveval"]["requests"]) generated += q["tokens"].get<long>(), sequences += q["tokens"].get<long>() > 0;
+    }
+    REQUIRE(sequences > 0);
+    CHECK(res["kveval"]["phases"][5]["name"] == "decode");
+    CHECK(res["kveval"]["phases"][5]["tokens"] == generated - sequences);
   }
 
   TEST_CASE("bad input: one-line error naming the place, non-zero exit" * kveval::test::needs_model()) {
