@@ -405,16 +405,8 @@ void load_layer(TensorReader& r, const arch::Description& d, const HParams& hp, 
 
 /// The summary's weight dtype when blocks are kept ("Q8_0", "Q4_0", "Q4_K+Q6_K", "Q8_0+F32", "F32": the kept
 /// storage types in table order, "+F32" when some matrix was widened), and appends to `note` how many
-/// matrices were widened to F32.
-std::string kept_weight_dtype(detail::KeptBlocks keep, const be::Weight& output,
-                              const std::vector<detail::Layer>& layers, std::string& note) {
-  std::vector<const be::Weight*> all = {&output};
-  for (const auto& L : layers) {
-    for (const be::Weight* w : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down})
-      if (w->n_out() > 0) all.push_back(w);
-    for (const auto* parts : {&L.qkv_parts, &L.gate_up_parts})
-      for (const be::Weight& w : *parts) all.push_back(&w);
-  }
+/// matrices were widened to F32. `all`: every matrix a forward pass multiplies (Model::Impl::for_each_matrix).
+std::string kept_weight_dtype(detail::KeptBlocks keep, const std::vector<const be::Weight*>& all, std::string& note) {
   std::string types;  // the kept storage types' names, "Q4_K+Q6_K"
   size_t kept = 0;
   for (const gguf::TypeInfo& ti : gguf::kTensorTypes) {
@@ -463,7 +455,9 @@ void Model::Impl::finish_load(const gguf::File& f, const ModelOptions& opts, det
   summary.matmul = be::to_string(mm), summary.matmul_int8_ignored = mm != requested;
   // weight_bytes: matrices in mat_dtype (or kept blocks), token_embd (its kept blocks, else F32) and norms F32;
   // a tied output adds its copy unless it is token_embd's kept blocks.
-  summary.weight_dtype = keep.any() ? kept_weight_dtype(keep, output, layers, dtype_note) : dtype_name(mat_dtype);
+  std::vector<const be::Weight*> matrices;
+  for_each_matrix([&matrices](const be::Weight& w) { matrices.push_back(&w); });
+  summary.weight_dtype = keep.any() ? kept_weight_dtype(keep, matrices, dtype_note) : dtype_name(mat_dtype);
   summary.resident_bytes = weight_bytes + (hp.tied_output && !embd_in_output ? output.bytes() : 0);
   summary.lookup_only_bytes =
       embd_in_output ? 0 : embd_blocks.n_out() > 0 ? embd_blocks.bytes() : tok_embd.size() * sizeof(float);
