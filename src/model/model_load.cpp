@@ -220,14 +220,15 @@ class TensorReader {
       blocks = blocks && t && keeps(*t, n_in);
       one_type = one_type && t && t->type == first->type;
     }
-    // file blocks read in place: each part its own view (matmul_stacked multiplies the parts)
-    const bool views = blocks && opts_.map_weights && be::is_file_blocks(keep_.weight_dtype(first->type));
-    if (views && parts.size() == 1) return kept(parts.begin()->first, n_in, n_out);
-    if (blocks && (!one_type || views) && kept_parts) {
-      for (const auto& [name, n] : parts) kept_parts->push_back(kept(name, n_in, n));
-      return be::Weight();
-    }
-    if (blocks && one_type) {
+    if (blocks && (one_type || kept_parts)) {
+      // Parts or one matrix: each part in its own blocks when their types differ or each views the mapped file
+      // (matmul_stacked multiplies the parts), else one block matrix (a lone tensor as kept() reads it).
+      const bool views = opts_.map_weights && be::is_file_blocks(keep_.weight_dtype(first->type));
+      if (kept_parts && parts.size() > 1 && (!one_type || views)) {
+        for (const auto& [name, n] : parts) kept_parts->push_back(kept(name, n_in, n));
+        return be::Weight();
+      }
+      if (parts.size() == 1) return kept(parts.begin()->first, n_in, n_out);
       be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in), keep_.weight_dtype(first->type));
       int64_t row0 = 0;
       for (const auto& [name, n] : parts) {
