@@ -200,6 +200,14 @@ void run_dense_dst(Engine& engine, const float* x, const uint16_t* xb, int64_t b
 /// chunk narrower than the output goes through pad_y (run_dense_dst).
 constexpr int64_t kWidenedBf16Elements = int64_t(32) << 20;
 
+/// Rows of W matmul_widened_bf16's threads each widen to f32 at a time (16 x n_in floats, in L2).
+constexpr int64_t kWidenTile = 16;
+
+/// bf16 elements of one 64-column panel of oneDNN's BA16a64b2a layout for n_in inputs: n_in rounded up to the
+/// brgemm's k block of 32, times 64 columns (Weight::ld of a panel weight). matmul_widened_bf16 and
+/// widened_bf16_bytes size the widened panels by it.
+int64_t bf16_panel_ld(int64_t n_in) { return (n_in + 31) / 32 * 32 * 64; }
+
 /// Rows of W (a multiple of 64) matmul_widened_bf16 widens at a time for an n_out x n_in weight whose
 /// panels hold `ld` bf16 elements each.
 int64_t bf16_chunk_rows(int64_t n_out, int64_t ld) {
@@ -220,9 +228,9 @@ void matmul_widened_bf16(Engine& engine, const float* x, int64_t m, const Weight
   auto& im = engine.impl();
   const uint16_t* xb = x_to_bf16(im, x, m * w.n_in());
   const int64_t K = w.n_in(), N = w.n_out();  // K: a multiple of the block size (32), so pairs (k, k + 1) never straddle it
-  const int64_t ld = (K + 31) / 32 * 32 * 64;  // bf16 elements per 64-column panel (Weight::ld for panels)
+  const int64_t ld = bf16_panel_ld(K);
   const int64_t chunk = bf16_chunk_rows(N, ld);
-  constexpr int64_t kTile = 16;  // rows of W widened to f32 at a time by each thread (16 x K floats, in L2)
+  constexpr int64_t kTile = kWidenTile;
   const int threads = std::max(1, im.threads);
   const size_t tmp_elems = static_cast<size_t>(threads * kTile * K), bf16_elems = static_cast<size_t>(chunk / 64 * ld);
   if (im.widened.reserve(tmp_elems + (bf16_elems + 1) / 2)) ++im.allocations;
@@ -252,8 +260,8 @@ void matmul_widened_bf16(Engine& engine, const float* x, int64_t m, const Weight
 }  // namespace
 
 size_t widened_bf16_bytes(int64_t n_out, int64_t n_in, int threads) {
-  const int64_t ld = (n_in + 31) / 32 * 32 * 64;  // as matmul_widened_bf16
-  const auto tiles = static_cast<size_t>(std::max(1, threads)) * 16 * static_cast<size_t>(n_in) * sizeof(float);
+  const int64_t ld = bf16_panel_ld(n_in);  // as matmul_widened_bf16: its f32 tiles, then one chunk of panels
+  const auto tiles = static_cast<size_t>(std::max(1, threads)) * kWidenTile * static_cast<size_t>(n_in) * sizeof(float);
   return tiles + static_cast<size_t>(bf16_chunk_rows(n_out, ld) / 64 * ld) * sizeof(uint16_t);
 }
 

@@ -65,7 +65,8 @@ void write_start_meta(const Options& o, Report& rep) {
                          {"ll_requests", o.ll_requests}, {"seed", o.seed},
                          {"gen_mixed_prompts", o.gen_mixed_prompts}, {"gen_mixed_max_gen", o.gen_mixed_max_gen},
                          {"gen_mixed_rows", o.gen_mixed_rows}, {"dtypes", o.dtypes},
-                         {"kv_cache_dtypes", o.kv_cache_dtypes}, {"matmul", o.matmul}};  // run_bench records the whole list
+                         {"kv_cache_dtypes", o.kv_cache_dtypes}, {"matmul", o.matmul},
+                         {"mmap", o.map_weights}};  // run_bench records the whole list
   opts["mc"] = {{"docs", o.mc.docs}, {"prefix", o.mc.prefix}, {"context", o.mc.context}, {"choices", o.mc.choices},
                 {"choice_tokens", o.mc.choice_tokens}};
   opts["cache_shapes"] = nlohmann::json::array();
@@ -162,6 +163,7 @@ void ThreadRun::record_load(const Model& model, const std::vector<KvCacheDtype>&
     rep.meta["dtype_order"].push_back(dname);  // the header lists the dtypes in this order
     rep.meta["dtypes"][dname] = {{"weight_dtype", ls.weight_dtype},
                                  {"resident_weight_bytes", ls.resident_bytes},
+                                 {"mapped_weight_bytes", ls.mapped_bytes},
                                  {"weight_bytes", model.weight_bytes()},
                                  {"streamed_weight_bytes", streamed_weight_bytes(ls)},
                                  {"kv_cache_dtype", to_string(model.kv_cache_dtype())},
@@ -272,6 +274,7 @@ void ThreadRun::run_segment(const Instance& step, Steps steps) {
   mo.dtype = given(want);
   mo.kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtypes.front(), "--kv-cache-dtype");
   mo.matmul = parse_matmul_mode(o.matmul.front(), "--matmul");  // run_bench: one mode per execute
+  mo.map_weights = o.map_weights;
   std::unique_ptr<Model> model = load(mo, want);
   if (!model) {
     for (const Instance& s : steps) dequant_pending = dequant_pending || s.test == "dequant";

@@ -19,6 +19,7 @@ eval::EvalSpec load_fidelity_spec(const Options& o) {
     throw ArgumentError("--tests fidelity: needs --spec SPEC.json (the tasks to score in f32 and a reduced dtype)");
   if (!std::ifstream(o.spec)) throw ArgumentError(fmt::format("--spec {}: not found or not readable", o.spec));
   eval::EvalSpec spec = eval::load_spec(o.spec, o.model_path);
+  if (o.map_weights) spec.map_weights = true;  // --mmap
   size_t docs = 0;
   for (const auto& t : spec.tasks) docs += t.docs.size();
   if (docs == 0)

@@ -36,7 +36,7 @@ void run_load(const Options& o, int threads, ComputeDtype dtype, Report& rep,
   // Seconds of one Model::load; the warm-up's model also gives the summary and the dtype `auto` resolved to.
   auto seconds = [&](bool check) {
     Stopwatch sw;
-    Model::load(o.model_path, {.threads = threads, .dtype = dtype, .check_finite = check});
+    Model::load(o.model_path, {.threads = threads, .dtype = dtype, .check_finite = check, .map_weights = o.map_weights});
     return sw.seconds();
   };
   LoadSummary summary;
@@ -44,7 +44,8 @@ void run_load(const Options& o, int threads, ComputeDtype dtype, Report& rep,
   std::vector<double> with, without;
   try {
     {  // warm-up: the file in the page cache; released before the timed loads
-      const auto warm = Model::load(o.model_path, {.threads = threads, .dtype = dtype, .check_finite = true});
+      const auto warm =
+          Model::load(o.model_path, {.threads = threads, .dtype = dtype, .check_finite = true, .map_weights = o.map_weights});
       summary = warm->load_summary();
       dname = to_string(warm->dtype());
     }

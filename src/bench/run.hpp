@@ -67,6 +67,9 @@ struct Options {
   /// mode its load used; when "int8" is listed, fidelity (run once) compares exact with int8 instead of f32
   /// with a reduced dtype.
   std::vector<std::string> matmul = {"exact"};
+  /// --mmap: matrices kept in a file-block type read in place from the file's mapping
+  /// (ModelOptions::map_weights) in every load.
+  bool map_weights = false;
   size_t stream_bytes = 0; ///< roofline: read-bandwidth buffer (0 = backend::stream_buffer_bytes())
   uint64_t seed = 1;       ///< synthetic token ids
   std::string spec;        ///< fidelity: evaluation spec whose tasks are scored in f32 and bf16

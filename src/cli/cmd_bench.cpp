@@ -45,6 +45,23 @@ void drop_repeats(std::vector<T>& v) {
   v = std::move(out);
 }
 
+/// Validator of bench's -o: a report format (md, csv, json or jsonl). A value that looks like a file name (it has a
+/// '.' or a '/') gets the option that writes a file: "-o: 'r.json' is not a format (md, csv, json or jsonl); to
+/// write the JSON report to a file, use --json-out r.json".
+CLI::Validator report_format() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        for (const char* f : {"md", "csv", "json", "jsonl"})
+          if (v == f) return "";
+        if (v.find_first_of("./") != std::string::npos)
+          return fmt::format("'{}' is not a format (md, csv, json or jsonl); to write the JSON report to a file, use "
+                             "--json-out {}",
+                             v, v);
+        return fmt::format("'{}' is not a format: expected md, csv, json or jsonl", v);
+      },
+      "md|csv|json|jsonl");
+}
+
 /// The bench command's parsed options.
 struct BenchState {
   bench::Options o;
@@ -80,6 +97,7 @@ void add_bench_options(CLI::App* sub, const std::shared_ptr<BenchState>& st) {
                   "(llama.cpp's int8 activations, not exact; docs/dtypes.md); the tests run once per mode, in order, "
                   "each row records its mode; with int8 listed, fidelity compares exact with int8 in the first --dtype")
       ->delimiter(',')->capture_default_str();
+  sub->add_flag("--mmap", st->o.map_weights, "in every load, read the kept Q4_1/Q5_0/Q5_1/Q2_K..Q6_K blocks in place from the file's mapping instead of copying them: a faster load, a slower decode (docs/engine.md)");
   sub->add_option("-b,--batch-size", st->o.batches, "rows per forward, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("-p,--n-prompt", st->o.n_prompt, "pp: prompt tokens, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("-n,--n-gen", st->o.n_gen, "tg/tg-nocache: generated tokens, comma-separated")->delimiter(',')->capture_default_str();
@@ -109,8 +127,8 @@ void add_bench_options(CLI::App* sub, const std::shared_ptr<BenchState>& st) {
                               "the model is --model)",
                               reduced));
   sub->add_option("--seed", st->o.seed, "seed of the synthetic token ids")->check(seed_validator())->capture_default_str();
-  sub->add_option("-o,--output", st->output, "md, csv, json or jsonl")
-      ->check(CLI::IsMember({"md", "csv", "json", "jsonl"}))
+  sub->add_option("-o,--output", st->output, "report format on stdout: md, csv, json or jsonl (a file: --json-out)")
+      ->check(report_format())
       ->capture_default_str();
   sub->add_option("--json-out", st->json_out, "also write the JSON report to this file")->check(non_empty_path());
   sub->add_flag("--progress", st->progress, "print each measurement to stderr as it starts");

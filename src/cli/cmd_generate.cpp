@@ -25,7 +25,7 @@ namespace {
 struct GenerateArgs {
   std::string model, prompt, dtype = "auto", kv_cache_dtype = "auto", matmul = "exact";
   int max_gen_toks = 128, threads = 0, max_length = 0;
-  bool no_cache = false, ignore_eos = false;
+  bool no_cache = false, ignore_eos = false, mmap = false;
   /// --temperature, --top-k, --top-p, --min-p, --seed as given (generation_kwargs' keys;
   /// do_sample when any but the seed is given), checked by eval::parse_sampling_kwargs.
   nlohmann::json sampling_kwargs = nlohmann::json::object();
@@ -36,7 +36,10 @@ struct GenerateArgs {
 /// The options' own checks (ArgumentError; SpecError for a sampling value), before the model is read.
 void check_args(GenerateArgs& o) {
   o.sampling = eval::parse_sampling_kwargs(o.sampling_kwargs, "generate");
-  if (o.max_gen_toks < 0) throw ArgumentError(fmt::format("--max-gen-toks: must be >= 0, got {}", o.max_gen_toks));
+  if (o.max_gen_toks < 1)  // as bench's -n: a generation makes a token (the prompt alone is bench's pp)
+    throw ArgumentError(fmt::format("--max-gen-toks: must be >= 1, got {} (a generation makes at least one token; "
+                                    "to time the prompt alone: kveval bench --tests pp)",
+                                    o.max_gen_toks));
   if (const size_t bad = first_invalid_utf8(o.prompt); bad != std::string::npos)
     throw ArgumentError(fmt::format("--prompt: invalid UTF-8 at byte {} (0x{:02x}); prompts must be UTF-8 text",
                                     bad, static_cast<unsigned char>(o.prompt[bad])));
@@ -63,8 +66,7 @@ void check_fits(const Model& model, const GenerateArgs& o, size_t prompt_tokens,
       {fmt::format("KV cache (1 row x {})", count_of(ctx_plan, "position")), o.no_cache ? 0 : model.cache_bytes_for(1, std::max(ctx_plan, 1))},
       {"activations", model.activation_bytes_for(1, std::max(ctx_plan, 1), false)}};
   check_memory_plan("the generation", parts, memory_budget(), "lower --max-gen-toks or --max-length");
-  if (static_cast<int64_t>(prompt_tokens) > max_length ||
-      (static_cast<int64_t>(prompt_tokens) == max_length && o.max_gen_toks > 0)) {
+  if (static_cast<int64_t>(prompt_tokens) >= max_length) {  // no room for the first generated token
     if (o.prompt.empty())  // the BOS token alone fills the context
       throw ArgumentError(fmt::format("--max-length {} holds only the BOS token (no --prompt given): no room for a "
                                       "generated token", max_length));
@@ -135,12 +137,13 @@ GenerateRun generate_streamed(const Model& model, const GenerateArgs& o, const s
 }
 
 /// The stop reason and llama.cpp-style per-phase timings on stderr, each line
-/// "kveval: ..." like every other diagnostic line; decode counts n_gen - 1 steps (bench's tg).
+/// "kveval: ..." like every other diagnostic line; decode counts n_gen - 1 steps (bench's tg). The prefill is the
+/// process's first forward pass, so its time includes oneDNN's one-time kernel generation; its line says so.
 void print_timings(const Model& model, const GenerateArgs& o, const GenerateRun& run, double load_s, int ctx) {
   auto rate = [](int64_t n, double s) { return s > 0 ? n / s : 0.0; };
-  auto tokens = [&](const char* phase, double s, int64_t n) {
-    fmt::print(stderr, "kveval: {:<15}{:9.2f} ms / {:5} {:<6} ({:9.1f} tokens/s)\n", phase, s * 1e3, n,
-               noun_for(static_cast<uint64_t>(n), "token"), rate(n, s));
+  auto tokens = [&](const char* phase, double s, int64_t n, const char* note) {
+    fmt::print(stderr, "kveval: {:<15}{:9.2f} ms / {:5} {:<6} ({:9.1f} tokens/s){}\n", phase, s * 1e3, n,
+               noun_for(static_cast<uint64_t>(n), "token"), rate(n, s), note);
   };
   const GenerateTiming& t = run.t;
   fmt::print(stderr, "kveval: stop: {} after {}\n", to_string(run.g.reason), count_of(run.g.ids.size(), "token"));
@@ -148,9 +151,9 @@ void print_timings(const Model& model, const GenerateArgs& o, const GenerateRun&
   if (!o.no_cache)
     fmt::print(stderr, "kveval: {:<15}{:9.3f} ms ({} bytes)\n", "cache setup", run.setup_s * 1e3,
                model.cache_bytes_for(1, ctx));
-  tokens("prefill", t.prefill_seconds, t.prefill_tokens);
+  tokens("prefill", t.prefill_seconds, t.prefill_tokens, ", oneDNN's one-time kernel generation included");
   // decode steps as bench's tg counts them: every generated token but the first, whose logits come from the prefill
-  tokens("decode", t.decode_seconds, std::max<int64_t>(0, t.decode_tokens - 1));
+  tokens("decode", t.decode_seconds, std::max<int64_t>(0, t.decode_tokens - 1), "");
   if (!o.no_cache) fmt::print(stderr, "kveval: {:<15}{:9.3f} ms\n", "cache teardown", run.teardown_s * 1e3);
 }
 
@@ -163,6 +166,7 @@ int run_generate(GenerateArgs& o) {
                                      .kv_cache_dtype = parse_kv_cache_dtype(o.kv_cache_dtype, "--kv-cache-dtype"),
                                      .matmul = parse_matmul_mode(o.matmul, "--matmul"),
                                      .hash = false,
+                                     .map_weights = o.mmap,
                                      .n_ctx = o.max_length});
   const double load_s = sw.seconds();
   const int max_length = resolve_max_length(*model, o);
@@ -190,7 +194,7 @@ void add_generate_command(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand("generate", "Greedy or sampled generation from a prompt (KV cache on by default)");
   cmd->add_option("-m,--model", o->model, "GGUF model file")->required();
   cmd->add_option("-p,--prompt", o->prompt, "prompt text (BOS is prepended)");
-  cmd->add_option("-n,--max-gen-toks", o->max_gen_toks, "tokens to generate at most (default 128)");
+  cmd->add_option("-n,--max-gen-toks", o->max_gen_toks, "tokens to generate at most, >= 1 (default 128)");
   cmd->add_option("-t,--threads", o->threads, "compute threads (0 = all cores)")->check(int_in(0, kMaxThreads));
   cmd->add_option("--dtype", o->dtype,
                   fmt::format("compute dtype: {} (auto: blocks when every matrix has a kept-block type, else bf16 "
@@ -205,6 +209,7 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_option("--max-length", o->max_length,
                   "context positions, prompt included (0 = the model's context_length); the KV cache holds "
                   "min(max-length, prompt + max-gen-toks) positions");
+  cmd->add_flag("--mmap", o->mmap, "read the kept Q4_1/Q5_0/Q5_1/Q2_K..Q6_K blocks in place from the file's mapping instead of copying them: a faster load, a slower decode (docs/engine.md)");
   cmd->add_flag("--no-cache", o->no_cache, "re-run the whole sequence every step (no KV cache)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating after EOS");
   auto* temperature = cmd->add_option("--temperature", o->temperature, "sample at this temperature (0: greedy)");

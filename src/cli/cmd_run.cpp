@@ -62,6 +62,7 @@ struct RunArgs {
   std::string cache_policy = "release";
   std::string batching = "dynamic";
   bool no_prefix_packing = false;
+  bool mmap = false;  ///< --mmap (over the spec's "mmap")
   std::string dtype, kv_cache_dtype, matmul;
   std::vector<std::string> tasks;          ///< --tasks: task, tag and group names (no spec file)
   std::vector<std::string> include_paths;  ///< --include-path
@@ -208,6 +209,7 @@ void apply_run_options(const RunArgs& a, const Distributed& dist, eval::EvalSpec
   if (!a.kv_cache_dtype.empty())
     spec.kv_cache_dtype = parse_kv_cache_dtype(a.kv_cache_dtype, "--kv-cache-dtype"), spec.set_by["kv_cache_dtype"] = "--kv-cache-dtype";
   if (!a.matmul.empty()) spec.matmul = parse_matmul_mode(a.matmul, "--matmul"), spec.set_by["matmul"] = "--matmul";
+  if (a.mmap) spec.map_weights = true, spec.set_by["mmap"] = "--mmap";
   // several ranks on one host share its cores unless --threads or the spec says otherwise
   if (a.threads < 0 && spec.threads == 0 && dist.local_size() > 1)
     spec.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / dist.local_size());
@@ -234,13 +236,14 @@ void apply_run_options(const RunArgs& a, const Distributed& dist, eval::EvalSpec
       t.docs.resize(std::min(t.docs.size(), static_cast<size_t>(std::ceil(t.n_docs_total * a.limit_fraction))));
 }
 
-/// Where the model path came from, for its not-found line: "--model", or the spec's
-/// 'model' as written when it was resolved against the spec's folder.
+/// Where the model path came from, for its not-found line: "--model", or the spec's 'model' as written and,
+/// when relative, the absolute path it resolved to against the spec's folder.
 std::string model_origin(const RunArgs& a, const eval::EvalSpec& spec) {
   if (!a.model.empty()) return "--model";
   const nlohmann::json& m = spec.raw.is_object() && spec.raw.contains("model") ? spec.raw["model"] : nlohmann::json();
-  if (m.is_string() && m.get<std::string>() != spec.model)
-    return fmt::format("spec 'model' \"{}\", relative to the spec's folder", m.get<std::string>());
+  if (m.is_string() && std::filesystem::path(m.get<std::string>()).is_relative())
+    return fmt::format("spec 'model' \"{}\", resolved against the spec's folder: {}", m.get<std::string>(),
+                       std::filesystem::weakly_canonical(std::filesystem::absolute(spec.model)).string());
   return "spec 'model'";
 }
 
@@ -477,7 +480,7 @@ void add_lm_eval_run_options(CLI::App* cmd, RunArgs& a) {
       ->check(int_in(2, 1 << 24));  // the spec's max_length range
 }
 
-/// run's --dtype, --kv-cache-dtype and --matmul (each overrides the spec's key).
+/// run's --dtype, --kv-cache-dtype, --matmul and --mmap (each overrides the spec's key).
 void add_dtype_options(CLI::App* cmd, RunArgs& a) {
   cmd->add_option("--dtype", a.dtype,
                   fmt::format("compute dtype: {} (overrides the spec; default auto: blocks-bf16 on a bf16 CPU, else "
@@ -489,6 +492,7 @@ void add_dtype_options(CLI::App* cmd, RunArgs& a) {
                               "dtype is bf16, else f32)",
                               join_names(kv_cache_dtype_name_list())));
   cmd->add_option("--matmul", a.matmul, "decode steps on kept Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks: exact (f32, the default) or int8 (llama.cpp's int8 activations, not exact; docs/dtypes.md)");
+  cmd->add_flag("--mmap", a.mmap, "read the kept Q4_1/Q5_0/Q5_1/Q2_K..Q6_K blocks in place from the file's mapping instead of copying them: a faster load, a slower decode (overrides the spec's mmap; docs/engine.md)");
 }
 
 void add_run_command(CLI::App& app, Action& action) {

@@ -46,6 +46,8 @@ int list_tasks(const TasksArgs& a) {
     fmt::print("{:<{}}  {:<5}  {}\n", e->name, w, to_string(e->kind), where);
   }
   if (rows.empty()) fmt::print(stderr, "kveval: no task, tag or group matches '{}'\n", a.pattern);
+  for (const auto& [stem, file] : index.include_bases())  // "_arc_*": the bases it meant are not listed, say why
+    if (rows.empty() && glob_match(a.pattern, stem)) fmt::print(stderr, "kveval: note: {}\n", index.base_note(stem));
   return kOk;
 }
 

@@ -113,6 +113,11 @@ int run_main(int argc, char** argv) {
   cli::add_chat_template_command(app, action);
   cli::add_tasks_command(app, action);
   cli::refuse_empty_values(app);
+  if (argc < 2) {  // `kveval` alone: the help, whose Subcommands list is what to type next, then the error line
+    fmt::print(stderr, "{}", app.help());
+    fmt::print(stderr, "kveval: error: a subcommand is required (one of the subcommands above)\n");
+    return cli::kUsage;
+  }
   if (const std::string e = empty_list_item(app, argc, argv); !e.empty()) {
     fmt::print(stderr, "kveval: error: {} (see --help)\n", e);
     return cli::kUsage;

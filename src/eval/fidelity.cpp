@@ -114,7 +114,8 @@ FidelityReport compare(const EvalSpec& spec, const Variant (&v)[2], bool decode)
   RunResult res[2];
   for (int k = 0; k < 2; ++k) {
     auto model = Model::load(spec.model, {.threads = spec.threads, .dtype = v[k].dtype,
-                                          .kv_cache_dtype = spec.kv_cache_dtype, .matmul = v[k].matmul});
+                                          .kv_cache_dtype = spec.kv_cache_dtype, .matmul = v[k].matmul,
+                                          .map_weights = spec.map_weights});
     Context ctx(*model);
     res[k] = run_eval(spec, ctx);
     // the same requests (plan of the first run) through both models

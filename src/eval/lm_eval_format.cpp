@@ -280,6 +280,7 @@ ojson model_json(const RunResult& res, const std::string& model_sha256) {
   m["weight_dtype"] = res.load.weight_dtype;
   m["matmul"] = res.load.matmul;
   m["resident_weight_bytes"] = res.load.resident_bytes;
+  m["mapped_weight_bytes"] = res.load.mapped_bytes;  // of them, read in place from the file (--mmap); 0: all copied
   m["context_length"] = res.load.context_length;
   m["tokenizer"] = {{"model", res.load.tokenizer_model}, {"pre", res.load.tokenizer_pre}};
   return m;

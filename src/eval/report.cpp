@@ -167,8 +167,9 @@ std::string format_phase_table(const RunResult& res) {
   for (const auto& p : res.phases) {
     if (!shown(p.name)) continue;
     std::string tok = p.tokens > 0 ? std::to_string(p.tokens) : "-";
-    std::string tps = p.tokens > 0 && p.seconds > 0 ? format_table_number(static_cast<double>(p.tokens) / p.seconds, 1) : "-";
-    rows.push_back({p.name, format_table_number(p.seconds, 4), tok, tps});
+    // one fixed format per column, whatever the magnitude: seconds to the microsecond, tokens/s to a tenth
+    std::string tps = p.tokens > 0 && p.seconds > 0 ? fmt::format("{:.1f}", static_cast<double>(p.tokens) / p.seconds) : "-";
+    rows.push_back({p.name, fmt::format("{:.6f}", p.seconds), tok, tps});
   }
   std::string out = table({"phase", "seconds", "tokens", "tokens/s"}, rows, {false, true, true, true});
   if (gen)

@@ -298,9 +298,12 @@ void generation_phase(const EvalSpec& spec, Context& ctx, const RunOptions& opts
   if (out.size() != batch.prompts.size())
     throw Error(fmt::format("internal: generate_greedy returned {} results for {} prompts", out.size(),
                             batch.prompts.size()));
+  // decode steps as generate and bench's tg count them: each sequence's tokens but its first, whose logits the prefill gave
+  int64_t steps = 0;
+  for (const Generation& g : out) steps += std::max<int64_t>(0, static_cast<int64_t>(g.ids.size()) - 1);
   record_generations(spec, tok, gen, out, res);
   res.phases.push_back({"prefill", timing.prefill_seconds, timing.prefill_tokens});
-  res.phases.push_back({"decode", timing.decode_seconds, timing.decode_tokens});
+  res.phases.push_back({"decode", timing.decode_seconds, steps});
   Stopwatch sw_down;
   scope.reset();
   res.phases.push_back({"cache teardown", sw_down.seconds(), 0});
@@ -541,6 +544,7 @@ RunResult run_spec(const EvalSpec& spec, const RunOptions& opts) {
   mo.dtype = spec.dtype;
   mo.kv_cache_dtype = spec.kv_cache_dtype;
   mo.matmul = spec.matmul;
+  mo.map_weights = spec.map_weights;
   mo.hash = opts.hash_model;
   mo.n_ctx = spec.max_length.value_or(0);  // LongRoPE's factor set follows the run's context
   std::unique_ptr<Model> model;

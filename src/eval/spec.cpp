@@ -512,6 +512,10 @@ EvalSpec parse_spec(const json& j, const std::string& origin, const std::string&
           fmt::format("\"{}\": expected {}", d, join_names(kv_cache_dtype_name_list(), " or ", "\"")));
     }
   }
+  if (j.contains("mmap")) {
+    if (!j["mmap"].is_boolean()) w.key("mmap").fail(fmt::format("expected true or false, got {}", json_excerpt(j["mmap"])));
+    s.map_weights = j["mmap"].get<bool>();
+  }
   if (j.contains("threads")) s.threads = static_cast<int>(expect_int(j["threads"], w.key("threads"), 0, 4096));
   if (j.contains("batch_size") && j["batch_size"] == json("auto")) s.batch_size_auto = true;
   else if (j.contains("batch_size")) s.batch_size = static_cast<int>(expect_int(j["batch_size"], w.key("batch_size"), 1, kMaxBatchSize));

@@ -195,6 +195,7 @@ struct EvalSpec {
   ComputeDtype dtype = ComputeDtype::Auto;  ///< compute dtype ("dtype": f32, bf16, q8_0, q4_0, blocks, blocks-bf16, auto)
   KvCacheDtype kv_cache_dtype = KvCacheDtype::Auto;  ///< "kv_cache_dtype": f32, bf16, f16, auto (bf16 for a bf16 compute dtype)
   MatmulMode matmul = MatmulMode::Exact;  ///< run's --matmul: how decode steps on kept blocks multiply
+  bool map_weights = false;  ///< "mmap" (run's --mmap): file-block matrices read in place (ModelOptions::map_weights)
   int batch_size = 1;                ///< rows per forward pass / per generation batch
   /// "auto": the run picks the largest batch_size (at most kAutoBatchMax) its memory plan allows.
   bool batch_size_auto = false;

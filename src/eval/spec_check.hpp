@@ -48,7 +48,7 @@ inline const std::vector<std::string>& spec_top_keys() {
   static const std::vector<std::string> keys = {"model", "threads", "dtype", "kv_cache_dtype", "batch_size",
                                                 "max_length", "seed", "limit", "bootstrap_iters", "tasks",
                                                 "include_path", "apply_chat_template", "system_instruction",
-                                                "fewshot_as_multiturn"};
+                                                "fewshot_as_multiturn", "mmap"};
   return keys;
 }
 

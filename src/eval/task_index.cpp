@@ -101,7 +101,10 @@ TaskIndex TaskIndex::build(const std::vector<std::pair<std::string, std::string>
     for (const std::string& file : yaml_files(dir)) {
       if (!read.insert(fs::weakly_canonical(file, ec).string()).second) continue;  // under two include paths: read once
       const json c = load_lm_eval_yaml_keys(file);
-      if (!c.contains("task")) continue;  // an include base, or a file lm-eval does not index
+      if (!c.contains("task")) {  // an include base, or a file lm-eval does not index
+        idx.bases_.try_emplace(fs::path(file).stem().string(), file);
+        continue;
+      }
       if (c["task"].is_string()) {
         TaskIndexEntry e{c["task"].get<std::string>(), TaskKind::Task, file, {}, {}};
         if (auto t = tags.find(e.name); t != tags.end()) {  // lm-eval keeps the tag met first and skips the task
@@ -144,7 +147,13 @@ const TaskIndexEntry* TaskIndex::find(const std::string& name) const {
   return it == entries_.end() ? nullptr : &it->second;
 }
 
+std::string TaskIndex::base_note(const std::string& stem) const {
+  return fmt::format("'{}' is an include base ({}: no 'task' key; task YAMLs include it), not a task, tag or group", stem,
+                     bases_.at(stem));
+}
+
 std::string TaskIndex::unknown(const std::string& name, const std::string& origin) const {
+  if (bases_.count(name)) return fmt::format("{}: {}", origin, base_note(name));
   // the closest names by edit distance (all of the smallest distance, at most three)
   const int limit = std::max(2, static_cast<int>(name.size()) / 3);
   int best = limit + 1;
@@ -158,8 +167,9 @@ std::string TaskIndex::unknown(const std::string& name, const std::string& origi
   for (const auto& n : near) hint += (hint.empty() ? "" : ", ") + fmt::format("'{}'", n);
   std::string where;
   for (const auto& d : dirs_) where += (where.empty() ? "" : ", ") + d;
-  return fmt::format("{}: unknown task, tag or group '{}'{} (searched {})", origin, name,
+  return fmt::format("{}: unknown task, tag or group '{}'{}{} (searched {})", origin, name,
                      hint.empty() ? "" : fmt::format("; did you mean {}?", hint),
+                     name.starts_with('_') ? "; a name with a leading '_' is usually an include base, not a task" : "",
                      where.empty() ? "no include path: give --include-path or set KVEVAL_INCLUDE_PATH" : where);
 }
 

@@ -85,6 +85,12 @@ class TaskIndex {
   const std::string& file_of(const std::string& name) const { return entries_.at(name).file; }
   /// The include directories read, as given.
   const std::vector<std::string>& dirs() const { return dirs_; }
+  /// The include bases: YAML files without a 'task' key (what task YAMLs `include:`), file stem -> file
+  /// ("_arc_base" -> "tasks/lm_eval/_arc_base.yaml"). They are not tasks; a message about such a name says so.
+  const std::map<std::string, std::string>& include_bases() const { return bases_; }
+  /// The line about include base `stem`: "'_arc_base' is an include base (FILE: no 'task' key; task YAMLs
+  /// include it), not a task, tag or group".
+  std::string base_note(const std::string& stem) const;
 
  private:
   /// `inherited`: the task keys the enclosing groups set on their members (lm-eval's overrides).
@@ -98,6 +104,7 @@ class TaskIndex {
   std::string unknown(const std::string& name, const std::string& origin) const;
   std::map<std::string, TaskIndexEntry> entries_;
   std::map<std::string, std::string> notes_;  ///< name -> how a task/group and tag clash was resolved
+  std::map<std::string, std::string> bases_;  ///< include_bases()
   std::vector<std::string> dirs_;
 };
 

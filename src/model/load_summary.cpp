@@ -40,15 +40,20 @@ std::string format_load_summary(const LoadSummary& s) {
   const double mib = 1024.0 * 1024.0;
   std::string tok = s.tokenizer_model.empty() ? "none" : s.tokenizer_model;
   if (!s.tokenizer_pre.empty()) tok += "/" + s.tokenizer_pre;
+  const std::string mapped =
+      s.mapped_bytes > 0
+          ? fmt::format(" ({:.1f} MiB of them read in place from the file's mapping)", static_cast<double>(s.mapped_bytes) / mib)
+          : std::string();
   return fmt::format(
-      "load: {}, {:.2f}M parameters, tensors {} ({:.1f} MiB in file); weights {} in memory, {:.1f} MiB resident; "
-      "context {}; tokenizer {}{}{}{}; {:.3f} s",
+      "load: {}, {:.2f}M parameters, tensors {} ({:.1f} MiB in file); weights {} in memory, {:.1f} MiB resident{}; "
+      "context {}; tokenizer {}{}{}{}{}; {:.3f} s",
       s.architecture.empty() ? "?" : s.architecture, static_cast<double>(s.parameters) / 1e6,
       types.empty() ? "none" : types, static_cast<double>(s.file_tensor_bytes) / mib, s.weight_dtype,
-      static_cast<double>(s.resident_bytes) / mib, s.context_length, tok,
+      static_cast<double>(s.resident_bytes) / mib, mapped, s.context_length, tok,
       s.matmul == "int8"       ? "; matmul int8 (decode steps on Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks with int8 activations)"
       : s.matmul_int8_ignored ? "; --matmul int8 ignored (no matrix kept in Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks)"
                               : "",
+      s.map_ignored ? "; --mmap ignored (no matrix kept in Q4_1/Q5_0/Q5_1/Q2_K..Q6_K blocks)" : "",
       s.sliding.empty() ? "" : "; " + s.sliding, s.longrope.empty() ? "" : "; " + s.longrope, s.load_seconds);
 }
 

@@ -24,6 +24,11 @@ struct LoadSummary {
   /// Bytes of resident_bytes that only the embedding lookup reads (one row per token): token_embd's F32 rows or
   /// kept blocks; 0 when a tied output multiplies token_embd's own blocks (a decode step streams them).
   uint64_t lookup_only_bytes = 0;
+  /// Bytes of resident_bytes read in place from the file's mapping (ModelOptions::map_weights: matrices kept in a
+  /// file-block type), 0 when every weight was copied.
+  uint64_t mapped_bytes = 0;
+  /// ModelOptions::map_weights was asked for but no matrix is kept in a file-block type (nothing read in place).
+  bool map_ignored = false;
   /// How decode steps on kept blocks multiply: "exact" or "int8" (ModelOptions::matmul).
   std::string matmul = "exact";
   /// --matmul int8 was asked for but no matrix is kept in a block type it multiplies (matmul stays "exact").
@@ -51,7 +56,9 @@ LoadSummary summarize_gguf(const gguf::File& f);
 /// "; matmul int8 (decode steps on Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks with int8 activations)" before the time; then
 /// with `sliding` set, "; sliding window 4096 on 13 of 26 layers (those read at most 4096 cached positions and keep
 /// at most 4223 per KV cache row)"; then
-/// with `longrope` set "; " and it.
+/// with `longrope` set "; " and it. With `mapped_bytes` the weights part reads "weights Q4_K+Q6_K in memory, 14.0 MiB
+/// resident (13.5 MiB of them read in place from the file's mapping)"; with `map_ignored`, "; --mmap ignored (no
+/// matrix kept in Q4_1/Q5_0/Q5_1/Q2_K..Q6_K blocks)" before the time.
 std::string format_load_summary(const LoadSummary& s);
 
 }  // namespace kveval

@@ -40,10 +40,10 @@ size_t Model::activation_bytes_for(int rows, int seq, bool all_logits, int64_t t
   size_t tile = 0;  // the engine's widened panels of the largest kept-block matrix a pass of many rows multiplies
   if (impl_->engine->block_tiles_bf16() && T > 16) {
     const int th = impl_->engine->threads();
-    const auto ff = static_cast<int64_t>(F), dd = static_cast<int64_t>(D);
-    tile = std::max({backend::widened_bf16_bytes(2 * ff, dd, th), backend::widened_bf16_bytes(dd, ff, th),
-                     backend::widened_bf16_bytes(static_cast<int64_t>(Q + 2 * KV), dd, th),
-                     backend::widened_bf16_bytes(static_cast<int64_t>(V), dd, th)});
+    impl_->for_each_matrix([&tile, th](const backend::Weight& w) {
+      if (backend::is_blocks(w.dtype()) || backend::is_file_blocks(w.dtype()))
+        tile = std::max(tile, backend::widened_bf16_bytes(w.n_out(), w.n_in(), th));
+    });
   }
   return floats * sizeof(float) + T * 2 * sizeof(int32_t) + tile;
 }

@@ -148,7 +148,8 @@ struct ModelOptions {
   /// Off by default: the copy lives on huge pages, and decode on the mapping's 4 KiB pages streams less of
   /// the machine's memory read (Zen 4, Llama-3.2-1B shape, Q4_K_M, int8, 2 threads, frac_of_stream: 0.92-0.96
   /// mapped against 1.04-1.05 copied in two alternating pairs of tg64; 0.63 in a tg128 run), for a load of
-  /// 0.3-0.4 s instead of 0.5-1.9 s.
+  /// 0.3-0.4 s instead of 0.5-1.9 s. The CLI's --mmap and the spec's "mmap"; LoadSummary::mapped_bytes
+  /// counts what was read in place.
   bool map_weights = false;
   /// Test hook: called with "mapped" after the file is mapped and its header
   /// read (before hashing), and with "copy" just before the first tensor is

@@ -123,11 +123,29 @@ struct Model::Impl {
   }
   /// Sets rope and rope_swa from hp and rope_factors (read first: they point into rope_factors). In model_load.cpp.
   void set_rope();
-  /// Creates the engine (threads, bf16 tiles, matmul mode `requested` where an int8 matrix exists) and fills
-  /// summary from the file f and the weights read (keep: the kept block types, mat_dtype: other matrices'
-  /// type in memory; n_ctx: the run's context, 0 = n_ctx_train). In model_load.cpp.
-  void finish_load(const gguf::File& f, int threads, backend::MatmulMode requested, detail::KeptBlocks keep,
-                   DType mat_dtype, int64_t n_ctx);
+  /// Creates the engine (opts.threads, bf16 tiles, matmul mode opts.matmul where an int8 matrix exists) and fills
+  /// summary from the file f, the weights read and opts (keep: the kept block types, mat_dtype: other matrices'
+  /// type in memory; opts.n_ctx: the run's context, 0 = n_ctx_train; opts.map_weights: what was read in place).
+  /// In model_load.cpp.
+  void finish_load(const gguf::File& f, const ModelOptions& opts, detail::KeptBlocks keep, DType mat_dtype);
+  /// Calls f(const backend::Weight&) on every matrix a forward pass multiplies: the output, then each layer's
+  /// wqkv, wo, w_gate_up, w_down (those held) and the parts of its fused projections.
+  template <class F>
+  void for_each_matrix(F&& f) const {
+    f(output);
+    for (const detail::Layer& L : layers) {
+      for (const backend::Weight* w : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down})
+        if (w->n_out() > 0) f(*w);
+      for (const auto* parts : {&L.qkv_parts, &L.gate_up_parts})
+        for (const backend::Weight& w : *parts) f(w);
+    }
+  }
+  /// Bytes of the weights that view the file's mapping (backend::Weight::is_view), token_embd's once.
+  uint64_t mapped_bytes() const {
+    uint64_t n = embd_blocks.is_view() ? embd_blocks.bytes() : 0;
+    for_each_matrix([&n](const backend::Weight& w) { n += w.is_view() ? w.bytes() : 0; });
+    return n;
+  }
   /// Whether sliding layers rotate with other angles than the global ones (rope_swa).
   bool rope_swa_differs() const {
     return hp.sliding_window > 0 && (rope_swa.freq_base != rope.freq_base || rope_swa.freq_scale != rope.freq_scale);

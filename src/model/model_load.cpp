@@ -220,14 +220,15 @@ class TensorReader {
       blocks = blocks && t && keeps(*t, n_in);
       one_type = one_type && t && t->type == first->type;
     }
-    // file blocks read in place: each part its own view (matmul_stacked multiplies the parts)
-    const bool views = blocks && opts_.map_weights && be::is_file_blocks(keep_.weight_dtype(first->type));
-    if (views && parts.size() == 1) return kept(parts.begin()->first, n_in, n_out);
-    if (blocks && (!one_type || views) && kept_parts) {
-      for (const auto& [name, n] : parts) kept_parts->push_back(kept(name, n_in, n));
-      return be::Weight();
-    }
-    if (blocks && one_type) {
+    if (blocks && (one_type || kept_parts)) {
+      // Parts or one matrix: each part in its own blocks when their types differ or each views the mapped file
+      // (matmul_stacked multiplies the parts), else one block matrix (a lone tensor as kept() reads it).
+      const bool views = opts_.map_weights && be::is_file_blocks(keep_.weight_dtype(first->type));
+      if (kept_parts && parts.size() > 1 && (!one_type || views)) {
+        for (const auto& [name, n] : parts) kept_parts->push_back(kept(name, n_in, n));
+        return be::Weight();
+      }
+      if (parts.size() == 1) return kept(parts.begin()->first, n_in, n_out);
       be::Weight w(static_cast<int64_t>(n_out), static_cast<int64_t>(n_in), keep_.weight_dtype(first->type));
       int64_t row0 = 0;
       for (const auto& [name, n] : parts) {
@@ -405,16 +406,8 @@ void load_layer(TensorReader& r, const arch::Description& d, const HParams& hp, 
 
 /// The summary's weight dtype when blocks are kept ("Q8_0", "Q4_0", "Q4_K+Q6_K", "Q8_0+F32", "F32": the kept
 /// storage types in table order, "+F32" when some matrix was widened), and appends to `note` how many
-/// matrices were widened to F32.
-std::string kept_weight_dtype(detail::KeptBlocks keep, const be::Weight& output,
-                              const std::vector<detail::Layer>& layers, std::string& note) {
-  std::vector<const be::Weight*> all = {&output};
-  for (const auto& L : layers) {
-    for (const be::Weight* w : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down})
-      if (w->n_out() > 0) all.push_back(w);
-    for (const auto* parts : {&L.qkv_parts, &L.gate_up_parts})
-      for (const be::Weight& w : *parts) all.push_back(&w);
-  }
+/// matrices were widened to F32. `all`: every matrix a forward pass multiplies (Model::Impl::for_each_matrix).
+std::string kept_weight_dtype(detail::KeptBlocks keep, const std::vector<const be::Weight*>& all, std::string& note) {
   std::string types;  // the kept storage types' names, "Q4_K+Q6_K"
   size_t kept = 0;
   for (const gguf::TypeInfo& ti : gguf::kTensorTypes) {
@@ -452,9 +445,10 @@ void Model::Impl::set_rope() {
   rope_swa.freq_scale = hp.rope_freq_scale_swa;
 }
 
-void Model::Impl::finish_load(const gguf::File& f, int threads, be::MatmulMode requested, detail::KeptBlocks keep,
-                              DType mat_dtype, int64_t n_ctx) {
-  engine = std::make_unique<be::Engine>(threads);
+void Model::Impl::finish_load(const gguf::File& f, const ModelOptions& opts, detail::KeptBlocks keep, DType mat_dtype) {
+  const be::MatmulMode requested = opts.matmul;
+  const int64_t n_ctx = opts.n_ctx;
+  engine = std::make_unique<be::Engine>(opts.threads);
   engine->set_block_tiles_bf16(compute_dtype_info(dtype).bf16_tiles);
   const be::MatmulMode mm = has_int8_matrix() ? requested : be::MatmulMode::Exact;  // int8 needs its blocks
   engine->set_matmul_mode(mm);
@@ -462,10 +456,14 @@ void Model::Impl::finish_load(const gguf::File& f, int threads, be::MatmulMode r
   summary.matmul = be::to_string(mm), summary.matmul_int8_ignored = mm != requested;
   // weight_bytes: matrices in mat_dtype (or kept blocks), token_embd (its kept blocks, else F32) and norms F32;
   // a tied output adds its copy unless it is token_embd's kept blocks.
-  summary.weight_dtype = keep.any() ? kept_weight_dtype(keep, output, layers, dtype_note) : dtype_name(mat_dtype);
+  std::vector<const be::Weight*> matrices;
+  for_each_matrix([&matrices](const be::Weight& w) { matrices.push_back(&w); });
+  summary.weight_dtype = keep.any() ? kept_weight_dtype(keep, matrices, dtype_note) : dtype_name(mat_dtype);
   summary.resident_bytes = weight_bytes + (hp.tied_output && !embd_in_output ? output.bytes() : 0);
   summary.lookup_only_bytes =
       embd_in_output ? 0 : embd_blocks.n_out() > 0 ? embd_blocks.bytes() : tok_embd.size() * sizeof(float);
+  summary.mapped_bytes = mapped_bytes();
+  summary.map_ignored = opts.map_weights && summary.mapped_bytes == 0;
   summary.sliding = sliding_summary(hp, *desc);
   if (!hp.rope_factors_set.empty())
     summary.longrope = fmt::format("LongRoPE {} factors (context {} {} original {}), attention factor {:.4g}",
@@ -521,7 +519,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& 
   hp.qk_norm = !im.layers[0].q_norm.empty();
   r.check_all_used(hp.arch);
   check_unchanged(path, *at_open, file_bytes.size());  // and after: the copy saw one version of the file
-  im.finish_load(f, opts.threads, opts.matmul, keep, mat_dtype, opts.n_ctx);
+  im.finish_load(f, opts, keep, mat_dtype);
   im.summary.load_seconds = load_time.seconds();
   return m;
 }

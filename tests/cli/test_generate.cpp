@@ -55,6 +55,9 @@ TEST_SUITE("cli.generate") {
         return at == std::string::npos ? std::string() : err.substr(at, err.find('\n', at) - at);
       };
       CHECK(decode_line(one.err).find(" ms /     0 tokens (") != std::string::npos);
+      // the prefill, the process's first forward pass, says that oneDNN's kernel generation is in its time
+      CHECK(one.err.find(" tokens/s), oneDNN's one-time kernel generation included\n") != std::string::npos);
+      CHECK(decode_line(one.err).find("oneDNN") == std::string::npos);
       CHECK(decode_line(two.err).find(" ms /     1 token  (") != std::string::npos);
       CHECK((one.err.find("kveval: cache setup ") != std::string::npos) == cached);
       CHECK((one.err.find("kveval: cache teardown ") != std::string::npos) == cached);
@@ -106,8 +109,11 @@ TEST_SUITE("cli.generate") {
     CHECK(full.code == 2);
     CHECK(full.err.find("--prompt has 5 tokens (BOS included); the context holds 5 (--max-length), no room for a "
                         "generated token") != std::string::npos);
-    CHECK(run_kveval(dir, p + " -n 0").code == 0);
-    auto over = run_kveval(dir, "generate -m " + kveval::test::model_path() + " -p 'Once upon a time' --max-length 4 -n 0");
+    // -n 0 is refused as bench's -n 0 is: a generation makes at least one token
+    check_one_line(run_kveval(dir, p + " -n 0"),
+                   "kveval: error: --max-gen-toks: must be >= 1, got 0 (a generation makes at least one token; to time "
+                   "the prompt alone: kveval bench --tests pp)");
+    auto over = run_kveval(dir, "generate -m " + kveval::test::model_path() + " -p 'Once upon a time' --max-length 4 -n 1");
     CHECK(over.code == 2);
     CHECK(over.err.find("--prompt has 5 tokens (BOS included); the context holds 4 (--max-length)\n") != std::string::npos);
     // no --prompt: the BOS token alone fills a context of 1

@@ -2,7 +2,7 @@
 // command-line option is named by that option, a value from the spec by its key;
 // --apply-chat-template's optional value taking the spec; missing input files;
 // the compute-dtype line of a dtype given; --quiet with --baseline; --limit 0,
-// --tasks with a spec, a data file given as the spec; a spec with nothing to score.
+// --tasks with a spec, a data file given as the spec; a spec with nothing to score; bench -o with a file name.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -181,6 +181,18 @@ TEST_SUITE("cli.option_errors") {
     const std::string text = d.write("t.txt", "Hello world");
     CHECK(run_kveval(d, "tokenize -m " + quote(model) + " --ids -f " + quote(text)).code == 0);
     CHECK(run_kveval(d, "chat-template --template " + quote(tpl) + " --messages " + quote(messages)).code == 0);
+  }
+
+  TEST_CASE("bench -o takes a format: a file name gets the option that writes one") {
+    TempDir d;
+    check_one_line(run_kveval(d, "bench -m x.gguf -o results.json"),
+                   "kveval: error: --output: 'results.json' is not a format (md, csv, json or jsonl); to write the JSON "
+                   "report to a file, use --json-out results.json (see --help)");
+    check_one_line(run_kveval(d, "bench -m x.gguf -o out/report"),
+                   "kveval: error: --output: 'out/report' is not a format (md, csv, json or jsonl); to write the JSON "
+                   "report to a file, use --json-out out/report (see --help)");
+    check_one_line(run_kveval(d, "bench -m x.gguf -o xml"),
+                   "kveval: error: --output: 'xml' is not a format: expected md, csv, json or jsonl (see --help)");
   }
 
   TEST_CASE("generate: a dtype given is named alone, auto with its reasons" * kveval::test::needs_model()) {

@@ -91,6 +91,16 @@ TEST_SUITE("cli.run") {
     CHECK(first["kveval"]["requests"][0]["stop_reason"].is_string());
     CHECK(first["kveval"]["requests"][0]["tokens"].is_number());
     CHECK(first["doc_hash"].get<std::string>().size() == 64);
+    // decode counts each sequence's generated tokens but its first, whose logits the prefill gave (as generate's)
+    long generated = 0, sequences = 0;
+    for (std::istringstream all(samples); std::getline(all, line);) {
+      const json s = json::parse(line);
+      if (s["task"] != "story_generation") continue;
+      for (const auto& q : s["kveval"]["requests"]) generated += q["tokens"].get<long>(), sequences += q["tokens"].get<long>() > 0;
+    }
+    REQUIRE(sequences > 0);
+    CHECK(res["kveval"]["phases"][5]["name"] == "decode");
+    CHECK(res["kveval"]["phases"][5]["tokens"] == generated - sequences);
   }
 
   TEST_CASE("bad input: one-line error naming the place, non-zero exit" * kveval::test::needs_model()) {
@@ -132,12 +142,17 @@ TEST_SUITE("cli.run") {
     Run r = run_kveval(d, "run " + quote(spec));
     CHECK(r.code == 2);
     CHECK(r.err.find("nowhere.gguf: model file not found") != std::string::npos);
-    // a path relative to the spec's folder: the file tried, and the value as written
+    // a path relative to the spec's folder: the file tried, the value as written and the absolute path it resolved to
     std::filesystem::create_directories(d.file("sub"));
     const std::string sub = d.write("sub/spec.json", R"({"model": "models/nowhere.gguf", "tasks": [)" + std::string(kLL) + "]}");
+    const std::string abs = std::filesystem::weakly_canonical(d.file("sub")).string() + "/models/nowhere.gguf";
     check_one_line(run_kveval(d, "run " + quote(sub)),
                    "kveval: error: " + d.file("sub") + "/models/nowhere.gguf: model file not found (spec 'model' "
-                   "\"models/nowhere.gguf\", relative to the spec's folder)");
+                   "\"models/nowhere.gguf\", resolved against the spec's folder: " + abs + ")");
+    // the spec given by a relative path from its own folder: the absolute path is the only one that says where
+    check_one_line(run_kveval(d, "run spec.json", "cd " + quote(d.file("sub")) + " && "),
+                   "kveval: error: models/nowhere.gguf: model file not found (spec 'model' \"models/nowhere.gguf\", "
+                   "resolved against the spec's folder: " + abs + ")");
     // the same line and exit code from every command that takes -m
     for (const std::string cmd : {"generate -m nowhere.gguf -n 1", "bench -m nowhere.gguf --tests tg -n 2 -r 1",
                                   "tokenize -m nowhere.gguf hello"}) {
@@ -432,9 +447,13 @@ TEST_SUITE("cli.run") {
     CHECK(bogus.code == 2);
     CHECK(bogus.err.find("unknown subcommand 'bogus'") != std::string::npos);
     CHECK(count_lines(bogus.err) == 1);
-    Run bare = run_kveval(d, "");  // no subcommand: CLI11's message, lower-case as every other
+    Run bare = run_kveval(d, "");  // no subcommand: the help with its subcommand list, then the error line
     CHECK(bare.code == 2);
-    CHECK(bare.err == "kveval: error: a subcommand is required (see --help)\n");
+    CHECK(bare.out.empty());
+    CHECK(bare.err.find("Subcommands:\n") != std::string::npos);
+    for (const char* sub : {"run", "generate", "bench", "make-model", "tokenize", "chat-template", "tasks"})
+      CHECK_MESSAGE(bare.err.find("\n  " + std::string(sub) + " ") != std::string::npos, sub);
+    CHECK(bare.err.ends_with("\nkveval: error: a subcommand is required (one of the subcommands above)\n"));
     Run typo = run_kveval(d, "run " + quote(spec) + " --dtpye bf16");
     CHECK(typo.code == 2);
     CHECK(typo.err == "kveval: error: unknown option '--dtpye' for 'run' (did you mean '--dtype'?) (see --help)\n");

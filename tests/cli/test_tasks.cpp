@@ -43,6 +43,12 @@ TEST_SUITE("cli.tasks") {
                        row("pets_fewshot", "task", t + "/everyday/pets/pets_fewshot.yaml"));
     Run u = run_kveval(d, "tasks --include_path " + quote(t) + " 'w*'");
     CHECK(u.out == "name   kind   file\nwords  tag    last_word\n");  // the name column as wide as the longest name shown
+    // a pattern that matches only an include base: nothing listed, and a note saying what the base is
+    Run base = run_kveval(d, "tasks --include-path " + quote(t) + " '_choice*'");
+    CHECK(base.code == 0);
+    CHECK(base.out.empty());
+    CHECK(base.err == "kveval: no task, tag or group matches '_choice*'\nkveval: note: '_choice_base' is an include base (" +
+                          t + "/_choice_base.yaml: no 'task' key; task YAMLs include it), not a task, tag or group\n");
     Run none = run_kveval(d, "tasks", "KVEVAL_INCLUDE_PATH= ");
     check_one_line(none, "kveval: error: no include path: give --include-path DIR or set KVEVAL_INCLUDE_PATH (directories of lm-eval task YAMLs)");
   }

@@ -110,11 +110,11 @@ TEST_SUITE("eval.report") {
     res.ll_forward_calls = 1, res.ll_tokens_requested = 8, res.ll_tokens_computed = 8, res.ll_logit_rows = 1;
     CHECK_FALSE(has_generation(res));
     CHECK(format_phase_table(res) ==
-          "| phase         | seconds | tokens | tokens/s |\n"
-          "|---------------|---------|--------|----------|\n"
-          "| load          |  0.5000 |      - |        - |\n"
-          "| requests      |  0.2500 |     10 |     40.0 |\n"
-          "| loglikelihood |  1.0000 |      8 |      8.0 |\n"
+          "| phase         |  seconds | tokens | tokens/s |\n"
+          "|---------------|----------|--------|----------|\n"
+          "| load          | 0.500000 |      - |        - |\n"
+          "| requests      | 0.250000 |     10 |     40.0 |\n"
+          "| loglikelihood | 1.000000 |      8 |      8.0 |\n"
           "cache bytes: 0 before the run, 0 after (no generate_until request: no generation cache, no cache phases)\n"
           "loglikelihood phase: 1 forward pass, 0 with caches set up, 0 cached; 8 tokens requested, 8 computed, 1 logit row\n");
 
@@ -126,8 +126,8 @@ TEST_SUITE("eval.report") {
     res.ll_forward_calls = 2, res.ll_tokens_requested = 1, res.ll_tokens_computed = 1, res.ll_logit_rows = 2;
     CHECK(has_generation(res));
     const std::string t = format_phase_table(res);
-    for (const char* phase : {"| cache setup    |", "| prefill        |  0.5000 |      5 |     10.0 |",
-                              "| decode         |  0.2500 |      1 |      4.0 |", "| cache teardown |"})
+    for (const char* phase : {"| cache setup    |", "| prefill        | 0.500000 |      5 |     10.0 |",
+                              "| decode         | 0.250000 |      1 |      4.0 |", "| cache teardown |"})
       CHECK(t.find(phase) != std::string::npos);
     CHECK(t.find("cache bytes: 0 before generation, 640 at setup (1 row x 6 positions), 0 after teardown\n") !=
           std::string::npos);
@@ -141,21 +141,26 @@ TEST_SUITE("eval.report") {
     CHECK(has_generation(res));
     CHECK_FALSE(has_scoring(res));
     CHECK(format_phase_table(res) ==
-          "| phase          | seconds | tokens | tokens/s |\n"
-          "|----------------|---------|--------|----------|\n"
-          "| load           |  0.5000 |      - |        - |\n"
-          "| requests       |  0.2500 |      5 |     20.0 |\n"
-          "| cache setup    |  0.5000 |      - |        - |\n"
-          "| prefill        |  0.5000 |      5 |     10.0 |\n"
-          "| decode         |  0.2500 |      1 |      4.0 |\n"
-          "| cache teardown |  0.5000 |      - |        - |\n"
+          "| phase          |  seconds | tokens | tokens/s |\n"
+          "|----------------|----------|--------|----------|\n"
+          "| load           | 0.500000 |      - |        - |\n"
+          "| requests       | 0.250000 |      5 |     20.0 |\n"
+          "| cache setup    | 0.500000 |      - |        - |\n"
+          "| prefill        | 0.500000 |      5 |     10.0 |\n"
+          "| decode         | 0.250000 |      1 |      4.0 |\n"
+          "| cache teardown | 0.500000 |      - |        - |\n"
           "cache bytes: 0 before generation, 640 at setup (1 row x 6 positions), 0 after teardown\n"
           "loglikelihood phase: 0 forward passes (no loglikelihood, multiple_choice or loglikelihood_rolling request: "
           "nothing to score)\n");
     // a rolling window is a scoring request: the row is back
     res.requests.emplace_back().kind = RequestKind::RollingWindow;
     CHECK(has_scoring(res));
-    CHECK(format_phase_table(res).find("| loglikelihood  |  0.1250 |      - |        - |\n") != std::string::npos);
+    CHECK(format_phase_table(res).find("| loglikelihood  | 0.125000 |      - |        - |\n") != std::string::npos);
+    // one format per column at any magnitude: fixed seconds (no 3.532e-05 beside 0.0015), fixed tokens/s
+    res.phases[3].seconds = 3.532e-05, res.phases[5] = {"decode", 1e-7, 1};
+    const std::string small = format_phase_table(res);
+    CHECK(small.find("| cache setup    | 0.000035 |      - |          - |\n") != std::string::npos);
+    CHECK(small.find("| decode         | 0.000000 |      1 | 10000000.0 |\n") != std::string::npos);
   }
 
   TEST_CASE("the metrics table counts failed requests in the right number") {

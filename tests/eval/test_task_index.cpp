@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,7 @@ TEST_SUITE("eval.task_index") {
     CHECK(idx.file_of("pets_fewshot") == task_tree() + "/everyday/pets/pets_fewshot.yaml");
     CHECK(idx.find("daily")->file == task_tree() + "/groups/daily.yaml");
     CHECK(idx.find("_choice_base") == nullptr);
+    CHECK(idx.include_bases() == std::map<std::string, std::string>{{"_choice_base", task_tree() + "/_choice_base.yaml"}});
   }
 
   TEST_CASE("tags (inherited through include, a string replacing a list) and nested groups expand as lm-eval's") {
@@ -55,6 +57,13 @@ TEST_SUITE("eval.task_index") {
           "--tasks: unknown task, tag or group 'chore'; did you mean 'chores'? (searched " + task_tree() + ")");
     CHECK(message_of([&] { idx.expand({"zzzzzzzzzz"}, "--tasks"); }) ==
           "--tasks: unknown task, tag or group 'zzzzzzzzzz' (searched " + task_tree() + ")");
+    // an include base is named as one; another leading '_' gets the hint
+    CHECK(message_of([&] { idx.expand({"_choice_base"}, "--tasks"); }) ==
+          "--tasks: '_choice_base' is an include base (" + task_tree() +
+              "/_choice_base.yaml: no 'task' key; task YAMLs include it), not a task, tag or group");
+    CHECK(message_of([&] { idx.expand({"_zzzzzzzzzz"}, "--tasks"); }) ==
+          "--tasks: unknown task, tag or group '_zzzzzzzzzz'; a name with a leading '_' is usually an include base, not a "
+          "task (searched " + task_tree() + ")");
     const TaskIndex none = TaskIndex::build({});
     CHECK(message_of([&] { none.expand({"x"}, "--tasks"); }).find("no include path") != std::string::npos);
   }

@@ -66,6 +66,24 @@ int rows_differing(const backend::Weight& w, const std::vector<int32_t>& ids, co
   return differ;
 }
 
+/// Writes a Q6_K tensor "big" of 30,000 rows of 256 to `path` (19,972 rows per 4 MiB chunk: two chunks on two
+/// threads) and returns the file's bytes.
+std::vector<char> write_big_q6k(const std::string& path) {
+  gguf::Writer wr;
+  wr.add_tensor("big", {256, 30000}, [](uint64_t first, std::span<float> out) {
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>((first + i) % 997) * 1e-3f - 0.5f;
+  }, gguf::TensorType::Q6_K);
+  const std::vector<uint8_t> bytes = wr.bytes();
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  return {reinterpret_cast<const char*>(bytes.data()), reinterpret_cast<const char*>(bytes.data()) + bytes.size()};
+}
+
+/// Sets the f16 d of row `row` of write_big_q6k's tensor (whose data starts at byte `base` of `bytes`): one
+/// super-block of 210 bytes per row, d in its last two.
+void set_big_q6k_d(std::vector<char>& bytes, size_t base, size_t row, uint16_t h) {
+  std::memcpy(bytes.data() + base + row * 210 + 208, &h, 2);
+}
+
 }  // namespace
 
 TEST_SUITE("model.file_blocks") {
@@ -204,14 +222,9 @@ TEST_SUITE("model.file_blocks") {
   }
 
   TEST_CASE("copy_file_block_rows copies the tensor as it is and refuses the first non-finite weight across chunks") {
-    // Q6_K rows of 256: 19,972 rows per 4 MiB chunk, so 30,000 rows are two chunks on two threads.
-    gguf::Writer wr;
-    wr.add_tensor("big", {256, 30000}, [](uint64_t first, std::span<float> out) {
-      for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>((first + i) % 997) * 1e-3f - 0.5f;
-    }, gguf::TensorType::Q6_K);
     const test::ScratchDir dir("copy_rows");
     const std::string p = dir.file("copy_rows_q6k.gguf");
-    wr.write(p);
+    std::vector<char> bytes = write_big_q6k(p);
     {
       const gguf::File f(p);
       const gguf::TensorInfo& t = f.tensor("big");
@@ -220,16 +233,10 @@ TEST_SUITE("model.file_blocks") {
       CHECK(std::memcmp(static_cast<const std::byte*>(w.raw()) + 2 * 210, t.data, t.n_bytes) == 0);
       CHECK_THROWS_AS(copy_file_block_rows(f, t, w, 3), ArgumentError);  // one row too many
     }
-    std::vector<char> bytes;
-    {
-      std::ifstream in(p, std::ios::binary);
-      bytes.assign(std::istreambuf_iterator<char>(in), {});
-    }
     const gguf::File clean(p);
     const size_t base = clean.data_offset() + clean.tensor("big").offset;
-    const auto set_d = [&](size_t row, uint16_t h) { std::memcpy(bytes.data() + base + row * 210 + 208, &h, 2); };
-    set_d(25000, 0x7e00);  // NaN d in the second chunk
-    set_d(20000, 0x7c00);  // +Inf d, also in the second chunk, first
+    set_big_q6k_d(bytes, base, 25000, 0x7e00);  // NaN d in the second chunk
+    set_big_q6k_d(bytes, base, 20000, 0x7c00);  // +Inf d, also in the second chunk, first
     const std::string bad = dir.file("copy_rows_q6k_bad.gguf");
     std::ofstream(bad, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     const gguf::File f(bad);
@@ -308,24 +315,18 @@ TEST_SUITE("model.file_blocks") {
   }
 
   TEST_CASE("check_file_block_rows names the first non-finite weight without copying; view_file_blocks refuses other dtypes") {
-    gguf::Writer wr;
-    wr.add_tensor("big", {256, 30000}, [](uint64_t first, std::span<float> out) {
-      for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>((first + i) % 997) * 1e-3f - 0.5f;
-    }, gguf::TensorType::Q6_K);
     const test::ScratchDir dir("check_rows");
     const std::string p = dir.file("check_rows_q6k.gguf");
-    std::vector<uint8_t> bytes = wr.bytes();
+    std::vector<char> bytes = write_big_q6k(p);
     {
-      std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
       const gguf::File clean(p);
       check_file_block_rows(clean, clean.tensor("big"), {.check_finite = true, .threads = 2});  // no throw
       const size_t base = clean.data_offset() + clean.tensor("big").offset;
-      const auto set_d = [&](size_t row, uint16_t h) { std::memcpy(bytes.data() + base + row * 210 + 208, &h, 2); };
-      set_d(25000, 0x7e00);  // NaN d in the second chunk
-      set_d(20001, 0xfc00);  // -Inf d, also in the second chunk, first
+      set_big_q6k_d(bytes, base, 25000, 0x7e00);  // NaN d in the second chunk
+      set_big_q6k_d(bytes, base, 20001, 0xfc00);  // -Inf d, also in the second chunk, first
     }
     const std::string bad = dir.file("check_rows_q6k_bad.gguf");
-    std::ofstream(bad, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(bad, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     const gguf::File f(bad);
     CHECK_THROWS_WITH_AS(check_file_block_rows(f, f.tensor("big"), {.check_finite = true, .threads = 2}),
                          doctest::Contains("at element 5120256 (row 20001, column 0)"), FormatError);
