@@ -20,34 +20,21 @@ class Buffer;
 /// Storage and compute type of weight matrices. F32: exact sgemm. BF16: weights
 /// stored as bfloat16 (round to nearest even), activations converted to bf16
 /// just before each matmul, f32 accumulation and f32 output (oneDNN bf16 matmul).
-/// Q8_0: ggml's Q8_0 blocks kept as they are (32 int8 quants and one scale per
-/// block along n_in; value = scale * quant), multiplied in f32 without
-/// widening the matrix (see matmul). Q4_0: ggml's Q4_0 blocks kept likewise
-/// (32 4-bit quants, two per byte, and one scale per block; value = scale *
-/// (quant - 8)). Q8_0 and Q4_0 are the block dtypes (is_blocks). The file-block
-/// dtypes (is_file_blocks) keep the GGUF file's blocks byte for byte, row by
-/// row, multiplied in f32 without widening: Q4_1, Q5_0 and Q5_1 (blocks of 32:
-/// block_q4_1 20 bytes, block_q5_0 22, block_q5_1 24; file_qblocks.hpp) and the
-/// K-quants (is_kquant; super-blocks of 256: block_q2_K 84 bytes, 2.625 bits
-/// per weight; block_q3_K 110, 3.4375; block_q4_K 144, 4.5; block_q5_K 176,
-/// 5.5; block_q6_K 210, 6.5625; kquants.hpp). F16 (IEEE half) is a KV-cache
+/// Q8_0: ggml's Q8_0 blocks (32 int8 quants and an f16 scale per block along
+/// n_in; value = scale * quant) and Q4_0: ggml's Q4_0 blocks (32 4-bit quants,
+/// two per byte, and an f16 scale; value = scale * (quant - 8)), multiplied in
+/// f32 without widening the matrix (see matmul). Every quantized dtype is a
+/// file-block dtype (is_file_blocks): the GGUF file's blocks kept byte for
+/// byte, row by row: Q8_0 and Q4_0 (block_q8_0 34 bytes, block_q4_0 18), Q4_1,
+/// Q5_0 and Q5_1 (blocks of 32: block_q4_1 20 bytes, block_q5_0 22, block_q5_1
+/// 24; file_qblocks.hpp) and the K-quants (is_kquant; super-blocks of 256:
+/// block_q2_K 84 bytes, 2.625 bits per weight; block_q3_K 110, 3.4375;
+/// block_q4_K 144, 4.5; block_q5_K 176, 5.5; block_q6_K 210, 6.5625;
+/// kquants.hpp). F16 (IEEE half) is a KV-cache
 /// element type only (KvView), never a weight's.
 enum class Dtype { F32, BF16, Q8_0, Q4_0, F16, Q4_K, Q6_K, Q5_K, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K };
 /// Elements per block of Dtype::Q8_0 and Dtype::Q4_0 (ggml-common.h QK8_0 = QK4_0 = 32).
 inline constexpr int64_t kQBlock = 32;
-/// Rows of a block-dtype weight interleaved block by block (see Weight::raw).
-inline constexpr int64_t kQGroup = 4;
-/// True for the block dtypes (Q8_0, Q4_0): quants and f32 scales, not transposed.
-inline constexpr bool is_blocks(Dtype d) { return d == Dtype::Q8_0 || d == Dtype::Q4_0; }
-/// Bytes of the quants of one block of a block dtype: 32 for Q8_0 (int8 each),
-/// 16 for Q4_0 (element j < 16 in the low nibble of byte j, j + 16 in its high
-/// nibble: ggml-common.h block_q4_0).
-inline constexpr int64_t block_quant_bytes(Dtype d) { return d == Dtype::Q4_0 ? kQBlock / 2 : kQBlock; }
-/// Bytes of `n_elements` (a multiple of kQBlock) held as block dtype `d`: the
-/// quants and one f32 scale per block.
-inline constexpr uint64_t blocks_bytes(Dtype d, uint64_t n_elements) {
-  return n_elements / kQBlock * static_cast<uint64_t>(block_quant_bytes(d) + 4);
-}
 /// Elements per super-block of the K-quant dtypes (ggml-common.h QK_K).
 inline constexpr int64_t kKBlock = 256;
 /// True for the K-quant dtypes (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): the file's super-blocks, row by row.
@@ -55,19 +42,23 @@ inline constexpr bool is_kquant(Dtype d) {
   return d == Dtype::Q2_K || d == Dtype::Q3_K || d == Dtype::Q4_K || d == Dtype::Q5_K || d == Dtype::Q6_K;
 }
 /// True for the dtypes kept as the file's blocks byte for byte, rows back to
-/// back (Weight::ld bytes each): Q4_1, Q5_0, Q5_1 and the K-quants.
+/// back (Weight::ld bytes each): Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the K-quants.
 inline constexpr bool is_file_blocks(Dtype d) {
-  return is_kquant(d) || d == Dtype::Q4_1 || d == Dtype::Q5_0 || d == Dtype::Q5_1;
+  return is_kquant(d) || d == Dtype::Q8_0 || d == Dtype::Q4_0 || d == Dtype::Q4_1 || d == Dtype::Q5_0 ||
+         d == Dtype::Q5_1;
 }
-/// Elements per block of a file-block dtype: kKBlock for the K-quants, 32 for Q4_1, Q5_0, Q5_1.
+/// Elements per block of a file-block dtype: kKBlock for the K-quants, kQBlock (32) for the others.
 inline constexpr int64_t file_block_elements(Dtype d) { return is_kquant(d) ? kKBlock : 32; }
-/// Bytes of one block of a file-block dtype (ggml-common.h): Q4_1 20 ({f16 d, m; u8 qs[16]}), Q5_0 22
+/// Bytes of one block of a file-block dtype (ggml-common.h): Q8_0 34 ({f16 d; i8 qs[32]}), Q4_0 18
+/// ({f16 d; u8 qs[16]}: element j < 16 the low nibble of qs[j], j + 16 its high nibble), Q4_1 20 ({f16 d, m; u8 qs[16]}), Q5_0 22
 /// ({f16 d; u8 qh[4]; u8 qs[16]}), Q5_1 24 ({f16 d, m; u8 qh[4]; u8 qs[16]}), Q2_K 84 ({u8 scales[16];
 /// u8 qs[64]; f16 d, dmin}), Q3_K 110 ({u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d}), Q4_K 144 ({f16 d,
 /// dmin; u8 scales[12]; u8 qs[128]}), Q5_K 176 ({f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}),
 /// Q6_K 210 ({u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}); 0 for another dtype.
 inline constexpr int64_t file_block_bytes(Dtype d) {
   switch (d) {
+    case Dtype::Q8_0: return 34;
+    case Dtype::Q4_0: return 18;
     case Dtype::Q4_1: return 20;
     case Dtype::Q5_0: return 22;
     case Dtype::Q5_1: return 24;
@@ -88,10 +79,6 @@ inline constexpr int64_t kquant_block_bytes(Dtype d) { return file_block_bytes(d
 /// Bytes of `n_elements` (a multiple of kKBlock) as K-quant dtype `d`: the
 /// file's bytes (Q2_K 0.328125 per element, Q3_K 0.4296875, Q4_K 0.5625, Q5_K 0.6875, Q6_K 0.8203125).
 inline constexpr uint64_t kquant_bytes(Dtype d, uint64_t n_elements) { return file_blocks_bytes(d, n_elements); }
-/// Bytes of `n_elements` as Dtype::Q8_0: 1.125 per element.
-inline constexpr uint64_t q8_0_bytes(uint64_t n_elements) { return blocks_bytes(Dtype::Q8_0, n_elements); }
-/// Bytes of `n_elements` as Dtype::Q4_0: n/2 + n/32 * 4, 0.625 per element.
-inline constexpr uint64_t q4_0_bytes(uint64_t n_elements) { return blocks_bytes(Dtype::Q4_0, n_elements); }
 /// "f32" / "bf16" / "q8_0" / "q4_0" / "f16" / "q4_1" / "q5_0" / "q5_1" / "q2_k" / "q3_k" / "q4_k" /
 /// "q5_k" / "q6_k".
 const char* to_string(Dtype d);
@@ -160,7 +147,7 @@ enum class MatmulMode { Exact, Int8 };
 const char* to_string(MatmulMode m);
 /// True for the weight dtypes MatmulMode::Int8 multiplies with int8 activations: Q8_0, Q4_0, Q4_K, Q5_K, Q6_K.
 inline constexpr bool int8_matmul_dtype(Dtype d) {
-  return is_blocks(d) || d == Dtype::Q4_K || d == Dtype::Q5_K || d == Dtype::Q6_K;
+  return d == Dtype::Q8_0 || d == Dtype::Q4_0 || d == Dtype::Q4_K || d == Dtype::Q5_K || d == Dtype::Q6_K;
 }
 
 /// Engine, stream and thread pool. One per model. Not thread-safe.
@@ -204,9 +191,8 @@ class Weight {
   /// Copies `data` ([n_out, n_in] row-major), transposing it (and rounding to
   /// bf16 for Dtype::BF16). Throws ArgumentError on size mismatch.
   Weight(std::span<const float> data, int64_t n_out, int64_t n_in, Dtype dtype = Dtype::F32);
-  /// Uninitialised matrix, to be filled with set_rows() (set_rows_q8_0() for
-  /// Dtype::Q8_0, set_rows_q4_0() for Dtype::Q4_0; both need n_in % kQBlock == 0;
-  /// set_rows_file_blocks() for the file-block dtypes, which need n_in % file_block_elements == 0).
+  /// Uninitialised matrix, to be filled with set_rows() (set_rows_file_blocks() for the file-block
+  /// dtypes, which need n_in % file_block_elements == 0).
   /// Throws ArgumentError.
   Weight(int64_t n_out, int64_t n_in, Dtype dtype = Dtype::F32);
   /// Writes rows [row0, row0 + rows) of W from `src` ([rows, n_in] row-major,
@@ -216,17 +202,8 @@ class Weight {
   /// As set_rows, from bf16 bits (already rounded, e.g. by the loader); a
   /// Dtype::F32 matrix widens them exactly. Throws ArgumentError as set_rows.
   void set_rows_bf16(int64_t row0, const uint16_t* src, int64_t rows);
-  /// As set_rows, for Dtype::Q8_0 only: `quants` [rows, n_in] int8 and `scales`
-  /// [rows, n_in / kQBlock] (one per block, as ggml's f16 d widened to f32).
-  /// Throws ArgumentError on another dtype or rows outside [0, n_out).
-  void set_rows_q8_0(int64_t row0, const int8_t* quants, const float* scales, int64_t rows);
-  /// As set_rows_q8_0, for Dtype::Q4_0 only: `packed` [rows, n_in / 2] bytes,
-  /// each block's 16 bytes as ggml's block_q4_0 qs (element j < 16 of the block
-  /// in the low nibble of byte j, element j + 16 in its high nibble), and
-  /// `scales` [rows, n_in / kQBlock]. Throws ArgumentError as set_rows_q8_0.
-  void set_rows_q4_0(int64_t row0, const uint8_t* packed, const float* scales, int64_t rows);
-  /// As set_rows, for the file-block dtypes (is_file_blocks: Q4_1, Q5_0, Q5_1, K-quants) only: `blocks` holds
-  /// rows [rows, n_in / file_block_elements] blocks in the GGUF tensor's byte layout (ggml-common.h block_q4_1
+  /// As set_rows, for the file-block dtypes (is_file_blocks: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, K-quants) only: `blocks` holds
+  /// rows [rows, n_in / file_block_elements] blocks in the GGUF tensor's byte layout (ggml-common.h block_q8_0
   /// ... block_q6_K, any alignment), copied as they are. Throws ArgumentError on another dtype or rows outside [0, n_out).
   void set_rows_file_blocks(int64_t row0, const void* blocks, int64_t rows);
   /// A file-block weight [n_out, n_in] reading its rows in place at `rows` (a GGUF tensor's bytes in a mapped file,
@@ -254,32 +231,21 @@ class Weight {
   int64_t bf16_index(int64_t k, int64_t n) const {
     return panels_ ? (n / 64) * ld_ + (k / 2) * 128 + (n % 64) * 2 + (k & 1) : k * ld_ + n;
   }
-  /// Storage of Wᵀ (F32, BF16) or of the quants (Q8_0, Q4_0). Block dtypes keep
-  /// W's rows in groups of kQGroup, interleaved block by block so that a decode
-  /// step reads one sequential stream: block b of row n is the block_quant_bytes
-  /// bytes at raw() + block_index(n, b) * block_quant_bytes(dtype()). The last
-  /// group is padded with zero rows (quants and scales 0).
+  /// Storage of Wᵀ (F32, BF16) or of the file-block dtypes' blocks (see ld()).
   const void* raw() const { return view_ ? view_ : data_.get(); }
-  /// Block dtypes: index of block b of row n in raw() and scales():
-  /// ((n / kQGroup) * (n_in / kQBlock) + b) * kQGroup + n % kQGroup.
-  int64_t block_index(int64_t n, int64_t b) const { return ((n / kQGroup) * (n_in_ / kQBlock) + b) * kQGroup + n % kQGroup; }
-  /// Q8_0, Q4_0: the scales, one f32 per block: block b of row n at scales()[block_index(n, b)].
-  const float* scales() const { return scales_; }
   /// BF16 in panels (bf16_panels): elements per 64-column panel, n_in rounded
   /// up to 32, times 64. Otherwise:
   /// Row stride of Wᵀ in elements: n_out, plus 64 bytes when a row's bytes are a
   /// multiple of 4 KiB (a power-of-two stride maps every row to the same cache
   /// sets and slows a decode step several times: docs/design/matmul-paths.md).
-  /// Q8_0, Q4_0: bytes of one row's quants (n_in, n_in / 2; rows are interleaved, see raw()).
   /// File-block dtypes: bytes of one row's blocks (n_in / file_block_elements * file_block_bytes);
   /// row n's blocks are the file's bytes at raw() + n * ld(), rows back to back.
   int64_t ld() const { return ld_; }
-  /// Bytes of the matrix elements (4 or 2 per element; Q8_0, Q4_0: blocks_bytes;
-  /// file-block dtypes: file_blocks_bytes), without the zero padding of BF16 panels or padded rows.
+  /// Bytes of the matrix elements (4 or 2 per element; file-block dtypes:
+  /// file_blocks_bytes, the file's tensor bytes), without the zero padding of BF16 panels or padded rows.
   size_t bytes() const {
     const auto n = static_cast<size_t>(n_out_ * n_in_);
-    if (is_file_blocks(dtype_)) return file_blocks_bytes(dtype_, n);
-    return is_blocks(dtype_) ? blocks_bytes(dtype_, n) : n * (dtype_ == Dtype::BF16 ? 2 : 4);
+    return is_file_blocks(dtype_) ? file_blocks_bytes(dtype_, n) : n * (dtype_ == Dtype::BF16 ? 2 : 4);
   }
 
  private:
@@ -288,16 +254,14 @@ class Weight {
   int64_t n_out_ = 0, n_in_ = 0, ld_ = 0;
   Dtype dtype_ = Dtype::F32;
   bool panels_ = false;  // BF16 in oneDNN's BA16a64b2a layout (bf16_panels)
-  float* scales_ = nullptr;  // Q8_0, Q4_0: inside data_, after the quants
   const void* view_ = nullptr;  // view_file_blocks: the rows, kept mapped by owner_
   std::shared_ptr<const void> owner_;
-  void set_block_rows(Dtype d, int64_t row0, const void* quants, const float* scales, int64_t rows);
 };
 
-/// Embedding lookup on a kept-block weight (a block or file-block dtype: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 or a
+/// Embedding lookup on a kept-block weight (a file-block dtype: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 or a
 /// K-quant, e.g. token_embd as the file holds it): dst[i, k] = element (ids[i], k) of W, dst [ids.size(), n_in]
-/// f32, only the looked-up rows decoded, to the values the widened path multiplies (Q8_0/Q4_0 d * q; the
-/// file-block dtypes as gguf-py's numpy dequantizers round them), on the calling thread. Throws ArgumentError for another dtype or an id outside [0, n_out).
+/// f32, only the looked-up rows decoded, to the values the widened path multiplies (as gguf-py's numpy
+/// dequantizers round them; Q8_0/Q4_0 d * q exactly), on the calling thread. Throws ArgumentError for another dtype or an id outside [0, n_out).
 void gather_rows(const Weight& w, std::span<const int32_t> ids, float* dst);
 
 /// y[M, n_out] = x[M, n_in] · Wᵀ (+ y if accumulate), x and y float32; a BF16

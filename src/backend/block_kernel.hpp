@@ -25,12 +25,15 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-#define KV_AVX512 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
+#define KV_AVX512 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma,f16c")))
 
 namespace kveval::backend::file_blocks {
 
 /// The little-endian f16 at p as f32 (exact).
 inline float load_f16(const uint8_t* p) { return util::f16_to_f32(static_cast<uint16_t>(p[0] | (p[1] << 8))); }
+
+/// load_f16 in one instruction (F16C's vcvtph2ps: exact, subnormals included, MXCSR's DAZ ignored).
+KV_AVX512 inline float load_f16_fast(const uint8_t* p) { return _cvtsh_ss(static_cast<uint16_t>(p[0] | (p[1] << 8))); }
 
 /// 16 bytes at p (any alignment).
 inline __m128i load16b(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }

@@ -1,7 +1,8 @@
-// Q4_1, Q5_0 and Q5_1 weights kept as the file's blocks of 32: the formats
-// (ggml-common.h block_q4_1, block_q5_0, block_q5_1) for block_kernel.hpp's
-// exact-mode kernel and decoder. A block is two groups of 16: elements 0-15
-// (the low nibbles of qs) and 16-31 (the high nibbles).
+// Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 weights kept as the file's blocks of 32: the
+// formats (ggml-common.h block_q8_0, block_q4_0, block_q4_1, block_q5_0,
+// block_q5_1) for block_kernel.hpp's exact-mode kernel and decoder. A block is
+// two groups of 16: elements 0-15 (Q8_0: qs[0..15]; the others: the low
+// nibbles of qs) and 16-31 (qs[16..31]; the high nibbles).
 #include "backend/file_qblocks.hpp"
 
 #include <fmt/format.h>
@@ -15,6 +16,7 @@ namespace {
 
 using file_blocks::load16b;
 using file_blocks::load_f16;
+using file_blocks::load_f16_fast;
 
 /// The little-endian u32 at p (qh of block_q5_0 / block_q5_1).
 inline uint32_t load_u32(const uint8_t* p) {
@@ -44,6 +46,43 @@ KV_AVX512 inline void quants5(const uint8_t* qs, uint32_t qh, __m512i& lo, __m51
 struct Small {
   static constexpr int64_t kElements = 32, kAheadBlocks = 24;
   static constexpr int kPrefetchLines = 1;
+};
+
+/// Q8_0: {f16 d; i8 qs[32]}; value d * q (exact in f32: an 11-bit d times a 7-bit q).
+struct Q80 : Small {
+  static constexpr int64_t kBytes = 34;
+  static void decode(const uint8_t* b, float* v) {
+    const float d = load_f16(b);
+    for (int j = 0; j < 32; ++j) v[j] = d * static_cast<float>(static_cast<int8_t>(b[2 + j]));
+  }
+  template <class Sink>
+  KV_AVX512 static inline void groups(const uint8_t* b, Sink& sink) {
+    const __m512 d = _mm512_set1_ps(load_f16_fast(b));
+    sink.template add<0>(0, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16b(b + 2)))));
+    sink.template add<1>(1, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load16b(b + 18)))));
+  }
+};
+
+/// Q4_0: {f16 d; u8 qs[16]}; value d * (q - 8) (exact in f32).
+struct Q40 : Small {
+  static constexpr int64_t kBytes = 18;
+  static void decode(const uint8_t* b, float* v) {
+    const float d = load_f16(b);
+    for (int j = 0; j < 16; ++j) {
+      v[j] = d * static_cast<float>((b[2 + j] & 15) - 8);
+      v[j + 16] = d * static_cast<float>((b[2 + j] >> 4) - 8);
+    }
+  }
+  /// Each byte widened to a 32-bit lane; vpermps picks table[lane & 15] = d * (nibble - 8), the
+  /// 16 possible values computed once a block (no integer-to-float conversion per element).
+  template <class Sink>
+  KV_AVX512 static inline void groups(const uint8_t* b, Sink& sink) {
+    const __m512 table = _mm512_mul_ps(_mm512_set1_ps(load_f16_fast(b)),
+                                       _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7));
+    const __m512i q = _mm512_cvtepu8_epi32(load16b(b + 2));
+    sink.template add<0>(0, _mm512_permutexvar_ps(q, table));                         // low nibbles (bits 0-3)
+    sink.template add<1>(1, _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table));  // high nibbles
+  }
 };
 
 /// Q4_1: {f16 d, m; u8 qs[16]}; value d * q + m.
@@ -109,10 +148,12 @@ struct Q51 : Small {
 template <class Fn>
 decltype(auto) with_format(Dtype d, const char* who, Fn&& fn) {
   switch (d) {
+    case Dtype::Q8_0: return fn(Q80{});
+    case Dtype::Q4_0: return fn(Q40{});
     case Dtype::Q4_1: return fn(Q41{});
     case Dtype::Q5_0: return fn(Q50{});
     case Dtype::Q5_1: return fn(Q51{});
-    default: throw ArgumentError(fmt::format("{}: a {} weight (Q4_1, Q5_0 or Q5_1 only)", who, to_string(d)));
+    default: throw ArgumentError(fmt::format("{}: a {} weight (Q8_0, Q4_0, Q4_1, Q5_0 or Q5_1 only)", who, to_string(d)));
   }
 }
 

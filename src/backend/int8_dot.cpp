@@ -38,20 +38,27 @@ inline int nearest_int(float v) {
   return (i & 0x007fffff) - 0x00400000;
 }
 
-// ---- Q8_0 ----------------------------------------------------------------
-// A row's block b: quants at q + b * kQGroup * kQBlock, scale at d[b * kQGroup]
-// (Weight's interleaved groups of kQGroup rows, see Weight::raw).
+// ---- Q8_0 and Q4_0 -------------------------------------------------------
+// A row's blocks back to back as in the file (Weight::ld): block b at row + b * bytes, its f16 scale
+// in the first 2 bytes, then the quants (block_q8_0: 34 bytes; block_q4_0: 18).
+
+/// Bytes of a Q8_0 block, or with `Four` of a Q4_0 block.
+template <bool Four>
+inline constexpr int64_t kBlockBytes = Four ? 18 : 34;
+
+/// The block's f16 scale as f32 (exact).
+inline float block_scale(const uint8_t* blk) { return util::f16_to_f32(static_cast<uint16_t>(blk[0] | (blk[1] << 8))); }
 
 /// Q8_0's quants (int8), or with `Four` Q4_0's (element j < 16 the low nibble
-/// of byte j, j + 16 its high nibble, minus 8): block b's at q + b * kQGroup * bytes.
+/// of byte j, j + 16 its high nibble, minus 8), of the nb blocks at `row`.
 template <bool Four>
-float q8_0_dot_scalar(const uint8_t* q, const float* d, int64_t nb, const int8_t* xq, const float* xd) {
-  constexpr int64_t bytes = Four ? kQBlock / 2 : kQBlock;
+float q8_0_dot_scalar(const uint8_t* row, int64_t nb, const int8_t* xq, const float* xd) {
   float acc[16] = {};
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* qb = q + b * kQGroup * bytes;
+    const uint8_t* blk = row + b * kBlockBytes<Four>;
+    const uint8_t* qb = blk + 2;
     const int8_t* xb = xq + b * kQBlock;
-    const float s = d[b * kQGroup] * xd[b];
+    const float s = block_scale(blk) * xd[b];
     float* lane = acc + 8 * (b & 1);
     int v[kQBlock];
     for (int j = 0; j < kQBlock; ++j)
@@ -90,56 +97,55 @@ KV_VNNI inline __m512i block_dot(__m512i w, __m512i x) {
   }
 }
 
-/// Block b's quants as 32 bytes (Q4_0: the nibbles).
+/// The quants of the block at blk as 32 bytes (Q4_0: the nibbles).
 template <bool Four>
-KV_VNNI inline __m256i block_bytes(const uint8_t* q, int64_t b) {
-  if constexpr (Four) return nibbles(q + b * kQGroup * (kQBlock / 2));
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + b * kQGroup * kQBlock));
+KV_VNNI inline __m256i block_bytes(const uint8_t* blk) {
+  if constexpr (Four) return nibbles(blk + 2);
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
 }
 
-/// Bytes ahead of the current block pair that the Q8_0/Q4_0 VNNI form prefetches in its group's
+/// The block's f16 scale as f32 in one instruction (vcvtph2ps: exact, as block_scale).
+KV_VNNI inline float block_scale_vnni(const uint8_t* blk) { return _cvtsh_ss(static_cast<uint16_t>(blk[0] | (blk[1] << 8))); }
+
+/// Bytes ahead of the current block pair that the Q8_0/Q4_0 VNNI form prefetches in each row's
 /// stream into L1, and further ahead into L2 (Zen 4, Q8_0 Llama-3.2-1B shape, 2 threads, tg64
 /// alternating: 20.5 / 22.2 / 23.5 tok/s without, 32.1 / 22.2 / 31.0 with; the machine's speed drifted).
 constexpr int64_t kQAheadBytes = 2048, kQAheadL2Bytes = 16384;
 
-/// R rows of one group of kQGroup (row i's block b at q0 + (b kQGroup + i) bytes, its scale at
-/// d0[b kQGroup + i]) against one quantized row: out[i]. Each row's steps are those of one row
-/// alone; the R rows share each activation load and read the group's interleaved blocks as one stream.
+/// R consecutive rows of W (row i's nb blocks at q0 + i ld) against one quantized row: out[i]. Each
+/// row's steps are those of one row alone (q8_0_dot_scalar's); the R rows share each activation load,
+/// each row a stream of its own, prefetched ahead (the lines of a pair of blocks every step).
 template <bool Four, int R>
-KV_VNNI void q8_0_tile_vnni(const uint8_t* q0, const float* d0, int64_t nb, const int8_t* xq, const float* xd,
+KV_VNNI void q8_0_tile_vnni(const uint8_t* q0, int64_t ld, int64_t nb, const int8_t* xq, const float* xd,
                             float* out) {
-  constexpr int64_t bytes = Four ? kQBlock / 2 : kQBlock;
+  constexpr int64_t bytes = kBlockBytes<Four>;
   __m512 acc[R];
   for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
-  const auto pq = reinterpret_cast<uintptr_t>(q0) + static_cast<uintptr_t>(kQAheadBytes);  // never dereferenced
-  const auto pd = reinterpret_cast<uintptr_t>(d0) + static_cast<uintptr_t>(kQAheadBytes * 4 / bytes);
-  const auto pq2 = reinterpret_cast<uintptr_t>(q0) + static_cast<uintptr_t>(kQAheadL2Bytes);
-  const auto pd2 = reinterpret_cast<uintptr_t>(d0) + static_cast<uintptr_t>(kQAheadL2Bytes * 4 / bytes);
   int64_t b = 0;
   for (; b + 1 < nb; b += 2) {
-    for (int64_t l = 0; l < 2 * kQGroup * bytes; l += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(pq + static_cast<uintptr_t>(b * kQGroup * bytes + l)), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(pd + static_cast<uintptr_t>(b * kQGroup * 4)), _MM_HINT_T0);
-    for (int64_t l = 0; l < 2 * kQGroup * bytes; l += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(pq2 + static_cast<uintptr_t>(b * kQGroup * bytes + l)), _MM_HINT_T1);
-    if (b % 4 == 0)  // the scales: 16 bytes a block of the group, one line per 4 blocks
-      _mm_prefetch(reinterpret_cast<const char*>(pd2 + static_cast<uintptr_t>(b * kQGroup * 4)), _MM_HINT_T1);
+    for (int i = 0; i < R; ++i) {  // as integers: near the end of W these lie past it (a prefetch never faults)
+      const auto p = reinterpret_cast<uintptr_t>(q0) + static_cast<uintptr_t>(i * ld + b * bytes);
+      for (int64_t l = 0; l < 2 * bytes; l += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(p + static_cast<uintptr_t>(kQAheadBytes + l)), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p + static_cast<uintptr_t>(kQAheadL2Bytes + l)), _MM_HINT_T1);
+      }
+    }
     const __m512i x = _mm512_loadu_si512(xq + b * kQBlock);
     for (int i = 0; i < R; ++i) {
-      const uint8_t* q = q0 + i * bytes;
-      const float* d = d0 + i;
-      const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(block_bytes<Four>(q, b)), block_bytes<Four>(q, b + 1), 1);
+      const uint8_t* blk = q0 + i * ld + b * bytes;
+      const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(block_bytes<Four>(blk)), block_bytes<Four>(blk + bytes), 1);
       const __m512i dp = block_dot<Four>(w, x);
-      const __m512 s = _mm512_insertf32x8(_mm512_set1_ps(d[b * kQGroup] * xd[b]),
-                                          _mm256_set1_ps(d[(b + 1) * kQGroup] * xd[b + 1]), 1);
+      const __m512 s = _mm512_insertf32x8(_mm512_set1_ps(block_scale_vnni(blk) * xd[b]),
+                                          _mm256_set1_ps(block_scale_vnni(blk + bytes) * xd[b + 1]), 1);
       acc[i] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(dp), acc[i]);
     }
   }
   if (b < nb) {  // the last, even block: lanes 0-7 only
     const __m512i x = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * kQBlock)));
     for (int i = 0; i < R; ++i) {
-      const __m512i w = _mm512_zextsi256_si512(block_bytes<Four>(q0 + i * bytes, b));
-      const __m512 s = _mm512_set1_ps(d0[b * kQGroup + i] * xd[b]);
+      const uint8_t* blk = q0 + i * ld + b * bytes;
+      const __m512i w = _mm512_zextsi256_si512(block_bytes<Four>(blk));
+      const __m512 s = _mm512_set1_ps(block_scale_vnni(blk) * xd[b]);
       acc[i] = _mm512_mask3_fmadd_ps(s, _mm512_cvtepi32_ps(block_dot<Four>(w, x)), acc[i], 0x00FF);
     }
   }
@@ -152,27 +158,28 @@ KV_VNNI void q8_0_tile_vnni(const uint8_t* q0, const float* d0, int64_t nb, cons
 
 // ---- the product ---------------------------------------------------------
 
+/// Rows of W the Q8_0/Q4_0 VNNI form takes at a time.
+constexpr int64_t kQTileRows = 4;
+
 /// Rows [n0, n1) of y (+)= the Q8_0 / Q4_0 products of W's rows with the m quantized rows: the VNNI
-/// form a whole group of kQGroup rows at a time (n0 a multiple of kQGroup), the scalar form a row at a time.
+/// form kQTileRows rows at a time (the rest one by one), the scalar form a row at a time.
 void q8_0_rows(const Weight& w, const Int8Rows& xr, int64_t m, int64_t n0, int64_t n1, bool vnni, float* y,
                bool accumulate) {
-  const int64_t N = w.n_out(), K = w.n_in(), nb = K / kQBlock;
+  const int64_t N = w.n_out(), K = w.n_in(), nb = K / kQBlock, ld = w.ld();
   const auto* raw = static_cast<const uint8_t*>(w.raw());
   const bool four = w.dtype() == Dtype::Q4_0;
-  float v[kQGroup];
+  float v[kQTileRows];
   for (int64_t n = n0; n < n1;) {
-    const int rows = vnni && n % kQGroup == 0 && n + kQGroup <= n1 ? kQGroup : 1;
-    const int64_t i = w.block_index(n, 0);
-    const uint8_t* q = raw + i * block_quant_bytes(w.dtype());
-    const float* d = w.scales() + i;
+    const int rows = vnni && n + kQTileRows <= n1 ? kQTileRows : 1;
+    const uint8_t* q = raw + n * ld;
     for (int64_t r = 0; r < m; ++r) {
       const int8_t* xq = xr.qs + r * K;
       const float* xd = xr.d + r * nb;
-      if (!vnni) v[0] = four ? q8_0_dot_scalar<true>(q, d, nb, xq, xd) : q8_0_dot_scalar<false>(q, d, nb, xq, xd);
-      else if (rows == kQGroup)
-        four ? q8_0_tile_vnni<true, kQGroup>(q, d, nb, xq, xd, v) : q8_0_tile_vnni<false, kQGroup>(q, d, nb, xq, xd, v);
+      if (!vnni) v[0] = four ? q8_0_dot_scalar<true>(q, nb, xq, xd) : q8_0_dot_scalar<false>(q, nb, xq, xd);
+      else if (rows == kQTileRows)
+        four ? q8_0_tile_vnni<true, kQTileRows>(q, ld, nb, xq, xd, v) : q8_0_tile_vnni<false, kQTileRows>(q, ld, nb, xq, xd, v);
       else
-        four ? q8_0_tile_vnni<true, 1>(q, d, nb, xq, xd, v) : q8_0_tile_vnni<false, 1>(q, d, nb, xq, xd, v);
+        four ? q8_0_tile_vnni<true, 1>(q, ld, nb, xq, xd, v) : q8_0_tile_vnni<false, 1>(q, ld, nb, xq, xd, v);
       for (int k = 0; k < rows; ++k) y[r * N + n + k] = accumulate ? y[r * N + n + k] + v[k] : v[k];
     }
     n += rows;
@@ -268,7 +275,7 @@ void int8_matmul(const float* x, int64_t m, const Weight& w, float* y, bool accu
   if (scratch == nullptr) throw ArgumentError("int8_matmul: no scratch");
   const int64_t N = w.n_out(), K = w.n_in();
   const Int8Rows xr = int8_detail::carve(scratch, m, K);
-  const bool kq = !is_blocks(w.dtype());
+  const bool kq = is_kquant(w.dtype());
   for (int64_t r = 0; r < m; ++r) {
     if (kq)
       quantize_row_q8_K(x + r * K, K, xr.qs + r * K, xr.d + r * (K / kKBlock), xr.bsums + r * (K / kKBlock) * 16);

@@ -61,15 +61,16 @@ void quantize_row_q8_0(const float* x, int64_t n, int8_t* qs, float* d);
 ///   reduce16: a_l = acc_l + acc_{l+8}, t_l = a_l + a_{l+4}, (t_0 + t_2) + (t_1 + t_3);
 /// - Q8_0: 16 f32 lanes; block b adds to lane 8 (b % 2) + l (l < 8)
 ///   fma(d_w,b dx_b, p, lane) with p = Σ_{k<4} q[4 l + k] xq[4 l + k] (int32;
-///   Q4_0 likewise with q = nibble - 8, element j < 16 the low nibble of byte j),
-///   then reduce16.
+///   Q4_0 likewise with q = nibble - 8, element j < 16 the low nibble of byte j;
+///   d_w,b the block's f16 scale as f32), then reduce16.
 /// The integer sums are exact; the VNNI form (int8_has_vnni) computes them with
 /// vpdpbusd and its f32 steps in the same order as the scalar form, so both
 /// give the same bits (`vnni` picks the form; true where unavailable throws).
 /// The K-quant VNNI form with one x row walks W's rows one after another, 4 super-blocks at a
 /// time (one sequential stream per thread); with more x rows it walks tiles of 4 W rows, each
-/// weight super-block unpacked once and dotted with every x row; the Q8_0/Q4_0 VNNI form a group of kQGroup rows at a time per
-/// x row (one stream over the group's interleaved blocks). Both prefetch ahead in the stream. Rows of W split among `threads` OpenMP threads in
+/// weight super-block unpacked once and dotted with every x row; the Q8_0/Q4_0 VNNI form 4 rows at a time per x row
+/// (the rows' blocks as in the file, each row a stream). Both prefetch ahead in their streams. Rows of W split among
+/// `threads` OpenMP threads in
 /// contiguous ranges of whole 4-row tiles (one thread below kDecodeParallelMacs
 /// multiply-adds); each output depends only on its x row and W row. Throws
 /// ArgumentError for another dtype or m out of range.

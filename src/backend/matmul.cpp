@@ -313,7 +313,7 @@ void matmul(Engine& engine, const float* x, int64_t m, const Weight& w, float* y
             bool batch_invariant) {
   if (m <= 0) return;
   auto& im = engine.impl();
-  if (is_blocks(w.dtype()) || is_file_blocks(w.dtype())) {
+  if (is_file_blocks(w.dtype())) {
     // Decode steps and short cached passes: the block kernel; longer and
     // batch-invariant products widen, a fixed cost per pass (dequantizing every
     // weight) against the block kernel's cost per row. The crossover measured

@@ -203,22 +203,6 @@ Weight::Weight(int64_t n_out, int64_t n_in, Dtype dtype) : n_out_(n_out), n_in_(
     data_.reset(alloc_floats((static_cast<size_t>(n_out * ld_) + 3) / 4));
     return;
   }
-  if (is_blocks(dtype)) {
-    if (n_in % kQBlock != 0)
-      throw ArgumentError(fmt::format("Weight: {} needs n_in divisible by {} (shape [{}, {}])", to_string(dtype), kQBlock,
-                                      n_out, n_in));
-    ld_ = n_in / kQBlock * block_quant_bytes(dtype);
-    const int64_t rows = (n_out + kQGroup - 1) / kQGroup * kQGroup, nb = n_in / kQBlock;
-    const size_t qbytes = (static_cast<size_t>(rows * ld_) + 63) / 64 * 64;  // scales 64-byte aligned
-    data_.reset(alloc_floats((qbytes + static_cast<size_t>(rows * nb) * 4) / 4));
-    scales_ = data_.get() + qbytes / 4;
-    if (rows != n_out) {  // the last group's padding rows: zero quants and scales
-      const int64_t g0 = rows - kQGroup;
-      std::memset(reinterpret_cast<std::byte*>(data_.get()) + g0 * ld_, 0, static_cast<size_t>(kQGroup * ld_));
-      std::memset(scales_ + g0 * nb, 0, sizeof(float) * static_cast<size_t>(kQGroup * nb));
-    }
-    return;
-  }
   if (dtype == Dtype::BF16 && kernel_has_bf16_dot()) {  // oneDNN's BA16a64b2a (bf16_panels), padding zero
     panels_ = true;
     ld_ = (n_in + 31) / 32 * 32 * 64;
@@ -237,30 +221,6 @@ Weight::Weight(int64_t n_out, int64_t n_in, Dtype dtype) : n_out_(n_out), n_in_(
   }
 }
 
-void Weight::set_block_rows(Dtype d, int64_t row0, const void* quants, const float* scales, int64_t rows) {
-  const char* name = d == Dtype::Q4_0 ? "set_rows_q4_0" : "set_rows_q8_0";
-  if (dtype_ != d) throw ArgumentError(fmt::format("Weight::{} on a {} matrix", name, to_string(dtype_)));
-  if (row0 < 0 || rows < 0 || row0 + rows > n_out_)
-    throw ArgumentError(fmt::format("Weight::{}: rows [{}, {}) outside [0, {})", name, row0, row0 + rows, n_out_));
-  const int64_t nb = n_in_ / kQBlock, bb = block_quant_bytes(d);
-  auto* dst = reinterpret_cast<std::byte*>(data_.get());
-  const auto* src = static_cast<const std::byte*>(quants);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < nb; ++b) {
-      const int64_t i = block_index(row0 + r, b);
-      std::memcpy(dst + i * bb, src + r * ld_ + b * bb, static_cast<size_t>(bb));
-      scales_[i] = scales[r * nb + b];
-    }
-}
-
-void Weight::set_rows_q8_0(int64_t row0, const int8_t* quants, const float* scales, int64_t rows) {
-  set_block_rows(Dtype::Q8_0, row0, quants, scales, rows);
-}
-
-void Weight::set_rows_q4_0(int64_t row0, const uint8_t* packed, const float* scales, int64_t rows) {
-  set_block_rows(Dtype::Q4_0, row0, packed, scales, rows);
-}
-
 void Weight::set_rows_file_blocks(int64_t row0, const void* blocks, int64_t rows) {
   if (!is_file_blocks(dtype_) || view_)
     throw ArgumentError(fmt::format("Weight::set_rows_file_blocks on a {}{} matrix", to_string(dtype_),
@@ -274,8 +234,6 @@ void Weight::set_rows_file_blocks(int64_t row0, const void* blocks, int64_t rows
 void Weight::set_rows(int64_t row0, const float* src, int64_t rows) {
   if (is_file_blocks(dtype_))
     throw ArgumentError(fmt::format("Weight::set_rows on a {} matrix (use set_rows_file_blocks)", to_string(dtype_)));
-  if (is_blocks(dtype_))
-    throw ArgumentError(fmt::format("Weight::set_rows on a {0} matrix (use set_rows_{0})", to_string(dtype_)));
   if (row0 < 0 || rows < 0 || row0 + rows > n_out_)
     throw ArgumentError(fmt::format("Weight::set_rows: rows [{}, {}) outside [0, {})", row0, row0 + rows, n_out_));
   // Blocked transpose: src [rows, n_in] -> data [n_in, n_out] columns [row0, row0 + rows).
@@ -308,8 +266,6 @@ void Weight::set_rows(int64_t row0, const float* src, int64_t rows) {
 void Weight::set_rows_bf16(int64_t row0, const uint16_t* src, int64_t rows) {
   if (is_file_blocks(dtype_))
     throw ArgumentError(fmt::format("Weight::set_rows_bf16 on a {} matrix (use set_rows_file_blocks)", to_string(dtype_)));
-  if (is_blocks(dtype_))
-    throw ArgumentError(fmt::format("Weight::set_rows_bf16 on a {0} matrix (use set_rows_{0})", to_string(dtype_)));
   if (row0 < 0 || rows < 0 || row0 + rows > n_out_)
     throw ArgumentError(fmt::format("Weight::set_rows_bf16: rows [{}, {}) outside [0, {})", row0, row0 + rows, n_out_));
   if (panels_) {

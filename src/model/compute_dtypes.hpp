@@ -18,12 +18,12 @@ namespace kveval {
 /// Compute dtype of weights and matmuls. F32: exact. BF16: weights stored in
 /// bfloat16, matmuls in oneDNN bf16 kernels with f32 accumulation and output
 /// (norms, softmax, RoPE, residuals, log-softmax stay f32). Q8_0: the file's
-/// Q8_0 matrices stay as blocks (1.125 bytes per weight held) and are multiplied in
+/// Q8_0 matrices stay as the file's blocks (1.0625 bytes per weight held) and are multiplied in
 /// f32 (decode: backend's Q8_0 kernel; longer products: f32 sgemm on widened
 /// chunks), other matrices load as F32; exact to f32 rounding against the
 /// file's dequantized values. Q4_0: the same for the file's Q4_0 matrices
-/// (ggml-common.h block_q4_0: 0.625 bytes per weight held, 4-bit quants and an
-/// f32 scale per 32). Blocks: every matrix whose GGUF type has a kept-block
+/// (ggml-common.h block_q4_0: 0.5625 bytes per weight held, 4-bit quants and an
+/// f16 scale per 32). Blocks: every matrix whose GGUF type has a kept-block
 /// kernel (every quantized type kveval reads: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
 /// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) stays in its own blocks, so a mixed file
 /// (Q4_K_M: Q4_K and Q6_K) stays resident at about its file size; the others

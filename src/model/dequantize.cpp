@@ -175,7 +175,7 @@ bool block_scales_finite(gguf::TensorType type, const std::byte* src, uint64_t n
     case T::Q3_K: a = 108; break;
     case T::Q4_K: case T::Q5_K: case T::Q4_1: case T::Q5_1: a = 0, b = 2; break;
     case T::Q6_K: a = 208; break;
-    case T::Q5_0: a = 0; break;
+    case T::Q5_0: case T::Q8_0: case T::Q4_0: a = 0; break;
     default: return false;
   }
   const uint64_t ts = lookup(type).type_size;
@@ -187,28 +187,6 @@ bool block_scales_finite(gguf::TensorType type, const std::byte* src, uint64_t n
   uint32_t bad = 0;
   for (uint64_t i = 0; i < n_blocks; ++i) bad |= field_bad(i, a) | (b >= 0 ? field_bad(i, b) : 0u);
   return bad == 0;
-}
-
-void split_block_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t row0, uint64_t rows, uint8_t* quants,
-                      float* scales, bool check_finite) {
-  const gguf::TypeInfo& ti = gguf::type_info(t.type);
-  if (!ti.kept || !backend::is_blocks(*ti.kept))
-    throw ArgumentError(fmt::format("split_block_rows: tensor '{}' is {}, not Q8_0 or Q4_0", t.name, gguf::type_name(t.type)));
-  const uint64_t n_rows = t.n_rows();
-  if (row0 > n_rows || rows > n_rows - row0)
-    throw ArgumentError(fmt::format("split_block_rows: rows [{}, {}) outside tensor '{}' of {} rows", row0, row0 + rows,
-                                    t.name, n_rows));
-  // ggml-common.h block_q8_0 / block_q4_0: ggml_half d, then the quant bytes (32 / 16); 32 elements either way
-  const uint64_t bs = ti.block_size, block_bytes = ti.type_size, qbytes = block_bytes - 2;
-  const uint64_t row_len = t.row_length(), n_blocks = rows * row_len / bs;
-  const std::byte* src = t.data + row0 * t.row_bytes();
-  for (uint64_t b = 0; b < n_blocks; ++b) {
-    const std::byte* blk = src + b * block_bytes;
-    const float d = quant::load_f16(blk);
-    if (check_finite && !std::isfinite(d)) not_finite(file, t, row0 * row_len + b * bs, d);
-    scales[b] = d;
-    std::memcpy(quants + b * qbytes, blk + 2, qbytes);
-  }
 }
 
 void quantize(gguf::TensorType type, const float* src, std::byte* dst, uint64_t n_elements, int threads) {

@@ -42,21 +42,10 @@ void dequantize_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t
 
 /// Whether every f16 scale field of `n_blocks` blocks of `type` at `src` is finite: d, and dmin or m
 /// where the format has one (ggml-common.h: Q2_K d, dmin at bytes 80, 82; Q3_K d at 108; Q4_K, Q5_K,
-/// Q4_1, Q5_1 at 0, 2; Q6_K d at 208; Q5_0 d at 0). For these types a finite scale makes every decoded
+/// Q4_1, Q5_1 at 0, 2; Q6_K d at 208; Q5_0, Q8_0, Q4_0 d at 0). For these types a finite scale makes every decoded
 /// weight finite (the largest, Q6_K's d·sc·(q − 32), is at most 65504·128·32, far inside f32), so a
 /// block whose scales pass needs no decoding to be known finite. Returns false for any other type.
 bool block_scales_finite(gguf::TensorType type, const std::byte* src, uint64_t n_blocks);
-
-/// Splits rows [row0, row0 + rows) of a Q8_0 or Q4_0 tensor `t` (ggml-common.h
-/// block_q8_0: f16 d, then 32 int8 quants; block_q4_0: f16 d, then 16 bytes of
-/// nibbles) into `quants`, each block's quant bytes as in the file ([rows,
-/// row_length] int8 for Q8_0, [rows, row_length / 2] packed bytes for Q4_0), and
-/// `scales` [rows, row_length / 32] (d widened to f32 exactly), for weights
-/// kept as blocks. Throws ArgumentError if `t` is of another type or the rows
-/// fall outside it; with `check_finite`, FormatError as dequantize_rows for a
-/// scale that is NaN or ±Inf (naming the first element of its block).
-void split_block_rows(const gguf::File& file, const gguf::TensorInfo& t, uint64_t row0, uint64_t rows, uint8_t* quants,
-                      float* scales, bool check_finite = true);
 
 /// Dequantizes `n_elements` (a multiple of the block size) of type `type` from
 /// `src` to float32 at `dst`, in parallel (`threads`, 0 = OpenMP's default).

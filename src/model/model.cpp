@@ -41,7 +41,7 @@ size_t Model::activation_bytes_for(int rows, int seq, bool all_logits, int64_t t
   if (impl_->engine->block_tiles_bf16() && T > 16) {
     const int th = impl_->engine->threads();
     impl_->for_each_matrix([&tile, th](const backend::Weight& w) {
-      if (backend::is_blocks(w.dtype()) || backend::is_file_blocks(w.dtype()))
+      if (backend::is_file_blocks(w.dtype()))
         tile = std::max(tile, backend::widened_bf16_bytes(w.n_out(), w.n_in(), th));
     });
   }

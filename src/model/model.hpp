@@ -112,8 +112,8 @@ KvCacheDtype resolve_kv_cache_dtype(KvCacheDtype requested, ComputeDtype compute
 /// percent of the resident bytes (matrices whose rows are 4 KiB multiples get
 /// 16 elements of padding per row).
 /// With `kept` a compute dtype whose row keeps a storage type (q8_0, q4_0, blocks, blocks-bf16), that
-/// type's matrices count as blocks (matrix_bytes: 1.125
-/// or 0.625 bytes per element, quants and an f32 scale per 32), token_embd too (a tied output
+/// type's matrices count as blocks (matrix_bytes: the file's bytes, Q8_0 1.0625
+/// and Q4_0 0.5625 per element), token_embd too (a tied output
 /// then adds nothing: it multiplies those blocks), and a part of a fused projection (attn_q/k/v, ffn_gate/up)
 /// only when every part is of a kept type, each in its own blocks (the loader widens the whole fused
 /// matrix otherwise); any other `kept` keeps nothing.
@@ -143,7 +143,7 @@ struct ModelOptions {
   bool hash = true;
   /// Check weights against the memory budget (util/memory.hpp) before copying them.
   bool check_memory = true;
-  /// Matrices kept in a file-block type (Q4_1, Q5_0, Q5_1, Q2_K…Q6_K) read in place from the mapped file
+  /// Matrices kept in their blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K…Q6_K) read in place from the mapped file
   /// (backend::Weight::view_file_blocks, nothing copied; the file must not change while the model lives).
   /// Off by default: the copy lives on huge pages, and decode on the mapping's 4 KiB pages streams less of
   /// the machine's memory read (Zen 4, Llama-3.2-1B shape, Q4_K_M, int8, 2 threads, frac_of_stream: 0.92-0.96

@@ -118,7 +118,7 @@ std::string hash_mapped(const std::string& path, std::span<const std::byte> byte
 using Parts = std::initializer_list<std::pair<std::string, uint64_t>>;
 
 /// Reads tensors of a GGUF file into the forward pass's layout: checks each
-/// shape, converts to the matrix dtype (or keeps Q8_0/Q4_0 blocks), counts the
+/// shape, converts to the matrix dtype (or keeps a kept type's blocks), counts the
 /// bytes it stores and records which tensors were used.
 class TensorReader {
  public:
@@ -152,18 +152,10 @@ class TensorReader {
   }
 
   /// Rows [row0, row0 + n) of block weight w (the kernel dtype of the tensor's type) from tensor `name`
-  /// (ggml dims {n_in, n}, a type keep_ keeps).
+  /// (ggml dims {n_in, n}, a type keep_ keeps): the tensor's blocks copied as they are, with check_finite
+  /// their scales checked in the same pass (copy_file_block_rows).
   void put_blocks(be::Weight& w, int64_t row0, const std::string& name, uint64_t n_in, uint64_t n) {
     const gguf::TensorInfo& t = shaped(name, n_in, n);
-    if (be::is_file_blocks(w.dtype())) return put_file_blocks(w, row0, t);
-    if (!read_catching_sigbus(t.data, t.n_bytes,
-                              [&] { copy_split_block_rows(f_, t, w, row0, {opts_.check_finite, opts_.threads}); }))
-      changed_while_loading(path_, fmt::format("truncated while reading tensor '{}'", name));
-  }
-
-  /// Rows of a file-block dtype (Q4_1, Q5_0, Q5_1, K-quants): the tensor's blocks copied as they are, with
-  /// check_finite their scales checked in the same pass (copy_file_block_rows).
-  void put_file_blocks(be::Weight& w, int64_t row0, const gguf::TensorInfo& t) {
     if (!read_catching_sigbus(t.data, t.n_bytes,
                               [&] { copy_file_block_rows(f_, t, w, row0, {opts_.check_finite, opts_.threads}); }))
       changed_while_loading(path_, fmt::format("truncated while reading tensor '{}'", t.name));
@@ -184,11 +176,11 @@ class TensorReader {
 
   /// Matrix `name` (ggml dims {n_in, n_out}, of a type keeps() accepts) as a weight [n_out, n_in] in its own
   /// blocks; counts its bytes.
-  /// A file-block type with opts.map_weights is a view of the mapped file (its scales checked first).
+  /// With opts.map_weights it is a view of the mapped file (its scales checked first).
   be::Weight kept(const std::string& name, uint64_t n_in, uint64_t n_out) {
     const gguf::TensorInfo& t = shaped(name, n_in, n_out);
     const be::Dtype dt = keep_.weight_dtype(t.type);
-    const bool view = opts_.map_weights && be::is_file_blocks(dt);
+    const bool view = opts_.map_weights;
     be::Weight w;
     if (view) {
       if (opts_.check_finite && !read_catching_sigbus(t.data, t.n_bytes, [&] {

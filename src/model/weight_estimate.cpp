@@ -40,7 +40,7 @@ std::vector<std::string> fused_parts(const std::string& name) {
 uint64_t matrix_bytes(ComputeDtype d, gguf::TensorType t, bool kept, uint64_t n_elements) {
   if (!kept || !keeps(d, t)) return n_elements * dtype_size(compute_dtype_info(d).matrices);
   const backend::Dtype k = *gguf::type_info(t).kept;
-  return backend::is_file_blocks(k) ? backend::file_blocks_bytes(k, n_elements) : backend::blocks_bytes(k, n_elements);
+  return backend::file_blocks_bytes(k, n_elements);
 }
 
 uint64_t estimate_weight_bytes(const gguf::File& f, DType dtype, ComputeDtype kept) {

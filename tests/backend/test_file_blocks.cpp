@@ -471,13 +471,12 @@ TEST_SUITE("backend.file_blocks") {
     std::vector<float> f(5 * 256), y(4);
     CHECK_THROWS_AS(w.set_rows_file_blocks(0, p.data(), 5), kveval::ArgumentError);
     CHECK_THROWS_AS(w.set_rows(0, f.data(), 1), kveval::ArgumentError);
-    CHECK_THROWS_AS(w.set_rows_q8_0(0, reinterpret_cast<const int8_t*>(p.data()), f.data(), 1), kveval::ArgumentError);
+    Weight wf(4, 256, Dtype::F32);
+    CHECK_THROWS_AS(wf.set_rows_file_blocks(0, p.data(), 1), kveval::ArgumentError);
     Weight w8(4, 256, Dtype::Q8_0);
-    CHECK_THROWS_AS(w8.set_rows_file_blocks(0, p.data(), 1), kveval::ArgumentError);
     CHECK_THROWS_AS(kquant_matmul(f.data(), 1, w8, y.data(), false, 1), kveval::ArgumentError);
     CHECK_THROWS_AS(file_qblocks_matmul(f.data(), 1, w, y.data(), false, 1), kveval::ArgumentError);
     CHECK_THROWS_AS(kquant_matmul(f.data(), 1, w41, y.data(), false, 1), kveval::ArgumentError);
-    CHECK_THROWS_AS(q8_0_matmul(f.data(), 1, w, y.data(), false, 1), kveval::ArgumentError);
     CHECK(std::string(to_string(Dtype::Q4_K)) == "q4_k");
     CHECK(std::string(to_string(Dtype::Q5_K)) == "q5_k");
     CHECK(std::string(to_string(Dtype::Q6_K)) == "q6_k");
@@ -490,6 +489,8 @@ TEST_SUITE("backend.file_blocks") {
     CHECK(std::string(to_string(Dtype::Q2_K)) == "q2_k");
     CHECK(std::string(to_string(Dtype::Q3_K)) == "q3_k");
     // the file's bytes: ggml-common.h's block sizes per 32 or 256 elements
+    CHECK(file_blocks_bytes(Dtype::Q8_0, 512) == 544);
+    CHECK(file_blocks_bytes(Dtype::Q4_0, 512) == 288);
     CHECK(file_blocks_bytes(Dtype::Q4_1, 512) == 320);
     CHECK(file_blocks_bytes(Dtype::Q5_0, 512) == 352);
     CHECK(file_blocks_bytes(Dtype::Q5_1, 512) == 384);

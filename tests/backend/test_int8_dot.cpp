@@ -27,14 +27,16 @@ namespace {
 constexpr Dtype kTypes[] = {Dtype::Q8_0, Dtype::Q4_0, Dtype::Q4_K, Dtype::Q5_K, Dtype::Q6_K};
 
 uint16_t h16(float f) { return kveval::util::f32_to_f16(f); }
+/// Q8_0 or Q4_0: blocks of 32 with int8 activations quantized per 32 (quantize_row_q8_0).
+bool q32(Dtype dt) { return dt == Dtype::Q8_0 || dt == Dtype::Q4_0; }
 float f16(const uint8_t* p) { return kveval::util::f16_to_f32(static_cast<uint16_t>(p[0] | p[1] << 8)); }
 
-/// A random matrix of `dt` [n_out, n_in]: its bytes (Q8_0: quants and f32
-/// scales apart) and a Weight. With `unit`, every scale is 1 (d, dmin of the
+/// A random matrix of `dt` [n_out, n_in]: its bytes (Q8_0, Q4_0: quants and
+/// scales apart, written into the file's blocks for the Weight) and a Weight. With `unit`, every scale is 1 (d, dmin of the
 /// K-quants; Q8_0's d) and the K-quants' 6-bit / int8 scales small, so that
 /// products with integer activations are exact in f32. Otherwise blocks cycle
 /// through random bytes with moderate scales, extreme ones (f16 65504 with every
-/// bit of the quants and scales set) and all-zero blocks.
+/// bit of the quants and scales set; Q8_0, Q4_0: also f16's least subnormal) and all-zero blocks.
 struct Mat {
   Dtype dt;
   int64_t n_out, n_in;
@@ -45,17 +47,23 @@ struct Mat {
     std::mt19937 g(seed);
     std::uniform_int_distribution<int> byte(0, 255);
     std::uniform_real_distribution<float> mag(1e-3f, 1e-1f);
-    if (is_blocks(t)) {
-      b.resize(static_cast<size_t>(no * ni / (t == Dtype::Q4_0 ? 2 : 1)));
+    if (q32(t)) {
+      const int64_t qb = t == Dtype::Q4_0 ? 16 : 32;  // quant bytes per block
+      b.resize(static_cast<size_t>(no * ni / kQBlock * qb));
       scales.resize(static_cast<size_t>(no * ni / kQBlock));
       for (auto& q : b) q = static_cast<uint8_t>(byte(g));
       for (size_t i = 0; i < scales.size(); ++i)
-        scales[i] = unit ? 1.0f : i % 5 == 3 ? 65504.0f : i % 5 == 4 ? 0.0f : f16v(mag(g) * (byte(g) & 1 ? -1 : 1));
+        scales[i] = unit ? 1.0f : i % 5 == 3 ? 65504.0f : i % 5 == 4 ? 0.0f : i % 7 == 6 ? 0x1p-24f  // f16's least subnormal
+                    : f16v(mag(g) * (byte(g) & 1 ? -1 : 1));
+      std::vector<uint8_t> file(scales.size() * static_cast<size_t>(qb + 2));  // ggml's block_q8_0 / block_q4_0
+      for (size_t i = 0; i < scales.size(); ++i) {
+        uint8_t* p = file.data() + i * static_cast<size_t>(qb + 2);
+        const uint16_t h = h16(scales[i]);
+        p[0] = h & 0xFF, p[1] = h >> 8;
+        std::memcpy(p + 2, b.data() + i * static_cast<size_t>(qb), static_cast<size_t>(qb));
+      }
       w = Weight(no, ni, t);
-      if (t == Dtype::Q4_0)
-        w.set_rows_q4_0(0, b.data(), scales.data(), no);
-      else
-        w.set_rows_q8_0(0, reinterpret_cast<const int8_t*>(b.data()), scales.data(), no);
+      w.set_rows_file_blocks(0, file.data(), no);
       return;
     }
     const int64_t bb = kquant_block_bytes(t), nb = no * ni / kKBlock;
@@ -92,11 +100,11 @@ struct QRows {
 QRows quantize(Dtype dt, const float* x, int64_t m, int64_t K) {
   QRows q;
   q.qs.resize(static_cast<size_t>(m * K));
-  const int64_t blk = is_blocks(dt) ? kQBlock : kKBlock;
+  const int64_t blk = q32(dt) ? kQBlock : kKBlock;
   q.d.resize(static_cast<size_t>(m * K / blk));
   q.bs.resize(static_cast<size_t>(m * K / kKBlock * 16) + 1);
   for (int64_t r = 0; r < m; ++r) {
-    if (is_blocks(dt))
+    if (q32(dt))
       quantize_row_q8_0(x + r * K, K, q.qs.data() + r * K, q.d.data() + r * K / blk);
     else
       quantize_row_q8_K(x + r * K, K, q.qs.data() + r * K, q.d.data() + r * K / blk, q.bs.data() + r * K / kKBlock * 16);
@@ -126,7 +134,7 @@ double naive(const Mat& a, const QRows& q, int64_t n, int64_t r, double& mag, in
   double s = 0;
   mag = 0;
   isum_max = 0;
-  if (is_blocks(a.dt)) {
+  if (q32(a.dt)) {
     for (int64_t b = 0; b < K / kQBlock; ++b) {
       int64_t is = 0, lanes = 0;  // lanes: Σ over the 8 lanes of |the lane's 4 products| (the kernel's f32 partials)
       for (int l = 0; l < 8; ++l) {
@@ -280,7 +288,7 @@ TEST_SUITE("backend.int8_dot") {
         const Mat a(dt, 37, K, static_cast<uint32_t>(K) + 1);
         const auto x = randv(static_cast<size_t>(5 * K), 21, 2.0f);
         const QRows q = quantize(dt, x.data(), 5, K);
-        const int64_t nb = K / (is_blocks(dt) ? kQBlock : kKBlock);
+        const int64_t nb = K / (q32(dt) ? kQBlock : kKBlock);
         for (bool vnni : forms())
           for (int64_t m : {int64_t(5), int64_t(1)}) {  // one row: the VNNI form's per-row path
             CAPTURE(m);
@@ -308,7 +316,7 @@ TEST_SUITE("backend.int8_dot") {
       const std::string type = to_string(dt);
       CAPTURE(type);
       // Q8_0, Q4_0: 21 blocks, an odd one last; K-quants: 7 super-blocks, 4 at a time then 3 one by one
-      const int64_t K = is_blocks(dt) ? 96 * 7 : 256 * 7;
+      const int64_t K = q32(dt) ? 96 * 7 : 256 * 7;
       const Mat a(dt, 53, K, 9);
       const auto x = randv(static_cast<size_t>(16 * K), 8, 4.0f);
       for (int64_t m = 1; m <= kInt8MaxRows; ++m) {

@@ -1,6 +1,6 @@
-// Q8_0 and Q4_0 weights kept as blocks (Dtype::Q8_0, Dtype::Q4_0): the vector
-// kernel against its scalar twin (same bits) and a naive double-precision
-// reference, the widened path for long products, batch invariance, and a warm
+// Q8_0 and Q4_0 weights kept as the file's blocks (Dtype::Q8_0, Dtype::Q4_0):
+// the vector kernel against its scalar twin (same bits) and a naive
+// double-precision reference (extreme and zero scales included), the widened path for long products, batch invariance, and a warm
 // engine that creates and allocates nothing; every case for both formats.
 #include <doctest/doctest.h>
 
@@ -16,8 +16,10 @@
 #include "backend/random_values.hpp"
 #include "backend/warm_products.hpp"
 #include "backend/kernel_isa.hpp"
+#include "backend/file_qblocks.hpp"
 #include "backend/qblocks.hpp"
 #include "util/error.hpp"
+#include "util/half.hpp"
 
 using namespace kveval::backend;
 
@@ -27,51 +29,64 @@ using kveval::test::randv;
 
 constexpr Dtype kFormats[] = {Dtype::Q8_0, Dtype::Q4_0};
 
-/// A random Q8_0 or Q4_0 matrix [n_out, n_in] as the weight stores it: Q8_0
-/// quants any int8 but -128 (ggml never writes it), Q4_0 bytes any (nibbles
-/// 0..15, quants -8..7); scales in (0, 0.01].
+/// The f16 bits of a block's scale: most random in [1e-4, 1e-2] (rounded to f16), and at fixed
+/// blocks the extremes: f16's largest finite (65504), its smallest subnormal (2^-24), its largest
+/// subnormal, and 0 with every quant 0 (an all-zero block).
+uint16_t scale_bits(size_t block, std::mt19937& g) {
+  switch (block % 13) {
+    case 3: return 0x7BFF;  // 65504
+    case 6: return 0x0001;  // 2^-24
+    case 9: return 0x03FF;  // (1023 / 1024) * 2^-14
+    case 11: return 0x0000;
+    default: return kveval::util::f32_to_f16(std::uniform_real_distribution<float>(1e-4f, 1e-2f)(g));
+  }
+}
+
+/// A random Q8_0 or Q4_0 matrix [n_out, n_in] in the file's layout (ggml-common.h block_q8_0: f16 d,
+/// 32 int8; block_q4_0: f16 d, 16 bytes of nibbles): Q8_0 quants any int8 but -128 (ggml never writes
+/// it), Q4_0 bytes any (nibbles 0..15, quants -8..7); scales as scale_bits.
 struct Blocks {
   Dtype dt;
-  int64_t n_out, n_in, rs;  // rs: bytes of quants per row
+  int64_t n_out, n_in, bb, rs;  // bb: bytes per block; rs: bytes per row
   std::vector<uint8_t> q;
-  std::vector<float> d;
   Blocks(Dtype t, int64_t no, int64_t ni, uint32_t seed)
-      : dt(t), n_out(no), n_in(ni), rs(ni / 32 * block_quant_bytes(t)), q(static_cast<size_t>(no * rs)),
-        d(static_cast<size_t>(no * ni / 32)) {
+      : dt(t), n_out(no), n_in(ni), bb(t == Dtype::Q4_0 ? 18 : 34), rs(ni / 32 * bb), q(static_cast<size_t>(no * rs)) {
     std::mt19937 g(seed);
     std::uniform_int_distribution<int> qi(t == Dtype::Q8_0 ? -127 : 0, t == Dtype::Q8_0 ? 127 : 255);
-    std::uniform_real_distribution<float> di(1e-4f, 1e-2f);
-    for (auto& v : q) v = static_cast<uint8_t>(qi(g));
-    for (auto& v : d) v = di(g);
+    for (size_t b = 0; b < q.size() / static_cast<size_t>(bb); ++b) {
+      uint8_t* blk = q.data() + b * static_cast<size_t>(bb);
+      const uint16_t h = scale_bits(b, g);
+      blk[0] = static_cast<uint8_t>(h & 0xFF);
+      blk[1] = static_cast<uint8_t>(h >> 8);
+      for (int64_t j = 2; j < bb; ++j) blk[j] = static_cast<uint8_t>(h == 0 ? (t == Dtype::Q4_0 ? 0x88 : 0) : qi(g));
+    }
   }
   Weight weight() const {
     Weight w(n_out, n_in, dt);
-    if (dt == Dtype::Q4_0)
-      w.set_rows_q4_0(0, q.data(), d.data(), n_out);
-    else
-      w.set_rows_q8_0(0, reinterpret_cast<const int8_t*>(q.data()), d.data(), n_out);
+    w.set_rows_file_blocks(0, q.data(), n_out);
     return w;
   }
   /// The quant of element (n, k), read straight from ggml's block layouts.
   int quant(int64_t n, int64_t k) const {
-    const uint8_t* row = q.data() + n * rs;
-    if (dt == Dtype::Q8_0) return static_cast<int8_t>(row[k]);
+    const uint8_t* qs = q.data() + n * rs + k / 32 * bb + 2;
     const int j = static_cast<int>(k % 32);
-    const uint8_t byte = row[k / 32 * 16 + j % 16];
-    return (j < 16 ? byte & 15 : byte >> 4) - 8;
+    if (dt == Dtype::Q8_0) return static_cast<int8_t>(qs[j]);
+    return (j < 16 ? qs[j] & 15 : qs[j - 16] >> 4) - 8;
   }
-  float scale(int64_t n, int64_t k) const { return d[static_cast<size_t>((n * n_in + k) / 32)]; }
+  /// The scale of element (n, k)'s block, its f16 bits decoded here by hand (sign, 5-bit exponent, 10-bit mantissa).
+  double scale(int64_t n, int64_t k) const {
+    const uint8_t* blk = q.data() + n * rs + k / 32 * bb;
+    const int h = blk[0] | (blk[1] << 8), e = (h >> 10) & 31, mant = h & 1023;
+    const double v = e == 0 ? std::ldexp(mant, -24) : std::ldexp(1024 + mant, e - 25);
+    return (h & 0x8000) ? -v : v;
+  }
   /// The scalar twin of the kernel for row n of W and x.
-  float dot(int64_t n, const float* x) const {
-    const float* dn = d.data() + n * n_in / 32;
-    return dt == Dtype::Q4_0 ? q4_0_dot_scalar(q.data() + n * rs, dn, x, n_in)
-                             : q8_0_dot_scalar(reinterpret_cast<const int8_t*>(q.data() + n * rs), dn, x, n_in);
-  }
+  float dot(int64_t n, const float* x) const { return file_qblocks_dot_scalar(dt, q.data() + n * rs, x, n_in); }
   /// Σ_k d * q * x in double, and Σ |d q x| (the scale of the rounding error).
   std::pair<double, double> ref(int64_t n, const float* x) const {
     double s = 0, a = 0;
     for (int64_t k = 0; k < n_in; ++k) {
-      const double t = double(scale(n, k)) * quant(n, k) * x[k];
+      const double t = scale(n, k) * quant(n, k) * x[k];
       s += t;
       a += std::fabs(t);
     }
@@ -95,7 +110,7 @@ TEST_SUITE("backend.qblocks") {
         const Blocks mat(dt, n_out, n_in, static_cast<uint32_t>(n_in));
         const Weight w = mat.weight();
         const auto elems = static_cast<size_t>(n_out * n_in);
-        CHECK(w.bytes() == (dt == Dtype::Q4_0 ? elems / 2 : elems) + elems / 32 * 4);
+        CHECK(w.bytes() == elems / 32 * (dt == Dtype::Q4_0 ? 18 : 34));  // the file's bytes
         const auto x = randv(static_cast<size_t>(16 * n_in), 5);
         const auto y0 = randv(static_cast<size_t>(16 * n_out), 6);
         for (int threads : {1, 2})
@@ -121,12 +136,14 @@ TEST_SUITE("backend.qblocks") {
   }
 
   TEST_CASE("hand-computed Q8_0 and Q4_0 products") {
-    // One row, two blocks: block 0 all quants 2 with d = 0.5, block 1 quants -1 with d = 0.25.
-    std::vector<int8_t> q(64, 2);
-    std::fill(q.begin() + 32, q.end(), int8_t{-1});
-    const std::vector<float> d = {0.5f, 0.25f};
+    // One row, two blocks: block 0 all quants 2 with d = 0.5 (f16 0x3800), block 1 quants -1 with
+    // d = 0.25 (0x3400); each block its little-endian d, then its quants.
+    std::vector<uint8_t> q(2 * 34, 2);
+    std::fill(q.begin() + 34, q.end(), uint8_t{0xFF});
+    q[0] = 0x00, q[1] = 0x38, q[34] = 0x00, q[35] = 0x34;
     Weight w(1, 64, Dtype::Q8_0);
-    w.set_rows_q8_0(0, q.data(), d.data(), 1);
+    w.set_rows_file_blocks(0, q.data(), 1);
+    CHECK(w.bytes() == 68);
     std::vector<float> x(64, 1.0f);
     x[0] = 3.0f;   // block 0: 0.5 * 2 * (31 + 3) = 34
     x[40] = 5.0f;  // block 1: 0.25 * -1 * (31 + 5) = -9
@@ -142,12 +159,13 @@ TEST_SUITE("backend.qblocks") {
     CHECK(t[63] == -0.25f);
     // The same values in Q4_0: quant 2 is nibble 10 (0xAA: both halves of a
     // byte), quant -1 nibble 7 (0x77); then block 1 element 20 (a high nibble) -> quant 7 (nibble 15).
-    std::vector<uint8_t> p(32, 0xAA);
-    std::fill(p.begin() + 16, p.end(), uint8_t{0x77});
-    p[16 + 4] = 0xF7;  // block 1, element 4 (low) stays -1, element 20 (high) becomes 7
+    std::vector<uint8_t> p(2 * 18, 0xAA);
+    std::fill(p.begin() + 18, p.end(), uint8_t{0x77});
+    p[0] = 0x00, p[1] = 0x38, p[18] = 0x00, p[19] = 0x34;
+    p[18 + 2 + 4] = 0xF7;  // block 1, element 4 (low) stays -1, element 20 (high) becomes 7
     Weight w4(1, 64, Dtype::Q4_0);
-    w4.set_rows_q4_0(0, p.data(), d.data(), 1);
-    CHECK(w4.bytes() == 32 + 8);
+    w4.set_rows_file_blocks(0, p.data(), 1);
+    CHECK(w4.bytes() == 36);
     x[52] = 2.0f;  // block 1 element 20: 0.25 * (7 * 2 - (-1) * 1) more: -9 + 3.75 = -5.25
     y = 100.0f;
     matmul(eng, x.data(), 1, w4, &y, true);
@@ -237,9 +255,9 @@ TEST_SUITE("backend.qblocks") {
     }
   }
 
-  TEST_CASE("gather_rows decodes the looked-up rows (the last of a padded group included) to d * quant") {
+  TEST_CASE("gather_rows decodes the looked-up rows (the last row included) to d * quant") {
     for (Dtype dt : kFormats) {
-      const Blocks mat(dt, 7, 96, 13);  // 7 rows: the second group of 4 is padded
+      const Blocks mat(dt, 7, 96, 13);
       const Weight w = mat.weight();
       const std::vector<int32_t> ids = {6, 0, 3, 3, 4};
       std::vector<float> t(ids.size() * 96, -1.0f);
@@ -271,20 +289,19 @@ TEST_SUITE("backend.qblocks") {
     CHECK_THROWS_AS(Weight(4, 48, Dtype::Q8_0), kveval::ArgumentError);
     CHECK_THROWS_AS(Weight(4, 48, Dtype::Q4_0), kveval::ArgumentError);
     Weight w4(4, 64, Dtype::Q4_0);
-    std::vector<uint8_t> p(5 * 32);
-    std::vector<float> d4(10), x(64), y(4);
-    CHECK_THROWS_AS(w4.set_rows_q4_0(0, p.data(), d4.data(), 5), kveval::ArgumentError);
-    CHECK_THROWS_AS(w4.set_rows_q8_0(0, reinterpret_cast<const int8_t*>(p.data()), d4.data(), 4), kveval::ArgumentError);
+    CHECK(w4.ld() == 36);
+    std::vector<uint8_t> p(5 * 36);
+    std::vector<float> x(64), y(4);
+    CHECK_THROWS_AS(w4.set_rows_file_blocks(0, p.data(), 5), kveval::ArgumentError);
     CHECK_THROWS_AS(w4.set_rows(0, x.data(), 1), kveval::ArgumentError);
-    CHECK_THROWS_AS(q8_0_matmul(x.data(), 1, w4, y.data(), false, 1), kveval::ArgumentError);
     CHECK(std::string(to_string(Dtype::Q4_0)) == "q4_0");
-    CHECK(q4_0_bytes(64) == 40);
+    CHECK(file_blocks_bytes(Dtype::Q4_0, 64) == 36);
     Weight w(4, 64, Dtype::Q8_0);
+    CHECK(w.ld() == 68);
     std::vector<float> f(256);
     CHECK_THROWS_AS(w.set_rows(0, f.data(), 4), kveval::ArgumentError);
-    std::vector<int8_t> q(5 * 64);
-    std::vector<float> d(10);
-    CHECK_THROWS_AS(w.set_rows_q8_0(0, q.data(), d.data(), 5), kveval::ArgumentError);
+    CHECK_THROWS_AS(w.set_rows_file_blocks(3, p.data(), 2), kveval::ArgumentError);
+    CHECK(file_blocks_bytes(Dtype::Q8_0, 64) == 68);
     CHECK(std::string(to_string(Dtype::Q8_0)) == "q8_0");
   }
 

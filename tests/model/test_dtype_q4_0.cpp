@@ -1,5 +1,5 @@
-// Compute dtype q4_0 (Q4_0 matrices kept as blocks, ggml-common.h block_q4_0):
-// selection, resident bytes, the loader's split plus the backend's widening
+// Compute dtype q4_0 (Q4_0 matrices kept as the file's blocks, ggml-common.h block_q4_0):
+// selection, resident bytes, the loader's copy plus the backend's widening
 // against the Q4_0 dequantizer, log-probs against f32 and the float64
 // reference on the quant fixture, decode steps through the Q4_0 kernel, and a
 // warm decode step that creates and allocates nothing.
@@ -11,6 +11,7 @@
 
 #include "backend/backend.hpp"
 #include "backend/qblocks.hpp"
+#include "model/copy_blocks.hpp"
 #include "model/dequantize.hpp"
 #include "model/gguf.hpp"
 #include "model/kept_blocks.hpp"
@@ -33,7 +34,7 @@ TEST_SUITE("model.dtype_q4_0") {
       }
   }
 
-  TEST_CASE("the loader's Q4_0 split, widened by the backend, gives the Q4_0 dequantizer's values bit for bit") {
+  TEST_CASE("the loader's Q4_0 blocks, widened by the backend, give the Q4_0 dequantizer's values bit for bit") {
     const std::string file = quant_file("model-Q4_0.gguf");
     if (file.empty()) return;
     const gguf::File g(file);
@@ -41,11 +42,10 @@ TEST_SUITE("model.dtype_q4_0") {
     for (const gguf::TensorInfo& t : g.tensors()) {
       if (t.type != gguf::TensorType::Q4_0) continue;
       const auto rows = static_cast<int64_t>(t.n_rows()), n_in = static_cast<int64_t>(t.row_length());
-      std::vector<uint8_t> q(static_cast<size_t>(rows * n_in / 2));
-      std::vector<float> d(static_cast<size_t>(rows * n_in / 32));
-      split_block_rows(g, t, 0, static_cast<uint64_t>(rows), q.data(), d.data());
       backend::Weight w(rows, n_in, backend::Dtype::Q4_0);
-      w.set_rows_q4_0(0, q.data(), d.data(), rows);
+      copy_file_block_rows(g, t, w, 0, {.check_finite = true, .threads = 2});
+      CHECK(w.bytes() == t.n_bytes);  // the file's bytes, no more
+      CHECK(std::memcmp(w.raw(), t.data, t.n_bytes) == 0);
       std::vector<float> widened(static_cast<size_t>(rows * n_in)), want(widened.size());
       backend::widen_rows(w, 0, rows, widened.data(), n_in, 2);
       dequantize_rows(g, t, 0, t.n_rows(), DType::F32, want.data());
@@ -54,15 +54,6 @@ TEST_SUITE("model.dtype_q4_0") {
       ++checked;
     }
     CHECK(checked >= 15);  // every matrix of the fixture (token_embd and output included)
-    // Another type is refused by name.
-    const std::string q8 = quant_file("model-Q8_0.gguf");
-    if (q8.empty()) return;
-    const gguf::File g8(q8);
-    const gguf::TensorInfo* norm = g8.find_tensor("output_norm.weight");
-    REQUIRE(norm != nullptr);
-    std::vector<uint8_t> q(256);
-    std::vector<float> d(8);
-    CHECK_THROWS_AS(split_block_rows(g8, *norm, 0, 1, q.data(), d.data()), ArgumentError);
   }
 
   TEST_CASE("q4_0 log-probs on the Q4_0 fixture equal f32's to 1e-5 and the float64 reference to 1e-4 per token") {
@@ -74,14 +65,14 @@ TEST_SUITE("model.dtype_q4_0") {
     CHECK(g.vs_ref < 1e-4);
   }
 
-  TEST_CASE("q4_0 keeps 0.625 bytes per matrix element; the memory estimate is the resident size") {
+  TEST_CASE("q4_0 keeps the file's 0.5625 bytes per matrix element; the memory estimate is the resident size") {
     const std::string file = quant_file("model-Q4_0.gguf");
     if (file.empty()) return;
     auto m = Model::load(file, {.threads = 1, .dtype = ComputeDtype::Q4_0});
     REQUIRE(!m->hparams().tied_output);
     const uint64_t all_f32 = (test::FixtureElements::f32 + test::FixtureElements::matrices) * 4;
     const uint64_t embd = test::FixtureElements::V * test::FixtureElements::D;  // token_embd: kept, not F32
-    const uint64_t kept = (test::FixtureElements::f32 - embd) * 4 + (test::FixtureElements::matrices + embd) * 5 / 8;  // n/2 + n/32 * 4
+    const uint64_t kept = (test::FixtureElements::f32 - embd) * 4 + (test::FixtureElements::matrices + embd) * 9 / 16;  // 18 bytes per 32
     CHECK(m->load_summary().resident_bytes == kept);
     CHECK(m->weight_bytes() == kept);
     CHECK(m->dtype_note() == "q4_0");  // a dtype given is named alone; every matrix kept

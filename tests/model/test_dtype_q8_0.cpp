@@ -38,14 +38,14 @@ TEST_SUITE("model.dtype_q8_0") {
     CHECK(g.vs_ref < 1e-3);
   }
 
-  TEST_CASE("q8_0 keeps 1.125 bytes per matrix element (token_embd too); the memory estimate is the resident size") {
+  TEST_CASE("q8_0 keeps the file's 1.0625 bytes per matrix element (token_embd too); the memory estimate is the resident size") {
     const std::string file = quant_file("model-Q8_0.gguf");
     if (file.empty()) return;
     auto m = Model::load(file, {.threads = 1, .dtype = ComputeDtype::Q8_0});
     REQUIRE(!m->hparams().tied_output);
     const uint64_t f32_elems = test::FixtureElements::f32, mat_elems = test::FixtureElements::matrices;
     const uint64_t embd = test::FixtureElements::V * test::FixtureElements::D;  // token_embd: kept, not F32
-    const uint64_t kept = (f32_elems - embd) * 4 + (mat_elems + embd) + (mat_elems + embd) / 32 * 4;
+    const uint64_t kept = (f32_elems - embd) * 4 + (mat_elems + embd) / 32 * 34;  // block_q8_0: 34 bytes per 32
     CHECK(m->load_summary().resident_bytes == kept);
     CHECK(m->weight_bytes() == kept);
     const gguf::File g(file);
@@ -70,9 +70,9 @@ TEST_SUITE("model.dtype_q8_0") {
     auto m = Model::load(p, {.threads = 1, .dtype = ComputeDtype::Q8_0});
     CHECK(m->load_summary().weight_dtype == "Q8_0+F32");
     // Hand count: QKV of blk.0 [64 + 32 + 32, 64] F32 (8192 elements, 4 bytes); every other matrix,
-    // token_embd [300, 64] and the output included, 1.125 bytes per element; the norms F32.
+    // token_embd [300, 64] and the output included, 34 bytes per 32 elements; the norms F32.
     const uint64_t D = 64, F = 96, V = 300, qkv = (64 + 32 + 32) * D, layer = qkv + D * D + 3 * D * F;
-    const uint64_t expect = qkv * 4 + (2 * layer - qkv + 2 * V * D) * 9 / 8 + (D + 2 * 2 * D) * 4;
+    const uint64_t expect = qkv * 4 + (2 * layer - qkv + 2 * V * D) / 32 * 34 + (D + 2 * 2 * D) * 4;
     CHECK(m->load_summary().resident_bytes == expect);
     CHECK(estimate_weight_bytes(gguf::File(p), DType::F32, ComputeDtype::Q8_0) == expect);
   }

@@ -1,5 +1,5 @@
 // Matrices of files quantized by llama.cpp (../shared/quant) in the types kept
-// as the file's blocks (Q4_1, Q5_0, Q5_1, Q2_K ... Q6_K) held in a
+// as the file's blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K ... Q6_K) held in a
 // backend::Weight: widened rows equal the model layer's dequantizer
 // (bit-identical to gguf-py's numpy) element for element, the exact-mode block
 // kernel matches a float64 product of those values within f32 rounding, and
@@ -40,17 +40,7 @@ backend::Weight kept_weight(const gguf::File& f, const gguf::TensorInfo& t) {
   const auto K = static_cast<int64_t>(t.row_length()), N = static_cast<int64_t>(t.n_rows());
   const backend::Dtype dt = *gguf::type_info(t.type).kept;
   backend::Weight w(N, K, dt);
-  if (backend::is_file_blocks(dt)) {
-    w.set_rows_file_blocks(0, t.data, N);
-    return w;
-  }
-  std::vector<uint8_t> q(static_cast<size_t>(N * K / backend::kQBlock * backend::block_quant_bytes(dt)));
-  std::vector<float> d(static_cast<size_t>(N * K / backend::kQBlock));
-  split_block_rows(f, t, 0, static_cast<uint64_t>(N), q.data(), d.data());
-  if (dt == backend::Dtype::Q4_0)
-    w.set_rows_q4_0(0, q.data(), d.data(), N);
-  else
-    w.set_rows_q8_0(0, reinterpret_cast<const int8_t*>(q.data()), d.data(), N);
+  copy_file_block_rows(f, t, w, 0);
   return w;
 }
 
@@ -117,8 +107,9 @@ TEST_SUITE("model.file_blocks") {
 
   TEST_CASE("rows looked up from random file blocks (extreme and subnormal scales, zero blocks) equal dequantize()") {
     using gguf::TensorType;
-    for (const TensorType type : {TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K,
-                                  TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+    for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,
+                                  TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K,
+                                  TensorType::Q5_K, TensorType::Q6_K}) {
       const gguf::TypeInfo& ti = gguf::type_info(type);
       INFO(ti.name);
       const int64_t N = 12, K = 512, bb = ti.type_size, nb = N * K / ti.block_size;
@@ -132,7 +123,8 @@ TEST_SUITE("model.file_blocks") {
         const uint16_t d = kind == 1 ? 0x7BFF : kind == 2 ? 0x0001 : 0x1C00;  // 65504, 2^-24, 2^-8
         // the f16 d, and the second f16 (m, dmin) where the format has one
         const int64_t at = type == TensorType::Q6_K ? 208 : type == TensorType::Q3_K ? 108 : type == TensorType::Q2_K ? 80 : 0;
-        const bool second = type != TensorType::Q6_K && type != TensorType::Q3_K && type != TensorType::Q5_0;
+        const bool second = type == TensorType::Q4_1 || type == TensorType::Q5_1 || type == TensorType::Q2_K ||
+                            type == TensorType::Q4_K || type == TensorType::Q5_K;
         if (kind == 3) continue;
         p[at] = std::byte(d & 0xFF), p[at + 1] = std::byte(d >> 8);
         if (second) p[at + 2] = p[at], p[at + 3] = p[at + 1];  // m or dmin = d
@@ -154,7 +146,8 @@ TEST_SUITE("model.file_blocks") {
     }
     std::set<std::string> checked;
     for (const char* name : {"model-Q4_K.gguf", "model-Q5_K.gguf", "model-Q6_K.gguf", "model-Q4_K_M.gguf", "model-Q5_K_M.gguf",
-                             "model-Q4_1.gguf", "model-Q5_0.gguf", "model-Q5_1.gguf", "model-Q2_K.gguf", "model-Q3_K.gguf"}) {
+                             "model-Q8_0.gguf", "model-Q4_0.gguf", "model-Q4_1.gguf", "model-Q5_0.gguf", "model-Q5_1.gguf",
+                             "model-Q2_K.gguf", "model-Q3_K.gguf"}) {
       const gguf::File file(shared + "/quant/" + name);
       for (const auto& t : file.tensors()) {
         if (t.dims.size() != 2) continue;
@@ -190,7 +183,7 @@ TEST_SUITE("model.file_blocks") {
         checked.insert(gguf::type_name(t.type));
       }
     }
-    CHECK(checked == std::set<std::string>{"Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"});
+    CHECK(checked == std::set<std::string>{"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"});
   }
 
   TEST_CASE("block_scales_finite reads each format's f16 scale fields (ggml-common.h offsets) and nothing else") {
@@ -200,7 +193,8 @@ TEST_SUITE("model.file_blocks") {
     };
     using T = gguf::TensorType;
     for (const Case& c : {Case{T::Q2_K, {80, 82}}, Case{T::Q3_K, {108}}, Case{T::Q4_K, {0, 2}}, Case{T::Q5_K, {0, 2}},
-                          Case{T::Q6_K, {208}}, Case{T::Q4_1, {0, 2}}, Case{T::Q5_0, {0}}, Case{T::Q5_1, {0, 2}}}) {
+                          Case{T::Q6_K, {208}}, Case{T::Q4_1, {0, 2}}, Case{T::Q5_0, {0}}, Case{T::Q5_1, {0, 2}},
+                          Case{T::Q8_0, {0}}, Case{T::Q4_0, {0}}}) {
       const size_t ts = gguf::type_info(c.type).type_size;
       INFO(gguf::type_name(c.type));
       std::vector<std::byte> b(3 * ts, std::byte{0xff});  // quants and 6-bit scales all ones: still finite
@@ -217,7 +211,7 @@ TEST_SUITE("model.file_blocks") {
         }
     }
     std::vector<std::byte> z(64, std::byte{0});
-    CHECK_FALSE(block_scales_finite(T::Q8_0, z.data(), 1));  // no fields known: the caller decodes
+    CHECK_FALSE(block_scales_finite(T::F16, z.data(), 1));  // no fields known: the caller decodes
     CHECK_FALSE(block_scales_finite(T::F32, z.data(), 1));
   }
 
@@ -261,8 +255,9 @@ TEST_SUITE("model.file_blocks") {
     using gguf::TensorType;
     const test::ScratchDir dir("view_blocks");
     const std::string p = dir.file("view.gguf");
-    const std::vector<TensorType> types = {TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K,
-                                           TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+    const std::vector<TensorType> types = {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,
+                                           TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K,
+                                           TensorType::Q5_K, TensorType::Q6_K};
     gguf::Writer wr;
     wr.add_uint32("general.alignment", 1);  // tensors back to back: offsets of any residue
     wr.add_tensor("odd", {1}, std::vector<float>{1}, TensorType::F16);  // 2 bytes: what follows is 2-byte aligned
@@ -331,14 +326,13 @@ TEST_SUITE("model.file_blocks") {
     CHECK_THROWS_WITH_AS(check_file_block_rows(f, f.tensor("big"), {.check_finite = true, .threads = 2}),
                          doctest::Contains("at element 5120256 (row 20001, column 0)"), FormatError);
     check_file_block_rows(f, f.tensor("big"), {.check_finite = false, .threads = 2});  // unchecked: nothing read
-    CHECK_THROWS_AS(backend::Weight::view_file_blocks(4, 64, backend::Dtype::Q8_0, f.bytes().data(), f.mapping()),
+    CHECK_THROWS_AS(backend::Weight::view_file_blocks(4, 64, backend::Dtype::F32, f.bytes().data(), f.mapping()),
                     ArgumentError);
     CHECK_THROWS_AS(backend::Weight::view_file_blocks(4, 100, backend::Dtype::Q4_K, f.bytes().data(), f.mapping()),
                     ArgumentError);  // 100 is not a whole number of super-blocks
   }
 
-  TEST_CASE("copy_split_block_rows re-lays out Q8_0 and Q4_0 in parallel chunks as the serial split does; names the first NaN") {
-    // rows of 256: 4,096 Q8_0 rows (8,192 Q4_0) per chunk, so 10,001 rows at row 2 are 3 chunks (2 for Q4_0).
+  TEST_CASE("copy_file_block_rows copies Q8_0 and Q4_0 tensors as they are (resident bytes = file bytes); names the first NaN") {
     for (const gguf::TensorType type : {gguf::TensorType::Q8_0, gguf::TensorType::Q4_0}) {
       INFO(gguf::type_name(type));
       const backend::Dtype dt = *gguf::type_info(type).kept;
@@ -346,33 +340,26 @@ TEST_SUITE("model.file_blocks") {
       wr.add_tensor("m", {256, 10001}, [](uint64_t first, std::span<float> out) {
         for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>((first + i) % 101) * 1e-2f - 0.5f;
       }, type);
-      const test::ScratchDir dir("split_rows");
+      const test::ScratchDir dir("copy_q8_rows");
       std::vector<uint8_t> bytes = wr.bytes();
       const std::string p = dir.file("m.gguf"), bad = dir.file("bad.gguf");
       std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
       const gguf::File f(p);
       const gguf::TensorInfo& t = f.tensor("m");
-      backend::Weight par(10005, 256, dt), ser(10005, 256, dt);
-      copy_split_block_rows(f, t, par, 2, {.check_finite = true, .threads = 2});
-      std::vector<uint8_t> q(10001 * 256);
-      std::vector<float> d(10001 * 8);
-      split_block_rows(f, t, 0, 10001, q.data(), d.data());
-      if (dt == backend::Dtype::Q4_0)
-        ser.set_rows_q4_0(2, q.data(), d.data(), 10001);
-      else
-        ser.set_rows_q8_0(2, reinterpret_cast<const int8_t*>(q.data()), d.data(), 10001);
-      std::vector<float> wp(static_cast<size_t>(10001 * 256)), ws(wp.size(), 1.0f);
-      backend::widen_rows(par, 2, 10001, wp.data(), 256, 2);
-      backend::widen_rows(ser, 2, 10001, ws.data(), 256, 2);
-      CHECK(std::memcmp(wp.data(), ws.data(), wp.size() * sizeof(float)) == 0);
-      CHECK_THROWS_AS(copy_split_block_rows(f, t, par, 5), ArgumentError);  // past the weight's rows
-      const size_t bb = gguf::type_info(type).type_size, base = f.data_offset() + t.offset;
+      backend::Weight w(10005, 256, dt);
+      copy_file_block_rows(f, t, w, 2, {.check_finite = true, .threads = 2});
+      const size_t bb = gguf::type_info(type).type_size;  // 34 or 18 bytes per 32 elements
+      CHECK(t.n_bytes == 10001 * 8 * bb);
+      CHECK(w.bytes() == 10005 * 8 * bb);  // the weight's rows hold the file's bytes, no more
+      CHECK(std::memcmp(static_cast<const std::byte*>(w.raw()) + 2 * w.ld(), t.data, t.n_bytes) == 0);
+      CHECK_THROWS_AS(copy_file_block_rows(f, t, w, 5), ArgumentError);  // past the weight's rows
+      const size_t base = f.data_offset() + t.offset;
       const auto set_d = [&](size_t block, uint16_t h) { std::memcpy(bytes.data() + base + block * bb, &h, 2); };
-      set_d(9000 * 8 + 3, 0x7e00);  // NaN d in the last chunk
-      set_d(8500 * 8 + 1, 0x7c00);  // +Inf d earlier, in the third Q8_0 chunk (the second Q4_0 one)
+      set_d(9000 * 8 + 3, 0x7e00);  // NaN d
+      set_d(8500 * 8 + 1, 0x7c00);  // +Inf d earlier
       std::ofstream(bad, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
       const gguf::File fb(bad);
-      CHECK_THROWS_WITH_AS(copy_split_block_rows(fb, fb.tensor("m"), par, 0, {.check_finite = true, .threads = 2}),
+      CHECK_THROWS_WITH_AS(copy_file_block_rows(fb, fb.tensor("m"), w, 0, {.check_finite = true, .threads = 2}),
                            doctest::Contains("at element 2176032 (row 8500, column 32)"), FormatError);
     }
   }

@@ -144,16 +144,16 @@ TEST_SUITE("model.tensor_types") {
     CHECK(resolve_kv_cache_dtype(KvCacheDtype::Auto, ComputeDtype::BF16) == KvCacheDtype::BF16);
     for (ComputeDtype d : {ComputeDtype::F32, ComputeDtype::Q8_0, ComputeDtype::Q4_0})
       CHECK(resolve_kv_cache_dtype(KvCacheDtype::Auto, d) == KvCacheDtype::F32);
-    // Bytes per weight: f32 4, bf16 2; Q8_0 blocks 32 quants + an f32 scale per 32, Q4_0 16 + 4 per 32.
-    // File blocks kept: the file's bytes (K-quants 84 / 110 / 144 / 176 / 210 per 256; Q4_1, Q5_0, Q5_1 20 / 22 / 24
-    // per 32); F16 has no kept-block kernel.
+    // Bytes per weight: f32 4, bf16 2. Blocks kept: the file's bytes (Q8_0 34 per 32: 32 quants and an f16
+    // scale, Q4_0 18; K-quants 84 / 110 / 144 / 176 / 210 per 256; Q4_1, Q5_0, Q5_1 20 / 22 / 24 per 32);
+    // F16 has no kept-block kernel.
     CHECK(matrix_bytes(ComputeDtype::F32, TensorType::Q8_0, true, 4096) == 16384);
     CHECK(matrix_bytes(ComputeDtype::BF16, TensorType::Q4_K, true, 4096) == 8192);
-    CHECK(matrix_bytes(ComputeDtype::Q8_0, TensorType::Q8_0, true, 4096) == 4096 / 32 * 36);
-    CHECK(matrix_bytes(ComputeDtype::Q4_0, TensorType::Q4_0, true, 4096) == 4096 / 32 * 20);
+    CHECK(matrix_bytes(ComputeDtype::Q8_0, TensorType::Q8_0, true, 4096) == 4096 / 32 * 34);
+    CHECK(matrix_bytes(ComputeDtype::Q4_0, TensorType::Q4_0, true, 4096) == 4096 / 32 * 18);
     CHECK(matrix_bytes(ComputeDtype::Q8_0, TensorType::Q8_0, false, 4096) == 16384);
     CHECK(matrix_bytes(ComputeDtype::Q8_0, TensorType::Q4_0, true, 4096) == 16384);
-    CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q8_0, true, 4096) == 4096 / 32 * 36);
+    CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q8_0, true, 4096) == 4096 / 32 * 34);
     CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q4_K, true, 4096) == 4096 / 256 * 144);
     CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q5_K, true, 4096) == 4096 / 256 * 176);
     CHECK(matrix_bytes(ComputeDtype::Blocks, TensorType::Q6_K, true, 4096) == 4096 / 256 * 210);
