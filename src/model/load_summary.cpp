@@ -53,7 +53,7 @@ std::string format_load_summary(const LoadSummary& s) {
       s.matmul == "int8"       ? "; matmul int8 (decode steps on Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks with int8 activations)"
       : s.matmul_int8_ignored ? "; --matmul int8 ignored (no matrix kept in Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks)"
                               : "",
-      s.map_ignored ? "; --mmap ignored (no matrix kept in Q4_1/Q5_0/Q5_1/Q2_K..Q6_K blocks)" : "",
+      s.map_ignored ? "; --mmap ignored (no matrix kept in Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K..Q6_K blocks)" : "",
       s.sliding.empty() ? "" : "; " + s.sliding, s.longrope.empty() ? "" : "; " + s.longrope, s.load_seconds);
 }
 

@@ -58,7 +58,7 @@ LoadSummary summarize_gguf(const gguf::File& f);
 /// at most 4223 per KV cache row)"; then
 /// with `longrope` set "; " and it. With `mapped_bytes` the weights part reads "weights Q4_K+Q6_K in memory, 14.0 MiB
 /// resident (13.5 MiB of them read in place from the file's mapping)"; with `map_ignored`, "; --mmap ignored (no
-/// matrix kept in Q4_1/Q5_0/Q5_1/Q2_K..Q6_K blocks)" before the time.
+/// matrix kept in Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K..Q6_K blocks)" before the time.
 std::string format_load_summary(const LoadSummary& s);
 
 }  // namespace kveval

@@ -74,7 +74,7 @@ TEST_SUITE("cli.mmap") {
     // an F32 file keeps no blocks: --mmap reads nothing in place, and the load line says so
     const Run f = run_kveval(d, "generate -t 1 -n 2 --mmap -m " + quote(kveval::test::model_path()));
     REQUIRE(f.code == 0);
-    CHECK(f.err.find("; --mmap ignored (no matrix kept in Q4_1/Q5_0/Q5_1/Q2_K..Q6_K blocks); ") != std::string::npos);
+    CHECK(f.err.find("; --mmap ignored (no matrix kept in Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K..Q6_K blocks); ") != std::string::npos);
     CHECK(f.err.find("read in place") == std::string::npos);
   }
 }
