@@ -197,8 +197,8 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_option("-n,--max-gen-toks", o->max_gen_toks, "tokens to generate at most, >= 1 (default 128)");
   cmd->add_option("-t,--threads", o->threads, "compute threads (0 = all cores)")->check(int_in(0, kMaxThreads));
   cmd->add_option("--dtype", o->dtype,
-                  fmt::format("compute dtype: {} (auto: blocks when every matrix has a kept-block type, else bf16 "
-                              "on a bf16 CPU for a non-F32 file; docs/dtypes.md)",
+                  fmt::format("compute dtype: {} (auto: blocks-bf16 on a bf16 CPU, else blocks, when every matrix has a "
+                              "kept-block type, else bf16 on a bf16 CPU for a non-F32 file; docs/dtypes.md)",
                               join_names(compute_dtype_name_list())))
       ->capture_default_str();
   cmd->add_option("--kv-cache-dtype", o->kv_cache_dtype,
@@ -209,7 +209,7 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_option("--max-length", o->max_length,
                   "context positions, prompt included (0 = the model's context_length); the KV cache holds "
                   "min(max-length, prompt + max-gen-toks) positions");
-  cmd->add_flag("--mmap", o->mmap, "read the kept Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K..Q6_K blocks in place from the file's mapping instead of copying them: a faster load, a slower decode (docs/engine.md)");
+  cmd->add_flag("--mmap", o->mmap, "read the kept Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K..Q6_K blocks in place from the file's mapping instead of copying them: a faster load, a slower decode (docs/engine.md)")->disable_flag_override();
   cmd->add_flag("--no-cache", o->no_cache, "re-run the whole sequence every step (no KV cache)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating after EOS");
   auto* temperature = cmd->add_option("--temperature", o->temperature, "sample at this temperature (0: greedy)");

@@ -77,4 +77,15 @@ TEST_SUITE("cli.mmap") {
     CHECK(f.err.find("; --mmap ignored (no matrix kept in Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K..Q6_K blocks); ") != std::string::npos);
     CHECK(f.err.find("read in place") == std::string::npos);
   }
+  TEST_CASE("--mmap is a switch: --mmap=false is refused in one line, exit 2" *
+            kveval::test::needs_model()) {
+    TempDir d;
+    const std::string m = quote(kveval::test::model_path());
+    for (const std::string& cmd : {std::string("run x.json --mmap=false"), "generate -m " + m + " --mmap=false", "bench -m " + m + " --mmap=false"}) {
+      const Run r = run_kveval(d, cmd);
+      INFO(cmd, " -> ", r.err);
+      CHECK(r.code == 2);
+      CHECK(r.err.find("mmap was given a disallowed flag override") != std::string::npos);
+    }
+  }
 }
