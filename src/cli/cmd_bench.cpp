@@ -97,7 +97,7 @@ void add_bench_options(CLI::App* sub, const std::shared_ptr<BenchState>& st) {
                   "(llama.cpp's int8 activations, not exact; docs/dtypes.md); the tests run once per mode, in order, "
                   "each row records its mode; with int8 listed, fidelity compares exact with int8 in the first --dtype")
       ->delimiter(',')->capture_default_str();
-  sub->add_flag("--mmap", st->o.map_weights, "in every load, read the kept Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K..Q6_K blocks in place from the file's mapping instead of copying them: a faster load, a slower decode (docs/engine.md)")->disable_flag_override();
+  add_mmap_flag(sub, st->o.map_weights, "in every load, ", "");
   sub->add_option("-b,--batch-size", st->o.batches, "rows per forward, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("-p,--n-prompt", st->o.n_prompt, "pp: prompt tokens, comma-separated")->delimiter(',')->capture_default_str();
   sub->add_option("-n,--n-gen", st->o.n_gen, "tg/tg-nocache: generated tokens, comma-separated")->delimiter(',')->capture_default_str();

@@ -209,7 +209,7 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_option("--max-length", o->max_length,
                   "context positions, prompt included (0 = the model's context_length); the KV cache holds "
                   "min(max-length, prompt + max-gen-toks) positions");
-  cmd->add_flag("--mmap", o->mmap, "read the kept Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K..Q6_K blocks in place from the file's mapping instead of copying them: a faster load, a slower decode (docs/engine.md)")->disable_flag_override();
+  add_mmap_flag(cmd, o->mmap, "", "");
   cmd->add_flag("--no-cache", o->no_cache, "re-run the whole sequence every step (no KV cache)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating after EOS");
   auto* temperature = cmd->add_option("--temperature", o->temperature, "sample at this temperature (0: greedy)");

@@ -492,7 +492,7 @@ void add_dtype_options(CLI::App* cmd, RunArgs& a) {
                               "dtype is bf16, else f32)",
                               join_names(kv_cache_dtype_name_list())));
   cmd->add_option("--matmul", a.matmul, "decode steps on kept Q8_0/Q4_0/Q4_K/Q5_K/Q6_K blocks: exact (f32, the default) or int8 (llama.cpp's int8 activations, not exact; docs/dtypes.md)");
-  cmd->add_flag("--mmap", a.mmap, "read the kept Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K..Q6_K blocks in place from the file's mapping instead of copying them: a faster load, a slower decode (overrides the spec's mmap; docs/engine.md)")->disable_flag_override();
+  add_mmap_flag(cmd, a.mmap, "", "overrides the spec's mmap; ");
 }
 
 void add_run_command(CLI::App& app, Action& action) {

@@ -40,6 +40,17 @@ inline void require_model_file(const std::string& path, const std::string& where
 /// (InputKind::Text); its errors name the option: "--file: missing.txt: not found" (SpecError, exit 2).
 std::string read_option_file(const std::string& option, const std::string& path);
 
+/// The `--mmap` switch of run, generate and bench (ModelOptions::map_weights): `prefix` and `suffix` frame its
+/// shared help text. A switch only: `--mmap=false` is refused, so it can never silently leave a spec's
+/// "mmap": true in force.
+inline CLI::Option* add_mmap_flag(CLI::App* cmd, bool& on, const std::string& prefix, const std::string& suffix) {
+  return cmd
+      ->add_flag("--mmap", on,
+                 prefix + "read the kept Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q2_K..Q6_K blocks in place from the file's mapping "
+                          "instead of copying them: a faster load, a slower decode (" + suffix + "docs/engine.md)")
+      ->disable_flag_override();
+}
+
 /// Validator for an integer option in [lo, hi], worded like the spec's
 /// checks: "--threads: expected an integer in [0, 4096], got 65536" (CLI11
 /// prefixes the option name).
